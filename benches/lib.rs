@@ -1,0 +1,1 @@
+//! Criterion suites live in `benches/`; this library is empty on purpose.

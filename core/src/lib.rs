@@ -1,0 +1,27 @@
+//! `lasthop-core`: what every lasthop process agrees on.
+//!
+//! - [`ff1`]: NIST SP 800-38G FF1 format-preserving encryption over integers (no bignum);
+//! - [`base62`]: the code alphabet;
+//! - [`code`]: the code scheme, `base62(FF1_k(n))` for generated codes, and length routing;
+//! - [`key`]: the permutation key file and its id;
+//! - [`region`]: per-region counter ranges and the high-water-mark check;
+//! - [`alias`]: custom alias rules and the reserved-word list;
+//! - [`destination`]: destination URL rules (create time and serve time);
+//! - [`link`]: link, link state and change-log types.
+
+pub mod alias;
+pub mod base62;
+pub mod code;
+pub mod destination;
+pub mod ff1;
+pub mod key;
+pub mod link;
+pub mod region;
+
+pub use alias::{validate_alias, AliasError};
+pub use code::{classify, CodeKind, CodeScheme, CODE_LEN, CODE_SPACE};
+pub use destination::{is_servable, normalize_destination, UrlError, UrlPolicy};
+pub use ff1::{Ff1, Ff1Domain, Ff1Error};
+pub use key::{KeyError, PermutationKey};
+pub use link::{Change, Link, LinkState, LinkStatus};
+pub use region::{region_range, HighWater, RegionError};

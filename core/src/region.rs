@@ -1,0 +1,159 @@
+//! Per-region counter ranges and the high-water-mark check.
+//!
+//! Region `r` of `R` owns counters `[r·S/R, (r+1)·S/R)` with `S = 62^7`. Writers lease blocks
+//! from their region's durable sequence, so two writers never mint the same counter. An edge
+//! decrypts a code back to `n` and answers 404 by arithmetic when `n` lies at or above its
+//! region's published mark plus a reserve: the reserve covers blocks leased after the mark was
+//! published, so a stale mark can only let extra scanners through, never reject a real link.
+
+use crate::code::CODE_SPACE;
+
+/// Default reserve above a published mark (at least any block a writer may hold).
+pub const DEFAULT_RESERVE: u64 = 1_000_000;
+
+/// Bad region parameters.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegionError {
+    #[error("region {region} is not below the region count {regions}")]
+    OutOfRange { region: u32, regions: u32 },
+    #[error("the region count must be at least 1")]
+    NoRegions,
+}
+
+/// The counter range owned by `region` of `regions`.
+pub fn region_range(region: u32, regions: u32) -> Result<std::ops::Range<u64>, RegionError> {
+    if regions == 0 {
+        return Err(RegionError::NoRegions);
+    }
+    if region >= regions {
+        return Err(RegionError::OutOfRange { region, regions });
+    }
+    let bound = |r: u32| (u128::from(r) * u128::from(CODE_SPACE) / u128::from(regions)) as u64;
+    Ok(bound(region)..bound(region + 1))
+}
+
+/// Published high-water marks of every region, plus the reserve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HighWater {
+    regions: u32,
+    /// First counter of each region, ascending.
+    starts: Vec<u64>,
+    /// Absolute counter value per region: every issued counter of that region is below it.
+    marks: Vec<u64>,
+    reserve: u64,
+}
+
+impl HighWater {
+    /// Marks for `regions` regions, each starting at its region's first counter (nothing issued).
+    pub fn new(regions: u32, reserve: u64) -> Result<Self, RegionError> {
+        let starts = (0..regions)
+            .map(|r| region_range(r, regions).map(|range| range.start))
+            .collect::<Result<Vec<_>, _>>()?;
+        if starts.is_empty() {
+            return Err(RegionError::NoRegions);
+        }
+        Ok(HighWater {
+            regions,
+            marks: starts.clone(),
+            starts,
+            reserve,
+        })
+    }
+
+    /// Raises region `region`'s mark to `mark` (marks never go down).
+    pub fn raise(&mut self, region: u32, mark: u64) -> Result<(), RegionError> {
+        let regions = self.regions;
+        let slot = self
+            .marks
+            .get_mut(region as usize)
+            .ok_or(RegionError::OutOfRange { region, regions })?;
+        *slot = (*slot).max(mark);
+        Ok(())
+    }
+
+    /// Region count.
+    pub fn regions(&self) -> u32 {
+        self.regions
+    }
+
+    /// The reserve added to every mark.
+    pub fn reserve(&self) -> u64 {
+        self.reserve
+    }
+
+    /// Every region's mark, by region.
+    pub fn marks(&self) -> &[u64] {
+        &self.marks
+    }
+
+    /// False only when `n` can never have been issued: at or above its region's mark + reserve.
+    #[inline]
+    pub fn may_be_issued(&self, n: u64) -> bool {
+        if n >= CODE_SPACE {
+            return false;
+        }
+        // starts[0] == 0, so at least one start is <= n.
+        let region = self.starts.partition_point(|&s| s <= n).saturating_sub(1);
+        match self.marks.get(region) {
+            Some(&mark) => n < mark.saturating_add(self.reserve),
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_tile_the_space() {
+        for regions in [1u32, 2, 3, 7, 64] {
+            let mut next = 0;
+            for r in 0..regions {
+                let range = region_range(r, regions).unwrap();
+                assert_eq!(range.start, next);
+                assert!(range.end > range.start);
+                next = range.end;
+            }
+            assert_eq!(next, CODE_SPACE);
+        }
+        assert_eq!(region_range(0, 0), Err(RegionError::NoRegions));
+        assert!(region_range(3, 3).is_err());
+    }
+
+    #[test]
+    fn high_water_check() {
+        let mut hw = HighWater::new(2, 1_000).unwrap();
+        let r1 = region_range(1, 2).unwrap();
+        assert!(hw.may_be_issued(0));
+        assert!(hw.may_be_issued(999));
+        assert!(!hw.may_be_issued(1_000));
+        hw.raise(0, 50_000).unwrap();
+        assert!(hw.may_be_issued(50_999));
+        assert!(!hw.may_be_issued(51_000));
+        hw.raise(0, 10).unwrap();
+        assert!(hw.may_be_issued(50_999), "marks never go down");
+        assert!(hw.may_be_issued(r1.start + 999));
+        assert!(!hw.may_be_issued(r1.start + 1_000));
+        assert!(!hw.may_be_issued(CODE_SPACE));
+        assert!(hw.raise(2, 5).is_err());
+    }
+
+    #[test]
+    fn region_boundaries_with_uneven_division() {
+        let hw = HighWater::new(7, 0).unwrap();
+        for r in 1..7 {
+            let start = region_range(r, 7).unwrap().start;
+            // Nothing issued anywhere and no reserve: every counter is rejected, and the
+            // boundary counters are looked up in their own region (no index panics).
+            assert!(!hw.may_be_issued(start));
+            assert!(!hw.may_be_issued(start - 1));
+        }
+        let mut hw = HighWater::new(7, 0).unwrap();
+        let start3 = region_range(3, 7).unwrap().start;
+        hw.raise(3, start3 + 1).unwrap();
+        assert!(hw.may_be_issued(start3));
+        assert!(!hw.may_be_issued(start3 - 1));
+    }
+}

@@ -1,0 +1,1 @@
+//! `lasthop-snapshot`: the immutable snapshot file format (issue 3 fills this crate).
