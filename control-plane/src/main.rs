@@ -1,1 +1,220 @@
-fn main() {}
+//! `lasthop-control`: the operator's entry point to the control plane.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use lasthop_control::store::embedded::CommitObserver;
+use lasthop_control::{
+    metrics::Metrics, router, ApiConfig, ApiKeys, AppState, EmbeddedStore, EmbeddedStoreConfig,
+    Store,
+};
+use lasthop_core::{CodeScheme, PermutationKey, UrlPolicy};
+
+#[derive(Parser)]
+#[command(name = "lasthop-control", version, about = "lasthop control plane")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write a new permutation key file (secret; install it on control-plane and PoP hosts).
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+        /// AES key size: 128 (default, fastest decode at the edge) or 256.
+        #[arg(long, default_value_t = 128)]
+        bits: usize,
+        /// Replace an existing file (every code minted under the old key becomes unreadable).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Manage API keys.
+    Apikey {
+        #[command(subcommand)]
+        command: ApikeyCommand,
+    },
+    /// Serve the API.
+    Serve(ServeArgs),
+}
+
+#[derive(Subcommand)]
+enum ApikeyCommand {
+    /// Print a new API key for OWNER (stored hashed; a lost key is replaced, never recovered).
+    Create {
+        #[arg(long, env = "LASTHOP_DATA_DIR")]
+        data_dir: PathBuf,
+        #[arg(long)]
+        owner: String,
+        /// May take down and restore any link.
+        #[arg(long)]
+        admin: bool,
+    },
+}
+
+#[derive(Parser)]
+struct ServeArgs {
+    /// Directory of the store and the API keys file.
+    #[arg(long, env = "LASTHOP_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Permutation key file.
+    #[arg(long, env = "LASTHOP_KEY_FILE")]
+    key_file: PathBuf,
+    /// Public API listener.
+    #[arg(long, env = "LASTHOP_API_LISTEN", default_value = "127.0.0.1:8081")]
+    api_listen: SocketAddr,
+    /// Base of every short_url.
+    #[arg(
+        long,
+        env = "LASTHOP_SHORT_BASE",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    short_base: String,
+    /// This writer's region and the number of regions.
+    #[arg(long, env = "LASTHOP_REGION", default_value_t = 0)]
+    region: u32,
+    #[arg(long, env = "LASTHOP_REGIONS", default_value_t = 1)]
+    regions: u32,
+    /// Counters leased at a time.
+    #[arg(long, env = "LASTHOP_BLOCK_SIZE", default_value_t = 10_000)]
+    block_size: u64,
+    /// Creates per second per owner (0: unlimited).
+    #[arg(long, env = "LASTHOP_CREATE_RATE", default_value_t = 100.0)]
+    create_rate: f64,
+    /// Burst of creates per owner.
+    #[arg(long, env = "LASTHOP_CREATE_BURST", default_value_t = 1000.0)]
+    create_burst: f64,
+    /// Longest destination URL in bytes.
+    #[arg(long, env = "LASTHOP_MAX_URL_LEN", default_value_t = 4096)]
+    max_url_len: usize,
+    /// Accept loopback/private/link-local destinations (test set-ups only).
+    #[arg(long, env = "LASTHOP_ALLOW_PRIVATE_HOSTS")]
+    allow_private_hosts: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Keygen { out, bits, force } => {
+            anyhow::ensure!(
+                force || !out.exists(),
+                "{} exists; pass --force to replace it (codes minted under it become unreadable)",
+                out.display()
+            );
+            anyhow::ensure!(
+                matches!(bits, 128 | 192 | 256),
+                "--bits must be 128, 192 or 256"
+            );
+            let key = PermutationKey::generate(bits / 8)?;
+            std::fs::write(&out, key.to_file_text())
+                .with_context(|| format!("writing {}", out.display()))?;
+            restrict_permissions(&out)?;
+            println!("wrote {} (key id {:08x})", out.display(), key.id());
+            Ok(())
+        }
+        Command::Apikey {
+            command:
+                ApikeyCommand::Create {
+                    data_dir,
+                    owner,
+                    admin,
+                },
+        } => {
+            let key = lasthop_control::auth::create_key(&data_dir, &owner, admin)?;
+            println!("{key}");
+            Ok(())
+        }
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn restrict_permissions(path: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let key = PermutationKey::load(&args.key_file)?;
+    let scheme = CodeScheme::new(&key)?;
+    let metrics = Metrics::new()?;
+    let observer: CommitObserver = {
+        let m = metrics.clone();
+        Arc::new(move |ops, secs| {
+            m.commit_batch.observe(ops as f64);
+            m.commit_seconds.observe(secs);
+        })
+    };
+    let mut config = EmbeddedStoreConfig::new(args.data_dir.join("links.redb"), scheme);
+    config.region = args.region;
+    config.regions = args.regions;
+    config.block_size = args.block_size;
+    let store = Arc::new(
+        EmbeddedStore::open(config, Some(observer))
+            .with_context(|| format!("opening the store in {}", args.data_dir.display()))?,
+    );
+    let api = ApiConfig {
+        short_base: args.short_base.trim_end_matches('/').to_string(),
+        url_policy: UrlPolicy {
+            max_len: args.max_url_len,
+            allow_private_hosts: args.allow_private_hosts,
+        },
+        create_rate: args.create_rate,
+        create_burst: args.create_burst,
+    };
+    let state = AppState::new(
+        Arc::clone(&store) as Arc<dyn Store>,
+        ApiKeys::open(&args.data_dir),
+        api,
+        metrics,
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("api")
+        .build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.api_listen)
+            .await
+            .with_context(|| format!("binding {}", args.api_listen))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(api = %addr, key_id = format_args!("{:08x}", key.id()), "control plane serving");
+        // One machine-readable line on stdout, so scripts and tests can use --api-listen :0.
+        println!("api listening on http://{addr}");
+        use std::io::Write as _;
+        std::io::stdout().flush()?;
+        axum::serve(listener, router(state))
+            .with_graceful_shutdown(shutdown_signal())
+            .await?;
+        anyhow::Ok(())
+    })?;
+    // Requests are drained; hand the unused counter block back.
+    store.shutdown()?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM");
+            std::future::pending::<()>().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
+    }
+}

@@ -179,7 +179,7 @@ impl Ff1Domain {
         }
         let len_err = Ff1Error::Length { radix, len };
         let domain = checked_pow(radix, len).ok_or(len_err.clone())?;
-        if len < 2 || domain < 100 || domain >= MAX_DOMAIN {
+        if len < 2 || !(100..MAX_DOMAIN).contains(&domain) {
             return Err(len_err);
         }
         if tweak.len() > MAX_TWEAK_LEN {

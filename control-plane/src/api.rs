@@ -1,0 +1,558 @@
+//! The public HTTP API (DESIGN.md, "The control plane").
+//!
+//! Every answer is JSON; every failure is [`ApiError`]: a status, a machine-readable `code` and a
+//! human message, never internals. Malformed input of any kind is a 400, never a 500.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequestParts, MatchedPath, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lasthop_core::{normalize_destination, validate_alias, LinkStatus, UrlPolicy};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::auth::{ApiKeys, Principal};
+use crate::clock::{now_ms, parse_rfc3339, rfc3339};
+use crate::metrics::Metrics;
+use crate::ratelimit::RateLimiter;
+use crate::store::{
+    CreateOutcome, CreateRequest, DeleteOutcome, IdempotencyClaim, Store, StoreError, StoredLink,
+};
+
+/// Largest request body accepted.
+pub const MAX_BODY: usize = 16 * 1024;
+/// Most codes in one `POST /v1/resolve`.
+pub const MAX_RESOLVE: usize = 100;
+/// Largest page of `GET /v1/links`.
+pub const MAX_PAGE: usize = 1000;
+const DEFAULT_PAGE: usize = 50;
+
+/// API settings.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Base of `short_url`, e.g. `https://lh.example`; no trailing slash.
+    pub short_base: String,
+    pub url_policy: UrlPolicy,
+    /// Creates per second per owner (0: unlimited) and the bucket size.
+    pub create_rate: f64,
+    pub create_burst: f64,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            short_base: "http://127.0.0.1:8080".into(),
+            url_policy: UrlPolicy::default(),
+            create_rate: 100.0,
+            create_burst: 1000.0,
+        }
+    }
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    keys: ApiKeys,
+    config: ApiConfig,
+    limiter: RateLimiter,
+    metrics: Metrics,
+}
+
+/// Shared state of every handler.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// Wires a store, the keys file and settings together.
+    pub fn new(store: Arc<dyn Store>, keys: ApiKeys, config: ApiConfig, metrics: Metrics) -> Self {
+        let limiter = RateLimiter::new(config.create_rate, config.create_burst);
+        AppState(Arc::new(Inner {
+            store,
+            keys,
+            config,
+            limiter,
+            metrics,
+        }))
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+}
+
+/// The one error type of the API.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    fn bad(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    fn not_found() -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", "no link has this code")
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::BadCursor => ApiError::bad("invalid_cursor", "cursor is not valid"),
+            StoreError::ShuttingDown => ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "shutting down, retry",
+                )
+            },
+            other => {
+                tracing::error!(error = %other, "store failure");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_unavailable",
+                    "storage is unavailable, retry later",
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        let mut resp = (self.status, body).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}
+
+/// The authenticated caller.
+struct Auth(Principal);
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let unauthorized =
+            |msg: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", msg.to_string());
+        let value = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| unauthorized("missing Authorization: Bearer <api key>"))?;
+        let key = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| unauthorized("Authorization must be Bearer <api key>"))?;
+        state
+            .0
+            .keys
+            .authenticate(key)
+            .map(Auth)
+            .ok_or_else(|| unauthorized("unknown api key"))
+    }
+}
+
+/// Runs blocking store work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(e) => {
+            tracing::error!(error = %e, "store task failed");
+            Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            ))
+        }
+    }
+}
+
+async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
+        ApiError::bad(
+            "body_too_large",
+            format!("request body is larger than {MAX_BODY} bytes"),
+        )
+    })
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ApiError::bad("invalid_field", e.to_string()),
+        _ => ApiError::bad("invalid_json", format!("body is not valid JSON: {e}")),
+    })
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    long_url: String,
+    #[serde(default)]
+    alias: Option<String>,
+    #[serde(default)]
+    expires_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveBody {
+    codes: Vec<String>,
+}
+
+fn short_url(state: &AppState, code: &str) -> String {
+    format!("{}/{}", state.0.config.short_base, code)
+}
+
+/// The create answer (and its idempotent replay).
+fn created_json(state: &AppState, s: &StoredLink) -> serde_json::Value {
+    json!({
+        "code": s.link.code,
+        "short_url": short_url(state, &s.link.code),
+        "long_url": s.link.long_url,
+        "created_at": rfc3339(s.link.created_at_ms),
+        "expires_at": s.state.expires_at_ms.map(rfc3339),
+    })
+}
+
+/// The full view of a link, with its state.
+fn link_json(state: &AppState, s: &StoredLink, now: i64) -> serde_json::Value {
+    let status = s.state.status(now);
+    json!({
+        "code": s.link.code,
+        "short_url": short_url(state, &s.link.code),
+        "long_url": if status == LinkStatus::Deleted { None } else { Some(&s.link.long_url) },
+        "owner": s.link.owner,
+        "created_at": rfc3339(s.link.created_at_ms),
+        "expires_at": s.state.expires_at_ms.map(rfc3339),
+        "status": status.as_str(),
+        "takedown_reason": s.state.takedown_reason,
+        "flagged": s.state.warn,
+    })
+}
+
+fn idempotency_claim(
+    headers: &HeaderMap,
+    body: &CreateBody,
+) -> Result<Option<IdempotencyClaim>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| (1..=255).contains(&k.len()) && k.bytes().all(|b| (0x21..0x7f).contains(&b)))
+        .ok_or_else(|| {
+            ApiError::bad(
+                "invalid_idempotency_key",
+                "Idempotency-Key must be 1-255 visible ASCII characters",
+            )
+        })?;
+    // Canonical form: the parsed body re-serialised, so spacing and field order don't matter.
+    let canonical =
+        serde_json::to_vec(body).map_err(|e| ApiError::bad("invalid_json", e.to_string()))?;
+    Ok(Some(IdempotencyClaim {
+        key: key.to_string(),
+        body_hash: Sha256::digest(&canonical).into(),
+    }))
+}
+
+async fn create_link(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    if let Err(secs) = state.0.limiter.check(&who.owner, started) {
+        return Err(ApiError {
+            retry_after: Some(secs),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "too many creates for this owner; retry later",
+            )
+        });
+    }
+    let bytes = read_body(body).await?;
+    let parsed: CreateBody = parse_json(&bytes)?;
+    let claim = idempotency_claim(&headers, &parsed)?;
+    let long_url = normalize_destination(&parsed.long_url, &state.0.config.url_policy)
+        .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
+    if let Some(alias) = &parsed.alias {
+        validate_alias(alias).map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
+    }
+    let now = now_ms();
+    let expires_at_ms = match &parsed.expires_at {
+        None => None,
+        Some(s) => {
+            let at = parse_rfc3339(s).ok_or_else(|| {
+                ApiError::bad(
+                    "invalid_expires_at",
+                    "expires_at must be an RFC 3339 timestamp",
+                )
+            })?;
+            if at <= now {
+                return Err(ApiError::bad(
+                    "expires_in_past",
+                    "expires_at must be in the future",
+                ));
+            }
+            Some(at)
+        }
+    };
+    let req = CreateRequest {
+        owner: who.owner,
+        long_url,
+        alias: parsed.alias,
+        expires_at_ms,
+        idempotency: claim,
+        now_ms: now,
+    };
+    let store = Arc::clone(&state.0.store);
+    let outcome = blocking(move || store.create(req)).await?;
+    let resp = match outcome {
+        CreateOutcome::Created(s) => {
+            (StatusCode::CREATED, Json(created_json(&state, &s))).into_response()
+        }
+        CreateOutcome::Replayed(s) => {
+            let mut r = (StatusCode::CREATED, Json(created_json(&state, &s))).into_response();
+            r.headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            r
+        }
+        CreateOutcome::AliasTaken => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "alias_taken",
+                "this alias is already claimed",
+            ))
+        }
+        CreateOutcome::IdempotencyMismatch => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "this Idempotency-Key was used with a different body",
+            ))
+        }
+    };
+    state
+        .0
+        .metrics
+        .create_latency
+        .observe(started.elapsed().as_secs_f64());
+    Ok(resp)
+}
+
+fn check_code(code: &str) -> Result<(), ApiError> {
+    if code.is_empty() || code.len() > 64 {
+        return Err(ApiError::not_found());
+    }
+    Ok(())
+}
+
+fn may_see(who: &Principal, s: &StoredLink) -> bool {
+    who.admin || who.owner == s.link.owner
+}
+
+async fn get_link(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(code): Path<String>,
+) -> Result<Response, ApiError> {
+    check_code(&code)?;
+    let store = Arc::clone(&state.0.store);
+    let found = blocking(move || store.get(&code)).await?;
+    let s = found.ok_or_else(ApiError::not_found)?;
+    if !may_see(&who, &s) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this link belongs to another owner",
+        ));
+    }
+    Ok(Json(link_json(&state, &s, now_ms())).into_response())
+}
+
+async fn list_links(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let limit = match q.get("limit") {
+        None => DEFAULT_PAGE,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .ok_or_else(|| {
+                ApiError::bad("invalid_limit", format!("limit must be 1..={MAX_PAGE}"))
+            })?,
+    };
+    let cursor = q.get("cursor").filter(|c| !c.is_empty()).cloned();
+    let store = Arc::clone(&state.0.store);
+    let owner = who.owner.clone();
+    let page = blocking(move || store.list(&owner, cursor.as_deref(), limit)).await?;
+    let now = now_ms();
+    let links: Vec<_> = page
+        .links
+        .iter()
+        .map(|s| link_json(&state, s, now))
+        .collect();
+    Ok(Json(json!({"links": links, "next_cursor": page.next_cursor})).into_response())
+}
+
+async fn delete_link(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(code): Path<String>,
+) -> Result<Response, ApiError> {
+    check_code(&code)?;
+    let store = Arc::clone(&state.0.store);
+    let lookup = code.clone();
+    let found = blocking(move || store.get(&lookup)).await?;
+    let s = found.ok_or_else(ApiError::not_found)?;
+    if !may_see(&who, &s) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this link belongs to another owner",
+        ));
+    }
+    let store = Arc::clone(&state.0.store);
+    match blocking(move || store.delete(&code)).await? {
+        DeleteOutcome::Deleted | DeleteOutcome::AlreadyDeleted => {
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        DeleteOutcome::NotFound => Err(ApiError::not_found()),
+    }
+}
+
+async fn resolve(
+    State(state): State<AppState>,
+    Auth(_who): Auth,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_body(body).await?;
+    let parsed: ResolveBody = parse_json(&bytes)?;
+    if parsed.codes.len() > MAX_RESOLVE {
+        return Err(ApiError::bad(
+            "too_many_codes",
+            format!("at most {MAX_RESOLVE} codes per call"),
+        ));
+    }
+    let store = Arc::clone(&state.0.store);
+    let found = blocking(move || {
+        parsed
+            .codes
+            .into_iter()
+            .map(|code| {
+                let s = if code.is_empty() || code.len() > 64 {
+                    None
+                } else {
+                    store.get(&code)?
+                };
+                Ok((code, s))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
+    })
+    .await?;
+    let now = now_ms();
+    let results: Vec<_> = found
+        .into_iter()
+        .map(|(code, s)| match s {
+            None => json!({"code": code, "status": "not_found", "long_url": null}),
+            Some(s) => {
+                let status = s.state.status(now);
+                json!({
+                    "code": code,
+                    "status": status.as_str(),
+                    "long_url": (status == LinkStatus::Active).then_some(s.link.long_url),
+                })
+            }
+        })
+        .collect();
+    Ok(Json(json!({"results": results})).into_response())
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        state.0.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn fallback() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such endpoint")
+}
+
+async fn record(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let started = Instant::now();
+    let resp = next.run(req).await;
+    let m = &state.0.metrics;
+    m.requests
+        .with_label_values(&[route.as_str(), resp.status().as_str()])
+        .inc();
+    m.latency
+        .with_label_values(&[route.as_str()])
+        .observe(started.elapsed().as_secs_f64());
+    resp
+}
+
+/// The API router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/links", post(create_link).get(list_links))
+        .route("/v1/links/{code}", get(get_link).delete(delete_link))
+        .route("/v1/resolve", post(resolve))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .fallback(fallback)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), record))
+        .with_state(state)
+}

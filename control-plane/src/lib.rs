@@ -1,0 +1,21 @@
+//! `lasthop-control`: the control plane.
+//!
+//! - [`store`]: the durable record behind a trait, and [`store::embedded`], the default redb
+//!   store with group commit, counter-block leasing and the ordered change log;
+//! - [`api`]: the public HTTP API (axum) and its one error type;
+//! - [`auth`]: API keys, stored hashed in a file beside the store;
+//! - [`ratelimit`]: per-owner token buckets for creation;
+//! - [`metrics`]: the Prometheus registry;
+//! - [`clock`]: wall-clock milliseconds and RFC 3339 formatting.
+
+pub mod api;
+pub mod auth;
+pub mod clock;
+pub mod metrics;
+pub mod ratelimit;
+pub mod store;
+
+pub use api::{router, ApiConfig, AppState};
+pub use auth::{ApiKeys, Principal};
+pub use store::embedded::{EmbeddedStore, EmbeddedStoreConfig};
+pub use store::{CreateOutcome, CreateRequest, DeleteOutcome, Store, StoreError, StoredLink};

@@ -1,0 +1,724 @@
+//! The default store: one redb file, one writer thread, group commit.
+//!
+//! Writes go through a single thread that drains whatever is queued (up to `max_batch`
+//! operations), applies them in order inside one write transaction and commits it with
+//! `Durability::Immediate` (fsync) before answering any of them. Serialising writes this way is
+//! what makes an alias claim a real conditional write: the check and the insert of two competing
+//! claims can never interleave, and the second claim sees the first even within one batch.
+//!
+//! Counter blocks are leased from `meta["counter_next/<region>"]` inside the same transaction
+//! as the first link that uses them, so a block is durable before any of its codes is. A crash
+//! burns the rest of the block (the sequence already moved past it); a graceful shutdown returns
+//! it to `free_counter_ranges`, which the next lease takes first.
+//!
+//! Records are keyed by [`record_key`]: a generated code by its counter (`0x00 ‖ n`), an alias by
+//! its name (`0x01 ‖ alias`). Counters are leased in blocks and handed out in order, so the
+//! inserts of a group commit land on the same few B-tree leaves instead of one random leaf per
+//! link: that locality is what lets one fsync cover a whole batch cheaply.
+//!
+//! Tables: `links` (key → Link JSON), `link_state` (key → LinkState JSON), `owner_links`
+//! (owner ‖ 0x00 ‖ !seq → code; newest first), `changes` (seq → Change JSON), `meta`,
+//! `free_counter_ranges` (start → end), `idempotency` (owner ‖ 0x00 ‖ key → record) and
+//! `idempotency_expiry` ((created_ms, owner ‖ 0x00 ‖ key) → ()).
+
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use lasthop_core::{classify, region_range, Change, CodeKind, CodeScheme, Link, LinkState};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use super::{CreateOutcome, CreateRequest, DeleteOutcome, LinkPage, Store, StoreError, StoredLink};
+
+const LINKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("links");
+const STATES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("link_state");
+const OWNER_LINKS: TableDefinition<&[u8], &str> = TableDefinition::new("owner_links");
+const CHANGES: TableDefinition<u64, &[u8]> = TableDefinition::new("changes");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const FREE_RANGES: TableDefinition<u64, u64> = TableDefinition::new("free_counter_ranges");
+const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
+const IDEM_EXPIRY: TableDefinition<(i64, &str), ()> = TableDefinition::new("idempotency_expiry");
+
+const META_KEY_ID: &str = "key_id";
+const COUNTER_PREFIX: &str = "counter_next/";
+/// Idempotency records purged per commit, so a purge never makes one batch slow.
+const PURGE_PER_COMMIT: usize = 256;
+
+fn storage<E: std::fmt::Display>(e: E) -> StoreError {
+    StoreError::Storage(e.to_string())
+}
+
+fn corrupt<E: std::fmt::Display>(what: &str, e: E) -> StoreError {
+    StoreError::Corrupt {
+        what: what.to_string(),
+        detail: e.to_string(),
+    }
+}
+
+/// Settings of the embedded store.
+#[derive(Debug, Clone)]
+pub struct EmbeddedStoreConfig {
+    /// The redb file.
+    pub path: PathBuf,
+    /// The code scheme (its key id is pinned in the store on first open).
+    pub scheme: CodeScheme,
+    /// This writer's region and the region count.
+    pub region: u32,
+    pub regions: u32,
+    /// Counters leased at a time.
+    pub block_size: u64,
+    /// How long an idempotency key is remembered.
+    pub idempotency_ttl_ms: i64,
+    /// Most operations in one group commit.
+    pub max_batch: usize,
+}
+
+impl EmbeddedStoreConfig {
+    /// Defaults for everything but the path and scheme.
+    pub fn new(path: PathBuf, scheme: CodeScheme) -> Self {
+        EmbeddedStoreConfig {
+            path,
+            scheme,
+            region: 0,
+            regions: 1,
+            block_size: 10_000,
+            idempotency_ttl_ms: 24 * 3600 * 1000,
+            max_batch: 1024,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct IdempotencyRecord {
+    body_hash: String,
+    created_at_ms: i64,
+    answer: StoredLink,
+}
+
+type Reply<T> = mpsc::SyncSender<Result<T, StoreError>>;
+
+enum Op {
+    Create(Box<CreateRequest>, Reply<CreateOutcome>),
+    Delete {
+        code: String,
+        reply: Reply<DeleteOutcome>,
+    },
+    Shutdown(Reply<()>),
+}
+
+/// Observes each group commit: (operations, seconds from begin to durable).
+pub type CommitObserver = Arc<dyn Fn(usize, f64) + Send + Sync>;
+
+/// The embedded store. Cheap to share behind an `Arc`.
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    scheme: CodeScheme,
+    tx: Mutex<Option<mpsc::Sender<Op>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore").finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store and starts its writer thread.
+    pub fn open(
+        config: EmbeddedStoreConfig,
+        observer: Option<CommitObserver>,
+    ) -> Result<Self, StoreError> {
+        if let Some(dir) = config.path.parent() {
+            std::fs::create_dir_all(dir).map_err(storage)?;
+        }
+        let db = Arc::new(Database::create(&config.path).map_err(storage)?);
+        let counter_range = region_range(config.region, config.regions).map_err(storage)?;
+        let next_seq = {
+            let mut txn = db.begin_write().map_err(storage)?;
+            txn.set_durability(Durability::Immediate).map_err(storage)?;
+            let last = {
+                let mut meta = txn.open_table(META).map_err(storage)?;
+                let key_id = u64::from(config.scheme.key_id());
+                let stored = meta.get(META_KEY_ID).map_err(storage)?.map(|g| g.value());
+                match stored {
+                    Some(id) if id != key_id => {
+                        return Err(StoreError::Storage(format!(
+                            "store was created under permutation key {id:08x}, not {key_id:08x}: \
+                             refusing to mint codes under another key"
+                        )))
+                    }
+                    Some(_) => {}
+                    None => {
+                        meta.insert(META_KEY_ID, key_id).map_err(storage)?;
+                    }
+                }
+                // Create every table so readers never meet a missing one.
+                txn.open_table(LINKS).map_err(storage)?;
+                txn.open_table(STATES).map_err(storage)?;
+                txn.open_table(OWNER_LINKS).map_err(storage)?;
+                txn.open_table(FREE_RANGES).map_err(storage)?;
+                txn.open_table(IDEMPOTENCY).map_err(storage)?;
+                txn.open_table(IDEM_EXPIRY).map_err(storage)?;
+                let changes = txn.open_table(CHANGES).map_err(storage)?;
+                let last = changes.last().map_err(storage)?.map(|(k, _)| k.value());
+                last.unwrap_or(0)
+            };
+            txn.commit().map_err(storage)?;
+            last + 1
+        };
+
+        let (tx, rx) = mpsc::channel();
+        let writer = Writer {
+            db: Arc::clone(&db),
+            scheme: config.scheme.clone(),
+            region: config.region,
+            counter_range,
+            block_size: config.block_size.max(1),
+            block: 0..0,
+            next_seq,
+            idempotency_ttl_ms: config.idempotency_ttl_ms,
+            max_batch: config.max_batch.max(1),
+            rx,
+            observer,
+        };
+        let handle = std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || writer.run())
+            .map_err(storage)?;
+        Ok(EmbeddedStore {
+            db,
+            scheme: config.scheme,
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(handle)),
+        })
+    }
+
+    fn submit<T>(&self, make: impl FnOnce(Reply<T>) -> Op) -> Result<T, StoreError> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        {
+            let guard = self.tx.lock().map_err(|_| StoreError::ShuttingDown)?;
+            let tx = guard.as_ref().ok_or(StoreError::ShuttingDown)?;
+            tx.send(make(reply)).map_err(|_| StoreError::ShuttingDown)?;
+        }
+        answer.recv().map_err(|_| StoreError::ShuttingDown)?
+    }
+
+    fn read_link(
+        &self,
+        links: &impl ReadableTable<&'static [u8], &'static [u8]>,
+        states: &impl ReadableTable<&'static [u8], &'static [u8]>,
+        code: &str,
+        seq: u64,
+    ) -> Result<Option<StoredLink>, StoreError> {
+        let Some(key) = record_key(&self.scheme, code) else {
+            return Ok(None);
+        };
+        let Some(raw) = links.get(key.as_slice()).map_err(storage)? else {
+            return Ok(None);
+        };
+        let link: Link = serde_json::from_slice(raw.value()).map_err(|e| corrupt(code, e))?;
+        let state: LinkState = match states.get(key.as_slice()).map_err(storage)? {
+            Some(s) => serde_json::from_slice(s.value()).map_err(|e| corrupt(code, e))?,
+            None => LinkState::default(),
+        };
+        Ok(Some(StoredLink { link, state, seq }))
+    }
+}
+
+impl Store for EmbeddedStore {
+    fn create(&self, req: CreateRequest) -> Result<CreateOutcome, StoreError> {
+        self.submit(|reply| Op::Create(Box::new(req), reply))
+    }
+
+    fn get(&self, code: &str) -> Result<Option<StoredLink>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let links = txn.open_table(LINKS).map_err(storage)?;
+        let states = txn.open_table(STATES).map_err(storage)?;
+        // The creation sequence is not needed for a point read; 0 marks it unknown.
+        self.read_link(&links, &states, code, 0)
+    }
+
+    fn list(
+        &self,
+        owner: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<LinkPage, StoreError> {
+        let mut start = owner_prefix(owner);
+        let mut end = start.clone();
+        if let Some(last) = end.last_mut() {
+            *last = 1; // owner ‖ 0x01: just past every key of this owner
+        }
+        match cursor {
+            Some(c) => {
+                let inv: u64 = c.parse().map_err(|_| StoreError::BadCursor)?;
+                let Some(next) = inv.checked_add(1) else {
+                    return Ok(LinkPage {
+                        links: Vec::new(),
+                        next_cursor: None,
+                    });
+                };
+                start.extend_from_slice(&next.to_be_bytes());
+            }
+            None => start.extend_from_slice(&0u64.to_be_bytes()),
+        }
+        let txn = self.db.begin_read().map_err(storage)?;
+        let index = txn.open_table(OWNER_LINKS).map_err(storage)?;
+        let links = txn.open_table(LINKS).map_err(storage)?;
+        let states = txn.open_table(STATES).map_err(storage)?;
+        let mut out = Vec::with_capacity(limit.min(1000));
+        let mut last_inv = None;
+        let mut more = false;
+        for item in index
+            .range::<&[u8]>(start.as_slice()..end.as_slice())
+            .map_err(storage)?
+        {
+            let (k, code) = item.map_err(storage)?;
+            if out.len() == limit {
+                more = true;
+                break;
+            }
+            let key = k.value();
+            let inv_bytes: [u8; 8] = key[key.len().saturating_sub(8)..]
+                .try_into()
+                .map_err(|e| corrupt("owner_links", e))?;
+            let inv = u64::from_be_bytes(inv_bytes);
+            if let Some(found) = self.read_link(&links, &states, code.value(), !inv)? {
+                out.push(found);
+            }
+            last_inv = Some(inv);
+        }
+        Ok(LinkPage {
+            links: out,
+            next_cursor: if more {
+                last_inv.map(|i| i.to_string())
+            } else {
+                None
+            },
+        })
+    }
+
+    fn delete(&self, code: &str) -> Result<DeleteOutcome, StoreError> {
+        let code = code.to_string();
+        self.submit(|reply| Op::Delete { code, reply })
+    }
+
+    fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<(u64, Change)>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let changes = txn.open_table(CHANGES).map_err(storage)?;
+        let mut out = Vec::new();
+        let Some(from) = after.checked_add(1) else {
+            return Ok(out);
+        };
+        for item in changes.range(from..).map_err(storage)?.take(limit) {
+            let (k, v) = item.map_err(storage)?;
+            let change = serde_json::from_slice(v.value()).map_err(|e| corrupt("changes", e))?;
+            out.push((k.value(), change));
+        }
+        Ok(out)
+    }
+
+    fn last_seq(&self) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let changes = txn.open_table(CHANGES).map_err(storage)?;
+        let last = changes.last().map_err(storage)?.map(|(k, _)| k.value());
+        Ok(last.unwrap_or(0))
+    }
+
+    fn high_water_marks(&self) -> Result<Vec<(u32, u64)>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let meta = txn.open_table(META).map_err(storage)?;
+        let mut out = Vec::new();
+        for item in meta
+            .range(COUNTER_PREFIX.."counter_next0")
+            .map_err(storage)?
+        {
+            let (k, v) = item.map_err(storage)?;
+            let region = k.value()[COUNTER_PREFIX.len()..]
+                .parse()
+                .map_err(|e| corrupt("meta", e))?;
+            out.push((region, v.value()));
+        }
+        Ok(out)
+    }
+
+    fn shutdown(&self) -> Result<(), StoreError> {
+        let result = self.submit(Op::Shutdown);
+        if let Ok(mut guard) = self.tx.lock() {
+            guard.take();
+        }
+        let handle = self.writer.lock().ok().and_then(|mut g| g.take());
+        if let Some(handle) = handle {
+            // A panicked writer already answered its callers with errors (dropped replies).
+            let _ = handle.join();
+        }
+        result
+    }
+}
+
+/// Where a code's records live: `0x00 ‖ n` for a generated code (n its counter), `0x01 ‖ alias`
+/// for an alias; `None` for a string that is neither.
+pub fn record_key(scheme: &CodeScheme, code: &str) -> Option<Vec<u8>> {
+    match classify(code.as_bytes()) {
+        CodeKind::Generated => scheme.decode(code.as_bytes()).map(counter_key),
+        CodeKind::Alias => {
+            let mut key = Vec::with_capacity(code.len() + 1);
+            key.push(1);
+            key.extend_from_slice(code.as_bytes());
+            Some(key)
+        }
+        CodeKind::Invalid => None,
+    }
+}
+
+fn counter_key(n: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(9);
+    key.push(0);
+    key.extend_from_slice(&n.to_be_bytes());
+    key
+}
+
+fn owner_prefix(owner: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(owner.len() + 9);
+    key.extend_from_slice(owner.as_bytes());
+    key.push(0);
+    key
+}
+
+fn idempotency_key(owner: &str, key: &str) -> String {
+    format!("{owner}\0{key}")
+}
+
+/// Every table a batch touches, opened once per transaction.
+struct Tables<'t> {
+    links: Table<'t, &'static [u8], &'static [u8]>,
+    states: Table<'t, &'static [u8], &'static [u8]>,
+    owner_links: Table<'t, &'static [u8], &'static str>,
+    changes: Table<'t, u64, &'static [u8]>,
+    meta: Table<'t, &'static str, u64>,
+    free: Table<'t, u64, u64>,
+    idem: Table<'t, &'static str, &'static [u8]>,
+    idem_expiry: Table<'t, (i64, &'static str), ()>,
+}
+
+/// What to tell a caller once its batch is durable (or failed).
+type Finish = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+
+fn finish<T: Send + 'static>(reply: Reply<T>, outcome: Result<T, StoreError>) -> Finish {
+    Box::new(move |commit_error| {
+        let answer = match (commit_error, outcome) {
+            (Some(e), Ok(_)) => Err(StoreError::Storage(format!("commit failed: {e}"))),
+            (_, outcome) => outcome,
+        };
+        // The caller may have gone away (timeout, disconnect); nothing to do then.
+        let _ = reply.send(answer);
+    })
+}
+
+struct Writer {
+    db: Arc<Database>,
+    scheme: CodeScheme,
+    region: u32,
+    counter_range: Range<u64>,
+    block_size: u64,
+    /// The unused part of the leased block.
+    block: Range<u64>,
+    next_seq: u64,
+    idempotency_ttl_ms: i64,
+    max_batch: usize,
+    rx: mpsc::Receiver<Op>,
+    observer: Option<CommitObserver>,
+}
+
+impl Writer {
+    fn run(mut self) {
+        while let Ok(first) = self.rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < self.max_batch {
+                match self.rx.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            if self.commit_batch(batch) {
+                return;
+            }
+        }
+        // Every sender is gone without a Shutdown: hand the block back anyway.
+        let _ = self.commit_batch(Vec::new());
+    }
+
+    /// Applies and commits one batch; true when a shutdown was in it.
+    fn commit_batch(&mut self, batch: Vec<Op>) -> bool {
+        let started = std::time::Instant::now();
+        let size = batch.len();
+        let mut finishes: Vec<Finish> = Vec::with_capacity(size);
+        let mut shutdown = batch.is_empty();
+        let result = (|| -> Result<(), StoreError> {
+            let mut txn = self.db.begin_write().map_err(storage)?;
+            txn.set_durability(Durability::Immediate).map_err(storage)?;
+            {
+                let mut t = Tables {
+                    links: txn.open_table(LINKS).map_err(storage)?,
+                    states: txn.open_table(STATES).map_err(storage)?,
+                    owner_links: txn.open_table(OWNER_LINKS).map_err(storage)?,
+                    changes: txn.open_table(CHANGES).map_err(storage)?,
+                    meta: txn.open_table(META).map_err(storage)?,
+                    free: txn.open_table(FREE_RANGES).map_err(storage)?,
+                    idem: txn.open_table(IDEMPOTENCY).map_err(storage)?,
+                    idem_expiry: txn.open_table(IDEM_EXPIRY).map_err(storage)?,
+                };
+                for op in batch {
+                    match op {
+                        Op::Create(req, reply) => {
+                            let outcome = self.apply_create(&mut t, &req);
+                            finishes.push(finish(reply, outcome));
+                        }
+                        Op::Delete { code, reply } => {
+                            let outcome = self.apply_delete(&mut t, &code);
+                            finishes.push(finish(reply, outcome));
+                        }
+                        Op::Shutdown(reply) => {
+                            shutdown = true;
+                            finishes.push(finish(reply, Ok(())));
+                        }
+                    }
+                }
+                if shutdown && !self.block.is_empty() {
+                    t.free
+                        .insert(self.block.start, self.block.end)
+                        .map_err(storage)?;
+                    self.block = 0..0;
+                }
+                self.purge_idempotency(&mut t)?;
+            }
+            txn.commit().map_err(storage)
+        })();
+        if let Err(e) = &result {
+            tracing::error!(error = %e, ops = size, "group commit failed");
+            // In-memory state may be ahead of the disk: burn the block, re-read the sequence.
+            self.block = 0..0;
+            if let Ok(txn) = self.db.begin_read() {
+                if let Ok(changes) = txn.open_table(CHANGES) {
+                    if let Ok(last) = changes.last() {
+                        self.next_seq = last.map(|(k, _)| k.value()).unwrap_or(0) + 1;
+                    }
+                }
+            }
+        } else if let Some(observer) = &self.observer {
+            observer(size, started.elapsed().as_secs_f64());
+        }
+        let err = result.err();
+        for f in finishes {
+            f(err.as_ref());
+        }
+        shutdown
+    }
+
+    fn next_counter(&mut self, t: &mut Tables<'_>) -> Result<u64, StoreError> {
+        if self.block.is_empty() {
+            let reused = t.free.pop_first().map_err(storage)?;
+            self.block = match reused {
+                Some((s, e)) => s.value()..e.value(),
+                None => {
+                    let key = format!("{COUNTER_PREFIX}{}", self.region);
+                    let next = t
+                        .meta
+                        .get(key.as_str())
+                        .map_err(storage)?
+                        .map(|g| g.value())
+                        .unwrap_or(self.counter_range.start);
+                    if next >= self.counter_range.end {
+                        return Err(StoreError::CounterExhausted {
+                            region: self.region,
+                        });
+                    }
+                    let end = next
+                        .saturating_add(self.block_size)
+                        .min(self.counter_range.end);
+                    t.meta.insert(key.as_str(), end).map_err(storage)?;
+                    next..end
+                }
+            };
+        }
+        let n = self.block.start;
+        self.block.start += 1;
+        Ok(n)
+    }
+
+    fn apply_create(
+        &mut self,
+        t: &mut Tables<'_>,
+        req: &CreateRequest,
+    ) -> Result<CreateOutcome, StoreError> {
+        let idem_key = req.idempotency.as_ref().map(|c| {
+            (
+                idempotency_key(&req.owner, &c.key),
+                hex::encode(c.body_hash),
+            )
+        });
+        if let Some((key, hash)) = &idem_key {
+            if let Some(raw) = t.idem.get(key.as_str()).map_err(storage)? {
+                let record: IdempotencyRecord =
+                    serde_json::from_slice(raw.value()).map_err(|e| corrupt("idempotency", e))?;
+                if req.now_ms - record.created_at_ms < self.idempotency_ttl_ms {
+                    return Ok(if &record.body_hash == hash {
+                        CreateOutcome::Replayed(record.answer)
+                    } else {
+                        CreateOutcome::IdempotencyMismatch
+                    });
+                }
+            }
+        }
+
+        let (code, key) = match &req.alias {
+            Some(alias) => {
+                let key = record_key(&self.scheme, alias).ok_or_else(|| {
+                    StoreError::Storage(format!("alias {alias:?} has an invalid length"))
+                })?;
+                if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
+                    return Ok(CreateOutcome::AliasTaken);
+                }
+                (alias.clone(), key)
+            }
+            None => loop {
+                let n = self.next_counter(t)?;
+                let key = counter_key(n);
+                if t.links.get(key.as_slice()).map_err(storage)?.is_none() {
+                    break (self.scheme.encode_string(n).map_err(storage)?, key);
+                }
+                // Leasing never hands a counter out twice; burn it if it ever does.
+                tracing::error!(counter = n, "counter already used; skipping");
+            },
+        };
+
+        let seq = self.next_seq;
+        let link = Link {
+            code: code.clone(),
+            long_url: req.long_url.clone(),
+            owner: req.owner.clone(),
+            created_at_ms: req.now_ms,
+        };
+        let state = LinkState {
+            expires_at_ms: req.expires_at_ms,
+            ..LinkState::default()
+        };
+        let link_json = serde_json::to_vec(&link).map_err(storage)?;
+        let state_json = serde_json::to_vec(&state).map_err(storage)?;
+        t.links
+            .insert(key.as_slice(), link_json.as_slice())
+            .map_err(storage)?;
+        t.states
+            .insert(key.as_slice(), state_json.as_slice())
+            .map_err(storage)?;
+        let mut index_key = owner_prefix(&req.owner);
+        index_key.extend_from_slice(&(!seq).to_be_bytes());
+        t.owner_links
+            .insert(index_key.as_slice(), code.as_str())
+            .map_err(storage)?;
+        let change = Change::LinkCreated {
+            link: link.clone(),
+            state: state.clone(),
+        };
+        let change_json = serde_json::to_vec(&change).map_err(storage)?;
+        t.changes
+            .insert(seq, change_json.as_slice())
+            .map_err(storage)?;
+        self.next_seq += 1;
+
+        let stored = StoredLink { link, state, seq };
+        if let Some((key, hash)) = idem_key {
+            let record = IdempotencyRecord {
+                body_hash: hash,
+                created_at_ms: req.now_ms,
+                answer: stored.clone(),
+            };
+            let raw = serde_json::to_vec(&record).map_err(storage)?;
+            t.idem
+                .insert(key.as_str(), raw.as_slice())
+                .map_err(storage)?;
+            t.idem_expiry
+                .insert((req.now_ms, key.as_str()), ())
+                .map_err(storage)?;
+        }
+        Ok(CreateOutcome::Created(stored))
+    }
+
+    fn apply_delete(
+        &mut self,
+        t: &mut Tables<'_>,
+        code: &str,
+    ) -> Result<DeleteOutcome, StoreError> {
+        let Some(key) = record_key(&self.scheme, code) else {
+            return Ok(DeleteOutcome::NotFound);
+        };
+        let key = key.as_slice();
+        let Some(raw) = t
+            .links
+            .get(key)
+            .map_err(storage)?
+            .map(|g| g.value().to_vec())
+        else {
+            return Ok(DeleteOutcome::NotFound);
+        };
+        let mut link: Link = serde_json::from_slice(&raw).map_err(|e| corrupt(code, e))?;
+        let mut state: LinkState = match t.states.get(key).map_err(storage)? {
+            Some(s) => serde_json::from_slice(s.value()).map_err(|e| corrupt(code, e))?,
+            None => LinkState::default(),
+        };
+        if state.deleted {
+            return Ok(DeleteOutcome::AlreadyDeleted);
+        }
+        link.long_url.clear();
+        state.deleted = true;
+        let link_json = serde_json::to_vec(&link).map_err(storage)?;
+        let state_json = serde_json::to_vec(&state).map_err(storage)?;
+        t.links.insert(key, link_json.as_slice()).map_err(storage)?;
+        t.states
+            .insert(key, state_json.as_slice())
+            .map_err(storage)?;
+        let change = Change::StateChanged {
+            code: code.to_string(),
+            state,
+        };
+        let change_json = serde_json::to_vec(&change).map_err(storage)?;
+        t.changes
+            .insert(self.next_seq, change_json.as_slice())
+            .map_err(storage)?;
+        self.next_seq += 1;
+        Ok(DeleteOutcome::Deleted)
+    }
+
+    fn purge_idempotency(&mut self, t: &mut Tables<'_>) -> Result<(), StoreError> {
+        let cutoff = crate::clock::now_ms() - self.idempotency_ttl_ms;
+        let mut expired = Vec::new();
+        for item in t
+            .idem_expiry
+            .range::<(i64, &str)>(..(cutoff, ""))
+            .map_err(storage)?
+            .take(PURGE_PER_COMMIT)
+        {
+            let (k, _) = item.map_err(storage)?;
+            let (at, key) = k.value();
+            expired.push((at, key.to_string()));
+        }
+        for (at, key) in expired {
+            t.idem_expiry.remove((at, key.as_str())).map_err(storage)?;
+            // Only remove the record if it is the one this expiry entry belongs to.
+            let stale = match t.idem.get(key.as_str()).map_err(storage)? {
+                Some(raw) => serde_json::from_slice::<IdempotencyRecord>(raw.value())
+                    .map(|r| r.created_at_ms == at)
+                    .unwrap_or(true),
+                None => false,
+            };
+            if stale {
+                t.idem.remove(key.as_str()).map_err(storage)?;
+            }
+        }
+        Ok(())
+    }
+}

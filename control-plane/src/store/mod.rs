@@ -1,0 +1,104 @@
+//! The durable record, behind a trait so PostgreSQL can stand beside the embedded default.
+//!
+//! Every method is synchronous and may block on disk; async callers run them on the blocking
+//! pool. A `create` that returns `Created` is durable: the link, its state, the owner index, the
+//! change-log entry and any counter lease are committed (fsync) in one transaction.
+
+pub mod embedded;
+
+use lasthop_core::{Change, Link, LinkState};
+use serde::{Deserialize, Serialize};
+
+/// A link with its state and the change-log sequence that created it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredLink {
+    pub link: Link,
+    pub state: LinkState,
+    /// Change-log sequence of the creation.
+    pub seq: u64,
+}
+
+/// An `Idempotency-Key` presented with a create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyClaim {
+    pub key: String,
+    /// SHA-256 of the canonical request body.
+    pub body_hash: [u8; 32],
+}
+
+/// Everything a create needs; URL and alias are already validated.
+#[derive(Debug, Clone)]
+pub struct CreateRequest {
+    pub owner: String,
+    pub long_url: String,
+    pub alias: Option<String>,
+    pub expires_at_ms: Option<i64>,
+    pub idempotency: Option<IdempotencyClaim>,
+    pub now_ms: i64,
+}
+
+/// What a create did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// Written and durable.
+    Created(StoredLink),
+    /// The same idempotency key and body were seen before: this is the first answer.
+    Replayed(StoredLink),
+    /// The alias is claimed (by a live or deleted link).
+    AliasTaken,
+    /// The idempotency key was used before with another body.
+    IdempotencyMismatch,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Deleted,
+    AlreadyDeleted,
+    NotFound,
+}
+
+/// A page of an owner's links, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkPage {
+    pub links: Vec<StoredLink>,
+    /// Pass back as `cursor` for the next page; `None` at the end.
+    pub next_cursor: Option<String>,
+}
+
+/// Storage failures. Logical outcomes (alias taken, not found) are not errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("storage: {0}")]
+    Storage(String),
+    #[error("corrupt record for {what}: {detail}")]
+    Corrupt { what: String, detail: String },
+    #[error("the counter range of region {region} is exhausted")]
+    CounterExhausted { region: u32 },
+    #[error("bad cursor")]
+    BadCursor,
+    #[error("the store is shutting down")]
+    ShuttingDown,
+}
+
+/// The durable record of links.
+pub trait Store: Send + Sync + 'static {
+    /// Creates a link (generated code, or the alias if given) durably.
+    fn create(&self, req: CreateRequest) -> Result<CreateOutcome, StoreError>;
+    /// A link and its state, whoever owns it.
+    fn get(&self, code: &str) -> Result<Option<StoredLink>, StoreError>;
+    /// An owner's links, newest first.
+    fn list(&self, owner: &str, cursor: Option<&str>, limit: usize)
+        -> Result<LinkPage, StoreError>;
+    /// Soft delete: the URL is erased, the code stays claimed forever.
+    fn delete(&self, code: &str) -> Result<DeleteOutcome, StoreError>;
+    /// Change-log entries with sequence > `after`, in order, at most `limit`.
+    fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<(u64, Change)>, StoreError>;
+    /// Highest committed change-log sequence (0 when empty).
+    fn last_seq(&self) -> Result<u64, StoreError>;
+    /// Every region's high-water mark: all counters ever leased there are below it.
+    fn high_water_marks(&self) -> Result<Vec<(u32, u64)>, StoreError>;
+    /// Graceful shutdown: returns the unused part of the leased counter block.
+    fn shutdown(&self) -> Result<(), StoreError>;
+}

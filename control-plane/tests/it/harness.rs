@@ -1,0 +1,150 @@
+//! Starting the real binary on a temp data dir, and talking to it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use lasthop_core::{CodeScheme, PermutationKey};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_lasthop-control");
+
+/// A data dir with a key file and one API key, shared across restarts.
+pub struct Site {
+    pub dir: tempfile::TempDir,
+    pub api_key: String,
+}
+
+impl Site {
+    pub fn new() -> Site {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = Command::new(BIN)
+            .args(["keygen", "--out"])
+            .arg(dir.path().join("key"))
+            .output()
+            .expect("keygen runs");
+        assert!(out.status.success(), "keygen: {out:?}");
+        let api_key = Site::create_key(dir.path(), "alice", false);
+        Site { dir, api_key }
+    }
+
+    pub fn create_key(dir: &Path, owner: &str, admin: bool) -> String {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["apikey", "create", "--data-dir"])
+            .arg(dir.join("data"))
+            .args(["--owner", owner]);
+        if admin {
+            cmd.arg("--admin");
+        }
+        let out = cmd.output().expect("apikey runs");
+        assert!(out.status.success(), "apikey: {out:?}");
+        String::from_utf8(out.stdout)
+            .expect("utf8")
+            .trim()
+            .to_string()
+    }
+
+    pub fn key_file(&self) -> PathBuf {
+        self.dir.path().join("key")
+    }
+
+    pub fn scheme(&self) -> CodeScheme {
+        CodeScheme::new(&PermutationKey::load(&self.key_file()).expect("key")).expect("scheme")
+    }
+
+    /// Starts `serve` on an ephemeral port and waits until it listens.
+    pub fn start(&self, extra: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .arg("--key-file")
+            .arg(self.key_file())
+            .args(["--api-listen", "127.0.0.1:0", "--create-rate", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read listen line");
+        let base = line
+            .trim()
+            .strip_prefix("api listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        Server { child, base }
+    }
+}
+
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+}
+
+impl Server {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// SIGKILL: no chance to return anything.
+    pub fn kill(mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("wait");
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(mut self) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "sending SIGTERM");
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "graceful shutdown exit status {status:?}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// (status, body) of a request, whatever the status.
+pub fn call(
+    method: &str,
+    url: &str,
+    key: Option<&str>,
+    body: Option<&str>,
+) -> Result<(u16, String), String> {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .build();
+    let mut req = agent.request(method, url);
+    if let Some(k) = key {
+        req = req.set("Authorization", &format!("Bearer {k}"));
+    }
+    let resp = match body {
+        Some(b) => req.set("Content-Type", "application/json").send_string(b),
+        None => req.call(),
+    };
+    match resp {
+        Ok(r) => {
+            let status = r.status();
+            Ok((status, r.into_string().map_err(|e| e.to_string())?))
+        }
+        Err(ureq::Error::Status(status, r)) => {
+            Ok((status, r.into_string().map_err(|e| e.to_string())?))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+pub fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}

@@ -1,0 +1,482 @@
+//! The API through the router, without a socket, on a real embedded store.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use lasthop_control::metrics::Metrics;
+use lasthop_control::{
+    router, ApiConfig, ApiKeys, AppState, EmbeddedStore, EmbeddedStoreConfig, Store,
+};
+use lasthop_core::{CodeScheme, PermutationKey};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+struct Api {
+    app: axum::Router,
+    alice: String,
+    bob: String,
+    admin: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Api {
+    fn new() -> Api {
+        let dir = tempfile::tempdir().unwrap();
+        let key = PermutationKey::generate(16).unwrap();
+        let scheme = CodeScheme::new(&key).unwrap();
+        let store = EmbeddedStore::open(
+            EmbeddedStoreConfig::new(dir.path().join("links.redb"), scheme),
+            None,
+        )
+        .unwrap();
+        let alice = lasthop_control::auth::create_key(dir.path(), "alice", false).unwrap();
+        let bob = lasthop_control::auth::create_key(dir.path(), "bob", false).unwrap();
+        let admin = lasthop_control::auth::create_key(dir.path(), "ops", true).unwrap();
+        let state = AppState::new(
+            Arc::new(store) as Arc<dyn Store>,
+            ApiKeys::open(dir.path()),
+            ApiConfig {
+                short_base: "https://lh.test".into(),
+                ..ApiConfig::default()
+            },
+            Metrics::new().unwrap(),
+        );
+        Api {
+            app: router(state),
+            alice,
+            bob,
+            admin,
+            _dir: dir,
+        }
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> (StatusCode, Value, axum::http::HeaderMap) {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(k) = key {
+            req = req.header("authorization", format!("Bearer {k}"));
+        }
+        for (n, v) in headers {
+            req = req.header(*n, *v);
+        }
+        let req = req
+            .body(body.map(Body::from).unwrap_or_else(Body::empty))
+            .unwrap();
+        let resp = self.app.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+        };
+        (status, value, headers)
+    }
+
+    async fn post(&self, path: &str, key: &str, body: Value) -> (StatusCode, Value) {
+        let (s, v, _) = self
+            .send(
+                "POST",
+                path,
+                Some(key),
+                &[],
+                Some(body.to_string().into_bytes()),
+            )
+            .await;
+        (s, v)
+    }
+
+    async fn get(&self, path: &str, key: &str) -> (StatusCode, Value) {
+        let (s, v, _) = self.send("GET", path, Some(key), &[], None).await;
+        (s, v)
+    }
+}
+
+#[tokio::test]
+async fn create_answers_201_and_never_deduplicates() {
+    let api = Api::new();
+    let body = json!({"long_url": "https://Example.com:443/a?b=1#c"});
+    let (s1, a) = api.post("/v1/links", &api.alice, body.clone()).await;
+    let (s2, b) = api.post("/v1/links", &api.alice, body).await;
+    assert_eq!((s1, s2), (StatusCode::CREATED, StatusCode::CREATED));
+    assert_ne!(a["code"], b["code"], "same URL twice gives two codes");
+    let code = a["code"].as_str().unwrap();
+    assert_eq!(code.len(), 7);
+    assert_eq!(a["short_url"], format!("https://lh.test/{code}"));
+    assert_eq!(a["long_url"], "https://example.com/a?b=1#c");
+    assert!(a["created_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(a["expires_at"], Value::Null);
+}
+
+#[tokio::test]
+async fn get_tells_active_expired_deleted_and_never_existed_apart() {
+    let api = Api::new();
+    let soon = chrono::Utc::now() + chrono::Duration::milliseconds(300);
+    let (s, exp) = api
+        .post(
+            "/v1/links",
+            &api.alice,
+            json!({"long_url": "https://example.com/e", "expires_at": soon.to_rfc3339()}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{exp}");
+    let code = exp["code"].as_str().unwrap().to_string();
+    let (s, v) = api.get(&format!("/v1/links/{code}"), &api.alice).await;
+    assert_eq!((s, v["status"].as_str()), (StatusCode::OK, Some("active")));
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let (s, v) = api.get(&format!("/v1/links/{code}"), &api.alice).await;
+    assert_eq!((s, v["status"].as_str()), (StatusCode::OK, Some("expired")));
+    assert_eq!(v["long_url"], "https://example.com/e");
+
+    let (_, del) = api
+        .post(
+            "/v1/links",
+            &api.alice,
+            json!({"long_url": "https://example.com/d", "alias": "to-be-deleted"}),
+        )
+        .await;
+    assert_eq!(del["code"], "to-be-deleted");
+    let (s, _, _) = api
+        .send(
+            "DELETE",
+            "/v1/links/to-be-deleted",
+            Some(&api.alice),
+            &[],
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, v) = api.get("/v1/links/to-be-deleted", &api.alice).await;
+    assert_eq!((s, v["status"].as_str()), (StatusCode::OK, Some("deleted")));
+    assert_eq!(v["long_url"], Value::Null, "the URL is erased");
+    // The alias stays claimed forever.
+    let (s, v) = api
+        .post(
+            "/v1/links",
+            &api.bob,
+            json!({"long_url": "https://example.com/x", "alias": "to-be-deleted"}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("alias_taken"))
+    );
+    // Deleting twice is fine.
+    let (s, _, _) = api
+        .send(
+            "DELETE",
+            "/v1/links/to-be-deleted",
+            Some(&api.alice),
+            &[],
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+
+    for missing in ["zzzzzzz", "never-existed", "x"] {
+        let (s, v) = api.get(&format!("/v1/links/{missing}"), &api.alice).await;
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("not_found")),
+            "{missing}"
+        );
+    }
+    let (s, v) = api
+        .post(
+            "/v1/resolve",
+            &api.bob,
+            json!({"codes": [code, "to-be-deleted", "zzzzzzz"]}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let statuses: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["expired", "deleted", "not_found"]);
+}
+
+#[tokio::test]
+async fn idempotency_key_replays_or_conflicts() {
+    let api = Api::new();
+    let body = json!({"long_url": "https://example.com/idem"}).to_string();
+    let send = |key: &'static str, body: String| {
+        let api = &api;
+        async move {
+            api.send(
+                "POST",
+                "/v1/links",
+                Some(&api.alice),
+                &[("idempotency-key", key)],
+                Some(body.into_bytes()),
+            )
+            .await
+        }
+    };
+    let (s1, a, _) = send("order-42", body.clone()).await;
+    let spaced = "{ \"long_url\" : \"https://example.com/idem\" }".to_string();
+    let (s2, b, h2) = send("order-42", spaced).await;
+    assert_eq!((s1, s2), (StatusCode::CREATED, StatusCode::CREATED));
+    assert_eq!(a, b, "replay gives the first answer");
+    assert_eq!(h2.get("idempotent-replayed").unwrap(), "true");
+    let (s3, c, _) = send(
+        "order-42",
+        json!({"long_url": "https://example.com/other"}).to_string(),
+    )
+    .await;
+    assert_eq!(
+        (s3, c["error"]["code"].as_str()),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("idempotency_key_reused")
+        )
+    );
+    let (s4, d, _) = send("order-43", body).await;
+    assert_eq!(s4, StatusCode::CREATED);
+    assert_ne!(d["code"], a["code"]);
+    // Keys are per owner: bob's "order-42" is his own.
+    let (s5, e, _) = api
+        .send(
+            "POST",
+            "/v1/links",
+            Some(&api.bob),
+            &[("idempotency-key", "order-42")],
+            Some(
+                json!({"long_url": "https://example.com/idem"})
+                    .to_string()
+                    .into_bytes(),
+            ),
+        )
+        .await;
+    assert_eq!(s5, StatusCode::CREATED);
+    assert_ne!(e["code"], a["code"]);
+}
+
+#[tokio::test]
+async fn malformed_input_is_400_with_a_machine_code() {
+    let api = Api::new();
+    let big = format!(
+        r#"{{"long_url":"https://example.com/{}"}}"#,
+        "a".repeat(17 * 1024)
+    );
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"{not json".to_vec(), "invalid_json"),
+        (b"".to_vec(), "invalid_json"),
+        (vec![0xff, 0xfe, 0x00], "invalid_json"),
+        (br#"[1,2,3]"#.to_vec(), "invalid_field"),
+        (br#"{"long_url": 5}"#.to_vec(), "invalid_field"),
+        (
+            br#"{"long_url": "https://example.com/", "alias": 7}"#.to_vec(),
+            "invalid_field",
+        ),
+        (
+            br#"{"long_url": "https://example.com/", "surprise": 1}"#.to_vec(),
+            "invalid_field",
+        ),
+        (br#"{}"#.to_vec(), "invalid_field"),
+        (big.into_bytes(), "body_too_large"),
+        (
+            br#"{"long_url": "ftp://example.com/"}"#.to_vec(),
+            "url_scheme",
+        ),
+        (
+            br#"{"long_url": "javascript:alert(1)"}"#.to_vec(),
+            "url_scheme",
+        ),
+        (
+            br#"{"long_url": "https://example.com/\r\nX: y"}"#.to_vec(),
+            "url_forbidden_char",
+        ),
+        (
+            br#"{"long_url": "https://u:p@example.com/"}"#.to_vec(),
+            "url_credentials",
+        ),
+        (
+            br#"{"long_url": "http://127.0.0.1/admin"}"#.to_vec(),
+            "url_forbidden_host",
+        ),
+        (br#"{"long_url": "https://"}"#.to_vec(), "url_invalid"),
+        (
+            br#"{"long_url": "https://example.com/", "alias": "short"}"#.to_vec(),
+            "alias_too_short",
+        ),
+        (
+            br#"{"long_url": "https://example.com/", "alias": "bad alias!"}"#.to_vec(),
+            "alias_invalid_char",
+        ),
+        (
+            br#"{"long_url": "https://example.com/", "alias": "123456789"}"#.to_vec(),
+            "alias_all_digits",
+        ),
+        (
+            br#"{"long_url": "https://example.com/", "alias": "admin-login"}"#.to_vec(),
+            "alias_reserved",
+        ),
+        (
+            br#"{"long_url": "https://example.com/", "expires_at": "next tuesday"}"#.to_vec(),
+            "invalid_expires_at",
+        ),
+        (
+            br#"{"long_url": "https://example.com/", "expires_at": "2001-01-01T00:00:00Z"}"#
+                .to_vec(),
+            "expires_in_past",
+        ),
+    ];
+    for (body, code) in cases {
+        let shown = String::from_utf8_lossy(&body[..body.len().min(80)]).to_string();
+        let (s, v, _) = api
+            .send("POST", "/v1/links", Some(&api.alice), &[], Some(body))
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{shown}: {v}");
+        assert_eq!(v["error"]["code"], code, "{shown}: {v}");
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    let (s, v, _) = api
+        .send(
+            "POST",
+            "/v1/links",
+            Some(&api.alice),
+            &[("idempotency-key", "")],
+            Some(br#"{"long_url":"https://example.com/"}"#.to_vec()),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_idempotency_key"))
+    );
+    let codes: Vec<String> = (0..101).map(|i| format!("code{i:03}")).collect();
+    let (s, v) = api
+        .post("/v1/resolve", &api.alice, json!({"codes": codes}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("too_many_codes"))
+    );
+    for q in ["limit=0", "limit=abc", "limit=100000", "cursor=notanumber"] {
+        let (s, v) = api.get(&format!("/v1/links?{q}"), &api.alice).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {v}");
+    }
+}
+
+#[tokio::test]
+async fn keys_are_required() {
+    let api = Api::new();
+    let body = Some(br#"{"long_url":"https://example.com/"}"#.to_vec());
+    let (s, v, _) = api.send("POST", "/v1/links", None, &[], body.clone()).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("unauthorized"))
+    );
+    let (s, _, _) = api
+        .send("POST", "/v1/links", Some("lh_wrong"), &[], body.clone())
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, _, _) = api
+        .send(
+            "GET",
+            "/v1/links",
+            None,
+            &[("authorization", "Basic Zm9vOmJhcg==")],
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn owners_see_only_their_links_newest_first_in_pages() {
+    let api = Api::new();
+    let mut codes = Vec::new();
+    for i in 0..7 {
+        let (_, v) = api
+            .post(
+                "/v1/links",
+                &api.alice,
+                json!({"long_url": format!("https://example.com/{i}")}),
+            )
+            .await;
+        codes.push(v["code"].as_str().unwrap().to_string());
+    }
+    api.post(
+        "/v1/links",
+        &api.bob,
+        json!({"long_url": "https://example.com/bob"}),
+    )
+    .await;
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (s, v) = api
+            .get(&format!("/v1/links?limit=3&cursor={cursor}"), &api.alice)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        for l in v["links"].as_array().unwrap() {
+            assert_eq!(l["owner"], "alice");
+            seen.push(l["code"].as_str().unwrap().to_string());
+        }
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = c.to_string(),
+            None => break,
+        }
+    }
+    codes.reverse();
+    assert_eq!(seen, codes, "newest first, each once");
+
+    let (s, v) = api.get(&format!("/v1/links/{}", codes[0]), &api.bob).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden"))
+    );
+    let (s, _, _) = api
+        .send(
+            "DELETE",
+            &format!("/v1/links/{}", codes[0]),
+            Some(&api.bob),
+            &[],
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _) = api
+        .get(&format!("/v1/links/{}", codes[0]), &api.admin)
+        .await;
+    assert_eq!(s, StatusCode::OK, "admins see every link");
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_and_status() {
+    let api = Api::new();
+    api.post(
+        "/v1/links",
+        &api.alice,
+        json!({"long_url": "https://example.com/m"}),
+    )
+    .await;
+    api.get("/v1/links/nothere", &api.alice).await;
+    let (s, v, _) = api.send("GET", "/metrics", None, &[], None).await;
+    assert_eq!(s, StatusCode::OK);
+    let text = v.as_str().unwrap();
+    assert!(
+        text.contains(r#"lasthop_api_requests_total{route="/v1/links",status="201"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"lasthop_api_requests_total{route="/v1/links/{code}",status="404"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains("lasthop_create_seconds_count 1"), "{text}");
+}
