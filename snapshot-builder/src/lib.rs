@@ -1,1 +1,43 @@
-//! `lasthop-snapshot`: the immutable snapshot file format (issue 3 fills this crate).
+//! `lasthop-snapshot`: the immutable snapshot the edge answers from.
+//!
+//! A snapshot maps every link (generated code or alias) that existed at feed sequence `S` to
+//! its URL and expiry, plus the per-region high-water marks at `S` and the id of the key the
+//! codes were minted under. The byte layout, and why it is that way, is in `FORMAT.md`.
+//!
+//! - `format`: version 1's constants, header, slots and entries;
+//! - [`reader`](Snapshot): [`Snapshot::open`] maps a file (the crate's one `unsafe`) and checks
+//!   the header and every bound; [`Snapshot::lookup`] is O(1) and zero-copy;
+//!   [`Snapshot::verify`] checks the checksums; [`Snapshot::audit`] walks every entry;
+//! - [`writer`](SnapshotWriter): `SnapshotWriter::create(path, SnapshotMeta::new(seq, key_id,
+//!   high_water))`, then `add(key, url, expires_at_ms)` per link, then `seal()`: temp file,
+//!   fsync, rename, fsync the directory. Duplicate keys fail the seal;
+//! - [`synth`](Synth): realistic synthetic links for capacity tests;
+//! - [`tsv`](parse_line): the `build` command's input lines.
+//!
+//! ```
+//! use lasthop_core::HighWater;
+//! use lasthop_snapshot::{Snapshot, SnapshotMeta, SnapshotWriter};
+//!
+//! let meta = SnapshotMeta::new(42, 0x1234, HighWater::new(1, 1_000).unwrap());
+//! let mut writer = SnapshotWriter::in_memory(meta).unwrap();
+//! writer.add(b"abcDEF1", b"https://example.com/", None).unwrap();
+//! let (_info, bytes) = writer.seal().unwrap();
+//! let snapshot = Snapshot::from_vec(bytes).unwrap();
+//! snapshot.verify().unwrap();
+//! assert_eq!(snapshot.lookup(b"abcDEF1").unwrap().url(), b"https://example.com/");
+//! ```
+
+mod cursor;
+mod error;
+mod format;
+mod reader;
+mod synth;
+mod tsv;
+mod writer;
+
+pub use error::{BuildError, Section, SnapshotError};
+pub use format::{FORMAT_VERSION, MAGIC, MAX_ARENA_LEN, MAX_KEY_LEN, MAX_REGIONS, MAX_URL_LEN};
+pub use reader::{Entry, Snapshot};
+pub use synth::{Synth, SynthLink};
+pub use tsv::{parse_line, TsvError, TsvLink};
+pub use writer::{FileSink, MemorySink, SealedInfo, Sink, SnapshotMeta, SnapshotWriter};

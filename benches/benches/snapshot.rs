@@ -1,0 +1,173 @@
+//! Snapshot lookups (hit and miss at 1M and 10M links), open time and build rate.
+//!
+//! The snapshot files are synthesised once (`lasthop_snapshot::Synth`, fixed key and seeds)
+//! into `$CARGO_TARGET_DIR/lasthop-bench/` (default `target/lasthop-bench/`) and reused by
+//! later runs; the 10M file is about 1.2 GB. Lookups cycle through 64K keys drawn at random
+//! from the whole file, so each one lands on a cold cache line of a warm (page-cached) file.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use lasthop_core::region::DEFAULT_RESERVE;
+use lasthop_core::{CodeScheme, HighWater, PermutationKey};
+use lasthop_snapshot::{Snapshot, SnapshotMeta, SnapshotWriter, Synth};
+
+const SIZES: [(u64, &str); 2] = [(1_000_000, "1M"), (10_000_000, "10M")];
+const KEYS: usize = 1 << 16;
+const HASH_SEED: u64 = 0x5eed;
+const DATA_SEED: u64 = 1;
+
+fn scheme() -> (PermutationKey, CodeScheme) {
+    let key = PermutationKey::from_bytes(&[0x5a; 16]).expect("16 bytes is an AES-128 key");
+    let scheme = CodeScheme::new(&key).expect("radix 62, length 7 is a valid FF1 domain");
+    (key, scheme)
+}
+
+fn bench_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let dir = target.join("lasthop-bench");
+    std::fs::create_dir_all(&dir).expect("create the bench data directory");
+    dir
+}
+
+fn meta(count: u64, key_id: u32) -> SnapshotMeta {
+    let mut hw = HighWater::new(1, DEFAULT_RESERVE).expect("one region");
+    hw.raise(0, count).expect("region 0 exists");
+    SnapshotMeta::new(1, key_id, hw).with_hash_seed(HASH_SEED)
+}
+
+/// The snapshot of `count` synthetic codes (plus count/100 aliases), built if missing.
+fn snapshot_file(count: u64, label: &str) -> PathBuf {
+    let path = bench_dir().join(format!(
+        "synth-{label}-v{}.snap",
+        lasthop_snapshot::FORMAT_VERSION
+    ));
+    let (key, scheme) = scheme();
+    let synth = Synth::new(scheme, count, DATA_SEED);
+    let reusable = Snapshot::open(&path)
+        .map(|s| s.links() == synth.total() && s.key_id() == key.id())
+        .unwrap_or(false);
+    if !reusable {
+        eprintln!("building {} ({label} links, once)", path.display());
+        let mut synth = synth;
+        let mut w = SnapshotWriter::create(&path, meta(count, key.id())).expect("create");
+        w.reserve(synth.total() as usize);
+        while let Some(l) = synth.next_link() {
+            w.add(l.key, l.url, l.expires_at_ms)
+                .expect("synthetic links are valid");
+        }
+        w.seal().expect("seal");
+    }
+    let s = Snapshot::open(&path).expect("open");
+    eprintln!(
+        "{label}: {} links, {} bytes, {:.2} bytes/link beyond URL bytes (mean URL {:.1})",
+        s.links(),
+        s.file_len(),
+        (s.file_len() - s.url_bytes()) as f64 / s.links() as f64,
+        s.url_bytes() as f64 / s.links() as f64,
+    );
+    path
+}
+
+/// SplitMix64 for picking keys.
+fn rng(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn lookups(c: &mut Criterion) {
+    let (_, scheme) = scheme();
+    let mut group = c.benchmark_group("snapshot");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(1));
+    for (count, label) in SIZES {
+        let path = snapshot_file(count, label);
+        let snap = Snapshot::open(&path).expect("open");
+        let mut state = 7;
+        // Hits: codes of random counters below `count`. Misses: well-formed codes of
+        // counters never issued (what a scanner sends), plus a few absent aliases.
+        let hits: Vec<[u8; 7]> = (0..KEYS)
+            .map(|_| scheme.encode(rng(&mut state) % count).expect("in domain"))
+            .collect();
+        let misses: Vec<Vec<u8>> = (0..KEYS)
+            .map(|i| {
+                if i % 64 == 0 {
+                    format!("absent-alias-{i}").into_bytes()
+                } else {
+                    let n = count + rng(&mut state) % (1 << 30);
+                    scheme.encode(n).expect("in domain").to_vec()
+                }
+            })
+            .collect();
+        assert!(hits.iter().all(|k| snap.lookup(k).is_some()));
+        assert!(misses.iter().all(|k| snap.lookup(k).is_none()));
+        let mut i = 0usize;
+        group.bench_function(BenchmarkId::new("lookup_hit", label), |b| {
+            b.iter(|| {
+                i = (i + 1) & (KEYS - 1);
+                black_box(snap.lookup(black_box(&hits[i])))
+            })
+        });
+        let mut j = 0usize;
+        group.bench_function(BenchmarkId::new("lookup_miss", label), |b| {
+            b.iter(|| {
+                j = (j + 1) & (KEYS - 1);
+                black_box(snap.lookup(black_box(&misses[j])))
+            })
+        });
+        group.bench_function(BenchmarkId::new("open", label), |b| {
+            b.iter(|| black_box(Snapshot::open(&path).expect("open")))
+        });
+    }
+    group.finish();
+}
+
+fn build(c: &mut Criterion) {
+    let (key, scheme) = scheme();
+    let count = 1_000_000u64;
+    // Pre-generate the links so the bench times the writer, not FF1 and the URL generator.
+    let mut synth = Synth::new(scheme, count, DATA_SEED);
+    let mut links = Vec::with_capacity(synth.total() as usize);
+    while let Some(l) = synth.next_link() {
+        links.push((l.key.to_vec(), l.url.to_vec(), l.expires_at_ms));
+    }
+    let dir = bench_dir();
+    let mut group = c.benchmark_group("snapshot");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(10))
+        .throughput(Throughput::Elements(links.len() as u64));
+    // To a real file: temp name, write, fsync, rename, fsync dir.
+    group.bench_function(BenchmarkId::new("build_file", "1M"), |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let path = dir.join("build-bench.snap");
+                let start = Instant::now();
+                let mut w = SnapshotWriter::create(&path, meta(count, key.id())).expect("create");
+                for (k, u, e) in &links {
+                    w.add(k, u, *e).expect("valid");
+                }
+                black_box(w.seal().expect("seal"));
+                spent += start.elapsed();
+                let _ = std::fs::remove_file(&path);
+            }
+            spent
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, lookups, build);
+criterion_main!(benches);

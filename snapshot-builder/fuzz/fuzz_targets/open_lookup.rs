@@ -1,0 +1,21 @@
+//! Untrusted snapshot bytes: open, verify, audit and look keys up. None of it may panic or
+//! read out of bounds, whatever the input.
+#![no_main]
+
+use lasthop_snapshot::Snapshot;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    // The last 64 bytes (if any) double as lookup keys, so the fuzzer can steer them too.
+    let keys = &data[data.len().saturating_sub(64)..];
+    if let Ok(s) = Snapshot::from_bytes(data) {
+        let _ = s.verify();
+        let _ = s.audit();
+        for len in [7usize, 8, 12, 64] {
+            if let Some(k) = keys.get(..len) {
+                let _ = s.lookup(k).map(|e| (e.url().len(), e.expires_at_ms()));
+            }
+        }
+        let _ = s.lookup(b"abcDEF1");
+    }
+});

@@ -1,0 +1,331 @@
+//! `lasthop-snapshot`: build, synthesise, inspect, verify and query snapshot files.
+//! Progress goes to stderr; results to stdout.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use lasthop_core::region::DEFAULT_RESERVE;
+use lasthop_core::{classify, region_range, CodeKind, CodeScheme, HighWater, PermutationKey};
+use lasthop_snapshot::{parse_line, SealedInfo, Snapshot, SnapshotMeta, SnapshotWriter, Synth};
+
+#[derive(Parser)]
+#[command(name = "lasthop-snapshot", version, about = "lasthop snapshot files")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build a snapshot from a TSV of `code<TAB>url[<TAB>expires_at]` (expires_at: Unix
+    /// seconds or RFC 3339). High-water marks are derived from the generated codes.
+    Build {
+        #[arg(long = "in")]
+        input: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        key_file: PathBuf,
+        /// Feed sequence the snapshot is complete up to.
+        #[arg(long, default_value_t = 0)]
+        sequence: u64,
+        /// Region count of the deployment.
+        #[arg(long, default_value_t = 1)]
+        regions: u32,
+        /// Reserve above each high-water mark.
+        #[arg(long, default_value_t = DEFAULT_RESERVE)]
+        reserve: u64,
+        /// Fixed index hash seed (reproducible output); random by default.
+        #[arg(long)]
+        hash_seed: Option<u64>,
+    },
+    /// Synthesise a snapshot of N real codes (region 0 counters 0..N) plus N/100 aliases, and
+    /// write every key to --codes-out, one per line, for load generators.
+    Synth {
+        #[arg(long)]
+        key_file: PathBuf,
+        #[arg(long)]
+        count: u64,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        codes_out: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        sequence: u64,
+        /// Seed of the synthetic data.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        hash_seed: Option<u64>,
+    },
+    /// Print the header, counts, sizes and bytes per link.
+    Inspect { file: PathBuf },
+    /// Check the header, bounds, checksums and every entry.
+    Verify { file: PathBuf },
+    /// Look one code or alias up.
+    Get { file: PathBuf, code: String },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Build {
+            input,
+            out,
+            key_file,
+            sequence,
+            regions,
+            reserve,
+            hash_seed,
+        } => build(
+            &input, &out, &key_file, sequence, regions, reserve, hash_seed,
+        ),
+        Cmd::Synth {
+            key_file,
+            count,
+            out,
+            codes_out,
+            sequence,
+            seed,
+            hash_seed,
+        } => synth(
+            &key_file, count, &out, &codes_out, sequence, seed, hash_seed,
+        ),
+        Cmd::Inspect { file } => inspect(&file),
+        Cmd::Verify { file } => verify(&file),
+        Cmd::Get { file, code } => get(&file, &code),
+    }
+}
+
+fn load_scheme(key_file: &Path) -> Result<(PermutationKey, CodeScheme)> {
+    let key = PermutationKey::load(key_file)
+        .with_context(|| format!("loading key {}", key_file.display()))?;
+    let scheme = CodeScheme::new(&key).context("key does not make a code scheme")?;
+    Ok((key, scheme))
+}
+
+/// Prints a progress line every million links.
+struct Progress {
+    started: Instant,
+    total: Option<u64>,
+}
+
+impl Progress {
+    fn new(total: Option<u64>) -> Self {
+        Progress {
+            started: Instant::now(),
+            total,
+        }
+    }
+
+    fn tick(&self, done: u64) {
+        if done % 1_000_000 != 0 || done == 0 {
+            return;
+        }
+        let rate = done as f64 / self.started.elapsed().as_secs_f64();
+        match self.total {
+            Some(t) => eprintln!("  {done}/{t} links ({rate:.0}/s)"),
+            None => eprintln!("  {done} links ({rate:.0}/s)"),
+        }
+    }
+}
+
+fn seal_reporting<S: lasthop_snapshot::Sink<Output = SealedInfo>>(
+    writer: SnapshotWriter<S>,
+    started: Instant,
+) -> Result<SealedInfo> {
+    let links = writer.len();
+    eprintln!("  sealing {links} links (sort, index, fsync, rename)");
+    let sealing = Instant::now();
+    let info = writer.seal().context("sealing the snapshot")?;
+    let total = started.elapsed().as_secs_f64();
+    eprintln!(
+        "sealed {} links in {total:.2}s ({:.0} links/s; seal {:.2}s): {} bytes, {:.2} bytes/link beyond URLs",
+        info.links,
+        info.links as f64 / total,
+        sealing.elapsed().as_secs_f64(),
+        info.file_len,
+        info.overhead_per_link(),
+    );
+    Ok(info)
+}
+
+fn build(
+    input: &Path,
+    out: &Path,
+    key_file: &Path,
+    sequence: u64,
+    regions: u32,
+    reserve: u64,
+    hash_seed: Option<u64>,
+) -> Result<()> {
+    let started = Instant::now();
+    let (key, scheme) = load_scheme(key_file)?;
+    let high_water = HighWater::new(regions, reserve).context("bad --regions")?;
+    let starts: Vec<u64> = (0..regions)
+        .map(|r| region_range(r, regions).map(|range| range.start))
+        .collect::<Result<_, _>>()?;
+    let mut meta = SnapshotMeta::new(sequence, key.id(), high_water);
+    meta.hash_seed = hash_seed;
+    let mut writer = SnapshotWriter::create(out, meta)?;
+    let reader =
+        BufReader::new(File::open(input).with_context(|| format!("opening {}", input.display()))?);
+    let progress = Progress::new(None);
+    for (i, line) in reader.lines().enumerate() {
+        let lineno = i + 1;
+        let line = line.with_context(|| format!("{}:{lineno}", input.display()))?;
+        let Some(link) =
+            parse_line(&line).with_context(|| format!("{}:{lineno}", input.display()))?
+        else {
+            continue;
+        };
+        let key_bytes = link.key.as_bytes();
+        if classify(key_bytes) == CodeKind::Generated {
+            // Every 7-character base62 string decodes (FF1 is a permutation of the space).
+            let Some(n) = scheme.decode(key_bytes) else {
+                bail!("{}:{lineno}: {:?} is not a code", input.display(), link.key);
+            };
+            let region = starts.partition_point(|&s| s <= n).saturating_sub(1) as u32;
+            writer.raise_high_water(region, n + 1)?;
+        }
+        writer
+            .add(key_bytes, link.url.as_bytes(), link.expires_at_ms)
+            .with_context(|| format!("{}:{lineno}", input.display()))?;
+        progress.tick(writer.len());
+    }
+    seal_reporting(writer, started)?;
+    Ok(())
+}
+
+fn synth(
+    key_file: &Path,
+    count: u64,
+    out: &Path,
+    codes_out: &Path,
+    sequence: u64,
+    seed: u64,
+    hash_seed: Option<u64>,
+) -> Result<()> {
+    let started = Instant::now();
+    let (key, scheme) = load_scheme(key_file)?;
+    let mut high_water = HighWater::new(1, DEFAULT_RESERVE)?;
+    high_water.raise(0, count)?;
+    let mut meta = SnapshotMeta::new(sequence, key.id(), high_water);
+    meta.hash_seed = hash_seed;
+    let mut synth = Synth::new(scheme, count, seed);
+    let total = synth.total();
+    let mut writer = SnapshotWriter::create(out, meta)?;
+    writer.reserve(usize::try_from(total).unwrap_or(0));
+    let mut codes = BufWriter::with_capacity(
+        1 << 20,
+        File::create(codes_out).with_context(|| format!("creating {}", codes_out.display()))?,
+    );
+    let progress = Progress::new(Some(total));
+    while let Some(link) = synth.next_link() {
+        codes.write_all(link.key)?;
+        codes.write_all(b"\n")?;
+        writer.add(link.key, link.url, link.expires_at_ms)?;
+        progress.tick(writer.len());
+    }
+    codes.flush()?;
+    codes.get_ref().sync_all()?;
+    seal_reporting(writer, started)?;
+    Ok(())
+}
+
+fn inspect(file: &Path) -> Result<()> {
+    let s = Snapshot::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let links = s.links().max(1) as f64;
+    let (home, total, max_probe) = s.buckets();
+    let hw = s.high_water();
+    println!("file             {}", file.display());
+    println!("format version   {}", s.format_version());
+    println!("sequence         {}", s.sequence());
+    println!("key id           {:#010x}", s.key_id());
+    println!("hash seed        {:#018x}", s.hash_seed());
+    println!(
+        "regions          {} (reserve {})",
+        hw.regions(),
+        hw.reserve()
+    );
+    for (r, mark) in hw.marks().iter().enumerate() {
+        let start = region_range(r as u32, hw.regions())?.start;
+        println!("  region {r:<4}    mark {mark} ({} issued)", mark - start);
+    }
+    println!(
+        "links            {} ({} codes, {} aliases, {} expiring)",
+        s.links(),
+        s.links() - s.aliases(),
+        s.aliases(),
+        s.expiring()
+    );
+    println!(
+        "url bytes        {} (mean {:.1})",
+        s.url_bytes(),
+        s.url_bytes() as f64 / links
+    );
+    println!(
+        "arena            {} bytes ({:.2} per link beyond URLs)",
+        s.arena_len(),
+        (s.arena_len() - s.url_bytes()) as f64 / links
+    );
+    println!(
+        "index            {} bytes ({:.2} per link): {home} home + {} spill buckets, load {:.3}, max probe {max_probe}",
+        s.index_len(),
+        s.index_len() as f64 / links,
+        total - home,
+        s.links() as f64 / (total as f64 * 8.0),
+    );
+    println!(
+        "file             {} bytes ({:.2} per link)",
+        s.file_len(),
+        s.file_len() as f64 / links
+    );
+    println!(
+        "overhead         {:.2} bytes per link beyond URL bytes",
+        (s.file_len() - s.url_bytes()) as f64 / links
+    );
+    Ok(())
+}
+
+fn verify(file: &Path) -> Result<()> {
+    let started = Instant::now();
+    let s = Snapshot::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let opened = started.elapsed();
+    s.verify()
+        .with_context(|| format!("verifying {}", file.display()))?;
+    let verified = started.elapsed();
+    s.audit()
+        .with_context(|| format!("auditing {}", file.display()))?;
+    println!(
+        "ok: {} links, sequence {}; open {:.1?}, checksums {:.1?}, audit {:.1?}",
+        s.links(),
+        s.sequence(),
+        opened,
+        verified - opened,
+        started.elapsed() - verified,
+    );
+    Ok(())
+}
+
+fn get(file: &Path, code: &str) -> Result<()> {
+    let s = Snapshot::open(file).with_context(|| format!("opening {}", file.display()))?;
+    if classify(code.as_bytes()) == CodeKind::Invalid {
+        bail!("{code:?} is neither a code nor an alias");
+    }
+    let Some(entry) = s.lookup(code.as_bytes()) else {
+        eprintln!("{code}: not found");
+        std::process::exit(1);
+    };
+    println!("{}", String::from_utf8_lossy(entry.url()));
+    if let Some(ms) = entry.expires_at_ms() {
+        let when = chrono::DateTime::from_timestamp_millis(ms)
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_else(|| "out of range".into());
+        println!("expires_at_ms {ms} ({when})");
+    }
+    Ok(())
+}

@@ -1,0 +1,396 @@
+//! The zero-copy reader: open (header and bounds), `lookup`, `verify` (checksums) and `audit`
+//! (a full structural walk).
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::Path;
+
+use lasthop_core::{classify, CodeKind, HighWater};
+use memmap2::Mmap;
+
+use crate::error::{Section, SnapshotError};
+use crate::format::{
+    entry_at, entry_if_key, hash, home_bucket, section_checksum, slot_tag, tag, Header, BUCKET_LEN,
+    CONTINUES, FIXED_HEADER_LEN, MAX_KEY_LEN, OFFSET_MASK,
+};
+
+/// What a key resolves to: borrowed from the file, nothing copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry<'a> {
+    url: &'a [u8],
+    expires_at_ms: Option<i64>,
+}
+
+impl<'a> Entry<'a> {
+    /// The destination URL, exactly as the builder was given it.
+    #[inline]
+    pub fn url(&self) -> &'a [u8] {
+        self.url
+    }
+
+    /// Expiry in Unix milliseconds, if the link has one.
+    #[inline]
+    pub fn expires_at_ms(&self) -> Option<i64> {
+        self.expires_at_ms
+    }
+}
+
+enum Bytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+/// An open snapshot. Immutable and `Sync`: share one behind an `Arc` across serving cores.
+pub struct Snapshot {
+    bytes: Bytes,
+    header: Header,
+    high_water: HighWater,
+    arena: Range<usize>,
+    index: Range<usize>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("sequence", &self.header.sequence)
+            .field("key_id", &self.header.key_id)
+            .field("links", &self.header.links)
+            .field("file_len", &self.header.file_len)
+            .finish_non_exhaustive()
+    }
+}
+
+fn to_usize(v: u64, field: &'static str) -> Result<usize, SnapshotError> {
+    usize::try_from(v).map_err(|_| SnapshotError::BadField {
+        field,
+        value: v,
+        why: "does not fit this machine's address space",
+    })
+}
+
+impl Snapshot {
+    /// Maps the snapshot at `path` and checks its header and section bounds. Costs the same
+    /// for any size of file: nothing is read beyond the header and the index padding. Call
+    /// [`Snapshot::verify`] before serving from a file you did not just write.
+    ///
+    /// # Safety
+    ///
+    /// This function is safe to call; the `unsafe` inside is the mmap, and it holds because of
+    /// how snapshots are published, not because of anything the caller does: a snapshot is
+    /// written under a temporary name, fsynced, renamed into place and never modified or
+    /// truncated afterwards (the writer's `seal` is the only producer; replacing a snapshot
+    /// means renaming a new file over the name, which leaves this mapping on the old inode).
+    /// A file changed in place while mapped would break Rust's aliasing rules (and truncation
+    /// would raise SIGBUS); nothing in lasthop does that, and operators must not either.
+    #[allow(unsafe_code)]
+    pub fn open(path: impl AsRef<Path>) -> Result<Snapshot, SnapshotError> {
+        let path = path.as_ref();
+        let io = |source| SnapshotError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        if len < FIXED_HEADER_LEN as u64 {
+            // Also avoids mapping an empty file, which mmap refuses.
+            return Err(SnapshotError::TooShort {
+                len,
+                need: FIXED_HEADER_LEN as u64,
+            });
+        }
+        // SAFETY: snapshot files are immutable once renamed into place (see `# Safety` above):
+        // no process writes or truncates the file while this read-only private map exists, so
+        // the bytes behind the `&[u8]` never change for the map's lifetime.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        #[cfg(unix)]
+        {
+            // Lookups hop at random; read-ahead would only evict useful pages. Advisory only.
+            let _ = map.advise(memmap2::Advice::Random);
+        }
+        Snapshot::from_backing(Bytes::Mapped(map))
+    }
+
+    /// Checks an in-memory snapshot the same way [`Snapshot::open`] checks a file (tests,
+    /// fuzzing, and snapshots received over the network before they are written out).
+    pub fn from_vec(bytes: Vec<u8>) -> Result<Snapshot, SnapshotError> {
+        Snapshot::from_backing(Bytes::Owned(bytes))
+    }
+
+    /// [`Snapshot::from_vec`] on a copy of `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+        Snapshot::from_vec(bytes.to_vec())
+    }
+
+    fn from_backing(bytes: Bytes) -> Result<Snapshot, SnapshotError> {
+        let all = match &bytes {
+            Bytes::Mapped(m) => &m[..],
+            Bytes::Owned(v) => &v[..],
+        };
+        let header = Header::decode(all)?;
+        let high_water = header.high_water()?;
+        let arena_start = to_usize(header.arena_offset(), "header_len")?;
+        let arena_end = to_usize(header.arena_offset() + header.arena_len, "arena_len")?;
+        let index_start = to_usize(header.index_offset, "index_offset")?;
+        let index_end = to_usize(header.file_len, "file_len")?;
+        // The padding between arena and index is covered by no checksum, so check it here
+        // (at most 63 bytes): then every byte of the file is either checked on open or covered
+        // by a checksum that `verify` checks.
+        let padding = all
+            .get(arena_end..index_start)
+            .ok_or(SnapshotError::BadField {
+                field: "index_offset",
+                value: header.index_offset,
+                why: "before the end of the arena",
+            })?;
+        if padding.iter().any(|&b| b != 0) {
+            return Err(SnapshotError::BadField {
+                field: "index_offset",
+                value: header.index_offset,
+                why: "padding before the index is not zero",
+            });
+        }
+        Ok(Snapshot {
+            bytes,
+            header,
+            high_water,
+            arena: arena_start..arena_end,
+            index: index_start..index_end,
+        })
+    }
+
+    #[inline]
+    fn all(&self) -> &[u8] {
+        match &self.bytes {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+
+    #[inline]
+    fn arena(&self) -> &[u8] {
+        self.all().get(self.arena.clone()).unwrap_or(&[])
+    }
+
+    #[inline]
+    fn index(&self) -> &[u8] {
+        self.all().get(self.index.clone()).unwrap_or(&[])
+    }
+
+    /// The entry for `key` (a generated code or an alias), or `None`. O(1): one bucket (one
+    /// cache line, rarely the next) and, on a tag match, one arena entry. Never allocates.
+    ///
+    /// On a file that opened but is corrupt (before `verify`), the answer may be wrong but the
+    /// call is still bounded, panic-free and in bounds.
+    #[inline]
+    pub fn lookup(&self, key: &[u8]) -> Option<Entry<'_>> {
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return None;
+        }
+        let h = hash(key, self.header.hash_seed);
+        self.lookup_hashed(key, h).map(|(e, _)| e)
+    }
+
+    /// The lookup proper; also returns the entry's arena offset (for `audit`).
+    #[inline]
+    fn lookup_hashed(&self, key: &[u8], h: u64) -> Option<(Entry<'_>, u64)> {
+        let index = self.index();
+        let arena = self.arena();
+        let want = tag(h);
+        let home = home_bucket(h, self.header.home_buckets);
+        // Both bounds come from a header that passed open; `min` keeps a lying max_probe from
+        // walking past the index.
+        let last = home
+            .saturating_add(u64::from(self.header.max_probe))
+            .min(self.header.total_buckets.saturating_sub(1));
+        let mut bucket_no = home;
+        loop {
+            let start = usize::try_from(bucket_no).ok()?.checked_mul(BUCKET_LEN)?;
+            let bucket = index.get(start..start.checked_add(BUCKET_LEN)?)?;
+            let mut first = 0;
+            for (i, chunk) in bucket.chunks_exact(8).enumerate() {
+                let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+                    return None;
+                };
+                let word = u64::from_le_bytes(word);
+                if i == 0 {
+                    first = word;
+                }
+                if word == 0 {
+                    return None;
+                }
+                if slot_tag(word) == want {
+                    let offset = word & OFFSET_MASK;
+                    let at = usize::try_from(offset).ok()?;
+                    if let Some(e) = arena.get(at..).and_then(|b| entry_if_key(b, key)) {
+                        let entry = Entry {
+                            url: e.url,
+                            expires_at_ms: e.expires_at_ms,
+                        };
+                        return Some((entry, offset));
+                    }
+                }
+            }
+            if first & CONTINUES == 0 || bucket_no >= last {
+                return None;
+            }
+            bucket_no += 1;
+        }
+    }
+
+    /// Checks the arena and index checksums (xxh3-64): reads the whole file once. The header's
+    /// own checksum was checked by open. Run this before swapping a snapshot into service.
+    pub fn verify(&self) -> Result<(), SnapshotError> {
+        for (section, bytes, stored) in [
+            (Section::Index, self.index(), self.header.index_checksum),
+            (Section::Arena, self.arena(), self.header.arena_checksum),
+        ] {
+            let computed = section_checksum(bytes);
+            if computed != stored {
+                return Err(SnapshotError::Checksum {
+                    section,
+                    stored,
+                    computed,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Walks every arena entry and checks the file is what the writer would have produced:
+    /// entries parse back to back, every key is a valid code or alias and is found by
+    /// `lookup` at its own offset, and the counts match the header. Checksums prove the bytes
+    /// are the ones written; this proves the writer wrote a sound file (checksums are not
+    /// signatures). About one lookup per link.
+    pub fn audit(&self) -> Result<(), SnapshotError> {
+        let arena = self.arena();
+        let mut rest = arena;
+        let (mut links, mut aliases, mut expiring, mut url_bytes) = (0u64, 0u64, 0u64, 0u64);
+        while !rest.is_empty() {
+            let offset = (arena.len() - rest.len()) as u64;
+            let fail = |why| SnapshotError::Structure { offset, why };
+            let (entry, after) = entry_at(rest).ok_or(fail("entry does not parse"))?;
+            match classify(entry.key) {
+                CodeKind::Generated => {}
+                CodeKind::Alias => aliases += 1,
+                CodeKind::Invalid => return Err(fail("key is neither a code nor an alias")),
+            }
+            let h = hash(entry.key, self.header.hash_seed);
+            match self.lookup_hashed(entry.key, h) {
+                Some((_, found)) if found == offset => {}
+                Some(_) => return Err(fail("key appears twice")),
+                None => return Err(fail("entry is not reachable from the index")),
+            }
+            links += 1;
+            expiring += u64::from(entry.expires_at_ms.is_some());
+            url_bytes += entry.url.len() as u64;
+            rest = after;
+        }
+        let end = arena.len() as u64;
+        let slots = self
+            .index()
+            .chunks_exact(8)
+            .filter(|c| c.iter().any(|&b| b != 0))
+            .count() as u64;
+        for (got, want, why) in [
+            (
+                links,
+                self.header.links,
+                "link count differs from the header",
+            ),
+            (
+                aliases,
+                self.header.aliases,
+                "alias count differs from the header",
+            ),
+            (
+                expiring,
+                self.header.expiring,
+                "expiring count differs from the header",
+            ),
+            (
+                url_bytes,
+                self.header.url_bytes,
+                "URL byte count differs from the header",
+            ),
+            (
+                slots,
+                links,
+                "index slot count differs from the entry count",
+            ),
+        ] {
+            if got != want {
+                return Err(SnapshotError::Structure { offset: end, why });
+            }
+        }
+        Ok(())
+    }
+
+    /// Format version of the file (always [`crate::FORMAT_VERSION`] once open).
+    pub fn format_version(&self) -> u32 {
+        self.header.version
+    }
+
+    /// The feed sequence this snapshot is complete up to.
+    pub fn sequence(&self) -> u64 {
+        self.header.sequence
+    }
+
+    /// Id of the permutation key the codes were minted under.
+    pub fn key_id(&self) -> u32 {
+        self.header.key_id
+    }
+
+    /// Per-region high-water marks at `sequence`.
+    pub fn high_water(&self) -> &HighWater {
+        &self.high_water
+    }
+
+    /// Entries: generated codes plus aliases.
+    pub fn links(&self) -> u64 {
+        self.header.links
+    }
+
+    /// Entries whose key is an alias.
+    pub fn aliases(&self) -> u64 {
+        self.header.aliases
+    }
+
+    /// Entries with an expiry.
+    pub fn expiring(&self) -> u64 {
+        self.header.expiring
+    }
+
+    /// Sum of URL lengths.
+    pub fn url_bytes(&self) -> u64 {
+        self.header.url_bytes
+    }
+
+    /// File size in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.header.file_len
+    }
+
+    /// Arena size in bytes.
+    pub fn arena_len(&self) -> u64 {
+        self.header.arena_len
+    }
+
+    /// Index size in bytes.
+    pub fn index_len(&self) -> u64 {
+        self.index.len() as u64
+    }
+
+    /// Index geometry: (home buckets, total buckets including spill, longest probe).
+    pub fn buckets(&self) -> (u64, u64, u32) {
+        (
+            self.header.home_buckets,
+            self.header.total_buckets,
+            self.header.max_probe,
+        )
+    }
+
+    /// Seed of the index hash.
+    pub fn hash_seed(&self) -> u64 {
+        self.header.hash_seed
+    }
+}

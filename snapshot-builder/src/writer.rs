@@ -1,0 +1,664 @@
+//! The typestate writer: `SnapshotWriter::create` → `add`… → `seal` → an immutable file.
+//!
+//! Entries stream straight to the arena on disk as they are added; the writer keeps only 16
+//! bytes per link in memory (the key's hash and arena offset). `seal` sorts those by hash,
+//! which is also home-bucket order, so the index is written bucket by bucket without ever
+//! being held whole, then writes the header over the placeholder at the front, fsyncs, renames
+//! into place and fsyncs the directory.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use lasthop_core::{classify, CodeKind, HighWater};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::error::BuildError;
+use crate::format::{
+    align_up, encode_entry_head, hash, header_len_for, home_bucket, home_buckets_for, slot_word,
+    tag, Header, BUCKET_LEN, CONTINUES, ENTRY_HEAD_MAX, FORMAT_VERSION, INDEX_ALIGN, MAX_ARENA_LEN,
+    MAX_KEY_LEN, MAX_REGIONS, MAX_URL_LEN, SLOTS_PER_BUCKET,
+};
+
+/// What a snapshot is about, fixed when the writer is created.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SnapshotMeta {
+    /// Feed sequence the snapshot is complete up to.
+    pub sequence: u64,
+    /// Id of the permutation key the codes were minted under.
+    pub key_id: u32,
+    /// Per-region high-water marks at `sequence`.
+    pub high_water: HighWater,
+    /// Seed of the index hash; `None` draws a random one (the default: aliases are chosen by
+    /// users, and a seed they cannot predict keeps them from crafting long probe chains).
+    pub hash_seed: Option<u64>,
+}
+
+impl SnapshotMeta {
+    /// Meta with a random hash seed.
+    pub fn new(sequence: u64, key_id: u32, high_water: HighWater) -> Self {
+        SnapshotMeta {
+            sequence,
+            key_id,
+            high_water,
+            hash_seed: None,
+        }
+    }
+
+    /// A fixed hash seed: byte-for-byte reproducible builds (fixtures, tests).
+    pub fn with_hash_seed(mut self, seed: u64) -> Self {
+        self.hash_seed = Some(seed);
+        self
+    }
+}
+
+/// What `seal` wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SealedInfo {
+    /// Final path, for file writers.
+    pub path: Option<PathBuf>,
+    pub file_len: u64,
+    pub links: u64,
+    pub aliases: u64,
+    pub expiring: u64,
+    pub url_bytes: u64,
+    pub home_buckets: u64,
+    pub total_buckets: u64,
+    pub max_probe: u32,
+    pub hash_seed: u64,
+}
+
+impl SealedInfo {
+    /// Bytes per link beyond the URL bytes themselves (header, index, keys, lengths, expiries).
+    pub fn overhead_per_link(&self) -> f64 {
+        (self.file_len - self.url_bytes) as f64 / self.links.max(1) as f64
+    }
+}
+
+mod private {
+    pub trait Sealed {}
+}
+
+/// Where a writer's bytes go: a file ([`FileSink`]) or memory ([`MemorySink`]). Sealed.
+pub trait Sink: private::Sealed {
+    /// What `seal` hands back.
+    type Output;
+    #[doc(hidden)]
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    #[doc(hidden)]
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+    #[doc(hidden)]
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
+    #[doc(hidden)]
+    fn finish(self, info: SealedInfo) -> io::Result<Self::Output>;
+    #[doc(hidden)]
+    fn path(&self) -> PathBuf;
+}
+
+/// A temporary file beside the destination, renamed into place by `seal`; removed if the
+/// writer is dropped unsealed.
+#[derive(Debug)]
+pub struct FileSink {
+    path: PathBuf,
+    temp: PathBuf,
+    file: BufWriter<File>,
+    done: bool,
+}
+
+impl FileSink {
+    fn create(path: &Path) -> io::Result<FileSink> {
+        let name = path
+            .file_name()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let mut temp_name = std::ffi::OsString::from(".");
+        temp_name.push(name);
+        temp_name.push(format!(".tmp.{}.{nanos}", std::process::id()));
+        let temp = path.with_file_name(temp_name);
+        let file = OpenOptions::new()
+            .write(true)
+            .read(true)
+            .create_new(true)
+            .open(&temp)?;
+        Ok(FileSink {
+            path: path.to_path_buf(),
+            temp,
+            file: BufWriter::with_capacity(1 << 20, file),
+            done: false,
+        })
+    }
+}
+
+impl Drop for FileSink {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = fs::remove_file(&self.temp);
+        }
+    }
+}
+
+impl private::Sealed for FileSink {}
+
+impl Sink for FileSink {
+    type Output = SealedInfo;
+
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all(bytes)
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.file.flush()?;
+        self.file.get_ref().read_at(buf, offset)
+    }
+
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.file.flush()?;
+        self.file.get_ref().write_all_at(bytes, offset)
+    }
+
+    fn finish(mut self, mut info: SealedInfo) -> io::Result<SealedInfo> {
+        self.file.flush()?;
+        self.file.get_ref().sync_all()?;
+        fs::rename(&self.temp, &self.path)?;
+        self.done = true;
+        let dir = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        File::open(dir)?.sync_all()?;
+        info.path = Some(self.path.clone());
+        Ok(info)
+    }
+
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+}
+
+/// An in-memory snapshot (tests, fuzzing, shipping bytes elsewhere).
+#[derive(Debug, Default)]
+pub struct MemorySink {
+    bytes: Vec<u8>,
+}
+
+impl private::Sealed for MemorySink {}
+
+impl Sink for MemorySink {
+    type Output = (SealedInfo, Vec<u8>);
+
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let src = usize::try_from(offset)
+            .ok()
+            .and_then(|o| self.bytes.get(o..))
+            .unwrap_or(&[]);
+        let n = src.len().min(buf.len());
+        if let (Some(dst), Some(src)) = (buf.get_mut(..n), src.get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        Ok(n)
+    }
+
+    fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let dst = usize::try_from(offset)
+            .ok()
+            .and_then(|o| self.bytes.get_mut(o..o + bytes.len()))
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "write past the end"))?;
+        dst.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn finish(self, info: SealedInfo) -> io::Result<(SealedInfo, Vec<u8>)> {
+        Ok((info, self.bytes))
+    }
+
+    fn path(&self) -> PathBuf {
+        PathBuf::from("<memory>")
+    }
+}
+
+/// One added key: its hash and where its entry starts in the arena. 16 bytes per link is all
+/// the writer holds in memory.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    hash: u64,
+    offset: u64,
+}
+
+/// Builds one snapshot. Create it, [`add`](SnapshotWriter::add) every link once (any order),
+/// then [`seal`](SnapshotWriter::seal), which consumes it: a sealed snapshot cannot be added
+/// to, and an unsealed file writer leaves nothing behind.
+pub struct SnapshotWriter<S: Sink = FileSink> {
+    sink: S,
+    meta: SnapshotMeta,
+    seed: u64,
+    header_len: u64,
+    arena_len: u64,
+    arena_sum: Box<Xxh3>,
+    pending: Vec<Pending>,
+    aliases: u64,
+    expiring: u64,
+    url_bytes: u64,
+}
+
+impl<S: Sink> std::fmt::Debug for SnapshotWriter<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotWriter")
+            .field("path", &self.sink.path())
+            .field("sequence", &self.meta.sequence)
+            .field("links", &self.pending.len())
+            .field("arena_len", &self.arena_len)
+            .finish_non_exhaustive()
+    }
+}
+
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    h.finish()
+}
+
+impl SnapshotWriter<FileSink> {
+    /// A writer that will seal into `path` (through a temporary file in the same directory).
+    pub fn create(path: impl AsRef<Path>, meta: SnapshotMeta) -> Result<Self, BuildError> {
+        let path = path.as_ref();
+        let sink = FileSink::create(path).map_err(|source| BuildError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        SnapshotWriter::with_sink(sink, meta)
+    }
+}
+
+impl SnapshotWriter<MemorySink> {
+    /// A writer whose `seal` returns the snapshot's bytes.
+    pub fn in_memory(meta: SnapshotMeta) -> Result<Self, BuildError> {
+        SnapshotWriter::with_sink(MemorySink::default(), meta)
+    }
+}
+
+impl<S: Sink> SnapshotWriter<S> {
+    fn with_sink(mut sink: S, meta: SnapshotMeta) -> Result<Self, BuildError> {
+        let regions = meta.high_water.regions();
+        if regions > MAX_REGIONS {
+            return Err(BuildError::TooManyRegions {
+                regions,
+                max: MAX_REGIONS,
+            });
+        }
+        let header_len = header_len_for(regions);
+        // Placeholder; `seal` writes the real header here once the counts are known.
+        sink.append(&vec![0u8; header_len])
+            .map_err(|source| BuildError::Io {
+                path: sink.path(),
+                source,
+            })?;
+        Ok(SnapshotWriter {
+            sink,
+            seed: meta.hash_seed.unwrap_or_else(random_seed),
+            meta,
+            header_len: header_len as u64,
+            arena_len: 0,
+            arena_sum: Box::new(Xxh3::new()),
+            pending: Vec::new(),
+            aliases: 0,
+            expiring: 0,
+            url_bytes: 0,
+        })
+    }
+
+    /// Reserves room for `links` more links (avoids the `Vec` doubling past the need).
+    pub fn reserve(&mut self, links: usize) {
+        self.pending.reserve_exact(links);
+    }
+
+    fn io(&self, source: io::Error) -> BuildError {
+        BuildError::Io {
+            path: self.sink.path(),
+            source,
+        }
+    }
+
+    /// Adds one link. `key` is a generated code (7 base62 characters) or an alias (8–64
+    /// bytes); `url` is stored byte for byte (empty is allowed: how a caller may record a
+    /// deleted link that keeps its code). Duplicate keys are reported by `seal`.
+    pub fn add(
+        &mut self,
+        key: &[u8],
+        url: &[u8],
+        expires_at_ms: Option<i64>,
+    ) -> Result<(), BuildError> {
+        let alias = match classify(key) {
+            CodeKind::Generated => false,
+            CodeKind::Alias => true,
+            CodeKind::Invalid => {
+                return Err(BuildError::BadKey {
+                    key: BuildError::key(key),
+                })
+            }
+        };
+        debug_assert!(key.len() <= MAX_KEY_LEN);
+        if url.len() > MAX_URL_LEN {
+            return Err(BuildError::UrlTooLong {
+                len: url.len(),
+                max: MAX_URL_LEN,
+            });
+        }
+        let mut head = [0u8; ENTRY_HEAD_MAX];
+        let n = encode_entry_head(key, url.len(), expires_at_ms, &mut head);
+        let head = head.get(..n).unwrap_or(&[]);
+        let offset = self.arena_len;
+        let end = offset + (n + url.len()) as u64;
+        // The slot's 40-bit offset must address the entry's start; keep the whole arena
+        // within that range so the header's arena_len is addressable too.
+        if end > crate::format::OFFSET_MASK {
+            return Err(BuildError::TooLarge {
+                what: "arena over 1 TiB",
+            });
+        }
+        self.sink.append(head).map_err(|e| self.io(e))?;
+        self.sink.append(url).map_err(|e| self.io(e))?;
+        self.arena_sum.update(head);
+        self.arena_sum.update(url);
+        self.arena_len = end;
+        self.pending.push(Pending {
+            hash: hash(key, self.seed),
+            offset,
+        });
+        self.aliases += u64::from(alias);
+        self.expiring += u64::from(expires_at_ms.is_some());
+        self.url_bytes += url.len() as u64;
+        Ok(())
+    }
+
+    /// Raises region `region`'s high-water mark (marks never go down) before sealing, for
+    /// callers that learn the marks from the links themselves (the TSV `build`).
+    pub fn raise_high_water(
+        &mut self,
+        region: u32,
+        mark: u64,
+    ) -> Result<(), lasthop_core::RegionError> {
+        self.meta.high_water.raise(region, mark)
+    }
+
+    /// Links added so far.
+    pub fn len(&self) -> u64 {
+        self.pending.len() as u64
+    }
+
+    /// True before the first `add`.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// The key stored at arena `offset` (only used to confirm a full 64-bit hash collision).
+    fn key_at(&mut self, offset: u64) -> Result<Vec<u8>, BuildError> {
+        let mut buf = [0u8; 1 + MAX_KEY_LEN];
+        let n = self
+            .sink
+            .read_at(self.header_len + offset, &mut buf)
+            .map_err(|e| self.io(e))?;
+        let len = usize::from(buf[0] & 0x7f);
+        Ok(buf.get(1..(1 + len).min(n)).unwrap_or(&[]).to_vec())
+    }
+
+    /// Sorts by hash and rejects duplicate keys: equal keys have equal hashes, so they end up
+    /// adjacent; only runs of equal 64-bit hashes (rare) are read back and compared.
+    fn sort_and_check_duplicates(&mut self) -> Result<(), BuildError> {
+        self.pending.sort_unstable_by_key(|p| p.hash);
+        let mut i = 0;
+        while i < self.pending.len() {
+            let h = self.pending[i].hash;
+            let mut j = i + 1;
+            while j < self.pending.len() && self.pending[j].hash == h {
+                j += 1;
+            }
+            if j - i > 1 {
+                let offsets: Vec<u64> = self.pending[i..j].iter().map(|p| p.offset).collect();
+                let mut keys = offsets
+                    .iter()
+                    .map(|&o| self.key_at(o))
+                    .collect::<Result<Vec<_>, _>>()?;
+                keys.sort();
+                if let Some(pair) = keys.windows(2).find(|w| w[0] == w[1]) {
+                    return Err(BuildError::DuplicateKey {
+                        key: BuildError::key(&pair[0]),
+                    });
+                }
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Writes the index and header and makes the snapshot durable: for a file, fsync, rename
+    /// into place, fsync the directory. Fails on duplicate keys.
+    pub fn seal(mut self) -> Result<S::Output, BuildError> {
+        let links = self.pending.len() as u64;
+        let home_buckets = home_buckets_for(links);
+        if home_buckets > 1 << 32 {
+            return Err(BuildError::TooLarge {
+                what: "more than 2^32 home buckets",
+            });
+        }
+        self.sort_and_check_duplicates()?;
+        let arena_end = self.header_len + self.arena_len;
+        let index_offset = align_up(arena_end, INDEX_ALIGN).ok_or(BuildError::TooLarge {
+            what: "file length overflows",
+        })?;
+        let padding = [0u8; INDEX_ALIGN as usize];
+        let pad = padding
+            .get(..(index_offset - arena_end) as usize)
+            .unwrap_or(&[]);
+        self.sink.append(pad).map_err(|e| self.io(e))?;
+
+        let pending = std::mem::take(&mut self.pending);
+        let mut index_sum = Xxh3::new();
+        let mut next = 0usize;
+        let mut bucket_no = 0u64;
+        let mut max_probe = 0u64;
+        let mut bucket = [0u8; BUCKET_LEN];
+        let home_of = |p: &Pending| home_bucket(p.hash, home_buckets);
+        while bucket_no < home_buckets || next < pending.len() {
+            let mut words = [0u64; SLOTS_PER_BUCKET];
+            let mut filled = 0;
+            for word in words.iter_mut() {
+                match pending.get(next) {
+                    Some(p) if home_of(p) <= bucket_no => {
+                        *word = slot_word(tag(p.hash), p.offset);
+                        max_probe = max_probe.max(bucket_no - home_of(p));
+                        filled += 1;
+                        next += 1;
+                    }
+                    _ => break,
+                }
+            }
+            if filled == SLOTS_PER_BUCKET
+                && pending.get(next).is_some_and(|p| home_of(p) <= bucket_no)
+            {
+                words[0] |= CONTINUES;
+            }
+            for (dst, word) in bucket.chunks_exact_mut(8).zip(words) {
+                dst.copy_from_slice(&word.to_le_bytes());
+            }
+            self.sink.append(&bucket).map_err(|e| self.io(e))?;
+            index_sum.update(&bucket);
+            bucket_no += 1;
+        }
+        drop(pending);
+        let max_probe = u32::try_from(max_probe).map_err(|_| BuildError::TooLarge {
+            what: "probe length over 2^32",
+        })?;
+        let total_buckets = bucket_no;
+        let file_len = index_offset + total_buckets * BUCKET_LEN as u64;
+        debug_assert!(self.arena_len <= MAX_ARENA_LEN);
+
+        let hw = &self.meta.high_water;
+        let header = Header {
+            version: FORMAT_VERSION,
+            // header_len_for(regions <= MAX_REGIONS) is at most 160 + 8 * 4096.
+            header_len: self.header_len as u32,
+            sequence: self.meta.sequence,
+            key_id: self.meta.key_id,
+            regions: hw.regions(),
+            reserve: hw.reserve(),
+            hash_seed: self.seed,
+            links,
+            aliases: self.aliases,
+            expiring: self.expiring,
+            url_bytes: self.url_bytes,
+            arena_len: self.arena_len,
+            index_offset,
+            home_buckets,
+            total_buckets,
+            max_probe,
+            file_len,
+            arena_checksum: self.arena_sum.digest(),
+            index_checksum: index_sum.digest(),
+            marks: hw.marks().to_vec(),
+        };
+        self.sink
+            .write_at(0, &header.encode())
+            .map_err(|e| self.io(e))?;
+        let info = SealedInfo {
+            path: None,
+            file_len,
+            links,
+            aliases: self.aliases,
+            expiring: self.expiring,
+            url_bytes: self.url_bytes,
+            home_buckets,
+            total_buckets,
+            max_probe,
+            hash_seed: self.seed,
+        };
+        let path = self.sink.path();
+        self.sink
+            .finish(info)
+            .map_err(|source| BuildError::Io { path, source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Snapshot;
+
+    fn meta() -> SnapshotMeta {
+        let mut hw = HighWater::new(1, 100).unwrap();
+        hw.raise(0, 10).unwrap();
+        SnapshotMeta::new(9, 77, hw).with_hash_seed(1)
+    }
+
+    #[test]
+    fn build_and_read_in_memory() {
+        let mut w = SnapshotWriter::in_memory(meta()).unwrap();
+        w.add(b"abcDEF1", b"https://a.example/", None).unwrap();
+        w.add(b"my-alias", b"https://b.example/", Some(5)).unwrap();
+        w.add(b"zzzzzz9", b"", None).unwrap();
+        let (info, bytes) = w.seal().unwrap();
+        assert_eq!(info.links, 3);
+        assert_eq!(info.file_len, bytes.len() as u64);
+        let s = Snapshot::from_vec(bytes).unwrap();
+        s.verify().unwrap();
+        s.audit().unwrap();
+        assert_eq!(s.sequence(), 9);
+        assert_eq!(s.key_id(), 77);
+        assert_eq!(s.high_water().marks(), &[10]);
+        assert_eq!(s.aliases(), 1);
+        assert_eq!(s.expiring(), 1);
+        let e = s.lookup(b"my-alias").unwrap();
+        assert_eq!(e.url(), b"https://b.example/");
+        assert_eq!(e.expires_at_ms(), Some(5));
+        assert_eq!(s.lookup(b"zzzzzz9").unwrap().url(), b"");
+        assert_eq!(s.lookup(b"abcDEF2"), None);
+        assert_eq!(s.lookup(b""), None);
+    }
+
+    #[test]
+    fn empty_snapshot() {
+        let (info, bytes) = SnapshotWriter::in_memory(meta()).unwrap().seal().unwrap();
+        assert_eq!(info.links, 0);
+        let s = Snapshot::from_vec(bytes).unwrap();
+        s.verify().unwrap();
+        s.audit().unwrap();
+        assert_eq!(s.lookup(b"abcDEF1"), None);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let mut w = SnapshotWriter::in_memory(meta()).unwrap();
+        assert!(matches!(
+            w.add(b"short", b"u", None),
+            Err(BuildError::BadKey { .. })
+        ));
+        assert!(matches!(
+            w.add(b"abc-EF1", b"u", None),
+            Err(BuildError::BadKey { .. })
+        ));
+        assert!(matches!(
+            w.add(&[b'a'; 65], b"u", None),
+            Err(BuildError::BadKey { .. })
+        ));
+        assert!(matches!(
+            w.add(b"abcDEF1", &vec![b'u'; MAX_URL_LEN + 1], None),
+            Err(BuildError::UrlTooLong { .. })
+        ));
+        w.add(b"abcDEF1", b"one", None).unwrap();
+        w.add(b"abcDEF2", b"two", None).unwrap();
+        w.add(b"abcDEF1", b"three", None).unwrap();
+        assert!(matches!(
+            w.seal(),
+            Err(BuildError::DuplicateKey { key }) if key == "abcDEF1"
+        ));
+    }
+
+    #[test]
+    fn file_writer_renames_and_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.snap");
+        let mut w = SnapshotWriter::create(&path, meta()).unwrap();
+        w.add(b"abcDEF1", b"https://a.example/", None).unwrap();
+        assert!(!path.exists(), "nothing at the final name before seal");
+        let info = w.seal().unwrap();
+        assert_eq!(info.path.as_deref(), Some(path.as_path()));
+        let s = Snapshot::open(&path).unwrap();
+        s.verify().unwrap();
+        assert_eq!(s.file_len(), info.file_len);
+
+        let other = dir.path().join("t.snap");
+        let w = SnapshotWriter::create(&other, meta()).unwrap();
+        drop(w);
+        let left: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "an unsealed writer leaves no temp file");
+    }
+
+    #[test]
+    fn same_input_same_bytes_any_order() {
+        let build = |order: &[usize]| {
+            let keys = [&b"abcDEF1"[..], b"abcDEF2", b"an-alias-here", b"9999999"];
+            let mut w = SnapshotWriter::in_memory(meta()).unwrap();
+            for &i in order {
+                w.add(keys[i], keys[i], None).unwrap();
+            }
+            let s = Snapshot::from_vec(w.seal().unwrap().1).unwrap();
+            keys.iter()
+                .map(|k| s.lookup(k).map(|e| e.url().to_vec()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(build(&[0, 1, 2, 3]), build(&[3, 2, 1, 0]));
+    }
+}
