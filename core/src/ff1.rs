@@ -11,6 +11,7 @@
 
 use aes::cipher::generic_array::GenericArray;
 use aes::cipher::{BlockEncrypt, KeyInit};
+use strength_reduce::StrengthReducedU64;
 
 /// Rounds in FF1.
 const ROUNDS: u8 = 10;
@@ -150,12 +151,23 @@ pub struct Ff1Domain {
     radix_pow_u: u128,
     radix_pow_v: u128,
     domain: u128,
-    /// CBC-MAC state after the constant block `P`.
+    /// CBC-MAC state after the constant block `P`, as bytes and as a big-endian integer.
     p_mac: [u8; 16],
+    p_mac_be: u128,
     tweak: [u8; MAX_TWEAK_LEN],
     tweak_len: usize,
     /// Zero bytes between the tweak and the round number in `Q`.
     pad: usize,
+    /// Set when the tweak is empty, `b <= 4` and the domain fits a `u64` (our 7-char codes):
+    /// then `Q` is one block, `y` fits a `u64`, and the moduli are strength-reduced.
+    fast: Option<FastPath>,
+}
+
+/// Precomputed divisors for the single-block, 64-bit path.
+#[derive(Clone, Copy)]
+struct FastPath {
+    pow_u: StrengthReducedU64,
+    pow_v: StrengthReducedU64,
 }
 
 impl std::fmt::Debug for Ff1Domain {
@@ -209,7 +221,13 @@ impl Ff1Domain {
 
         let mut tw = [0u8; MAX_TWEAK_LEN];
         tw[..t].copy_from_slice(tweak);
+        let fast = (t == 0 && b <= 4 && domain <= u128::from(u64::MAX)).then(|| FastPath {
+            // Both powers are >= 2 (radix >= 2, u >= 1) and below 2^64 (domain check above).
+            pow_u: StrengthReducedU64::new(radix_pow_u as u64),
+            pow_v: StrengthReducedU64::new(radix_pow_v as u64),
+        });
         Ok(Ff1Domain {
+            fast,
             ff1,
             u,
             v,
@@ -219,6 +237,7 @@ impl Ff1Domain {
             radix_pow_v,
             domain,
             p_mac: p,
+            p_mac_be: u128::from_be_bytes(p),
             tweak: tw,
             tweak_len: t,
             pad,
@@ -263,6 +282,48 @@ impl Ff1Domain {
         u128::from_be_bytes(y) % modulus
     }
 
+    /// One round's `y` on the fast path: `Q` is the single block `0^(15-b) ‖ i ‖ B`, i.e. the
+    /// big-endian integer `i << 8b | B`, and `y` (d = 8 bytes since b <= 4) is the first 8 bytes
+    /// of `R = AES(P_mac ^ Q)`. Integer ops instead of byte loops: this chain of ten dependent
+    /// rounds is the whole cost of a code decode.
+    #[inline(always)]
+    fn round_fast(&self, i: u8, half: u64) -> u64 {
+        let q = (u128::from(i) << (8 * self.b)) | u128::from(half);
+        let mut r = (self.p_mac_be ^ q).to_be_bytes();
+        self.ff1.cipher.encrypt(&mut r);
+        (u128::from_be_bytes(r) >> 64) as u64
+    }
+
+    #[inline]
+    fn encrypt_fast(&self, f: &FastPath, x: u64) -> u64 {
+        let (mut a, mut b) = StrengthReducedU64::div_rem(x, f.pow_v);
+        for i in 0..ROUNDS {
+            let m = if i % 2 == 0 { f.pow_u } else { f.pow_v };
+            let y = self.round_fast(i, b) % m;
+            // a, y < m <= 2^32, so the sum cannot overflow and one subtraction reduces it.
+            let mut c = a + y;
+            if c >= m.get() {
+                c -= m.get();
+            }
+            a = b;
+            b = c;
+        }
+        a * f.pow_v.get() + b
+    }
+
+    #[inline]
+    fn decrypt_fast(&self, f: &FastPath, x: u64) -> u64 {
+        let (mut a, mut b) = StrengthReducedU64::div_rem(x, f.pow_v);
+        for i in (0..ROUNDS).rev() {
+            let m = if i % 2 == 0 { f.pow_u } else { f.pow_v };
+            let y = self.round_fast(i, a) % m;
+            let c = if b >= y { b - y } else { b + m.get() - y };
+            b = a;
+            a = c;
+        }
+        a * f.pow_v.get() + b
+    }
+
     fn check(&self, x: u128) -> Result<(), Ff1Error> {
         if x >= self.domain {
             return Err(Ff1Error::OutOfDomain {
@@ -277,6 +338,10 @@ impl Ff1Domain {
     #[inline]
     pub fn encrypt(&self, x: u128) -> Result<u128, Ff1Error> {
         self.check(x)?;
+        if let Some(f) = &self.fast {
+            // check() bounded x by the domain, which fits a u64 on the fast path.
+            return Ok(u128::from(self.encrypt_fast(f, x as u64)));
+        }
         let mut a = x / self.radix_pow_v;
         let mut b = x % self.radix_pow_v;
         for i in 0..ROUNDS {
@@ -297,6 +362,9 @@ impl Ff1Domain {
     #[inline]
     pub fn decrypt(&self, x: u128) -> Result<u128, Ff1Error> {
         self.check(x)?;
+        if let Some(f) = &self.fast {
+            return Ok(u128::from(self.decrypt_fast(f, x as u64)));
+        }
         let mut a = x / self.radix_pow_v;
         let mut b = x % self.radix_pow_v;
         for i in (0..ROUNDS).rev() {
@@ -402,6 +470,24 @@ mod tests {
             let c = d.encrypt(x).unwrap();
             assert_eq!(d.decrypt(c).unwrap(), x);
         }
+    }
+
+    /// The fast path (empty tweak, 64-bit domain) and the general path give identical answers.
+    #[test]
+    fn fast_path_matches_general_path() {
+        let ff1 = Ff1::new(&[5u8; 16]).unwrap();
+        let fast = ff1.domain(62, 7, &[]).unwrap();
+        assert!(fast.fast.is_some());
+        let mut general = fast.clone();
+        general.fast = None;
+        for x in (0..3_521_614_606_208u128).step_by(17_592_186_044) {
+            let c = fast.encrypt(x).unwrap();
+            assert_eq!(c, general.encrypt(x).unwrap(), "encrypt {x}");
+            assert_eq!(fast.decrypt(c).unwrap(), x);
+            assert_eq!(general.decrypt(c).unwrap(), x);
+        }
+        // NIST sample 1 and 4 (radix 10, empty tweak) take the fast path too.
+        assert!(ff1.domain(10, 10, &[]).unwrap().fast.is_some());
     }
 
     proptest::proptest! {
