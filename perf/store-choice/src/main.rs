@@ -1,8 +1,8 @@
 //! store-choice: lasthop control-plane store benchmark (redb vs fjall).
 //!
 //! One "create" = one durable link creation, written atomically as:
-//!   links[code(7)]                         = JSON {url, owner, created_at}
-//!   link_state[code(7)]                    = ~40 B JSON
+//!   links[key]                             = JSON {url, owner, created_at}
+//!   link_state[key]                        = ~40 B JSON
 //!   owner_idx[owner(8) 0x00 !seq(u64 BE)]  = code
 //!   changes[seq(u64 BE)]                   = ~200 B JSON change record
 //!   meta["links_created"]                  = seq   (every 10,000 creates)
@@ -10,6 +10,13 @@
 //! Group commit: one writer thread drains up to B pending creates from a channel
 //! fed by C client threads (each waits for its ack), writes them in ONE
 //! transaction/batch, commits with fsync, then acks them all.
+//!
+//! Record key layouts (`--layout`):
+//!   random:  key = the 7-char random base62 code (every create hits a random leaf)
+//!   counter: key = 0x00 ‖ n (u64 BE), n a sequential counter handed out by the
+//!            writer, code = base62(n) — the control plane's `record_key` for
+//!            generated codes (control-plane/src/store/embedded.rs), so the
+//!            creates of one group commit land on the same few leaves.
 
 use std::error::Error;
 use std::fs;
@@ -25,6 +32,49 @@ type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 const META_EVERY: u64 = 10_000;
 const OWNERS: usize = 1_000;
+
+/// How `links` / `link_state` are keyed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Layout {
+    /// key = 7-char random base62 code (the client's code).
+    Random,
+    /// key = 0x00 ‖ counter (u64 BE); the writer assigns counter = seq, so
+    /// consecutive creates get consecutive keys (as with the control plane's
+    /// leased counter blocks; one writer, one region).
+    Counter,
+}
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Random => "random",
+            Layout::Counter => "counter",
+        }
+    }
+}
+
+/// A record key of at most 9 bytes (7-byte code or 0x00 ‖ u64 BE), kept inline.
+#[derive(Clone, Copy)]
+struct RecKey {
+    buf: [u8; 9],
+    len: u8,
+}
+
+impl RecKey {
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+}
+
+/// 7-char base62 rendering of a counter (same length as a random code).
+fn counter_code(mut n: u64) -> [u8; 7] {
+    let mut out = [b'0'; 7];
+    for b in out.iter_mut().rev() {
+        *b = BASE62[(n % 62) as usize];
+        n /= 62;
+    }
+    out
+}
 
 // ---------------------------------------------------------------- rng / data
 
@@ -82,6 +132,9 @@ fn gen_create(r: &mut Rng, owners: &[[u8; 8]]) -> Create {
 
 /// The rows one create writes (seq assigned by the single writer).
 struct Rows {
+    /// record key of `links` / `link_state` (depends on the layout)
+    key: RecKey,
+    /// the link's code (owner_idx value, change record)
     code: [u8; 7],
     link: Vec<u8>,
     state: Vec<u8>,
@@ -90,8 +143,21 @@ struct Rows {
     change: Vec<u8>,
 }
 
-fn encode(c: &Create, seq: u64) -> Rows {
-    let code = std::str::from_utf8(&c.code).unwrap();
+fn encode(c: &Create, seq: u64, layout: Layout) -> Rows {
+    let (key, code_bytes) = match layout {
+        Layout::Random => {
+            let mut buf = [0u8; 9];
+            buf[..7].copy_from_slice(&c.code);
+            (RecKey { buf, len: 7 }, c.code)
+        }
+        Layout::Counter => {
+            // the writer hands out counters in order: counter n = seq
+            let mut buf = [0u8; 9];
+            buf[1..].copy_from_slice(&seq.to_be_bytes());
+            (RecKey { buf, len: 9 }, counter_code(seq))
+        }
+    };
+    let code = std::str::from_utf8(&code_bytes).unwrap();
     let owner = std::str::from_utf8(&c.owner).unwrap();
     let link = format!(
         r#"{{"url":"{}","owner":"{}","created_at":{}}}"#,
@@ -108,12 +174,12 @@ fn encode(c: &Create, seq: u64) -> Rows {
         seq, code, owner, c.created_at, c.url
     )
     .into_bytes();
-    Rows { code: c.code, link, state, owner_key, seq_key: seq.to_be_bytes(), change }
+    Rows { key, code: code_bytes, link, state, owner_key, seq_key: seq.to_be_bytes(), change }
 }
 
 /// Encode a group with consecutive seqs starting at `*seq + 1`; returns the
 /// meta counter value if the group crossed a multiple of META_EVERY.
-fn encode_group(creates: &[&Create], seq: &mut u64) -> (Vec<Rows>, Option<u64>) {
+fn encode_group(creates: &[&Create], seq: &mut u64, layout: Layout) -> (Vec<Rows>, Option<u64>) {
     let mut meta = None;
     let rows = creates
         .iter()
@@ -122,7 +188,7 @@ fn encode_group(creates: &[&Create], seq: &mut u64) -> (Vec<Rows>, Option<u64>) 
             if *seq % META_EVERY == 0 {
                 meta = Some(*seq);
             }
-            encode(c, *seq)
+            encode(c, *seq, layout)
         })
         .collect();
     (rows, meta)
@@ -136,8 +202,8 @@ trait Store: Send + Sync {
     /// whose code already exists is skipped (read-then-write inside the
     /// serialized write transaction). Returns the number of skipped rows.
     fn commit(&self, rows: &[Rows], meta: Option<u64>, check_unique: bool) -> Res<usize>;
-    /// Point read of links[code]; returns value length if present.
-    fn get_link(&self, code: &[u8]) -> Res<Option<usize>>;
+    /// Point read of links[key]; returns value length if present.
+    fn get_link(&self, key: &[u8]) -> Res<Option<usize>>;
 }
 
 #[cfg(feature = "redb")]
@@ -185,12 +251,12 @@ mod redb_store {
                 let mut owner = tx.open_table(OWNER)?;
                 let mut changes = tx.open_table(CHANGES)?;
                 for r in rows {
-                    if check_unique && links.get(&r.code[..])?.is_some() {
+                    if check_unique && links.get(r.key.as_slice())?.is_some() {
                         dups += 1;
                         continue;
                     }
-                    links.insert(&r.code[..], r.link.as_slice())?;
-                    state.insert(&r.code[..], r.state.as_slice())?;
+                    links.insert(r.key.as_slice(), r.link.as_slice())?;
+                    state.insert(r.key.as_slice(), r.state.as_slice())?;
                     owner.insert(&r.owner_key[..], &r.code[..])?;
                     changes.insert(&r.seq_key[..], r.change.as_slice())?;
                 }
@@ -203,11 +269,11 @@ mod redb_store {
             Ok(dups)
         }
 
-        fn get_link(&self, code: &[u8]) -> Res<Option<usize>> {
+        fn get_link(&self, key: &[u8]) -> Res<Option<usize>> {
             // one read transaction per request, as an API handler would do
             let rtx = self.db.begin_read()?;
             let t = rtx.open_table(LINKS)?;
-            Ok(t.get(code)?.map(|v| v.value().len()))
+            Ok(t.get(key)?.map(|v| v.value().len()))
         }
     }
 }
@@ -252,12 +318,12 @@ mod fjall_store {
             let mut dups = 0;
             for r in rows {
                 // NB: not isolated from other writers; fine only because we have one writer
-                if check_unique && self.links.contains_key(r.code)? {
+                if check_unique && self.links.contains_key(r.key.as_slice())? {
                     dups += 1;
                     continue;
                 }
-                b.insert(&self.links, &r.code[..], r.link.as_slice());
-                b.insert(&self.state, &r.code[..], r.state.as_slice());
+                b.insert(&self.links, r.key.as_slice(), r.link.as_slice());
+                b.insert(&self.state, r.key.as_slice(), r.state.as_slice());
                 b.insert(&self.owner, &r.owner_key[..], &r.code[..]);
                 b.insert(&self.changes, &r.seq_key[..], r.change.as_slice());
             }
@@ -268,8 +334,8 @@ mod fjall_store {
             Ok(dups)
         }
 
-        fn get_link(&self, code: &[u8]) -> Res<Option<usize>> {
-            Ok(self.links.get(code)?.map(|v| v.len()))
+        fn get_link(&self, key: &[u8]) -> Res<Option<usize>> {
+            Ok(self.links.get(key)?.map(|v| v.len()))
         }
     }
 
@@ -304,12 +370,12 @@ mod fjall_store {
             let mut tx = self.db.write_tx().durability(Some(PersistMode::SyncAll));
             let mut dups = 0;
             for r in rows {
-                if check_unique && tx.get(&self.links, r.code)?.is_some() {
+                if check_unique && tx.get(&self.links, r.key.as_slice())?.is_some() {
                     dups += 1;
                     continue;
                 }
-                tx.insert(&self.links, &r.code[..], r.link.as_slice());
-                tx.insert(&self.state, &r.code[..], r.state.as_slice());
+                tx.insert(&self.links, r.key.as_slice(), r.link.as_slice());
+                tx.insert(&self.state, r.key.as_slice(), r.state.as_slice());
                 tx.insert(&self.owner, &r.owner_key[..], &r.code[..]);
                 tx.insert(&self.changes, &r.seq_key[..], r.change.as_slice());
             }
@@ -320,8 +386,8 @@ mod fjall_store {
             Ok(dups)
         }
 
-        fn get_link(&self, code: &[u8]) -> Res<Option<usize>> {
-            Ok(self.links.get(code)?.map(|v| v.len()))
+        fn get_link(&self, key: &[u8]) -> Res<Option<usize>> {
+            Ok(self.links.get(key)?.map(|v| v.len()))
         }
     }
 }
@@ -384,6 +450,7 @@ fn group_commit_phase(
     secs: f64,
     seq: &mut u64,
     check_unique: bool,
+    layout: Layout,
     owners: &Arc<Vec<[u8; 8]>>,
 ) -> Res<PhaseResult> {
     let (tx, rx) = mpsc::channel::<Req>();
@@ -403,7 +470,7 @@ fn group_commit_phase(
                     }
                 }
                 let creates: Vec<&Create> = pending.iter().map(|r| &r.create).collect();
-                let (rows, meta) = encode_group(&creates, &mut seq);
+                let (rows, meta) = encode_group(&creates, &mut seq, layout);
                 store.commit(&rows, meta, check_unique)?;
                 commits += 1;
                 for r in pending.drain(..) {
@@ -532,33 +599,40 @@ struct Opts {
     clients: Vec<usize>,
     max_batch: usize,
     stores: Vec<String>,
+    layouts: Vec<Layout>,
     dir: PathBuf,
     keep: bool,
     check_unique: bool,
     get_secs: f64,
 }
 
-fn run_store(name: &str, o: &Opts, owners: &Arc<Vec<[u8; 8]>>) -> Res<StoreReport> {
-    let dir = o.dir.join(name);
+fn run_store(
+    store_name: &str,
+    layout: Layout,
+    o: &Opts,
+    owners: &Arc<Vec<[u8; 8]>>,
+) -> Res<StoreReport> {
+    let name = &format!("{store_name}/{}", layout.name());
+    let dir = o.dir.join(format!("{store_name}-{}", layout.name()));
     if dir.exists() {
         fs::remove_dir_all(&dir)?;
     }
     fs::create_dir_all(&dir)?;
-    let store: Arc<dyn Store> = Arc::from(open_store(name, &dir)?);
+    let store: Arc<dyn Store> = Arc::from(open_store(store_name, &dir)?);
     let mut seq = 0u64;
 
     // ---- bulk preload (durable commits of preload_batch creates each)
     eprintln!("[{name}] preloading {} links ...", o.preload);
     let mut rng = Rng::new(1);
-    let mut codes: Vec<[u8; 7]> = Vec::with_capacity(o.preload as usize);
+    let mut keys: Vec<RecKey> = Vec::with_capacity(o.preload as usize);
     let t0 = Instant::now();
     let mut left = o.preload;
     while left > 0 {
         let n = left.min(o.preload_batch as u64);
         let creates: Vec<Create> = (0..n).map(|_| gen_create(&mut rng, owners)).collect();
-        codes.extend(creates.iter().map(|c| c.code));
         let refs: Vec<&Create> = creates.iter().collect();
-        let (rows, meta) = encode_group(&refs, &mut seq);
+        let (rows, meta) = encode_group(&refs, &mut seq, layout);
+        keys.extend(rows.iter().map(|r| r.key));
         store.commit(&rows, meta, o.check_unique)?;
         left -= n;
     }
@@ -575,23 +649,24 @@ fn run_store(name: &str, o: &Opts, owners: &Arc<Vec<[u8; 8]>>) -> Res<StoreRepor
             o.seconds,
             &mut seq,
             o.check_unique,
+            layout,
             owners,
         )?;
         phases.push(r);
     }
 
-    // ---- idle point gets of random existing (preloaded) codes, 1 reader
+    // ---- idle point gets of random existing (preloaded) keys, 1 reader
     eprintln!("[{name}] point gets ...");
     let (mut get_p50_us, mut get_p99_us, mut gets_per_s) = (0.0, 0.0, 0.0);
-    if !codes.is_empty() {
+    if !keys.is_empty() {
         let mut r = Rng::new(99);
         let mut lat_ns: Vec<u64> = Vec::with_capacity(1 << 20);
         let gstart = Instant::now();
         let gdeadline = gstart + Duration::from_secs_f64(o.get_secs);
         while Instant::now() < gdeadline && lat_ns.len() < 2_000_000 {
-            let code = &codes[r.below(codes.len() as u64) as usize];
+            let key = &keys[r.below(keys.len() as u64) as usize];
             let t = Instant::now();
-            let v = store.get_link(code)?;
+            let v = store.get_link(key.as_slice())?;
             lat_ns.push(t.elapsed().as_nanos() as u64);
             if v.is_none() {
                 return Err(format!("{name}: preloaded code missing").into());
@@ -635,6 +710,7 @@ fn mib(b: u64) -> String {
 fn usage() -> ! {
     eprintln!(
         "usage: store-choice [--seconds N] [--preload N] [--stores redb,fjall,fjall-tx]\n\
+         \x20                   [--layout random,counter]\n\
          \x20                   [--clients 1,16,64] [--batch 512] [--preload-batch 5000]\n\
          \x20                   [--get-seconds N] [--dir PATH] [--keep] [--check-unique]"
     );
@@ -649,6 +725,7 @@ fn parse_args() -> Opts {
         clients: vec![1, 16, 64],
         max_batch: 512,
         stores: vec!["redb".into(), "fjall".into(), "fjall-tx".into()],
+        layouts: vec![Layout::Random, Layout::Counter],
         dir: PathBuf::from("/work/tmp-storechoice"),
         keep: false,
         check_unique: false,
@@ -670,13 +747,23 @@ fn parse_args() -> Opts {
                     .collect()
             }
             "--stores" => o.stores = val().split(',').map(|s| s.trim().to_string()).collect(),
+            "--layout" | "--layouts" => {
+                o.layouts = val()
+                    .split(',')
+                    .map(|s| match s.trim() {
+                        "random" => Layout::Random,
+                        "counter" => Layout::Counter,
+                        _ => usage(),
+                    })
+                    .collect()
+            }
             "--dir" => o.dir = PathBuf::from(val()),
             "--keep" => o.keep = true,
             "--check-unique" => o.check_unique = true,
             _ => usage(),
         }
     }
-    if o.max_batch == 0 || o.preload_batch == 0 {
+    if o.max_batch == 0 || o.preload_batch == 0 || o.layouts.is_empty() {
         usage();
     }
     o
@@ -691,7 +778,7 @@ fn main() -> Res<()> {
     let mut r = Rng::new(5);
     let (mut l, mut s, mut ch) = (0usize, 0usize, 0usize);
     for i in 0..10_000u64 {
-        let e = encode(&gen_create(&mut r, &owners), 1_000_000 + i);
+        let e = encode(&gen_create(&mut r, &owners), 1_000_000 + i, Layout::Random);
         l += e.link.len();
         s += e.state.len();
         ch += e.change.len();
@@ -700,7 +787,9 @@ fn main() -> Res<()> {
 
     let mut reports = Vec::new();
     for name in &o.stores {
-        reports.push(run_store(name, &o, &owners)?);
+        for &layout in &o.layouts {
+            reports.push(run_store(name, layout, &o, &owners)?);
+        }
     }
     if !o.keep {
         let _ = fs::remove_dir(&o.dir);
@@ -708,15 +797,16 @@ fn main() -> Res<()> {
 
     println!();
     println!(
-        "store-choice: preload={} seconds/phase={} B={} check_unique={} dir={}",
+        "store-choice: preload={} seconds/phase={} B={} check_unique={} layouts={} dir={}",
         o.preload,
         o.seconds,
         o.max_batch,
         o.check_unique,
+        o.layouts.iter().map(|l| l.name()).collect::<Vec<_>>().join(","),
         o.dir.display()
     );
     println!(
-        "row sizes (mean): links value {} B, link_state {} B, owner_idx key 17 B -> 7 B, changes value {} B",
+        "row sizes (mean): links/link_state key 7 B (random) or 9 B (counter), links value {} B, link_state {} B, owner_idx key 17 B -> 7 B, changes value {} B",
         l / 10_000,
         s / 10_000,
         ch / 10_000
