@@ -3,6 +3,7 @@
 //! - [`store`]: the durable record behind a trait, and [`store::embedded`], the default redb
 //!   store with group commit, counter-block leasing and the ordered change log;
 //! - [`api`]: the public HTTP API (axum) and its one error type;
+//! - [`edge`]: the internal edge listener engines read through to (origin lookups);
 //! - [`auth`]: API keys, stored hashed in a file beside the store;
 //! - [`ratelimit`]: per-owner token buckets for creation;
 //! - [`metrics`]: the Prometheus registry;
@@ -11,6 +12,7 @@
 pub mod api;
 pub mod auth;
 pub mod clock;
+pub mod edge;
 pub mod metrics;
 pub mod ratelimit;
 pub mod store;

@@ -67,6 +67,9 @@ struct ServeArgs {
     /// Public API listener.
     #[arg(long, env = "LASTHOP_API_LISTEN", default_value = "127.0.0.1:8081")]
     api_listen: SocketAddr,
+    /// Internal edge listener (origin lookups for engines; keep it off the public network).
+    #[arg(long, env = "LASTHOP_EDGE_LISTEN", default_value = "127.0.0.1:8082")]
+    edge_listen: SocketAddr,
     /// Base of every short_url.
     #[arg(
         long,
@@ -178,6 +181,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         api,
         metrics,
     );
+    let edge_state = lasthop_control::edge::EdgeState::new(Arc::clone(&store) as Arc<dyn Store>);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("api")
@@ -186,15 +190,38 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(args.api_listen)
             .await
             .with_context(|| format!("binding {}", args.api_listen))?;
+        let edge_listener = tokio::net::TcpListener::bind(args.edge_listen)
+            .await
+            .with_context(|| format!("binding {}", args.edge_listen))?;
         let addr = listener.local_addr()?;
-        tracing::info!(api = %addr, key_id = format_args!("{:08x}", key.id()), "control plane serving");
-        // One machine-readable line on stdout, so scripts and tests can use --api-listen :0.
-        println!("api listening on http://{addr}");
-        use std::io::Write as _;
-        std::io::stdout().flush()?;
-        axum::serve(listener, router(state))
-            .with_graceful_shutdown(shutdown_signal())
-            .await?;
+        let edge_addr = edge_listener.local_addr()?;
+        tracing::info!(api = %addr, edge = %edge_addr, key_id = format_args!("{:08x}", key.id()), "control plane serving");
+        // Machine-readable lines on stdout, so scripts and tests can use --api-listen :0 and
+        // --edge-listen :0. The api line stays first; both go in one write, so a reader that
+        // takes only the first line and closes the pipe cannot fail the second.
+        {
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            out.write_all(
+                format!("api listening on http://{addr}\nedge listening on http://{edge_addr}\n")
+                    .as_bytes(),
+            )?;
+            out.flush()?;
+        }
+        // One shutdown signal drains both listeners.
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        });
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            // An Err means the sender is gone, which only happens after the signal.
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let api = axum::serve(listener, router(state)).with_graceful_shutdown(stopped(stop_rx.clone()));
+        let edge = axum::serve(edge_listener, lasthop_control::edge::router(edge_state))
+            .with_graceful_shutdown(stopped(stop_rx));
+        tokio::try_join!(async { api.await }, async { edge.await })?;
         anyhow::Ok(())
     })?;
     // Requests are drained; hand the unused counter block back.

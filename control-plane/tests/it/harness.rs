@@ -52,42 +52,59 @@ impl Site {
         CodeScheme::new(&PermutationKey::load(&self.key_file()).expect("key")).expect("scheme")
     }
 
-    /// Starts `serve` on an ephemeral port and waits until it listens.
+    /// Starts `serve` on ephemeral ports (API and edge listener) and waits until it listens.
     pub fn start(&self, extra: &[&str]) -> Server {
-        let mut child = Command::new(BIN)
-            .arg("serve")
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
             .arg("--key-file")
             .arg(self.key_file())
-            .args(["--api-listen", "127.0.0.1:0", "--create-rate", "0"])
+            .args(["--api-listen", "127.0.0.1:0", "--create-rate", "0"]);
+        if !extra.contains(&"--edge-listen") {
+            cmd.args(["--edge-listen", "127.0.0.1:0"]);
+        }
+        let mut child = cmd
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("serve starts");
         let stdout = child.stdout.take().expect("piped stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read listen line");
-        let base = line
-            .trim()
-            .strip_prefix("api listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        Server { child, base }
+        let mut lines = BufReader::new(stdout);
+        let mut listen_line = |prefix: &str| {
+            let mut line = String::new();
+            lines.read_line(&mut line).expect("read listen line");
+            line.trim()
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("expected {prefix:?}..., got {line:?}"))
+                .to_string()
+        };
+        // The api line comes first (scripts rely on it), the edge line right after.
+        let base = listen_line("api listening on ");
+        let edge_base = listen_line("edge listening on ");
+        Server {
+            child,
+            base,
+            edge_base,
+        }
     }
 }
 
 pub struct Server {
     pub child: Child,
     pub base: String,
+    /// The internal edge listener, e.g. `http://127.0.0.1:PORT`.
+    pub edge_base: String,
 }
 
 impl Server {
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
+    }
+
+    pub fn edge_url(&self, path: &str) -> String {
+        format!("{}{}", self.edge_base, path)
     }
 
     /// SIGKILL: no chance to return anything.

@@ -1,0 +1,795 @@
+//! Engine metrics: per-core counters written by their core, read by the admin thread, and the
+//! Prometheus text rendering of the whole process.
+//!
+//! Each serving core owns one [`CoreMetrics`] and is its only writer, so an increment is a
+//! relaxed load and store rather than a locked read-modify-write: on x86 that is two plain moves
+//! instead of a `lock xadd` (about 20 cycles that would otherwise sit on every request). The admin
+//! thread reads with relaxed loads; a value it sees may be a request behind, never torn. Each
+//! `CoreMetrics` is aligned to 128 bytes (two cache lines: the adjacent-line prefetcher pairs
+//! them) so no two cores ever share a line.
+//!
+//! Series are summed over cores except where a per-core view is what an operator needs (open
+//! connections and requests per core, to spot an unbalanced `SO_REUSEPORT` spread). No metric is
+//! ever labelled by a code: the hot codes are `/debug/top`'s business.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::origin::OriginStats;
+
+/// Response status classes counted per core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum StatusClass {
+    /// 302: the redirect.
+    Found = 0,
+    NotFound = 1,
+    /// 410: deleted, disabled, taken down, expired.
+    Gone = 2,
+    /// 200: preview or warning interstitial.
+    Ok = 3,
+    MethodNotAllowed = 4,
+    BadRequest = 5,
+    /// 425: a request in TLS early data that may not be replayed.
+    TooEarly = 6,
+    Other = 7,
+}
+
+impl StatusClass {
+    /// Every class, in index order.
+    pub const ALL: [StatusClass; 8] = [
+        StatusClass::Found,
+        StatusClass::NotFound,
+        StatusClass::Gone,
+        StatusClass::Ok,
+        StatusClass::MethodNotAllowed,
+        StatusClass::BadRequest,
+        StatusClass::TooEarly,
+        StatusClass::Other,
+    ];
+
+    /// The class of an HTTP status code.
+    pub fn of(status: u16) -> StatusClass {
+        match status {
+            302 => StatusClass::Found,
+            404 => StatusClass::NotFound,
+            410 => StatusClass::Gone,
+            200 => StatusClass::Ok,
+            405 => StatusClass::MethodNotAllowed,
+            400 => StatusClass::BadRequest,
+            425 => StatusClass::TooEarly,
+            _ => StatusClass::Other,
+        }
+    }
+
+    /// The `status` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            StatusClass::Found => "302",
+            StatusClass::NotFound => "404",
+            StatusClass::Gone => "410",
+            StatusClass::Ok => "200",
+            StatusClass::MethodNotAllowed => "405",
+            StatusClass::BadRequest => "400",
+            StatusClass::TooEarly => "425",
+            StatusClass::Other => "other",
+        }
+    }
+}
+
+/// Most answer layers [`CoreMetrics::answer`] counts; higher indexes are ignored.
+pub const MAX_LAYERS: usize = 8;
+
+/// The layer names of the request path in DESIGN.md's order; `answer.rs` owns the indexes and
+/// passes its own list to [`EngineMetrics::new`]; this one is for tests and tools.
+pub const DEFAULT_LAYER_NAMES: [&str; 6] = [
+    "invalid",
+    "high_water",
+    "denylist",
+    "snapshot",
+    "overlay",
+    "origin",
+];
+
+/// What an origin read-through told a core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum OriginOutcome {
+    Found = 0,
+    NotFound = 1,
+    Unavailable = 2,
+}
+
+const ORIGIN_OUTCOMES: [&str; 3] = ["found", "not_found", "unavailable"];
+
+/// Latency buckets: `le` = 2^i µs for i in 0..LATENCY_BUCKETS (1 µs … about 1.05 s), then +Inf.
+pub const LATENCY_BUCKETS: usize = 21;
+
+/// The bucket of a latency in nanoseconds: the smallest i with ns <= 2^i µs, or
+/// `LATENCY_BUCKETS` (the +Inf bucket).
+fn latency_bucket(ns: u64) -> usize {
+    let us = ns.div_ceil(1000);
+    if us <= 1 {
+        return 0;
+    }
+    // ceil(log2(us)) for us >= 2; at most 64, so the cast is lossless.
+    let b = (64 - (us - 1).leading_zeros()) as usize;
+    b.min(LATENCY_BUCKETS)
+}
+
+/// One serving core's counters. The core is the only writer; see the module docs.
+#[derive(Debug)]
+#[repr(align(128))]
+pub struct CoreMetrics {
+    requests: [AtomicU64; 8],
+    answers: [AtomicU64; MAX_LAYERS],
+    /// Per-bucket (not cumulative) counts; the last is the +Inf overflow.
+    latency: [AtomicU64; LATENCY_BUCKETS + 1],
+    latency_sum_ns: AtomicU64,
+    open_connections: AtomicU64,
+    accepted: AtomicU64,
+    closed: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    origin: [AtomicU64; 3],
+}
+
+/// Single-writer increment: a relaxed load and store, no locked instruction. Correct because
+/// only the owning core writes; readers see some recent value.
+#[inline]
+fn bump(c: &AtomicU64, by: u64) {
+    c.store(
+        c.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+impl Default for CoreMetrics {
+    fn default() -> Self {
+        CoreMetrics::new()
+    }
+}
+
+impl CoreMetrics {
+    pub fn new() -> CoreMetrics {
+        CoreMetrics {
+            requests: Default::default(),
+            answers: Default::default(),
+            latency: Default::default(),
+            latency_sum_ns: AtomicU64::new(0),
+            open_connections: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            origin: Default::default(),
+        }
+    }
+
+    /// One response sent, by status class.
+    #[inline]
+    pub fn request(&self, class: StatusClass) {
+        bump(&self.requests[class as usize], 1);
+    }
+
+    /// One request answered by layer `layer` (the request path's own index; see
+    /// [`EngineMetrics::new`]). Indexes at or above [`MAX_LAYERS`] are ignored.
+    #[inline]
+    pub fn answer(&self, layer: usize) {
+        if let Some(c) = self.answers.get(layer) {
+            bump(c, 1);
+        }
+    }
+
+    /// Time from the first byte of a request to its response being queued.
+    #[inline]
+    pub fn latency_ns(&self, ns: u64) {
+        bump(&self.latency[latency_bucket(ns)], 1);
+        bump(&self.latency_sum_ns, ns);
+    }
+
+    /// [`CoreMetrics::latency_ns`] from a `Duration` (saturating at u64 nanoseconds, 584 years).
+    #[inline]
+    pub fn latency(&self, d: Duration) {
+        self.latency_ns(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// A connection accepted (and now open).
+    #[inline]
+    pub fn connection_opened(&self) {
+        bump(&self.accepted, 1);
+        bump(&self.open_connections, 1);
+    }
+
+    /// A connection closed.
+    #[inline]
+    pub fn connection_closed(&self) {
+        bump(&self.closed, 1);
+        let open = self.open_connections.load(Ordering::Relaxed);
+        self.open_connections
+            .store(open.saturating_sub(1), Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn bytes_in(&self, n: u64) {
+        bump(&self.bytes_in, n);
+    }
+
+    #[inline]
+    pub fn bytes_out(&self, n: u64) {
+        bump(&self.bytes_out, n);
+    }
+
+    /// An origin reply reached this core.
+    #[inline]
+    pub fn origin_reply(&self, outcome: OriginOutcome) {
+        bump(&self.origin[outcome as usize], 1);
+    }
+
+    /// Responses sent with `class` so far.
+    pub fn requests(&self, class: StatusClass) -> u64 {
+        self.requests[class as usize].load(Ordering::Relaxed)
+    }
+
+    /// All responses sent so far.
+    pub fn requests_total(&self) -> u64 {
+        self.requests
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> u64 {
+        self.open_connections.load(Ordering::Relaxed)
+    }
+}
+
+/// Health flags the admin listener's `/readyz` reports and `/metrics` shows.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// Set once a snapshot is mapped and the listeners accept.
+    pub ready: AtomicBool,
+    /// The feed's heartbeat timed out (safe mode).
+    pub feed_lost: AtomicBool,
+    /// No usable snapshot file.
+    pub snapshot_missing: AtomicBool,
+}
+
+impl Health {
+    /// `Ok` when ready, else the first reason it is not.
+    pub fn readiness(&self) -> Result<(), &'static str> {
+        if self.snapshot_missing.load(Ordering::Relaxed) {
+            Err("snapshot missing")
+        } else if self.feed_lost.load(Ordering::Relaxed) {
+            Err("feed lost")
+        } else if !self.ready.load(Ordering::Relaxed) {
+            Err("starting")
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The whole process's metrics: the cores' counters plus process-level gauges.
+#[derive(Debug)]
+pub struct EngineMetrics {
+    /// One per serving core, index = core number.
+    pub cores: Vec<Arc<CoreMetrics>>,
+    /// `"io_uring"` or `"epoll"`, chosen at start.
+    pub io_backend: &'static str,
+    /// Names of the answer layers, by [`CoreMetrics::answer`] index.
+    pub layer_names: &'static [&'static str],
+    /// Feed sequence of the snapshot being served.
+    pub snapshot_sequence: AtomicU64,
+    /// Links in that snapshot.
+    pub snapshot_links: AtomicU64,
+    /// Snapshot swaps (SIGHUP or the feed) since start.
+    pub snapshot_swaps: AtomicU64,
+    pub health: Health,
+    /// The origin read-through's fetch counters, when `--control` is given.
+    pub origin: Option<Arc<OriginStats>>,
+}
+
+/// Appends one metric family's HELP and TYPE lines (also used by [`crate::origin`] and
+/// [`crate::admin`]).
+pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    // Writing to a String cannot fail.
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+pub(crate) fn sample(out: &mut String, name: &str, labels: &str, value: u64) {
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {value}");
+    } else {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
+    }
+}
+
+impl EngineMetrics {
+    /// Metrics for `cores` serving cores. `layer_names[i]` names answer layer `i` (at most
+    /// [`MAX_LAYERS`] are shown).
+    pub fn new(
+        cores: usize,
+        io_backend: &'static str,
+        layer_names: &'static [&'static str],
+    ) -> EngineMetrics {
+        EngineMetrics {
+            cores: (0..cores).map(|_| Arc::new(CoreMetrics::new())).collect(),
+            io_backend,
+            layer_names,
+            snapshot_sequence: AtomicU64::new(0),
+            snapshot_links: AtomicU64::new(0),
+            snapshot_swaps: AtomicU64::new(0),
+            health: Health::default(),
+            origin: None,
+        }
+    }
+
+    fn sum(&self, f: impl Fn(&CoreMetrics) -> &AtomicU64) -> u64 {
+        self.cores
+            .iter()
+            .map(|c| f(c).load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of every metric.
+    pub fn render_prometheus(&self) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        let o = &mut out;
+
+        family(
+            o,
+            "lasthop_engine_io_backend",
+            "gauge",
+            "The socket loop in use (1 for the one chosen at start).",
+        );
+        sample(
+            o,
+            "lasthop_engine_io_backend",
+            &format!("backend=\"{}\"", self.io_backend),
+            1,
+        );
+        family(o, "lasthop_engine_cores", "gauge", "Serving cores.");
+        sample(o, "lasthop_engine_cores", "", self.cores.len() as u64);
+
+        family(
+            o,
+            "lasthop_engine_requests_total",
+            "counter",
+            "Responses sent, by status.",
+        );
+        for class in StatusClass::ALL {
+            let n = self.sum(|c| &c.requests[class as usize]);
+            sample(
+                o,
+                "lasthop_engine_requests_total",
+                &format!("status=\"{}\"", class.label()),
+                n,
+            );
+        }
+        family(
+            o,
+            "lasthop_engine_core_requests_total",
+            "counter",
+            "Responses sent, by serving core.",
+        );
+        for (i, c) in self.cores.iter().enumerate() {
+            sample(
+                o,
+                "lasthop_engine_core_requests_total",
+                &format!("core=\"{i}\""),
+                c.requests_total(),
+            );
+        }
+
+        family(
+            o,
+            "lasthop_engine_answers_total",
+            "counter",
+            "Requests for a code, by the layer that decided the answer.",
+        );
+        for (i, name) in self.layer_names.iter().enumerate().take(MAX_LAYERS) {
+            let n = self.sum(|c| &c.answers[i]);
+            sample(
+                o,
+                "lasthop_engine_answers_total",
+                &format!("layer=\"{name}\""),
+                n,
+            );
+        }
+
+        let h = "lasthop_engine_request_duration_seconds";
+        family(
+            o,
+            h,
+            "histogram",
+            "Time from a request's first byte to its response being queued.",
+        );
+        let mut cumulative = 0u64;
+        for b in 0..=LATENCY_BUCKETS {
+            cumulative = cumulative.wrapping_add(self.sum(|c| &c.latency[b]));
+            let le = if b == LATENCY_BUCKETS {
+                "+Inf".to_string()
+            } else {
+                // 2^b µs in seconds, exact in decimal.
+                format_seconds_from_us(1u64 << b)
+            };
+            sample(
+                o,
+                &format!("{h}_bucket"),
+                &format!("le=\"{le}\""),
+                cumulative,
+            );
+        }
+        let sum_ns = self.sum(|c| &c.latency_sum_ns);
+        let _ = writeln!(
+            o,
+            "{h}_sum {}.{:09}",
+            sum_ns / 1_000_000_000,
+            sum_ns % 1_000_000_000
+        );
+        sample(o, &format!("{h}_count"), "", cumulative);
+
+        family(
+            o,
+            "lasthop_engine_open_connections",
+            "gauge",
+            "Client connections open, by serving core.",
+        );
+        for (i, c) in self.cores.iter().enumerate() {
+            sample(
+                o,
+                "lasthop_engine_open_connections",
+                &format!("core=\"{i}\""),
+                c.open_connections(),
+            );
+        }
+        family(
+            o,
+            "lasthop_engine_connections_accepted_total",
+            "counter",
+            "Client connections accepted.",
+        );
+        sample(
+            o,
+            "lasthop_engine_connections_accepted_total",
+            "",
+            self.sum(|c| &c.accepted),
+        );
+        family(
+            o,
+            "lasthop_engine_connections_closed_total",
+            "counter",
+            "Client connections closed.",
+        );
+        sample(
+            o,
+            "lasthop_engine_connections_closed_total",
+            "",
+            self.sum(|c| &c.closed),
+        );
+        family(
+            o,
+            "lasthop_engine_received_bytes_total",
+            "counter",
+            "Bytes read from clients.",
+        );
+        sample(
+            o,
+            "lasthop_engine_received_bytes_total",
+            "",
+            self.sum(|c| &c.bytes_in),
+        );
+        family(
+            o,
+            "lasthop_engine_sent_bytes_total",
+            "counter",
+            "Bytes written to clients.",
+        );
+        sample(
+            o,
+            "lasthop_engine_sent_bytes_total",
+            "",
+            self.sum(|c| &c.bytes_out),
+        );
+
+        family(
+            o,
+            "lasthop_engine_origin_replies_total",
+            "counter",
+            "Origin read-through answers delivered to serving cores, by outcome.",
+        );
+        for (i, name) in ORIGIN_OUTCOMES.iter().enumerate() {
+            sample(
+                o,
+                "lasthop_engine_origin_replies_total",
+                &format!("outcome=\"{name}\""),
+                self.sum(|c| &c.origin[i]),
+            );
+        }
+        if let Some(stats) = &self.origin {
+            stats.render(o);
+        }
+
+        family(
+            o,
+            "lasthop_engine_snapshot_sequence",
+            "gauge",
+            "Feed sequence of the snapshot being served.",
+        );
+        sample(
+            o,
+            "lasthop_engine_snapshot_sequence",
+            "",
+            self.snapshot_sequence.load(Ordering::Relaxed),
+        );
+        family(
+            o,
+            "lasthop_engine_snapshot_links",
+            "gauge",
+            "Links in the snapshot being served.",
+        );
+        sample(
+            o,
+            "lasthop_engine_snapshot_links",
+            "",
+            self.snapshot_links.load(Ordering::Relaxed),
+        );
+        family(
+            o,
+            "lasthop_engine_snapshot_swaps_total",
+            "counter",
+            "Snapshots swapped in since start.",
+        );
+        sample(
+            o,
+            "lasthop_engine_snapshot_swaps_total",
+            "",
+            self.snapshot_swaps.load(Ordering::Relaxed),
+        );
+
+        let flag = |b: &AtomicBool| u64::from(b.load(Ordering::Relaxed));
+        family(
+            o,
+            "lasthop_engine_ready",
+            "gauge",
+            "1 when /readyz answers 200.",
+        );
+        sample(
+            o,
+            "lasthop_engine_ready",
+            "",
+            u64::from(self.health.readiness().is_ok()),
+        );
+        family(
+            o,
+            "lasthop_engine_feed_lost",
+            "gauge",
+            "1 while the feed's heartbeat is missing (safe mode).",
+        );
+        sample(
+            o,
+            "lasthop_engine_feed_lost",
+            "",
+            flag(&self.health.feed_lost),
+        );
+        family(
+            o,
+            "lasthop_engine_snapshot_missing",
+            "gauge",
+            "1 while no usable snapshot is mapped.",
+        );
+        sample(
+            o,
+            "lasthop_engine_snapshot_missing",
+            "",
+            flag(&self.health.snapshot_missing),
+        );
+        out
+    }
+}
+
+/// `us` microseconds as decimal seconds without float rounding, e.g. 1 → "0.000001".
+fn format_seconds_from_us(us: u64) -> String {
+    let s = format!("{}.{:06}", us / 1_000_000, us % 1_000_000);
+    let s = s.trim_end_matches('0');
+    s.strip_suffix('.').unwrap_or(s).to_string()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A strict-enough check of the text format: every sample belongs to a family announced by
+    /// HELP and TYPE before it, names and labels are well formed, values parse, histogram buckets
+    /// are cumulative, and no label is called `code`.
+    pub(crate) fn check_exposition(text: &str) {
+        use std::collections::{HashMap, HashSet};
+        let mut typed: HashMap<String, String> = HashMap::new();
+        let mut helped: HashSet<String> = HashSet::new();
+        let mut seen_samples: HashSet<String> = HashSet::new();
+        let mut last_bucket: HashMap<String, f64> = HashMap::new();
+        let name_ok = |n: &str| {
+            !n.is_empty()
+                && n.chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        };
+        assert!(text.ends_with('\n'), "ends with a newline");
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').expect("HELP name text");
+                assert!(name_ok(name) && !help.is_empty(), "{line}");
+                assert!(
+                    helped.insert(name.to_string()),
+                    "one HELP per family: {name}"
+                );
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                assert!(
+                    typed.insert(name.to_string(), kind.to_string()).is_none(),
+                    "{line}"
+                );
+                continue;
+            }
+            assert!(!line.starts_with('#') && !line.is_empty(), "{line:?}");
+            let (series, value) = line.rsplit_once(' ').expect("series value");
+            let value: f64 = if value == "+Inf" {
+                f64::INFINITY
+            } else {
+                value.parse().expect(line)
+            };
+            let (name, labels) = match series.split_once('{') {
+                Some((n, l)) => (n, l.strip_suffix('}').expect("closing brace")),
+                None => (series, ""),
+            };
+            assert!(name_ok(name), "{line}");
+            assert!(name.starts_with("lasthop_engine_"), "{line}");
+            let fam = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| {
+                    name.strip_suffix(s)
+                        .filter(|f| typed.get(*f).map(String::as_str) == Some("histogram"))
+                })
+                .unwrap_or(name);
+            assert!(
+                typed.contains_key(fam) && helped.contains(fam),
+                "family announced: {line}"
+            );
+            if typed[fam] == "counter" {
+                assert!(fam.ends_with("_total"), "{line}");
+            }
+            if !labels.is_empty() {
+                for pair in labels.split(',') {
+                    let (k, v) = pair.split_once('=').expect("label pair");
+                    assert!(name_ok(k) && k != "code", "{line}");
+                    assert!(
+                        v.len() >= 2 && v.starts_with('"') && v.ends_with('"'),
+                        "{line}"
+                    );
+                }
+            }
+            assert!(
+                seen_samples.insert(series.to_string()),
+                "duplicate series {series}"
+            );
+            if name.ends_with("_bucket") {
+                let prev = last_bucket.insert(fam.to_string(), value).unwrap_or(0.0);
+                assert!(value >= prev, "cumulative buckets: {line}");
+            }
+        }
+    }
+
+    #[test]
+    fn latency_buckets_are_log2_microseconds() {
+        assert_eq!(latency_bucket(0), 0);
+        assert_eq!(latency_bucket(1_000), 0);
+        assert_eq!(latency_bucket(1_001), 1);
+        assert_eq!(latency_bucket(2_000), 1);
+        assert_eq!(latency_bucket(2_001), 2);
+        assert_eq!(latency_bucket(1_000 << 20), 20);
+        assert_eq!(latency_bucket((1_000 << 20) + 1), LATENCY_BUCKETS);
+        assert_eq!(latency_bucket(u64::MAX), LATENCY_BUCKETS);
+        assert_eq!(format_seconds_from_us(1), "0.000001");
+        assert_eq!(format_seconds_from_us(1 << 20), "1.048576");
+        assert_eq!(format_seconds_from_us(1_000_000), "1");
+    }
+
+    #[test]
+    fn core_metrics_are_line_aligned() {
+        assert_eq!(std::mem::align_of::<CoreMetrics>(), 128);
+        let m = EngineMetrics::new(3, "epoll", &DEFAULT_LAYER_NAMES);
+        for c in &m.cores {
+            assert_eq!(Arc::as_ptr(c) as usize % 128, 0);
+        }
+    }
+
+    #[test]
+    fn renders_valid_prometheus_text() {
+        let m = EngineMetrics::new(2, "io_uring", &DEFAULT_LAYER_NAMES);
+        let (a, b) = (&m.cores[0], &m.cores[1]);
+        a.request(StatusClass::of(302));
+        a.request(StatusClass::of(302));
+        b.request(StatusClass::of(302));
+        b.request(StatusClass::of(404));
+        b.request(StatusClass::of(503));
+        a.answer(3);
+        b.answer(1);
+        b.answer(99); // ignored
+        a.latency_ns(500);
+        a.latency(Duration::from_micros(3));
+        b.latency(Duration::from_secs(5));
+        a.connection_opened();
+        a.connection_opened();
+        a.connection_closed();
+        b.bytes_in(100);
+        a.bytes_out(40);
+        b.origin_reply(OriginOutcome::NotFound);
+        m.snapshot_sequence.store(42, Ordering::Relaxed);
+        m.snapshot_links.store(1_000_000, Ordering::Relaxed);
+        let text = m.render_prometheus();
+        check_exposition(&text);
+        for line in [
+            "lasthop_engine_io_backend{backend=\"io_uring\"} 1",
+            "lasthop_engine_cores 2",
+            "lasthop_engine_requests_total{status=\"302\"} 3",
+            "lasthop_engine_requests_total{status=\"404\"} 1",
+            "lasthop_engine_requests_total{status=\"other\"} 1",
+            "lasthop_engine_requests_total{status=\"425\"} 0",
+            "lasthop_engine_core_requests_total{core=\"0\"} 2",
+            "lasthop_engine_core_requests_total{core=\"1\"} 3",
+            "lasthop_engine_answers_total{layer=\"snapshot\"} 1",
+            "lasthop_engine_answers_total{layer=\"high_water\"} 1",
+            "lasthop_engine_answers_total{layer=\"origin\"} 0",
+            "lasthop_engine_request_duration_seconds_bucket{le=\"0.000001\"} 1",
+            "lasthop_engine_request_duration_seconds_bucket{le=\"0.000002\"} 1",
+            "lasthop_engine_request_duration_seconds_bucket{le=\"0.000004\"} 2",
+            "lasthop_engine_request_duration_seconds_bucket{le=\"1.048576\"} 2",
+            "lasthop_engine_request_duration_seconds_bucket{le=\"+Inf\"} 3",
+            "lasthop_engine_request_duration_seconds_sum 5.000003500",
+            "lasthop_engine_request_duration_seconds_count 3",
+            "lasthop_engine_open_connections{core=\"0\"} 1",
+            "lasthop_engine_open_connections{core=\"1\"} 0",
+            "lasthop_engine_connections_accepted_total 2",
+            "lasthop_engine_connections_closed_total 1",
+            "lasthop_engine_received_bytes_total 100",
+            "lasthop_engine_sent_bytes_total 40",
+            "lasthop_engine_origin_replies_total{outcome=\"not_found\"} 1",
+            "lasthop_engine_snapshot_sequence 42",
+            "lasthop_engine_snapshot_links 1000000",
+            "lasthop_engine_ready 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn readiness_reasons() {
+        let h = Health::default();
+        assert_eq!(h.readiness(), Err("starting"));
+        h.ready.store(true, Ordering::Relaxed);
+        assert_eq!(h.readiness(), Ok(()));
+        h.feed_lost.store(true, Ordering::Relaxed);
+        assert_eq!(h.readiness(), Err("feed lost"));
+        h.snapshot_missing.store(true, Ordering::Relaxed);
+        assert_eq!(h.readiness(), Err("snapshot missing"));
+    }
+
+    #[test]
+    fn connection_gauge_never_wraps() {
+        let c = CoreMetrics::new();
+        c.connection_closed();
+        assert_eq!(c.open_connections(), 0);
+    }
+}
