@@ -1,0 +1,307 @@
+//! The engine's pure request path: `http::parse` + `answer::decide` + `render::render_for` of
+//! one GET, against a 1M-link snapshot (the goal is under 300 ns per request).
+//!
+//! The snapshot is the same file `benches/snapshot.rs` uses (`Synth`, the same key and seeds,
+//! in `$CARGO_TARGET_DIR/lasthop-bench/`), built once if missing (a few seconds) and memory
+//! mapped, as the engine serves it. The denylist holds 10,000 codes (none of the ones asked),
+//! so its check is a real hash probe, not the empty-list shortcut. Requests cycle through 64K
+//! distinct codes, so each lookup lands on a cold cache line of a warm file, like real traffic;
+//! each request is first copied into one hot input buffer, as recv would leave it (the copy,
+//! ~10 ns, is timed too, and shown alone as `part_receive_copy`).
+//!
+//! - `hit_curl`, `hit_wrk`, `hit_browser`: a generated code in the snapshot → 302, with the
+//!   headers each client really sends (the browser's are ~500 bytes);
+//! - `never_issued`: random well-formed codes above the high-water mark → 404 by arithmetic
+//!   (the scanner case);
+//! - `alias`: an alias in the snapshot → 302;
+//! - `fixed`: `render_fixed` alone, the floor (the cost of emitting any response at all);
+//! - `part_*`: the pieces of `hit_*` alone, to see where the time goes.
+//!
+//! `cargo bench -p lasthop-benches --bench request`
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use lasthop_core::region::DEFAULT_RESERVE;
+use lasthop_core::{CodeScheme, HighWater, PermutationKey};
+use lasthop_engine::answer::{decide, Answer, Layer};
+use lasthop_engine::denylist::{Deny, Denylist};
+use lasthop_engine::http::{parse, Limits, Parse};
+use lasthop_engine::render::{render_fixed, render_for};
+use lasthop_engine::tables::Tables;
+use lasthop_snapshot::{Snapshot, SnapshotMeta, SnapshotWriter, Synth};
+
+const COUNT: u64 = 1_000_000;
+const LABEL: &str = "1M";
+const KEYS: usize = 1 << 16;
+// The same key and seeds as benches/snapshot.rs, so both suites share one file.
+const HASH_SEED: u64 = 0x5eed;
+const DATA_SEED: u64 = 1;
+/// Before every synthetic expiry (they start at 1.8e12), so hits redirect.
+const NOW_MS: i64 = 1_700_000_000_000;
+
+const CURL: &str =
+    "GET /{} HTTP/1.1\r\nHost: lh.example\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n";
+const WRK: &str = "GET /{} HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n";
+const BROWSER: &str = "GET /{} HTTP/1.1\r\nHost: lh.example\r\n\
+User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0\r\n\
+Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8\r\n\
+Accept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br, zstd\r\n\
+Referer: https://news.example.com/article/12345\r\nConnection: keep-alive\r\n\
+Upgrade-Insecure-Requests: 1\r\nSec-Fetch-Dest: document\r\nSec-Fetch-Mode: navigate\r\n\
+Sec-Fetch-Site: cross-site\r\nSec-Fetch-User: ?1\r\nPriority: u=0, i\r\n\r\n";
+
+fn scheme() -> (PermutationKey, CodeScheme) {
+    let key = PermutationKey::from_bytes(&[0x5a; 16]).expect("16 bytes is an AES-128 key");
+    let scheme = CodeScheme::new(&key).expect("radix 62, length 7 is a valid FF1 domain");
+    (key, scheme)
+}
+
+fn snapshot_file(key: &PermutationKey, scheme: &CodeScheme) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let dir = target.join("lasthop-bench");
+    std::fs::create_dir_all(&dir).expect("create the bench data directory");
+    let path = dir.join(format!(
+        "synth-{LABEL}-v{}.snap",
+        lasthop_snapshot::FORMAT_VERSION
+    ));
+    let synth = Synth::new(scheme.clone(), COUNT, DATA_SEED);
+    let reusable = Snapshot::open(&path)
+        .map(|s| s.links() == synth.total() && s.key_id() == key.id())
+        .unwrap_or(false);
+    if !reusable {
+        eprintln!("building {} ({LABEL} links, once)", path.display());
+        let mut hw = HighWater::new(1, DEFAULT_RESERVE).expect("one region");
+        hw.raise(0, COUNT).expect("region 0 exists");
+        let meta = SnapshotMeta::new(1, key.id(), hw).with_hash_seed(HASH_SEED);
+        let mut synth = synth;
+        let mut w = SnapshotWriter::create(&path, meta).expect("create");
+        w.reserve(synth.total() as usize);
+        while let Some(l) = synth.next_link() {
+            w.add(l.key, l.url, l.expires_at_ms)
+                .expect("synthetic links are valid");
+        }
+        w.seal().expect("seal");
+    }
+    path
+}
+
+/// SplitMix64 for picking codes.
+fn rng(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Codes stored back to back (no pointer per code to chase).
+struct Codes {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Codes {
+    fn new<I: IntoIterator<Item = Vec<u8>>>(codes: I) -> Codes {
+        let mut c = Codes {
+            bytes: Vec::new(),
+            ends: Vec::new(),
+        };
+        for code in codes {
+            c.bytes.extend_from_slice(&code);
+            c.ends.push(c.bytes.len());
+        }
+        c
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+}
+
+/// Writes request `i` of a case into `inbuf`, as recv would: a hot buffer, fresh bytes.
+#[inline]
+fn receive(inbuf: &mut Vec<u8>, template: (&str, &str), codes: &Codes, i: usize) {
+    inbuf.clear();
+    inbuf.extend_from_slice(template.0.as_bytes());
+    inbuf.extend_from_slice(codes.get(i));
+    inbuf.extend_from_slice(template.1.as_bytes());
+}
+
+/// One request through the whole pure path; returns the response length.
+#[inline]
+fn serve(buf: &[u8], limits: &Limits, t: &Tables, out: &mut Vec<u8>) -> usize {
+    out.clear();
+    match parse(buf, limits) {
+        Parse::Complete { req, .. } => {
+            let (answer, layer) = decide(&req, t, NOW_MS);
+            black_box(layer);
+            render_for(&answer, &req, out);
+        }
+        _ => unreachable!("bench requests are complete"),
+    }
+    out.len()
+}
+
+fn split(template: &str) -> (&str, &str) {
+    template.split_once("{}").expect("templates hold {}")
+}
+
+fn request(c: &mut Criterion) {
+    let (key, scheme) = scheme();
+    let path = snapshot_file(&key, &scheme);
+    let snapshot = Arc::new(Snapshot::open(&path).expect("open"));
+    let mut tables = Tables::from_snapshot(scheme.clone(), snapshot, false).expect("same key");
+    let mut state = 11;
+    let deny: Denylist = (0..10_000)
+        .map(|_| {
+            let n = COUNT + DEFAULT_RESERVE + rng(&mut state) % (1 << 30);
+            (scheme.encode(n).expect("in domain"), Deny::Gone)
+        })
+        .collect();
+    tables = tables.with_denylist(Arc::new(deny));
+
+    let hits = Codes::new((0..KEYS).map(|_| {
+        scheme
+            .encode(rng(&mut state) % COUNT)
+            .expect("in domain")
+            .to_vec()
+    }));
+    // What a scanner sends: uniformly random codes, nearly all far above the mark.
+    let never = Codes::new(
+        std::iter::repeat_with(|| {
+            let n = rng(&mut state) % lasthop_core::CODE_SPACE;
+            scheme.encode(n).expect("in domain").to_vec()
+        })
+        .filter(|code| {
+            scheme
+                .decode(code)
+                .is_some_and(|n| !tables.high_water.may_be_issued(n))
+        })
+        .take(KEYS),
+    );
+    let mut synth = Synth::new(scheme.clone(), COUNT, DATA_SEED);
+    let mut alias_list = Vec::new();
+    while let Some(l) = synth.next_link() {
+        if l.counter.is_none() {
+            alias_list.push(l.key.to_vec());
+        }
+    }
+    let aliases = Codes::new(alias_list);
+    let limits = Limits::default();
+    // (name, request template split at the code, codes, expected layer, expected status)
+    type Case<'a> = (&'a str, (&'a str, &'a str), &'a Codes, Layer, u16);
+    let cases: [Case<'_>; 5] = [
+        ("hit_curl", split(CURL), &hits, Layer::Snapshot, 302),
+        ("hit_wrk", split(WRK), &hits, Layer::Snapshot, 302),
+        ("hit_browser", split(BROWSER), &hits, Layer::Snapshot, 302),
+        ("never_issued", split(CURL), &never, Layer::HighWater, 404),
+        ("alias", split(CURL), &aliases, Layer::Snapshot, 302),
+    ];
+    // Every prepared request gets the answer its case is named for.
+    let mut inbuf = Vec::with_capacity(4096);
+    for (name, template, codes, layer, status) in &cases {
+        for i in 0..codes.len() {
+            receive(&mut inbuf, *template, codes, i);
+            let Parse::Complete { req, .. } = parse(&inbuf, &limits) else {
+                panic!("{name}: incomplete request");
+            };
+            let (answer, got) = decide(&req, &tables, NOW_MS);
+            assert_eq!((answer.status(), got), (*status, *layer), "{name}");
+        }
+    }
+
+    let mut group = c.benchmark_group("request");
+    group
+        .sample_size(50)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(1));
+    let mut out = Vec::with_capacity(4096);
+    for (name, template, codes, _, _) in &cases {
+        let mut i = 0usize;
+        group.bench_function(*name, |b| {
+            b.iter(|| {
+                i += 1;
+                if i == codes.len() {
+                    i = 0;
+                }
+                receive(&mut inbuf, *template, codes, i);
+                black_box(serve(black_box(&inbuf), &limits, &tables, &mut out))
+            })
+        });
+    }
+
+    // The parts, to see where the time goes (same inputs as `hit_curl` / `hit_browser`).
+    let snap = tables.snapshot.clone().expect("tables hold the snapshot");
+    let mut i = 0usize;
+    let mut next = move || {
+        i += 1;
+        if i == KEYS {
+            i = 0;
+        }
+        i
+    };
+    for (name, template) in [
+        ("part_parse_curl", split(CURL)),
+        ("part_parse_browser", split(BROWSER)),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                receive(&mut inbuf, template, &hits, next());
+                matches!(parse(black_box(&inbuf), &limits), Parse::Complete { .. })
+            })
+        });
+    }
+    group.bench_function("part_receive_copy", |b| {
+        b.iter(|| {
+            receive(&mut inbuf, split(CURL), &hits, next());
+            black_box(inbuf.len())
+        })
+    });
+    group.bench_function("part_decode", |b| {
+        b.iter(|| black_box(scheme.decode(black_box(hits.get(next())))))
+    });
+    group.bench_function("part_denylist", |b| {
+        b.iter(|| black_box(tables.denylist.check(black_box(hits.get(next())))))
+    });
+    group.bench_function("part_lookup", |b| {
+        b.iter(|| {
+            black_box(
+                snap.lookup(black_box(hits.get(next())))
+                    .map(|e| e.url().len()),
+            )
+        })
+    });
+    let redirect = Answer::Redirect {
+        url: b"https://www.example.org/spring/launch-webinar/abcdefghij0123456789?utm_source=x",
+    };
+    group.bench_function("part_render_redirect", |b| {
+        b.iter(|| {
+            out.clear();
+            lasthop_engine::render::render(black_box(&redirect), false, true, false, &mut out);
+            black_box(out.len())
+        })
+    });
+    group.bench_function("fixed", |b| {
+        b.iter(|| {
+            out.clear();
+            render_fixed(&mut out);
+            black_box(out.len())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, request);
+criterion_main!(benches);

@@ -1,0 +1,678 @@
+//! The redirect decision: a pure function of the parsed request, the tables and `now`
+//! (STYLE.md rule 2). Steps 1–7 of DESIGN.md's per-request order, minus the origin's I/O:
+//!
+//! 1. anything but GET/HEAD → 405;
+//! 2. the path is `/<code>` or `/<code>+` (the preview); length routes the code: 7 base62
+//!    characters → FF1-decrypt and check the high-water mark (404 by arithmetic, no lookup);
+//!    8–64 characters of `[A-Za-z0-9_-]`, not all digits → an alias; anything else → 404;
+//! 3. denylist: `Gone` → 410; `Warn` → the interstitial (a preview still shows the preview);
+//! 4. snapshot, 5. overlay: a hit is served by [`serve`]: expired → 410, a URL that is not
+//!    `http(s)://` visible ASCII → 410 (nothing else may reach `Location`), preview → preview,
+//!    flagged → interstitial, else 302;
+//! 6. a miss → [`Answer::NeedOrigin`] when an origin is configured (only the origin may say 404
+//!    for a code below the mark), else 404. Once the origin replies, [`answer_from_origin`]
+//!    finishes with the same rules.
+//!
+//! The [`Layer`] returned beside each answer is the table that settled it, for metrics.
+
+use lasthop_core::{classify, is_servable, CodeKind, LinkState, LinkStatus};
+
+use crate::denylist::Deny;
+use crate::http::{HttpError, Method, Request};
+use crate::tables::Tables;
+
+/// The table that settled an answer (metrics' "answers by layer"; never labelled by code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Layer {
+    /// Settled before any table: bad method, a path that is no code at all, a malformed request.
+    Invalid,
+    /// A generated code above the high-water mark: 404 by arithmetic.
+    HighWater,
+    /// The denylist said 410. (A `warn` entry is counted where its URL was found.)
+    Denylist,
+    /// Found in the snapshot.
+    Snapshot,
+    /// Found in the overlay; also a miss everywhere when no origin is configured (the last
+    /// table asked).
+    Overlay,
+    /// Handed to the origin, or answered from its reply.
+    Origin,
+}
+
+impl Layer {
+    /// Every layer, in request-path order.
+    pub const ALL: [Layer; 6] = [
+        Layer::Invalid,
+        Layer::HighWater,
+        Layer::Denylist,
+        Layer::Snapshot,
+        Layer::Overlay,
+        Layer::Origin,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::Invalid => "invalid",
+            Layer::HighWater => "high_water",
+            Layer::Denylist => "denylist",
+            Layer::Snapshot => "snapshot",
+            Layer::Overlay => "overlay",
+            Layer::Origin => "origin",
+        }
+    }
+}
+
+/// What to answer; [`crate::render::render`] turns it into bytes. Borrows the request's buffer
+/// (the code) and the tables (the URL), so deciding copies nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer<'a> {
+    /// 302 to `url` (always servable: `http(s)://` and visible ASCII).
+    Redirect { url: &'a [u8] },
+    /// `/<code>+`: a page (or JSON) showing the destination, no redirect. `flagged` when the
+    /// link is on the warning list.
+    Preview {
+        code: &'a [u8],
+        url: &'a [u8],
+        flagged: bool,
+    },
+    /// The warning interstitial for a flagged link.
+    Warn { code: &'a [u8], url: &'a [u8] },
+    /// 404.
+    NotFound,
+    /// 410: deleted, disabled, taken down, expired, or a URL that may not be served.
+    Gone,
+    /// 405 with `Allow: GET, HEAD`; the connection stays open.
+    MethodNotAllowed,
+    /// A request that did not parse: its status, and the connection closes.
+    BadRequest(HttpError),
+    /// Not in any local table and an origin exists: look `code` up there, then call
+    /// [`answer_from_origin`]. Rendering it directly gives 503.
+    NeedOrigin { code: &'a [u8], preview: bool },
+    /// 503: the origin could not answer and nothing stale was at hand.
+    Unavailable,
+}
+
+impl Answer<'_> {
+    /// The response status.
+    pub fn status(&self) -> u16 {
+        match self {
+            Answer::Redirect { .. } => 302,
+            Answer::Preview { .. } | Answer::Warn { .. } => 200,
+            Answer::NotFound => 404,
+            Answer::Gone => 410,
+            Answer::MethodNotAllowed => 405,
+            Answer::BadRequest(e) => e.status(),
+            Answer::NeedOrigin { .. } | Answer::Unavailable => 503,
+        }
+    }
+
+    /// Whether the connection must close after this answer whatever the client asked.
+    pub fn closes(&self) -> bool {
+        match self {
+            Answer::BadRequest(e) => e.closes(),
+            _ => false,
+        }
+    }
+}
+
+/// Decides the answer to `req` from the tables at `now_ms` (Unix milliseconds). Never
+/// allocates, never blocks.
+pub fn decide<'a>(req: &Request<'a>, t: &'a Tables, now_ms: i64) -> (Answer<'a>, Layer) {
+    if req.method == Method::Other {
+        return (Answer::MethodNotAllowed, Layer::Invalid);
+    }
+    let Some((code, preview)) = code_of(req.path) else {
+        return (Answer::NotFound, Layer::Invalid);
+    };
+    match classify(code) {
+        CodeKind::Generated => match t.scheme.decode(code) {
+            Some(n) if t.high_water.may_be_issued(n) => {}
+            _ => return (Answer::NotFound, Layer::HighWater),
+        },
+        CodeKind::Alias if is_alias(code) => {}
+        CodeKind::Alias | CodeKind::Invalid => return (Answer::NotFound, Layer::Invalid),
+    }
+    let warn = match t.denylist.check(code) {
+        Some(Deny::Gone) => return (Answer::Gone, Layer::Denylist),
+        Some(Deny::Warn) => true,
+        None => false,
+    };
+    if let Some(entry) = t.snapshot.as_ref().and_then(|s| s.lookup(code)) {
+        let found = Found {
+            url: entry.url(),
+            expires_at_ms: entry.expires_at_ms(),
+            warn,
+        };
+        return (serve(code, preview, found, now_ms), Layer::Snapshot);
+    }
+    if let Some(link) = t.overlay.get(code) {
+        let found = Found {
+            url: &link.url,
+            expires_at_ms: link.expires_at_ms,
+            warn: warn || link.warn,
+        };
+        return (serve(code, preview, found, now_ms), Layer::Overlay);
+    }
+    if t.has_origin {
+        (Answer::NeedOrigin { code, preview }, Layer::Origin)
+    } else {
+        (Answer::NotFound, Layer::Overlay)
+    }
+}
+
+/// Finishes a [`Answer::NeedOrigin`] once the origin replied: `link` is the URL and state it
+/// returned, `None` when it says the code does not exist. The denylist is consulted again (it
+/// may have changed while the origin was asked, and either source flagging a link is enough);
+/// deleted, disabled, taken down and expired answer 410.
+pub fn answer_from_origin<'a>(
+    code: &'a [u8],
+    preview: bool,
+    t: &Tables,
+    link: Option<(&'a [u8], &LinkState)>,
+    now_ms: i64,
+) -> (Answer<'a>, Layer) {
+    let warn = match t.denylist.check(code) {
+        Some(Deny::Gone) => return (Answer::Gone, Layer::Denylist),
+        Some(Deny::Warn) => true,
+        None => false,
+    };
+    let Some((url, state)) = link else {
+        return (Answer::NotFound, Layer::Origin);
+    };
+    let answer = match state.status(now_ms) {
+        LinkStatus::Active => {
+            let found = Found {
+                url,
+                expires_at_ms: state.expires_at_ms,
+                warn: warn || state.warn,
+            };
+            serve(code, preview, found, now_ms)
+        }
+        LinkStatus::Expired
+        | LinkStatus::Deleted
+        | LinkStatus::Disabled
+        | LinkStatus::TakenDown => Answer::Gone,
+    };
+    (answer, Layer::Origin)
+}
+
+/// A link some table found.
+#[derive(Debug, Clone, Copy)]
+struct Found<'a> {
+    url: &'a [u8],
+    expires_at_ms: Option<i64>,
+    warn: bool,
+}
+
+/// Step 7 for a found link: expiry, the serve-time URL check, then preview, interstitial or 302.
+#[inline]
+fn serve<'a>(code: &'a [u8], preview: bool, found: Found<'a>, now_ms: i64) -> Answer<'a> {
+    if found.expires_at_ms.is_some_and(|at| now_ms >= at) || !is_servable(found.url) {
+        // An empty URL (a deletion tombstone) fails is_servable too.
+        return Answer::Gone;
+    }
+    if preview {
+        Answer::Preview {
+            code,
+            url: found.url,
+            flagged: found.warn,
+        }
+    } else if found.warn {
+        Answer::Warn {
+            code,
+            url: found.url,
+        }
+    } else {
+        Answer::Redirect { url: found.url }
+    }
+}
+
+/// `/<code>` or `/<code>+` → (code, preview).
+#[inline]
+fn code_of(path: &[u8]) -> Option<(&[u8], bool)> {
+    let rest = path.strip_prefix(b"/")?;
+    Some(match rest.strip_suffix(b"+") {
+        Some(code) => (code, true),
+        None => (rest, false),
+    })
+}
+
+/// The alias alphabet, and not all digits (the rules in `lasthop_core::alias`, minus the
+/// reserved words, which can simply never be found).
+#[inline]
+fn is_alias(code: &[u8]) -> bool {
+    code.iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !code.iter().all(u8::is_ascii_digit)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Arc;
+
+    use lasthop_core::{CodeScheme, HighWater, PermutationKey};
+    use lasthop_snapshot::{Snapshot, SnapshotMeta, SnapshotWriter};
+
+    use super::*;
+    use crate::denylist::Denylist;
+    use crate::http::{parse, Limits, Parse};
+    use crate::overlay::{Overlay, OverlayLink};
+
+    const NOW: i64 = 1_700_000_000_000;
+    const ISSUED: u64 = 1_000;
+    const RESERVE: u64 = 100;
+
+    pub(crate) struct Fixture {
+        pub tables: Tables,
+        pub scheme: CodeScheme,
+    }
+
+    impl Fixture {
+        pub fn code(&self, n: u64) -> String {
+            self.scheme.encode_string(n).unwrap()
+        }
+    }
+
+    /// Counters 0..ISSUED are issued; 0..10 are in the snapshot with various states, 10 and
+    /// "overlay-alias" in the overlay.
+    pub(crate) fn fixture(has_origin: bool) -> Fixture {
+        let key = PermutationKey::from_bytes(&[7u8; 16]).unwrap();
+        let scheme = CodeScheme::new(&key).unwrap();
+        let mut hw = HighWater::new(1, RESERVE).unwrap();
+        hw.raise(0, ISSUED).unwrap();
+        let mut w = SnapshotWriter::in_memory(SnapshotMeta::new(9, key.id(), hw)).unwrap();
+        let c = |n| scheme.encode(n).unwrap();
+        w.add(&c(0), b"https://example.com/zero", None).unwrap();
+        w.add(&c(1), b"https://example.com/expired", Some(NOW - 1))
+            .unwrap();
+        w.add(&c(2), b"https://example.com/later", Some(NOW + 1))
+            .unwrap();
+        w.add(&c(3), b"https://example.com/denied", None).unwrap();
+        w.add(&c(4), b"https://example.com/<warn>&\"q\"", None)
+            .unwrap();
+        w.add(&c(5), b"javascript:alert(1)", None).unwrap();
+        w.add(&c(6), b"https://example.com/a\r\nSet-Cookie: x=1", None)
+            .unwrap();
+        w.add(&c(7), b"", None).unwrap(); // a deletion tombstone
+        w.add(b"spring-sale", b"https://shop.example/spring", None)
+            .unwrap();
+        w.add(b"12345678a", b"https://shop.example/digits", None)
+            .unwrap();
+        let (_, bytes) = w.seal().unwrap();
+        let snapshot = Arc::new(Snapshot::from_vec(bytes).unwrap());
+        let tables = Tables::from_snapshot(scheme.clone(), snapshot, has_origin).unwrap();
+        let denylist = Denylist::new([
+            (c(3).to_vec(), Deny::Gone),
+            (c(4).to_vec(), Deny::Warn),
+            (b"gone-alias".to_vec(), Deny::Gone),
+        ]);
+        let link = |url: &str, expires_at_ms, warn| OverlayLink {
+            url: url.as_bytes().into(),
+            expires_at_ms,
+            warn,
+        };
+        let overlay = Overlay::empty().with_all([
+            (c(10).to_vec(), link("https://example.com/ten", None, false)),
+            (
+                b"overlay-alias".to_vec(),
+                link("http://o.example/", None, false),
+            ),
+            (
+                c(11).to_vec(),
+                link("https://example.com/flagged", None, true),
+            ),
+            (
+                c(12).to_vec(),
+                link("https://example.com/old", Some(NOW), false),
+            ),
+        ]);
+        let tables = tables
+            .with_denylist(Arc::new(denylist))
+            .with_overlay(Arc::new(overlay));
+        Fixture { tables, scheme }
+    }
+
+    fn get(path: &str) -> Vec<u8> {
+        format!("GET {path} HTTP/1.1\r\nHost: lh.example\r\n\r\n").into_bytes()
+    }
+
+    fn decide_buf<'a>(buf: &'a [u8], t: &'a Tables) -> (Answer<'a>, Layer) {
+        match parse(buf, &Limits::default()) {
+            Parse::Complete { req, .. } => decide(&req, t, NOW),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn generated_hit_redirects() {
+        let f = fixture(false);
+        let buf = get(&format!("/{}", f.code(0)));
+        let (a, layer) = decide_buf(&buf, &f.tables);
+        assert_eq!(
+            a,
+            Answer::Redirect {
+                url: b"https://example.com/zero"
+            }
+        );
+        assert_eq!(layer, Layer::Snapshot);
+        // The query string is dropped, not an error.
+        let buf = get(&format!("/{}?utm=1", f.code(0)));
+        assert_eq!(decide_buf(&buf, &f.tables).0.status(), 302);
+    }
+
+    #[test]
+    fn never_issued_is_404_by_arithmetic() {
+        let f = fixture(true);
+        // Above mark + reserve: 404 even with an origin, from the high-water layer.
+        let buf = get(&format!("/{}", f.code(ISSUED + RESERVE)));
+        assert_eq!(
+            decide_buf(&buf, &f.tables),
+            (Answer::NotFound, Layer::HighWater)
+        );
+        // Inside the reserve: not provably unissued, so it goes to the origin.
+        let code = f.code(ISSUED + RESERVE - 1);
+        let buf = get(&format!("/{code}"));
+        assert_eq!(
+            decide_buf(&buf, &f.tables),
+            (
+                Answer::NeedOrigin {
+                    code: code.as_bytes(),
+                    preview: false
+                },
+                Layer::Origin
+            )
+        );
+    }
+
+    #[test]
+    fn aliases() {
+        let f = fixture(false);
+        let (a, layer) = decide_buf(b"GET /spring-sale HTTP/1.1\r\nHost: a\r\n\r\n", &f.tables);
+        assert_eq!(
+            a,
+            Answer::Redirect {
+                url: b"https://shop.example/spring"
+            }
+        );
+        assert_eq!(layer, Layer::Snapshot);
+        let (a, _) = decide_buf(b"GET /12345678a HTTP/1.1\r\nHost: a\r\n\r\n", &f.tables);
+        assert_eq!(a.status(), 302);
+        for bad in [
+            "/all-bad.char",
+            "/123456789",
+            "/",
+            "/abc",
+            "/abcdef",
+            "/spring-sale/x",
+            "*",
+        ] {
+            let buf = get(bad);
+            assert_eq!(
+                decide_buf(&buf, &f.tables),
+                (Answer::NotFound, Layer::Invalid),
+                "{bad}"
+            );
+        }
+        let long = get(&format!("/{}", "a".repeat(65)));
+        assert_eq!(
+            decide_buf(&long, &f.tables),
+            (Answer::NotFound, Layer::Invalid)
+        );
+        let miss = get("/no-such-alias");
+        assert_eq!(
+            decide_buf(&miss, &f.tables),
+            (Answer::NotFound, Layer::Overlay)
+        );
+    }
+
+    #[test]
+    fn expiry_is_410_at_and_after() {
+        let f = fixture(false);
+        let buf = get(&format!("/{}", f.code(1)));
+        assert_eq!(decide_buf(&buf, &f.tables), (Answer::Gone, Layer::Snapshot));
+        let buf = get(&format!("/{}", f.code(2)));
+        assert_eq!(decide_buf(&buf, &f.tables).0.status(), 302);
+        let buf = get(&format!("/{}", f.code(12)));
+        assert_eq!(decide_buf(&buf, &f.tables), (Answer::Gone, Layer::Overlay));
+    }
+
+    #[test]
+    fn denylist() {
+        let f = fixture(true);
+        let buf = get(&format!("/{}", f.code(3)));
+        assert_eq!(decide_buf(&buf, &f.tables), (Answer::Gone, Layer::Denylist));
+        let buf = get(&format!("/{}+", f.code(3)));
+        assert_eq!(
+            decide_buf(&buf, &f.tables),
+            (Answer::Gone, Layer::Denylist),
+            "preview too"
+        );
+        // Denylisted aliases are gone before the origin is asked.
+        let buf = get("/gone-alias");
+        assert_eq!(decide_buf(&buf, &f.tables), (Answer::Gone, Layer::Denylist));
+    }
+
+    #[test]
+    fn warn_gives_interstitial_unless_preview() {
+        let f = fixture(false);
+        let code = f.code(4);
+        let buf = get(&format!("/{code}"));
+        let (a, layer) = decide_buf(&buf, &f.tables);
+        assert_eq!(
+            a,
+            Answer::Warn {
+                code: code.as_bytes(),
+                url: b"https://example.com/<warn>&\"q\""
+            }
+        );
+        assert_eq!(layer, Layer::Snapshot);
+        let buf = get(&format!("/{code}+"));
+        assert!(matches!(
+            decide_buf(&buf, &f.tables).0,
+            Answer::Preview { flagged: true, .. }
+        ));
+        let buf = get(&format!("/{}", f.code(11)));
+        assert!(matches!(
+            decide_buf(&buf, &f.tables),
+            (Answer::Warn { .. }, Layer::Overlay)
+        ));
+    }
+
+    #[test]
+    fn preview() {
+        let f = fixture(false);
+        let code = f.code(0);
+        let buf = get(&format!("/{code}+"));
+        assert_eq!(
+            decide_buf(&buf, &f.tables).0,
+            Answer::Preview {
+                code: code.as_bytes(),
+                url: b"https://example.com/zero",
+                flagged: false
+            }
+        );
+        let buf = get("/spring-sale+");
+        assert!(matches!(
+            decide_buf(&buf, &f.tables).0,
+            Answer::Preview {
+                code: b"spring-sale",
+                ..
+            }
+        ));
+        let buf = get(&format!("/{code}++"));
+        assert_eq!(decide_buf(&buf, &f.tables).0, Answer::NotFound);
+    }
+
+    #[test]
+    fn unservable_urls_are_gone() {
+        let f = fixture(false);
+        for n in [5, 6, 7] {
+            let buf = get(&format!("/{}", f.code(n)));
+            assert_eq!(decide_buf(&buf, &f.tables), (Answer::Gone, Layer::Snapshot));
+            let buf = get(&format!("/{}+", f.code(n)));
+            assert_eq!(decide_buf(&buf, &f.tables).0, Answer::Gone);
+        }
+    }
+
+    #[test]
+    fn methods() {
+        let f = fixture(false);
+        let code = f.code(0);
+        let head = format!("HEAD /{code} HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(decide_buf(head.as_bytes(), &f.tables).0.status(), 302);
+        for m in ["POST", "PUT", "DELETE", "OPTIONS", "get"] {
+            let buf = format!("{m} /{code} HTTP/1.1\r\nHost: a\r\n\r\n");
+            assert_eq!(
+                decide_buf(buf.as_bytes(), &f.tables),
+                (Answer::MethodNotAllowed, Layer::Invalid),
+                "{m}"
+            );
+        }
+    }
+
+    #[test]
+    fn overlay_hit() {
+        let f = fixture(true);
+        let buf = get(&format!("/{}", f.code(10)));
+        assert_eq!(
+            decide_buf(&buf, &f.tables),
+            (
+                Answer::Redirect {
+                    url: b"https://example.com/ten"
+                },
+                Layer::Overlay
+            )
+        );
+        let buf = get("/overlay-alias");
+        assert_eq!(
+            decide_buf(&buf, &f.tables),
+            (
+                Answer::Redirect {
+                    url: b"http://o.example/"
+                },
+                Layer::Overlay
+            )
+        );
+    }
+
+    #[test]
+    fn origin_needed_or_not() {
+        let with = fixture(true);
+        let without = fixture(false);
+        let code = with.code(20);
+        let buf = get(&format!("/{code}+"));
+        assert_eq!(
+            decide_buf(&buf, &with.tables),
+            (
+                Answer::NeedOrigin {
+                    code: code.as_bytes(),
+                    preview: true
+                },
+                Layer::Origin
+            )
+        );
+        assert_eq!(
+            decide_buf(&buf, &without.tables),
+            (Answer::NotFound, Layer::Overlay)
+        );
+    }
+
+    #[test]
+    fn from_origin() {
+        let f = fixture(true);
+        let t = &f.tables;
+        let url = b"https://example.com/from-origin";
+        let active = LinkState::default();
+        let code = b"abcDEF1";
+        assert_eq!(
+            answer_from_origin(code, false, t, Some((url, &active)), NOW),
+            (Answer::Redirect { url }, Layer::Origin)
+        );
+        assert!(matches!(
+            answer_from_origin(code, true, t, Some((url, &active)), NOW).0,
+            Answer::Preview { flagged: false, .. }
+        ));
+        assert_eq!(
+            answer_from_origin(code, false, t, None, NOW),
+            (Answer::NotFound, Layer::Origin)
+        );
+        let warn = LinkState {
+            warn: true,
+            ..LinkState::default()
+        };
+        assert!(matches!(
+            answer_from_origin(code, false, t, Some((url, &warn)), NOW).0,
+            Answer::Warn { .. }
+        ));
+        for gone in [
+            LinkState {
+                deleted: true,
+                ..LinkState::default()
+            },
+            LinkState {
+                disabled: true,
+                ..LinkState::default()
+            },
+            LinkState {
+                takedown_reason: Some("phishing".into()),
+                ..LinkState::default()
+            },
+            LinkState {
+                expires_at_ms: Some(NOW),
+                ..LinkState::default()
+            },
+        ] {
+            assert_eq!(
+                answer_from_origin(code, false, t, Some((url, &gone)), NOW).0,
+                Answer::Gone
+            );
+        }
+        assert_eq!(
+            answer_from_origin(code, false, t, Some((b"ftp://x/", &active)), NOW).0,
+            Answer::Gone
+        );
+        // The denylist still wins over an origin that has not heard of the takedown yet.
+        assert_eq!(
+            answer_from_origin(b"gone-alias", false, t, Some((url, &active)), NOW),
+            (Answer::Gone, Layer::Denylist)
+        );
+        let c4 = f.code(4);
+        assert!(matches!(
+            answer_from_origin(c4.as_bytes(), false, t, Some((url, &active)), NOW).0,
+            Answer::Warn { .. }
+        ));
+    }
+
+    #[test]
+    fn layers() {
+        assert_eq!(Layer::ALL.len(), 6);
+        let names: Vec<_> = Layer::ALL.iter().map(|l| l.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "invalid",
+                "high_water",
+                "denylist",
+                "snapshot",
+                "overlay",
+                "origin"
+            ]
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the path, decide never panics, and a redirect's URL is always servable.
+        #[test]
+        fn decide_total(path in "/[A-Za-z0-9_+.-]{0,70}") {
+            let f = fixture(true);
+            let buf = get(&path);
+            if let Parse::Complete { req, .. } = parse(&buf, &Limits::default()) {
+                let (a, _) = decide(&req, &f.tables, NOW);
+                if let Answer::Redirect { url } | Answer::Warn { url, .. } | Answer::Preview { url, .. } = a {
+                    proptest::prop_assert!(is_servable(url));
+                }
+            }
+        }
+    }
+}

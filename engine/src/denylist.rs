@@ -1,0 +1,110 @@
+//! The denylist: codes that must not redirect (disabled, taken down: answered 410) or must go
+//! through the warning interstitial (flagged `warn`).
+//!
+//! Checked before any cache (DESIGN.md, step 3), so a takedown wins over the snapshot, the
+//! overlay and the origin alike. A [`Denylist`] is immutable once built: a new generation is
+//! built whole and published to the serving cores behind an `Arc` (a seqlock-guarded swap comes
+//! with the feed), so a reader never blocks and never sees half a list.
+//!
+//! The map is hashbrown with its default hasher (foldhash, seeded per process): fast on short
+//! keys, and a seed an attacker cannot know, since the keys come from the control plane but the
+//! probes come from the internet.
+
+use hashbrown::HashMap;
+
+/// What a denylisted code answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deny {
+    /// 410 Gone (disabled or taken down).
+    Gone,
+    /// The warning interstitial instead of a redirect.
+    Warn,
+}
+
+/// An immutable set of denylisted codes (generated codes and aliases alike).
+#[derive(Debug, Clone, Default)]
+pub struct Denylist {
+    codes: HashMap<Box<[u8]>, Deny>,
+}
+
+impl Denylist {
+    /// A list with no codes; [`Denylist::check`] on it costs one branch.
+    pub fn empty() -> Self {
+        Denylist::default()
+    }
+
+    /// Builds a list; when a code appears twice, [`Deny::Gone`] wins over [`Deny::Warn`].
+    pub fn new<I, K>(entries: I) -> Self
+    where
+        I: IntoIterator<Item = (K, Deny)>,
+        K: AsRef<[u8]>,
+    {
+        let mut codes: HashMap<Box<[u8]>, Deny> = HashMap::new();
+        for (code, deny) in entries {
+            let slot = codes.entry(Box::from(code.as_ref())).or_insert(deny);
+            if deny == Deny::Gone {
+                *slot = Deny::Gone;
+            }
+        }
+        codes.shrink_to_fit();
+        Denylist { codes }
+    }
+
+    /// What `code` answers, if it is listed. Never allocates.
+    #[inline]
+    pub fn check(&self, code: &[u8]) -> Option<Deny> {
+        if self.codes.is_empty() {
+            return None;
+        }
+        self.codes.get(code).copied()
+    }
+
+    /// Number of listed codes.
+    pub fn len(&self) -> usize {
+        self.codes.len()
+    }
+
+    /// True when no code is listed.
+    pub fn is_empty(&self) -> bool {
+        self.codes.is_empty()
+    }
+}
+
+impl<K: AsRef<[u8]>> FromIterator<(K, Deny)> for Denylist {
+    fn from_iter<I: IntoIterator<Item = (K, Deny)>>(iter: I) -> Self {
+        Denylist::new(iter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check() {
+        let list = Denylist::new([
+            (&b"abcDEF1"[..], Deny::Gone),
+            (b"flagged-alias", Deny::Warn),
+            (b"both-kinds", Deny::Warn),
+            (b"both-kinds", Deny::Gone),
+            (b"both-kinds", Deny::Warn),
+        ]);
+        assert_eq!(list.len(), 3);
+        assert_eq!(list.check(b"abcDEF1"), Some(Deny::Gone));
+        assert_eq!(list.check(b"flagged-alias"), Some(Deny::Warn));
+        assert_eq!(list.check(b"both-kinds"), Some(Deny::Gone));
+        assert_eq!(list.check(b"abcDEF2"), None);
+        assert_eq!(list.check(b""), None);
+    }
+
+    #[test]
+    fn empty() {
+        let list = Denylist::empty();
+        assert!(list.is_empty());
+        assert_eq!(list.check(b"abcDEF1"), None);
+        let collected: Denylist = vec![(String::from("abcDEF1"), Deny::Gone)]
+            .into_iter()
+            .collect();
+        assert_eq!(collected.check(b"abcDEF1"), Some(Deny::Gone));
+    }
+}

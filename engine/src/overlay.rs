@@ -1,0 +1,122 @@
+//! The overlay: links created after the snapshot was built (DESIGN.md, step 5), streamed from
+//! the feed until the next snapshot covers them.
+//!
+//! An [`Overlay`] is immutable, like the snapshot and the denylist: a change builds a new one
+//! ([`Overlay::with_inserted`], copy-on-write) and publishes it behind an `Arc`. Copying is fine
+//! at the overlay's size (the links of the minutes between snapshots); if it ever is not, this is
+//! the one type to change.
+
+use hashbrown::HashMap;
+
+/// A link the overlay knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlayLink {
+    /// Destination, exactly as it will be served (re-checked with `is_servable` at serve time).
+    pub url: Box<[u8]>,
+    /// Expiry in Unix milliseconds; at or after it the link answers 410.
+    pub expires_at_ms: Option<i64>,
+    /// Flagged: served through the warning interstitial.
+    pub warn: bool,
+}
+
+/// An immutable map from code (generated or alias) to [`OverlayLink`].
+#[derive(Debug, Clone, Default)]
+pub struct Overlay {
+    links: HashMap<Box<[u8]>, OverlayLink>,
+}
+
+impl Overlay {
+    /// An overlay with no links; [`Overlay::get`] on it costs one branch.
+    pub fn empty() -> Self {
+        Overlay::default()
+    }
+
+    /// The link behind `code`, if the overlay has it. Never allocates.
+    #[inline]
+    pub fn get(&self, code: &[u8]) -> Option<&OverlayLink> {
+        if self.links.is_empty() {
+            return None;
+        }
+        self.links.get(code)
+    }
+
+    /// A new overlay: this one plus `code` → `link` (replacing an entry for the same code).
+    #[must_use]
+    pub fn with_inserted(&self, code: &[u8], link: OverlayLink) -> Overlay {
+        let mut links = self.links.clone();
+        links.insert(Box::from(code), link);
+        Overlay { links }
+    }
+
+    /// A new overlay: this one plus every `(code, link)` of `entries`, copying the map once.
+    #[must_use]
+    pub fn with_all<I, K>(&self, entries: I) -> Overlay
+    where
+        I: IntoIterator<Item = (K, OverlayLink)>,
+        K: AsRef<[u8]>,
+    {
+        let mut links = self.links.clone();
+        for (code, link) in entries {
+            links.insert(Box::from(code.as_ref()), link);
+        }
+        Overlay { links }
+    }
+
+    /// Number of links.
+    pub fn len(&self) -> usize {
+        self.links.len()
+    }
+
+    /// True when the overlay holds no link.
+    pub fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(url: &str) -> OverlayLink {
+        OverlayLink {
+            url: url.as_bytes().into(),
+            expires_at_ms: None,
+            warn: false,
+        }
+    }
+
+    #[test]
+    fn copy_on_write() {
+        let empty = Overlay::empty();
+        assert!(empty.get(b"abcDEF1").is_none());
+        let one = empty.with_inserted(b"abcDEF1", link("https://a.example/"));
+        assert!(empty.is_empty(), "the old generation is untouched");
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            &*one
+                .get(b"abcDEF1")
+                .map(|l| l.url.clone())
+                .unwrap_or_default(),
+            b"https://a.example/"
+        );
+        let two = one.with_all([
+            (&b"abcDEF1"[..], link("https://b.example/")),
+            (b"new-alias", link("https://c.example/")),
+        ]);
+        assert_eq!(two.len(), 2);
+        assert_eq!(
+            &*two
+                .get(b"abcDEF1")
+                .map(|l| l.url.clone())
+                .unwrap_or_default(),
+            b"https://b.example/"
+        );
+        assert_eq!(
+            &*one
+                .get(b"abcDEF1")
+                .map(|l| l.url.clone())
+                .unwrap_or_default(),
+            b"https://a.example/"
+        );
+    }
+}

@@ -1,0 +1,816 @@
+//! Writes an [`Answer`] as HTTP/1.1 response bytes, appended to the connection's output buffer.
+//! Nothing is allocated beyond that buffer's growth.
+//!
+//! The 302 is the hot path and carries exactly `Location`, `Cache-Control: private,
+//! max-age=300` and `Content-Length: 0` (DESIGN.md step 7), plus `Connection: close` when the
+//! connection closes after it (or `Connection: keep-alive` for an HTTP/1.0 client that asked to
+//! keep it, through [`render_for`]). No `Date` and no `Server`: neither is needed by a client,
+//! and `Date` would put a clock into a pure function.
+//!
+//! Error answers are short `text/plain` bodies with `Cache-Control: no-store` on 404 and 410 (a
+//! code may come into existence later, and a takedown may be lifted; neither should stick in a
+//! cache). The preview and the warning interstitial are small self-contained pages (or JSON for a
+//! preview asked with `Accept: application/json`) under `Cache-Control: no-store` and a
+//! Content-Security-Policy that allows no scripts and no loads at all; the destination is shown
+//! HTML- or JSON-escaped.
+//!
+//! A URL reaches a header only if it is servable (`http(s)://` and visible ASCII), checked again
+//! here (one branch-free pass the compiler vectorises) even though [`crate::answer::decide`]
+//! only hands out servable URLs: a CR or LF in `Location` would let a stored URL write headers
+//! of its own, and no other scheme may be redirected to. An unservable URL renders as 410.
+
+use lasthop_core::is_servable;
+
+use crate::answer::Answer;
+use crate::http::{HttpError, Request};
+
+/// The headers every page (preview, interstitial) carries.
+const PAGE_HEADERS: &[u8] = b"Cache-Control: no-store\r\n\
+Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n\
+X-Content-Type-Options: nosniff\r\n\
+Referrer-Policy: no-referrer\r\n";
+
+const TEXT: &[u8] = b"text/plain; charset=utf-8";
+const HTML: &[u8] = b"text/html; charset=utf-8";
+const JSON: &[u8] = b"application/json";
+
+/// The 302 that [`render_fixed`] writes: the benchmark floor, the same shape as a real redirect.
+pub const FIXED_RESPONSE: &[u8] = b"HTTP/1.1 302 Found\r\n\
+Location: https://example.com/\r\n\
+Cache-Control: private, max-age=300\r\n\
+Content-Length: 0\r\n\r\n";
+
+/// How to shape a response, from the request.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    head: bool,
+    keep_alive: bool,
+    json: bool,
+    http10: bool,
+}
+
+/// Appends the response to `answer` to `out`: no body when `req_head` (HEAD), `Connection:
+/// close` when `!keep_alive` or the answer closes anyway, JSON pages when `accept_json`.
+/// Returns whether the connection must close once the bytes are sent. Assumes an HTTP/1.1
+/// client; use [`render_for`] to get HTTP/1.0 keep-alive right too.
+pub fn render(
+    answer: &Answer<'_>,
+    req_head: bool,
+    keep_alive: bool,
+    accept_json: bool,
+    out: &mut Vec<u8>,
+) -> bool {
+    write(
+        answer,
+        Shape {
+            head: req_head,
+            keep_alive,
+            json: accept_json,
+            http10: false,
+        },
+        out,
+    )
+}
+
+/// [`render`] with the shape taken from `req` (method, keep-alive, `Accept`, HTTP version).
+/// Returns whether the connection must close once the bytes are sent.
+pub fn render_for(answer: &Answer<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> bool {
+    write(
+        answer,
+        Shape {
+            head: req.method == crate::http::Method::Head,
+            keep_alive: req.keep_alive,
+            json: req.accept_json,
+            http10: req.http10,
+        },
+        out,
+    )
+}
+
+/// Appends [`FIXED_RESPONSE`]: the floor the request path is measured against.
+#[inline]
+pub fn render_fixed(out: &mut Vec<u8>) {
+    out.extend_from_slice(FIXED_RESPONSE);
+}
+
+fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
+    let close = !shape.keep_alive || answer.closes();
+    let shape = Shape {
+        keep_alive: !close,
+        ..shape
+    };
+    match *answer {
+        Answer::Redirect { url } if servable(url) => {
+            out.extend_from_slice(b"HTTP/1.1 302 Found\r\nLocation: ");
+            out.extend_from_slice(url);
+            out.extend_from_slice(
+                b"\r\nCache-Control: private, max-age=300\r\nContent-Length: 0\r\n",
+            );
+            connection(shape, out);
+            out.extend_from_slice(b"\r\n");
+        }
+        Answer::Redirect { .. } => gone(shape, out),
+        Answer::Preview { code, url, flagged } if is_servable(url) => {
+            if shape.json {
+                page(b"200 OK", JSON, shape, out, |o| {
+                    json_page(o, code, url, flagged)
+                });
+            } else {
+                page(b"200 OK", HTML, shape, out, |o| {
+                    preview_page(o, code, url, flagged)
+                });
+            }
+        }
+        Answer::Warn { code, url } if is_servable(url) => {
+            if shape.json {
+                page(b"200 OK", JSON, shape, out, |o| {
+                    json_page(o, code, url, true)
+                });
+            } else {
+                page(b"200 OK", HTML, shape, out, |o| warn_page(o, code, url));
+            }
+        }
+        Answer::Preview { .. } | Answer::Warn { .. } | Answer::Gone => gone(shape, out),
+        Answer::NotFound => fixed(
+            b"404 Not Found",
+            b"Cache-Control: no-store\r\n",
+            b"not found\n",
+            shape,
+            out,
+        ),
+        Answer::MethodNotAllowed | Answer::BadRequest(HttpError::MethodWithBody) => fixed(
+            b"405 Method Not Allowed",
+            b"Allow: GET, HEAD\r\n",
+            b"method not allowed\n",
+            shape,
+            out,
+        ),
+        Answer::BadRequest(e) => {
+            let (status, body): (&[u8], &[u8]) = match e {
+                HttpError::UriTooLong => (b"414 URI Too Long", b"request line too long\n"),
+                HttpError::HeadersTooLarge => (
+                    b"431 Request Header Fields Too Large",
+                    b"request header fields too large\n",
+                ),
+                HttpError::VersionNotSupported => (
+                    b"505 HTTP Version Not Supported",
+                    b"only HTTP/1.0 and HTTP/1.1 are served\n",
+                ),
+                _ => (b"400 Bad Request", b"bad request\n"),
+            };
+            fixed(status, b"", body, shape, out);
+        }
+        Answer::NeedOrigin { .. } | Answer::Unavailable => fixed(
+            b"503 Service Unavailable",
+            b"Cache-Control: no-store\r\nRetry-After: 1\r\n",
+            b"temporarily unavailable\n",
+            shape,
+            out,
+        ),
+    }
+    close
+}
+
+fn gone(shape: Shape, out: &mut Vec<u8>) {
+    fixed(
+        b"410 Gone",
+        b"Cache-Control: no-store\r\n",
+        b"this link is no longer available\n",
+        shape,
+        out,
+    );
+}
+
+/// `lasthop_core::is_servable`, written so the byte check vectorises: `http(s)://`, then
+/// visible ASCII only (0x21..=0x7e), so no CR, LF, space or control byte can reach a header.
+/// Branch-free over the bytes; URLs are short, so there is nothing to gain by stopping early.
+#[inline]
+fn servable(url: &[u8]) -> bool {
+    (url.starts_with(b"https://") || url.starts_with(b"http://")) && header_safe(url)
+}
+
+#[inline]
+fn header_safe(value: &[u8]) -> bool {
+    value
+        .iter()
+        .fold(true, |ok, &b| ok & (b.wrapping_sub(0x21) < 0x5e))
+}
+
+fn connection(shape: Shape, out: &mut Vec<u8>) {
+    if !shape.keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if shape.http10 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+}
+
+/// Status line and headers up to and including the blank line.
+fn head(
+    status: &[u8],
+    extra: &[u8],
+    content_type: &[u8],
+    len: usize,
+    shape: Shape,
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(extra);
+    out.extend_from_slice(b"Content-Type: ");
+    out.extend_from_slice(content_type);
+    out.extend_from_slice(b"\r\nContent-Length: ");
+    write_decimal(out, len);
+    out.extend_from_slice(b"\r\n");
+    connection(shape, out);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A response with a constant `text/plain` body.
+fn fixed(status: &[u8], extra: &[u8], body: &[u8], shape: Shape, out: &mut Vec<u8>) {
+    head(status, extra, TEXT, body.len(), shape, out);
+    if !shape.head {
+        out.extend_from_slice(body);
+    }
+}
+
+/// A response whose body `body` writes. The body is written first, straight into `out`, then
+/// the head (which needs its length) after it, and the two are rotated into order in place: no
+/// second buffer, and one escaper per format rather than a counting twin of each.
+fn page(
+    status: &[u8],
+    content_type: &[u8],
+    shape: Shape,
+    out: &mut Vec<u8>,
+    body: impl FnOnce(&mut Vec<u8>),
+) {
+    let start = out.len();
+    body(out);
+    let len = out.len() - start;
+    if shape.head {
+        out.truncate(start);
+    }
+    let body_len = out.len() - start;
+    head(status, PAGE_HEADERS, content_type, len, shape, out);
+    if let Some(response) = out.get_mut(start..) {
+        response.rotate_left(body_len);
+    }
+}
+
+const STYLE: &[u8] =
+    b"<style>body{font:16px/1.5 system-ui,sans-serif;max-width:40em;margin:3em auto;\
+padding:0 1em;color:#222}code{word-break:break-all;background:#f3f3f3;padding:.1em .3em}\
+.warn{border-left:4px solid #c60;padding-left:1em}</style>";
+
+fn page_start(out: &mut Vec<u8>, title: &[u8]) {
+    out.extend_from_slice(
+        b"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<meta name=\"robots\" content=\"noindex\"><title>",
+    );
+    out.extend_from_slice(title);
+    out.extend_from_slice(b"</title>");
+    out.extend_from_slice(STYLE);
+    out.extend_from_slice(b"</head>\n<body><main>\n");
+}
+
+/// The destination as text, and a plain link to it (never followed on its own).
+fn destination(out: &mut Vec<u8>, url: &[u8], link_text: &[u8]) {
+    out.extend_from_slice(b"<p><code>");
+    write_html(out, url);
+    out.extend_from_slice(b"</code></p>\n<p><a href=\"");
+    write_html(out, url);
+    out.extend_from_slice(b"\" rel=\"noreferrer noopener nofollow\">");
+    out.extend_from_slice(link_text);
+    out.extend_from_slice(b"</a></p>\n</main></body></html>\n");
+}
+
+fn preview_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], flagged: bool) {
+    page_start(out, b"Link preview");
+    out.extend_from_slice(b"<h1>Link preview</h1>\n<p>The short link <code>/");
+    write_html(out, code);
+    out.extend_from_slice(b"</code> leads to:</p>\n");
+    if flagged {
+        out.extend_from_slice(
+            b"<p class=\"warn\">This link has been flagged as possibly harmful.</p>\n",
+        );
+    }
+    destination(out, url, b"Go to this address");
+}
+
+fn warn_page(out: &mut Vec<u8>, code: &[u8], url: &[u8]) {
+    page_start(out, b"Warning: flagged link");
+    out.extend_from_slice(
+        b"<h1>This link has been flagged</h1>\n<p class=\"warn\">The short link <code>/",
+    );
+    write_html(out, code);
+    out.extend_from_slice(
+        b"</code> has been reported as possibly harmful: phishing, malware or spam. \
+Continue only if you trust where it leads.</p>\n<p>It leads to:</p>\n",
+    );
+    destination(out, url, b"Continue to this address");
+}
+
+fn json_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], flagged: bool) {
+    out.extend_from_slice(b"{\"code\":\"");
+    write_json(out, code);
+    out.extend_from_slice(b"\",\"url\":\"");
+    write_json(out, url);
+    out.extend_from_slice(if flagged {
+        b"\",\"flagged\":true}\n"
+    } else {
+        b"\",\"flagged\":false}\n"
+    });
+}
+
+/// Appends `s` HTML-escaped for text and double- or single-quoted attributes. Bytes outside
+/// printable ASCII (which a servable URL never has) become U+FFFD, so the page is always valid
+/// UTF-8 whatever it is given.
+fn write_html(out: &mut Vec<u8>, s: &[u8]) {
+    let mut run = 0;
+    for (i, &b) in s.iter().enumerate() {
+        let escaped: &[u8] = match b {
+            b'&' => b"&amp;",
+            b'<' => b"&lt;",
+            b'>' => b"&gt;",
+            b'"' => b"&quot;",
+            b'\'' => b"&#39;",
+            0x20..=0x7e => continue,
+            _ => b"&#xfffd;",
+        };
+        out.extend_from_slice(s.get(run..i).unwrap_or_default());
+        out.extend_from_slice(escaped);
+        run = i + 1;
+    }
+    out.extend_from_slice(s.get(run..).unwrap_or_default());
+}
+
+/// Appends `s` escaped for the inside of a JSON string. `<`, `>` and `&` are escaped too (a
+/// JSON body sniffed as HTML stays inert); bytes outside printable ASCII become `\u00XX`, so
+/// the output is valid JSON whatever it is given.
+fn write_json(out: &mut Vec<u8>, s: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut run = 0;
+    for (i, &b) in s.iter().enumerate() {
+        if matches!(b, 0x20..=0x7e) && !matches!(b, b'"' | b'\\' | b'<' | b'>' | b'&') {
+            continue;
+        }
+        out.extend_from_slice(s.get(run..i).unwrap_or_default());
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xf)],
+            ]),
+        }
+        run = i + 1;
+    }
+    out.extend_from_slice(s.get(run..).unwrap_or_default());
+}
+
+fn write_decimal(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // usize::MAX has 20 digits, so `at` never underflows; `n % 10` < 10 fits a u8.
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(digits.get(at..).unwrap_or_default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answer::decide;
+    use crate::answer::tests::fixture;
+    use crate::http::{parse, Limits, Parse};
+    use proptest::prelude::*;
+
+    fn rendered(answer: &Answer<'_>, head: bool, keep_alive: bool, json: bool) -> (Vec<u8>, bool) {
+        let mut out = Vec::new();
+        let close = render(answer, head, keep_alive, json, &mut out);
+        (out, close)
+    }
+
+    fn text(bytes: &[u8]) -> String {
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    /// A parsed response: status, headers (lowercased names), body.
+    struct Response {
+        status: u16,
+        headers: Vec<(String, Vec<u8>)>,
+        body: Vec<u8>,
+    }
+
+    impl Response {
+        fn header(&self, name: &str) -> Option<&[u8]> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_slice())
+        }
+    }
+
+    /// Parses `bytes` as exactly one response and checks its framing; `head` responses carry
+    /// the GET body's Content-Length but no body.
+    fn parse_response(bytes: &[u8], head: bool) -> Response {
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut resp = httparse::Response::new(&mut headers);
+        let n = match resp.parse(bytes) {
+            Ok(httparse::Status::Complete(n)) => n,
+            other => panic!("{other:?}: {:?}", String::from_utf8_lossy(bytes)),
+        };
+        assert_eq!(resp.version, Some(1));
+        let headers: Vec<(String, Vec<u8>)> = resp
+            .headers
+            .iter()
+            .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
+            .collect();
+        for (name, value) in &headers {
+            assert!(
+                value.iter().all(|&b| b >= 0x20 && b != 0x7f),
+                "{name}: {value:?}"
+            );
+        }
+        let names: Vec<_> = headers.iter().map(|(n, _)| n.as_str()).collect();
+        let mut dedup = names.clone();
+        dedup.sort_unstable();
+        dedup.dedup();
+        assert_eq!(dedup.len(), names.len(), "duplicate header in {names:?}");
+        let response = Response {
+            status: resp.code.unwrap(),
+            body: bytes[n..].to_vec(),
+            headers,
+        };
+        let len: usize = text(response.header("content-length").expect("Content-Length"))
+            .parse()
+            .unwrap();
+        if head {
+            assert!(response.body.is_empty());
+        } else {
+            assert_eq!(len, response.body.len());
+        }
+        response
+    }
+
+    #[test]
+    fn redirect_exact_bytes() {
+        let a = Answer::Redirect {
+            url: b"https://example.com/x?y=1",
+        };
+        let (out, close) = rendered(&a, false, true, false);
+        assert!(!close);
+        assert_eq!(
+            text(&out),
+            "HTTP/1.1 302 Found\r\nLocation: https://example.com/x?y=1\r\n\
+             Cache-Control: private, max-age=300\r\nContent-Length: 0\r\n\r\n"
+        );
+        let (out, close) = rendered(&a, true, false, false);
+        assert!(close);
+        assert_eq!(
+            text(&out),
+            "HTTP/1.1 302 Found\r\nLocation: https://example.com/x?y=1\r\n\
+             Cache-Control: private, max-age=300\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        let mut fixed = Vec::new();
+        render_fixed(&mut fixed);
+        assert_eq!(parse_response(&fixed, false).status, 302);
+    }
+
+    #[test]
+    fn appends_to_existing_output() {
+        let mut out = b"previous".to_vec();
+        render(&Answer::NotFound, false, true, false, &mut out);
+        let preview = Answer::Preview {
+            code: b"abcDEF1",
+            url: b"https://example.com/",
+            flagged: false,
+        };
+        render(&preview, false, true, false, &mut out);
+        assert!(out.starts_with(b"previousHTTP/1.1 404 Not Found\r\n"));
+        let second = out.windows(9).rposition(|w| w == b"HTTP/1.1 ").unwrap();
+        assert!(second > 8);
+        let r = parse_response(&out[second..], false);
+        assert_eq!(r.status, 200);
+        assert!(r.body.starts_with(b"<!doctype html>"));
+    }
+
+    #[test]
+    fn errors() {
+        let (out, _) = rendered(&Answer::NotFound, false, true, false);
+        assert_eq!(
+            text(&out),
+            "HTTP/1.1 404 Not Found\r\nCache-Control: no-store\r\n\
+             Content-Type: text/plain; charset=utf-8\r\nContent-Length: 10\r\n\r\nnot found\n"
+        );
+        let (out, close) = rendered(&Answer::MethodNotAllowed, false, true, false);
+        assert!(!close, "a 405 without a body keeps the connection");
+        let r = parse_response(&out, false);
+        assert_eq!(
+            (r.status, r.header("allow")),
+            (405, Some(&b"GET, HEAD"[..]))
+        );
+        let cases = [
+            (HttpError::Malformed, 400),
+            (HttpError::BodyNotAllowed, 400),
+            (HttpError::MethodWithBody, 405),
+            (HttpError::UriTooLong, 414),
+            (HttpError::HeadersTooLarge, 431),
+            (HttpError::VersionNotSupported, 505),
+        ];
+        for (e, status) in cases {
+            let a = Answer::BadRequest(e);
+            assert_eq!(a.status(), status);
+            let (out, close) = rendered(&a, false, true, false);
+            assert!(close, "{e:?} closes");
+            let r = parse_response(&out, false);
+            assert_eq!(r.status, status);
+            assert_eq!(r.header("connection"), Some(&b"close"[..]));
+        }
+        for a in [
+            Answer::Gone,
+            Answer::Unavailable,
+            Answer::NeedOrigin {
+                code: b"x",
+                preview: false,
+            },
+        ] {
+            let (out, _) = rendered(&a, false, true, false);
+            assert_eq!(parse_response(&out, false).status, a.status());
+        }
+    }
+
+    #[test]
+    fn head_has_headers_and_no_body() {
+        let answers = [
+            Answer::NotFound,
+            Answer::Gone,
+            Answer::Preview {
+                code: b"abcDEF1",
+                url: b"https://example.com/",
+                flagged: false,
+            },
+            Answer::Warn {
+                code: b"abcDEF1",
+                url: b"https://example.com/",
+            },
+        ];
+        for a in answers {
+            for json in [false, true] {
+                let (get, _) = rendered(&a, false, true, json);
+                let (head, _) = rendered(&a, true, true, json);
+                let get = parse_response(&get, false);
+                let head = parse_response(&head, true);
+                assert_eq!(get.headers, head.headers, "{a:?}");
+                assert!(head.body.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn http10_keep_alive_says_so() {
+        let a = Answer::Redirect {
+            url: b"https://example.com/",
+        };
+        let buf = b"GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+        let Parse::Complete { req, .. } = parse(buf, &Limits::default()) else {
+            panic!()
+        };
+        let mut out = Vec::new();
+        assert!(!render_for(&a, &req, &mut out));
+        assert_eq!(
+            parse_response(&out, false).header("connection"),
+            Some(&b"keep-alive"[..])
+        );
+        let Parse::Complete { req, .. } = parse(b"HEAD /x HTTP/1.0\r\n\r\n", &Limits::default())
+        else {
+            panic!()
+        };
+        out.clear();
+        assert!(render_for(&Answer::NotFound, &req, &mut out));
+        let r = parse_response(&out, true);
+        assert_eq!(r.header("connection"), Some(&b"close"[..]));
+    }
+
+    #[test]
+    fn preview_and_interstitial_pages() {
+        let url: &[u8] = b"https://example.com/<script>alert('x')</script>?a=1&b=\"2\"";
+        let preview = Answer::Preview {
+            code: b"abcDEF1",
+            url,
+            flagged: false,
+        };
+        let (out, _) = rendered(&preview, false, true, false);
+        let r = parse_response(&out, false);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-type"), Some(HTML));
+        assert_eq!(r.header("cache-control"), Some(&b"no-store"[..]));
+        assert_eq!(
+            r.header("content-security-policy"),
+            Some(&b"default-src 'none'; style-src 'unsafe-inline'"[..])
+        );
+        assert!(r.header("location").is_none());
+        let body = text(&r.body);
+        assert!(!body.contains("<script>"), "{body}");
+        assert!(!body.contains("http-equiv"), "never a refresh");
+        assert!(body.contains(
+            "https://example.com/&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;?a=1&amp;b=&quot;2&quot;"
+        ));
+        assert!(body.contains("/abcDEF1"));
+        assert!(!body.contains("flagged"));
+
+        let (out, _) = rendered(&preview, false, true, true);
+        let r = parse_response(&out, false);
+        assert_eq!(r.header("content-type"), Some(JSON));
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["code"], "abcDEF1");
+        assert_eq!(v["url"].as_str().unwrap().as_bytes(), url);
+        assert_eq!(v["flagged"], false);
+
+        let warn = Answer::Warn {
+            code: b"abcDEF1",
+            url,
+        };
+        let (out, _) = rendered(&warn, false, true, false);
+        let r = parse_response(&out, false);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("cache-control"), Some(&b"no-store"[..]));
+        let body = text(&r.body);
+        assert!(body.contains("flagged"));
+        assert!(body.contains("Continue"));
+        assert!(body.contains("href=\"https://example.com/&lt;script&gt;"));
+        assert!(!body.contains("<script>"));
+
+        let (out, _) = rendered(&warn, false, true, true);
+        let v: serde_json::Value =
+            serde_json::from_slice(&parse_response(&out, false).body).unwrap();
+        assert_eq!(v["flagged"], true);
+    }
+
+    #[test]
+    fn unsafe_urls_never_reach_a_header_or_a_link() {
+        for url in [
+            &b"https://example.com/\r\nSet-Cookie: a=b"[..],
+            b"javascript:alert(1)",
+            b"",
+            b"https://example.com/ x",
+        ] {
+            for a in [
+                Answer::Redirect { url },
+                Answer::Preview {
+                    code: b"abcDEF1",
+                    url,
+                    flagged: false,
+                },
+                Answer::Warn {
+                    code: b"abcDEF1",
+                    url,
+                },
+            ] {
+                let (out, _) = rendered(&a, false, true, false);
+                assert_eq!(parse_response(&out, false).status, 410, "{a:?}");
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn servable_matches_core(url in proptest::collection::vec(any::<u8>(), 0..40), tail in "[ -~]{0,40}") {
+            let prefixed = [b"https://".as_slice(), &url, tail.as_bytes()].concat();
+            for u in [&url[..], &prefixed[..], tail.as_bytes()] {
+                prop_assert_eq!(servable(u), is_servable(u));
+            }
+        }
+    }
+
+    #[test]
+    fn escapers() {
+        let mut out = Vec::new();
+        write_html(&mut out, b"a<b>&\"'\n\xff");
+        assert_eq!(text(&out), "a&lt;b&gt;&amp;&quot;&#39;&#xfffd;&#xfffd;");
+        out.clear();
+        write_json(&mut out, b"a\"\\</\x01\xe9");
+        assert_eq!(text(&out), "a\\\"\\\\\\u003c/\\u0001\\u00e9");
+        out.clear();
+        for n in [0usize, 7, 10, 12345, usize::MAX] {
+            out.clear();
+            write_decimal(&mut out, n);
+            assert_eq!(text(&out), n.to_string());
+        }
+    }
+
+    fn arb_answer() -> impl Strategy<Value = (u8, Vec<u8>, Vec<u8>, bool)> {
+        (
+            0u8..10,
+            proptest::collection::vec(any::<u8>(), 0..20),
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..80),
+                "https?://[ -~]{0,60}".prop_map(String::into_bytes),
+            ],
+            any::<bool>(),
+        )
+    }
+
+    fn build<'a>(kind: u8, code: &'a [u8], url: &'a [u8], flag: bool) -> Answer<'a> {
+        match kind {
+            0 => Answer::Redirect { url },
+            1 => Answer::Preview {
+                code,
+                url,
+                flagged: flag,
+            },
+            2 => Answer::Warn { code, url },
+            3 => Answer::NotFound,
+            4 => Answer::Gone,
+            5 => Answer::MethodNotAllowed,
+            6 => Answer::BadRequest(HttpError::Malformed),
+            7 => Answer::NeedOrigin {
+                code,
+                preview: flag,
+            },
+            8 => Answer::Unavailable,
+            _ => Answer::BadRequest(HttpError::HeadersTooLarge),
+        }
+    }
+
+    proptest! {
+        /// Any answer, with any bytes in it, renders as one well-framed response; a URL reaches
+        /// `Location` only when servable, and pages are valid UTF-8 (JSON pages valid JSON).
+        #[test]
+        fn always_a_valid_response(
+            (kind, code, url, flag) in arb_answer(),
+            head in any::<bool>(),
+            keep in any::<bool>(),
+            json in any::<bool>(),
+        ) {
+            let a = build(kind, &code, &url, flag);
+            let (out, close) = rendered(&a, head, keep, json);
+            let r = parse_response(&out, head);
+            if r.status != 410 {
+                prop_assert_eq!(r.status, a.status());
+            }
+            prop_assert_eq!(close, !keep || a.closes());
+            prop_assert_eq!(r.header("connection").is_some(), close);
+            if let Some(location) = r.header("location") {
+                prop_assert!(is_servable(location));
+                prop_assert_eq!(location, &url[..]);
+            }
+            if r.status == 410 {
+                let may_be_gone = matches!(
+                    a,
+                    Answer::Gone | Answer::Redirect { .. } | Answer::Preview { .. } | Answer::Warn { .. }
+                );
+                prop_assert!(may_be_gone, "{:?}", a);
+            }
+            prop_assert!(std::str::from_utf8(&r.body).is_ok());
+            if json && !head && r.header("content-type") == Some(JSON) {
+                let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+                prop_assert_eq!(v["url"].as_str().map(str::as_bytes), Some(&url[..]));
+            }
+        }
+
+        /// The whole path on arbitrary request bytes: whatever parses is decided and rendered
+        /// into a valid response, and the caller can always make progress.
+        #[test]
+        fn parse_decide_render(
+            bytes in proptest::collection::vec(any::<u8>(), 0..200),
+            path in "/[A-Za-z0-9_+?-]{0,70}",
+        ) {
+            let f = fixture(true);
+            let mut input = format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").into_bytes();
+            input.extend_from_slice(&bytes);
+            let mut at = 0;
+            let mut out = Vec::new();
+            while at < input.len() {
+                out.clear();
+                match parse(&input[at..], &Limits::default()) {
+                    Parse::Complete { req, consumed } => {
+                        prop_assert!(consumed > 0);
+                        let (a, _) = decide(&req, &f.tables, 0);
+                        let close = render_for(&a, &req, &mut out);
+                        parse_response(&out, req.method == crate::http::Method::Head);
+                        at += consumed;
+                        if close { break; }
+                    }
+                    Parse::Partial => break,
+                    Parse::Error(e) => {
+                        prop_assert!(render(&Answer::BadRequest(e), false, true, false, &mut out));
+                        parse_response(&out, false);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
