@@ -90,15 +90,25 @@ impl HighWater {
     /// False only when `n` can never have been issued: at or above its region's mark + reserve.
     #[inline]
     pub fn may_be_issued(&self, n: u64) -> bool {
+        self.mark_of(n)
+            .is_some_and(|mark| n < mark.saturating_add(self.reserve))
+    }
+
+    /// True when `n` lies below its region's published mark (not in the reserve window above
+    /// it, where links may appear at any moment): an edge may cache "not found" for such codes.
+    #[inline]
+    pub fn below_mark(&self, n: u64) -> bool {
+        self.mark_of(n).is_some_and(|mark| n < mark)
+    }
+
+    #[inline]
+    fn mark_of(&self, n: u64) -> Option<u64> {
         if n >= CODE_SPACE {
-            return false;
+            return None;
         }
         // starts[0] == 0, so at least one start is <= n.
         let region = self.starts.partition_point(|&s| s <= n).saturating_sub(1);
-        match self.marks.get(region) {
-            Some(&mark) => n < mark.saturating_add(self.reserve),
-            None => false,
-        }
+        self.marks.get(region).copied()
     }
 }
 
@@ -129,9 +139,15 @@ mod tests {
         assert!(hw.may_be_issued(0));
         assert!(hw.may_be_issued(999));
         assert!(!hw.may_be_issued(1_000));
+        assert!(
+            !hw.below_mark(0),
+            "nothing issued yet: everything is in the reserve window"
+        );
         hw.raise(0, 50_000).unwrap();
         assert!(hw.may_be_issued(50_999));
         assert!(!hw.may_be_issued(51_000));
+        assert!(hw.below_mark(49_999));
+        assert!(!hw.below_mark(50_000));
         hw.raise(0, 10).unwrap();
         assert!(hw.may_be_issued(50_999), "marks never go down");
         assert!(hw.may_be_issued(r1.start + 999));

@@ -54,6 +54,9 @@ enum Cmd {
         out: PathBuf,
         #[arg(long)]
         codes_out: PathBuf,
+        /// Also write `code<TAB>url` for every link (to give a peer server the same links).
+        #[arg(long)]
+        tsv_out: Option<PathBuf>,
         #[arg(long, default_value_t = 0)]
         sequence: u64,
         /// Seed of the synthetic data.
@@ -88,11 +91,19 @@ fn main() -> Result<()> {
             count,
             out,
             codes_out,
+            tsv_out,
             sequence,
             seed,
             hash_seed,
         } => synth(
-            &key_file, count, &out, &codes_out, sequence, seed, hash_seed,
+            &key_file,
+            count,
+            &out,
+            &codes_out,
+            tsv_out.as_deref(),
+            sequence,
+            seed,
+            hash_seed,
         ),
         Cmd::Inspect { file } => inspect(&file),
         Cmd::Verify { file } => verify(&file),
@@ -200,11 +211,13 @@ fn build(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)] // one per CLI flag
 fn synth(
     key_file: &Path,
     count: u64,
     out: &Path,
     codes_out: &Path,
+    tsv_out: Option<&Path>,
     sequence: u64,
     seed: u64,
     hash_seed: Option<u64>,
@@ -223,15 +236,31 @@ fn synth(
         1 << 20,
         File::create(codes_out).with_context(|| format!("creating {}", codes_out.display()))?,
     );
+    let mut tsv = match tsv_out {
+        Some(p) => Some(BufWriter::with_capacity(
+            1 << 20,
+            File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => None,
+    };
     let progress = Progress::new(Some(total));
     while let Some(link) = synth.next_link() {
         codes.write_all(link.key)?;
         codes.write_all(b"\n")?;
+        if let Some(t) = tsv.as_mut() {
+            t.write_all(link.key)?;
+            t.write_all(b"\t")?;
+            t.write_all(link.url)?;
+            t.write_all(b"\n")?;
+        }
         writer.add(link.key, link.url, link.expires_at_ms)?;
         progress.tick(writer.len());
     }
     codes.flush()?;
     codes.get_ref().sync_all()?;
+    if let Some(mut t) = tsv {
+        t.flush()?;
+    }
     seal_reporting(writer, started)?;
     Ok(())
 }

@@ -1,0 +1,228 @@
+//! The serving cores: one glommio executor pinned per core, each running one loop (io_uring or
+//! epoll) inside one glommio task that yields after every batch.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::epoll::EpollLoop;
+use crate::http::Limits;
+use crate::metrics::CoreMetrics;
+use crate::origin::{Origin, OriginInbox};
+use crate::session::CoreCtx;
+use crate::tables::Tables;
+use crate::topk::TopK;
+use crate::uring::{UringConfig, UringLoop};
+
+/// Which loop drives the sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Uring,
+    Epoll,
+}
+
+impl Backend {
+    /// Name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Uring => "io_uring",
+            Backend::Epoll => "epoll",
+        }
+    }
+}
+
+/// What every core shares: the current tables (swapped by generation) and the stop flag.
+#[derive(Debug)]
+pub struct Shared {
+    tables: Mutex<Arc<Tables>>,
+    generation: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    /// Shared state serving `tables`.
+    pub fn new(tables: Tables) -> Arc<Self> {
+        Arc::new(Shared {
+            tables: Mutex::new(Arc::new(tables)),
+            generation: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// Publishes new tables; every core picks them up at its next turn.
+    pub fn publish(&self, tables: Tables) {
+        if let Ok(mut t) = self.tables.lock() {
+            *t = Arc::new(tables);
+        }
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The tables now being served.
+    pub fn current(&self) -> Option<Arc<Tables>> {
+        self.tables.lock().ok().map(|t| Arc::clone(&t))
+    }
+
+    /// Asks every core to stop accepting and drain.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Per-core settings.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    pub backend: Backend,
+    pub uring: UringConfig,
+    pub limits: Limits,
+    pub fixed: bool,
+    /// How long a draining core waits for its connections to finish.
+    pub drain: Duration,
+    /// glommio's own registered I/O memory per executor; kept small so the engine starts under
+    /// an 8 MiB memlock limit as a non-root user (our sockets do not use it).
+    pub glommio_io_memory: usize,
+}
+
+/// Binds one SO_REUSEPORT listener per core on `addr` (all on the port the first one got, so
+/// `:0` works) and returns them with the bound address.
+pub fn listeners(addr: SocketAddr, cores: usize) -> std::io::Result<(Vec<OwnedFd>, SocketAddr)> {
+    let first = crate::socket::reuseport_listener(addr, 4096)?;
+    let bound = crate::socket::local_addr(first.as_raw_fd())?;
+    let mut all = vec![first];
+    for _ in 1..cores {
+        all.push(crate::socket::reuseport_listener(bound, 4096)?);
+    }
+    Ok((all, bound))
+}
+
+/// Everything one core needs to start.
+#[derive(Debug)]
+pub struct CoreStart {
+    pub index: usize,
+    pub cpu: Option<usize>,
+    pub listener: OwnedFd,
+    pub inbox: Option<OriginInbox>,
+    pub metrics: Arc<CoreMetrics>,
+    pub top: Arc<TopK>,
+}
+
+enum Loop {
+    Uring(Box<UringLoop>),
+    Epoll(Box<EpollLoop>),
+}
+
+impl Loop {
+    fn turn(&mut self, ctx: &mut CoreCtx) -> std::io::Result<()> {
+        match self {
+            Loop::Uring(l) => l.turn(ctx),
+            Loop::Epoll(l) => l.turn(ctx),
+        }
+    }
+    fn stop_accepting(&mut self) -> std::io::Result<()> {
+        match self {
+            Loop::Uring(l) => l.stop_accepting(),
+            Loop::Epoll(l) => l.stop_accepting(),
+        }
+    }
+    fn open_conns(&self) -> usize {
+        match self {
+            Loop::Uring(l) => l.open_conns(),
+            Loop::Epoll(l) => l.open_conns(),
+        }
+    }
+}
+
+/// Starts one pinned glommio executor for this core; returns when the core has drained.
+pub fn spawn_core(
+    start: CoreStart,
+    config: CoreConfig,
+    shared: Arc<Shared>,
+    origin: Option<Arc<Origin>>,
+) -> anyhow::Result<glommio::ExecutorJoinHandle<anyhow::Result<()>>> {
+    let placement = match start.cpu {
+        Some(cpu) => Placement::Fixed(cpu),
+        None => Placement::Unbound,
+    };
+    let start_index = start.index;
+    let handle = LocalExecutorBuilder::new(placement)
+        .name(&format!("core-{}", start.index))
+        .io_memory(config.glommio_io_memory)
+        .preempt_timer(Duration::from_millis(1))
+        .spawn(move || async move {
+            let index = start.index;
+            let result = run_core(start, config, shared, origin).await;
+            if let Err(e) = &result {
+                // A core that cannot serve leaves its share of connections unanswered: exit so
+                // the supervisor restarts the whole engine rather than limp on.
+                tracing::error!(core = index, error = %format!("{e:#}"), "serving core failed; exiting");
+                std::process::exit(1);
+            }
+            result
+        })
+        .map_err(|e| anyhow::anyhow!("starting the executor of core {}: {e}", start_index))?;
+    Ok(handle)
+}
+
+async fn run_core(
+    start: CoreStart,
+    config: CoreConfig,
+    shared: Arc<Shared>,
+    origin: Option<Arc<Origin>>,
+) -> anyhow::Result<()> {
+    let tables = shared
+        .current()
+        .ok_or_else(|| anyhow::anyhow!("tables lock poisoned"))?;
+    let mut generation = shared.generation.load(Ordering::Acquire);
+    let mut ctx = CoreCtx {
+        core: start.index,
+        tables,
+        limits: config.limits,
+        metrics: start.metrics,
+        origin,
+        top: start.top,
+        now_ms: 0,
+        now_us: 0,
+        fixed: config.fixed,
+        turn_start: std::time::Instant::now(),
+        answered: 0,
+    };
+    ctx.refresh_clock();
+    let mut lp = match config.backend {
+        Backend::Uring => Loop::Uring(Box::new(UringLoop::new(
+            start.listener,
+            start.inbox,
+            config.uring.clone(),
+        )?)),
+        Backend::Epoll => Loop::Epoll(Box::new(EpollLoop::new(
+            start.listener,
+            start.inbox,
+            config.uring.tick,
+            config.uring.idle_timeout_ms,
+            config.uring.header_timeout_ms,
+        )?)),
+    };
+    let mut draining_since: Option<i64> = None;
+    loop {
+        let g = shared.generation.load(Ordering::Acquire);
+        if g != generation {
+            if let Some(t) = shared.current() {
+                ctx.tables = t;
+            }
+            generation = g;
+        }
+        if shared.stop.load(Ordering::Acquire) && draining_since.is_none() {
+            lp.stop_accepting()?;
+            draining_since = Some(ctx.now_ms);
+        }
+        if let Some(since) = draining_since {
+            if lp.open_conns() == 0 || ctx.now_ms - since > config.drain.as_millis() as i64 {
+                return Ok(());
+            }
+        }
+        lp.turn(&mut ctx)?;
+        glommio::yield_if_needed().await;
+    }
+}

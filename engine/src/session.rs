@@ -1,0 +1,309 @@
+//! One connection's protocol state, shared by both I/O backends.
+//!
+//! The backend hands a session the bytes it received and later sends what the session rendered
+//! into `out`; the session never touches a socket. Requests are answered in order (pipelining):
+//! a request that needs the origin parks the connection, with its bytes still in `inbuf`, until
+//! the origin's reply comes back through the core's inbox.
+
+use std::sync::Arc;
+
+use lasthop_core::{classify, CodeKind, LinkState, LinkStatus};
+
+use crate::answer::{self, Answer, Layer};
+use crate::http::{self, Limits, Parse};
+use crate::metrics::{CoreMetrics, StatusClass};
+use crate::origin::{Origin, OriginAnswer};
+use crate::render;
+use crate::tables::Tables;
+use crate::topk::TopK;
+
+/// Largest response backlog before a connection stops reading (a pipelining client that never
+/// reads its answers must not grow our memory).
+pub const MAX_PENDING_OUT: usize = 256 * 1024;
+
+/// Everything a core reads or updates while answering.
+#[derive(Debug)]
+pub struct CoreCtx {
+    pub core: usize,
+    pub tables: Arc<Tables>,
+    pub limits: Limits,
+    pub metrics: Arc<CoreMetrics>,
+    pub origin: Option<Arc<Origin>>,
+    pub top: Arc<TopK>,
+    /// Wall clock, refreshed once per loop turn.
+    pub now_ms: i64,
+    /// Monotonic microseconds, refreshed once per loop turn (latency histogram).
+    pub now_us: u64,
+    /// Floor mode (`--fixed-response`): every request gets the same 302, nothing is looked up.
+    pub fixed: bool,
+    /// When this turn's completions were harvested; latency is measured from here.
+    pub turn_start: std::time::Instant,
+    /// Requests answered, for sampling the latency clock.
+    pub answered: u64,
+}
+
+impl CoreCtx {
+    /// Reads the clocks once for the whole turn.
+    pub fn refresh_clock(&mut self) {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let start = START.get_or_init(std::time::Instant::now);
+        self.turn_start = std::time::Instant::now();
+        self.now_us = self.turn_start.duration_since(*start).as_micros() as u64;
+        self.now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+    }
+}
+
+/// Per-connection protocol state.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// Received bytes not yet answered (partial request, or requests behind an origin wait).
+    pub inbuf: Vec<u8>,
+    /// Rendered answers not yet handed to the kernel.
+    pub out: Vec<u8>,
+    /// Close once `out` is sent.
+    pub close_after_send: bool,
+    /// Parked on an origin lookup.
+    pub waiting_origin: bool,
+    /// Last time bytes arrived (idle timeout).
+    pub last_active_ms: i64,
+    /// When the oldest unanswered partial request started (header-read timeout).
+    pub partial_since_ms: Option<i64>,
+}
+
+/// Result of handling one request.
+enum Step {
+    /// Answered; continue with the next request.
+    Answered(usize),
+    /// Needs more bytes.
+    Partial,
+    /// Parked on the origin.
+    Parked,
+    /// Protocol error answered; close.
+    Closed,
+}
+
+impl Session {
+    /// A fresh session at `now_ms`.
+    pub fn new(now_ms: i64) -> Self {
+        Session {
+            last_active_ms: now_ms,
+            ..Session::default()
+        }
+    }
+
+    /// True while the connection should not read more (parked, closing, or backlogged).
+    pub fn paused(&self) -> bool {
+        self.waiting_origin || self.close_after_send || self.out.len() >= MAX_PENDING_OUT
+    }
+
+    /// Feeds bytes just received and answers every complete request in them.
+    pub fn on_input(&mut self, data: &[u8], ctx: &mut CoreCtx, token: u64) {
+        self.last_active_ms = ctx.now_ms;
+        if self.close_after_send {
+            return; // answering nothing more on a closing connection
+        }
+        if self.inbuf.is_empty() && !self.waiting_origin {
+            // Fast path: parse straight from the receive buffer, copy only a leftover tail.
+            let used = self.process(data, ctx, token);
+            if used < data.len() && !self.close_after_send {
+                self.inbuf.extend_from_slice(&data[used..]);
+            }
+        } else {
+            self.inbuf.extend_from_slice(data);
+            self.drive(ctx, token);
+        }
+        self.partial_since_ms = if self.inbuf.is_empty() || self.waiting_origin {
+            None
+        } else {
+            self.partial_since_ms.or(Some(ctx.now_ms))
+        };
+    }
+
+    /// Answers whatever is buffered in `inbuf`.
+    fn drive(&mut self, ctx: &mut CoreCtx, token: u64) {
+        if self.waiting_origin {
+            return;
+        }
+        let buf = std::mem::take(&mut self.inbuf);
+        let used = self.process(&buf, ctx, token);
+        let mut buf = buf;
+        if self.close_after_send {
+            buf.clear();
+        } else {
+            buf.drain(..used);
+        }
+        // Keep the allocation: a keep-alive connection reuses it.
+        self.inbuf = buf;
+    }
+
+    /// Answers complete requests at the front of `buf`; returns the bytes consumed.
+    fn process(&mut self, buf: &[u8], ctx: &mut CoreCtx, token: u64) -> usize {
+        let mut at = 0;
+        while at < buf.len() && self.out.len() < MAX_PENDING_OUT {
+            match self.one(&buf[at..], ctx, token) {
+                Step::Answered(n) => at += n,
+                Step::Partial | Step::Parked => break,
+                Step::Closed => return buf.len(),
+            }
+        }
+        at
+    }
+
+    fn one(&mut self, buf: &[u8], ctx: &mut CoreCtx, token: u64) -> Step {
+        let started = ctx.now_us;
+        match http::parse(buf, &ctx.limits) {
+            Parse::Partial => Step::Partial,
+            Parse::Error(e) => {
+                let answer = Answer::BadRequest(e);
+                render::render(&answer, false, false, false, &mut self.out);
+                record(ctx, &answer, Layer::Invalid, 0);
+                self.close_after_send = true;
+                Step::Closed
+            }
+            Parse::Complete { req, consumed } => {
+                if ctx.fixed {
+                    render::render_fixed(&mut self.out);
+                    ctx.metrics.request(StatusClass::of(302));
+                    return Step::Answered(consumed);
+                }
+                let tables = Arc::clone(&ctx.tables);
+                let (answer, layer) = answer::decide(&req, &tables, ctx.now_ms);
+                if let Answer::NeedOrigin { code, .. } = answer {
+                    if let Some(origin) = &ctx.origin {
+                        origin.submit(ctx.core, code, token, may_cache_negative(&tables, code));
+                        self.waiting_origin = true;
+                        return Step::Parked;
+                    }
+                }
+                self.finish(&req, &answer, layer, ctx, started);
+                if self.close_after_send {
+                    return Step::Closed;
+                }
+                Step::Answered(consumed)
+            }
+        }
+    }
+
+    fn finish(
+        &mut self,
+        req: &http::Request<'_>,
+        answer: &Answer<'_>,
+        layer: Layer,
+        ctx: &mut CoreCtx,
+        started_us: u64,
+    ) {
+        let close = render::render_for(answer, req, &mut self.out);
+        if let Answer::Redirect { .. } = answer {
+            // The click hook: count the code in the hot-code sketch. The click pipeline's
+            // per-core event buffer plugs in here (issue 7).
+            ctx.top.record(code_of(req.path));
+        }
+        record(ctx, answer, layer, started_us);
+        if close {
+            self.close_after_send = true;
+        }
+    }
+
+    /// The origin answered the request this session is parked on.
+    pub fn on_origin(&mut self, reply: &OriginAnswer, ctx: &mut CoreCtx, token: u64) {
+        if !self.waiting_origin {
+            return;
+        }
+        self.waiting_origin = false;
+        let buf = std::mem::take(&mut self.inbuf);
+        let mut consumed = buf.len();
+        if let Parse::Complete { req, consumed: n } = http::parse(&buf, &ctx.limits) {
+            consumed = n;
+            let tables = Arc::clone(&ctx.tables);
+            let started = ctx.now_us;
+            // Decide again: the tables may have learnt the code while we waited.
+            let (answer, layer) = match answer::decide(&req, &tables, ctx.now_ms) {
+                (Answer::NeedOrigin { code, preview }, _) => match reply {
+                    OriginAnswer::Found {
+                        url,
+                        expires_at_ms,
+                        status,
+                        warn,
+                    } => {
+                        let state = state_of(*status, *expires_at_ms, *warn);
+                        answer::answer_from_origin(
+                            code,
+                            preview,
+                            &tables,
+                            Some((url, &state)),
+                            ctx.now_ms,
+                        )
+                    }
+                    OriginAnswer::NotFound => {
+                        answer::answer_from_origin(code, preview, &tables, None, ctx.now_ms)
+                    }
+                    OriginAnswer::Unavailable => (Answer::Unavailable, Layer::Origin),
+                },
+                other => other,
+            };
+            self.finish(&req, &answer, layer, ctx, started);
+        } else {
+            // Cannot happen (the bytes parsed before we parked); answer nothing and close.
+            self.close_after_send = true;
+        }
+        let mut buf = buf;
+        buf.drain(..consumed.min(buf.len()));
+        self.inbuf = buf;
+        if !self.close_after_send {
+            self.drive(ctx, token);
+        }
+    }
+}
+
+/// A link state equivalent to what the origin reported, for the shared answer rules.
+fn state_of(status: LinkStatus, expires_at_ms: Option<i64>, warn: bool) -> LinkState {
+    LinkState {
+        deleted: status == LinkStatus::Deleted,
+        disabled: status == LinkStatus::Disabled,
+        takedown_reason: (status == LinkStatus::TakenDown).then(String::new),
+        // The origin computed "expired" with its clock; keep the answer even if ours differs.
+        expires_at_ms: if status == LinkStatus::Expired {
+            Some(i64::MIN)
+        } else {
+            expires_at_ms
+        },
+        warn,
+    }
+}
+
+/// Whether the origin may remember "not found" for `code`: aliases yes, generated codes only
+/// below their region's published mark (never in the reserve window, where a new link may
+/// appear at any moment).
+fn may_cache_negative(t: &Tables, code: &[u8]) -> bool {
+    match classify(code) {
+        CodeKind::Generated => t
+            .scheme
+            .decode(code)
+            .is_some_and(|n| t.high_water.below_mark(n)),
+        CodeKind::Alias => true,
+        CodeKind::Invalid => false,
+    }
+}
+
+/// Latency is sampled: one request in this many reads the clock (from the moment its bytes
+/// were harvested to its answer rendered), which keeps the histogram honest at a fraction of a
+/// clock read per request.
+const LATENCY_SAMPLE: u64 = 16;
+
+fn record(ctx: &mut CoreCtx, answer: &Answer<'_>, layer: Layer, _started_us: u64) {
+    ctx.metrics.request(StatusClass::of(answer.status()));
+    ctx.metrics.answer(layer as usize);
+    ctx.answered = ctx.answered.wrapping_add(1);
+    if ctx.answered % LATENCY_SAMPLE == 0 {
+        ctx.metrics.latency(ctx.turn_start.elapsed());
+    }
+}
+
+/// The code part of a request path (`/abc1234+` → `abc1234`).
+fn code_of(path: &[u8]) -> &[u8] {
+    let p = path.strip_prefix(b"/").unwrap_or(path);
+    p.strip_suffix(b"+").unwrap_or(p)
+}

@@ -1,0 +1,12 @@
+//! Black-box tests of `lasthop-engine`: the real binary, real sockets, real clients (curl and a
+//! raw TCP client for pipelining and load), a real control plane for read-through.
+//!
+//! - `serving`: the request path end to end on both socket backends;
+//! - `lifecycle`: SIGHUP snapshot swap under load, SIGTERM drain, a non-root start under an
+//!   8 MiB memlock limit;
+//! - `origin`: read-through to a running control plane.
+
+mod harness;
+mod lifecycle;
+mod origin;
+mod serving;

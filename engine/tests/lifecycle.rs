@@ -1,0 +1,162 @@
+//! Snapshot swap under load, drain, and starting as a non-root user under a memlock limit.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Conn, Engine, Site};
+
+/// SIGHUP swaps in a new snapshot while keep-alive clients hammer the engine: no request fails,
+/// every answer is one of the two snapshots' answers, and the new links appear.
+#[test]
+fn sighup_swaps_the_snapshot_under_load_without_losing_a_request() {
+    let site = Site::new();
+    let scheme = site.scheme();
+    let codes: Vec<String> = (0..50).map(|n| scheme.encode_string(n).unwrap()).collect();
+    let v1: Vec<_> = codes
+        .iter()
+        .map(|c| (c.clone(), format!("https://example.com/v1/{c}"), None))
+        .collect();
+    site.write_snapshot(1, 50, &v1);
+    let engine = site.start(&[]);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> = (0..4)
+        .map(|t| {
+            let (stop, done) = (Arc::clone(&stop), Arc::clone(&done));
+            let (addr, codes) = (engine.addr.clone(), codes.clone());
+            std::thread::spawn(move || {
+                let mut conn = Conn::open(&addr);
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    let code = &codes[i % codes.len()];
+                    let r = conn.get(&format!("/{code}"));
+                    assert_eq!(r.status, 302, "request failed during swap");
+                    let loc = r.header("location").unwrap_or_default().to_string();
+                    assert!(
+                        loc == format!("https://example.com/v1/{code}")
+                            || loc == format!("https://example.com/v2/{code}"),
+                        "unexpected {loc}"
+                    );
+                    done.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let extra = scheme.encode_string(60).unwrap();
+    let mut v2: Vec<_> = codes
+        .iter()
+        .map(|c| (c.clone(), format!("https://example.com/v2/{c}"), None))
+        .collect();
+    v2.push((extra.clone(), "https://example.com/new".into(), None));
+    site.write_snapshot(2, 61, &v2);
+    engine.signal("HUP");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut probe = Conn::open(&engine.addr);
+    while probe.get(&format!("/{extra}")).status != 302 {
+        assert!(Instant::now() < deadline, "new snapshot never served");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().expect("a client saw a failure");
+    }
+    assert!(
+        done.load(Ordering::Relaxed) > 100,
+        "too little load to mean anything"
+    );
+    let r = probe.get(&format!("/{}", codes[0]));
+    assert_eq!(
+        r.header("location"),
+        Some(format!("https://example.com/v2/{}", codes[0]).as_str())
+    );
+
+    // A corrupt replacement (renamed into place, as snapshots always are) is refused and the
+    // current snapshot keeps serving.
+    let tmp = site.dir.path().join("corrupt.tmp");
+    std::fs::write(&tmp, b"not a snapshot").unwrap();
+    std::fs::rename(&tmp, site.snapshot_path()).unwrap();
+    engine.signal("HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(probe.get(&format!("/{extra}")).status, 302);
+}
+
+/// SIGTERM: the engine stops accepting, lets open connections finish, and exits 0.
+#[test]
+fn sigterm_drains_and_exits_cleanly() {
+    let site = Site::new();
+    let code = site.scheme().encode_string(3).unwrap();
+    site.write_snapshot(
+        1,
+        10,
+        &[(code.clone(), "https://example.com/".into(), None)],
+    );
+    let mut engine = site.start(&[]);
+    let mut conn = Conn::open(&engine.addr);
+    assert_eq!(conn.get(&format!("/{code}")).status, 302);
+    engine.signal("TERM");
+    // The open connection is still answered while draining.
+    assert_eq!(conn.get(&format!("/{code}")).status, 302);
+    drop(conn);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = engine.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "engine did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An operator's engine runs as a non-root user whose memlock limit is 8 MiB: it must start and
+/// serve on io_uring (ring and buffer sizes are chosen for that).
+#[test]
+fn starts_as_non_root_under_an_8_mib_memlock_limit() {
+    // SAFETY-free check of who we are: only root can drop to another user.
+    let uid = Command::new("id").arg("-u").output().expect("id");
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        eprintln!("skipped: needs root to switch to the 'nobody' user");
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err()
+        || Command::new("prlimit").arg("--version").output().is_err()
+    {
+        eprintln!("skipped: setpriv/prlimit (util-linux) not installed");
+        return;
+    }
+    let site = Site::new();
+    let code = site.scheme().encode_string(3).unwrap();
+    site.write_snapshot(
+        1,
+        10,
+        &[(code.clone(), "https://example.com/np".into(), None)],
+    );
+    let mut cmd = Command::new("prlimit");
+    cmd.args([
+        "--memlock=8388608:8388608",
+        "setpriv",
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "--",
+        crate::harness::ENGINE,
+        "--io",
+        "uring",
+    ]);
+    let engine = Engine::start(cmd, &site, &[]);
+    let mut conn = Conn::open(&engine.addr);
+    let r = conn.get(&format!("/{code}"));
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("https://example.com/np"));
+}

@@ -1,0 +1,152 @@
+//! The request path end to end, on the io_uring loop and on the epoll fallback.
+
+use crate::harness::{curl, Conn, Site};
+
+struct Fixture {
+    site: Site,
+    live: String,
+    expired: String,
+    never: String,
+}
+
+fn fixture() -> Fixture {
+    let site = Site::new();
+    let scheme = site.scheme();
+    let live = scheme.encode_string(1).unwrap();
+    let expired = scheme.encode_string(2).unwrap();
+    // Far above mark + reserve: never issued.
+    let never = scheme.encode_string(5_000_000).unwrap();
+    site.write_snapshot(
+        7,
+        10,
+        &[
+            (live.clone(), "https://example.com/live?x=1".into(), None),
+            (
+                expired.clone(),
+                "https://example.com/old".into(),
+                Some(1_000),
+            ),
+            (
+                "spring-sale-2026".into(),
+                "https://shop.example/sale".into(),
+                None,
+            ),
+        ],
+    );
+    Fixture {
+        site,
+        live,
+        expired,
+        never,
+    }
+}
+
+fn check_backend(io: &str) {
+    let f = fixture();
+    let engine = f.site.start(&["--io", io]);
+    let base = format!("http://{}", engine.addr);
+
+    // 302 with exactly the headers the contract names.
+    let (status, headers, body) = curl(&[&format!("{base}/{}?utm=dropped", f.live)]);
+    assert_eq!(status, 302, "{headers}");
+    let lines: Vec<&str> = headers.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines,
+        [
+            "HTTP/1.1 302 Found",
+            "Location: https://example.com/live?x=1",
+            "Cache-Control: private, max-age=300",
+            "Content-Length: 0",
+        ],
+        "{io}"
+    );
+    assert!(body.is_empty());
+
+    // curl -L follows it (the query string of the short URL is dropped, the long URL's kept).
+    let (status, _, _) = curl(&["-I", &format!("{base}/{}", f.live)]);
+    assert_eq!(status, 302, "HEAD");
+
+    assert_eq!(curl(&[&format!("{base}/spring-sale-2026")]).0, 302);
+    assert_eq!(
+        curl(&[&format!("{base}/{}", f.never)]).0,
+        404,
+        "never issued"
+    );
+    assert_eq!(curl(&[&format!("{base}/{}", f.expired)]).0, 410, "expired");
+    assert_eq!(curl(&[&format!("{base}/no-such-alias")]).0, 404);
+    assert_eq!(curl(&[&format!("{base}/x")]).0, 404);
+    assert_eq!(curl(&[&format!("{base}/")]).0, 404);
+
+    let (status, headers, _) = curl(&["-X", "POST", "-d", "x=1", &format!("{base}/{}", f.live)]);
+    assert_eq!(status, 405);
+    assert!(headers.contains("Allow: GET, HEAD"), "{headers}");
+
+    // Preview: HTML, and JSON on Accept: application/json; no redirect.
+    let (status, _, page) = curl(&[&format!("{base}/{}+", f.live)]);
+    assert_eq!(status, 200);
+    assert!(page.contains("https://example.com/live?x=1"), "{page}");
+    let (status, _, json) = curl(&[
+        "-H",
+        "Accept: application/json",
+        &format!("{base}/{}+", f.live),
+    ]);
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("preview JSON");
+    assert_eq!(v["url"], "https://example.com/live?x=1");
+
+    // Pipelining: three requests in one write, three answers in order, connection kept.
+    let mut conn = Conn::open(&engine.addr);
+    conn.send(
+        format!(
+            "GET /{} HTTP/1.1\r\nHost: t\r\n\r\nHEAD /spring-sale-2026 HTTP/1.1\r\nHost: t\r\n\r\nGET /{} HTTP/1.1\r\nHost: t\r\n\r\n",
+            f.live, f.never
+        )
+        .as_bytes(),
+    );
+    let a = conn.read(false).expect("first");
+    let b = conn.read(true).expect("second");
+    let c = conn.read(false).expect("third");
+    assert_eq!((a.status, b.status, c.status), (302, 302, 404));
+    assert_eq!(b.header("location"), Some("https://shop.example/sale"));
+    assert_eq!(conn.get(&format!("/{}", f.live)).status, 302, "still open");
+
+    // A request split across writes is reassembled.
+    let mut slow = Conn::open(&engine.addr);
+    slow.send(format!("GET /{} HT", f.live).as_bytes());
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    slow.send(b"TP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(slow.read(false).expect("reassembled").status, 302);
+
+    // Garbage gets 400 and the connection closes.
+    let mut bad = Conn::open(&engine.addr);
+    bad.send(b"\x16\x03\x01 not http at all\r\n\r\n");
+    let r = bad.read(false).expect("an answer");
+    assert_eq!(r.status, 400);
+    assert!(!r.body.is_empty(), "400 says why");
+    assert!(bad.read(false).is_none(), "closed after 400");
+
+    // The admin listener counts what happened, never labelled by code.
+    let (status, _, metrics) = curl(&[&format!("http://{}/metrics", engine.admin)]);
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains(&format!(
+            "lasthop_engine_io_backend{{backend=\"{}\"}} 1",
+            if io == "uring" { "io_uring" } else { "epoll" }
+        )),
+        "{metrics}"
+    );
+    assert!(!metrics.contains(&f.live), "a metric carries a code");
+    assert_eq!(curl(&[&format!("http://{}/readyz", engine.admin)]).0, 200);
+    let (_, _, top) = curl(&[&format!("http://{}/debug/top", engine.admin)]);
+    assert!(top.contains(&f.live), "{top}");
+}
+
+#[test]
+fn io_uring_backend_serves_the_contract() {
+    check_backend("uring");
+}
+
+#[test]
+fn epoll_backend_serves_the_same() {
+    check_backend("epoll");
+}
