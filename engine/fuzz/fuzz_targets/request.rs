@@ -41,7 +41,7 @@ fn tables() -> &'static Tables {
             .expect("add");
         let (_, bytes) = w.seal().expect("seal");
         let snapshot = Arc::new(Snapshot::from_vec(bytes).expect("open"));
-        let tables = Tables::from_snapshot(scheme, snapshot, true).expect("same key");
+        let tables = Tables::from_snapshot(scheme.clone(), snapshot, true).expect("same key");
         let deny = Denylist::new([
             (code(1).to_vec(), Deny::Gone),
             (code(2).to_vec(), Deny::Warn),
