@@ -76,12 +76,25 @@ start_server() { # name -> sets pids
       pids=($!) ;;
     nginx)
       taskset -c 0 nginx -c "$work/nginx.conf" -p "$work" >/dev/null 2>&1 &
-      sleep 0.5; pids=($(pgrep -f "nginx: worker process" || true) $(pgrep -f "nginx: master process" || true)) ;;
+      pids=($!) ;;
   esac
-  for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$PORT/healthcheck" && return 0; sleep 0.05; done
+  # nginx parses a 1M-entry map at start: allow it a minute.
+  for _ in $(seq 1200); do
+    if curl -s -o /dev/null "http://127.0.0.1:$PORT/healthcheck"; then
+      # nginx's worker is a child of the master ($!): count both.
+      [ "$1" = nginx ] && pids+=($(pgrep -P "${pids[0]}" || true))
+      return 0
+    fi
+    sleep 0.05
+  done
   echo "$1 did not start" >&2; cat "$work/$1.err" 2>/dev/null >&2; return 1
 }
-stop_server() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pkill -f "nginx -c $work" 2>/dev/null || true; sleep 0.3; }
+stop_server() {
+  [ ${#pids[@]} -gt 0 ] && kill "${pids[0]}" 2>/dev/null
+  wait "${pids[0]}" 2>/dev/null || true
+  pids=()
+}
+pids=()
 trap stop_server EXIT
 
 declare -A results

@@ -128,6 +128,24 @@ fn lookups(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("open", label), |b| {
             b.iter(|| black_box(Snapshot::open(&path).expect("open")))
         });
+        // The peer figure: one dependent random read in memory the size of this file (a
+        // pointer chase through a single random cycle). A hit costs about two of these (index
+        // line, then entry), a miss about one; on a machine with slow DRAM/TLB walks this floor,
+        // not the format, bounds the lookup medians above.
+        let len = std::fs::metadata(&path).expect("stat").len() as usize / 4;
+        let mut next: Vec<u32> = (0..len as u32).collect();
+        for k in (1..len).rev() {
+            // Sattolo's shuffle: one cycle through every slot.
+            let r = (rng(&mut state) % k as u64) as usize;
+            next.swap(k, r);
+        }
+        let mut at = 0u32;
+        group.bench_function(BenchmarkId::new("memory_floor", label), |b| {
+            b.iter(|| {
+                at = next[at as usize];
+                black_box(at)
+            })
+        });
     }
     group.finish();
 }

@@ -7,6 +7,7 @@
 //! - [`auth`]: API keys, stored hashed in a file beside the store;
 //! - [`ratelimit`]: per-owner token buckets for creation;
 //! - [`metrics`]: the Prometheus registry;
+//! - [`snapshot`]: building an edge snapshot from the store;
 //! - [`clock`]: wall-clock milliseconds and RFC 3339 formatting.
 
 pub mod api;
@@ -15,6 +16,7 @@ pub mod clock;
 pub mod edge;
 pub mod metrics;
 pub mod ratelimit;
+pub mod snapshot;
 pub mod store;
 
 pub use api::{router, ApiConfig, AppState};

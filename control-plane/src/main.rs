@@ -40,6 +40,30 @@ enum Command {
     },
     /// Serve the API.
     Serve(ServeArgs),
+    /// Edge snapshots.
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SnapshotCommand {
+    /// Build a snapshot of every link in the store (run while `serve` is stopped: the store
+    /// file has one owner at a time).
+    Build {
+        #[arg(long, env = "LASTHOP_DATA_DIR")]
+        data_dir: PathBuf,
+        #[arg(long, env = "LASTHOP_KEY_FILE")]
+        key_file: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, env = "LASTHOP_REGIONS", default_value_t = 1)]
+        regions: u32,
+        /// Counters above a region's mark that an edge still treats as possibly issued.
+        #[arg(long, default_value_t = lasthop_core::region::DEFAULT_RESERVE)]
+        reserve: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -138,6 +162,32 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve(args) => serve(args),
+        Command::Snapshot {
+            command:
+                SnapshotCommand::Build {
+                    data_dir,
+                    key_file,
+                    out,
+                    regions,
+                    reserve,
+                },
+        } => {
+            let key = PermutationKey::load(&key_file)?;
+            let config =
+                EmbeddedStoreConfig::new(data_dir.join("links.redb"), CodeScheme::new(&key)?);
+            let store = EmbeddedStore::open(config, None)
+                .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+            let info = lasthop_control::snapshot::build_snapshot(
+                &store,
+                key.id(),
+                regions,
+                reserve,
+                &out,
+            )?;
+            store.shutdown()?;
+            println!("wrote {} ({info:?})", out.display());
+            Ok(())
+        }
     }
 }
 

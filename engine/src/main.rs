@@ -248,6 +248,20 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
+    // Wait for the cores to drain, but never past the drain timeout plus a grace: a stop must
+    // always end the process.
+    let deadline = std::time::Instant::now() + config.drain + Duration::from_secs(2);
+    while shared.finished() < handles.len() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if shared.finished() < handles.len() {
+        tracing::error!(
+            finished = shared.finished(),
+            cores = handles.len(),
+            "cores did not finish draining in time; exiting anyway"
+        );
+        std::process::exit(1);
+    }
     for h in handles {
         match h.join() {
             Ok(Ok(())) => {}

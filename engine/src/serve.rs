@@ -41,6 +41,8 @@ pub struct Shared {
     tables: Mutex<Arc<Tables>>,
     generation: AtomicU64,
     stop: AtomicBool,
+    /// Cores whose loop has returned (drained or failed).
+    finished: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -50,6 +52,7 @@ impl Shared {
             tables: Mutex::new(Arc::new(tables)),
             generation: AtomicU64::new(1),
             stop: AtomicBool::new(false),
+            finished: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -69,6 +72,11 @@ impl Shared {
     /// Asks every core to stop accepting and drain.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+    }
+
+    /// Cores whose loop has returned.
+    pub fn finished(&self) -> usize {
+        self.finished.load(Ordering::Acquire)
     }
 }
 
@@ -153,7 +161,9 @@ pub fn spawn_core(
         .preempt_timer(Duration::from_millis(1))
         .spawn(move || async move {
             let index = start.index;
+            let done = Arc::clone(&shared);
             let result = run_core(start, config, shared, origin).await;
+            done.finished.fetch_add(1, Ordering::AcqRel);
             if let Err(e) = &result {
                 // A core that cannot serve leaves its share of connections unanswered: exit so
                 // the supervisor restarts the whole engine rather than limp on.

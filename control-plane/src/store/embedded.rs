@@ -346,6 +346,33 @@ impl Store for EmbeddedStore {
         Ok(out)
     }
 
+    fn for_each_link(
+        &self,
+        f: &mut dyn FnMut(&StoredLink) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let links = txn.open_table(LINKS).map_err(storage)?;
+        let states = txn.open_table(STATES).map_err(storage)?;
+        let changes = txn.open_table(CHANGES).map_err(storage)?;
+        let seq = changes.last().map_err(storage)?.map(|(k, _)| k.value());
+        for item in links.iter().map_err(storage)? {
+            let (k, v) = item.map_err(storage)?;
+            let link: Link = serde_json::from_slice(v.value()).map_err(|e| corrupt("links", e))?;
+            let state: LinkState = match states.get(k.value()).map_err(storage)? {
+                Some(s) => {
+                    serde_json::from_slice(s.value()).map_err(|e| corrupt("link_state", e))?
+                }
+                None => LinkState::default(),
+            };
+            f(&StoredLink {
+                link,
+                state,
+                seq: 0,
+            })?;
+        }
+        Ok(seq.unwrap_or(0))
+    }
+
     fn shutdown(&self) -> Result<(), StoreError> {
         let result = self.submit(Op::Shutdown);
         if let Ok(mut guard) = self.tx.lock() {

@@ -99,6 +99,12 @@ pub trait Store: Send + Sync + 'static {
     fn last_seq(&self) -> Result<u64, StoreError>;
     /// Every region's high-water mark: all counters ever leased there are below it.
     fn high_water_marks(&self) -> Result<Vec<(u32, u64)>, StoreError>;
+    /// Calls `f` for every link (deleted ones included) from one consistent read, and returns
+    /// the change-log sequence that read is complete up to.
+    fn for_each_link(
+        &self,
+        f: &mut dyn FnMut(&StoredLink) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError>;
     /// Graceful shutdown: returns the unused part of the leased counter block.
     fn shutdown(&self) -> Result<(), StoreError>;
 }

@@ -231,3 +231,56 @@ fn sigkill_mid_load_loses_no_acknowledged_link() {
     let unique: HashSet<&str> = all.iter().map(|(c, _)| c.as_str()).collect();
     assert_eq!(unique.len(), all.len(), "a code was issued twice");
 }
+
+/// `snapshot build` writes every link of the store into an edge snapshot the reader accepts:
+/// live links with their URL, deleted ones with none (the engine answers those 410 locally).
+#[test]
+fn snapshot_build_from_the_store() {
+    let site = Site::new();
+    let server = site.start(&[]);
+    let live = create_code(&server.base, &site.api_key, "https://example.com/snap-live");
+    let (s, body) = create(
+        &server.base,
+        &site.api_key,
+        r#"{"long_url":"https://example.com/snap-alias","alias":"snapshot-alias"}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 201, "{body}");
+    let gone = create_code(&server.base, &site.api_key, "https://example.com/snap-gone");
+    let (s, _) = call(
+        "DELETE",
+        &server.url(&format!("/v1/links/{gone}")),
+        Some(&site.api_key),
+        None,
+    )
+    .unwrap();
+    assert_eq!(s, 204);
+    server.terminate();
+
+    let out = site.dir.path().join("edge.snap");
+    let status = Command::new(crate::harness::BIN)
+        .args(["snapshot", "build", "--data-dir"])
+        .arg(site.dir.path().join("data"))
+        .arg("--key-file")
+        .arg(site.key_file())
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .expect("snapshot build runs");
+    assert!(status.success());
+    let snap = lasthop_snapshot::Snapshot::open(&out).expect("snapshot opens");
+    snap.verify().expect("checksums");
+    assert_eq!(snap.links(), 3);
+    assert_eq!(snap.key_id(), site.scheme().key_id());
+    assert_eq!(
+        snap.lookup(live.as_bytes()).expect("live").url(),
+        b"https://example.com/snap-live"
+    );
+    assert_eq!(
+        snap.lookup(b"snapshot-alias").expect("alias").url(),
+        b"https://example.com/snap-alias"
+    );
+    assert_eq!(snap.lookup(gone.as_bytes()).expect("tombstone").url(), b"");
+    let n = site.scheme().decode(live.as_bytes()).unwrap();
+    assert!(snap.high_water().may_be_issued(n));
+}

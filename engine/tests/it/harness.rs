@@ -12,12 +12,14 @@ use lasthop_snapshot::{SnapshotMeta, SnapshotWriter};
 pub const ENGINE: &str = env!("CARGO_BIN_EXE_lasthop-engine");
 
 /// A directory (world-readable, so a non-root engine can read it) with a key file.
+#[derive(Debug)]
 pub struct Site {
     pub dir: tempfile::TempDir,
     pub key: PermutationKey,
 }
 
 impl Site {
+    #[allow(clippy::new_without_default)] // a test fixture, made explicitly
     pub fn new() -> Site {
         let dir = tempfile::tempdir().expect("tempdir");
         set_mode(dir.path(), 0o755);
@@ -69,6 +71,7 @@ pub fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
+#[derive(Debug)]
 pub struct Engine {
     pub child: Child,
     pub addr: String,
@@ -159,6 +162,7 @@ impl Resp {
 }
 
 /// A keep-alive HTTP/1.1 connection that reads responses by Content-Length.
+#[derive(Debug)]
 pub struct Conn {
     stream: BufReader<TcpStream>,
 }
