@@ -1089,8 +1089,10 @@ mod tests {
         assert!(!map.contains_key(&b"x"[..]));
     }
 
-    /// The `lasthop-control` binary in this test's target directory, (re)built through cargo
-    /// when the test runs under cargo (a no-op when fresh), or `LASTHOP_CONTROL_BIN`.
+    /// The `lasthop-control` binary in this test's target directory (a workspace test run
+    /// builds it), built through cargo only when it is missing, or `LASTHOP_CONTROL_BIN`.
+    /// Building it unconditionally would resolve `-p lasthop-control`'s own feature set and
+    /// rebuild half the dependency tree on every run.
     fn control_binary() -> std::path::PathBuf {
         if let Ok(p) = std::env::var("LASTHOP_CONTROL_BIN") {
             return p.into();
@@ -1098,6 +1100,9 @@ mod tests {
         // .../target/debug/deps/lasthop_engine-HASH → .../target/debug
         let exe = std::env::current_exe().unwrap();
         let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
+        if profile_dir.join("lasthop-control").exists() {
+            return profile_dir.join("lasthop-control");
+        }
         if let Ok(cargo) = std::env::var("CARGO") {
             let mut cmd = Command::new(cargo);
             cmd.args(["build", "--quiet", "-p", "lasthop-control", "--target-dir"])

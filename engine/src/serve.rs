@@ -232,7 +232,11 @@ async fn run_core(
                 return Ok(());
             }
         }
+        // No yield back to glommio between turns. Both `yield_if_needed()` and a plain yield on
+        // `need_preempt()` let the executor park for good with this task never re-run (idle
+        // engines failed to drain 1 in 4; a loaded one stopped answering mid-test). Nothing else
+        // runs on these executors and the loop's own multishot tick bounds every wait, so the
+        // task simply keeps the thread; glommio keeps the pinning and the executor around it.
         lp.turn(&mut ctx)?;
-        glommio::yield_if_needed().await;
     }
 }

@@ -16,8 +16,10 @@ fn control_bin() -> PathBuf {
         .expect("target dir")
         .to_path_buf();
     let bin = dir.join("lasthop-control");
-    {
-        // Up to date with the sources under test (a no-op after a workspace build).
+    if !bin.exists() {
+        // A workspace test run builds it; `cargo test -p lasthop-engine` alone may not have.
+        // (Building it unconditionally would resolve `-p lasthop-control`'s own feature set and
+        // rebuild much of the dependency tree on every run.)
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let ok = Command::new(cargo)
             .args(["build", "-q", "-p", "lasthop-control"])
