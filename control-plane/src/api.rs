@@ -387,8 +387,25 @@ fn check_code(code: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn may_see(who: &Principal, s: &StoredLink) -> bool {
-    who.admin || who.owner == s.link.owner
+/// The link behind `code` if `who` may see it: its owner or an admin (404 never existed, 403
+/// another owner's).
+async fn fetch_visible(
+    state: &AppState,
+    who: &Principal,
+    code: String,
+) -> Result<StoredLink, ApiError> {
+    check_code(&code)?;
+    let store = Arc::clone(&state.0.store);
+    let found = blocking(move || store.get(&code)).await?;
+    let s = found.ok_or_else(ApiError::not_found)?;
+    if !(who.admin || who.owner == s.link.owner) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this link belongs to another owner",
+        ));
+    }
+    Ok(s)
 }
 
 async fn get_link(
@@ -396,17 +413,7 @@ async fn get_link(
     Auth(who): Auth,
     Path(code): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_code(&code)?;
-    let store = Arc::clone(&state.0.store);
-    let found = blocking(move || store.get(&code)).await?;
-    let s = found.ok_or_else(ApiError::not_found)?;
-    if !may_see(&who, &s) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "this link belongs to another owner",
-        ));
-    }
+    let s = fetch_visible(&state, &who, code).await?;
     Ok(Json(link_json(&state, &s, now_ms())).into_response())
 }
 
@@ -443,18 +450,7 @@ async fn delete_link(
     Auth(who): Auth,
     Path(code): Path<String>,
 ) -> Result<Response, ApiError> {
-    check_code(&code)?;
-    let store = Arc::clone(&state.0.store);
-    let lookup = code.clone();
-    let found = blocking(move || store.get(&lookup)).await?;
-    let s = found.ok_or_else(ApiError::not_found)?;
-    if !may_see(&who, &s) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "this link belongs to another owner",
-        ));
-    }
+    fetch_visible(&state, &who, code.clone()).await?;
     let store = Arc::clone(&state.0.store);
     match blocking(move || store.delete(&code)).await? {
         DeleteOutcome::Deleted | DeleteOutcome::AlreadyDeleted => {
