@@ -20,26 +20,23 @@
 //! `cargo bench -p lasthop-benches --bench request`
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use lasthop_benches::{rng, scheme, snapshot_file, DATA_SEED};
 use lasthop_core::region::DEFAULT_RESERVE;
-use lasthop_core::{CodeScheme, HighWater, PermutationKey};
 use lasthop_engine::answer::{decide, Answer, Layer};
 use lasthop_engine::denylist::{Deny, Denylist};
 use lasthop_engine::http::{parse, Limits, Parse};
 use lasthop_engine::render::{render_fixed, render_for};
 use lasthop_engine::tables::Tables;
-use lasthop_snapshot::{Snapshot, SnapshotMeta, SnapshotWriter, Synth};
+use lasthop_snapshot::{Snapshot, Synth};
 
 const COUNT: u64 = 1_000_000;
 const LABEL: &str = "1M";
 const KEYS: usize = 1 << 16;
 // The same key and seeds as benches/snapshot.rs, so both suites share one file.
-const HASH_SEED: u64 = 0x5eed;
-const DATA_SEED: u64 = 1;
 /// Before every synthetic expiry (they start at 1.8e12), so hits redirect.
 const NOW_MS: i64 = 1_700_000_000_000;
 
@@ -53,52 +50,6 @@ Accept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br, zstd\r\n\
 Referer: https://news.example.com/article/12345\r\nConnection: keep-alive\r\n\
 Upgrade-Insecure-Requests: 1\r\nSec-Fetch-Dest: document\r\nSec-Fetch-Mode: navigate\r\n\
 Sec-Fetch-Site: cross-site\r\nSec-Fetch-User: ?1\r\nPriority: u=0, i\r\n\r\n";
-
-fn scheme() -> (PermutationKey, CodeScheme) {
-    let key = PermutationKey::from_bytes(&[0x5a; 16]).expect("16 bytes is an AES-128 key");
-    let scheme = CodeScheme::new(&key).expect("radix 62, length 7 is a valid FF1 domain");
-    (key, scheme)
-}
-
-fn snapshot_file(key: &PermutationKey, scheme: &CodeScheme) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("lasthop-bench");
-    std::fs::create_dir_all(&dir).expect("create the bench data directory");
-    let path = dir.join(format!(
-        "synth-{LABEL}-v{}.snap",
-        lasthop_snapshot::FORMAT_VERSION
-    ));
-    let synth = Synth::new(scheme.clone(), COUNT, DATA_SEED);
-    let reusable = Snapshot::open(&path)
-        .map(|s| s.links() == synth.total() && s.key_id() == key.id())
-        .unwrap_or(false);
-    if !reusable {
-        eprintln!("building {} ({LABEL} links, once)", path.display());
-        let mut hw = HighWater::new(1, DEFAULT_RESERVE).expect("one region");
-        hw.raise(0, COUNT).expect("region 0 exists");
-        let meta = SnapshotMeta::new(1, key.id(), hw).with_hash_seed(HASH_SEED);
-        let mut synth = synth;
-        let mut w = SnapshotWriter::create(&path, meta).expect("create");
-        w.reserve(synth.total() as usize);
-        while let Some(l) = synth.next_link() {
-            w.add(l.key, l.url, l.expires_at_ms)
-                .expect("synthetic links are valid");
-        }
-        w.seal().expect("seal");
-    }
-    path
-}
-
-/// SplitMix64 for picking codes.
-fn rng(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// Codes stored back to back (no pointer per code to chase).
 struct Codes {
@@ -158,8 +109,8 @@ fn split(template: &str) -> (&str, &str) {
 }
 
 fn request(c: &mut Criterion) {
-    let (key, scheme) = scheme();
-    let path = snapshot_file(&key, &scheme);
+    let (_, scheme) = scheme();
+    let path = snapshot_file(COUNT, LABEL);
     let snapshot = Arc::new(Snapshot::open(&path).expect("open"));
     let mut tables = Tables::from_snapshot(scheme.clone(), snapshot, false).expect("same key");
     let mut state = 11;

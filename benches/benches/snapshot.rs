@@ -11,28 +11,13 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use lasthop_core::region::DEFAULT_RESERVE;
-use lasthop_core::{CodeScheme, HighWater, PermutationKey};
+use lasthop_core::HighWater;
 use lasthop_snapshot::{Snapshot, SnapshotMeta, SnapshotWriter, Synth};
 
 const SIZES: [(u64, &str); 2] = [(1_000_000, "1M"), (10_000_000, "10M")];
 const KEYS: usize = 1 << 16;
-const HASH_SEED: u64 = 0x5eed;
-const DATA_SEED: u64 = 1;
 
-fn scheme() -> (PermutationKey, CodeScheme) {
-    let key = PermutationKey::from_bytes(&[0x5a; 16]).expect("16 bytes is an AES-128 key");
-    let scheme = CodeScheme::new(&key).expect("radix 62, length 7 is a valid FF1 domain");
-    (key, scheme)
-}
-
-fn bench_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("lasthop-bench");
-    std::fs::create_dir_all(&dir).expect("create the bench data directory");
-    dir
-}
+use lasthop_benches::{bench_dir, rng, scheme, DATA_SEED, HASH_SEED};
 
 fn meta(count: u64, key_id: u32) -> SnapshotMeta {
     let mut hw = HighWater::new(1, DEFAULT_RESERVE).expect("one region");
@@ -40,28 +25,9 @@ fn meta(count: u64, key_id: u32) -> SnapshotMeta {
     SnapshotMeta::new(1, key_id, hw).with_hash_seed(HASH_SEED)
 }
 
-/// The snapshot of `count` synthetic codes (plus count/100 aliases), built if missing.
+/// The shared bench snapshot of `count` links, with its size figures printed.
 fn snapshot_file(count: u64, label: &str) -> PathBuf {
-    let path = bench_dir().join(format!(
-        "synth-{label}-v{}.snap",
-        lasthop_snapshot::FORMAT_VERSION
-    ));
-    let (key, scheme) = scheme();
-    let synth = Synth::new(scheme, count, DATA_SEED);
-    let reusable = Snapshot::open(&path)
-        .map(|s| s.links() == synth.total() && s.key_id() == key.id())
-        .unwrap_or(false);
-    if !reusable {
-        eprintln!("building {} ({label} links, once)", path.display());
-        let mut synth = synth;
-        let mut w = SnapshotWriter::create(&path, meta(count, key.id())).expect("create");
-        w.reserve(synth.total() as usize);
-        while let Some(l) = synth.next_link() {
-            w.add(l.key, l.url, l.expires_at_ms)
-                .expect("synthetic links are valid");
-        }
-        w.seal().expect("seal");
-    }
+    let path = lasthop_benches::snapshot_file(count, label);
     let s = Snapshot::open(&path).expect("open");
     eprintln!(
         "{label}: {} links, {} bytes, {:.2} bytes/link beyond URL bytes (mean URL {:.1})",
@@ -71,15 +37,6 @@ fn snapshot_file(count: u64, label: &str) -> PathBuf {
         s.url_bytes() as f64 / s.links() as f64,
     );
     path
-}
-
-/// SplitMix64 for picking keys.
-fn rng(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 fn lookups(c: &mut Criterion) {

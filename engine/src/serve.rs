@@ -194,10 +194,9 @@ async fn run_core(
         origin,
         top: start.top,
         now_ms: 0,
-        now_us: 0,
         fixed: config.fixed,
         turn_start: std::time::Instant::now(),
-        answered: 0,
+        answered: std::cell::Cell::new(0),
     };
     ctx.refresh_clock();
     let mut lp = match config.backend {

@@ -32,23 +32,19 @@ pub struct CoreCtx {
     pub top: Arc<TopK>,
     /// Wall clock, refreshed once per loop turn.
     pub now_ms: i64,
-    /// Monotonic microseconds, refreshed once per loop turn (latency histogram).
-    pub now_us: u64,
     /// Floor mode (`--fixed-response`): every request gets the same 302, nothing is looked up.
     pub fixed: bool,
     /// When this turn's completions were harvested; latency is measured from here.
     pub turn_start: std::time::Instant,
-    /// Requests answered, for sampling the latency clock.
-    pub answered: u64,
+    /// Requests answered, for sampling the latency clock (a `Cell` so the request path can
+    /// borrow the tables and the context together, without touching the shared `Arc`).
+    pub answered: std::cell::Cell<u64>,
 }
 
 impl CoreCtx {
     /// Reads the clocks once for the whole turn.
     pub fn refresh_clock(&mut self) {
-        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        let start = START.get_or_init(std::time::Instant::now);
         self.turn_start = std::time::Instant::now();
-        self.now_us = self.turn_start.duration_since(*start).as_micros() as u64;
         self.now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
@@ -100,7 +96,7 @@ impl Session {
     }
 
     /// Feeds bytes just received and answers every complete request in them.
-    pub fn on_input(&mut self, data: &[u8], ctx: &mut CoreCtx, token: u64) {
+    pub fn on_input(&mut self, data: &[u8], ctx: &CoreCtx, token: u64) {
         self.last_active_ms = ctx.now_ms;
         if self.close_after_send {
             return; // answering nothing more on a closing connection
@@ -123,7 +119,7 @@ impl Session {
     }
 
     /// Answers whatever is buffered in `inbuf`.
-    fn drive(&mut self, ctx: &mut CoreCtx, token: u64) {
+    fn drive(&mut self, ctx: &CoreCtx, token: u64) {
         if self.waiting_origin {
             return;
         }
@@ -140,7 +136,7 @@ impl Session {
     }
 
     /// Answers complete requests at the front of `buf`; returns the bytes consumed.
-    fn process(&mut self, buf: &[u8], ctx: &mut CoreCtx, token: u64) -> usize {
+    fn process(&mut self, buf: &[u8], ctx: &CoreCtx, token: u64) -> usize {
         let mut at = 0;
         while at < buf.len() && self.out.len() < MAX_PENDING_OUT {
             match self.one(&buf[at..], ctx, token) {
@@ -152,14 +148,13 @@ impl Session {
         at
     }
 
-    fn one(&mut self, buf: &[u8], ctx: &mut CoreCtx, token: u64) -> Step {
-        let started = ctx.now_us;
+    fn one(&mut self, buf: &[u8], ctx: &CoreCtx, token: u64) -> Step {
         match http::parse(buf, &ctx.limits) {
             Parse::Partial => Step::Partial,
             Parse::Error(e) => {
                 let answer = Answer::BadRequest(e);
                 render::render(&answer, false, false, false, &mut self.out);
-                record(ctx, &answer, Layer::Invalid, 0);
+                record(ctx, &answer, Layer::Invalid);
                 self.close_after_send = true;
                 Step::Closed
             }
@@ -169,16 +164,16 @@ impl Session {
                     ctx.metrics.request(StatusClass::of(302));
                     return Step::Answered(consumed);
                 }
-                let tables = Arc::clone(&ctx.tables);
-                let (answer, layer) = answer::decide(&req, &tables, ctx.now_ms);
+                let tables = &*ctx.tables;
+                let (answer, layer) = answer::decide(&req, tables, ctx.now_ms);
                 if let Answer::NeedOrigin { code, .. } = answer {
                     if let Some(origin) = &ctx.origin {
-                        origin.submit(ctx.core, code, token, may_cache_negative(&tables, code));
+                        origin.submit(ctx.core, code, token, may_cache_negative(tables, code));
                         self.waiting_origin = true;
                         return Step::Parked;
                     }
                 }
-                self.finish(&req, &answer, layer, ctx, started);
+                self.finish(&req, &answer, layer, ctx);
                 if self.close_after_send {
                     return Step::Closed;
                 }
@@ -192,8 +187,7 @@ impl Session {
         req: &http::Request<'_>,
         answer: &Answer<'_>,
         layer: Layer,
-        ctx: &mut CoreCtx,
-        started_us: u64,
+        ctx: &CoreCtx,
     ) {
         let close = render::render_for(answer, req, &mut self.out);
         if let Answer::Redirect { .. } = answer {
@@ -201,14 +195,14 @@ impl Session {
             // per-core event buffer plugs in here (issue 7).
             ctx.top.record(code_of(req.path));
         }
-        record(ctx, answer, layer, started_us);
+        record(ctx, answer, layer);
         if close {
             self.close_after_send = true;
         }
     }
 
     /// The origin answered the request this session is parked on.
-    pub fn on_origin(&mut self, reply: &OriginAnswer, ctx: &mut CoreCtx, token: u64) {
+    pub fn on_origin(&mut self, reply: &OriginAnswer, ctx: &CoreCtx, token: u64) {
         if !self.waiting_origin {
             return;
         }
@@ -217,10 +211,9 @@ impl Session {
         let mut consumed = buf.len();
         if let Parse::Complete { req, consumed: n } = http::parse(&buf, &ctx.limits) {
             consumed = n;
-            let tables = Arc::clone(&ctx.tables);
-            let started = ctx.now_us;
+            let tables = &*ctx.tables;
             // Decide again: the tables may have learnt the code while we waited.
-            let (answer, layer) = match answer::decide(&req, &tables, ctx.now_ms) {
+            let (answer, layer) = match answer::decide(&req, tables, ctx.now_ms) {
                 (Answer::NeedOrigin { code, preview }, _) => match reply {
                     OriginAnswer::Found {
                         url,
@@ -232,19 +225,19 @@ impl Session {
                         answer::answer_from_origin(
                             code,
                             preview,
-                            &tables,
+                            tables,
                             Some((url, &state)),
                             ctx.now_ms,
                         )
                     }
                     OriginAnswer::NotFound => {
-                        answer::answer_from_origin(code, preview, &tables, None, ctx.now_ms)
+                        answer::answer_from_origin(code, preview, tables, None, ctx.now_ms)
                     }
                     OriginAnswer::Unavailable => (Answer::Unavailable, Layer::Origin),
                 },
                 other => other,
             };
-            self.finish(&req, &answer, layer, ctx, started);
+            self.finish(&req, &answer, layer, ctx);
         } else {
             // Cannot happen (the bytes parsed before we parked); answer nothing and close.
             self.close_after_send = true;
@@ -293,11 +286,12 @@ fn may_cache_negative(t: &Tables, code: &[u8]) -> bool {
 /// clock read per request.
 const LATENCY_SAMPLE: u64 = 16;
 
-fn record(ctx: &mut CoreCtx, answer: &Answer<'_>, layer: Layer, _started_us: u64) {
+fn record(ctx: &CoreCtx, answer: &Answer<'_>, layer: Layer) {
     ctx.metrics.request(StatusClass::of(answer.status()));
     ctx.metrics.answer(layer as usize);
-    ctx.answered = ctx.answered.wrapping_add(1);
-    if ctx.answered % LATENCY_SAMPLE == 0 {
+    let answered = ctx.answered.get().wrapping_add(1);
+    ctx.answered.set(answered);
+    if answered % LATENCY_SAMPLE == 0 {
         ctx.metrics.latency(ctx.turn_start.elapsed());
     }
 }

@@ -140,7 +140,7 @@ pub(crate) fn entry_if_key<'a>(bytes: &'a [u8], want: &[u8]) -> Option<RawEntry<
     if key != want {
         return None;
     }
-    finish_entry(first, key, c)
+    finish_entry(first, key, &mut c)
 }
 
 /// Parses the entry at the front of `bytes`, whatever its key; also returns the bytes after it.
@@ -148,25 +148,12 @@ pub(crate) fn entry_at(bytes: &[u8]) -> Option<(RawEntry<'_>, &[u8])> {
     let mut c = Cursor::new(bytes);
     let first = c.u8()?;
     let key = c.take(usize::from(first & KEY_LEN_MASK))?;
-    let url_len = c.varint21()?;
-    let expires_at_ms = if first & HAS_EXPIRY != 0 {
-        Some(c.i64()?)
-    } else {
-        None
-    };
-    let url = c.take(url_len)?;
-    Some((
-        RawEntry {
-            key,
-            url,
-            expires_at_ms,
-        },
-        c.rest(),
-    ))
+    let entry = finish_entry(first, key, &mut c)?;
+    Some((entry, c.rest()))
 }
 
 #[inline]
-fn finish_entry<'a>(first: u8, key: &'a [u8], mut c: Cursor<'a>) -> Option<RawEntry<'a>> {
+fn finish_entry<'a>(first: u8, key: &'a [u8], c: &mut Cursor<'a>) -> Option<RawEntry<'a>> {
     let url_len = c.varint21()?;
     let expires_at_ms = if first & HAS_EXPIRY != 0 {
         Some(c.i64()?)
