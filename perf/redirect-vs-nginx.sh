@@ -90,7 +90,8 @@ start_server() { # name -> sets pids
   echo "$1 did not start" >&2; cat "$work/$1.err" 2>/dev/null >&2; return 1
 }
 stop_server() {
-  [ ${#pids[@]} -gt 0 ] && kill "${pids[0]}" 2>/dev/null
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill "${pids[0]}" 2>/dev/null
   wait "${pids[0]}" 2>/dev/null || true
   pids=()
 }

@@ -11,6 +11,8 @@
 //!
 //! - `hit_curl`, `hit_wrk`, `hit_browser`: a generated code in the snapshot → 302, with the
 //!   headers each client really sends (the browser's are ~500 bytes);
+//! - `hit_hot_curl`: the same over 1,024 codes, whose entries stay in cache (the head of real,
+//!   skewed traffic);
 //! - `never_issued`: random well-formed codes above the high-water mark → 404 by arithmetic
 //!   (the scanner case);
 //! - `alias`: an alias in the snapshot → 302;
@@ -36,6 +38,8 @@ use lasthop_snapshot::{Snapshot, Synth};
 const COUNT: u64 = 1_000_000;
 const LABEL: &str = "1M";
 const KEYS: usize = 1 << 16;
+/// Distinct codes of the `hit_hot_curl` case.
+const HOT: usize = 1 << 10;
 // The same key and seeds as benches/snapshot.rs, so both suites share one file.
 /// Before every synthetic expiry (they start at 1.8e12), so hits redirect.
 const NOW_MS: i64 = 1_700_000_000_000;
@@ -111,7 +115,9 @@ fn split(template: &str) -> (&str, &str) {
 fn request(c: &mut Criterion) {
     let (_, scheme) = scheme();
     let path = snapshot_file(COUNT, LABEL);
-    let snapshot = Arc::new(Snapshot::open(&path).expect("open"));
+    // As the engine loads it by default (`--snapshot-memory huge`): copied into transparent
+    // huge pages.
+    let snapshot = Arc::new(Snapshot::load(&path).expect("load"));
     let mut tables = Tables::from_snapshot(scheme.clone(), snapshot, false).expect("same key");
     let mut state = 11;
     let deny: Denylist = (0..10_000)
@@ -149,11 +155,14 @@ fn request(c: &mut Criterion) {
         }
     }
     let aliases = Codes::new(alias_list);
+    // A hot set: real traffic is skewed, and its head stays in cache.
+    let hot = Codes::new((0..HOT).map(|i| hits.get(i).to_vec()));
     let limits = Limits::default();
     // (name, request template split at the code, codes, expected layer, expected status)
     type Case<'a> = (&'a str, (&'a str, &'a str), &'a Codes, Layer, u16);
-    let cases: [Case<'_>; 5] = [
+    let cases: [Case<'_>; 6] = [
         ("hit_curl", split(CURL), &hits, Layer::Snapshot, 302),
+        ("hit_hot_curl", split(CURL), &hot, Layer::Snapshot, 302),
         ("hit_wrk", split(WRK), &hits, Layer::Snapshot, 302),
         ("hit_browser", split(BROWSER), &hits, Layer::Snapshot, 302),
         ("never_issued", split(CURL), &never, Layer::HighWater, 404),

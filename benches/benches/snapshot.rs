@@ -1,4 +1,5 @@
-//! Snapshot lookups (hit and miss at 1M and 10M links), open time and build rate.
+//! Snapshot lookups (hit and miss at 1M and 10M links; hits also from a huge-page copy), open
+//! time and build rate.
 //!
 //! The snapshot files are synthesised once (`lasthop_snapshot::Synth`, fixed key and seeds)
 //! into `$CARGO_TARGET_DIR/lasthop-bench/` (default `target/lasthop-bench/`) and reused by
@@ -75,6 +76,17 @@ fn lookups(c: &mut Criterion) {
                 black_box(snap.lookup(black_box(&hits[i])))
             })
         });
+        // The engine's default: the file copied into transparent huge pages (`Snapshot::load`,
+        // `--snapshot-memory huge`), against the in-place mapping above.
+        let huge = Snapshot::load(&path).expect("load");
+        let mut h = 0usize;
+        group.bench_function(BenchmarkId::new("lookup_hit_huge", label), |b| {
+            b.iter(|| {
+                h = (h + 1) & (KEYS - 1);
+                black_box(huge.lookup(black_box(&hits[h])))
+            })
+        });
+        drop(huge);
         let mut j = 0usize;
         group.bench_function(BenchmarkId::new("lookup_miss", label), |b| {
             b.iter(|| {

@@ -16,16 +16,19 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lasthop_core::{normalize_destination, validate_alias, LinkStatus, UrlPolicy};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::auth::{ApiKeys, Principal};
 use crate::clock::{now_ms, parse_rfc3339, rfc3339};
+use crate::fleet::{summarize, Fleet};
 use crate::metrics::Metrics;
+use crate::publish::Publisher;
 use crate::ratelimit::RateLimiter;
 use crate::store::{
-    CreateOutcome, CreateRequest, DeleteOutcome, IdempotencyClaim, Store, StoreError, StoredLink,
+    CreateOutcome, CreateRequest, DeleteOutcome, IdempotencyClaim, StateUpdate, Store, StoreError,
+    StoredLink,
 };
 
 /// Largest request body accepted.
@@ -35,6 +38,8 @@ pub const MAX_RESOLVE: usize = 100;
 /// Largest page of `GET /v1/links`.
 pub const MAX_PAGE: usize = 1000;
 const DEFAULT_PAGE: usize = 50;
+/// Longest takedown reason, in characters.
+pub const MAX_REASON_CHARS: usize = 200;
 
 /// API settings.
 #[derive(Debug, Clone)]
@@ -45,6 +50,8 @@ pub struct ApiConfig {
     /// Creates per second per owner (0: unlimited) and the bucket size.
     pub create_rate: f64,
     pub create_burst: f64,
+    /// `lasthop_edge_lag_alarm` is 1 while an engine is more than this many seconds behind.
+    pub edge_lag_alarm_secs: f64,
 }
 
 impl Default for ApiConfig {
@@ -54,6 +61,7 @@ impl Default for ApiConfig {
             url_policy: UrlPolicy::default(),
             create_rate: 100.0,
             create_burst: 1000.0,
+            edge_lag_alarm_secs: 30.0,
         }
     }
 }
@@ -64,6 +72,8 @@ struct Inner {
     config: ApiConfig,
     limiter: RateLimiter,
     metrics: Metrics,
+    fleet: Arc<Fleet>,
+    snapshots: Option<Arc<Publisher>>,
 }
 
 /// Shared state of every handler.
@@ -77,8 +87,22 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// Wires a store, the keys file and settings together.
+    /// Wires a store, the keys file and settings together, with no engines and no snapshot
+    /// publisher (`POST /v1/admin/snapshots` then answers 503).
     pub fn new(store: Arc<dyn Store>, keys: ApiKeys, config: ApiConfig, metrics: Metrics) -> Self {
+        AppState::with_edges(store, keys, config, metrics, Arc::new(Fleet::new()), None)
+    }
+
+    /// As [`AppState::new`], showing the engines in `fleet` (`GET /v1/edges`, the lag gauges)
+    /// and publishing on demand through `snapshots`.
+    pub fn with_edges(
+        store: Arc<dyn Store>,
+        keys: ApiKeys,
+        config: ApiConfig,
+        metrics: Metrics,
+        fleet: Arc<Fleet>,
+        snapshots: Option<Arc<Publisher>>,
+    ) -> Self {
         let limiter = RateLimiter::new(config.create_rate, config.create_burst);
         AppState(Arc::new(Inner {
             store,
@@ -86,6 +110,8 @@ impl AppState {
             config,
             limiter,
             metrics,
+            fleet,
+            snapshots,
         }))
     }
 
@@ -232,6 +258,30 @@ struct CreateBody {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct TakedownBody {
+    reason: String,
+    #[serde(default)]
+    warn: bool,
+}
+
+/// `PATCH /v1/links/{code}`: an absent field is left alone; `"expires_at": null` clears it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchBody {
+    #[serde(default, deserialize_with = "present")]
+    expires_at: Option<Option<String>>,
+    #[serde(default)]
+    disabled: Option<bool>,
+}
+
+/// Tells a field that is present (even as `null`, which becomes `Some(None)`) from an absent one
+/// (`None`, through `#[serde(default)]`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ResolveBody {
     codes: Vec<String>,
 }
@@ -319,24 +369,11 @@ async fn create_link(
         validate_alias(alias).map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
     }
     let now = now_ms();
-    let expires_at_ms = match &parsed.expires_at {
-        None => None,
-        Some(s) => {
-            let at = parse_rfc3339(s).ok_or_else(|| {
-                ApiError::bad(
-                    "invalid_expires_at",
-                    "expires_at must be an RFC 3339 timestamp",
-                )
-            })?;
-            if at <= now {
-                return Err(ApiError::bad(
-                    "expires_in_past",
-                    "expires_at must be in the future",
-                ));
-            }
-            Some(at)
-        }
-    };
+    let expires_at_ms = parsed
+        .expires_at
+        .as_deref()
+        .map(|s| future_time(s, now))
+        .transpose()?;
     let req = CreateRequest {
         owner: who.owner,
         long_url,
@@ -378,6 +415,23 @@ async fn create_link(
         .create_latency
         .observe(started.elapsed().as_secs_f64());
     Ok(resp)
+}
+
+/// An `expires_at` value: RFC 3339 and after `now`.
+fn future_time(s: &str, now: i64) -> Result<i64, ApiError> {
+    let at = parse_rfc3339(s).ok_or_else(|| {
+        ApiError::bad(
+            "invalid_expires_at",
+            "expires_at must be an RFC 3339 timestamp",
+        )
+    })?;
+    if at <= now {
+        return Err(ApiError::bad(
+            "expires_in_past",
+            "expires_at must be in the future",
+        ));
+    }
+    Ok(at)
 }
 
 fn check_code(code: &str) -> Result<(), ApiError> {
@@ -460,6 +514,136 @@ async fn delete_link(
     }
 }
 
+fn require_admin(who: &Principal) -> Result<(), ApiError> {
+    if who.admin {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this call needs an admin key",
+        ))
+    }
+}
+
+/// Applies `update` to a link `who` may see and answers with the link as `GET` shows it.
+/// A deleted link's state is final: 409.
+async fn update_link(
+    state: &AppState,
+    who: &Principal,
+    code: String,
+    update: StateUpdate,
+) -> Result<Response, ApiError> {
+    let current = fetch_visible(state, who, code.clone()).await?;
+    if current.state.deleted {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "link_deleted",
+            "this link was deleted; its state can no longer change",
+        ));
+    }
+    let store = Arc::clone(&state.0.store);
+    let updated = blocking(move || store.update_state(&code, update))
+        .await?
+        .ok_or_else(ApiError::not_found)?;
+    Ok(Json(link_json(state, &updated, now_ms())).into_response())
+}
+
+async fn takedown_link(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(code): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    check_code(&code)?;
+    let parsed: TakedownBody = parse_json(&read_body(body).await?)?;
+    let reason = parsed.reason.trim();
+    if !(1..=MAX_REASON_CHARS).contains(&reason.chars().count())
+        || reason.chars().any(char::is_control)
+    {
+        return Err(ApiError::bad(
+            "invalid_reason",
+            format!("reason must be 1-{MAX_REASON_CHARS} characters, no control characters"),
+        ));
+    }
+    tracing::info!(%code, reason, warn = parsed.warn, by = %who.owner, "takedown");
+    let update = StateUpdate::Takedown {
+        reason: reason.to_string(),
+        warn: parsed.warn,
+    };
+    update_link(&state, &who, code, update).await
+}
+
+async fn restore_link(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(code): Path<String>,
+) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    tracing::info!(%code, by = %who.owner, "restore");
+    update_link(&state, &who, code, StateUpdate::Restore).await
+}
+
+async fn patch_link(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(code): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    check_code(&code)?;
+    let parsed: PatchBody = parse_json(&read_body(body).await?)?;
+    let now = now_ms();
+    let expires_at_ms = match parsed.expires_at {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(s)) => Some(Some(future_time(&s, now)?)),
+    };
+    let update = StateUpdate::Settings {
+        disabled: parsed.disabled,
+        expires_at_ms,
+    };
+    update_link(&state, &who, code, update).await
+}
+
+/// `GET /v1/edges`: every engine that reported in the last ten minutes (FEED.md).
+async fn list_edges(State(state): State<AppState>, Auth(who): Auth) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    let store = Arc::clone(&state.0.store);
+    let last_seq = blocking(move || store.last_seq()).await?;
+    let edges = state.0.fleet.view(last_seq, now_ms());
+    Ok(Json(json!({"last_seq": last_seq, "edges": edges})).into_response())
+}
+
+/// `POST /v1/admin/snapshots`: build and publish a snapshot now; 201 with its frame.
+async fn publish_snapshot(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    let publisher = state.0.snapshots.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "snapshots_unavailable",
+            "this server does not publish snapshots",
+        )
+    })?;
+    match publisher.publish().await {
+        Ok(frame) => {
+            tracing::info!(id = %frame.id, seq = frame.seq, by = %who.owner, "published a snapshot on demand");
+            Ok((StatusCode::CREATED, Json(frame)).into_response())
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "on-demand snapshot failed");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "snapshot_failed",
+                "the snapshot build failed; see the server log",
+            ))
+        }
+    }
+}
+
 async fn resolve(
     State(state): State<AppState>,
     Auth(_who): Auth,
@@ -508,6 +692,18 @@ async fn resolve(
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
+    // Lag grows with time alone, so the edge gauges are computed at each scrape.
+    let last_seq = *state.0.store.commits().borrow();
+    let summary = summarize(&state.0.fleet.view(last_seq, now_ms()));
+    let m = &state.0.metrics;
+    m.edge_engines
+        .set(i64::try_from(summary.engines).unwrap_or(i64::MAX));
+    m.edge_worst_lag_seconds.set(summary.worst_lag_seconds);
+    m.edge_worst_lag_sequences
+        .set(i64::try_from(summary.worst_lag_seq).unwrap_or(i64::MAX));
+    m.edge_lag_alarm.set(i64::from(
+        summary.worst_lag_seconds > state.0.config.edge_lag_alarm_secs,
+    ));
     (
         [(
             header::CONTENT_TYPE,
@@ -544,8 +740,15 @@ async fn record(State(state): State<AppState>, req: Request, next: Next) -> Resp
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/links", post(create_link).get(list_links))
-        .route("/v1/links/{code}", get(get_link).delete(delete_link))
+        .route(
+            "/v1/links/{code}",
+            get(get_link).delete(delete_link).patch(patch_link),
+        )
+        .route("/v1/links/{code}/takedown", post(takedown_link))
+        .route("/v1/links/{code}/restore", post(restore_link))
         .route("/v1/resolve", post(resolve))
+        .route("/v1/edges", get(list_edges))
+        .route("/v1/admin/snapshots", post(publish_snapshot))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .fallback(fallback)

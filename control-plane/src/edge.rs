@@ -1,9 +1,9 @@
-//! The internal edge listener (DESIGN.md, "The control plane"): what engines, and only engines,
-//! call. It runs on its own socket (`--edge-listen`) beside the public API so that operators can
-//! keep it on a private network and so that engine traffic never shares a router, a rate limit or
-//! an access log with the public API.
+//! The internal edge listener (DESIGN.md, "The control plane"; control-plane/FEED.md is the wire
+//! contract): what engines, and only engines, call. It runs on its own socket (`--edge-listen`)
+//! beside the public API so that operators can keep it on a private network and so that engine
+//! traffic never shares a router, a rate limit or an access log with the public API.
 //!
-//! Endpoints so far:
+//! Endpoints:
 //!
 //! - `GET /edge/v1/links/{code}`: the origin read-through of an engine that missed a code in its
 //!   snapshot and overlay. Any link that ever existed answers 200 (deleted ones too: the engine
@@ -11,37 +11,61 @@
 //!   code `not_found`, which is the one answer an engine may turn into a 404 (and cache briefly).
 //!   Every other failure has another error code, so an engine pointed at the wrong server never
 //!   mistakes its 404s for "no such link".
+//! - `GET /edge/v1/feed?after=SEQ&engine=ID&pop=NAME`: the feed ([`crate::feed`]).
+//! - `GET /edge/v1/snapshots/latest` and `GET /edge/v1/snapshots/{id}`: the newest snapshot's
+//!   frame, and any kept snapshot's bytes ([`crate::publish`]).
+//! - `POST /edge/v1/status`: an engine's status report ([`crate::fleet`]).
 //! - `/healthz`.
 //!
-//! The feed, snapshot downloads and edge status reports join this router in later issues.
-//!
-//! AUTHENTICATION: none yet. The listener defaults to loopback and must only be reachable by
-//! engines; an edge token (`Authorization: Bearer <edge token>`, checked by a middleware on this
-//! router) comes with the feed issue. Until then, do not expose `--edge-listen` publicly: it
-//! reveals any link's destination and state by code, which the public API only shows to owners.
+//! AUTHENTICATION: every request but `/healthz` must carry `Authorization: Bearer <edge token>`
+//! ([`crate::edge_token`], `DATA_DIR/edge.token`), checked in constant time by a middleware on
+//! the whole router (unknown paths included, so the listener reveals nothing to a caller without
+//! it); a missing or wrong token answers 401 `edge_unauthorized`. The token guards a listener
+//! that reveals any link's destination and state by code, which the public API only shows to
+//! owners: keep `--edge-listen` on a private network as well, since the token travels in clear
+//! over plain HTTP.
 
+use std::io::Read as _;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
+use lasthop_core::feed::{valid_name, FrameError, StatusReport};
 use lasthop_core::LinkStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::clock::now_ms;
+use crate::edge_token::EdgeToken;
+use crate::feed::Feed;
+use crate::fleet::{Fleet, FleetError};
+use crate::publish::Publisher;
 use crate::store::{Store, StoredLink};
 
 /// Longest code of any namespace (aliases are 8–64 characters, generated codes 7).
 const MAX_CODE_LEN: usize = 64;
+/// Largest status report body.
+pub const MAX_STATUS_BODY: usize = 4 * 1024;
+/// Bytes per chunk of a snapshot download, and chunks read ahead of the client.
+const DOWNLOAD_CHUNK: usize = 256 * 1024;
+const DOWNLOAD_AHEAD: usize = 4;
+
+struct Inner {
+    store: Arc<dyn Store>,
+    token: EdgeToken,
+    feed: Feed,
+    fleet: Arc<Fleet>,
+    snapshots: Option<Arc<Publisher>>,
+}
 
 /// Shared state of the edge handlers.
 #[derive(Clone)]
-pub struct EdgeState {
-    store: Arc<dyn Store>,
-}
+pub struct EdgeState(Arc<Inner>);
 
 impl std::fmt::Debug for EdgeState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -50,9 +74,23 @@ impl std::fmt::Debug for EdgeState {
 }
 
 impl EdgeState {
-    /// The edge handlers read the same store as the public API.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        EdgeState { store }
+    /// The edge handlers read the same store as the public API, accept `token`, stream `feed`,
+    /// record reports into `fleet` and serve what `snapshots` published (without one, the
+    /// snapshot endpoints answer 404 `no_snapshot`/`unknown_snapshot`).
+    pub fn new(
+        store: Arc<dyn Store>,
+        token: EdgeToken,
+        feed: Feed,
+        fleet: Arc<Fleet>,
+        snapshots: Option<Arc<Publisher>>,
+    ) -> Self {
+        EdgeState(Arc::new(Inner {
+            store,
+            token,
+            feed,
+            fleet,
+            snapshots,
+        }))
     }
 }
 
@@ -94,25 +132,33 @@ impl EdgeLink {
 struct EdgeError {
     status: StatusCode,
     code: &'static str,
-    message: &'static str,
+    message: String,
 }
 
 impl EdgeError {
-    const NOT_FOUND: EdgeError = EdgeError {
-        status: StatusCode::NOT_FOUND,
-        code: "not_found",
-        message: "no link has this code",
-    };
-    const NO_ROUTE: EdgeError = EdgeError {
-        status: StatusCode::NOT_FOUND,
-        code: "no_route",
-        message: "no such endpoint",
-    };
-    const UNAVAILABLE: EdgeError = EdgeError {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        code: "storage_unavailable",
-        message: "storage is unavailable, retry later",
-    };
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        EdgeError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn not_found() -> Self {
+        EdgeError::new(StatusCode::NOT_FOUND, "not_found", "no link has this code")
+    }
+
+    fn unavailable() -> Self {
+        EdgeError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_unavailable",
+            "storage is unavailable, retry later",
+        )
+    }
+
+    fn bad(code: &'static str, message: impl Into<String>) -> Self {
+        EdgeError::new(StatusCode::BAD_REQUEST, code, message)
+    }
 }
 
 impl IntoResponse for EdgeError {
@@ -136,37 +182,238 @@ async fn get_link(
     Path(code): Path<String>,
 ) -> Result<Json<EdgeLink>, EdgeError> {
     if !plausible_code(&code) {
-        return Err(EdgeError::NOT_FOUND);
+        return Err(EdgeError::not_found());
     }
-    let store = Arc::clone(&state.store);
+    let store = Arc::clone(&state.0.store);
     let found = match tokio::task::spawn_blocking(move || store.get(&code)).await {
         Ok(Ok(found)) => found,
         Ok(Err(e)) => {
             tracing::error!(error = %e, "edge lookup: store failure");
-            return Err(EdgeError::UNAVAILABLE);
+            return Err(EdgeError::unavailable());
         }
         Err(e) => {
             tracing::error!(error = %e, "edge lookup: task failed");
-            return Err(EdgeError::UNAVAILABLE);
+            return Err(EdgeError::unavailable());
         }
     };
     match found {
         Some(s) => Ok(Json(EdgeLink::from_stored(&s, now_ms()))),
-        None => Err(EdgeError::NOT_FOUND),
+        None => Err(EdgeError::not_found()),
     }
 }
 
+#[derive(Debug, Deserialize)]
+struct FeedQuery {
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    engine: Option<String>,
+    #[serde(default)]
+    pop: Option<String>,
+}
+
+async fn feed(
+    State(state): State<EdgeState>,
+    Query(q): Query<FeedQuery>,
+) -> Result<Response, EdgeError> {
+    let name = |v: Option<String>, what: &str| {
+        v.filter(|v| valid_name(v)).ok_or_else(|| {
+            EdgeError::bad(
+                "invalid_engine",
+                format!("{what} must be 1-64 characters of A-Z a-z 0-9 . _ : -"),
+            )
+        })
+    };
+    let engine = name(q.engine, "engine")?;
+    let pop = name(q.pop, "pop")?;
+    let after = match q.after.as_deref() {
+        None | Some("") => 0,
+        Some(a) => a.parse::<u64>().map_err(|_| {
+            EdgeError::bad(
+                "invalid_after",
+                "after must be a change sequence (an unsigned integer)",
+            )
+        })?,
+    };
+    let body = state.0.feed.subscribe(after, engine, pop);
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/x-ndjson"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+async fn status_report(
+    State(state): State<EdgeState>,
+    body: Body,
+) -> Result<StatusCode, EdgeError> {
+    let bytes = axum::body::to_bytes(body, MAX_STATUS_BODY)
+        .await
+        .map_err(|_| {
+            EdgeError::bad(
+                "body_too_large",
+                format!("a status report is at most {MAX_STATUS_BODY} bytes"),
+            )
+        })?;
+    let report: StatusReport = serde_json::from_slice(&bytes)
+        .map_err(|e| EdgeError::bad("invalid_report", format!("not a status report: {e}")))?;
+    report.validate().map_err(|e| {
+        let code = match e {
+            FrameError::Field("engine" | "pop") => "invalid_engine",
+            _ => "invalid_report",
+        };
+        EdgeError::bad(code, e.to_string())
+    })?;
+    let last_seq = *state.0.store.commits().borrow();
+    match state.0.fleet.record(report, last_seq, now_ms()) {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Err(e @ FleetError::Full) => Err(EdgeError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_engines",
+            e.to_string(),
+        )),
+    }
+}
+
+fn no_snapshot() -> EdgeError {
+    EdgeError::new(
+        StatusCode::NOT_FOUND,
+        "no_snapshot",
+        "no snapshot has been published yet",
+    )
+}
+
+fn unknown_snapshot() -> EdgeError {
+    EdgeError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_snapshot",
+        "no such snapshot (never published, or garbage-collected)",
+    )
+}
+
+async fn latest_snapshot(State(state): State<EdgeState>) -> Result<Response, EdgeError> {
+    let latest = state.0.snapshots.as_ref().and_then(|p| p.latest());
+    latest
+        .map(|f| Json(f).into_response())
+        .ok_or_else(no_snapshot)
+}
+
+/// Streams a snapshot file: its length from the open file, its bytes read on the blocking pool a
+/// few chunks ahead of the client, never the whole file in memory.
+async fn download_snapshot(
+    State(state): State<EdgeState>,
+    Path(id): Path<String>,
+) -> Result<Response, EdgeError> {
+    let path = state
+        .0
+        .snapshots
+        .as_ref()
+        .and_then(|p| p.path_of(&id))
+        .ok_or_else(unknown_snapshot)?;
+    let opened = tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::open(&path)?;
+        let len = file.metadata()?.len();
+        Ok::<_, std::io::Error>((file, len))
+    })
+    .await;
+    let (mut file, len) = match opened {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown_snapshot()),
+        Ok(Err(e)) => {
+            tracing::error!(%id, error = %e, "opening a snapshot");
+            return Err(EdgeError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "cannot read the snapshot",
+            ));
+        }
+        Err(e) => {
+            tracing::error!(%id, error = %e, "opening a snapshot: task failed");
+            return Err(EdgeError::unavailable());
+        }
+    };
+    let (tx, body) = crate::body_stream::channel(DOWNLOAD_AHEAD);
+    tokio::task::spawn_blocking(move || loop {
+        let mut buf = vec![0u8; DOWNLOAD_CHUNK];
+        let chunk = match file.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                buf.truncate(n);
+                Ok(Bytes::from(buf))
+            }
+            Err(e) => Err(e),
+        };
+        let failed = chunk.is_err();
+        // A send error means the client went away.
+        if tx.blocking_send(chunk).is_err() || failed {
+            return;
+        }
+    });
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
+            (header::CONTENT_LENGTH, HeaderValue::from(len)),
+        ],
+        body,
+    )
+        .into_response())
+}
+
 async fn fallback() -> EdgeError {
-    EdgeError::NO_ROUTE
+    EdgeError::new(StatusCode::NOT_FOUND, "no_route", "no such endpoint")
+}
+
+/// Everything but `/healthz` needs the edge token.
+async fn require_token(State(state): State<EdgeState>, req: Request, next: Next) -> Response {
+    if req.uri().path() == "/healthz" {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match presented {
+        Some(t) if state.0.token.matches(t) => next.run(req).await,
+        Some(_) => EdgeError::new(
+            StatusCode::UNAUTHORIZED,
+            "edge_unauthorized",
+            "wrong edge token",
+        )
+        .into_response(),
+        None => EdgeError::new(
+            StatusCode::UNAUTHORIZED,
+            "edge_unauthorized",
+            "missing Authorization: Bearer <edge token> (DATA_DIR/edge.token)",
+        )
+        .into_response(),
+    }
 }
 
 /// The edge router. Serve it on its own listener, never merged into the public API's.
 pub fn router(state: EdgeState) -> Router {
-    // An edge-token middleware goes here with the feed issue (see the module docs).
     Router::new()
         .route("/edge/v1/links/{code}", get(get_link))
+        .route("/edge/v1/feed", get(feed))
+        .route("/edge/v1/snapshots/latest", get(latest_snapshot))
+        .route("/edge/v1/snapshots/{id}", get(download_snapshot))
+        .route("/edge/v1/status", post(status_report))
         .route("/healthz", get(|| async { "ok\n" }))
         .fallback(fallback)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_token,
+        ))
         .with_state(state)
 }
 

@@ -3,7 +3,13 @@
 //! - [`store`]: the durable record behind a trait, and [`store::embedded`], the default redb
 //!   store with group commit, counter-block leasing and the ordered change log;
 //! - [`api`]: the public HTTP API (axum) and its one error type;
-//! - [`edge`]: the internal edge listener engines read through to (origin lookups);
+//! - [`edge`]: the internal edge listener engines use: origin lookups, the feed, snapshot
+//!   downloads, status reports;
+//! - [`edge_token`]: the shared secret the edge listener requires;
+//! - [`feed`]: the edge feed stream (control-plane/FEED.md);
+//! - [`publish`]: publishing, serving and garbage-collecting snapshots in `serve`;
+//! - [`fleet`]: engines' status reports, their lag and the lag alarm;
+//! - [`body_stream`]: response bodies fed from a bounded channel;
 //! - [`auth`]: API keys, stored hashed in a file beside the store;
 //! - [`ratelimit`]: per-owner token buckets for creation;
 //! - [`metrics`]: the Prometheus registry;
@@ -12,9 +18,14 @@
 
 pub mod api;
 pub mod auth;
+pub mod body_stream;
 pub mod clock;
 pub mod edge;
+pub mod edge_token;
+pub mod feed;
+pub mod fleet;
 pub mod metrics;
+pub mod publish;
 pub mod ratelimit;
 pub mod snapshot;
 pub mod store;
@@ -22,4 +33,6 @@ pub mod store;
 pub use api::{router, ApiConfig, AppState};
 pub use auth::{ApiKeys, Principal};
 pub use store::embedded::{EmbeddedStore, EmbeddedStoreConfig};
-pub use store::{CreateOutcome, CreateRequest, DeleteOutcome, Store, StoreError, StoredLink};
+pub use store::{
+    CreateOutcome, CreateRequest, DeleteOutcome, StateUpdate, Store, StoreError, StoredLink,
+};

@@ -3,9 +3,15 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use lasthop_control::edge::EdgeState;
+use lasthop_control::edge_token::EdgeToken;
+use lasthop_control::feed::Feed;
+use lasthop_control::fleet::Fleet;
+use lasthop_control::publish::{PublishConfig, Publisher};
 use lasthop_control::store::embedded::CommitObserver;
 use lasthop_control::{
     metrics::Metrics, router, ApiConfig, ApiKeys, AppState, EmbeddedStore, EmbeddedStoreConfig,
@@ -82,7 +88,8 @@ enum ApikeyCommand {
 
 #[derive(Parser)]
 struct ServeArgs {
-    /// Directory of the store and the API keys file.
+    /// Directory of the store, the API keys file, the edge token (`edge.token`, written on first
+    /// start) and published snapshots (`snapshots/`).
     #[arg(long, env = "LASTHOP_DATA_DIR")]
     data_dir: PathBuf,
     /// Permutation key file.
@@ -91,7 +98,8 @@ struct ServeArgs {
     /// Public API listener.
     #[arg(long, env = "LASTHOP_API_LISTEN", default_value = "127.0.0.1:8081")]
     api_listen: SocketAddr,
-    /// Internal edge listener (origin lookups for engines; keep it off the public network).
+    /// Internal edge listener for engines: origin lookups, the feed, snapshot downloads, status
+    /// reports. Requires the edge token; keep it off the public network all the same.
     #[arg(long, env = "LASTHOP_EDGE_LISTEN", default_value = "127.0.0.1:8082")]
     edge_listen: SocketAddr,
     /// Base of every short_url.
@@ -121,6 +129,22 @@ struct ServeArgs {
     /// Accept loopback/private/link-local destinations (test set-ups only).
     #[arg(long, env = "LASTHOP_ALLOW_PRIVATE_HOSTS")]
     allow_private_hosts: bool,
+    /// Feed heartbeat: the longest silence on an idle feed stream, in milliseconds.
+    #[arg(long, env = "LASTHOP_FEED_HEARTBEAT_MS", default_value_t = 1000)]
+    feed_heartbeat_ms: u64,
+    /// Publish a snapshot at least this often (seconds) when there were changes.
+    #[arg(long, env = "LASTHOP_SNAPSHOT_INTERVAL_SECS", default_value_t = 300)]
+    snapshot_interval_secs: u64,
+    /// Publish a snapshot as soon as more changes than this accumulated since the last one
+    /// (the overlay every engine holds in memory until then).
+    #[arg(long, env = "LASTHOP_SNAPSHOT_MAX_OVERLAY", default_value_t = 100_000)]
+    snapshot_max_overlay: u64,
+    /// Counters above a region's mark that snapshots tell edges may still be issued.
+    #[arg(long, env = "LASTHOP_RESERVE", default_value_t = lasthop_core::region::DEFAULT_RESERVE)]
+    reserve: u64,
+    /// Raise `lasthop_edge_lag_alarm` while any engine is more than this many seconds behind.
+    #[arg(long, env = "LASTHOP_EDGE_LAG_ALARM_SECS", default_value_t = 30.0)]
+    edge_lag_alarm_secs: f64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -177,7 +201,7 @@ fn main() -> anyhow::Result<()> {
                 EmbeddedStoreConfig::new(data_dir.join("links.redb"), CodeScheme::new(&key)?);
             let store = EmbeddedStore::open(config, None)
                 .with_context(|| format!("opening the store in {}", data_dir.display()))?;
-            let info = lasthop_control::snapshot::build_snapshot(
+            let (seq, info) = lasthop_control::snapshot::build_snapshot(
                 &store,
                 key.id(),
                 regions,
@@ -185,7 +209,7 @@ fn main() -> anyhow::Result<()> {
                 &out,
             )?;
             store.shutdown()?;
-            println!("wrote {} ({info:?})", out.display());
+            println!("wrote {} (seq {seq}, {info:?})", out.display());
             Ok(())
         }
     }
@@ -224,14 +248,33 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         create_rate: args.create_rate,
         create_burst: args.create_burst,
+        edge_lag_alarm_secs: args.edge_lag_alarm_secs,
     };
-    let state = AppState::new(
-        Arc::clone(&store) as Arc<dyn Store>,
+    // After the store is open: its lock keeps a second `serve` on this data dir from racing us.
+    let token = EdgeToken::load_or_create(&args.data_dir)?;
+    let dyn_store = Arc::clone(&store) as Arc<dyn Store>;
+    let fleet = Arc::new(Fleet::new());
+    let publisher = Publisher::new(
+        Arc::clone(&dyn_store),
+        Arc::clone(&fleet),
+        PublishConfig {
+            dir: args.data_dir.join("snapshots"),
+            key_id: key.id(),
+            regions: args.regions,
+            reserve: args.reserve,
+            interval: Duration::from_secs(args.snapshot_interval_secs.max(1)),
+            max_overlay: args.snapshot_max_overlay,
+        },
+    )?;
+    let state = AppState::with_edges(
+        Arc::clone(&dyn_store),
         ApiKeys::open(&args.data_dir),
         api,
         metrics,
+        Arc::clone(&fleet),
+        Some(Arc::clone(&publisher)),
     );
-    let edge_state = lasthop_control::edge::EdgeState::new(Arc::clone(&store) as Arc<dyn Store>);
+    let heartbeat = Duration::from_millis(args.feed_heartbeat_ms.max(1));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("api")
@@ -258,12 +301,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             )?;
             out.flush()?;
         }
-        // One shutdown signal drains both listeners.
+        // One shutdown signal drains both listeners, ends feed streams (they never end by
+        // themselves, and draining waits for open responses) and stops the publisher.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             shutdown_signal().await;
             let _ = stop_tx.send(true);
         });
+        let feed = Feed::new(Arc::clone(&dyn_store), heartbeat)
+            .with_snapshots(publisher.subscribe())
+            .with_stop(stop_rx.clone());
+        let edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));
+        tokio::spawn(Arc::clone(&publisher).start(stop_rx.clone()));
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             // An Err means the sender is gone, which only happens after the signal.
             let _ = rx.wait_for(|stop| *stop).await;

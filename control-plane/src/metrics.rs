@@ -1,7 +1,8 @@
 //! The control plane's Prometheus registry.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 /// Every metric the control plane exports.
@@ -18,6 +19,14 @@ pub struct Metrics {
     pub commit_batch: Histogram,
     /// Seconds per group commit (begin to fsync done).
     pub commit_seconds: Histogram,
+    /// Engines that reported in the last ten minutes (set at each scrape).
+    pub edge_engines: IntGauge,
+    /// The largest `lag_seconds` of any engine (FEED.md, "Status reports").
+    pub edge_worst_lag_seconds: Gauge,
+    /// The largest `lag_seq` of any engine.
+    pub edge_worst_lag_sequences: IntGauge,
+    /// 1 while any engine is more than `--edge-lag-alarm-secs` behind.
+    pub edge_lag_alarm: IntGauge,
 }
 
 fn registered<T: prometheus::core::Collector + Clone + 'static>(
@@ -78,6 +87,34 @@ impl Metrics {
                         "Group commit duration (fsync included)",
                     )
                     .buckets(latency_buckets),
+                ),
+            )?,
+            edge_engines: registered(
+                &registry,
+                IntGauge::new(
+                    "edge_engines",
+                    "Engines that reported in the last 10 minutes",
+                ),
+            )?,
+            edge_worst_lag_seconds: registered(
+                &registry,
+                Gauge::new(
+                    "edge_worst_lag_seconds",
+                    "Largest time since an engine last reported having applied everything",
+                ),
+            )?,
+            edge_worst_lag_sequences: registered(
+                &registry,
+                IntGauge::new(
+                    "edge_worst_lag_sequences",
+                    "Largest number of committed changes an engine has not applied",
+                ),
+            )?,
+            edge_lag_alarm: registered(
+                &registry,
+                IntGauge::new(
+                    "edge_lag_alarm",
+                    "1 while any engine is more than --edge-lag-alarm-secs behind",
                 ),
             )?,
             registry,

@@ -11,14 +11,15 @@ use lasthop_snapshot::{SealedInfo, SnapshotMeta, SnapshotWriter};
 
 use crate::store::{Store, StoreError};
 
-/// Writes a snapshot of everything in `store` to `out` (temp name, fsync, rename).
+/// Writes a snapshot of everything in `store` to `out` (temp name, fsync, rename); returns the
+/// change-log sequence it is complete up to, and what the writer sealed.
 pub fn build_snapshot(
     store: &dyn Store,
     key_id: u32,
     regions: u32,
     reserve: u64,
     out: &Path,
-) -> anyhow::Result<SealedInfo> {
+) -> anyhow::Result<(u64, SealedInfo)> {
     let mut high_water = HighWater::new(regions, reserve)?;
     for (region, mark) in store.high_water_marks()? {
         high_water.raise(region, mark)?;
@@ -39,5 +40,5 @@ pub fn build_snapshot(
             .add(s.link.code.as_bytes(), url, s.state.expires_at_ms)
             .map_err(|e| StoreError::Storage(format!("snapshot writer: {e}")))
     })?;
-    Ok(writer.seal()?)
+    Ok((sequence, writer.seal()?))
 }

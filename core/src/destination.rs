@@ -148,8 +148,12 @@ pub fn normalize_destination(raw: &str, policy: &UrlPolicy) -> Result<String, Ur
 /// `Location` header. Cheap enough for every redirect.
 #[inline]
 pub fn is_servable(url: &[u8]) -> bool {
+    // A fold without early exit, so the byte check vectorises (it runs on every redirect;
+    // `all` short-circuits byte by byte and cost ~70 ns on an 80-byte URL).
     (url.starts_with(b"https://") || url.starts_with(b"http://"))
-        && url.iter().all(|&b| (0x21..0x7f).contains(&b))
+        && url
+            .iter()
+            .fold(true, |ok, &b| ok & (b.wrapping_sub(0x21) < 0x7f - 0x21))
 }
 
 #[cfg(test)]
@@ -249,6 +253,15 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The vectorised byte check is exactly "visible ASCII", on any bytes.
+        #[test]
+        fn servable_is_visible_ascii(tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let mut url = b"https://".to_vec();
+            url.extend_from_slice(&tail);
+            let naive = tail.iter().all(|&b| (0x21..0x7f).contains(&b));
+            proptest::prop_assert_eq!(is_servable(&url), naive);
+        }
+
         /// Whatever the input, an accepted URL is servable and stable under re-normalisation.
         #[test]
         fn accepted_urls_are_servable(s in "\\PC{0,80}", path in "[ -~]{0,40}") {

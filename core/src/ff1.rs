@@ -63,6 +63,13 @@ impl Cipher {
 #[derive(Clone)]
 pub struct Ff1 {
     cipher: Cipher,
+    /// The same AES-128 key for the fast path's inlined AES-NI rounds (see `aesni.rs`).
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "aes",
+        target_feature = "sse4.1"
+    ))]
+    ni: Option<crate::aesni::Aes128Ni>,
 }
 
 impl std::fmt::Debug for Ff1 {
@@ -81,7 +88,22 @@ impl Ff1 {
             32 => Cipher::Aes256(aes::Aes256::new(GenericArray::from_slice(key))),
             len => return Err(Ff1Error::KeyLength { len }),
         };
-        Ok(Ff1 { cipher })
+        Ok(Ff1 {
+            cipher,
+            #[cfg(all(
+                target_arch = "x86_64",
+                target_feature = "aes",
+                target_feature = "sse4.1"
+            ))]
+            ni: <&[u8; 16]>::try_from(key).ok().map(|k| {
+                // SAFETY: compiled only where the build enables aes and sse4.1 (the `cfg`
+                // above), so the whole binary already requires those instructions.
+                #[allow(unsafe_code)]
+                unsafe {
+                    crate::aesni::Aes128Ni::new(k)
+                }
+            }),
+        })
     }
 
     /// Fixes radix, length and tweak: the object the hot path keeps.
@@ -289,6 +311,18 @@ impl Ff1Domain {
     #[inline(always)]
     fn round_fast(&self, i: u8, half: u64) -> u64 {
         let q = (u128::from(i) << (8 * self.b)) | u128::from(half);
+        #[cfg(all(
+            target_arch = "x86_64",
+            target_feature = "aes",
+            target_feature = "sse4.1"
+        ))]
+        if let Some(ni) = &self.ff1.ni {
+            // SAFETY: compiled only where the build enables aes and sse4.1 (the `cfg` above),
+            // so the whole binary already requires those instructions.
+            #[allow(unsafe_code)]
+            let r = unsafe { ni.encrypt_be(self.p_mac_be ^ q) };
+            return (r >> 64) as u64;
+        }
         let mut r = (self.p_mac_be ^ q).to_be_bytes();
         self.ff1.cipher.encrypt(&mut r);
         (u128::from_be_bytes(r) >> 64) as u64

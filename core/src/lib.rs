@@ -7,12 +7,20 @@
 //! - [`region`]: per-region counter ranges and the high-water-mark check;
 //! - [`alias`]: custom alias rules and the reserved-word list;
 //! - [`destination`]: destination URL rules (create time and serve time);
-//! - [`link`]: link, link state and change-log types.
+//! - [`link`]: link, link state and change-log types;
+//! - [`feed`]: the edge feed's frames and status reports (control-plane/FEED.md).
 
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "aes",
+    target_feature = "sse4.1"
+))]
+mod aesni;
 pub mod alias;
 pub mod base62;
 pub mod code;
 pub mod destination;
+pub mod feed;
 pub mod ff1;
 pub mod key;
 pub mod link;

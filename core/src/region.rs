@@ -72,6 +72,19 @@ impl HighWater {
         Ok(())
     }
 
+    /// Raises the mark of the region holding counter `n` so that `n` counts as issued (the
+    /// edge learnt of a link minted after its snapshot). Counters outside the code space are
+    /// ignored.
+    pub fn note_issued(&mut self, n: u64) {
+        if n >= CODE_SPACE {
+            return;
+        }
+        let region = self.starts.partition_point(|&s| s <= n).saturating_sub(1);
+        if let Some(slot) = self.marks.get_mut(region) {
+            *slot = (*slot).max(n.saturating_add(1));
+        }
+    }
+
     /// Region count.
     pub fn regions(&self) -> u32 {
         self.regions
@@ -130,6 +143,20 @@ mod tests {
         }
         assert_eq!(region_range(0, 0), Err(RegionError::NoRegions));
         assert!(region_range(3, 3).is_err());
+    }
+
+    #[test]
+    fn note_issued_raises_only_its_region() {
+        let mut hw = HighWater::new(2, 10).unwrap();
+        let r1 = region_range(1, 2).unwrap();
+        assert!(!hw.may_be_issued(r1.start + 500));
+        hw.note_issued(r1.start + 500);
+        assert!(hw.may_be_issued(r1.start + 509));
+        assert!(!hw.may_be_issued(r1.start + 511));
+        assert!(!hw.may_be_issued(500), "region 0 untouched");
+        hw.note_issued(r1.start + 5);
+        assert_eq!(hw.marks()[1], r1.start + 501, "marks never go down");
+        hw.note_issued(CODE_SPACE);
     }
 
     #[test]

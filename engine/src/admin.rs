@@ -30,6 +30,8 @@ pub struct AdminState {
     pub metrics: Arc<EngineMetrics>,
     /// One hot-code sketch per serving core.
     pub sketches: Vec<Arc<TopK>>,
+    /// The sketches count one redirect in this many; `/debug/top` scales counts back up.
+    pub top_sample: u64,
 }
 
 impl AdminState {
@@ -181,7 +183,12 @@ fn route(method: &str, target: &str, state: &AdminState) -> Answer {
         ),
         "/healthz" => Answer::text(200, "OK", "ok\n"),
         "/readyz" => match state.metrics.health.readiness() {
-            Ok(()) => Answer::text(200, "OK", "ready\n"),
+            Ok(None) => Answer::text(200, "OK", "ready\n"),
+            // `?strict`: for operators who would rather drain a degraded engine.
+            Ok(Some(why)) if query.split('&').any(|p| p == "strict" || p == "strict=1") => {
+                Answer::text(503, "Service Unavailable", format!("degraded: {why}\n"))
+            }
+            Ok(Some(why)) => Answer::text(200, "OK", format!("ready (degraded: {why})\n")),
             Err(reason) => {
                 Answer::text(503, "Service Unavailable", format!("not ready: {reason}\n"))
             }
@@ -192,9 +199,13 @@ fn route(method: &str, target: &str, state: &AdminState) -> Answer {
                 let body = serde_json::json!({
                     "approximate": true,
                     "cores": state.sketches.len(),
+                    "sample": state.top_sample,
                     "top": top
                         .iter()
-                        .map(|(code, count)| serde_json::json!({"code": code, "count": count}))
+                        .map(|(code, count)| {
+                            let count = count.saturating_mul(state.top_sample);
+                            serde_json::json!({"code": code, "count": count})
+                        })
                         .collect::<Vec<_>>(),
                 });
                 Answer::new(200, "OK", "application/json", format!("{body}\n"))
@@ -227,6 +238,7 @@ mod tests {
         let state = Arc::new(AdminState {
             metrics,
             sketches: vec![Arc::new(TopK::new()), Arc::new(TopK::new())],
+            top_sample: 1,
         });
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -286,7 +298,15 @@ mod tests {
             .feed_lost
             .store(true, Ordering::Relaxed);
         let (status, _, body) = get(&format!("{base}/readyz"));
-        assert_eq!((status, body.as_str()), (503, "not ready: feed lost\n"));
+        assert_eq!(
+            (status, body.as_str()),
+            (200, "ready (degraded: feed lost, safe mode)\n")
+        );
+        let (status, _, body) = get(&format!("{base}/readyz?strict"));
+        assert_eq!(
+            (status, body.as_str()),
+            (503, "degraded: feed lost, safe mode\n")
+        );
         state
             .metrics
             .health

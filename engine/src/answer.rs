@@ -6,12 +6,18 @@
 //!    characters → FF1-decrypt and check the high-water mark (404 by arithmetic, no lookup);
 //!    8–64 characters of `[A-Za-z0-9_-]`, not all digits → an alias; anything else → 404;
 //! 3. denylist: `Gone` → 410; `Warn` → the interstitial (a preview still shows the preview);
+//!    `Changed` (the link's state moved after the snapshot was built) → skip the snapshot's stale
+//!    entry and answer from the overlay;
 //! 4. snapshot, 5. overlay: a hit is served by [`serve`]: expired → 410, a URL that is not
 //!    `http(s)://` visible ASCII → 410 (nothing else may reach `Location`), preview → preview,
 //!    flagged → interstitial, else 302;
 //! 6. a miss → [`Answer::NeedOrigin`] when an origin is configured (only the origin may say 404
 //!    for a code below the mark), else 404. Once the origin replies, [`answer_from_origin`]
 //!    finishes with the same rules.
+//!
+//! In safe mode (the feed is lost, [`Tables::safe_mode`]) a link found locally is not served
+//! straight away: [`decide`] returns [`Answer::NeedOrigin`] so the origin confirms its state
+//! first, and [`decide_local`] gives the local answer if the origin cannot.
 //!
 //! The [`Layer`] returned beside each answer is the table that settled it, for metrics.
 
@@ -119,26 +125,58 @@ impl Answer<'_> {
 /// Decides the answer to `req` from the tables at `now_ms` (Unix milliseconds). Never
 /// allocates, never blocks.
 pub fn decide<'a>(req: &Request<'a>, t: &'a Tables, now_ms: i64) -> (Answer<'a>, Layer) {
+    decide_in(req, t, now_ms, t.safe_mode && t.has_origin)
+}
+
+/// [`decide`] as if safe mode were off: the local tables' answer, for a safe-mode request whose
+/// origin confirmation failed (redirect availability comes first; the caller counts it).
+pub fn decide_local<'a>(req: &Request<'a>, t: &'a Tables, now_ms: i64) -> (Answer<'a>, Layer) {
+    decide_in(req, t, now_ms, false)
+}
+
+#[inline]
+fn decide_in<'a>(
+    req: &Request<'a>,
+    t: &'a Tables,
+    now_ms: i64,
+    confirm: bool,
+) -> (Answer<'a>, Layer) {
     if req.method == Method::Other {
         return (Answer::MethodNotAllowed, Layer::Invalid);
     }
     let Some((code, preview)) = code_of(req.path) else {
         return (Answer::NotFound, Layer::Invalid);
     };
-    match classify(code) {
-        CodeKind::Generated => match t.scheme.decode(code) {
-            Some(n) if t.high_water.may_be_issued(n) => {}
-            _ => return (Answer::NotFound, Layer::HighWater),
-        },
-        CodeKind::Alias if is_alias(code) => {}
+    let snapshot = t.snapshot.as_deref();
+    let probe = match classify(code) {
+        CodeKind::Generated => {
+            // Start the snapshot bucket's memory fetch first: the decrypt's AES rounds then run
+            // while the line is on its way (a hint only; the high-water check below still
+            // decides whether the lookup happens).
+            let probe = snapshot.map(|s| s.prefetch(code));
+            match t.scheme.decode(code) {
+                Some(n) if t.high_water.may_be_issued(n) => probe,
+                _ => return (Answer::NotFound, Layer::HighWater),
+            }
+        }
+        CodeKind::Alias if is_alias(code) => None,
         CodeKind::Alias | CodeKind::Invalid => return (Answer::NotFound, Layer::Invalid),
-    }
-    let warn = match t.denylist.check(code) {
-        Some(Deny::Gone) => return (Answer::Gone, Layer::Denylist),
-        Some(Deny::Warn) => true,
-        None => false,
     };
-    if let Some(entry) = t.snapshot.as_ref().and_then(|s| s.lookup(code)) {
+    let (warn, snapshot) = match t.denylist.check(code) {
+        Some(Deny::Gone) => return (Answer::Gone, Layer::Denylist),
+        Some(Deny::Warn) => (true, snapshot),
+        // Changed after the snapshot: its entry there is stale; the overlay has the link.
+        Some(Deny::Changed) => (false, None),
+        None => (false, snapshot),
+    };
+    let entry = snapshot.and_then(|s| match probe {
+        Some(probe) => s.lookup_probe(code, probe),
+        None => s.lookup(code),
+    });
+    if let Some(entry) = entry {
+        if confirm {
+            return (Answer::NeedOrigin { code, preview }, Layer::Origin);
+        }
         let found = Found {
             url: entry.url(),
             expires_at_ms: entry.expires_at_ms(),
@@ -147,6 +185,9 @@ pub fn decide<'a>(req: &Request<'a>, t: &'a Tables, now_ms: i64) -> (Answer<'a>,
         return (serve(code, preview, found, now_ms), Layer::Snapshot);
     }
     if let Some(link) = t.overlay.get(code) {
+        if confirm {
+            return (Answer::NeedOrigin { code, preview }, Layer::Origin);
+        }
         let found = Found {
             url: &link.url,
             expires_at_ms: link.expires_at_ms,
@@ -175,7 +216,8 @@ pub fn answer_from_origin<'a>(
     let warn = match t.denylist.check(code) {
         Some(Deny::Gone) => return (Answer::Gone, Layer::Denylist),
         Some(Deny::Warn) => true,
-        None => false,
+        // The origin's answer is the link's current form anyway.
+        Some(Deny::Changed) | None => false,
     };
     let Some((url, state)) = link else {
         return (Answer::NotFound, Layer::Origin);
@@ -307,11 +349,8 @@ pub(crate) mod tests {
             (c(4).to_vec(), Deny::Warn),
             (b"gone-alias".to_vec(), Deny::Gone),
         ]);
-        let link = |url: &str, expires_at_ms, warn| OverlayLink {
-            url: url.as_bytes().into(),
-            expires_at_ms,
-            warn,
-        };
+        let link =
+            |url: &str, expires_at_ms, warn| OverlayLink::new(url.as_bytes(), expires_at_ms, warn);
         let overlay = Overlay::empty().with_all([
             (c(10).to_vec(), link("https://example.com/ten", None, false)),
             (
@@ -359,6 +398,66 @@ pub(crate) mod tests {
         // The query string is dropped, not an error.
         let buf = get(&format!("/{}?utm=1", f.code(0)));
         assert_eq!(decide_buf(&buf, &f.tables).0.status(), 302);
+    }
+
+    #[test]
+    fn changed_codes_skip_the_stale_snapshot_entry() {
+        let f = fixture(false);
+        // Code 7 is a tombstone in the snapshot (410); restored after it was built, the feed
+        // put its current form in the overlay and marked it Changed.
+        let c7 = f.code(7);
+        let buf = get(&format!("/{c7}"));
+        assert_eq!(decide_buf(&buf, &f.tables).0, Answer::Gone);
+        let t = f
+            .tables
+            .with_denylist(Arc::new(Denylist::new([(c7.as_bytes(), Deny::Changed)])))
+            .with_overlay(Arc::new(f.tables.overlay.with_inserted(
+                c7.as_bytes(),
+                OverlayLink::new(b"https://example.com/restored", None, false),
+            )));
+        assert_eq!(
+            decide_buf(&buf, &t),
+            (
+                Answer::Redirect {
+                    url: b"https://example.com/restored"
+                },
+                Layer::Overlay
+            )
+        );
+    }
+
+    #[test]
+    fn safe_mode_confirms_local_hits_at_the_origin() {
+        let f = fixture(true);
+        let mut t = f.tables.clone();
+        t.safe_mode = true;
+        let c0 = f.code(0);
+        let buf = get(&format!("/{c0}"));
+        assert_eq!(
+            decide_buf(&buf, &t),
+            (
+                Answer::NeedOrigin {
+                    code: c0.as_bytes(),
+                    preview: false
+                },
+                Layer::Origin
+            )
+        );
+        // The local answer stays available for when the origin cannot confirm.
+        let Parse::Complete { req, .. } = parse(&buf, &Limits::default()) else {
+            panic!()
+        };
+        assert_eq!(decide_local(&req, &t, NOW).0.status(), 302);
+        // Denylisted codes and scanners are settled locally even in safe mode.
+        let buf = get(&format!("/{}", f.code(3)));
+        assert_eq!(decide_buf(&buf, &t), (Answer::Gone, Layer::Denylist));
+        let buf = get(&format!("/{}", f.code(ISSUED + RESERVE)));
+        assert_eq!(decide_buf(&buf, &t).1, Layer::HighWater);
+        // Without an origin there is nothing to confirm with.
+        let mut alone = fixture(false).tables;
+        alone.safe_mode = true;
+        let buf = get(&format!("/{c0}"));
+        assert_eq!(decide_buf(&buf, &alone).0.status(), 302);
     }
 
     #[test]

@@ -19,6 +19,10 @@ pub enum Deny {
     Gone,
     /// The warning interstitial instead of a redirect.
     Warn,
+    /// The code's state changed after the snapshot was built (restored, expiry moved, flag
+    /// cleared): the snapshot's entry is stale, so skip it and answer from the overlay, which
+    /// holds the link's current form. Ranks below `Gone` and `Warn` when a code is listed twice.
+    Changed,
 }
 
 /// An immutable set of denylisted codes (generated codes and aliases alike).
@@ -33,7 +37,8 @@ impl Denylist {
         Denylist::default()
     }
 
-    /// Builds a list; when a code appears twice, [`Deny::Gone`] wins over [`Deny::Warn`].
+    /// Builds a list; when a code appears twice, [`Deny::Gone`] wins over [`Deny::Warn`], which
+    /// wins over [`Deny::Changed`].
     pub fn new<I, K>(entries: I) -> Self
     where
         I: IntoIterator<Item = (K, Deny)>,
@@ -42,8 +47,8 @@ impl Denylist {
         let mut codes: HashMap<Box<[u8]>, Deny> = HashMap::new();
         for (code, deny) in entries {
             let slot = codes.entry(Box::from(code.as_ref())).or_insert(deny);
-            if deny == Deny::Gone {
-                *slot = Deny::Gone;
+            if rank(deny) > rank(*slot) {
+                *slot = deny;
             }
         }
         codes.shrink_to_fit();
@@ -70,6 +75,14 @@ impl Denylist {
     }
 }
 
+fn rank(d: Deny) -> u8 {
+    match d {
+        Deny::Changed => 0,
+        Deny::Warn => 1,
+        Deny::Gone => 2,
+    }
+}
+
 impl<K: AsRef<[u8]>> FromIterator<(K, Deny)> for Denylist {
     fn from_iter<I: IntoIterator<Item = (K, Deny)>>(iter: I) -> Self {
         Denylist::new(iter)
@@ -88,8 +101,13 @@ mod tests {
             (b"both-kinds", Deny::Warn),
             (b"both-kinds", Deny::Gone),
             (b"both-kinds", Deny::Warn),
+            (b"restored", Deny::Changed),
+            (b"flag-then-change", Deny::Changed),
+            (b"flag-then-change", Deny::Warn),
         ]);
-        assert_eq!(list.len(), 3);
+        assert_eq!(list.len(), 5);
+        assert_eq!(list.check(b"restored"), Some(Deny::Changed));
+        assert_eq!(list.check(b"flag-then-change"), Some(Deny::Warn));
         assert_eq!(list.check(b"abcDEF1"), Some(Deny::Gone));
         assert_eq!(list.check(b"flagged-alias"), Some(Deny::Warn));
         assert_eq!(list.check(b"both-kinds"), Some(Deny::Gone));

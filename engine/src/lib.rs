@@ -19,6 +19,7 @@ pub mod admin;
 pub mod answer;
 pub mod denylist;
 pub mod epoll;
+pub mod feed;
 pub mod http;
 pub mod metrics;
 pub mod origin;

@@ -8,9 +8,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
+use lasthop_core::feed::valid_name;
+use lasthop_core::HighWater;
 use lasthop_core::{CodeScheme, PermutationKey};
 use lasthop_engine::admin::{spawn_admin, AdminState};
 use lasthop_engine::answer::Layer;
+use lasthop_engine::feed::{self, FeedConfig, FeedStats, LoadFn};
 use lasthop_engine::http::Limits;
 use lasthop_engine::metrics::EngineMetrics;
 use lasthop_engine::origin::{Origin, OriginConfig};
@@ -29,6 +32,30 @@ enum Io {
     Epoll,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SnapshotMemory {
+    /// Copied into transparent-huge-page memory.
+    Huge,
+    /// The file mapped in place.
+    Map,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SafeMode {
+    Confirm,
+    Off,
+}
+
+/// `hostname:port` of the redirect listener.
+fn default_engine_id(listen: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| valid_name(h))
+        .unwrap_or_else(|| "engine".into());
+    format!("{host}:{}", listen.port())
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "lasthop-engine",
@@ -36,9 +63,11 @@ enum Io {
     about = "lasthop edge redirect server"
 )]
 struct Args {
-    /// Snapshot file to serve (SIGHUP re-opens this path and swaps it in).
+    /// Snapshot file to serve (SIGHUP re-opens this path and swaps it in). Optional with
+    /// `--control`: the engine then starts from the newest verified snapshot in `--data-dir`,
+    /// or downloads the control plane's newest.
     #[arg(long, env = "LASTHOP_SNAPSHOT")]
-    snapshot: PathBuf,
+    snapshot: Option<PathBuf>,
     /// Permutation key file (the control plane's; never sent over the network).
     #[arg(long, env = "LASTHOP_KEY_FILE")]
     key_file: PathBuf,
@@ -48,15 +77,45 @@ struct Args {
     /// Admin listener: /metrics, /healthz, /readyz, /debug/top.
     #[arg(long, env = "LASTHOP_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     admin_listen: SocketAddr,
-    /// The control plane's edge listener, for read-through on misses.
+    /// The control plane's edge listener (`http://host:port`): the feed (new links, state
+    /// changes, snapshots), origin read-through on misses, and status reports.
     #[arg(long, env = "LASTHOP_CONTROL")]
     control: Option<String>,
+    /// File holding the control plane's edge token (its `DATA_DIR/edge.token`).
+    #[arg(long, env = "LASTHOP_EDGE_TOKEN_FILE")]
+    edge_token_file: Option<PathBuf>,
+    /// Where downloaded snapshots are kept (`DIR/snapshots/`).
+    #[arg(
+        long,
+        env = "LASTHOP_ENGINE_DATA_DIR",
+        default_value = "lasthop-engine-data"
+    )]
+    data_dir: PathBuf,
+    /// This engine's id in status reports (default: hostname:port).
+    #[arg(long, env = "LASTHOP_ENGINE_ID")]
+    engine_id: Option<String>,
+    /// This engine's PoP name in status reports.
+    #[arg(long, env = "LASTHOP_POP", default_value = "default")]
+    pop: String,
+    /// Silence on the feed after which it counts as lost (heartbeats come every second).
+    #[arg(long, default_value_t = 3000)]
+    feed_timeout_ms: u64,
+    /// While the feed is lost or catching up: `confirm` each redirect's state at the origin
+    /// first (served from local tables, and counted, when the origin is unreachable too), or
+    /// `off` to serve local tables as they are.
+    #[arg(long, value_enum, default_value = "confirm")]
+    safe_mode: SafeMode,
     /// Serving cores (default: every CPU this process may run on).
     #[arg(long, env = "LASTHOP_CORES")]
     cores: Option<usize>,
     /// CPUs to pin the cores to, comma separated (default 0..cores).
     #[arg(long, env = "LASTHOP_CPUS", value_delimiter = ',')]
     cpus: Vec<usize>,
+    /// Where the snapshot lives: `huge` reads it into anonymous memory backed by transparent
+    /// huge pages (fewer TLB misses per lookup: measured faster, see engine/DESIGN.md); `map`
+    /// maps the file itself (shared page cache, nothing copied: for hosts short of memory).
+    #[arg(long, value_enum, default_value = "huge")]
+    snapshot_memory: SnapshotMemory,
     /// Socket backend.
     #[arg(long, value_enum, default_value = "auto")]
     io: Io,
@@ -72,14 +131,22 @@ struct Args {
     /// Most connections per core.
     #[arg(long, default_value_t = 16_384)]
     max_conns_per_core: u32,
+    /// Count one redirect in N in the `/debug/top` sketch (its counts are scaled back up). The
+    /// sketch's update is the request path's dearest step after the lookup when traffic is
+    /// spread thin; a hot code is hot in any sample.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    top_sample: u64,
     /// Seconds to wait for open connections on SIGTERM.
     #[arg(long, default_value_t = 5)]
     drain_timeout: u64,
 }
 
-fn open_snapshot(path: &Path) -> anyhow::Result<Arc<Snapshot>> {
-    let snapshot =
-        Snapshot::open(path).with_context(|| format!("opening snapshot {}", path.display()))?;
+fn open_snapshot(path: &Path, memory: SnapshotMemory) -> anyhow::Result<Arc<Snapshot>> {
+    let snapshot = match memory {
+        SnapshotMemory::Map => Snapshot::open(path),
+        SnapshotMemory::Huge => Snapshot::load(path),
+    }
+    .with_context(|| format!("opening snapshot {}", path.display()))?;
     snapshot
         .verify()
         .with_context(|| format!("verifying snapshot {}", path.display()))?;
@@ -101,12 +168,66 @@ fn main() -> anyhow::Result<()> {
 
     let key = PermutationKey::load(&args.key_file)?;
     let scheme = CodeScheme::new(&key)?;
-    let snapshot = open_snapshot(&args.snapshot)?;
-    let tables = Tables::from_snapshot(
-        scheme.clone(),
-        Arc::clone(&snapshot),
-        args.control.is_some(),
-    )?;
+    let load: LoadFn = match args.snapshot_memory {
+        SnapshotMemory::Map => |p| Snapshot::open(p),
+        SnapshotMemory::Huge => |p| Snapshot::load(p),
+    };
+    let token = match &args.edge_token_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the edge token {}", path.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    let mut feed_cfg = args.control.as_ref().map(|control| FeedConfig {
+        control: control.trim_end_matches('/').to_string(),
+        token: token.clone(),
+        engine_id: args
+            .engine_id
+            .clone()
+            .unwrap_or_else(|| default_engine_id(args.listen)),
+        pop: args.pop.clone(),
+        data_dir: args.data_dir.clone(),
+        timeout: Duration::from_millis(args.feed_timeout_ms),
+        safe_mode: matches!(args.safe_mode, SafeMode::Confirm),
+        load,
+    });
+    if let Some(cfg) = &feed_cfg {
+        anyhow::ensure!(
+            valid_name(&cfg.engine_id) && valid_name(&cfg.pop),
+            "--engine-id and --pop must be 1-64 characters of [A-Za-z0-9._:-]"
+        );
+    }
+    // The snapshot to start from: the file given, else the newest verified one downloaded
+    // before, else the control plane's newest; with none at all, every lookup reads through.
+    let (snapshot, snapshot_id) = match (&args.snapshot, &feed_cfg) {
+        (Some(path), _) => (Some(open_snapshot(path, args.snapshot_memory)?), None),
+        (None, Some(cfg)) => match feed::newest_local(&cfg.data_dir, load) {
+            Some((s, id)) => {
+                tracing::info!(id = %id, "starting from the newest local snapshot");
+                (Some(s), Some(id))
+            }
+            None => match feed::fetch_latest(cfg) {
+                Ok((s, id)) => (Some(s), Some(id)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no snapshot yet: serving through the origin until the feed brings one");
+                    (None, None)
+                }
+            },
+        },
+        (None, None) => anyhow::bail!("--snapshot is required without --control"),
+    };
+    let tables = match &snapshot {
+        Some(s) => Tables::from_snapshot(scheme.clone(), Arc::clone(s), args.control.is_some())?,
+        // No marks known: let every code through to the origin rather than reject a real one.
+        None => Tables::new(
+            scheme.clone(),
+            HighWater::new(1, lasthop_core::CODE_SPACE)?,
+            true,
+        ),
+    };
 
     let cores = args
         .cores
@@ -142,7 +263,11 @@ fn main() -> anyhow::Result<()> {
 
     let (origin, inboxes) = match &args.control {
         Some(url) => {
-            let (origin, inboxes) = Origin::start(url, OriginConfig::default(), cores)?;
+            let cfg = OriginConfig {
+                token: token.clone(),
+                ..OriginConfig::default()
+            };
+            let (origin, inboxes) = Origin::start(url, cfg, cores)?;
             metrics.origin = Some(origin.stats());
             (
                 Some(Arc::new(origin)),
@@ -151,12 +276,19 @@ fn main() -> anyhow::Result<()> {
         }
         None => (None, (0..cores).map(|_| None).collect::<Vec<_>>()),
     };
-    metrics
-        .snapshot_sequence
-        .store(snapshot.sequence(), Ordering::Relaxed);
-    metrics
-        .snapshot_links
-        .store(snapshot.links(), Ordering::Relaxed);
+    if let Some(s) = &snapshot {
+        metrics
+            .snapshot_sequence
+            .store(s.sequence(), Ordering::Relaxed);
+        metrics.snapshot_links.store(s.links(), Ordering::Relaxed);
+    } else {
+        metrics
+            .health
+            .snapshot_missing
+            .store(true, Ordering::Relaxed);
+    }
+    let feed_stats = feed_cfg.as_ref().map(|_| Arc::new(FeedStats::default()));
+    metrics.feed = feed_stats.clone();
     let metrics = Arc::new(metrics);
     let tops: Vec<Arc<TopK>> = (0..cores).map(|_| Arc::new(TopK::new())).collect();
 
@@ -168,10 +300,29 @@ fn main() -> anyhow::Result<()> {
     let admin = Arc::new(AdminState {
         metrics: Arc::clone(&metrics),
         sketches: tops.clone(),
+        top_sample: args.top_sample,
     });
     spawn_admin(admin_listener, Arc::clone(&admin))?;
 
-    let shared = Shared::new(tables);
+    let shared = Shared::new(tables.clone());
+    if let (Some(cfg), None) = (&mut feed_cfg, &args.engine_id) {
+        // The port actually bound (`--listen :0` included).
+        cfg.engine_id = default_engine_id(bound);
+    }
+    let feed = match (feed_cfg, &feed_stats) {
+        (Some(cfg), Some(stats)) => Some(
+            feed::start(
+                cfg,
+                Arc::clone(&shared),
+                tables,
+                snapshot_id,
+                Arc::clone(&metrics),
+                Arc::clone(stats),
+            )
+            .context("starting the feed threads")?,
+        ),
+        _ => None,
+    };
     let config = CoreConfig {
         backend,
         uring: UringConfig {
@@ -182,6 +333,7 @@ fn main() -> anyhow::Result<()> {
         },
         limits: Limits::default(),
         fixed: args.fixed_response,
+        top_sample: args.top_sample,
         drain: Duration::from_secs(args.drain_timeout),
         glommio_io_memory: 256 << 10,
     };
@@ -194,6 +346,7 @@ fn main() -> anyhow::Result<()> {
             inbox,
             metrics: Arc::clone(&metrics.cores[index]),
             top: Arc::clone(&tops[index]),
+            feed: feed_stats.clone(),
         };
         handles.push(serve::spawn_core(
             start,
@@ -204,7 +357,8 @@ fn main() -> anyhow::Result<()> {
     }
     admin.set_ready(true);
     tracing::info!(listen = %bound, admin = %admin_addr, cores, io = backend.as_str(),
-        snapshot_links = snapshot.links(), sequence = snapshot.sequence(), "engine serving");
+        snapshot_links = snapshot.as_ref().map_or(0, |s| s.links()),
+        sequence = snapshot.as_ref().map_or(0, |s| s.sequence()), "engine serving");
     // Machine-readable lines for scripts and tests (`--listen 127.0.0.1:0` works).
     println!(
         "engine listening on http://{bound} ({}, {cores} cores)",
@@ -216,7 +370,24 @@ fn main() -> anyhow::Result<()> {
 
     loop {
         match signals::wait()? {
-            Signal::Reload => match open_snapshot(&args.snapshot).and_then(|s| {
+            Signal::Reload if args.snapshot.is_none() => {
+                tracing::info!("SIGHUP: no --snapshot file to reload (the feed manages snapshots)");
+            }
+            Signal::Reload if feed.is_some() => {
+                let path = args.snapshot.as_deref().unwrap_or(Path::new(""));
+                match open_snapshot(path, args.snapshot_memory) {
+                    // The feed's applier owns the tables: it swaps the file in if not older.
+                    Ok(s) => feed.as_ref().map_or((), |f| f.reload(s)),
+                    Err(e) => {
+                        tracing::error!(error = %format!("{e:#}"), "SIGHUP: keeping the current snapshot")
+                    }
+                }
+            }
+            Signal::Reload => match open_snapshot(
+                args.snapshot.as_deref().unwrap_or(Path::new("")),
+                args.snapshot_memory,
+            )
+            .and_then(|s| {
                 let current = shared
                     .current()
                     .ok_or_else(|| anyhow::anyhow!("tables lock poisoned"))?;

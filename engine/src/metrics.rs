@@ -259,16 +259,19 @@ pub struct Health {
 }
 
 impl Health {
-    /// `Ok` when ready, else the first reason it is not.
-    pub fn readiness(&self) -> Result<(), &'static str> {
+    /// `Ok(None)` when ready, `Ok(Some(why))` when serving but degraded (the feed is lost: the
+    /// engine is in safe mode and still redirects, since redirect availability comes first and
+    /// a control-plane outage must not pull every PoP out of its load balancer at once), else
+    /// the first reason it is not ready.
+    pub fn readiness(&self) -> Result<Option<&'static str>, &'static str> {
         if self.snapshot_missing.load(Ordering::Relaxed) {
             Err("snapshot missing")
-        } else if self.feed_lost.load(Ordering::Relaxed) {
-            Err("feed lost")
         } else if !self.ready.load(Ordering::Relaxed) {
             Err("starting")
+        } else if self.feed_lost.load(Ordering::Relaxed) {
+            Ok(Some("feed lost, safe mode"))
         } else {
-            Ok(())
+            Ok(None)
         }
     }
 }
@@ -291,6 +294,8 @@ pub struct EngineMetrics {
     pub health: Health,
     /// The origin read-through's fetch counters, when `--control` is given.
     pub origin: Option<Arc<OriginStats>>,
+    /// The feed's state and counters, when `--control` is given.
+    pub feed: Option<Arc<crate::feed::FeedStats>>,
 }
 
 /// Appends one metric family's HELP and TYPE lines (also used by [`crate::origin`] and
@@ -325,6 +330,7 @@ impl EngineMetrics {
             snapshot_swaps: AtomicU64::new(0),
             health: Health::default(),
             origin: None,
+            feed: None,
         }
     }
 
@@ -513,6 +519,9 @@ impl EngineMetrics {
         if let Some(stats) = &self.origin {
             stats.render(o);
         }
+        if let Some(feed) = &self.feed {
+            feed.render(o);
+        }
 
         family(
             o,
@@ -556,7 +565,7 @@ impl EngineMetrics {
             o,
             "lasthop_engine_ready",
             "gauge",
-            "1 when /readyz answers 200.",
+            "1 when /readyz answers 200 (degraded included).",
         );
         sample(
             o,
@@ -779,9 +788,9 @@ pub(crate) mod tests {
         let h = Health::default();
         assert_eq!(h.readiness(), Err("starting"));
         h.ready.store(true, Ordering::Relaxed);
-        assert_eq!(h.readiness(), Ok(()));
+        assert_eq!(h.readiness(), Ok(None));
         h.feed_lost.store(true, Ordering::Relaxed);
-        assert_eq!(h.readiness(), Err("feed lost"));
+        assert_eq!(h.readiness(), Ok(Some("feed lost, safe mode")));
         h.snapshot_missing.store(true, Ordering::Relaxed);
         assert_eq!(h.readiness(), Err("snapshot missing"));
     }

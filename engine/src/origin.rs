@@ -20,6 +20,13 @@
 //!   answer (a wrong path, a proxy's 404 page, a 5xx) is a failure. The caller re-checks the URL
 //!   with [`lasthop_core::is_servable`] before it reaches a `Location` header.
 //!
+//! - **Fresh reuse**: a good answer younger than `fresh_ttl` (1 s) is reused without a fetch, so
+//!   safe mode (which confirms every locally found redirect here) costs one fetch per hot code
+//!   per second, not one per request.
+//! - **Breaker**: after a failed fetch, lookups for `breaker` (1 s) get the stale answer or
+//!   `Unavailable` at once; a dead control plane costs a redirect nothing instead of a timeout.
+//! - The edge token, when configured, travels as `Authorization: Bearer`.
+//!
 //! Both caches hold at most `max_entries` codes each; when full, expired entries go first, then
 //! an arbitrary eighth. The number of codes being fetched at once is bounded too
 //! ([`MAX_PENDING`]); past it a miss is answered from the stale cache or as `Unavailable`, so a
@@ -58,6 +65,15 @@ pub struct OriginConfig {
     pub max_entries: usize,
     /// Fetching threads.
     pub workers: usize,
+    /// A good answer younger than this is reused without a fetch (safe mode confirms every
+    /// redirect at the origin; this keeps a hot code to one fetch per interval).
+    pub fresh_ttl: Duration,
+    /// After a failed fetch, lookups for this long are answered from the stale cache (or
+    /// `Unavailable`) without trying: a dead control plane costs a redirect nothing, instead of
+    /// a timeout each.
+    pub breaker: Duration,
+    /// The edge token (`Authorization: Bearer`), when the control plane wants one.
+    pub token: Option<String>,
 }
 
 impl Default for OriginConfig {
@@ -68,6 +84,9 @@ impl Default for OriginConfig {
             stale_ttl: Duration::from_secs(600),
             max_entries: 100_000,
             workers: 2,
+            fresh_ttl: Duration::from_secs(1),
+            breaker: Duration::from_secs(1),
+            token: None,
         }
     }
 }
@@ -187,6 +206,10 @@ pub struct OriginStats {
     stale_served: AtomicU64,
     /// Submits refused because [`MAX_PENDING`] codes were already pending.
     overflow: AtomicU64,
+    /// Submits answered from a good answer younger than `fresh_ttl`.
+    fresh_hits: AtomicU64,
+    /// Submits answered without a fetch because the last fetch failed.
+    breaker_open: AtomicU64,
 }
 
 const FETCH_OUTCOMES: [&str; 4] = ["found", "not_found", "error", "timeout"];
@@ -246,6 +269,16 @@ impl OriginStats {
                 "Origin lookups refused because too many codes were pending.",
                 &self.overflow,
             ),
+            (
+                "lasthop_engine_origin_fresh_hits_total",
+                "Origin lookups answered from a good answer under a second old.",
+                &self.fresh_hits,
+            ),
+            (
+                "lasthop_engine_origin_breaker_open_total",
+                "Origin lookups answered without a fetch because the last fetch failed.",
+                &self.breaker_open,
+            ),
         ] {
             family(o, name, "counter", help);
             sample(o, name, "", c.load(Ordering::Relaxed));
@@ -268,6 +301,8 @@ struct State {
     positive: HashMap<Box<[u8]>, (OriginAnswer, Instant)>,
     /// 404s and when they stop counting.
     negative: HashMap<Box<[u8]>, Instant>,
+    /// Until when lookups skip the fetch (the last fetch failed).
+    down_until: Option<Instant>,
     shutdown: bool,
 }
 
@@ -409,6 +444,29 @@ impl Origin {
                 st.negative.remove(code);
             }
         }
+        let now = Instant::now();
+        let fresh = st
+            .positive
+            .get(code)
+            .filter(|(_, at)| now.saturating_duration_since(*at) < shared.cfg.fresh_ttl)
+            .map(|(a, _)| a.clone());
+        if let Some(answer) = fresh {
+            drop(st);
+            stats.fresh_hits.fetch_add(1, Ordering::Relaxed);
+            shared.deliver(core, token, code.into(), answer);
+            return;
+        }
+        if st.down_until.is_some_and(|until| now < until) {
+            let answer = shared.stale(&st, code, now);
+            drop(st);
+            stats.breaker_open.fetch_add(1, Ordering::Relaxed);
+            if answer.is_some() {
+                stats.stale_served.fetch_add(1, Ordering::Relaxed);
+            }
+            let answer = answer.unwrap_or(OriginAnswer::Unavailable);
+            shared.deliver(core, token, code.into(), answer);
+            return;
+        }
         if let Some(flight) = st.inflight.get_mut(code) {
             flight.waiters.push((core, token));
             flight.may_cache_negative &= may_cache_negative;
@@ -474,7 +532,7 @@ fn worker(shared: &Shared, agent: &ureq::Agent) {
                 st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
             }
         };
-        let fetched = fetch(agent, &shared.base, &code);
+        let fetched = fetch(agent, &shared.base, shared.cfg.token.as_deref(), &code);
         let stats = &shared.stats;
         let outcome = match &fetched {
             Fetched::Found(_) => 0,
@@ -489,6 +547,11 @@ fn worker(shared: &Shared, agent: &ureq::Agent) {
             let mut st = shared.lock();
             let flight = st.inflight.remove(&code);
             let may_cache_negative = flight.as_ref().is_some_and(|f| f.may_cache_negative);
+            st.down_until = match fetched {
+                Fetched::Failed { .. } if !cfg.breaker.is_zero() => Some(now + cfg.breaker),
+                Fetched::Failed { .. } => None,
+                Fetched::Found(_) | Fetched::NotFound => None,
+            };
             let answer = match fetched {
                 Fetched::Found(answer) => {
                     st.negative.remove(&code);
@@ -592,12 +655,16 @@ fn push_encoded(url: &mut String, code: &[u8]) {
     }
 }
 
-fn fetch(agent: &ureq::Agent, base: &str, code: &[u8]) -> Fetched {
+fn fetch(agent: &ureq::Agent, base: &str, token: Option<&str>, code: &[u8]) -> Fetched {
     let mut url = String::with_capacity(base.len() + 16 + code.len() * 3);
     url.push_str(base);
     url.push_str("/edge/v1/links/");
     push_encoded(&mut url, code);
-    match agent.get(&url).call() {
+    let mut req = agent.get(&url);
+    if let Some(token) = token {
+        req = req.set("Authorization", &format!("Bearer {token}"));
+    }
+    match req.call() {
         Ok(resp) if resp.status() == 200 => {
             match serde_json::from_reader::<_, WireLink>(resp.into_reader().take(MAX_BODY)) {
                 Ok(w) => Fetched::Found(OriginAnswer::Found {
@@ -765,9 +832,12 @@ mod tests {
         (status, body, Duration::ZERO)
     }
 
+    /// Every lookup fetches (no fresh reuse, no breaker), unless a test turns them on.
     fn cfg() -> OriginConfig {
         OriginConfig {
             timeout: Duration::from_secs(2),
+            fresh_ttl: Duration::ZERO,
+            breaker: Duration::ZERO,
             ..OriginConfig::default()
         }
     }
@@ -971,6 +1041,51 @@ mod tests {
     }
 
     #[test]
+    fn fresh_answers_are_reused_and_a_dead_origin_trips_the_breaker() {
+        let mut server = TestOrigin::start(|path| match path {
+            "/edge/v1/links/abcDEF1" => fast(200, link_json("abcDEF1", "https://example.com/a")),
+            _ => fast(404, not_found()),
+        });
+        let (origin, inboxes) = Origin::start(
+            &server.base,
+            OriginConfig {
+                fresh_ttl: Duration::from_secs(60),
+                breaker: Duration::from_secs(60),
+                ..cfg()
+            },
+            1,
+        )
+        .unwrap();
+        let inbox = &inboxes[0];
+        let found = one(&origin, inbox, b"abcDEF1", true);
+        assert_eq!(one(&origin, inbox, b"abcDEF1", true), found);
+        assert_eq!(origin.stats().fetches(), 1, "the second answer was reused");
+        server.kill();
+        assert_eq!(
+            one(&origin, inbox, b"otherco", true),
+            OriginAnswer::Unavailable
+        );
+        assert_eq!(origin.stats().fetches(), 2);
+        let started = Instant::now();
+        assert_eq!(
+            one(&origin, inbox, b"third01", true),
+            OriginAnswer::Unavailable
+        );
+        assert_eq!(
+            origin.stats().fetches(),
+            2,
+            "the open breaker skipped the fetch"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let mut text = String::new();
+        origin.stats().render(&mut text);
+        assert!(
+            text.contains("lasthop_engine_origin_breaker_open_total 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn stale_if_error_after_the_origin_dies() {
         let mut server = TestOrigin::start(|path| match path {
             "/edge/v1/links/abcDEF1" => fast(200, link_json("abcDEF1", "https://example.com/a")),
@@ -1125,6 +1240,7 @@ mod tests {
         api: String,
         edge: String,
         key: String,
+        token: String,
         _dir: tempfile::TempDir,
     }
 
@@ -1178,11 +1294,16 @@ mod tests {
         };
         let api = line("api listening on ");
         let edge = line("edge listening on ");
+        let token = std::fs::read_to_string(data.join("edge.token"))
+            .unwrap()
+            .trim()
+            .to_string();
         Control {
             child,
             api,
             edge,
             key,
+            token,
             _dir: dir,
         }
     }
@@ -1211,7 +1332,17 @@ mod tests {
             .set("Authorization", &format!("Bearer {}", control.key))
             .call()
             .unwrap();
-        let (origin, inboxes) = Origin::start(&control.edge, cfg(), 1).unwrap();
+        // Without the edge token the control plane answers 401: a failure, never "not found".
+        let (anonymous, inboxes) = Origin::start(&control.edge, cfg(), 1).unwrap();
+        assert_eq!(
+            one(&anonymous, &inboxes[0], code.as_bytes(), true),
+            OriginAnswer::Unavailable
+        );
+        let with_token = OriginConfig {
+            token: Some(control.token.clone()),
+            ..cfg()
+        };
+        let (origin, inboxes) = Origin::start(&control.edge, with_token, 1).unwrap();
         let inbox = &inboxes[0];
         assert_eq!(
             one(&origin, inbox, code.as_bytes(), true),

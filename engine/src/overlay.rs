@@ -6,18 +6,60 @@
 //! at the overlay's size (the links of the minutes between snapshots); if it ever is not, this is
 //! the one type to change.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use hashbrown::HashMap;
 
 /// A link the overlay knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverlayLink {
-    /// Destination, exactly as it will be served (re-checked with `is_servable` at serve time).
+    /// Destination, exactly as it will be served (re-checked with `is_servable` at serve time);
+    /// empty for a link that is gone (deleted, disabled, taken down), which answers 410.
     pub url: Box<[u8]>,
     /// Expiry in Unix milliseconds; at or after it the link answers 410.
     pub expires_at_ms: Option<i64>,
     /// Flagged: served through the warning interstitial.
     pub warn: bool,
+    /// When the control plane created the link (feed `link_created`), for the
+    /// creation-to-first-redirect metric.
+    pub created_at_ms: Option<i64>,
+    /// Set by the first redirect served for this link here, across generations and cores.
+    pub first_served: FirstServed,
 }
+
+impl OverlayLink {
+    /// A link with no creation time (tests, `state_changed` entries).
+    pub fn new(url: &[u8], expires_at_ms: Option<i64>, warn: bool) -> OverlayLink {
+        OverlayLink {
+            url: url.into(),
+            expires_at_ms,
+            warn,
+            created_at_ms: None,
+            first_served: FirstServed::default(),
+        }
+    }
+}
+
+/// A once-only flag shared by every copy of an overlay entry.
+#[derive(Debug, Clone, Default)]
+pub struct FirstServed(Arc<AtomicBool>);
+
+impl FirstServed {
+    /// True exactly once: for the first caller.
+    pub fn claim(&self) -> bool {
+        !self.0.load(Ordering::Relaxed) && !self.0.swap(true, Ordering::Relaxed)
+    }
+}
+
+impl PartialEq for FirstServed {
+    /// Bookkeeping, not part of a link's value.
+    fn eq(&self, _: &FirstServed) -> bool {
+        true
+    }
+}
+
+impl Eq for FirstServed {}
 
 /// An immutable map from code (generated or alias) to [`OverlayLink`].
 #[derive(Debug, Clone, Default)]
@@ -78,11 +120,16 @@ mod tests {
     use super::*;
 
     fn link(url: &str) -> OverlayLink {
-        OverlayLink {
-            url: url.as_bytes().into(),
-            expires_at_ms: None,
-            warn: false,
-        }
+        OverlayLink::new(url.as_bytes(), None, false)
+    }
+
+    #[test]
+    fn first_served_is_claimed_once_across_copies() {
+        let a = link("https://a.example/");
+        let b = a.clone();
+        assert!(b.first_served.claim());
+        assert!(!a.first_served.claim());
+        assert!(!b.first_served.claim());
     }
 
     #[test]

@@ -36,6 +36,16 @@ impl Backend {
 }
 
 /// What every core shares: the current tables (swapped by generation) and the stop flag.
+///
+/// The swap is a sequence lock in the seqlock pattern, with an `Arc` as its payload: the writer
+/// (the feed's control thread, or SIGHUP) replaces the `Arc` under a mutex and then bumps
+/// `generation`; each core compares `generation` with the one it holds once per loop turn (one
+/// relaxed-cost acquire load) and, only when it moved, clones the new `Arc` with `try_lock`. If
+/// the writer holds the lock at that instant the core keeps serving the generation it has and
+/// retries next turn, so a reader never blocks, and since a generation is immutable and reached
+/// through one pointer, no reader can see half a denylist. (The `seqlock` crate needs a `Copy`
+/// payload, which a table set with its own lifetime is not; this is the same protocol with the
+/// `Arc` doing the lifetime work.)
 #[derive(Debug)]
 pub struct Shared {
     tables: Mutex<Arc<Tables>>,
@@ -58,10 +68,24 @@ impl Shared {
 
     /// Publishes new tables; every core picks them up at its next turn.
     pub fn publish(&self, tables: Tables) {
-        if let Ok(mut t) = self.tables.lock() {
-            *t = Arc::new(tables);
-        }
+        let new = Arc::new(tables);
+        let old = match self.tables.lock() {
+            Ok(mut t) => Some(std::mem::replace(&mut *t, new)),
+            Err(_) => None,
+        };
         self.generation.fetch_add(1, Ordering::Release);
+        // The old generation is freed (if no core still holds it) outside the lock.
+        drop(old);
+    }
+
+    /// The tables now being published, if the writer is not mid-swap (never blocks).
+    pub fn try_current(&self) -> Option<Arc<Tables>> {
+        self.tables.try_lock().ok().map(|t| Arc::clone(&t))
+    }
+
+    /// The generation counter: bumped after every publish.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The tables now being served.
@@ -87,6 +111,8 @@ pub struct CoreConfig {
     pub uring: UringConfig,
     pub limits: Limits,
     pub fixed: bool,
+    /// One redirect in this many is counted in the hot-code sketch.
+    pub top_sample: u64,
     /// How long a draining core waits for its connections to finish.
     pub drain: Duration,
     /// glommio's own registered I/O memory per executor; kept small so the engine starts under
@@ -115,6 +141,8 @@ pub struct CoreStart {
     pub inbox: Option<OriginInbox>,
     pub metrics: Arc<CoreMetrics>,
     pub top: Arc<TopK>,
+    /// The feed's counters (safe-mode fallbacks, creation-to-first-redirect), with `--control`.
+    pub feed: Option<Arc<crate::feed::FeedStats>>,
 }
 
 enum Loop {
@@ -193,8 +221,10 @@ async fn run_core(
         metrics: start.metrics,
         origin,
         top: start.top,
+        feed: start.feed,
         now_ms: 0,
         fixed: config.fixed,
+        top_sample: config.top_sample.max(1),
         turn_start: std::time::Instant::now(),
         answered: std::cell::Cell::new(0),
     };
@@ -217,10 +247,11 @@ async fn run_core(
     loop {
         let g = shared.generation.load(Ordering::Acquire);
         if g != generation {
-            if let Some(t) = shared.current() {
+            // A writer mid-swap: keep this generation, look again next turn.
+            if let Some(t) = shared.try_current() {
                 ctx.tables = t;
+                generation = g;
             }
-            generation = g;
         }
         if shared.stop.load(Ordering::Acquire) && draining_since.is_none() {
             lp.stop_accepting()?;

@@ -30,10 +30,14 @@ pub struct CoreCtx {
     pub metrics: Arc<CoreMetrics>,
     pub origin: Option<Arc<Origin>>,
     pub top: Arc<TopK>,
+    /// The feed's counters, with `--control`.
+    pub feed: Option<Arc<crate::feed::FeedStats>>,
     /// Wall clock, refreshed once per loop turn.
     pub now_ms: i64,
     /// Floor mode (`--fixed-response`): every request gets the same 302, nothing is looked up.
     pub fixed: bool,
+    /// One redirect in this many is counted in the hot-code sketch (`--top-sample`).
+    pub top_sample: u64,
     /// When this turn's completions were harvested; latency is measured from here.
     pub turn_start: std::time::Instant,
     /// Requests answered, for sampling the latency clock (a `Cell` so the request path can
@@ -190,10 +194,22 @@ impl Session {
         ctx: &CoreCtx,
     ) {
         let close = render::render_for(answer, req, &mut self.out);
+        if let (Answer::Redirect { .. }, Layer::Overlay, Some(feed)) = (answer, layer, &ctx.feed) {
+            // Creation-to-first-redirect: only links the feed brought carry a creation time.
+            if let Some(link) = ctx.tables.overlay.get(code_of(req.path)) {
+                if let Some(created) = link.created_at_ms {
+                    if link.first_served.claim() {
+                        feed.observe_first_redirect(ctx.now_ms - created);
+                    }
+                }
+            }
+        }
         if let Answer::Redirect { .. } = answer {
-            // The click hook: count the code in the hot-code sketch. The click pipeline's
-            // per-core event buffer plugs in here (issue 7).
-            ctx.top.record(code_of(req.path));
+            // The click hook: count the code in the hot-code sketch (one request in
+            // `top_sample`). The click pipeline's per-core event buffer plugs in here (issue 7).
+            if ctx.answered.get() % ctx.top_sample == 0 {
+                ctx.top.record(code_of(req.path));
+            }
         }
         record(ctx, answer, layer);
         if close {
@@ -232,6 +248,19 @@ impl Session {
                     }
                     OriginAnswer::NotFound => {
                         answer::answer_from_origin(code, preview, tables, None, ctx.now_ms)
+                    }
+                    // Safe mode could not confirm: redirect availability comes first, so answer
+                    // from the local tables (if they know the code) and count it.
+                    OriginAnswer::Unavailable if tables.safe_mode => {
+                        match answer::decide_local(&req, tables, ctx.now_ms) {
+                            (Answer::NeedOrigin { .. }, _) => (Answer::Unavailable, Layer::Origin),
+                            local => {
+                                if let Some(feed) = &ctx.feed {
+                                    feed.count_unconfirmed();
+                                }
+                                local
+                            }
+                        }
                     }
                     OriginAnswer::Unavailable => (Answer::Unavailable, Layer::Origin),
                 },

@@ -37,6 +37,9 @@ pub struct Tables {
     pub overlay: Arc<Overlay>,
     /// An origin (the control plane) is configured: a miss becomes a read-through, not a 404.
     pub has_origin: bool,
+    /// Safe mode (the feed is lost or catching up): a redirect found locally is confirmed at
+    /// the origin first, and served from the local tables only when the origin cannot answer.
+    pub safe_mode: bool,
 }
 
 impl Tables {
@@ -49,6 +52,7 @@ impl Tables {
             denylist: Arc::new(Denylist::empty()),
             overlay: Arc::new(Overlay::empty()),
             has_origin,
+            safe_mode: false,
         }
     }
 

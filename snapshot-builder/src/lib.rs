@@ -37,7 +37,7 @@ mod writer;
 
 pub use error::{BuildError, Section, SnapshotError};
 pub use format::{FORMAT_VERSION, MAGIC, MAX_ARENA_LEN, MAX_KEY_LEN, MAX_REGIONS, MAX_URL_LEN};
-pub use reader::{Entry, Snapshot};
+pub use reader::{Entry, Probe, Snapshot};
 pub use synth::{Synth, SynthLink};
 pub use tsv::{parse_line, TsvError, TsvLink};
 pub use writer::{FileSink, MemorySink, SealedInfo, Sink, SnapshotMeta, SnapshotWriter};

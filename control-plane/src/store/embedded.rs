@@ -18,8 +18,15 @@
 //!
 //! Tables: `links` (key → Link JSON), `link_state` (key → LinkState JSON), `owner_links`
 //! (owner ‖ 0x00 ‖ !seq → code; newest first), `changes` (seq → Change JSON), `meta`,
-//! `free_counter_ranges` (start → end), `idempotency` (owner ‖ 0x00 ‖ key → record) and
-//! `idempotency_expiry` ((created_ms, owner ‖ 0x00 ‖ key) → ()).
+//! `free_counter_ranges` (start → end), `idempotency` (owner ‖ 0x00 ‖ key → record),
+//! `idempotency_expiry` ((created_ms, owner ‖ 0x00 ‖ key) → ()) and `denied` (code → deny kind:
+//! every link now disabled, taken down or flagged, kept in the transaction that changes the
+//! state, so the feed's standing denylist is one small range read, never a scan of every link;
+//! stores from before it existed had no way to take a link down, so it starts out complete).
+//!
+//! After each durable commit the writer publishes the last change-log sequence on a
+//! `tokio::sync::watch` channel ([`Store::commits`]) before answering the batch's callers, so a
+//! feed subscriber is woken by the commit itself, never by polling.
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -27,11 +34,16 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use lasthop_core::feed::DenyKind;
 use lasthop_core::{classify, region_range, Change, CodeKind, CodeScheme, Link, LinkState};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
-use super::{CreateOutcome, CreateRequest, DeleteOutcome, LinkPage, Store, StoreError, StoredLink};
+use super::{
+    deny_kind, CreateOutcome, CreateRequest, DeleteOutcome, LinkPage, StateUpdate, Store,
+    StoreError, StoredLink,
+};
 
 const LINKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("links");
 const STATES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("link_state");
@@ -41,6 +53,11 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const FREE_RANGES: TableDefinition<u64, u64> = TableDefinition::new("free_counter_ranges");
 const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
 const IDEM_EXPIRY: TableDefinition<(i64, &str), ()> = TableDefinition::new("idempotency_expiry");
+const DENIED: TableDefinition<&str, u8> = TableDefinition::new("denied");
+
+/// `denied` values.
+const DENY_GONE: u8 = 0;
+const DENY_WARN: u8 = 1;
 
 const META_KEY_ID: &str = "key_id";
 const COUNTER_PREFIX: &str = "counter_next/";
@@ -56,6 +73,28 @@ fn corrupt<E: std::fmt::Display>(what: &str, e: E) -> StoreError {
         what: what.to_string(),
         detail: e.to_string(),
     }
+}
+
+/// A link and its state inside a write transaction, `None` if the record does not exist.
+fn read_record(
+    t: &Tables<'_>,
+    key: &[u8],
+    code: &str,
+) -> Result<Option<(Link, LinkState)>, StoreError> {
+    let Some(raw) = t
+        .links
+        .get(key)
+        .map_err(storage)?
+        .map(|g| g.value().to_vec())
+    else {
+        return Ok(None);
+    };
+    let link: Link = serde_json::from_slice(&raw).map_err(|e| corrupt(code, e))?;
+    let state: LinkState = match t.states.get(key).map_err(storage)? {
+        Some(s) => serde_json::from_slice(s.value()).map_err(|e| corrupt(code, e))?,
+        None => LinkState::default(),
+    };
+    Ok(Some((link, state)))
 }
 
 /// Settings of the embedded store.
@@ -106,6 +145,11 @@ enum Op {
         code: String,
         reply: Reply<DeleteOutcome>,
     },
+    Update {
+        code: String,
+        update: StateUpdate,
+        reply: Reply<Option<StoredLink>>,
+    },
     Shutdown(Reply<()>),
 }
 
@@ -118,6 +162,7 @@ pub struct EmbeddedStore {
     scheme: CodeScheme,
     tx: Mutex<Option<mpsc::Sender<Op>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    commits: watch::Receiver<u64>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -163,6 +208,7 @@ impl EmbeddedStore {
                 txn.open_table(FREE_RANGES).map_err(storage)?;
                 txn.open_table(IDEMPOTENCY).map_err(storage)?;
                 txn.open_table(IDEM_EXPIRY).map_err(storage)?;
+                txn.open_table(DENIED).map_err(storage)?;
                 let changes = txn.open_table(CHANGES).map_err(storage)?;
                 let last = changes.last().map_err(storage)?.map(|(k, _)| k.value());
                 last.unwrap_or(0)
@@ -172,6 +218,7 @@ impl EmbeddedStore {
         };
 
         let (tx, rx) = mpsc::channel();
+        let (commits_tx, commits) = watch::channel(next_seq - 1);
         let writer = Writer {
             db: Arc::clone(&db),
             scheme: config.scheme.clone(),
@@ -184,6 +231,7 @@ impl EmbeddedStore {
             max_batch: config.max_batch.max(1),
             rx,
             observer,
+            commits: commits_tx,
         };
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
@@ -194,6 +242,7 @@ impl EmbeddedStore {
             scheme: config.scheme,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(handle)),
+            commits,
         })
     }
 
@@ -305,6 +354,41 @@ impl Store for EmbeddedStore {
     fn delete(&self, code: &str) -> Result<DeleteOutcome, StoreError> {
         let code = code.to_string();
         self.submit(|reply| Op::Delete { code, reply })
+    }
+
+    fn update_state(
+        &self,
+        code: &str,
+        update: StateUpdate,
+    ) -> Result<Option<StoredLink>, StoreError> {
+        let code = code.to_string();
+        self.submit(|reply| Op::Update {
+            code,
+            update,
+            reply,
+        })
+    }
+
+    fn denied(&self) -> Result<(u64, Vec<(String, DenyKind)>), StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let changes = txn.open_table(CHANGES).map_err(storage)?;
+        let denied = txn.open_table(DENIED).map_err(storage)?;
+        let seq = changes.last().map_err(storage)?.map(|(k, _)| k.value());
+        let mut out = Vec::new();
+        for item in denied.iter().map_err(storage)? {
+            let (k, v) = item.map_err(storage)?;
+            let kind = match v.value() {
+                DENY_GONE => DenyKind::Gone,
+                DENY_WARN => DenyKind::Warn,
+                other => return Err(corrupt("denied", format!("unknown kind {other}"))),
+            };
+            out.push((k.value().to_string(), kind));
+        }
+        Ok((seq.unwrap_or(0), out))
+    }
+
+    fn commits(&self) -> watch::Receiver<u64> {
+        self.commits.clone()
     }
 
     fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<(u64, Change)>, StoreError> {
@@ -430,6 +514,7 @@ struct Tables<'t> {
     free: Table<'t, u64, u64>,
     idem: Table<'t, &'static str, &'static [u8]>,
     idem_expiry: Table<'t, (i64, &'static str), ()>,
+    denied: Table<'t, &'static str, u8>,
 }
 
 /// What to tell a caller once its batch is durable (or failed).
@@ -459,6 +544,8 @@ struct Writer {
     max_batch: usize,
     rx: mpsc::Receiver<Op>,
     observer: Option<CommitObserver>,
+    /// Last durable change-log sequence, for [`Store::commits`].
+    commits: watch::Sender<u64>,
 }
 
 impl Writer {
@@ -498,6 +585,7 @@ impl Writer {
                     free: txn.open_table(FREE_RANGES).map_err(storage)?,
                     idem: txn.open_table(IDEMPOTENCY).map_err(storage)?,
                     idem_expiry: txn.open_table(IDEM_EXPIRY).map_err(storage)?,
+                    denied: txn.open_table(DENIED).map_err(storage)?,
                 };
                 for op in batch {
                     match op {
@@ -507,6 +595,14 @@ impl Writer {
                         }
                         Op::Delete { code, reply } => {
                             let outcome = self.apply_delete(&mut t, &code);
+                            finishes.push(finish(reply, outcome));
+                        }
+                        Op::Update {
+                            code,
+                            update,
+                            reply,
+                        } => {
+                            let outcome = self.apply_update(&mut t, &code, &update);
                             finishes.push(finish(reply, outcome));
                         }
                         Op::Shutdown(reply) => {
@@ -536,8 +632,19 @@ impl Writer {
                     }
                 }
             }
-        } else if let Some(observer) = &self.observer {
-            observer(size, started.elapsed().as_secs_f64());
+        } else {
+            if let Some(observer) = &self.observer {
+                observer(size, started.elapsed().as_secs_f64());
+            }
+            // Before the callers hear back: a takedown's 200 never precedes the feed's wake-up.
+            let last = self.next_seq - 1;
+            self.commits.send_if_modified(|seen| {
+                let newer = *seen < last;
+                if newer {
+                    *seen = last;
+                }
+                newer
+            });
         }
         let err = result.err();
         for f in finishes {
@@ -684,18 +791,8 @@ impl Writer {
             return Ok(DeleteOutcome::NotFound);
         };
         let key = key.as_slice();
-        let Some(raw) = t
-            .links
-            .get(key)
-            .map_err(storage)?
-            .map(|g| g.value().to_vec())
-        else {
+        let Some((mut link, mut state)) = read_record(t, key, code)? else {
             return Ok(DeleteOutcome::NotFound);
-        };
-        let mut link: Link = serde_json::from_slice(&raw).map_err(|e| corrupt(code, e))?;
-        let mut state: LinkState = match t.states.get(key).map_err(storage)? {
-            Some(s) => serde_json::from_slice(s.value()).map_err(|e| corrupt(code, e))?,
-            None => LinkState::default(),
         };
         if state.deleted {
             return Ok(DeleteOutcome::AlreadyDeleted);
@@ -703,21 +800,68 @@ impl Writer {
         link.long_url.clear();
         state.deleted = true;
         let link_json = serde_json::to_vec(&link).map_err(storage)?;
-        let state_json = serde_json::to_vec(&state).map_err(storage)?;
         t.links.insert(key, link_json.as_slice()).map_err(storage)?;
+        self.write_state(t, key, code, &state)?;
+        Ok(DeleteOutcome::Deleted)
+    }
+
+    fn apply_update(
+        &mut self,
+        t: &mut Tables<'_>,
+        code: &str,
+        update: &StateUpdate,
+    ) -> Result<Option<StoredLink>, StoreError> {
+        let Some(key) = record_key(&self.scheme, code) else {
+            return Ok(None);
+        };
+        let key = key.as_slice();
+        let Some((link, state)) = read_record(t, key, code)? else {
+            return Ok(None);
+        };
+        let next = update.apply(&state);
+        if next != state {
+            self.write_state(t, key, code, &next)?;
+        }
+        Ok(Some(StoredLink {
+            link,
+            state: next,
+            seq: 0,
+        }))
+    }
+
+    /// Writes a link's new state, its denylist entry and its `StateChanged` change.
+    fn write_state(
+        &mut self,
+        t: &mut Tables<'_>,
+        key: &[u8],
+        code: &str,
+        state: &LinkState,
+    ) -> Result<(), StoreError> {
+        let state_json = serde_json::to_vec(state).map_err(storage)?;
         t.states
             .insert(key, state_json.as_slice())
             .map_err(storage)?;
+        match deny_kind(state) {
+            Some(DenyKind::Gone) => {
+                t.denied.insert(code, DENY_GONE).map_err(storage)?;
+            }
+            Some(DenyKind::Warn) => {
+                t.denied.insert(code, DENY_WARN).map_err(storage)?;
+            }
+            None => {
+                t.denied.remove(code).map_err(storage)?;
+            }
+        }
         let change = Change::StateChanged {
             code: code.to_string(),
-            state,
+            state: state.clone(),
         };
         let change_json = serde_json::to_vec(&change).map_err(storage)?;
         t.changes
             .insert(self.next_seq, change_json.as_slice())
             .map_err(storage)?;
         self.next_seq += 1;
-        Ok(DeleteOutcome::Deleted)
+        Ok(())
     }
 
     fn purge_idempotency(&mut self, t: &mut Tables<'_>) -> Result<(), StoreError> {
@@ -747,5 +891,149 @@ impl Writer {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lasthop_core::PermutationKey;
+
+    fn open(dir: &std::path::Path, key: &PermutationKey) -> EmbeddedStore {
+        let scheme = CodeScheme::new(key).unwrap();
+        EmbeddedStore::open(
+            EmbeddedStoreConfig::new(dir.join("links.redb"), scheme),
+            None,
+        )
+        .unwrap()
+    }
+
+    fn create(store: &EmbeddedStore, alias: &str) -> String {
+        let req = CreateRequest {
+            owner: "alice".into(),
+            long_url: format!("https://example.com/{alias}"),
+            alias: Some(alias.into()),
+            expires_at_ms: None,
+            idempotency: None,
+            now_ms: 1,
+        };
+        match store.create(req).unwrap() {
+            CreateOutcome::Created(s) => s.link.code,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn state_changes(store: &EmbeddedStore) -> Vec<(u64, String, LinkState)> {
+        store
+            .changes_since(0, 100)
+            .unwrap()
+            .into_iter()
+            .filter_map(|(seq, c)| match c {
+                Change::StateChanged { code, state } => Some((seq, code, state)),
+                Change::LinkCreated { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn state_updates_write_the_change_log_and_the_denylist() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = PermutationKey::generate(16).unwrap();
+        let store = open(dir.path(), &key);
+        let commits = store.commits();
+        let (a, b, c) = (
+            create(&store, "link-aaaa"),
+            create(&store, "link-bbbb"),
+            create(&store, "link-cccc"),
+        );
+        assert_eq!(*commits.borrow(), 3, "each commit is announced");
+        assert_eq!(
+            store
+                .update_state("never-was", StateUpdate::Restore)
+                .unwrap(),
+            None
+        );
+
+        let taken = StateUpdate::Takedown {
+            reason: "phishing".into(),
+            warn: false,
+        };
+        let s = store.update_state(&a, taken.clone()).unwrap().unwrap();
+        assert_eq!(s.state.takedown_reason.as_deref(), Some("phishing"));
+        assert_eq!(s.link.long_url, "https://example.com/link-aaaa");
+        // The same update again changes nothing and writes nothing.
+        store.update_state(&a, taken).unwrap();
+        assert_eq!(store.last_seq().unwrap(), 4);
+        store
+            .update_state(
+                &b,
+                StateUpdate::Takedown {
+                    reason: "odd".into(),
+                    warn: true,
+                },
+            )
+            .unwrap();
+        store
+            .update_state(
+                &c,
+                StateUpdate::Settings {
+                    disabled: Some(true),
+                    expires_at_ms: Some(Some(99)),
+                },
+            )
+            .unwrap();
+        let (seq, mut denied) = store.denied().unwrap();
+        denied.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(seq, 6);
+        assert_eq!(*commits.borrow(), 6);
+        assert_eq!(
+            denied,
+            [
+                (a.clone(), DenyKind::Gone),
+                (b.clone(), DenyKind::Warn),
+                (c.clone(), DenyKind::Gone)
+            ]
+        );
+
+        // Restore clears the flags but not the expiry; delete drops a code from the list.
+        let s = store
+            .update_state(&c, StateUpdate::Restore)
+            .unwrap()
+            .unwrap();
+        assert_eq!((s.state.disabled, s.state.expires_at_ms), (false, Some(99)));
+        assert_eq!(store.delete(&a).unwrap(), DeleteOutcome::Deleted);
+        let (seq, denied) = store.denied().unwrap();
+        assert_eq!((seq, denied), (8, vec![(b.clone(), DenyKind::Warn)]));
+        // A deleted link's state is final.
+        let s = store
+            .update_state(&a, StateUpdate::Restore)
+            .unwrap()
+            .unwrap();
+        assert!(s.state.deleted && s.state.takedown_reason.is_some());
+        assert_eq!(store.last_seq().unwrap(), 8);
+
+        let changes = state_changes(&store);
+        assert_eq!(
+            changes
+                .iter()
+                .map(|(seq, code, _)| (*seq, code.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (4, a.as_str()),
+                (5, b.as_str()),
+                (6, c.as_str()),
+                (7, c.as_str()),
+                (8, a.as_str())
+            ]
+        );
+        assert!(changes[4].2.deleted, "delete is a state change");
+        store.shutdown().unwrap();
+        drop(store);
+
+        // The denylist and the commit watch's starting point survive a reopen.
+        let store = open(dir.path(), &key);
+        assert_eq!(*store.commits().borrow(), 8);
+        assert_eq!(store.denied().unwrap(), (8, vec![(b, DenyKind::Warn)]));
+        store.shutdown().unwrap();
     }
 }

@@ -1,12 +1,16 @@
 //! The internal edge listener: through its router on a real store, and over a real socket beside
-//! the public API (separate listeners, separate routes).
+//! the public API (separate listeners, separate routes), behind the edge token.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lasthop_control::edge::{self, EdgeState};
+use lasthop_control::edge_token::EdgeToken;
+use lasthop_control::feed::Feed;
+use lasthop_control::fleet::Fleet;
 use lasthop_control::{
     CreateOutcome, CreateRequest, DeleteOutcome, EmbeddedStore, EmbeddedStoreConfig, Store,
 };
@@ -15,6 +19,8 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use crate::harness::{call, json, Site};
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 struct Edge {
     app: axum::Router,
@@ -34,8 +40,15 @@ impl Edge {
             )
             .unwrap(),
         );
+        let state = EdgeState::new(
+            Arc::clone(&store),
+            EdgeToken::new(TOKEN),
+            Feed::new(Arc::clone(&store), Duration::from_secs(1)),
+            Arc::new(Fleet::new()),
+            None,
+        );
         Edge {
-            app: edge::router(EdgeState::new(Arc::clone(&store))),
+            app: edge::router(state),
             store,
             _dir: dir,
         }
@@ -60,7 +73,21 @@ impl Edge {
     }
 
     async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let req = Request::builder().uri(path).body(Body::empty()).unwrap();
+        self.send("GET", path, Some(TOKEN), Body::empty()).await
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Body,
+    ) -> (StatusCode, Value) {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = req.body(body).unwrap();
         let resp = self.app.clone().oneshot(req).await.unwrap();
         let status = resp.status();
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
@@ -149,14 +176,10 @@ fn edge_listener_over_a_real_socket() {
     assert_eq!(status, 201, "{body}");
     let code = json(&body)["code"].as_str().unwrap().to_string();
 
-    // No API key: the edge listener is for engines (an edge token comes later).
-    let (status, body) = call(
-        "GET",
-        &server.edge_url(&format!("/edge/v1/links/{code}")),
-        None,
-        None,
-    )
-    .unwrap();
+    // The edge listener is for engines: the edge token, not an API key.
+    let token = site.edge_token();
+    let link_url = server.edge_url(&format!("/edge/v1/links/{code}"));
+    let (status, body) = call("GET", &link_url, Some(&token), None).unwrap();
     assert_eq!(status, 200, "{body}");
     let got = json(&body);
     assert_eq!(got["code"], code.as_str());
@@ -167,7 +190,7 @@ fn edge_listener_over_a_real_socket() {
     let (status, body) = call(
         "GET",
         &server.edge_url("/edge/v1/links/zzzzzzz"),
-        None,
+        Some(&token),
         None,
     )
     .unwrap();
@@ -187,7 +210,7 @@ fn edge_listener_over_a_real_socket() {
     let (status, body) = call(
         "GET",
         &server.edge_url(&format!("/v1/links/{code}")),
-        Some(&site.api_key),
+        Some(&token),
         None,
     )
     .unwrap();
@@ -217,4 +240,74 @@ fn edge_listen_flag_is_honoured() {
             .0,
         200
     );
+}
+
+#[tokio::test]
+async fn the_edge_token_is_required_except_for_healthz() {
+    let edge = Edge::new();
+    let code = edge.create("https://example.com/t", None, None);
+    let path = format!("/edge/v1/links/{code}");
+    for token in [None, Some("wrong"), Some(&TOKEN[..63]), Some("")] {
+        let (status, body) = edge.send("GET", &path, token, Body::empty()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}");
+        assert_eq!(body["error"]["code"], "edge_unauthorized");
+    }
+    let (status, _) = edge
+        .send("GET", "/no-such-route", None, Body::empty())
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "unknown routes reveal nothing"
+    );
+    assert_eq!(edge.get(&path).await.0, StatusCode::OK);
+    let (status, body) = edge.send("GET", "/healthz", None, Body::empty()).await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::OK, Value::String("ok\n".into()))
+    );
+}
+
+#[tokio::test]
+async fn without_a_publisher_there_is_no_snapshot() {
+    let edge = Edge::new();
+    let (status, body) = edge.get("/edge/v1/snapshots/latest").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("no_snapshot"))
+    );
+    let (status, body) = edge
+        .get("/edge/v1/snapshots/0000000000000001-abcdef01")
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("unknown_snapshot"))
+    );
+}
+
+#[tokio::test]
+async fn status_reports_are_validated() {
+    let edge = Edge::new();
+    let good = serde_json::json!({
+        "engine": "host-1:8080", "pop": "ams", "applied_seq": 0,
+        "feed_connected": true, "safe_mode": false, "time_ms": 1,
+    });
+    let post = |body: String| edge.send("POST", "/edge/v1/status", Some(TOKEN), Body::from(body));
+    assert_eq!(post(good.to_string()).await.0, StatusCode::NO_CONTENT);
+    let mut bad_id = good.clone();
+    bad_id["snapshot_id"] = "../../etc/passwd".into();
+    let mut bad_pop = good.clone();
+    bad_pop["pop"] = "".into();
+    for (body, code) in [
+        (bad_id.to_string(), "invalid_report"),
+        (bad_pop.to_string(), "invalid_engine"),
+        ("not json".to_string(), "invalid_report"),
+        (" ".repeat(4097), "body_too_large"),
+    ] {
+        let (status, v) = post(body).await;
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(code))
+        );
+    }
 }

@@ -1,11 +1,14 @@
 //! Integration tests of `lasthop-control`, one binary:
 //!
-//! - `edge`: the internal edge listener (origin lookups), through its router and over a socket;
+//! - `edge`: the internal edge listener (origin lookups, the edge token), through its router and
+//!   over a socket;
+//! - `feed`: the edge feed, snapshot publishing and status reports, over real sockets;
 //! - `router`: every API call through the axum router without a socket, on a real store;
 //! - `process`: the real binary over real sockets (curl and an HTTP client crate): concurrent
 //!   alias claims, graceful and hard restarts, and the SIGKILL crash test.
 
 mod edge;
+mod feed;
 mod harness;
 mod process;
 mod router;

@@ -15,6 +15,7 @@ use tower::ServiceExt;
 
 struct Api {
     app: axum::Router,
+    fleet: Arc<lasthop_control::fleet::Fleet>,
     alice: String,
     bob: String,
     admin: String,
@@ -34,7 +35,8 @@ impl Api {
         let alice = lasthop_control::auth::create_key(dir.path(), "alice", false).unwrap();
         let bob = lasthop_control::auth::create_key(dir.path(), "bob", false).unwrap();
         let admin = lasthop_control::auth::create_key(dir.path(), "ops", true).unwrap();
-        let state = AppState::new(
+        let fleet = Arc::new(lasthop_control::fleet::Fleet::new());
+        let state = AppState::with_edges(
             Arc::new(store) as Arc<dyn Store>,
             ApiKeys::open(dir.path()),
             ApiConfig {
@@ -42,9 +44,12 @@ impl Api {
                 ..ApiConfig::default()
             },
             Metrics::new().unwrap(),
+            Arc::clone(&fleet),
+            None,
         );
         Api {
             app: router(state),
+            fleet,
             alice,
             bob,
             admin,
@@ -479,4 +484,268 @@ async fn metrics_count_requests_by_route_and_status() {
         "{text}"
     );
     assert!(text.contains("lasthop_create_seconds_count 1"), "{text}");
+}
+
+async fn send_json(
+    api: &Api,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: &str,
+) -> (StatusCode, Value) {
+    let (s, v, _) = api
+        .send(method, path, Some(key), &[], Some(body.as_bytes().to_vec()))
+        .await;
+    (s, v)
+}
+
+#[tokio::test]
+async fn takedown_and_restore_are_for_admins() {
+    let api = Api::new();
+    let (_, v) = api
+        .post(
+            "/v1/links",
+            &api.alice,
+            json!({"long_url": "https://example.com/t"}),
+        )
+        .await;
+    let code = v["code"].as_str().unwrap().to_string();
+    let takedown = format!("/v1/links/{code}/takedown");
+    let restore = format!("/v1/links/{code}/restore");
+    let reason = r#"{"reason":"phishing"}"#;
+
+    for (path, body) in [(&takedown, reason), (&restore, "")] {
+        let (s, v) = send_json(&api, "POST", path, &api.alice, body).await;
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (StatusCode::FORBIDDEN, Some("forbidden")),
+            "{path}"
+        );
+    }
+    let (s, v) = send_json(
+        &api,
+        "POST",
+        "/v1/links/zzzzzzz/takedown",
+        &api.admin,
+        reason,
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    let (s, _) = send_json(
+        &api,
+        "POST",
+        "/v1/links/no-such-alias/restore",
+        &api.admin,
+        "",
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let long = format!(r#"{{"reason":"{}"}}"#, "x".repeat(201));
+    for body in [
+        r#"{"reason":""}"#,
+        r#"{"reason":"   "}"#,
+        r#"{"reason":"a\nb"}"#,
+        long.as_str(),
+    ] {
+        let (s, v) = send_json(&api, "POST", &takedown, &api.admin, body).await;
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_reason")),
+            "{body:.40}"
+        );
+    }
+    let (s, v) = send_json(
+        &api,
+        "POST",
+        &takedown,
+        &api.admin,
+        r#"{"reason":"x","why":1}"#,
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_field"))
+    );
+    let max = format!(r#"{{"reason":"{}"}}"#, "é".repeat(200));
+    assert_eq!(
+        send_json(&api, "POST", &takedown, &api.admin, &max).await.0,
+        StatusCode::OK,
+        "200 characters is fine"
+    );
+
+    let (s, v) = send_json(&api, "POST", &takedown, &api.admin, reason).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["status"].as_str(), v["takedown_reason"].as_str()),
+        (Some("taken_down"), Some("phishing"))
+    );
+    assert_eq!(v["long_url"], "https://example.com/t");
+    // The owner sees the takedown too.
+    let (_, v) = api.get(&format!("/v1/links/{code}"), &api.alice).await;
+    assert_eq!(v["status"], "taken_down");
+
+    let (s, v) = send_json(
+        &api,
+        "POST",
+        &takedown,
+        &api.admin,
+        r#"{"reason":"suspicious","warn":true}"#,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (v["status"].as_str(), v["flagged"].as_bool()),
+        (Some("active"), Some(true))
+    );
+    assert_eq!(v["takedown_reason"], Value::Null);
+
+    let (s, v) = send_json(&api, "POST", &restore, &api.admin, "").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (v["status"].as_str(), v["flagged"].as_bool()),
+        (Some("active"), Some(false))
+    );
+
+    let (s, _, _) = api
+        .send(
+            "DELETE",
+            &format!("/v1/links/{code}"),
+            Some(&api.alice),
+            &[],
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, v) = send_json(&api, "POST", &takedown, &api.admin, reason).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("link_deleted"))
+    );
+}
+
+#[tokio::test]
+async fn owners_patch_expiry_and_disablement() {
+    let api = Api::new();
+    let (_, v) = api
+        .post(
+            "/v1/links",
+            &api.alice,
+            json!({"long_url": "https://example.com/p"}),
+        )
+        .await;
+    let code = v["code"].as_str().unwrap().to_string();
+    let path = format!("/v1/links/{code}");
+
+    let (s, v) = send_json(&api, "PATCH", &path, &api.bob, r#"{"disabled":true}"#).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden"))
+    );
+    let (s, _) = send_json(&api, "PATCH", "/v1/links/zzzzzzz", &api.alice, "{}").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    for (body, code) in [
+        (
+            r#"{"disabled":true,"long_url":"https://evil/"}"#,
+            "invalid_field",
+        ),
+        (r#"{"expires_at":"tomorrow"}"#, "invalid_expires_at"),
+        (
+            r#"{"expires_at":"2001-01-01T00:00:00Z"}"#,
+            "expires_in_past",
+        ),
+        (r#"{"disabled":"yes"}"#, "invalid_field"),
+        ("{", "invalid_json"),
+    ] {
+        let (s, v) = send_json(&api, "PATCH", &path, &api.alice, body).await;
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(code)),
+            "{body}"
+        );
+    }
+
+    let (s, v) = send_json(
+        &api,
+        "PATCH",
+        &path,
+        &api.alice,
+        r#"{"expires_at":"2100-01-01T00:00:00Z"}"#,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["expires_at"], "2100-01-01T00:00:00.000Z");
+    assert_eq!(v["status"], "active");
+    let (s, v) = send_json(&api, "PATCH", &path, &api.alice, r#"{"disabled":true}"#).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["status"], "disabled");
+    assert_eq!(
+        v["expires_at"], "2100-01-01T00:00:00.000Z",
+        "absent fields are left alone"
+    );
+    let (s, v) = send_json(
+        &api,
+        "PATCH",
+        &path,
+        &api.admin,
+        r#"{"expires_at":null,"disabled":false}"#,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "admins may patch any link");
+    assert_eq!(
+        (v["status"].as_str(), &v["expires_at"]),
+        (Some("active"), &Value::Null)
+    );
+    let (s, v) = send_json(&api, "PATCH", &path, &api.alice, "{}").await;
+    assert_eq!((s, v["status"].as_str()), (StatusCode::OK, Some("active")));
+}
+
+#[tokio::test]
+async fn edges_and_the_lag_alarm() {
+    let api = Api::new();
+    let (s, _) = api.get("/v1/edges", &api.alice).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, v) = api.get("/v1/edges", &api.admin).await;
+    assert_eq!(
+        (s, v.clone()),
+        (StatusCode::OK, json!({"last_seq": 0, "edges": []}))
+    );
+    let (s, v) = api.post("/v1/admin/snapshots", &api.admin, json!({})).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("snapshots_unavailable")
+        )
+    );
+
+    // An engine last heard from a minute ago, caught up then: 60 s of lag, over the 30 s alarm.
+    let report = lasthop_core::feed::StatusReport {
+        engine: "e1".into(),
+        pop: "ams".into(),
+        applied_seq: 0,
+        snapshot_id: None,
+        snapshot_seq: 0,
+        feed_connected: false,
+        safe_mode: true,
+        time_ms: 0,
+    };
+    api.fleet
+        .record(report, 0, lasthop_control::clock::now_ms() - 60_000)
+        .unwrap();
+    let (_, v) = api.get("/v1/edges", &api.admin).await;
+    let lag = v["edges"][0]["lag_seconds"].as_f64().unwrap();
+    assert!((60.0..70.0).contains(&lag), "{v}");
+    assert_eq!(v["edges"][0]["safe_mode"], true);
+    let (_, text, _) = api.send("GET", "/metrics", None, &[], None).await;
+    let text = text.as_str().unwrap();
+    for line in [
+        "lasthop_edge_engines 1",
+        "lasthop_edge_lag_alarm 1",
+        "lasthop_edge_worst_lag_sequences 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
 }

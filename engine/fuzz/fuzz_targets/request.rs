@@ -50,19 +50,11 @@ fn tables() -> &'static Tables {
         let overlay = Overlay::empty().with_all([
             (
                 code(8).to_vec(),
-                OverlayLink {
-                    url: (*b"http://o.example/").into(),
-                    expires_at_ms: None,
-                    warn: true,
-                },
+                OverlayLink::new(b"http://o.example/", None, true),
             ),
             (
                 b"overlay-alias".to_vec(),
-                OverlayLink {
-                    url: (*b"https://o.example/a").into(),
-                    expires_at_ms: Some(200),
-                    warn: false,
-                },
+                OverlayLink::new(b"https://o.example/a", Some(200), false),
             ),
         ]);
         tables

@@ -76,13 +76,37 @@ pub struct Engine {
     pub child: Child,
     pub addr: String,
     pub admin: String,
+    pub log: PathBuf,
 }
 
+static ENGINES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 impl Engine {
-    pub fn start(mut cmd: Command, site: &Site, extra: &[&str]) -> Engine {
+    pub fn start(cmd: Command, site: &Site, extra: &[&str]) -> Engine {
+        let mut args = vec![
+            "--snapshot",
+            site.snapshot_path().to_str().expect("utf-8 path"),
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Engine::launch(cmd, site, &args)
+    }
+
+    /// Starts the engine with exactly `extra` beside the common flags (no `--snapshot`
+    /// unless `extra` has one). Its log goes to `site/engine-N.log`; a `--data-dir` under the
+    /// site is added unless `extra` has one.
+    pub fn launch(mut cmd: Command, site: &Site, extra: &[&str]) -> Engine {
+        let n = ENGINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = site.dir.path().join(format!("engine-{n}.log"));
+        let log_file = std::fs::File::create(&log).expect("engine log");
+        if !extra.contains(&"--data-dir") {
+            let data = site.dir.path().join(format!("engine-{n}"));
+            cmd.arg("--data-dir").arg(data);
+        }
         let mut child = cmd
-            .arg("--snapshot")
-            .arg(site.snapshot_path())
             .arg("--key-file")
             .arg(site.key_file())
             .args([
@@ -92,10 +116,13 @@ impl Engine {
                 "127.0.0.1:0",
                 "--cores",
                 "2",
+                // Count every redirect in /debug/top, so a test's few requests show there.
+                "--top-sample",
+                "1",
             ])
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::from(log_file))
             .spawn()
             .expect("engine starts");
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
@@ -104,13 +131,8 @@ impl Engine {
         out.read_line(&mut first).expect("read");
         out.read_line(&mut second).expect("read");
         if first.is_empty() {
-            let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .expect("stderr")
-                .read_to_string(&mut err)
-                .ok();
+            let _ = child.wait();
+            let err = std::fs::read_to_string(&log).unwrap_or_default();
             panic!("engine did not start: {err}");
         }
         let addr = first
@@ -124,7 +146,27 @@ impl Engine {
             .strip_prefix("admin listening on http://")
             .unwrap_or_else(|| panic!("unexpected line {second:?}"))
             .to_string();
-        Engine { child, addr, admin }
+        Engine {
+            child,
+            addr,
+            admin,
+            log,
+        }
+    }
+
+    /// The engine's log so far (for assertion messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The admin listener's `/metrics` value of an unlabelled sample, if present.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let (status, _, body) = curl(&["-m", "2", &format!("http://{}/metrics", self.admin)]);
+        if status != 200 {
+            return None;
+        }
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
     pub fn signal(&self, sig: &str) {
@@ -168,6 +210,12 @@ pub struct Conn {
 }
 
 impl Conn {
+    pub fn from_stream(s: TcpStream) -> Conn {
+        Conn {
+            stream: BufReader::new(s),
+        }
+    }
+
     pub fn open(addr: &str) -> Conn {
         let s = TcpStream::connect(addr).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(10))).ok();
@@ -232,4 +280,302 @@ pub fn curl(args: &[&str]) -> (u16, String, String) {
         headers.to_string(),
         String::from_utf8_lossy(&out.stderr).to_string(),
     )
+}
+
+/// The workspace's `lasthop-control` binary (built on demand when only this crate's tests run).
+pub fn control_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("LASTHOP_CONTROL_BIN") {
+        return PathBuf::from(p);
+    }
+    let dir = PathBuf::from(ENGINE)
+        .parent()
+        .expect("target dir")
+        .to_path_buf();
+    let bin = dir.join("lasthop-control");
+    if !bin.exists() {
+        // A workspace test run builds it; `cargo test -p lasthop-engine` alone may not have.
+        // (Building it unconditionally would resolve `-p lasthop-control`'s own feature set and
+        // rebuild much of the dependency tree on every run.)
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .args(["build", "-q", "-p", "lasthop-control"])
+            .status()
+            .expect("cargo build")
+            .success();
+        assert!(ok, "building lasthop-control");
+    }
+    bin
+}
+
+/// A running control plane (the real binary) with an owner key and an admin key.
+#[derive(Debug)]
+pub struct Control {
+    child: Option<Child>,
+    pub api: String,
+    pub edge: String,
+    pub data: PathBuf,
+    key_file: PathBuf,
+    pub key: String,
+    pub admin_key: String,
+    extra: Vec<String>,
+}
+
+fn api_key(bin: &Path, data: &Path, owner: &str, admin: bool) -> String {
+    let mut cmd = Command::new(bin);
+    cmd.args(["apikey", "create", "--owner", owner, "--data-dir"])
+        .arg(data);
+    if admin {
+        cmd.arg("--admin");
+    }
+    let out = cmd.output().expect("apikey");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl Control {
+    /// Starts a control plane for `site` (its key) on loopback ports of its choosing.
+    pub fn start(site: &Site, extra: &[&str]) -> Control {
+        let bin = control_bin();
+        let data = site.dir.path().join("control");
+        let key = api_key(&bin, &data, "t", false);
+        let admin_key = api_key(&bin, &data, "ops", true);
+        let mut c = Control {
+            child: None,
+            api: "127.0.0.1:0".into(),
+            edge: "127.0.0.1:0".into(),
+            data,
+            key_file: site.key_file(),
+            key,
+            admin_key,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        c.spawn();
+        c
+    }
+
+    fn spawn(&mut self) {
+        let strip = |s: &str| s.trim_start_matches("http://").to_string();
+        let mut child = Command::new(control_bin())
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&self.data)
+            .arg("--key-file")
+            .arg(&self.key_file)
+            .args(["--api-listen", &strip(&self.api)])
+            .args(["--edge-listen", &strip(&self.edge)])
+            .args(&self.extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("control plane starts");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let (mut a, mut e) = (String::new(), String::new());
+        out.read_line(&mut a).expect("api line");
+        out.read_line(&mut e).expect("edge line");
+        self.api = a
+            .trim()
+            .strip_prefix("api listening on ")
+            .unwrap_or_else(|| panic!("control plane did not start: {a:?}"))
+            .to_string();
+        self.edge = e
+            .trim()
+            .strip_prefix("edge listening on ")
+            .unwrap_or_else(|| panic!("unexpected line {e:?}"))
+            .to_string();
+        // Keep reading stdout so the pipe never fills.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while out.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
+                sink.clear();
+            }
+        });
+        self.child = Some(child);
+    }
+
+    /// SIGKILLs the control plane (engines lose their feed).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same ports and data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn token_file(&self) -> PathBuf {
+        self.data.join("edge.token")
+    }
+
+    /// Engine flags that subscribe to this control plane.
+    pub fn engine_args(&self) -> Vec<String> {
+        vec![
+            "--control".into(),
+            self.edge.clone(),
+            "--edge-token-file".into(),
+            self.token_file().to_string_lossy().into_owned(),
+        ]
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let req = ureq::request(method, &format!("{}{path}", self.api))
+            .set("Authorization", &format!("Bearer {key}"));
+        let res = match body {
+            Some(b) => req.send_json(b),
+            None => req.call(),
+        };
+        let resp = match res {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{method} {path}: {e}"),
+        };
+        let status = resp.status();
+        let text = resp.into_string().unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// Creates a link as the owner; returns its code.
+    pub fn create(&self, url: &str) -> String {
+        let (status, v) = self.call(
+            "POST",
+            "/v1/links",
+            &self.key,
+            Some(serde_json::json!({"long_url": url})),
+        );
+        assert_eq!(status, 201, "{v}");
+        v["code"].as_str().expect("code").to_string()
+    }
+
+    pub fn takedown(&self, code: &str, reason: &str) {
+        let (status, v) = self.call(
+            "POST",
+            &format!("/v1/links/{code}/takedown"),
+            &self.admin_key,
+            Some(serde_json::json!({"reason": reason})),
+        );
+        assert_eq!(status, 200, "{v}");
+    }
+
+    pub fn restore(&self, code: &str) {
+        let (status, v) = self.call(
+            "POST",
+            &format!("/v1/links/{code}/restore"),
+            &self.admin_key,
+            None,
+        );
+        assert_eq!(status, 200, "{v}");
+    }
+
+    pub fn delete(&self, code: &str) {
+        let (status, v) = self.call("DELETE", &format!("/v1/links/{code}"), &self.key, None);
+        assert_eq!(status, 204, "{v}");
+    }
+
+    /// Publishes a snapshot now; returns its frame.
+    pub fn snapshot_now(&self) -> serde_json::Value {
+        let (status, v) = self.call("POST", "/v1/admin/snapshots", &self.admin_key, None);
+        assert_eq!(status, 201, "{v}");
+        v
+    }
+
+    /// `GET /v1/edges`.
+    pub fn edges(&self) -> serde_json::Value {
+        let (status, v) = self.call("GET", "/v1/edges", &self.admin_key, None);
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `f` every 10 ms until it is true; the time it took, or a panic with `what` after
+/// `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let start = std::time::Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "timed out after {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    start.elapsed()
+}
+
+/// One GET on a fresh connection: the status (0 when the engine is unreachable).
+pub fn status_of(addr: &str, path: &str) -> u16 {
+    match TcpStream::connect(addr) {
+        Ok(s) => {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut c = Conn::from_stream(s);
+            c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+            c.read(false).map_or(0, |r| r.status)
+        }
+        Err(_) => 0,
+    }
+}
+
+/// Keep-alive clients hammering `codes` until stopped; each response goes through `check`
+/// (which panics on a bad one, failing the join).
+pub struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    clients: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    pub fn start(addr: &str, codes: &[String], clients: usize, check: fn(&str, &Resp)) -> Load {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let clients = (0..clients)
+            .map(|t| {
+                let (stop, done) = (Arc::clone(&stop), Arc::clone(&done));
+                let (addr, codes) = (addr.to_string(), codes.to_vec());
+                std::thread::spawn(move || {
+                    let mut conn = Conn::open(&addr);
+                    let mut i = t;
+                    while !stop.load(Ordering::Relaxed) {
+                        let code = &codes[i % codes.len()];
+                        check(code, &conn.get(&format!("/{code}")));
+                        done.fetch_add(1, Ordering::Relaxed);
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            done,
+            clients,
+        }
+    }
+
+    /// Stops the clients; the number of requests answered. Panics if a client saw a failure.
+    pub fn finish(self) -> u64 {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.clients {
+            c.join().expect("a client saw a failure");
+        }
+        self.done.load(Ordering::Relaxed)
+    }
 }

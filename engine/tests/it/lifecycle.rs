@@ -1,11 +1,9 @@
 //! Snapshot swap under load, drain, and starting as a non-root user under a memlock limit.
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Conn, Engine, Site};
+use crate::harness::{Conn, Engine, Load, Site};
 
 /// SIGHUP swaps in a new snapshot while keep-alive clients hammer the engine: no request fails,
 /// every answer is one of the two snapshots' answers, and the new links appear.
@@ -21,31 +19,15 @@ fn sighup_swaps_the_snapshot_under_load_without_losing_a_request() {
     site.write_snapshot(1, 50, &v1);
     let engine = site.start(&[]);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let clients: Vec<_> = (0..4)
-        .map(|t| {
-            let (stop, done) = (Arc::clone(&stop), Arc::clone(&done));
-            let (addr, codes) = (engine.addr.clone(), codes.clone());
-            std::thread::spawn(move || {
-                let mut conn = Conn::open(&addr);
-                let mut i = t;
-                while !stop.load(Ordering::Relaxed) {
-                    let code = &codes[i % codes.len()];
-                    let r = conn.get(&format!("/{code}"));
-                    assert_eq!(r.status, 302, "request failed during swap");
-                    let loc = r.header("location").unwrap_or_default().to_string();
-                    assert!(
-                        loc == format!("https://example.com/v1/{code}")
-                            || loc == format!("https://example.com/v2/{code}"),
-                        "unexpected {loc}"
-                    );
-                    done.fetch_add(1, Ordering::Relaxed);
-                    i += 1;
-                }
-            })
-        })
-        .collect();
+    let load = Load::start(&engine.addr, &codes, 4, |code, r| {
+        assert_eq!(r.status, 302, "request failed during swap");
+        let loc = r.header("location").unwrap_or_default();
+        assert!(
+            loc == format!("https://example.com/v1/{code}")
+                || loc == format!("https://example.com/v2/{code}"),
+            "unexpected {loc}"
+        );
+    });
     std::thread::sleep(Duration::from_millis(300));
 
     let extra = scheme.encode_string(60).unwrap();
@@ -64,14 +46,7 @@ fn sighup_swaps_the_snapshot_under_load_without_losing_a_request() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().expect("a client saw a failure");
-    }
-    assert!(
-        done.load(Ordering::Relaxed) > 100,
-        "too little load to mean anything"
-    );
+    assert!(load.finish() > 100, "too little load to mean anything");
     let r = probe.get(&format!("/{}", codes[0]));
     assert_eq!(
         r.header("location"),

@@ -4,8 +4,11 @@
 //! - `serving`: the request path end to end on both socket backends;
 //! - `lifecycle`: SIGHUP snapshot swap under load, SIGTERM drain, a non-root start under an
 //!   8 MiB memlock limit;
-//! - `origin`: read-through to a running control plane.
+//! - `origin`: read-through to a running control plane;
+//! - `feed`: the edge feed with a real control plane and several engines (new links,
+//!   takedowns, restarts, a lost feed and safe mode, snapshot swaps under load, the token).
 
+mod feed;
 mod harness;
 mod lifecycle;
 mod origin;

@@ -1,0 +1,146 @@
+//! The edge token (control-plane/FEED.md): the shared secret every request to the edge listener
+//! carries as `Authorization: Bearer <token>`.
+//!
+//! `serve` writes a random 256-bit token, 64 lowercase hex characters and a newline, to
+//! `DATA_DIR/edge.token` on first start (mode 0600, temp file, fsync, rename) and keeps it across
+//! restarts; operators copy the file to PoP hosts. Presented tokens are compared in constant time:
+//! both sides are hashed to 32 bytes first, so neither the position of the first differing byte
+//! nor the presented length shows in the timing. The token never appears in `Debug` or logs.
+
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use sha2::{Digest, Sha256};
+
+/// The token file's name in the data directory.
+pub const TOKEN_FILE: &str = "edge.token";
+/// Random bytes in a token (256 bits).
+const TOKEN_BYTES: usize = 32;
+
+/// The edge token, held only as its SHA-256.
+#[derive(Clone)]
+pub struct EdgeToken {
+    digest: [u8; 32],
+}
+
+impl std::fmt::Debug for EdgeToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EdgeToken(..)")
+    }
+}
+
+impl EdgeToken {
+    /// A token from its text (tests and embedders; `serve` uses [`EdgeToken::load_or_create`]).
+    pub fn new(token: &str) -> EdgeToken {
+        EdgeToken {
+            digest: Sha256::digest(token.as_bytes()).into(),
+        }
+    }
+
+    /// Reads `DATA_DIR/edge.token`, writing a new random token there first if it is missing.
+    pub fn load_or_create(data_dir: &Path) -> anyhow::Result<EdgeToken> {
+        let path = data_dir.join(TOKEN_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => parse(&text).with_context(|| format!("reading {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let token = generate()?;
+                write_new(&path, &token)
+                    .with_context(|| format!("writing a new edge token to {}", path.display()))?;
+                tracing::info!(path = %path.display(), "wrote a new edge token");
+                Ok(EdgeToken::new(&token))
+            }
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    /// Whether `presented` is the token, in time independent of where they differ.
+    pub fn matches(&self, presented: &str) -> bool {
+        let other: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let diff = self
+            .digest
+            .iter()
+            .zip(other.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        std::hint::black_box(diff) == 0
+    }
+}
+
+fn parse(text: &str) -> anyhow::Result<EdgeToken> {
+    let token = text.trim_end_matches(['\n', '\r']);
+    anyhow::ensure!(
+        token.len() == 2 * TOKEN_BYTES
+            && token
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        "the edge token must be {} lowercase hex characters (delete the file to get a new one)",
+        2 * TOKEN_BYTES
+    );
+    Ok(EdgeToken::new(token))
+}
+
+fn generate() -> anyhow::Result<String> {
+    let mut raw = [0u8; TOKEN_BYTES];
+    getrandom::getrandom(&mut raw).map_err(|e| anyhow::anyhow!("random: {e}"))?;
+    Ok(hex::encode(raw))
+}
+
+/// Temp file (0600 from birth), fsync, rename, fsync the directory.
+fn write_new(path: &Path, token: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let temp: PathBuf = dir.join(format!(".{TOKEN_FILE}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)?;
+        file.write_all(format!("{token}\n").as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn created_once_then_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = EdgeToken::load_or_create(dir.path()).unwrap();
+        let path = dir.path().join(TOKEN_FILE);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.len(), 65);
+        assert!(text.ends_with('\n'));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(token.matches(text.trim_end()));
+        assert!(!token.matches(""));
+        assert!(!token.matches(&text[..63]));
+        assert!(!format!("{token:?}").contains(&text[..8]));
+
+        let again = EdgeToken::load_or_create(dir.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        assert!(again.matches(text.trim_end()));
+        // Nothing left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_malformed_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(TOKEN_FILE), "short\n").unwrap();
+        let err = EdgeToken::load_or_create(dir.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("64 lowercase hex"), "{err:#}");
+    }
+}

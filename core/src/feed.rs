@@ -1,0 +1,505 @@
+//! The edge feed's frames and status reports: the wire types both ends share
+//! (`control-plane/FEED.md` is the contract, with examples).
+//!
+//! Frames travel as NDJSON, one object per line. Both ends parse them as untrusted bytes:
+//! [`parse_frame`] bounds the line, rejects what does not deserialize, and validates every field
+//! an engine will use as a key, a URL path or a file name, so a hostile or broken peer can end a
+//! connection but never crash a process or write outside its directory.
+
+use serde::{Deserialize, Serialize};
+
+use crate::link::LinkState;
+
+/// Longest frame line, without its newline.
+pub const MAX_FRAME_LEN: usize = 64 * 1024;
+/// Longest code of any namespace.
+const MAX_CODE_LEN: usize = 64;
+/// Longest engine id, PoP name or snapshot id.
+const MAX_NAME_LEN: usize = 64;
+/// Prefix of every snapshot download path.
+pub const SNAPSHOT_PATH: &str = "/edge/v1/snapshots/";
+
+/// One feed frame. Unknown `type`s parse as [`Frame::Unknown`] and are skipped by readers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Frame {
+    /// First frame of a subscription.
+    Hello {
+        last_seq: u64,
+        time_ms: i64,
+    },
+    /// The full standing denylist as of change `seq`, in parts of at most [`DENYLIST_PART`]
+    /// entries so every line stays under [`MAX_FRAME_LEN`]: part 0 replaces the reader's list,
+    /// later parts add to it, and the list is complete at the part marked `last`.
+    Denylist {
+        seq: u64,
+        entries: Vec<DenyEntry>,
+        #[serde(default)]
+        part: u32,
+        #[serde(default = "yes")]
+        last: bool,
+    },
+    LinkCreated(LinkFrame),
+    StateChanged(LinkFrame),
+    Snapshot(SnapshotFrame),
+    /// At least every second when nothing else was sent.
+    Heartbeat {
+        last_seq: u64,
+        time_ms: i64,
+    },
+    #[serde(other)]
+    Unknown,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Most entries in one `denylist` frame: 500 entries of the longest code (64 characters) make
+/// a line of about 43 KiB, under [`MAX_FRAME_LEN`].
+pub const DENYLIST_PART: usize = 500;
+
+/// The standing denylist as of `seq`, as the frames that carry it (at least one, even empty).
+pub fn denylist_frames(seq: u64, entries: Vec<DenyEntry>) -> Vec<Frame> {
+    let parts = entries.len().div_ceil(DENYLIST_PART).max(1);
+    let mut it = entries.into_iter();
+    (0..parts)
+        .map(|i| Frame::Denylist {
+            seq,
+            entries: it.by_ref().take(DENYLIST_PART).collect(),
+            part: u32::try_from(i).unwrap_or(u32::MAX),
+            last: i + 1 == parts,
+        })
+        .collect()
+}
+
+/// A standing denylist entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DenyEntry {
+    pub code: String,
+    pub deny: DenyKind,
+}
+
+/// What a standing denylist entry answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenyKind {
+    /// Disabled or taken down: 410.
+    Gone,
+    /// Flagged: the warning interstitial.
+    Warn,
+}
+
+/// A link's whole current state, as `link_created` and `state_changed` carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkFrame {
+    pub seq: u64,
+    pub code: String,
+    /// Current destination; empty once deleted.
+    pub long_url: String,
+    #[serde(default)]
+    pub expires_at_ms: Option<i64>,
+    /// When the link was created (`link_created`; optional on `state_changed`).
+    #[serde(default)]
+    pub created_at_ms: Option<i64>,
+    #[serde(default)]
+    pub deleted: bool,
+    #[serde(default)]
+    pub disabled: bool,
+    #[serde(default)]
+    pub takedown_reason: Option<String>,
+    #[serde(default)]
+    pub warn: bool,
+}
+
+impl LinkFrame {
+    /// The frame for `code` at change `seq`, from the stored link's URL and state.
+    pub fn new(seq: u64, code: &str, long_url: &str, state: &LinkState) -> LinkFrame {
+        LinkFrame {
+            seq,
+            code: code.to_owned(),
+            long_url: if state.deleted {
+                String::new()
+            } else {
+                long_url.to_owned()
+            },
+            expires_at_ms: state.expires_at_ms,
+            created_at_ms: None,
+            deleted: state.deleted,
+            disabled: state.disabled,
+            takedown_reason: state.takedown_reason.clone(),
+            warn: state.warn,
+        }
+    }
+
+    /// The state this frame carries.
+    pub fn state(&self) -> LinkState {
+        LinkState {
+            deleted: self.deleted,
+            disabled: self.disabled,
+            expires_at_ms: self.expires_at_ms,
+            takedown_reason: self.takedown_reason.clone(),
+            warn: self.warn,
+        }
+    }
+
+    /// Deleted, disabled or taken down: answered 410 whatever the clock says.
+    pub fn gone(&self) -> bool {
+        self.deleted || self.disabled || self.takedown_reason.is_some()
+    }
+}
+
+/// A published snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotFrame {
+    /// `<seq as 16 hex digits>-<8 hex digits>`; also the file's name.
+    pub id: String,
+    /// Complete up to this change.
+    pub seq: u64,
+    /// File length in bytes.
+    pub size: u64,
+    /// SHA-256 of the file, lowercase hex.
+    pub sha256: String,
+    /// Download path on the edge listener: `/edge/v1/snapshots/<id>`.
+    pub url: String,
+}
+
+/// What an engine posts to `POST /edge/v1/status` about every second.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusReport {
+    pub engine: String,
+    pub pop: String,
+    pub applied_seq: u64,
+    #[serde(default)]
+    pub snapshot_id: Option<String>,
+    #[serde(default)]
+    pub snapshot_seq: u64,
+    pub feed_connected: bool,
+    pub safe_mode: bool,
+    pub time_ms: i64,
+}
+
+impl StatusReport {
+    /// Checks the fields the control plane keys and prints.
+    pub fn validate(&self) -> Result<(), FrameError> {
+        if !valid_name(&self.engine) {
+            return Err(FrameError::Field("engine"));
+        }
+        if !valid_name(&self.pop) {
+            return Err(FrameError::Field("pop"));
+        }
+        if let Some(id) = &self.snapshot_id {
+            if !valid_snapshot_id(id) {
+                return Err(FrameError::Field("snapshot_id"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a frame line was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    #[error("frame of {len} bytes is over the {MAX_FRAME_LEN}-byte limit")]
+    TooLong { len: usize },
+    #[error("frame is not valid: {0}")]
+    Json(String),
+    #[error("frame field `{0}` is invalid")]
+    Field(&'static str),
+}
+
+/// An engine id, PoP name: 1–64 characters of `[A-Za-z0-9._:-]`.
+pub fn valid_name(s: &str) -> bool {
+    (1..=MAX_NAME_LEN).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// A snapshot id: 1–64 characters of `[0-9a-f-]` (safe as a file name and a path segment).
+pub fn valid_snapshot_id(s: &str) -> bool {
+    (1..=MAX_NAME_LEN).contains(&s.len())
+        && s.bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f' | b'-'))
+}
+
+/// A code any namespace could hold: 1–64 characters of `[A-Za-z0-9_-]`.
+pub fn plausible_code(s: &str) -> bool {
+    (1..=MAX_CODE_LEN).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn check_link(l: &LinkFrame) -> Result<(), FrameError> {
+    if !plausible_code(&l.code) {
+        return Err(FrameError::Field("code"));
+    }
+    // The engine re-checks servability at serve time; here only the bound matters.
+    if l.long_url.len() > MAX_FRAME_LEN {
+        return Err(FrameError::Field("long_url"));
+    }
+    Ok(())
+}
+
+fn check_snapshot(s: &SnapshotFrame) -> Result<(), FrameError> {
+    if !valid_snapshot_id(&s.id) {
+        return Err(FrameError::Field("id"));
+    }
+    if s.sha256.len() != 64
+        || !s
+            .sha256
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(FrameError::Field("sha256"));
+    }
+    if s.url.strip_prefix(SNAPSHOT_PATH) != Some(s.id.as_str()) {
+        return Err(FrameError::Field("url"));
+    }
+    Ok(())
+}
+
+/// Parses and validates one frame line (without its newline; a trailing `\r` or `\n` is
+/// tolerated). Never panics, whatever the bytes.
+pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
+    if line.len() > MAX_FRAME_LEN + 2 {
+        return Err(FrameError::TooLong { len: line.len() });
+    }
+    let frame: Frame = serde_json::from_slice(line.trim_ascii_end())
+        .map_err(|e| FrameError::Json(e.to_string()))?;
+    match &frame {
+        Frame::Denylist { entries, .. } => {
+            if entries.iter().any(|e| !plausible_code(&e.code)) {
+                return Err(FrameError::Field("entries.code"));
+            }
+        }
+        Frame::LinkCreated(l) | Frame::StateChanged(l) => check_link(l)?,
+        Frame::Snapshot(s) => check_snapshot(s)?,
+        Frame::Hello { .. } | Frame::Heartbeat { .. } | Frame::Unknown => {}
+    }
+    Ok(frame)
+}
+
+/// One frame as its NDJSON line, newline included.
+pub fn encode_frame(frame: &Frame) -> Vec<u8> {
+    // Serializing these plain structs cannot fail (no maps with non-string keys, no I/O).
+    let mut line = serde_json::to_vec(frame).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// The snapshot id for a file complete up to `seq` whose SHA-256 starts with `sha256_prefix`.
+pub fn snapshot_id(seq: u64, sha256_hex: &str) -> String {
+    let short: String = sha256_hex.chars().take(8).collect();
+    format!("{seq:016x}-{short}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn link(seq: u64) -> LinkFrame {
+        LinkFrame {
+            seq,
+            code: "aB3xY9q".into(),
+            long_url: "https://example.com/".into(),
+            expires_at_ms: None,
+            created_at_ms: Some(1),
+            deleted: false,
+            disabled: false,
+            takedown_reason: None,
+            warn: false,
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_and_match_feed_md() {
+        let sha = "ab".repeat(32);
+        let id = snapshot_id(0x1236, &sha);
+        assert_eq!(id, "0000000000001236-abababab");
+        let frames = [
+            Frame::Hello {
+                last_seq: 1,
+                time_ms: 2,
+            },
+            Frame::Denylist {
+                seq: 1,
+                entries: vec![DenyEntry {
+                    code: "my-campaign".into(),
+                    deny: DenyKind::Warn,
+                }],
+                part: 0,
+                last: true,
+            },
+            Frame::LinkCreated(link(2)),
+            Frame::StateChanged(LinkFrame {
+                takedown_reason: Some("phishing".into()),
+                ..link(3)
+            }),
+            Frame::Snapshot(SnapshotFrame {
+                url: format!("{SNAPSHOT_PATH}{id}"),
+                id,
+                seq: 3,
+                size: 10,
+                sha256: sha,
+            }),
+            Frame::Heartbeat {
+                last_seq: 3,
+                time_ms: 4,
+            },
+        ];
+        for f in &frames {
+            let line = encode_frame(f);
+            assert_eq!(line.last(), Some(&b'\n'));
+            assert_eq!(&parse_frame(&line).unwrap(), f);
+        }
+        let j = String::from_utf8(encode_frame(&frames[3])).unwrap();
+        assert!(
+            j.starts_with("{\"type\":\"state_changed\",\"seq\":3,"),
+            "{j}"
+        );
+        assert!(
+            parse_frame(br#"{"type":"state_changed","seq":3,"code":"x","long_url":""}"#)
+                .unwrap()
+                .eq(&Frame::StateChanged(LinkFrame {
+                    seq: 3,
+                    code: "x".into(),
+                    long_url: String::new(),
+                    expires_at_ms: None,
+                    created_at_ms: None,
+                    deleted: false,
+                    disabled: false,
+                    takedown_reason: None,
+                    warn: false,
+                }))
+        );
+    }
+
+    #[test]
+    fn big_denylists_split_under_the_line_limit() {
+        let entries: Vec<DenyEntry> = (0..1_234)
+            .map(|i| DenyEntry {
+                code: format!("{i:0>64}"),
+                deny: DenyKind::Gone,
+            })
+            .collect();
+        let frames = denylist_frames(9, entries.clone());
+        assert_eq!(frames.len(), 3);
+        let mut back = Vec::new();
+        for (i, f) in frames.iter().enumerate() {
+            let line = encode_frame(f);
+            assert!(line.len() <= MAX_FRAME_LEN, "{} bytes", line.len());
+            let Frame::Denylist {
+                entries,
+                part,
+                last,
+                seq,
+            } = parse_frame(&line).unwrap()
+            else {
+                panic!()
+            };
+            assert_eq!((seq, part as usize, last), (9, i, i == 2));
+            back.extend(entries);
+        }
+        assert_eq!(back, entries);
+        assert!(matches!(
+            &denylist_frames(1, Vec::new())[..],
+            [Frame::Denylist {
+                part: 0,
+                last: true,
+                ..
+            }]
+        ));
+        // A single frame from an older writer (no part fields) is a whole list.
+        assert!(matches!(
+            parse_frame(br#"{"type":"denylist","seq":1,"entries":[]}"#).unwrap(),
+            Frame::Denylist {
+                part: 0,
+                last: true,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn unknown_types_and_fields_are_tolerated() {
+        assert_eq!(
+            parse_frame(br#"{"type":"future_thing","x":1}"#).unwrap(),
+            Frame::Unknown
+        );
+        let f = parse_frame(br#"{"type":"heartbeat","last_seq":5,"time_ms":1,"extra":true}"#);
+        assert_eq!(
+            f.unwrap(),
+            Frame::Heartbeat {
+                last_seq: 5,
+                time_ms: 1
+            }
+        );
+    }
+
+    #[test]
+    fn hostile_fields_are_refused() {
+        let bad = [
+            &br#"{"type":"link_created","seq":1,"code":"../etc","long_url":"x"}"#[..],
+            br#"{"type":"link_created","seq":1,"code":"","long_url":"x"}"#,
+            br#"{"type":"denylist","seq":1,"entries":[{"code":"a b","deny":"gone"}]}"#,
+            br#"{"type":"snapshot","id":"../x","seq":1,"size":1,"sha256":"00","url":"/edge/v1/snapshots/../x"}"#,
+            br#"{"type":"heartbeat","last_seq":-1,"time_ms":1}"#,
+            br#"{"type":"heartbeat"}"#,
+            b"not json",
+            b"",
+        ];
+        for line in bad {
+            assert!(
+                parse_frame(line).is_err(),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        let sha = "0".repeat(64);
+        let other = format!(
+            r#"{{"type":"snapshot","id":"00-aa","seq":1,"size":1,"sha256":"{sha}","url":"http://evil/x"}}"#
+        );
+        assert_eq!(parse_frame(other.as_bytes()), Err(FrameError::Field("url")));
+        let long = vec![b' '; MAX_FRAME_LEN + 3];
+        assert!(matches!(
+            parse_frame(&long),
+            Err(FrameError::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn status_reports_validate() {
+        let mut r = StatusReport {
+            engine: "host-1:8080".into(),
+            pop: "ams".into(),
+            applied_seq: 1,
+            snapshot_id: Some("0000000000000001-abcdef01".into()),
+            snapshot_seq: 1,
+            feed_connected: true,
+            safe_mode: false,
+            time_ms: 1,
+        };
+        assert_eq!(r.validate(), Ok(()));
+        r.pop = "a b".into();
+        assert_eq!(r.validate(), Err(FrameError::Field("pop")));
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse_frame(&bytes);
+        }
+
+        #[test]
+        fn mangled_frames_never_panic(cut in 0usize..200, flip in 0usize..200, byte in any::<u8>()) {
+            let mut line = encode_frame(&Frame::StateChanged(link(7)));
+            let flip = flip % line.len();
+            line[flip] = byte;
+            line.truncate(cut.min(line.len()));
+            let _ = parse_frame(&line);
+        }
+    }
+}

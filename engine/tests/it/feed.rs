@@ -1,0 +1,245 @@
+//! The edge feed end to end: a real control plane and several real engines on loopback, each
+//! engine started with no snapshot of its own (it downloads the control plane's), subscribed
+//! with the edge token.
+
+use std::time::Duration;
+
+use crate::harness::{status_of, wait_until, Conn, Control, Engine, Load, Site};
+
+fn engine(site: &Site, control: &Control, extra: &[&str]) -> Engine {
+    let mut args = control.engine_args();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Engine::launch(
+        std::process::Command::new(crate::harness::ENGINE),
+        site,
+        &args,
+    )
+}
+
+/// Subscribed, caught up, and serving a snapshot (the control plane publishes one at start; an
+/// engine that started before it existed downloads it when the feed announces it).
+fn in_sync(e: &Engine) -> bool {
+    e.metric("lasthop_engine_feed_in_sync") == Some(1.0)
+        && e.metric("lasthop_engine_snapshot_missing") == Some(0.0)
+}
+
+fn wait_status(engines: &[Engine], path: &str, want: u16, what: &str) -> Duration {
+    let mut worst = Duration::ZERO;
+    for e in engines {
+        let took = wait_until(Duration::from_secs(5), what, || {
+            status_of(&e.addr, path) == want
+        });
+        worst = worst.max(took);
+    }
+    worst
+}
+
+#[test]
+fn links_and_takedowns_reach_every_engine() {
+    let site = Site::new();
+    let control = Control::start(&site, &[]);
+    let before = control.create("https://example.com/before-start");
+    let engines: Vec<Engine> = (0..3).map(|_| engine(&site, &control, &[])).collect();
+    for e in &engines {
+        wait_until(Duration::from_secs(10), "engine in sync", || in_sync(e));
+    }
+    wait_status(
+        &engines,
+        &format!("/{before}"),
+        302,
+        "a link older than the engines",
+    );
+
+    // A new link redirects everywhere; a takedown turns it into 410 everywhere, within a
+    // second of the API's answer; a restore brings the redirect back.
+    let code = control.create("https://example.com/fresh");
+    let took = wait_status(&engines, &format!("/{code}"), 302, "new link");
+    assert!(took < Duration::from_secs(1), "creation took {took:?}");
+    control.takedown(&code, "phishing");
+    let took = wait_status(&engines, &format!("/{code}"), 410, "takedown");
+    assert!(took < Duration::from_secs(1), "takedown took {took:?}");
+    control.restore(&code);
+    wait_status(&engines, &format!("/{code}"), 302, "restore");
+    let mut conn = Conn::open(&engines[0].addr);
+    assert_eq!(
+        conn.get(&format!("/{code}")).header("location"),
+        Some("https://example.com/fresh")
+    );
+
+    // A link older than the engines' snapshot, taken down and restored, and one deleted.
+    control.takedown(&before, "malware");
+    wait_status(
+        &engines,
+        &format!("/{before}"),
+        410,
+        "takedown of a snapshot link",
+    );
+    control.restore(&before);
+    wait_status(
+        &engines,
+        &format!("/{before}"),
+        302,
+        "restore of a snapshot link",
+    );
+    control.delete(&code);
+    wait_status(&engines, &format!("/{code}"), 410, "delete");
+
+    // Every engine reported in, with no lag once caught up; the first-redirect metric counted.
+    wait_until(Duration::from_secs(5), "three engines in /v1/edges", || {
+        let v = control.edges();
+        let edges = v["edges"].as_array().cloned().unwrap_or_default();
+        edges.len() == 3 && edges.iter().all(|e| e["lag_seq"] == 0)
+    });
+    assert!(
+        engines[0]
+            .metric("lasthop_engine_first_redirect_seconds_count")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+}
+
+#[test]
+fn a_restarted_engine_catches_up_from_its_own_snapshot() {
+    let site = Site::new();
+    let control = Control::start(&site, &[]);
+    let kept = control.create("https://example.com/kept");
+    let data = site.dir.path().join("engine-restart");
+    let data_arg = data.to_string_lossy().into_owned();
+    let first = engine(&site, &control, &["--data-dir", &data_arg]);
+    wait_until(Duration::from_secs(10), "in sync", || in_sync(&first));
+    drop(first); // SIGKILL
+
+    // While it is down: a new link, a takedown, and a snapshot it has not seen.
+    let fresh = control.create("https://example.com/while-down");
+    control.takedown(&kept, "spam");
+    control.snapshot_now();
+
+    let second = engine(&site, &control, &["--data-dir", &data_arg]);
+    assert!(
+        second
+            .log()
+            .contains("starting from the newest local snapshot"),
+        "{}",
+        second.log()
+    );
+    wait_until(Duration::from_secs(10), "in sync again", || {
+        in_sync(&second)
+    });
+    let e = [second];
+    wait_status(&e, &format!("/{fresh}"), 302, "link created while down");
+    wait_status(&e, &format!("/{kept}"), 410, "takedown issued while down");
+    wait_until(
+        Duration::from_secs(10),
+        "the newer snapshot downloaded",
+        || {
+            e[0].metric("lasthop_engine_snapshot_downloads_total")
+                .unwrap_or(0.0)
+                >= 1.0
+        },
+    );
+}
+
+#[test]
+fn a_lost_feed_means_safe_mode_and_takedowns_meanwhile_apply_before_it_ends() {
+    let site = Site::new();
+    let mut control = Control::start(&site, &[]);
+    let live = control.create("https://example.com/live");
+    let doomed = control.create("https://example.com/doomed");
+    let engines: Vec<Engine> = (0..2)
+        .map(|_| engine(&site, &control, &["--feed-timeout-ms", "1000"]))
+        .collect();
+    for e in &engines {
+        wait_until(Duration::from_secs(10), "in sync", || in_sync(e));
+    }
+
+    control.kill();
+    for e in &engines {
+        wait_until(Duration::from_secs(5), "feed loss noticed", || {
+            e.metric("lasthop_engine_safe_mode") == Some(1.0)
+        });
+        let (status, _, body) =
+            crate::harness::curl(&["-m", "2", &format!("http://{}/readyz", e.admin)]);
+        assert_eq!(status, 200, "still serving");
+        assert!(body.contains("degraded"), "{body}");
+        // Redirect availability comes first: served unconfirmed, and counted.
+        assert_eq!(status_of(&e.addr, &format!("/{live}")), 302);
+        assert!(
+            e.metric("lasthop_engine_safe_mode_unconfirmed_total")
+                .unwrap_or(0.0)
+                >= 1.0
+        );
+    }
+
+    // The control plane comes back and a takedown is issued before the engines reconnect.
+    control.restart();
+    control.takedown(&doomed, "phishing");
+    for e in &engines {
+        // Safe mode ends only once the engine has replayed everything up to the control
+        // plane's sequence at reconnection, so the takedown is in force by then.
+        wait_until(Duration::from_secs(10), "back in sync", || in_sync(e));
+        assert_eq!(
+            status_of(&e.addr, &format!("/{doomed}")),
+            410,
+            "{}",
+            e.log()
+        );
+        assert_eq!(e.metric("lasthop_engine_safe_mode"), Some(0.0));
+        assert_eq!(status_of(&e.addr, &format!("/{doomed}")), 410);
+        assert_eq!(status_of(&e.addr, &format!("/{live}")), 302);
+    }
+}
+
+#[test]
+fn a_snapshot_swap_under_load_loses_no_request() {
+    let site = Site::new();
+    let control = Control::start(&site, &[]);
+    let codes: Vec<String> = (0..20)
+        .map(|i| control.create(&format!("https://example.com/{i}")))
+        .collect();
+    let e = engine(&site, &control, &[]);
+    wait_until(Duration::from_secs(10), "in sync", || in_sync(&e));
+
+    let load = Load::start(&e.addr, &codes, 4, |_, r| {
+        assert_eq!(r.status, 302, "request failed during a swap");
+    });
+    let swaps = |e: &Engine| {
+        e.metric("lasthop_engine_snapshot_downloads_total")
+            .unwrap_or(0.0)
+    };
+    let before = swaps(&e);
+    for round in 1..=2 {
+        control.create(&format!("https://example.com/round-{round}"));
+        control.snapshot_now();
+        wait_until(Duration::from_secs(10), "snapshot swapped in", || {
+            swaps(&e) >= before + f64::from(round)
+        });
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(load.finish() > 100, "too little load to mean anything");
+    // The overlay shrank to what the last snapshot does not cover.
+    assert_eq!(
+        e.metric("lasthop_engine_overlay_links"),
+        Some(0.0),
+        "{}",
+        e.log()
+    );
+}
+
+#[test]
+fn the_feed_refuses_engines_without_the_token() {
+    let site = Site::new();
+    let control = Control::start(&site, &[]);
+    let wrong = site.dir.path().join("wrong.token");
+    std::fs::write(&wrong, "0".repeat(64)).unwrap();
+    let wrong_arg = wrong.to_string_lossy().into_owned();
+    let e = Engine::launch(
+        std::process::Command::new(crate::harness::ENGINE),
+        &site,
+        &["--control", &control.edge, "--edge-token-file", &wrong_arg],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(e.metric("lasthop_engine_feed_connected"), Some(0.0));
+    assert_eq!(e.metric("lasthop_engine_snapshot_missing"), Some(1.0));
+    assert!(e.log().contains("401"), "{}", e.log());
+}
