@@ -134,5 +134,14 @@ for scan in 0 "$SCAN"; do
     eval "per_${s}_${scan}=$per"
   done
   eval "e=\$per_engine_${scan}; f=\$per_floor_${scan}; n=\$per_nginx_${scan}"
-  awk -v e="$e" -v f="$f" -v n="$n" -v s="$scan" 'BEGIN{printf "  scan %s%%: engine/nginx %.2fx   engine/floor %.1f%%   floor/nginx %.2fx  (per server CPU-second)\n", s, e/n, 100*e/f, f/n}'
+  awk -v e="$e" -v f="$f" -v n="$n" -v s="$scan" 'BEGIN{printf "  scan %s%%: engine/nginx %.2fx   engine/floor %.1f%%   floor/nginx %.2fx  (medians, per server CPU-second)\n", s, e/n, 100*e/f, f/n}'
+  # Paired: each round's servers ran back to back, so a ratio within a round cancels most of
+  # the shared machine's drift between rounds.
+  er=$(echo "${results["engine,$scan"]}" | tr ';' '\n' | awk 'NF {print $1}')
+  fr=$(echo "${results["floor,$scan"]}" | tr ';' '\n' | awk 'NF {print $1}')
+  nr=$(echo "${results["nginx,$scan"]}" | tr ';' '\n' | awk 'NF {print $1}')
+  ef=$(paste <(echo "$er") <(echo "$fr") | awk '{printf "%.3f ", $1/$2}')
+  en=$(paste <(echo "$er") <(echo "$nr") | awk '{printf "%.3f ", $1/$2}')
+  printf "  scan %s%%: per-round engine/floor %s-> median %.1f%%;  engine/nginx %s-> median %.2fx\n" "$scan" \
+    "$ef" "$(echo "$ef" | median | awk '{print 100*$1}')" "$en" "$(echo "$en" | median)"
 done

@@ -102,12 +102,20 @@ fn links_and_takedowns_reach_every_engine() {
 #[test]
 fn a_restarted_engine_catches_up_from_its_own_snapshot() {
     let site = Site::new();
-    let control = Control::start(&site, &[]);
+    let mut control = Control::start(&site, &[]);
     let kept = control.create("https://example.com/kept");
     let data = site.dir.path().join("engine-restart");
     let data_arg = data.to_string_lossy().into_owned();
     let first = engine(&site, &control, &["--data-dir", &data_arg]);
     wait_until(Duration::from_secs(10), "in sync", || in_sync(&first));
+    // A snapshot holding `kept` reaches its disk.
+    control.snapshot_now();
+    wait_until(Duration::from_secs(10), "snapshot downloaded", || {
+        first
+            .metric("lasthop_engine_snapshot_downloads_total")
+            .unwrap_or(0.0)
+            >= 1.0
+    });
     drop(first); // SIGKILL
 
     // While it is down: a new link, a takedown, and a snapshot it has not seen.
@@ -115,6 +123,9 @@ fn a_restarted_engine_catches_up_from_its_own_snapshot() {
     control.takedown(&kept, "spam");
     control.snapshot_now();
 
+    // It comes back while the control plane is down too: it serves from the snapshot it kept
+    // (redirects do not depend on the control plane), unconfirmed and counted.
+    control.kill();
     let second = engine(&site, &control, &["--data-dir", &data_arg]);
     assert!(
         second
@@ -123,6 +134,9 @@ fn a_restarted_engine_catches_up_from_its_own_snapshot() {
         "{}",
         second.log()
     );
+    assert_eq!(status_of(&second.addr, &format!("/{kept}")), 302);
+    assert_eq!(second.metric("lasthop_engine_safe_mode"), Some(1.0));
+    control.restart();
     wait_until(Duration::from_secs(10), "in sync again", || {
         in_sync(&second)
     });
@@ -203,6 +217,17 @@ fn a_snapshot_swap_under_load_loses_no_request() {
     let load = Load::start(&e.addr, &codes, 4, |_, r| {
         assert_eq!(r.status, 302, "request failed during a swap");
     });
+    // wrk too, on its own connections, for the whole time the swaps take.
+    let wrk = std::process::Command::new("wrk")
+        .args([
+            "-t1",
+            "-c8",
+            "-d4s",
+            &format!("http://{}/{}", e.addr, codes[0]),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("wrk (scripts/test installs it)");
     let swaps = |e: &Engine| {
         e.metric("lasthop_engine_snapshot_downloads_total")
             .unwrap_or(0.0)
@@ -217,6 +242,13 @@ fn a_snapshot_swap_under_load_loses_no_request() {
     }
     std::thread::sleep(Duration::from_millis(200));
     assert!(load.finish() > 100, "too little load to mean anything");
+    let out = wrk.wait_with_output().expect("wrk runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    // wrk counts 3xx as success; any error or other status shows in these lines.
+    assert!(!report.contains("Non-2xx or 3xx"), "{report}");
+    assert!(!report.contains("Socket errors"), "{report}");
+    assert!(report.contains("requests in"), "{report}");
     // The overlay shrank to what the last snapshot does not cover.
     assert_eq!(
         e.metric("lasthop_engine_overlay_links"),
