@@ -97,6 +97,8 @@ pub enum Answer<'a> {
     NeedOrigin { code: &'a [u8], preview: bool },
     /// 503: the origin could not answer and nothing stale was at hand.
     Unavailable,
+    /// 425 Too Early: a request other than GET/HEAD arrived in TLS 0-RTT early data (RFC 8470).
+    TooEarly,
 }
 
 impl Answer<'_> {
@@ -110,6 +112,7 @@ impl Answer<'_> {
             Answer::MethodNotAllowed => 405,
             Answer::BadRequest(e) => e.status(),
             Answer::NeedOrigin { .. } | Answer::Unavailable => 503,
+            Answer::TooEarly => 425,
         }
     }
 

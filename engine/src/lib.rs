@@ -30,5 +30,6 @@ pub mod session;
 pub mod signals;
 pub mod socket;
 pub mod tables;
+pub mod tls;
 pub mod topk;
 pub mod uring;

@@ -20,6 +20,7 @@ use lasthop_engine::origin::{Origin, OriginConfig};
 use lasthop_engine::serve::{self, Backend, CoreConfig, CoreStart, Shared};
 use lasthop_engine::signals::{self, Signal};
 use lasthop_engine::tables::Tables;
+use lasthop_engine::tls::{self, TlsSettings};
 use lasthop_engine::topk::TopK;
 use lasthop_engine::uring::{self, UringConfig};
 use lasthop_snapshot::Snapshot;
@@ -44,6 +45,19 @@ enum SnapshotMemory {
 enum SafeMode {
     Confirm,
     Off,
+}
+
+/// The `Strict-Transport-Security` line for HTTPS answers (empty when `max_age` is 0).
+fn hsts_header(max_age: u64, preload: bool) -> Vec<u8> {
+    if max_age == 0 {
+        return Vec::new();
+    }
+    let tail = if preload {
+        "; includeSubDomains; preload"
+    } else {
+        ""
+    };
+    format!("Strict-Transport-Security: max-age={max_age}{tail}\r\n").into_bytes()
 }
 
 /// `hostname:port` of the redirect listener.
@@ -136,6 +150,38 @@ struct Args {
     /// spread thin; a hot code is hot in any sample.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
     top_sample: u64,
+    /// HTTPS listener (TLS 1.3 and 1.2, ALPN http/1.1); needs `--cert` and `--key`. The plain
+    /// listener stays up for health checks and the HTTP→HTTPS hop.
+    #[arg(long, env = "LASTHOP_TLS_LISTEN", requires_all = ["cert", "key"])]
+    tls_listen: Option<SocketAddr>,
+    /// Certificate chain (PEM), leaf first. Re-read on SIGHUP.
+    #[arg(long, env = "LASTHOP_TLS_CERT")]
+    cert: Option<PathBuf>,
+    /// Private key (PEM: ECDSA P-256, Ed25519 or RSA). Re-read on SIGHUP.
+    #[arg(long, env = "LASTHOP_TLS_KEY")]
+    key: Option<PathBuf>,
+    /// 32+ random bytes (hex or raw) from which session-ticket keys derive, so every process
+    /// holding the file resumes the others' sessions (default: keys of this process only).
+    #[arg(long, env = "LASTHOP_TLS_TICKET_KEY_FILE")]
+    tls_ticket_key_file: Option<PathBuf>,
+    /// Ticket key rotation period in seconds (tickets of the previous period still resume).
+    #[arg(long, default_value_t = 3600)]
+    tls_ticket_lifetime_secs: u64,
+    /// Most 0-RTT early-data bytes accepted per connection (0: no 0-RTT).
+    #[arg(long, default_value_t = 16_384)]
+    tls_max_early_data: u32,
+    /// `Strict-Transport-Security` max-age on HTTPS answers (0: no header).
+    #[arg(long, default_value_t = 31_536_000)]
+    hsts_max_age: u64,
+    /// Add `includeSubDomains; preload` to the HSTS header.
+    #[arg(long)]
+    hsts_preload: bool,
+    /// Drop TLS handshakes not finished in this many milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    tls_handshake_timeout_ms: u64,
+    /// Most TLS handshakes in flight per core; connections past it are closed at accept.
+    #[arg(long, default_value_t = 1024)]
+    tls_max_handshakes_per_core: usize,
     /// Seconds to wait for open connections on SIGTERM.
     #[arg(long, default_value_t = 5)]
     drain_timeout: u64,
@@ -289,11 +335,59 @@ fn main() -> anyhow::Result<()> {
     }
     let feed_stats = feed_cfg.as_ref().map(|_| Arc::new(FeedStats::default()));
     metrics.feed = feed_stats.clone();
+    let tls_stats = args.tls_listen.map(|_| Arc::new(tls::TlsStats::default()));
+    metrics.tls = tls_stats.clone();
     let metrics = Arc::new(metrics);
     let tops: Vec<Arc<TopK>> = (0..cores).map(|_| Arc::new(TopK::new())).collect();
 
     let (listeners, bound) =
         serve::listeners(args.listen, cores).with_context(|| format!("binding {}", args.listen))?;
+    // HTTPS: one config for the whole process (so its ticket keys are shared by every core),
+    // swapped on SIGHUP; one SO_REUSEPORT listener per core.
+    let tls_settings = match (&args.tls_listen, &args.cert, &args.key) {
+        (Some(_), Some(cert), Some(key)) => Some(TlsSettings {
+            cert: cert.clone(),
+            key: key.clone(),
+            ticket_key_file: args.tls_ticket_key_file.clone(),
+            ticket_lifetime: Duration::from_secs(args.tls_ticket_lifetime_secs),
+            max_early_data: args.tls_max_early_data,
+        }),
+        _ => None,
+    };
+    let mut tls_listeners: Vec<Option<lasthop_engine::uring::TlsListen>> =
+        (0..cores).map(|_| None).collect();
+    let mut tls_bound = None;
+    let mut tls_config_holder = None;
+    if let (Some(settings), Some(addr), Some(stats)) = (&tls_settings, args.tls_listen, &tls_stats)
+    {
+        anyhow::ensure!(
+            backend == Backend::Uring,
+            "--tls-listen needs the io_uring backend (the epoll fallback serves plain HTTP only)"
+        );
+        let config = tls::server_config(settings).context("loading the TLS certificate and key")?;
+        match tls::probe_ktls() {
+            Ok(()) => {
+                stats.ktls_available.store(true, Ordering::Relaxed);
+                tracing::info!("kTLS available; connections are still served through userspace rustls (the offload hand-off is not wired yet)");
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "kTLS unavailable (kernel without the TLS ULP): serving TLS through userspace rustls")
+            }
+        }
+        let holder = Arc::new(std::sync::Mutex::new(config));
+        let (ls, b) = serve::listeners(addr, cores).with_context(|| format!("binding {addr}"))?;
+        for (slot, listener) in tls_listeners.iter_mut().zip(ls) {
+            *slot = Some(lasthop_engine::uring::TlsListen {
+                listener,
+                config: Arc::clone(&holder),
+                stats: Arc::clone(stats),
+                max_handshakes: args.tls_max_handshakes_per_core,
+                handshake_timeout_ms: args.tls_handshake_timeout_ms as i64,
+            });
+        }
+        tls_bound = Some(b);
+        tls_config_holder = Some(holder);
+    }
     let admin_listener = TcpListener::bind(args.admin_listen)
         .with_context(|| format!("binding admin {}", args.admin_listen))?;
     let admin_addr = admin_listener.local_addr()?;
@@ -334,11 +428,18 @@ fn main() -> anyhow::Result<()> {
         limits: Limits::default(),
         fixed: args.fixed_response,
         top_sample: args.top_sample,
+        hsts: hsts_header(args.hsts_max_age, args.hsts_preload).into(),
+        tls_stats: tls_stats.clone(),
         drain: Duration::from_secs(args.drain_timeout),
         glommio_io_memory: 256 << 10,
     };
     let mut handles = Vec::with_capacity(cores);
-    for (index, (listener, inbox)) in listeners.into_iter().zip(inboxes).enumerate() {
+    for (index, ((listener, inbox), tls)) in listeners
+        .into_iter()
+        .zip(inboxes)
+        .zip(tls_listeners)
+        .enumerate()
+    {
         let start = CoreStart {
             index,
             cpu: cpus.get(index).copied().flatten(),
@@ -347,6 +448,7 @@ fn main() -> anyhow::Result<()> {
             metrics: Arc::clone(&metrics.cores[index]),
             top: Arc::clone(&tops[index]),
             feed: feed_stats.clone(),
+            tls,
         };
         handles.push(serve::spawn_core(
             start,
@@ -365,11 +467,31 @@ fn main() -> anyhow::Result<()> {
         backend.as_str()
     );
     println!("admin listening on http://{admin_addr}");
+    if let Some(b) = tls_bound {
+        println!("tls listening on https://{b}");
+    }
     use std::io::Write as _;
     std::io::stdout().flush()?;
 
     loop {
-        match signals::wait()? {
+        let signal = signals::wait()?;
+        if let (Signal::Reload, Some(settings), Some(holder)) =
+            (&signal, &tls_settings, &tls_config_holder)
+        {
+            // New connections get the new certificate; open ones keep theirs.
+            match tls::server_config(settings) {
+                Ok(config) => {
+                    if let Ok(mut c) = holder.lock() {
+                        *c = config;
+                    }
+                    tracing::info!("SIGHUP: TLS certificate and key reloaded");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: keeping the current TLS certificate")
+                }
+            }
+        }
+        match signal {
             Signal::Reload if args.snapshot.is_none() => {
                 tracing::info!("SIGHUP: no --snapshot file to reload (the feed manages snapshots)");
             }

@@ -296,6 +296,8 @@ pub struct EngineMetrics {
     pub origin: Option<Arc<OriginStats>>,
     /// The feed's state and counters, when `--control` is given.
     pub feed: Option<Arc<crate::feed::FeedStats>>,
+    /// TLS counters, when `--tls-listen` is given.
+    pub tls: Option<Arc<crate::tls::TlsStats>>,
 }
 
 /// Appends one metric family's HELP and TYPE lines (also used by [`crate::origin`] and
@@ -331,6 +333,7 @@ impl EngineMetrics {
             health: Health::default(),
             origin: None,
             feed: None,
+            tls: None,
         }
     }
 
@@ -521,6 +524,9 @@ impl EngineMetrics {
         }
         if let Some(feed) = &self.feed {
             feed.render(o);
+        }
+        if let Some(tls) = &self.tls {
+            tls.render(o);
         }
 
         family(

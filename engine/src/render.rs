@@ -42,11 +42,14 @@ Content-Length: 0\r\n\r\n";
 
 /// How to shape a response, from the request.
 #[derive(Debug, Clone, Copy)]
-struct Shape {
+struct Shape<'h> {
     head: bool,
     keep_alive: bool,
     json: bool,
     http10: bool,
+    /// Extra header lines (each ending in CRLF) for every response, e.g.
+    /// `Strict-Transport-Security` on HTTPS.
+    extra: &'h [u8],
 }
 
 /// Appends the response to `answer` to `out`: no body when `req_head` (HEAD), `Connection:
@@ -67,6 +70,7 @@ pub fn render(
             keep_alive,
             json: accept_json,
             http10: false,
+            extra: b"",
         },
         out,
     )
@@ -75,6 +79,17 @@ pub fn render(
 /// [`render`] with the shape taken from `req` (method, keep-alive, `Accept`, HTTP version).
 /// Returns whether the connection must close once the bytes are sent.
 pub fn render_for(answer: &Answer<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> bool {
+    render_with(answer, req, b"", out)
+}
+
+/// [`render_for`] with `extra` header lines (each ending in CRLF) on the response: the HTTPS
+/// listener's `Strict-Transport-Security`.
+pub fn render_with(
+    answer: &Answer<'_>,
+    req: &Request<'_>,
+    extra: &[u8],
+    out: &mut Vec<u8>,
+) -> bool {
     write(
         answer,
         Shape {
@@ -82,6 +97,7 @@ pub fn render_for(answer: &Answer<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> 
             keep_alive: req.keep_alive,
             json: req.accept_json,
             http10: req.http10,
+            extra,
         },
         out,
     )
@@ -167,6 +183,13 @@ fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
             shape,
             out,
         ),
+        Answer::TooEarly => fixed(
+            b"425 Too Early",
+            b"Cache-Control: no-store\r\n",
+            b"retry after the TLS handshake\n",
+            shape,
+            out,
+        ),
     }
     close
 }
@@ -196,7 +219,8 @@ fn header_safe(value: &[u8]) -> bool {
         .fold(true, |ok, &b| ok & (b.wrapping_sub(0x21) < 0x5e))
 }
 
-fn connection(shape: Shape, out: &mut Vec<u8>) {
+fn connection(shape: Shape<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(shape.extra);
     if !shape.keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if shape.http10 {
@@ -740,6 +764,7 @@ mod tests {
                 preview: flag,
             },
             8 => Answer::Unavailable,
+            9 => Answer::TooEarly,
             _ => Answer::BadRequest(HttpError::HeadersTooLarge),
         }
     }

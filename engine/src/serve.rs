@@ -113,6 +113,10 @@ pub struct CoreConfig {
     pub fixed: bool,
     /// One redirect in this many is counted in the hot-code sketch.
     pub top_sample: u64,
+    /// `Strict-Transport-Security` line(s) for HTTPS answers.
+    pub hsts: Arc<[u8]>,
+    /// TLS counters, with `--tls-listen`.
+    pub tls_stats: Option<Arc<crate::tls::TlsStats>>,
     /// How long a draining core waits for its connections to finish.
     pub drain: Duration,
     /// glommio's own registered I/O memory per executor; kept small so the engine starts under
@@ -143,6 +147,8 @@ pub struct CoreStart {
     pub top: Arc<TopK>,
     /// The feed's counters (safe-mode fallbacks, creation-to-first-redirect), with `--control`.
     pub feed: Option<Arc<crate::feed::FeedStats>>,
+    /// The core's HTTPS listener, with `--tls-listen` (io_uring backend).
+    pub tls: Option<crate::uring::TlsListen>,
 }
 
 enum Loop {
@@ -222,6 +228,8 @@ async fn run_core(
         origin,
         top: start.top,
         feed: start.feed,
+        hsts: Arc::clone(&config.hsts),
+        tls: config.tls_stats.clone(),
         now_ms: 0,
         fixed: config.fixed,
         top_sample: config.top_sample.max(1),
@@ -234,6 +242,7 @@ async fn run_core(
             start.listener,
             start.inbox,
             config.uring.clone(),
+            start.tls,
         )?)),
         Backend::Epoll => Loop::Epoll(Box::new(EpollLoop::new(
             start.listener,

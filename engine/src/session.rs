@@ -32,6 +32,10 @@ pub struct CoreCtx {
     pub top: Arc<TopK>,
     /// The feed's counters, with `--control`.
     pub feed: Option<Arc<crate::feed::FeedStats>>,
+    /// Header lines added to every HTTPS answer (`Strict-Transport-Security`), CRLF-terminated.
+    pub hsts: Arc<[u8]>,
+    /// TLS counters, with `--tls-listen`.
+    pub tls: Option<Arc<crate::tls::TlsStats>>,
     /// Wall clock, refreshed once per loop turn.
     pub now_ms: i64,
     /// Floor mode (`--fixed-response`): every request gets the same 302, nothing is looked up.
@@ -71,6 +75,11 @@ pub struct Session {
     pub last_active_ms: i64,
     /// When the oldest unanswered partial request started (header-read timeout).
     pub partial_since_ms: Option<i64>,
+    /// Arrived over TLS: answers carry the `Strict-Transport-Security` header.
+    pub https: bool,
+    /// The bytes being fed are TLS 0-RTT early data: only GET and HEAD are answered (a replay
+    /// of them changes nothing); anything else gets 425 Too Early.
+    pub early: bool,
 }
 
 /// Result of handling one request.
@@ -168,6 +177,13 @@ impl Session {
                     ctx.metrics.request(StatusClass::of(302));
                     return Step::Answered(consumed);
                 }
+                if self.early && req.method == http::Method::Other {
+                    if let Some(tls) = &ctx.tls {
+                        tls.too_early();
+                    }
+                    self.finish(&req, &Answer::TooEarly, Layer::Invalid, ctx);
+                    return Step::Answered(consumed);
+                }
                 let tables = &*ctx.tables;
                 let (answer, layer) = answer::decide(&req, tables, ctx.now_ms);
                 if let Answer::NeedOrigin { code, .. } = answer {
@@ -193,7 +209,8 @@ impl Session {
         layer: Layer,
         ctx: &CoreCtx,
     ) {
-        let close = render::render_for(answer, req, &mut self.out);
+        let extra: &[u8] = if self.https { &ctx.hsts } else { b"" };
+        let close = render::render_with(answer, req, extra, &mut self.out);
         if let (Answer::Redirect { .. }, Layer::Overlay, Some(feed)) = (answer, layer, &ctx.feed) {
             // Creation-to-first-redirect: only links the feed brought carry a creation time.
             if let Some(link) = ctx.tables.overlay.get(code_of(req.path)) {

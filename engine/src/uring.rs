@@ -16,8 +16,44 @@ use std::time::Duration;
 use io_uring::types::{Fd, Fixed, TimeoutFlags, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
+use std::io::{Read as _, Write as _};
+use std::sync::{Arc, Mutex};
+
+use rustls::{ServerConfig, ServerConnection};
+
 use crate::origin::OriginInbox;
 use crate::session::{CoreCtx, Session};
+use crate::tls::{Handshake, TlsStats};
+
+/// The HTTPS listener of a core and what its connections need.
+pub struct TlsListen {
+    pub listener: OwnedFd,
+    /// The configuration new connections get (SIGHUP replaces it; live connections keep theirs).
+    pub config: Arc<Mutex<Arc<ServerConfig>>>,
+    pub stats: Arc<TlsStats>,
+    /// Most connections of this core in their handshake at once; more are closed at accept.
+    pub max_handshakes: usize,
+    /// A handshake not finished in this long is dropped.
+    pub handshake_timeout_ms: i64,
+}
+
+impl std::fmt::Debug for TlsListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsListen")
+            .field("max_handshakes", &self.max_handshakes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A TLS connection's userspace state.
+struct TlsConn {
+    conn: ServerConnection,
+    accepted_ms: i64,
+    /// Still counted among this core's handshakes in flight.
+    handshaking: bool,
+    /// A TLS error: close once the alert is out.
+    failed: bool,
+}
 
 const ACCEPT: u64 = 1;
 const RECV: u64 = 2;
@@ -26,6 +62,7 @@ const CLOSE: u64 = 4;
 const TICK: u64 = 5;
 const WAKE: u64 = 6;
 const CANCEL: u64 = 7;
+const ACCEPT_TLS: u64 = 8;
 
 const BGID: u16 = 0;
 /// A connection whose unanswered input grows past this is dropped (it is not speaking HTTP to us
@@ -189,6 +226,8 @@ impl Drop for BufRing {
 struct Conn {
     gen: u32,
     session: Session,
+    /// Set on connections from the HTTPS listener.
+    tls: Option<Box<TlsConn>>,
     /// Bytes being sent (stable while a SEND is in flight) and how far the kernel got.
     sending: Vec<u8>,
     sent: usize,
@@ -216,6 +255,10 @@ pub struct UringLoop {
     last_sweep_ms: i64,
     accepting: bool,
     draining: bool,
+    tls: Option<TlsListen>,
+    tls_accepting: bool,
+    /// This core's TLS connections still in their handshake.
+    handshakes: usize,
 }
 
 impl std::fmt::Debug for UringLoop {
@@ -232,6 +275,7 @@ impl UringLoop {
         listener: OwnedFd,
         inbox: Option<OriginInbox>,
         config: UringConfig,
+        tls: Option<TlsListen>,
     ) -> io::Result<Self> {
         let ring = build_ring(config.entries)?;
         ring.submitter().register_files_sparse(config.max_conns)?;
@@ -259,8 +303,12 @@ impl UringLoop {
             last_sweep_ms: 0,
             accepting: false,
             draining: false,
+            tls,
+            tls_accepting: false,
+            handshakes: 0,
         };
         this.arm_accept()?;
+        this.arm_accept_tls()?;
         let tick = opcode::Timeout::new(&*this.tick_ts)
             .flags(TimeoutFlags::MULTISHOT)
             .build()
@@ -294,6 +342,21 @@ impl UringLoop {
         self.push(sqe)
     }
 
+    fn arm_accept_tls(&mut self) -> io::Result<()> {
+        if self.draining {
+            return Ok(());
+        }
+        let Some(fd) = self.tls.as_ref().map(|t| t.listener.as_raw_fd()) else {
+            return Ok(());
+        };
+        let sqe = opcode::AcceptMulti::new(Fd(fd))
+            .allocate_file_index(true)
+            .build()
+            .user_data(user_data(ACCEPT_TLS, 0, 0));
+        self.tls_accepting = true;
+        self.push(sqe)
+    }
+
     fn arm_wake(&mut self) -> io::Result<()> {
         let Some(fd) = self.inbox.as_ref().map(|i| i.eventfd()) else {
             return Ok(());
@@ -324,6 +387,12 @@ impl UringLoop {
             return Ok(());
         }
         conn.closing = true;
+        if let Some(t) = conn.tls.as_mut() {
+            if t.handshaking {
+                t.handshaking = false;
+                self.handshakes = self.handshakes.saturating_sub(1);
+            }
+        }
         let gen = conn.gen;
         let recv_armed = conn.recv_armed;
         ctx.metrics.connection_closed();
@@ -348,8 +417,16 @@ impl UringLoop {
             .build()
             .user_data(user_data(CANCEL, 0, 0));
         self.accepting = true; // never re-arm
+        self.tls_accepting = true;
         self.draining = true;
-        self.push(sqe)
+        self.push(sqe)?;
+        if self.tls.is_some() {
+            let sqe = opcode::AsyncCancel::new(user_data(ACCEPT_TLS, 0, 0))
+                .build()
+                .user_data(user_data(CANCEL, 0, 0));
+            self.push(sqe)?;
+        }
+        Ok(())
     }
 
     /// Connections still open.
@@ -376,7 +453,8 @@ impl UringLoop {
         for &(ud, res, flags) in &cqes {
             let (kind, gen, idx) = split(ud);
             match kind {
-                ACCEPT => self.on_accept(res, flags, ctx)?,
+                ACCEPT => self.on_accept(res, flags, false, ctx)?,
+                ACCEPT_TLS => self.on_accept(res, flags, true, ctx)?,
                 RECV => {
                     recycled |= cqueue::buffer_select(flags).is_some();
                     self.on_recv(gen, idx, res, flags, ctx)?;
@@ -390,6 +468,9 @@ impl UringLoop {
                     }
                     if !self.accepting {
                         self.arm_accept()?;
+                    }
+                    if !self.tls_accepting {
+                        self.arm_accept_tls()?;
                     }
                 }
                 TICK => self.on_tick(ctx)?,
@@ -408,30 +489,84 @@ impl UringLoop {
         self.flush(ctx)
     }
 
-    fn on_accept(&mut self, res: i32, flags: u32, ctx: &mut CoreCtx) -> io::Result<()> {
-        if !cqueue::more(flags) {
-            self.accepting = false;
+    fn rearm_accept(&mut self, tls: bool) -> io::Result<()> {
+        if tls {
+            self.arm_accept_tls()
+        } else {
+            self.arm_accept()
+        }
+    }
+
+    fn on_accept(&mut self, res: i32, flags: u32, tls: bool, ctx: &mut CoreCtx) -> io::Result<()> {
+        let more = cqueue::more(flags);
+        if !more {
+            if tls {
+                self.tls_accepting = false;
+            } else {
+                self.accepting = false;
+            }
         }
         if res < 0 {
             // ENFILE/ENOMEM/table full: stop accepting until a slot frees (CLOSE re-arms).
             if res != -libc::ENFILE && res != -libc::ENOMEM {
                 tracing::debug!(error = res, "accept failed");
             }
-            if !self.accepting && res != -libc::ENFILE {
-                self.arm_accept()?;
+            if !more && res != -libc::ENFILE {
+                self.rearm_accept(tls)?;
             }
             return Ok(());
         }
-        if !self.accepting {
-            self.arm_accept()?;
+        if !more {
+            self.rearm_accept(tls)?;
         }
         let idx = res as u32;
         let gen = self.next_gen;
         self.next_gen = (self.next_gen + 1) & 0xff_ffff;
+        let mut session = Session::new(ctx.now_ms);
+        let tls_conn = match (tls, &self.tls) {
+            (true, Some(listen)) => {
+                if self.handshakes >= listen.max_handshakes {
+                    listen.stats.failure(2); // handshake_cap
+                    None
+                } else {
+                    let config = listen
+                        .config
+                        .lock()
+                        .map(|c| Arc::clone(&c))
+                        .map_err(|_| io::Error::other("TLS config lock poisoned"))?;
+                    match ServerConnection::new(config) {
+                        Ok(conn) => {
+                            listen.stats.userspace_conn();
+                            self.handshakes += 1;
+                            session.https = true;
+                            Some(Box::new(TlsConn {
+                                conn,
+                                accepted_ms: ctx.now_ms,
+                                handshaking: true,
+                                failed: false,
+                            }))
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "TLS connection setup failed");
+                            None
+                        }
+                    }
+                }
+            }
+            _ => None,
+        };
+        if tls && tls_conn.is_none() {
+            // Refused (handshake cap or setup failure): close the slot straight away.
+            let close = opcode::Close::new(Fixed(idx))
+                .build()
+                .user_data(user_data(CLOSE, gen, idx));
+            return self.push(close);
+        }
         if let Some(slot) = self.conns.get_mut(idx as usize) {
             *slot = Some(Conn {
                 gen,
-                session: Session::new(ctx.now_ms),
+                session,
+                tls: tls_conn,
                 sending: Vec::new(),
                 sent: 0,
                 in_flight: false,
@@ -461,7 +596,20 @@ impl UringLoop {
             let data = self.bufs.data(bid, res as usize);
             ctx.metrics.bytes_in(res as u64);
             if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
-                conn.session.on_input(data, ctx, token);
+                match conn.tls.as_mut() {
+                    None => conn.session.on_input(data, ctx, token),
+                    Some(tls) => {
+                        let stats = self.tls.as_ref().map(|t| &*t.stats);
+                        if tls_input(tls, &mut conn.session, data, ctx, token, stats).is_err() {
+                            tls.failed = true;
+                            conn.session.close_after_send = true;
+                        }
+                        if tls.handshaking && !tls.conn.is_handshaking() {
+                            tls.handshaking = false;
+                            self.handshakes = self.handshakes.saturating_sub(1);
+                        }
+                    }
+                }
                 if conn.session.inbuf.len() > MAX_INBUF {
                     conn.session.close_after_send = true;
                     conn.session.out.clear();
@@ -532,6 +680,32 @@ impl UringLoop {
             if conn.closing || conn.in_flight {
                 continue;
             }
+            if let Some(tls) = conn.tls.as_mut() {
+                // Plaintext answers go through rustls; whatever records it has (handshake
+                // flights, answers, alerts) are sent as one buffer.
+                if !conn.session.out.is_empty() {
+                    if tls.conn.writer().write_all(&conn.session.out).is_err() {
+                        conn.session.close_after_send = true;
+                    }
+                    conn.session.out.clear();
+                }
+                while tls.conn.wants_write() {
+                    if tls.conn.write_tls(&mut conn.sending).is_err() {
+                        break;
+                    }
+                }
+                if !conn.sending.is_empty() {
+                    conn.sent = 0;
+                    self.send_rest(idx)?;
+                } else if conn.session.close_after_send
+                    && (tls.failed || !tls.conn.is_handshaking())
+                {
+                    // Answers to 0-RTT early data wait in rustls for the client's Finished:
+                    // a closing connection stays open until they are out.
+                    self.close(idx, ctx)?;
+                }
+                continue;
+            }
             if !conn.session.out.is_empty() {
                 std::mem::swap(&mut conn.sending, &mut conn.session.out);
                 conn.sent = 0;
@@ -571,6 +745,10 @@ impl UringLoop {
         self.last_sweep_ms = ctx.now_ms;
         let idle = self.config.idle_timeout_ms;
         let header = self.config.header_timeout_ms;
+        let handshake = self
+            .tls
+            .as_ref()
+            .map_or(i64::MAX, |t| t.handshake_timeout_ms);
         let now = ctx.now_ms;
         let expired: Vec<u32> = self
             .conns
@@ -579,17 +757,100 @@ impl UringLoop {
             .filter_map(|(i, c)| {
                 let c = c.as_ref()?;
                 let s = &c.session;
+                let slow_handshake = c
+                    .tls
+                    .as_ref()
+                    .is_some_and(|t| t.handshaking && now - t.accepted_ms > handshake);
                 let stale = !c.closing
                     && !s.waiting_origin
                     && !c.in_flight
                     && (now - s.last_active_ms > idle
-                        || s.partial_since_ms.is_some_and(|t| now - t > header));
+                        || s.partial_since_ms.is_some_and(|t| now - t > header)
+                        || slow_handshake);
                 stale.then_some(i as u32)
             })
             .collect();
         for idx in expired {
+            let handshaking = matches!(
+                self.conns.get(idx as usize),
+                Some(Some(Conn { tls: Some(t), .. })) if t.handshaking
+            );
+            if handshaking {
+                if let Some(t) = &self.tls {
+                    t.stats.failure(1); // timeout
+                }
+            }
             self.close(idx, ctx)?;
         }
         Ok(())
     }
+}
+
+/// Feeds received TLS bytes to rustls and the plaintext (early data included) to the session.
+/// An error means the connection must close (its alert, if any, is already queued in rustls).
+fn tls_input(
+    tls: &mut TlsConn,
+    session: &mut Session,
+    mut data: &[u8],
+    ctx: &CoreCtx,
+    token: u64,
+    stats: Option<&TlsStats>,
+) -> Result<(), ()> {
+    let was_handshaking = tls.conn.is_handshaking();
+    while !data.is_empty() {
+        match tls.conn.read_tls(&mut data) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(_) => {
+                if let Some(s) = stats {
+                    s.failure(3); // io
+                }
+                return Err(());
+            }
+        }
+        if let Err(e) = tls.conn.process_new_packets() {
+            if let Some(s) = stats {
+                if tls.conn.is_handshaking() {
+                    s.failure(0); // alert
+                }
+            }
+            tracing::debug!(error = %e, "TLS error");
+            return Err(());
+        }
+        // 0-RTT: the resumed client's early flight, readable before the handshake ends.
+        if let Some(mut early) = tls.conn.early_data() {
+            let mut buf = Vec::new();
+            if early.read_to_end(&mut buf).is_ok() && !buf.is_empty() {
+                if let Some(s) = stats {
+                    s.early_data();
+                }
+                session.early = true;
+                session.on_input(&buf, ctx, token);
+                session.early = false;
+            }
+        }
+        let mut plain = [0u8; 4096];
+        loop {
+            match tls.conn.reader().read(&mut plain) {
+                Ok(0) => {
+                    // close_notify: answer what is buffered, then close.
+                    session.close_after_send = true;
+                    break;
+                }
+                Ok(n) => session.on_input(&plain[..n], ctx, token),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return Err(()),
+            }
+        }
+    }
+    if was_handshaking && !tls.conn.is_handshaking() {
+        if let Some(s) = stats {
+            let kind = match tls.conn.handshake_kind() {
+                Some(rustls::HandshakeKind::Resumed) => Handshake::Resumed,
+                _ => Handshake::Full,
+            };
+            s.handshake(kind);
+        }
+    }
+    Ok(())
 }

@@ -77,6 +77,8 @@ pub struct Engine {
     pub addr: String,
     pub admin: String,
     pub log: PathBuf,
+    /// The HTTPS listener, when started with `--tls-listen`.
+    pub tls: Option<String>,
 }
 
 static ENGINES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -146,11 +148,25 @@ impl Engine {
             .strip_prefix("admin listening on http://")
             .unwrap_or_else(|| panic!("unexpected line {second:?}"))
             .to_string();
+        let tls = if extra.contains(&"--tls-listen") {
+            let mut third = String::new();
+            out.read_line(&mut third).expect("read");
+            Some(
+                third
+                    .trim()
+                    .strip_prefix("tls listening on https://")
+                    .unwrap_or_else(|| panic!("unexpected line {third:?}"))
+                    .to_string(),
+            )
+        } else {
+            None
+        };
         Engine {
             child,
             addr,
             admin,
             log,
+            tls,
         }
     }
 

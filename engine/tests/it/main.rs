@@ -13,3 +13,4 @@ mod harness;
 mod lifecycle;
 mod origin;
 mod serving;
+mod tls;

@@ -1,0 +1,363 @@
+//! HTTPS at the edge with real clients: curl, and `openssl s_client` for resumption and 0-RTT,
+//! against a CA and certificates generated with the openssl CLI at test time.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{curl, Engine, Site};
+
+/// A test CA and a server certificate for `lh.test` and 127.0.0.1.
+struct Pki {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn pki(site: &Site, rsa: bool) -> Pki {
+    let dir = site.dir.path();
+    let alg: &[&str] = if rsa {
+        &["-newkey", "rsa:2048"]
+    } else {
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
+    };
+    let mut ca = vec![
+        "req",
+        "-x509",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=lasthop test CA",
+    ];
+    ca.extend_from_slice(alg);
+    ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
+    openssl(dir, &ca);
+    let mut csr = vec!["req", "-nodes", "-subj", "/CN=lh.test"];
+    csr.extend_from_slice(alg);
+    csr.extend_from_slice(&["-keyout", "srv.key", "-out", "srv.csr"]);
+    openssl(dir, &csr);
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:lh.test,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "srv.pem",
+        ],
+    );
+    for f in ["srv.pem", "srv.key", "ca.pem"] {
+        crate::harness::set_mode(&dir.join(f), 0o644);
+    }
+    Pki {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("srv.pem"),
+        key: dir.join("srv.key"),
+    }
+}
+
+fn start(site: &Site, pki: &Pki, extra: &[&str]) -> Engine {
+    let (cert, key) = (pki.cert.to_str().unwrap(), pki.key.to_str().unwrap());
+    let mut args = vec!["--tls-listen", "127.0.0.1:0", "--cert", cert, "--key", key];
+    args.extend_from_slice(extra);
+    site.start(&args)
+}
+
+fn port(e: &Engine) -> String {
+    e.tls
+        .as_deref()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// `openssl s_client` with `input` on stdin (kept open briefly so tickets arrive); its stdout
+/// and stderr together.
+fn s_client(e: &Engine, pki: &Pki, extra: &[&str], input: &[u8]) -> String {
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect", e.tls.as_deref().unwrap()])
+        .args([
+            "-servername",
+            "lh.test",
+            "-CAfile",
+            pki.ca.to_str().unwrap(),
+        ])
+        .args(["-tls1_3", "-ign_eof"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl s_client");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn links(site: &Site) -> String {
+    let code = site.scheme().encode_string(3).unwrap();
+    site.write_snapshot(
+        1,
+        10,
+        &[(code.clone(), "https://example.com/secure".into(), None)],
+    );
+    code
+}
+
+#[test]
+fn curl_over_https_gets_the_redirect_with_hsts() {
+    for rsa in [false, true] {
+        let site = Site::new();
+        let code = links(&site);
+        let pki = pki(&site, rsa);
+        let e = start(&site, &pki, &[]);
+        let resolve = format!("lh.test:{}:127.0.0.1", port(&e));
+        let url = format!("https://lh.test:{}/{code}", port(&e));
+        let (status, headers, _) = curl(&[
+            "--cacert",
+            pki.ca.to_str().unwrap(),
+            "--resolve",
+            &resolve,
+            &url,
+        ]);
+        assert_eq!(status, 302, "rsa={rsa}: {headers}");
+        assert!(
+            headers.contains("Location: https://example.com/secure"),
+            "{headers}"
+        );
+        assert!(
+            headers.contains("Strict-Transport-Security: max-age=31536000"),
+            "{headers}"
+        );
+        // TLS 1.2 with an AEAD suite works too.
+        let (status, _, _) = curl(&[
+            "--cacert",
+            pki.ca.to_str().unwrap(),
+            "--resolve",
+            &resolve,
+            "--tls-max",
+            "1.2",
+            &url,
+        ]);
+        assert_eq!(status, 302, "TLS 1.2, rsa={rsa}");
+        // The plain listener stays up, without HSTS.
+        let (status, headers, _) = curl(&[&format!("http://{}/{code}", e.addr)]);
+        assert_eq!(status, 302);
+        assert!(!headers.contains("Strict-Transport-Security"), "{headers}");
+    }
+}
+
+#[test]
+fn a_wrong_host_fails_cleanly_and_is_counted() {
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &[]);
+    let resolve = format!("wrong.test:{}:127.0.0.1", port(&e));
+    let url = format!("https://wrong.test:{}/{code}", port(&e));
+    let (status, _, err) = curl(&[
+        "--cacert",
+        pki.ca.to_str().unwrap(),
+        "--resolve",
+        &resolve,
+        &url,
+    ]);
+    assert_eq!(status, 0, "no HTTP answer: {err}");
+    // An untrusted chain fails too.
+    let url = format!("https://127.0.0.1:{}/{code}", port(&e));
+    assert_eq!(curl(&[&url]).0, 0);
+    // The engine is unharmed.
+    let url = format!("https://lh.test:{}/{code}", port(&e));
+    let resolve = format!("lh.test:{}:127.0.0.1", port(&e));
+    assert_eq!(
+        curl(&[
+            "--cacert",
+            pki.ca.to_str().unwrap(),
+            "--resolve",
+            &resolve,
+            &url
+        ])
+        .0,
+        302
+    );
+    // Counted: a client that rejects the certificate sends an alert (or just hangs up).
+    let m = curl(&[&format!("http://{}/metrics", e.admin)]).2;
+    let count = |reason: &str| -> u64 {
+        let prefix = format!("lasthop_engine_tls_handshake_failures_total{{reason=\"{reason}\"}} ");
+        m.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(count("alert") + count("io") >= 1, "{m}");
+}
+
+#[test]
+fn sessions_resume_and_early_data_gets_get_only() {
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &[]);
+    // Each connection saves the tickets it got, and the next resumes with them: with 0-RTT on,
+    // resumption is stateful and every ticket is single-use (rustls' replay guard).
+    let sess = |n: u32| site.dir.path().join(format!("sess{n}.pem"));
+    let s = |n: u32| sess(n).to_str().unwrap().to_string();
+    let get = format!("GET /{code} HTTP/1.1\r\nHost: lh.test\r\nConnection: close\r\n\r\n");
+    let first = s_client(&e, &pki, &["-sess_out", &s(1)], get.as_bytes());
+    assert!(first.contains("HTTP/1.1 302 Found"), "{first}");
+    assert!(first.contains("New, TLSv1.3"), "{first}");
+
+    let again = s_client(
+        &e,
+        &pki,
+        &["-sess_in", &s(1), "-sess_out", &s(2)],
+        get.as_bytes(),
+    );
+    assert!(again.contains("Reused, TLSv1.3"), "{again}");
+    assert!(again.contains("HTTP/1.1 302 Found"), "{again}");
+
+    // 0-RTT: a GET in early data is answered.
+    let early = site.dir.path().join("early.txt");
+    std::fs::write(&early, &get).unwrap();
+    let early_arg = early.to_str().unwrap().to_string();
+    let out = s_client(
+        &e,
+        &pki,
+        &[
+            "-sess_in",
+            &s(2),
+            "-sess_out",
+            &s(3),
+            "-early_data",
+            &early_arg,
+        ],
+        b"",
+    );
+    assert!(out.contains("Early data was accepted"), "{out}");
+    assert!(out.contains("HTTP/1.1 302 Found"), "{out}");
+
+    // A POST in early data gets 425 Too Early.
+    let post = format!(
+        "POST /{code} HTTP/1.1\r\nHost: lh.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    std::fs::write(&early, post).unwrap();
+    let out = s_client(
+        &e,
+        &pki,
+        &["-sess_in", &s(3), "-early_data", &early_arg],
+        b"",
+    );
+    assert!(out.contains("Early data was accepted"), "{out}");
+    assert!(out.contains("HTTP/1.1 425 Too Early"), "{out}");
+
+    let m = curl(&[&format!("http://{}/metrics", e.admin)]).2;
+    for needle in [
+        "lasthop_engine_tls_handshakes_total{kind=\"full\"} 1",
+        "lasthop_engine_tls_handshakes_total{kind=\"resumed\"} 3",
+        "lasthop_engine_tls_handshakes_total{kind=\"early_data\"} 2",
+        "lasthop_engine_tls_too_early_total 1",
+    ] {
+        assert!(m.contains(needle), "{needle}\n{m}");
+    }
+}
+
+#[test]
+fn sessions_resume_across_processes_sharing_a_ticket_key_file() {
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let keyfile = site.dir.path().join("tickets.key");
+    std::fs::write(&keyfile, hex_of(&[0x42; 32])).unwrap();
+    let args = ["--tls-ticket-key-file", keyfile.to_str().unwrap()];
+    let get = format!("GET /{code} HTTP/1.1\r\nHost: lh.test\r\nConnection: close\r\n\r\n");
+    let sess = site.dir.path().join("sess.pem");
+    let one = start(&site, &pki, &args);
+    let first = s_client(
+        &one,
+        &pki,
+        &["-sess_out", sess.to_str().unwrap()],
+        get.as_bytes(),
+    );
+    assert!(first.contains("New, TLSv1.3"), "{first}");
+    drop(one);
+    let two = start(&site, &pki, &args);
+    let again = s_client(
+        &two,
+        &pki,
+        &["-sess_in", sess.to_str().unwrap()],
+        get.as_bytes(),
+    );
+    assert!(
+        again.contains("Reused, TLSv1.3"),
+        "another process resumes: {again}"
+    );
+}
+
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn a_stalled_handshake_is_dropped_at_the_timeout() {
+    let site = Site::new();
+    links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &["--tls-handshake-timeout-ms", "500"]);
+    let mut s = TcpStream::connect(e.tls.as_deref().unwrap()).unwrap();
+    // The first bytes of a ClientHello record, then silence.
+    s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    let m = curl(&[&format!("http://{}/metrics", e.admin)]).2;
+    assert!(
+        m.contains("lasthop_engine_tls_handshake_failures_total{reason=\"timeout\"} 1"),
+        "{m}"
+    );
+}

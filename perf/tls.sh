@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# HTTPS: the engine (rustls, ring) against nginx (OpenSSL) with the same ECDSA P-256 certificate,
+# each pinned to CPU 0 with one worker/core, clients on CPU 1, alternating, ROUNDS rounds:
+#   - full handshakes/s       openssl s_time -new   (TLS 1.3, one connection at a time)
+#   - resumed handshakes/s    openssl s_time -reuse (TLS 1.3 stateless tickets on both sides:
+#                             the engine with --tls-ticket-key-file, nginx's default tickets)
+#   - keep-alive requests/s   wrk over HTTPS, CONNS connections, GET of one code -> 302
+# Each also per server CPU-second (server CPU time from /proc during the run), medians, ratios.
+# Goals: handshakes per server CPU-second >= nginx's; keep-alive requests per CPU-second
+# >= 1.25x nginx's.
+#
+#   perf/tls.sh                    # ROUNDS=3 DURATION=5 CONNS=64
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-5}
+CONNS=${CONNS:-64}
+PORT=${PORT:-18443}
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+command -v nginx >/dev/null || need+=(nginx-light)
+command -v openssl >/dev/null || need+=(openssl)
+if [ ${#need[@]} -gt 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"; fi
+cargo build --release -q -p lasthop-engine -p lasthop-snapshot -p lasthop-control
+BIN=$PWD/target/release
+work=$(mktemp -d /var/tmp/lasthop-tls.XXXXXX)
+pids=()
+stop_server() {
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill "${pids[0]}" 2>/dev/null || true
+  wait "${pids[0]}" 2>/dev/null || true
+  pids=()
+}
+trap 'stop_server; rm -rf "$work"' EXIT
+
+cd "$work"
+openssl req -x509 -nodes -days 2 -subj "/CN=perf CA" -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+  -keyout ca.key -out ca.pem 2>/dev/null
+openssl req -nodes -subj /CN=lh.test -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+  -keyout srv.key -out srv.csr 2>/dev/null
+echo "subjectAltName=DNS:lh.test,IP:127.0.0.1" >san.ext
+openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext \
+  -out srv.pem 2>/dev/null
+openssl rand -hex 32 >tickets.key
+"$BIN/lasthop-control" keygen --out key >/dev/null
+"$BIN/lasthop-snapshot" synth --key-file key --count 1000 --out links.snap --codes-out codes >/dev/null
+code=$(head -1 codes)
+cd - >/dev/null
+
+cat >"$work/nginx.conf" <<NGX
+worker_processes 1;
+worker_cpu_affinity 01;
+daemon off;
+pid $work/nginx.pid;
+error_log $work/nginx.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  ssl_protocols TLSv1.2 TLSv1.3;
+  ssl_session_cache shared:SSL:10m;
+  ssl_session_tickets on;
+  server {
+    listen 127.0.0.1:$PORT ssl reuseport;
+    ssl_certificate $work/srv.pem;
+    ssl_certificate_key $work/srv.key;
+    location / { return 302 https://example.com/; }
+  }
+}
+NGX
+
+cpu_of() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
+hz=$(getconf CLK_TCK)
+start_server() {
+  case $1 in
+    engine)
+      taskset -c 0 "$BIN/lasthop-engine" --snapshot "$work/links.snap" --key-file "$work/key" \
+        --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --cores 1 --cpus 0 \
+        --tls-listen 127.0.0.1:$PORT --cert "$work/srv.pem" --key "$work/srv.key" \
+        --tls-ticket-key-file "$work/tickets.key" >/dev/null 2>"$work/engine.err" &
+      pids=($!) ;;
+    nginx)
+      taskset -c 0 nginx -c "$work/nginx.conf" -p "$work" >/dev/null 2>&1 &
+      pids=($!) ;;
+  esac
+  for _ in $(seq 200); do
+    if curl -sk -o /dev/null "https://127.0.0.1:$PORT/"; then
+      [ "$1" = nginx ] && pids+=($(pgrep -P "${pids[0]}" || true))
+      return 0
+    fi
+    sleep 0.05
+  done
+  echo "$1 did not start" >&2; cat "$work/$1.err" 2>/dev/null >&2; return 1
+}
+
+declare -A results
+measure() { # server kind round
+  start_server "$1"
+  local c0; c0=$(cpu_of "${pids[@]}")
+  local n rate
+  case $2 in
+    full|resumed)
+      local mode=-new; [ "$2" = resumed ] && mode=-reuse
+      local out; out=$(taskset -c 1 openssl s_time -connect 127.0.0.1:$PORT $mode -tls1_3 -time "$DURATION" 2>&1)
+      n=$(echo "$out" | awk '/connections in .* real seconds/ {print $1; exit}')
+      rate=$(echo "$out" | awk '/connections in .* real seconds/ {printf "%.0f", $1/$4; exit}') ;;
+    keepalive)
+      local out; out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" "https://127.0.0.1:$PORT/$code")
+      n=$(echo "$out" | awk '/requests in/ {print $1}')
+      rate=$(echo "$out" | awk '/Requests\/sec/ {printf "%.0f", $2}') ;;
+  esac
+  local c1; c1=$(cpu_of "${pids[@]}")
+  stop_server
+  local cpu per
+  cpu=$(awk -v a="$c0" -v b="$c1" -v hz="$hz" 'BEGIN{printf "%.2f", (b-a)/hz}')
+  per=$(awk -v r="${n:-0}" -v c="$cpu" 'BEGIN{ if (c>0) printf "%.0f", r/c; else print 0}')
+  printf "  %-6s %-9s round %d: %8s /s   server CPU %5ss   %8s per CPU-s\n" "$1" "$2" "$3" "${rate:-0}" "$cpu" "$per"
+  results["$1,$2"]+="$per $rate;"
+}
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print (NR%2)? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+echo "tls.sh: $ROUNDS rounds x ${DURATION}s, servers on CPU 0, clients on CPU 1; ECDSA P-256"
+for kind in full resumed keepalive; do
+  for r in $(seq "$ROUNDS"); do
+    for s in engine nginx; do measure "$s" "$kind" "$r"; done
+  done
+done
+echo
+printf "%-22s %14s %12s\n" "median of $ROUNDS" "per CPU-s" "per s"
+for kind in full resumed keepalive; do
+  for s in engine nginx; do
+    v=${results["$s,$kind"]}
+    per=$(echo "$v" | tr ';' '\n' | awk '{print $1}' | median)
+    rate=$(echo "$v" | tr ';' '\n' | awk '{print $2}' | median)
+    printf "%-22s %14s %12s\n" "$s $kind" "$per" "$rate"
+    eval "per_${s}_${kind}=$per"
+  done
+  eval "e=\$per_engine_${kind}; n=\$per_nginx_${kind}"
+  awk -v e="$e" -v n="$n" -v k="$kind" 'BEGIN{printf "  %s: engine/nginx %.2fx per server CPU-second\n", k, (n>0)? e/n : 0}'
+done
