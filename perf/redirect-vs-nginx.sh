@@ -62,8 +62,7 @@ http {
 }
 NGX
 
-cpu_of() { # total utime+stime ticks of the given pids
-  local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
+. perf/lib.sh
 hz=$(getconf CLK_TCK)
 
 start_server() { # name -> sets pids
@@ -78,22 +77,7 @@ start_server() { # name -> sets pids
       taskset -c 0 nginx -c "$work/nginx.conf" -p "$work" >/dev/null 2>&1 &
       pids=($!) ;;
   esac
-  # nginx parses a 1M-entry map at start: allow it a minute.
-  for _ in $(seq 1200); do
-    if curl -s -o /dev/null "http://127.0.0.1:$PORT/healthcheck"; then
-      # nginx's worker is a child of the master ($!): count both.
-      [ "$1" = nginx ] && pids+=($(pgrep -P "${pids[0]}" || true))
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "$1 did not start" >&2; cat "$work/$1.err" 2>/dev/null >&2; return 1
-}
-stop_server() {
-  [ ${#pids[@]} -gt 0 ] || return 0
-  kill "${pids[0]}" 2>/dev/null
-  wait "${pids[0]}" 2>/dev/null || true
-  pids=()
+  wait_up "$1" "http://127.0.0.1:$PORT/healthcheck"
 }
 pids=()
 trap stop_server EXIT
@@ -114,7 +98,6 @@ run_one() { # server scan round
   printf "  %-6s scan=%-3s round %d: %10s req/s  p99 %-8s  server CPU %6ss  %9s req/CPU-s\n" "$1" "$2" "$3" "$rps" "$p99" "$cpu" "$per"
   results["$1,$2"]+="$per $rps $p99;"
 }
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print (NR%2)? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "redirect-vs-nginx: $LINKS links, $ROUNDS rounds x ${DURATION}s, $CONNS connections, servers on CPU 0, wrk on CPU 1"
 for scan in 0 "$SCAN"; do

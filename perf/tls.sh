@@ -27,12 +27,7 @@ cargo build --release -q -p lasthop-engine -p lasthop-snapshot -p lasthop-contro
 BIN=$PWD/target/release
 work=$(mktemp -d /var/tmp/lasthop-tls.XXXXXX)
 pids=()
-stop_server() {
-  [ ${#pids[@]} -gt 0 ] || return 0
-  kill "${pids[0]}" 2>/dev/null || true
-  wait "${pids[0]}" 2>/dev/null || true
-  pids=()
-}
+. perf/lib.sh
 trap 'stop_server; rm -rf "$work"' EXIT
 
 cd "$work"
@@ -71,7 +66,6 @@ http {
 }
 NGX
 
-cpu_of() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 hz=$(getconf CLK_TCK)
 start_server() {
   case $1 in
@@ -85,14 +79,7 @@ start_server() {
       taskset -c 0 nginx -c "$work/nginx.conf" -p "$work" >/dev/null 2>&1 &
       pids=($!) ;;
   esac
-  for _ in $(seq 200); do
-    if curl -sk -o /dev/null "https://127.0.0.1:$PORT/"; then
-      [ "$1" = nginx ] && pids+=($(pgrep -P "${pids[0]}" || true))
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "$1 did not start" >&2; cat "$work/$1.err" 2>/dev/null >&2; return 1
+  wait_up "$1" "https://127.0.0.1:$PORT/" -k
 }
 
 declare -A results
@@ -119,7 +106,6 @@ measure() { # server kind round
   printf "  %-6s %-9s round %d: %8s /s   server CPU %5ss   %8s per CPU-s\n" "$1" "$2" "$3" "${rate:-0}" "$cpu" "$per"
   results["$1,$2"]+="$per $rate;"
 }
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print (NR%2)? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "tls.sh: $ROUNDS rounds x ${DURATION}s, servers on CPU 0, clients on CPU 1; ECDSA P-256"
 for kind in full resumed keepalive; do
