@@ -179,6 +179,9 @@ struct Args {
     /// Drop TLS handshakes not finished in this many milliseconds.
     #[arg(long, default_value_t = 10_000)]
     tls_handshake_timeout_ms: u64,
+    /// Serve TLS through userspace rustls even where the kernel offers kTLS.
+    #[arg(long)]
+    no_ktls: bool,
     /// Most TLS handshakes in flight per core; connections past it are closed at accept.
     #[arg(long, default_value_t = 1024)]
     tls_max_handshakes_per_core: usize,
@@ -344,6 +347,27 @@ fn main() -> anyhow::Result<()> {
         serve::listeners(args.listen, cores).with_context(|| format!("binding {}", args.listen))?;
     // HTTPS: one config for the whole process (so its ticket keys are shared by every core),
     // swapped on SIGHUP; one SO_REUSEPORT listener per core.
+    // kTLS: probed once; where the kernel takes the TLS ULP, connections are handed to it after
+    // their handshake.
+    let ktls = match (args.tls_listen, args.no_ktls) {
+        (None, _) => false,
+        (Some(_), true) => {
+            tracing::info!("kTLS disabled (--no-ktls): serving TLS through userspace rustls");
+            false
+        }
+        (Some(_), false) => match tls::probe_ktls() {
+            Ok(()) => {
+                tracing::info!(
+                    "kTLS available: connections go to the kernel after their handshake"
+                );
+                true
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "kTLS unavailable (kernel without the TLS ULP): serving TLS through userspace rustls");
+                false
+            }
+        },
+    };
     let tls_settings = match (&args.tls_listen, &args.cert, &args.key) {
         (Some(_), Some(cert), Some(key)) => Some(TlsSettings {
             cert: cert.clone(),
@@ -351,6 +375,7 @@ fn main() -> anyhow::Result<()> {
             ticket_key_file: args.tls_ticket_key_file.clone(),
             ticket_lifetime: Duration::from_secs(args.tls_ticket_lifetime_secs),
             max_early_data: args.tls_max_early_data,
+            ktls,
         }),
         _ => None,
     };
@@ -365,15 +390,7 @@ fn main() -> anyhow::Result<()> {
             "--tls-listen needs the io_uring backend (the epoll fallback serves plain HTTP only)"
         );
         let config = tls::server_config(settings).context("loading the TLS certificate and key")?;
-        match tls::probe_ktls() {
-            Ok(()) => {
-                stats.ktls_available.store(true, Ordering::Relaxed);
-                tracing::info!("kTLS available; connections are still served through userspace rustls (the offload hand-off is not wired yet)");
-            }
-            Err(e) => {
-                tracing::info!(error = %e, "kTLS unavailable (kernel without the TLS ULP): serving TLS through userspace rustls")
-            }
-        }
+        stats.ktls_available.store(ktls, Ordering::Relaxed);
         let holder = Arc::new(std::sync::Mutex::new(config));
         let (ls, b) = serve::listeners(addr, cores).with_context(|| format!("binding {addr}"))?;
         for (slot, listener) in tls_listeners.iter_mut().zip(ls) {
@@ -383,6 +400,7 @@ fn main() -> anyhow::Result<()> {
                 stats: Arc::clone(stats),
                 max_handshakes: args.tls_max_handshakes_per_core,
                 handshake_timeout_ms: args.tls_handshake_timeout_ms as i64,
+                ktls,
             });
         }
         tls_bound = Some(b);

@@ -51,6 +51,8 @@ pub struct TlsSettings {
     pub ticket_lifetime: Duration,
     /// Most early-data bytes accepted per connection (0 turns 0-RTT off).
     pub max_early_data: u32,
+    /// Let connections export their traffic secrets after the handshake (for kTLS).
+    pub ktls: bool,
 }
 
 /// Why a TLS configuration could not be built.
@@ -110,6 +112,7 @@ pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
     // Answers to early data wait for the client's Finished: nothing is sent on the strength of
     // a replayable flight alone.
     config.send_half_rtt_data = false;
+    config.enable_secret_extraction = s.ktls;
     Ok(Arc::new(config))
 }
 
@@ -261,8 +264,143 @@ fn set_tls_ulp(fd: std::os::fd::RawFd) -> io::Result<()> {
     }
 }
 
+/// `setsockopt` level and names of the kernel's TLS ULP (`uapi/linux/tls.h`).
+const SOL_TLS: libc::c_int = 282;
+const TLS_TX: libc::c_int = 1;
+const TLS_RX: libc::c_int = 2;
+const TLS_1_2_VERSION: u16 = 0x0303;
+const TLS_1_3_VERSION: u16 = 0x0304;
+const TLS_CIPHER_AES_GCM_128: u16 = 51;
+const TLS_CIPHER_AES_GCM_256: u16 = 52;
+const TLS_CIPHER_CHACHA20_POLY1305: u16 = 54;
+
+/// `struct tls12_crypto_info_aes_gcm_128`.
+#[repr(C)]
+struct CryptoGcm128 {
+    version: u16,
+    cipher_type: u16,
+    iv: [u8; 8],
+    key: [u8; 16],
+    salt: [u8; 4],
+    rec_seq: [u8; 8],
+}
+
+/// `struct tls12_crypto_info_aes_gcm_256`.
+#[repr(C)]
+struct CryptoGcm256 {
+    version: u16,
+    cipher_type: u16,
+    iv: [u8; 8],
+    key: [u8; 32],
+    salt: [u8; 4],
+    rec_seq: [u8; 8],
+}
+
+/// `struct tls12_crypto_info_chacha20_poly1305` (no salt).
+#[repr(C)]
+struct CryptoChacha {
+    version: u16,
+    cipher_type: u16,
+    iv: [u8; 12],
+    key: [u8; 32],
+    rec_seq: [u8; 8],
+}
+
+/// Hands a connection's record layer to the kernel (kTLS): the TLS ULP, then the transmit and
+/// receive keys and sequence numbers rustls extracted once the handshake was done and every
+/// record it had was sent. From then on the socket carries plaintext for us and records on the
+/// wire. `tls13` selects the record version.
+pub fn ktls_install(
+    fd: std::os::fd::RawFd,
+    tls13: bool,
+    secrets: rustls::ExtractedSecrets,
+) -> io::Result<()> {
+    let version = if tls13 {
+        TLS_1_3_VERSION
+    } else {
+        TLS_1_2_VERSION
+    };
+    set_tls_ulp(fd)?;
+    set_crypto(fd, TLS_TX, version, secrets.tx)?;
+    set_crypto(fd, TLS_RX, version, secrets.rx)
+}
+
+fn copy<const N: usize>(src: &[u8]) -> io::Result<[u8; N]> {
+    src.try_into()
+        .map_err(|_| io::Error::other("kTLS: unexpected secret length"))
+}
+
+fn set_crypto(
+    fd: std::os::fd::RawFd,
+    direction: libc::c_int,
+    version: u16,
+    (seq, secrets): (u64, rustls::ConnectionTrafficSecrets),
+) -> io::Result<()> {
+    use rustls::ConnectionTrafficSecrets as S;
+    let rec_seq = seq.to_be_bytes();
+    match secrets {
+        S::Aes128Gcm { key, iv } => {
+            let iv = iv.as_ref();
+            let info = CryptoGcm128 {
+                version,
+                cipher_type: TLS_CIPHER_AES_GCM_128,
+                iv: copy(iv.get(4..12).unwrap_or_default())?,
+                key: copy(key.as_ref())?,
+                salt: copy(iv.get(..4).unwrap_or_default())?,
+                rec_seq,
+            };
+            setsockopt_struct(fd, direction, &info)
+        }
+        S::Aes256Gcm { key, iv } => {
+            let iv = iv.as_ref();
+            let info = CryptoGcm256 {
+                version,
+                cipher_type: TLS_CIPHER_AES_GCM_256,
+                iv: copy(iv.get(4..12).unwrap_or_default())?,
+                key: copy(key.as_ref())?,
+                salt: copy(iv.get(..4).unwrap_or_default())?,
+                rec_seq,
+            };
+            setsockopt_struct(fd, direction, &info)
+        }
+        S::Chacha20Poly1305 { key, iv } => {
+            let info = CryptoChacha {
+                version,
+                cipher_type: TLS_CIPHER_CHACHA20_POLY1305,
+                iv: copy(iv.as_ref())?,
+                key: copy(key.as_ref())?,
+                rec_seq,
+            };
+            setsockopt_struct(fd, direction, &info)
+        }
+        _ => Err(io::Error::other(
+            "kTLS: cipher suite the kernel does not take",
+        )),
+    }
+}
+
+#[allow(unsafe_code)]
+fn setsockopt_struct<T>(fd: std::os::fd::RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: setsockopt(2) reads size_of::<T>() bytes from a live, properly aligned `#[repr(C)]`
+    // value laid out as the kernel's uapi struct for `name`; `fd` is a socket we hold open.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            SOL_TLS,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Handshake failure reasons, as labelled in `/metrics`.
-pub const FAILURES: [&str; 4] = ["alert", "timeout", "handshake_cap", "io"];
+pub const FAILURES: [&str; 5] = ["alert", "timeout", "handshake_cap", "io", "ktls"];
 
 /// Process-wide TLS counters.
 #[derive(Debug, Default)]
@@ -273,7 +411,8 @@ pub struct TlsStats {
     early_data: AtomicU64,
     too_early: AtomicU64,
     userspace_conns: AtomicU64,
-    failures: [AtomicU64; 4],
+    ktls_conns: AtomicU64,
+    failures: [AtomicU64; 5],
 }
 
 /// A finished handshake's kind.
@@ -307,6 +446,11 @@ impl TlsStats {
         self.userspace_conns.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A connection was handed to kernel TLS.
+    pub fn ktls_conn(&self) {
+        self.ktls_conns.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A handshake failed; `reason` indexes [`FAILURES`].
     pub fn failure(&self, reason: usize) {
         if let Some(c) = self.failures.get(reason) {
@@ -333,7 +477,7 @@ impl TlsStats {
             o,
             name,
             "counter",
-            "TLS connections accepted, by serving path.",
+            "TLS connections: accepted (userspace rustls), and handed to kernel TLS after the handshake.",
         );
         sample(
             o,
@@ -341,7 +485,12 @@ impl TlsStats {
             "path=\"userspace\"",
             self.userspace_conns.load(Ordering::Relaxed),
         );
-        sample(o, name, "path=\"ktls\"", 0);
+        sample(
+            o,
+            name,
+            "path=\"ktls\"",
+            self.ktls_conns.load(Ordering::Relaxed),
+        );
         let name = "lasthop_engine_tls_handshakes_total";
         family(o, name, "counter", "Completed TLS handshakes by kind.");
         sample(o, name, "kind=\"full\"", self.full.load(Ordering::Relaxed));

@@ -35,6 +35,8 @@ pub struct TlsListen {
     pub max_handshakes: usize,
     /// A handshake not finished in this long is dropped.
     pub handshake_timeout_ms: i64,
+    /// The kernel takes the TLS ULP: hand each connection's records to it after the handshake.
+    pub ktls: bool,
 }
 
 impl std::fmt::Debug for TlsListen {
@@ -53,6 +55,9 @@ struct TlsConn {
     handshaking: bool,
     /// A TLS error: close once the alert is out.
     failed: bool,
+    /// A regular descriptor for the socket (installed from the fixed slot at accept when kTLS
+    /// is available), for the `setsockopt` calls of the hand-off.
+    raw_fd: Option<OwnedFd>,
 }
 
 const ACCEPT: u64 = 1;
@@ -63,6 +68,7 @@ const TICK: u64 = 5;
 const WAKE: u64 = 6;
 const CANCEL: u64 = 7;
 const ACCEPT_TLS: u64 = 8;
+const INSTALL: u64 = 9;
 
 const BGID: u16 = 0;
 /// A connection whose unanswered input grows past this is dropped (it is not speaking HTTP to us
@@ -474,6 +480,7 @@ impl UringLoop {
                     }
                 }
                 TICK => self.on_tick(ctx)?,
+                INSTALL => self.on_install(gen, idx, res),
                 WAKE => {
                     self.on_wake(ctx)?;
                     self.arm_wake()?;
@@ -544,6 +551,7 @@ impl UringLoop {
                                 accepted_ms: ctx.now_ms,
                                 handshaking: true,
                                 failed: false,
+                                raw_fd: None,
                             }))
                         }
                         Err(e) => {
@@ -561,6 +569,15 @@ impl UringLoop {
                 .build()
                 .user_data(user_data(CLOSE, gen, idx));
             return self.push(close);
+        }
+        let install = tls_conn.is_some() && self.tls.as_ref().is_some_and(|t| t.ktls);
+        if install {
+            // A regular fd for the hand-off's setsockopt calls, ready long before the handshake
+            // ends (it needs a round trip from the client).
+            let sqe = opcode::FixedFdInstall::new(Fixed(idx), 0)
+                .build()
+                .user_data(user_data(INSTALL, gen, idx));
+            self.push(sqe)?;
         }
         if let Some(slot) = self.conns.get_mut(idx as usize) {
             *slot = Some(Conn {
@@ -636,6 +653,26 @@ impl UringLoop {
         Ok(())
     }
 
+    fn on_install(&mut self, gen: u32, idx: u32, res: i32) {
+        if res < 0 {
+            tracing::debug!(
+                error = res,
+                "installing a descriptor for kTLS failed; staying in userspace"
+            );
+            return;
+        }
+        // SAFETY: a successful FIXED_FD_INSTALL returns a new descriptor that nothing else owns.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(res) };
+        if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
+            if conn.gen == gen && !conn.closing {
+                if let Some(t) = conn.tls.as_mut() {
+                    t.raw_fd = Some(fd);
+                }
+            }
+        }
+        // Otherwise `fd` drops here and closes.
+    }
+
     fn on_send(&mut self, gen: u32, idx: u32, res: i32, ctx: &mut CoreCtx) -> io::Result<()> {
         let Some(Some(conn)) = self.conns.get_mut(idx as usize) else {
             return Ok(());
@@ -703,6 +740,46 @@ impl UringLoop {
                     // Answers to 0-RTT early data wait in rustls for the client's Finished:
                     // a closing connection stays open until they are out.
                     self.close(idx, ctx)?;
+                } else if tls.raw_fd.is_some()
+                    && !tls.failed
+                    && !tls.conn.is_handshaking()
+                    && !conn.session.waiting_origin
+                    && conn.session.inbuf.is_empty()
+                {
+                    // Everything rustls had is on the wire and nothing is half-read: hand the
+                    // record layer to the kernel, and serve the connection as plain from now.
+                    let stats = self.tls.as_ref().map(|t| Arc::clone(&t.stats));
+                    if let Some(t) = conn.tls.take() {
+                        let TlsConn {
+                            conn: server,
+                            raw_fd,
+                            ..
+                        } = *t;
+                        let tls13 =
+                            server.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
+                        let handed = match (server.dangerous_extract_secrets(), raw_fd) {
+                            (Ok(secrets), Some(fd)) => {
+                                crate::tls::ktls_install(fd.as_raw_fd(), tls13, secrets)
+                            }
+                            (Err(e), _) => Err(io::Error::other(e)),
+                            (_, None) => Err(io::Error::other("no descriptor")),
+                        };
+                        match handed {
+                            Ok(()) => {
+                                if let Some(s) = &stats {
+                                    s.ktls_conn();
+                                }
+                            }
+                            Err(e) => {
+                                // The secrets left rustls: the connection cannot go back.
+                                tracing::debug!(error = %e, "kTLS hand-off failed; closing");
+                                if let Some(s) = &stats {
+                                    s.failure(4);
+                                }
+                                self.close(idx, ctx)?;
+                            }
+                        }
+                    }
                 }
                 continue;
             }

@@ -361,3 +361,60 @@ fn a_stalled_handshake_is_dropped_at_the_timeout() {
         "{m}"
     );
 }
+
+/// The kTLS hand-off: where the kernel takes the TLS ULP, connections go to it after their
+/// handshake and keep serving (several requests on one connection, both directions through the
+/// kernel). Where it does not (this project's CI kernel has no `CONFIG_TLS`), the test says
+/// skipped with the reason, and checks that the engine saw the same and serves through
+/// userspace rustls instead: the fallback is what every other test here exercises.
+#[test]
+fn ktls_hand_off_where_the_kernel_has_it() {
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &[]);
+    let resolve = format!("lh.test:{}:127.0.0.1", port(&e));
+    let url = format!("https://lh.test:{}/{code}", port(&e));
+    // Three requests on one connection (curl reuses it).
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}\n"])
+        .args(["--cacert", pki.ca.to_str().unwrap(), "--resolve", &resolve])
+        .args([&url, &url, &url])
+        .output()
+        .expect("curl");
+    let codes = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        codes.lines().collect::<Vec<_>>(),
+        ["302", "302", "302"],
+        "{codes}"
+    );
+    let m = curl(&[&format!("http://{}/metrics", e.admin)]).2;
+    match lasthop_engine::tls::probe_ktls() {
+        Err(reason) => {
+            assert!(m.contains("lasthop_engine_ktls_available 0"), "{m}");
+            assert!(
+                m.contains("lasthop_engine_tls_connections_total{path=\"userspace\"} 1"),
+                "{m}"
+            );
+            assert!(
+                m.contains("lasthop_engine_tls_connections_total{path=\"ktls\"} 0"),
+                "{m}"
+            );
+            eprintln!(
+                "SKIPPED ktls_hand_off_where_the_kernel_has_it: this kernel refuses the TLS ULP \
+                 ({reason}); the userspace fallback served instead"
+            );
+        }
+        Ok(()) => {
+            assert!(m.contains("lasthop_engine_ktls_available 1"), "{m}");
+            assert!(
+                m.contains("lasthop_engine_tls_connections_total{path=\"ktls\"} 1"),
+                "handed to the kernel: {m}"
+            );
+            assert!(
+                m.contains("lasthop_engine_tls_handshake_failures_total{reason=\"ktls\"} 0"),
+                "{m}"
+            );
+        }
+    }
+}
