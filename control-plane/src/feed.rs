@@ -149,7 +149,9 @@ impl Feed {
         if let Some(s) = newest {
             out.send(&Frame::Snapshot(s)).await?;
         }
-        let mut cursor = after;
+        // A subscriber ahead of this log (the store was restored from an older backup) resumes
+        // from the log's end, so changes made from here on reach it under their new numbers.
+        let mut cursor = after.min(last_seq);
         let mut caught_up_to = 0;
         loop {
             let committed = *commits.borrow_and_update();
@@ -182,7 +184,7 @@ impl Feed {
                     }
                 }
                 () = idle => {
-                    let last_seq = (*commits.borrow()).max(cursor);
+                    let last_seq = *commits.borrow();
                     out.send(&Frame::Heartbeat {
                         last_seq,
                         time_ms: now_ms(),

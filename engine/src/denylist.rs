@@ -21,7 +21,8 @@ pub enum Deny {
     Warn,
     /// The code's state changed after the snapshot was built (restored, expiry moved, flag
     /// cleared): the snapshot's entry is stale, so skip it and answer from the overlay, which
-    /// holds the link's current form. Ranks below `Gone` and `Warn` when a code is listed twice.
+    /// holds the link's current form (its `warn` flag included). Ranks below `Gone` and above
+    /// `Warn` when a code is listed twice.
     Changed,
 }
 
@@ -37,8 +38,8 @@ impl Denylist {
         Denylist::default()
     }
 
-    /// Builds a list; when a code appears twice, [`Deny::Gone`] wins over [`Deny::Warn`], which
-    /// wins over [`Deny::Changed`].
+    /// Builds a list; when a code appears twice, [`Deny::Gone`] wins over [`Deny::Changed`],
+    /// which wins over [`Deny::Warn`].
     pub fn new<I, K>(entries: I) -> Self
     where
         I: IntoIterator<Item = (K, Deny)>,
@@ -75,10 +76,12 @@ impl Denylist {
     }
 }
 
+/// `Changed` outranks `Warn`: the overlay entry it points to carries the link's current
+/// `warn` flag too, while the snapshot a `Warn` entry reads may hold a stale tombstone.
 fn rank(d: Deny) -> u8 {
     match d {
-        Deny::Changed => 0,
-        Deny::Warn => 1,
+        Deny::Warn => 0,
+        Deny::Changed => 1,
         Deny::Gone => 2,
     }
 }
@@ -107,7 +110,7 @@ mod tests {
         ]);
         assert_eq!(list.len(), 5);
         assert_eq!(list.check(b"restored"), Some(Deny::Changed));
-        assert_eq!(list.check(b"flag-then-change"), Some(Deny::Warn));
+        assert_eq!(list.check(b"flag-then-change"), Some(Deny::Changed));
         assert_eq!(list.check(b"abcDEF1"), Some(Deny::Gone));
         assert_eq!(list.check(b"flagged-alias"), Some(Deny::Warn));
         assert_eq!(list.check(b"both-kinds"), Some(Deny::Gone));

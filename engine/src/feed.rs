@@ -361,6 +361,7 @@ pub fn start(
         applied: snapshot_seq,
         standing: HashMap::new(),
         pending_denylist: None,
+        standing_seq: 0,
         overlay: HashMap::new(),
         target: None,
         connected: false,
@@ -413,6 +414,8 @@ struct Applier {
     standing: HashMap<Box<[u8]>, DenyKind>,
     /// A standing list arriving in parts.
     pending_denylist: Option<HashMap<Box<[u8]>, DenyKind>>,
+    /// The change sequence the standing list is current as of.
+    standing_seq: u64,
     overlay: HashMap<Box<[u8]>, Entry>,
     /// The control plane's last sequence (hello, heartbeat): caught up once applied reaches it.
     target: Option<u64>,
@@ -514,6 +517,11 @@ impl Applier {
                     );
                     self.applied = last_seq;
                     self.stats.applied_seq.store(last_seq, Ordering::Release);
+                    // The old numbering means nothing now: forget what it covered, so changes
+                    // under the new numbers apply (a newer snapshot will be downloaded).
+                    self.overlay.clear();
+                    self.snapshot_seq = self.snapshot_seq.min(last_seq);
+                    self.standing_seq = 0;
                 }
                 self.note_target(last_seq);
                 false
@@ -523,15 +531,19 @@ impl Applier {
                 false
             }
             Frame::Denylist {
+                seq,
                 entries,
                 part,
                 last,
-                ..
             } => {
                 // Parts gather aside; the list in force changes only once it is whole.
                 let pending = match (part, self.pending_denylist.as_mut()) {
-                    (0, _) | (_, None) => self.pending_denylist.insert(HashMap::new()),
+                    (0, _) => self.pending_denylist.insert(HashMap::new()),
                     (_, Some(p)) => p,
+                    (_, None) => {
+                        tracing::warn!(part, "denylist part without its first part; ignored");
+                        return false;
+                    }
                 };
                 pending.extend(
                     entries
@@ -542,6 +554,7 @@ impl Applier {
                     return false;
                 }
                 self.standing = self.pending_denylist.take().unwrap_or_default();
+                self.standing_seq = seq;
                 self.got_denylist = true;
                 true
             }
@@ -558,12 +571,16 @@ impl Applier {
                 self.note_applied(l.seq);
                 self.learn_code(&l.code);
                 let code: Box<[u8]> = l.code.as_bytes().into();
-                if l.gone() && !l.deleted {
-                    self.standing.insert(code, DenyKind::Gone);
-                } else if l.warn && !l.gone() {
-                    self.standing.insert(code, DenyKind::Warn);
-                } else {
-                    self.standing.remove(&code);
+                // The standing list is current as of its own sequence: replayed older changes
+                // must not undo it.
+                if l.seq > self.standing_seq {
+                    if l.gone() && !l.deleted {
+                        self.standing.insert(code, DenyKind::Gone);
+                    } else if l.warn && !l.gone() {
+                        self.standing.insert(code, DenyKind::Warn);
+                    } else {
+                        self.standing.remove(&code);
+                    }
                 }
                 if l.seq > self.snapshot_seq {
                     self.upsert(l, true);
@@ -605,9 +622,13 @@ impl Applier {
         if previous.is_some_and(|p| p.seq > l.seq) {
             return; // a replayed older frame
         }
-        let created_at_ms = l
-            .created_at_ms
-            .or_else(|| previous.and_then(|p| p.link.created_at_ms));
+        // Only a creation the engine saw counts for the creation-to-first-redirect metric: a
+        // state change of an old link carries its old creation time, which is no first redirect.
+        let created_at_ms = if changed {
+            previous.and_then(|p| p.link.created_at_ms)
+        } else {
+            l.created_at_ms
+        };
         let first_served = previous
             .map(|p| p.link.first_served.clone())
             .unwrap_or_default();
@@ -895,13 +916,30 @@ fn fetch_snapshot(cfg: &FeedConfig, s: &SnapshotFrame) -> Result<Arc<Snapshot>, 
         .timeout_read(Duration::from_secs(30))
         .redirects(0)
         .build();
+    let result = download_to(cfg, s, &agent, &partial, &dir, &path, started);
+    if result.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    result
+}
+
+/// The body of [`fetch_snapshot`]: download into `partial`, check, then rename to `path`.
+fn download_to(
+    cfg: &FeedConfig,
+    s: &SnapshotFrame,
+    agent: &ureq::Agent,
+    partial: &Path,
+    dir: &Path,
+    path: &Path,
+    started: Instant,
+) -> Result<Arc<Snapshot>, String> {
     let resp = cfg
-        .get(&agent, &s.url)
+        .get(agent, &s.url)
         .call()
         .map_err(|e| format!("GET {}: {e}", s.url))?;
     let mut body = resp.into_reader().take(s.size.saturating_add(1));
     let mut file =
-        File::create(&partial).map_err(|e| format!("creating {}: {e}", partial.display()))?;
+        File::create(partial).map_err(|e| format!("creating {}: {e}", partial.display()))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut got: u64 = 0;
@@ -917,31 +955,27 @@ fn fetch_snapshot(cfg: &FeedConfig, s: &SnapshotFrame) -> Result<Arc<Snapshot>, 
             .map_err(|e| format!("writing {}: {e}", partial.display()))?;
         got += n as u64;
     }
-    let cleanup = |why: String| {
-        let _ = std::fs::remove_file(&partial);
-        why
-    };
     if got != s.size {
-        return Err(cleanup(format!("got {got} bytes, announced {}", s.size)));
+        return Err(format!("got {got} bytes, announced {}", s.size));
     }
     let sha = hex::encode(hasher.finalize());
     if sha != s.sha256 {
-        return Err(cleanup(format!("sha256 {sha}, announced {}", s.sha256)));
+        return Err(format!("sha256 {sha}, announced {}", s.sha256));
     }
-    file.sync_all()
-        .map_err(|e| cleanup(format!("fsync: {e}")))?;
+    file.sync_all().map_err(|e| format!("fsync: {e}"))?;
     drop(file);
-    std::fs::rename(&partial, &path).map_err(|e| cleanup(format!("rename: {e}")))?;
-    if let Ok(d) = File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    let snapshot = open_verified(cfg.load, &path)?;
+    // Checked before it takes its final name, so a start-up never finds a bad `<id>.snap`.
+    let snapshot = open_verified(cfg.load, partial)?;
     if snapshot.sequence() != s.seq {
         return Err(format!(
             "file says sequence {}, announced {}",
             snapshot.sequence(),
             s.seq
         ));
+    }
+    std::fs::rename(partial, path).map_err(|e| format!("rename: {e}"))?;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
     }
     tracing::info!(id = %s.id, bytes = got, ms = started.elapsed().as_millis() as u64, "snapshot downloaded");
     Ok(Arc::new(snapshot))

@@ -214,6 +214,10 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    match lasthop_engine::socket::raise_nofile_limit() {
+        Ok(n) => tracing::debug!(limit = n, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
+    }
 
     let key = PermutationKey::load(&args.key_file)?;
     let scheme = CodeScheme::new(&key)?;
@@ -350,21 +354,22 @@ fn main() -> anyhow::Result<()> {
     // kTLS: probed once; where the kernel takes the TLS ULP, connections are handed to it after
     // their handshake.
     let ktls = match (args.tls_listen, args.no_ktls) {
-        (None, _) => false,
+        (None, _) => None,
         (Some(_), true) => {
             tracing::info!("kTLS disabled (--no-ktls): serving TLS through userspace rustls");
-            false
+            None
         }
         (Some(_), false) => match tls::probe_ktls() {
-            Ok(()) => {
+            Ok(support) => {
                 tracing::info!(
+                    ?support,
                     "kTLS available: connections go to the kernel after their handshake"
                 );
-                true
+                Some(Arc::new(support))
             }
             Err(e) => {
                 tracing::info!(error = %e, "kTLS unavailable (kernel without the TLS ULP): serving TLS through userspace rustls");
-                false
+                None
             }
         },
     };
@@ -375,7 +380,7 @@ fn main() -> anyhow::Result<()> {
             ticket_key_file: args.tls_ticket_key_file.clone(),
             ticket_lifetime: Duration::from_secs(args.tls_ticket_lifetime_secs),
             max_early_data: args.tls_max_early_data,
-            ktls,
+            ktls: ktls.is_some(),
         }),
         _ => None,
     };
@@ -390,7 +395,9 @@ fn main() -> anyhow::Result<()> {
             "--tls-listen needs the io_uring backend (the epoll fallback serves plain HTTP only)"
         );
         let config = tls::server_config(settings).context("loading the TLS certificate and key")?;
-        stats.ktls_available.store(ktls, Ordering::Relaxed);
+        stats
+            .ktls_available
+            .store(ktls.is_some(), Ordering::Relaxed);
         let holder = Arc::new(std::sync::Mutex::new(config));
         let (ls, b) = serve::listeners(addr, cores).with_context(|| format!("binding {addr}"))?;
         for (slot, listener) in tls_listeners.iter_mut().zip(ls) {
@@ -400,7 +407,7 @@ fn main() -> anyhow::Result<()> {
                 stats: Arc::clone(stats),
                 max_handshakes: args.tls_max_handshakes_per_core,
                 handshake_timeout_ms: args.tls_handshake_timeout_ms as i64,
-                ktls,
+                ktls: ktls.clone(),
             });
         }
         tls_bound = Some(b);

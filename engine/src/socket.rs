@@ -122,3 +122,26 @@ pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
         _ => Err(io::Error::other("unknown address family")),
     }
 }
+
+/// Raises this process's open-file soft limit to its hard limit (a busy core holds thousands of
+/// connections, and TLS connections on a kTLS host hold a second descriptor until their
+/// hand-off). Returns the limit now in force.
+#[allow(unsafe_code)]
+pub fn raise_nofile_limit() -> std::io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes one `rlimit` into the live value we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit(2) reads one `rlimit` from the live value we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(lim.rlim_cur)
+}

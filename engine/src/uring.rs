@@ -35,8 +35,9 @@ pub struct TlsListen {
     pub max_handshakes: usize,
     /// A handshake not finished in this long is dropped.
     pub handshake_timeout_ms: i64,
-    /// The kernel takes the TLS ULP: hand each connection's records to it after the handshake.
-    pub ktls: bool,
+    /// What the kernel's TLS ULP takes (None: no kTLS): a connection whose suite it takes is
+    /// handed to it after the handshake.
+    pub ktls: Option<Arc<crate::tls::KtlsSupport>>,
 }
 
 impl std::fmt::Debug for TlsListen {
@@ -58,6 +59,42 @@ struct TlsConn {
     /// A regular descriptor for the socket (installed from the fixed slot at accept when kTLS
     /// is available), for the `setsockopt` calls of the hand-off.
     raw_fd: Option<OwnedFd>,
+    /// Where the received byte stream stands in TLS records, so the kTLS hand-off happens only
+    /// between records (a half-read record in rustls would be lost to the kernel).
+    records: RecordTrack,
+}
+
+/// Follows TLS record framing (5-byte header with a big-endian length) over a byte stream.
+#[derive(Default)]
+struct RecordTrack {
+    header: [u8; 5],
+    header_len: usize,
+    body_left: usize,
+}
+
+impl RecordTrack {
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.body_left > 0 {
+                let take = self.body_left.min(data.len());
+                self.body_left -= take;
+                data = &data[take..];
+            } else {
+                self.header[self.header_len] = data[0];
+                self.header_len += 1;
+                data = &data[1..];
+                if self.header_len == 5 {
+                    self.body_left =
+                        usize::from(u16::from_be_bytes([self.header[3], self.header[4]]));
+                    self.header_len = 0;
+                }
+            }
+        }
+    }
+
+    fn at_boundary(&self) -> bool {
+        self.header_len == 0 && self.body_left == 0
+    }
 }
 
 const ACCEPT: u64 = 1;
@@ -265,6 +302,10 @@ pub struct UringLoop {
     tls_accepting: bool,
     /// This core's TLS connections still in their handshake.
     handshakes: usize,
+    /// Send buffers of closed connections whose SEND has not completed yet, by that SEND's
+    /// user_data: the kernel may still read them, so they live until the completion arrives
+    /// (the fixed slot itself may already serve a new connection).
+    graveyard: Vec<(u64, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for UringLoop {
@@ -312,6 +353,7 @@ impl UringLoop {
             tls,
             tls_accepting: false,
             handshakes: 0,
+            graveyard: Vec::new(),
         };
         this.arm_accept()?;
         this.arm_accept_tls()?;
@@ -401,7 +443,16 @@ impl UringLoop {
         }
         let gen = conn.gen;
         let recv_armed = conn.recv_armed;
+        let in_flight = conn.in_flight;
         ctx.metrics.connection_closed();
+        if in_flight {
+            // A SEND waiting for socket space would keep reading `sending`: cancel it (its
+            // completion, whatever it says, releases the buffer; see `graveyard`).
+            let cancel = opcode::AsyncCancel::new(user_data(SEND, gen, idx))
+                .build()
+                .user_data(user_data(CANCEL, gen, idx));
+            self.push(cancel)?;
+        }
         if recv_armed {
             // A multishot recv holds a reference to the socket: cancel it, then close the slot
             // (hard link: the close runs even if the recv already ended).
@@ -469,7 +520,9 @@ impl UringLoop {
                 CLOSE => {
                     if let Some(slot) = self.conns.get_mut(idx as usize) {
                         if slot.as_ref().is_some_and(|c| c.gen == gen) {
-                            *slot = None;
+                            if let Some(old) = slot.take() {
+                                bury(&mut self.graveyard, idx, old);
+                            }
                         }
                     }
                     if !self.accepting {
@@ -542,7 +595,10 @@ impl UringLoop {
                         .map(|c| Arc::clone(&c))
                         .map_err(|_| io::Error::other("TLS config lock poisoned"))?;
                     match ServerConnection::new(config) {
-                        Ok(conn) => {
+                        Ok(mut conn) => {
+                            // The session already bounds its output (MAX_PENDING_OUT); rustls'
+                            // own 64 KiB limit would make `write_all` fail past it.
+                            conn.set_buffer_limit(None);
                             listen.stats.userspace_conn();
                             self.handshakes += 1;
                             session.https = true;
@@ -552,6 +608,7 @@ impl UringLoop {
                                 handshaking: true,
                                 failed: false,
                                 raw_fd: None,
+                                records: RecordTrack::default(),
                             }))
                         }
                         Err(e) => {
@@ -570,7 +627,7 @@ impl UringLoop {
                 .user_data(user_data(CLOSE, gen, idx));
             return self.push(close);
         }
-        let install = tls_conn.is_some() && self.tls.as_ref().is_some_and(|t| t.ktls);
+        let install = tls_conn.is_some() && self.tls.as_ref().is_some_and(|t| t.ktls.is_some());
         if install {
             // A regular fd for the hand-off's setsockopt calls, ready long before the handshake
             // ends (it needs a round trip from the client).
@@ -580,6 +637,9 @@ impl UringLoop {
             self.push(sqe)?;
         }
         if let Some(slot) = self.conns.get_mut(idx as usize) {
+            if let Some(old) = slot.take() {
+                bury(&mut self.graveyard, idx, old);
+            }
             *slot = Some(Conn {
                 gen,
                 session,
@@ -674,6 +734,12 @@ impl UringLoop {
     }
 
     fn on_send(&mut self, gen: u32, idx: u32, res: i32, ctx: &mut CoreCtx) -> io::Result<()> {
+        let ud = user_data(SEND, gen, idx);
+        if let Some(at) = self.graveyard.iter().position(|(u, _)| *u == ud) {
+            // The last SEND of a connection already closed: its buffer may go now.
+            self.graveyard.swap_remove(at);
+            return Ok(());
+        }
         let Some(Some(conn)) = self.conns.get_mut(idx as usize) else {
             return Ok(());
         };
@@ -681,6 +747,9 @@ impl UringLoop {
             return Ok(());
         }
         conn.in_flight = false;
+        if conn.closing {
+            return Ok(());
+        }
         if res < 0 {
             return self.close(idx, ctx);
         }
@@ -735,12 +804,14 @@ impl UringLoop {
                     conn.sent = 0;
                     self.send_rest(idx)?;
                 } else if conn.session.close_after_send
+                    && !conn.session.waiting_origin
                     && (tls.failed || !tls.conn.is_handshaking())
                 {
                     // Answers to 0-RTT early data wait in rustls for the client's Finished:
                     // a closing connection stays open until they are out.
                     self.close(idx, ctx)?;
                 } else if tls.raw_fd.is_some()
+                    && tls.records.at_boundary()
                     && !tls.failed
                     && !tls.conn.is_handshaking()
                     && !conn.session.waiting_origin
@@ -749,14 +820,26 @@ impl UringLoop {
                     // Everything rustls had is on the wire and nothing is half-read: hand the
                     // record layer to the kernel, and serve the connection as plain from now.
                     let stats = self.tls.as_ref().map(|t| Arc::clone(&t.stats));
+                    let tls13 =
+                        tls.conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
+                    let takes = match (
+                        self.tls.as_ref().and_then(|t| t.ktls.as_ref()),
+                        tls.conn.negotiated_cipher_suite(),
+                    ) {
+                        (Some(k), Some(suite)) => k.takes(tls13, suite.suite()),
+                        _ => false,
+                    };
+                    if !takes {
+                        // Not a suite this kernel takes: stay in userspace for good.
+                        tls.raw_fd = None;
+                        continue;
+                    }
                     if let Some(t) = conn.tls.take() {
                         let TlsConn {
                             conn: server,
                             raw_fd,
                             ..
                         } = *t;
-                        let tls13 =
-                            server.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
                         let handed = match (server.dangerous_extract_secrets(), raw_fd) {
                             (Ok(secrets), Some(fd)) => {
                                 crate::tls::ktls_install(fd.as_raw_fd(), tls13, secrets)
@@ -863,6 +946,13 @@ impl UringLoop {
     }
 }
 
+/// Keeps a removed connection's send buffer alive while its SEND is in flight.
+fn bury(graveyard: &mut Vec<(u64, Vec<u8>)>, idx: u32, conn: Conn) {
+    if conn.in_flight {
+        graveyard.push((user_data(SEND, conn.gen, idx), conn.sending));
+    }
+}
+
 /// Feeds received TLS bytes to rustls and the plaintext (early data included) to the session.
 /// An error means the connection must close (its alert, if any, is already queued in rustls).
 fn tls_input(
@@ -874,6 +964,9 @@ fn tls_input(
     stats: Option<&TlsStats>,
 ) -> Result<(), ()> {
     let was_handshaking = tls.conn.is_handshaking();
+    if tls.raw_fd.is_some() {
+        tls.records.feed(data);
+    }
     while !data.is_empty() {
         match tls.conn.read_tls(&mut data) {
             Ok(0) => break,
@@ -930,4 +1023,27 @@ fn tls_input(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecordTrack;
+
+    #[test]
+    fn record_boundaries_across_reads() {
+        let mut t = RecordTrack::default();
+        assert!(t.at_boundary());
+        // Two records (3 and 2 body bytes), fed in awkward pieces.
+        let stream = [23u8, 3, 3, 0, 3, 1, 2, 3, 23, 3, 3, 0, 2, 9, 9];
+        t.feed(&stream[..2]);
+        assert!(!t.at_boundary(), "inside a header");
+        t.feed(&stream[2..7]);
+        assert!(!t.at_boundary(), "inside a body");
+        t.feed(&stream[7..8]);
+        assert!(t.at_boundary());
+        t.feed(&stream[8..14]);
+        assert!(!t.at_boundary());
+        t.feed(&stream[14..]);
+        assert!(t.at_boundary());
+    }
 }

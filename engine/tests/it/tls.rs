@@ -405,7 +405,7 @@ fn ktls_hand_off_where_the_kernel_has_it() {
                  ({reason}); the userspace fallback served instead"
             );
         }
-        Ok(()) => {
+        Ok(_) => {
             assert!(m.contains("lasthop_engine_ktls_available 1"), "{m}");
             assert!(
                 m.contains("lasthop_engine_tls_connections_total{path=\"ktls\"} 1"),
@@ -417,4 +417,83 @@ fn ktls_hand_off_where_the_kernel_has_it() {
             );
         }
     }
+}
+
+/// SIGHUP re-reads the certificate and key: new connections get the new certificate, the
+/// connection opened before keeps working.
+#[test]
+fn sighup_reloads_the_certificate() {
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &[]);
+    let get = format!("GET /{code} HTTP/1.1\r\nHost: lh.test\r\nConnection: close\r\n\r\n");
+    let subject = |e: &Engine| {
+        let out = s_client(e, &pki, &[], get.as_bytes());
+        out.lines()
+            .find(|l| l.starts_with("subject="))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(subject(&e).contains("lh.test"), "{}", subject(&e));
+    let resolve = format!("lh.test:{}:127.0.0.1", port(&e));
+    let url = format!("https://lh.test:{}/{code}", port(&e));
+
+    // A new certificate from the same CA, for another name (and still for lh.test).
+    let dir = site.dir.path();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-nodes",
+            "-subj",
+            "/CN=renewed.lh.test",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-keyout",
+            "new.key",
+            "-out",
+            "new.csr",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "new.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "new.pem",
+        ],
+    );
+    std::fs::rename(dir.join("new.pem"), &pki.cert).unwrap();
+    std::fs::rename(dir.join("new.key"), &pki.key).unwrap();
+    crate::harness::set_mode(&pki.cert, 0o644);
+    crate::harness::set_mode(&pki.key, 0o644);
+    e.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !subject(&e).contains("renewed.lh.test") {
+        assert!(Instant::now() < deadline, "new certificate never served");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, _, _) = curl(&[
+        "--cacert",
+        pki.ca.to_str().unwrap(),
+        "--resolve",
+        &resolve,
+        &url,
+    ]);
+    assert_eq!(status, 302);
 }
