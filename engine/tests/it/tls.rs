@@ -87,7 +87,16 @@ fn pki(site: &Site, rsa: bool) -> Pki {
     }
 }
 
+/// An engine with HTTPS served through userspace rustls (`--no-ktls`), whatever the kernel:
+/// these tests pin the path every host has; `ktls_hand_off_where_the_kernel_has_it` takes the
+/// kernel's.
 fn start(site: &Site, pki: &Pki, extra: &[&str]) -> Engine {
+    let mut args = vec!["--no-ktls"];
+    args.extend_from_slice(extra);
+    start_with_kernel_tls(site, pki, &args)
+}
+
+fn start_with_kernel_tls(site: &Site, pki: &Pki, extra: &[&str]) -> Engine {
     let (cert, key) = (pki.cert.to_str().unwrap(), pki.key.to_str().unwrap());
     let mut args = vec!["--tls-listen", "127.0.0.1:0", "--cert", cert, "--key", key];
     args.extend_from_slice(extra);
@@ -372,7 +381,7 @@ fn ktls_hand_off_where_the_kernel_has_it() {
     let site = Site::new();
     let code = links(&site);
     let pki = pki(&site, false);
-    let e = start(&site, &pki, &[]);
+    let e = start_with_kernel_tls(&site, &pki, &[]);
     let resolve = format!("lh.test:{}:127.0.0.1", port(&e));
     let url = format!("https://lh.test:{}/{code}", port(&e));
     // Three requests on one connection (curl reuses it).
