@@ -491,17 +491,11 @@ impl Applier {
             }
         };
         let now_in_sync = self.in_sync();
-        self.stats.caught_up.store(
-            self.got_denylist && self.target.is_some_and(|t| self.applied >= t),
-            Ordering::Release,
-        );
         if now_in_sync != was_in_sync {
             tracing::info!(in_sync = now_in_sync, applied = self.applied, "feed state");
         }
-        self.metrics
-            .health
-            .feed_lost
-            .store(!now_in_sync, Ordering::Relaxed);
+        // The caught-up flag and the health flag follow in `publish`, after the tables they
+        // describe are out: whoever reads "in sync" can rely on what it then gets served.
         changed || now_in_sync != was_in_sync
     }
 
@@ -773,6 +767,12 @@ impl Applier {
         tables.safe_mode = safe;
         self.shared.publish(tables);
         self.stats.publishes.fetch_add(1, Ordering::Relaxed);
+        let caught_up = self.got_denylist && self.target.is_some_and(|t| self.applied >= t);
+        self.stats.caught_up.store(caught_up, Ordering::Release);
+        self.metrics
+            .health
+            .feed_lost
+            .store(!self.in_sync(), Ordering::Relaxed);
     }
 }
 

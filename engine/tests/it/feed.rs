@@ -108,7 +108,10 @@ fn a_restarted_engine_catches_up_from_its_own_snapshot() {
     let data_arg = data.to_string_lossy().into_owned();
     let first = engine(&site, &control, &["--data-dir", &data_arg]);
     wait_until(Duration::from_secs(10), "in sync", || in_sync(&first));
-    // A snapshot holding `kept` reaches its disk.
+    // A snapshot holding `kept` reaches its disk. (One more change first, so this snapshot is
+    // newer than whatever the control plane published at start, which may already hold `kept`
+    // when its start-up build ran late.)
+    control.create("https://example.com/bump");
     control.snapshot_now();
     wait_until(Duration::from_secs(10), "snapshot downloaded", || {
         first
@@ -185,9 +188,14 @@ fn a_lost_feed_means_safe_mode_and_takedowns_meanwhile_apply_before_it_ends() {
         );
     }
 
-    // The control plane comes back and a takedown is issued before the engines reconnect.
+    // The control plane comes back with its edge listener elsewhere (the engines still cannot
+    // reach it) and a takedown is issued; then the edge listener returns to its address.
+    let edge = control.edge.clone();
+    control.edge = "127.0.0.1:0".into();
     control.restart();
     control.takedown(&doomed, "phishing");
+    control.edge = edge;
+    control.restart();
     for e in &engines {
         // Safe mode ends only once the engine has replayed everything up to the control
         // plane's sequence at reconnection, so the takedown is in force by then.
