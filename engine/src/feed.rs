@@ -650,7 +650,7 @@ impl Applier {
 
     /// A snapshot was announced: download it unless it is not newer.
     fn announce(&mut self, s: SnapshotFrame) {
-        if s.seq <= self.snapshot_seq {
+        if !self.wants_snapshot(s.seq) {
             return;
         }
         match &self.downloading {
@@ -658,6 +658,12 @@ impl Applier {
             Some(_) => self.queued = Some(s),
             None => self.download(s),
         }
+    }
+
+    /// Whether a snapshot complete up to `seq` would be news: newer than the one served, or
+    /// any at all when none is (a fresh control plane's first snapshot has sequence 0).
+    fn wants_snapshot(&self, seq: u64) -> bool {
+        self.base.snapshot.is_none() || seq > self.snapshot_seq
     }
 
     fn download(&mut self, s: SnapshotFrame) {
@@ -678,7 +684,7 @@ impl Applier {
     fn downloaded(&mut self, frame: SnapshotFrame, result: Result<Arc<Snapshot>, String>) -> bool {
         self.downloading = None;
         let changed = match result {
-            Ok(snapshot) if frame.seq > self.snapshot_seq => {
+            Ok(snapshot) if self.wants_snapshot(frame.seq) => {
                 self.stats.downloads_ok.fetch_add(1, Ordering::Relaxed);
                 self.swap_snapshot(snapshot, Some(frame.id.clone()))
             }
