@@ -29,6 +29,36 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
+/// A server certificate for `/CN=<cn>` (SAN from `san.ext`: lh.test and 127.0.0.1), signed by
+/// the test CA in `dir`, with its key of algorithm `alg`.
+fn server_cert(dir: &Path, alg: &[&str], cn: &str, key: &str, cert: &str) {
+    let subject = format!("/CN={cn}");
+    let mut csr = vec!["req", "-nodes", "-subj", &subject];
+    csr.extend_from_slice(alg);
+    csr.extend_from_slice(&["-keyout", key, "-out", "srv.csr"]);
+    openssl(dir, &csr);
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            cert,
+        ],
+    );
+}
+
 fn pki(site: &Site, rsa: bool) -> Pki {
     let dir = site.dir.path();
     let alg: &[&str] = if rsa {
@@ -48,35 +78,12 @@ fn pki(site: &Site, rsa: bool) -> Pki {
     ca.extend_from_slice(alg);
     ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
     openssl(dir, &ca);
-    let mut csr = vec!["req", "-nodes", "-subj", "/CN=lh.test"];
-    csr.extend_from_slice(alg);
-    csr.extend_from_slice(&["-keyout", "srv.key", "-out", "srv.csr"]);
-    openssl(dir, &csr);
     std::fs::write(
         dir.join("san.ext"),
         "subjectAltName=DNS:lh.test,IP:127.0.0.1\n",
     )
     .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "srv.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "srv.pem",
-        ],
-    );
+    server_cert(dir, alg, "lh.test", "srv.key", "srv.pem");
     for f in ["srv.pem", "srv.key", "ca.pem"] {
         crate::harness::set_mode(&dir.join(f), 0o644);
     }
@@ -450,43 +457,8 @@ fn sighup_reloads_the_certificate() {
 
     // A new certificate from the same CA, for another name (and still for lh.test).
     let dir = site.dir.path();
-    openssl(
-        dir,
-        &[
-            "req",
-            "-nodes",
-            "-subj",
-            "/CN=renewed.lh.test",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-keyout",
-            "new.key",
-            "-out",
-            "new.csr",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "new.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "new.pem",
-        ],
-    );
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+    server_cert(dir, &ec, "renewed.lh.test", "new.key", "new.pem");
     std::fs::rename(dir.join("new.pem"), &pki.cert).unwrap();
     std::fs::rename(dir.join("new.key"), &pki.key).unwrap();
     crate::harness::set_mode(&pki.cert, 0o644);
