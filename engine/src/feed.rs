@@ -987,7 +987,8 @@ fn download_to(
     Ok(Arc::new(snapshot))
 }
 
-fn open_verified(load: LoadFn, path: &Path) -> Result<Snapshot, String> {
+/// Loads the snapshot at `path` with `load` and checks every byte of it (`verify`).
+pub fn open_verified(load: LoadFn, path: &Path) -> Result<Snapshot, String> {
     let snapshot = load(path).map_err(|e| format!("{}: {e}", path.display()))?;
     snapshot
         .verify()

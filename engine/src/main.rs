@@ -190,16 +190,30 @@ struct Args {
     drain_timeout: u64,
 }
 
-fn open_snapshot(path: &Path, memory: SnapshotMemory) -> anyhow::Result<Arc<Snapshot>> {
-    let snapshot = match memory {
-        SnapshotMemory::Map => Snapshot::open(path),
-        SnapshotMemory::Huge => Snapshot::load(path),
-    }
-    .with_context(|| format!("opening snapshot {}", path.display()))?;
-    snapshot
-        .verify()
-        .with_context(|| format!("verifying snapshot {}", path.display()))?;
+/// The `--snapshot` file, loaded the configured way and verified.
+fn open_snapshot(path: &Path, load: LoadFn) -> anyhow::Result<Arc<Snapshot>> {
+    let snapshot =
+        feed::open_verified(load, path).map_err(|e| anyhow::anyhow!("opening snapshot: {e}"))?;
     Ok(Arc::new(snapshot))
+}
+
+/// SIGHUP without the feed: the re-opened `--snapshot` becomes the next tables generation.
+fn swap_in(shared: &Shared, metrics: &EngineMetrics, s: Arc<Snapshot>) -> anyhow::Result<()> {
+    let current = shared
+        .current()
+        .ok_or_else(|| anyhow::anyhow!("tables lock poisoned"))?;
+    shared.publish(current.with_snapshot(Arc::clone(&s))?);
+    metrics
+        .snapshot_sequence
+        .store(s.sequence(), Ordering::Relaxed);
+    metrics.snapshot_links.store(s.links(), Ordering::Relaxed);
+    metrics.snapshot_swaps.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(
+        links = s.links(),
+        sequence = s.sequence(),
+        "SIGHUP: snapshot swapped in"
+    );
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -256,7 +270,7 @@ fn main() -> anyhow::Result<()> {
     // The snapshot to start from: the file given, else the newest verified one downloaded
     // before, else the control plane's newest; with none at all, every lookup reads through.
     let (snapshot, snapshot_id) = match (&args.snapshot, &feed_cfg) {
-        (Some(path), _) => (Some(open_snapshot(path, args.snapshot_memory)?), None),
+        (Some(path), _) => (Some(open_snapshot(path, load)?), None),
         (None, Some(cfg)) => match feed::newest_local(&cfg.data_dir, load) {
             Some((s, id)) => {
                 tracing::info!(id = %id, "starting from the newest local snapshot");
@@ -499,65 +513,40 @@ fn main() -> anyhow::Result<()> {
     std::io::stdout().flush()?;
 
     loop {
-        let signal = signals::wait()?;
-        if let (Signal::Reload, Some(settings), Some(holder)) =
-            (&signal, &tls_settings, &tls_config_holder)
-        {
-            // New connections get the new certificate; open ones keep theirs.
-            match tls::server_config(settings) {
-                Ok(config) => {
-                    if let Ok(mut c) = holder.lock() {
-                        *c = config;
-                    }
-                    tracing::info!("SIGHUP: TLS certificate and key reloaded");
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "SIGHUP: keeping the current TLS certificate")
-                }
-            }
-        }
-        match signal {
-            Signal::Reload if args.snapshot.is_none() => {
-                tracing::info!("SIGHUP: no --snapshot file to reload (the feed manages snapshots)");
-            }
-            Signal::Reload if feed.is_some() => {
-                let path = args.snapshot.as_deref().unwrap_or(Path::new(""));
-                match open_snapshot(path, args.snapshot_memory) {
-                    // The feed's applier owns the tables: it swaps the file in if not older.
-                    Ok(s) => feed.as_ref().map_or((), |f| f.reload(s)),
-                    Err(e) => {
-                        tracing::error!(error = %format!("{e:#}"), "SIGHUP: keeping the current snapshot")
+        match signals::wait()? {
+            Signal::Reload => {
+                if let (Some(settings), Some(holder)) = (&tls_settings, &tls_config_holder) {
+                    // New connections get the new certificate; open ones keep theirs.
+                    match tls::server_config(settings) {
+                        Ok(config) => {
+                            if let Ok(mut c) = holder.lock() {
+                                *c = config;
+                            }
+                            tracing::info!("SIGHUP: TLS certificate and key reloaded");
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "SIGHUP: keeping the current TLS certificate")
+                        }
                     }
                 }
-            }
-            Signal::Reload => match open_snapshot(
-                args.snapshot.as_deref().unwrap_or(Path::new("")),
-                args.snapshot_memory,
-            )
-            .and_then(|s| {
-                let current = shared
-                    .current()
-                    .ok_or_else(|| anyhow::anyhow!("tables lock poisoned"))?;
-                let next = current.with_snapshot(Arc::clone(&s))?;
-                Ok((s, next))
-            }) {
-                Ok((s, next)) => {
-                    shared.publish(next);
-                    metrics
-                        .snapshot_sequence
-                        .store(s.sequence(), Ordering::Relaxed);
-                    metrics.snapshot_links.store(s.links(), Ordering::Relaxed);
-                    metrics.snapshot_swaps.fetch_add(1, Ordering::Relaxed);
+                let Some(path) = &args.snapshot else {
                     tracing::info!(
-                        links = s.links(),
-                        sequence = s.sequence(),
-                        "SIGHUP: snapshot swapped in"
+                        "SIGHUP: no --snapshot file to reload (the feed manages snapshots)"
                     );
+                    continue;
+                };
+                let swapped = open_snapshot(path, load).and_then(|s| match &feed {
+                    // The feed's applier owns the tables: it swaps the file in if not older.
+                    Some(f) => {
+                        f.reload(s);
+                        Ok(())
+                    }
+                    None => swap_in(&shared, &metrics, s),
+                });
+                if let Err(e) = swapped {
+                    tracing::error!(error = %format!("{e:#}"), "SIGHUP: keeping the current snapshot");
                 }
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "SIGHUP: keeping the current snapshot")
-                }
-            },
+            }
             Signal::Stop => {
                 tracing::info!("SIGTERM: draining");
                 admin.set_ready(false);

@@ -316,43 +316,20 @@ fn set_zero_crypto(
     version: u16,
     cipher_type: u16,
 ) -> io::Result<()> {
-    match cipher_type {
-        TLS_CIPHER_AES_GCM_128 => setsockopt_struct(
-            fd,
-            direction,
-            &CryptoGcm128 {
-                version,
-                cipher_type,
-                iv: [0; 8],
-                key: [0; 16],
-                salt: [0; 4],
-                rec_seq: [0; 8],
-            },
-        ),
-        TLS_CIPHER_AES_GCM_256 => setsockopt_struct(
-            fd,
-            direction,
-            &CryptoGcm256 {
-                version,
-                cipher_type,
-                iv: [0; 8],
-                key: [0; 32],
-                salt: [0; 4],
-                rec_seq: [0; 8],
-            },
-        ),
-        _ => setsockopt_struct(
-            fd,
-            direction,
-            &CryptoChacha {
-                version,
-                cipher_type,
-                iv: [0; 12],
-                key: [0; 32],
-                rec_seq: [0; 8],
-            },
-        ),
-    }
+    let key_len = if cipher_type == TLS_CIPHER_AES_GCM_128 {
+        16
+    } else {
+        32
+    };
+    set_crypto_info(
+        fd,
+        direction,
+        version,
+        cipher_type,
+        &[0; 32][..key_len],
+        &[0; 12],
+        0,
+    )
 }
 
 #[allow(unsafe_code)]
@@ -449,45 +426,78 @@ fn set_crypto(
     (seq, secrets): (u64, rustls::ConnectionTrafficSecrets),
 ) -> io::Result<()> {
     use rustls::ConnectionTrafficSecrets as S;
+    let (cipher_type, key, iv) = match &secrets {
+        S::Aes128Gcm { key, iv } => (TLS_CIPHER_AES_GCM_128, key, iv),
+        S::Aes256Gcm { key, iv } => (TLS_CIPHER_AES_GCM_256, key, iv),
+        S::Chacha20Poly1305 { key, iv } => (TLS_CIPHER_CHACHA20_POLY1305, key, iv),
+        _ => {
+            return Err(io::Error::other(
+                "kTLS: cipher suite the kernel does not take",
+            ))
+        }
+    };
+    set_crypto_info(
+        fd,
+        direction,
+        version,
+        cipher_type,
+        key.as_ref(),
+        iv.as_ref(),
+        seq,
+    )
+}
+
+/// Sets one direction's `tls12_crypto_info_*` for `cipher_type`. `iv` is the 12-byte nonce
+/// base rustls keeps: for AES-GCM the kernel takes its first 4 bytes as the salt and the last
+/// 8 as the IV; for ChaCha20-Poly1305 all 12 are the IV. `seq` is the next record's number.
+fn set_crypto_info(
+    fd: std::os::fd::RawFd,
+    direction: libc::c_int,
+    version: u16,
+    cipher_type: u16,
+    key: &[u8],
+    iv: &[u8],
+    seq: u64,
+) -> io::Result<()> {
     let rec_seq = seq.to_be_bytes();
-    match secrets {
-        S::Aes128Gcm { key, iv } => {
-            let iv = iv.as_ref();
-            let info = CryptoGcm128 {
+    let salt = iv.get(..4).unwrap_or_default();
+    let explicit = iv.get(4..12).unwrap_or_default();
+    match cipher_type {
+        TLS_CIPHER_AES_GCM_128 => setsockopt_struct(
+            fd,
+            direction,
+            &CryptoGcm128 {
                 version,
-                cipher_type: TLS_CIPHER_AES_GCM_128,
-                iv: copy(iv.get(4..12).unwrap_or_default())?,
-                key: copy(key.as_ref())?,
-                salt: copy(iv.get(..4).unwrap_or_default())?,
+                cipher_type,
+                iv: copy(explicit)?,
+                key: copy(key)?,
+                salt: copy(salt)?,
                 rec_seq,
-            };
-            setsockopt_struct(fd, direction, &info)
-        }
-        S::Aes256Gcm { key, iv } => {
-            let iv = iv.as_ref();
-            let info = CryptoGcm256 {
+            },
+        ),
+        TLS_CIPHER_AES_GCM_256 => setsockopt_struct(
+            fd,
+            direction,
+            &CryptoGcm256 {
                 version,
-                cipher_type: TLS_CIPHER_AES_GCM_256,
-                iv: copy(iv.get(4..12).unwrap_or_default())?,
-                key: copy(key.as_ref())?,
-                salt: copy(iv.get(..4).unwrap_or_default())?,
+                cipher_type,
+                iv: copy(explicit)?,
+                key: copy(key)?,
+                salt: copy(salt)?,
                 rec_seq,
-            };
-            setsockopt_struct(fd, direction, &info)
-        }
-        S::Chacha20Poly1305 { key, iv } => {
-            let info = CryptoChacha {
+            },
+        ),
+        _ => setsockopt_struct(
+            fd,
+            direction,
+            &CryptoChacha {
                 version,
-                cipher_type: TLS_CIPHER_CHACHA20_POLY1305,
-                iv: copy(iv.as_ref())?,
-                key: copy(key.as_ref())?,
+                cipher_type,
+                iv: copy(iv)?,
+                key: copy(key)?,
                 rec_seq,
-            };
-            setsockopt_struct(fd, direction, &info)
-        }
-        _ => Err(io::Error::other(
-            "kTLS: cipher suite the kernel does not take",
-        )),
+            },
+        ),
     }
 }
 

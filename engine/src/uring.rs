@@ -64,6 +64,45 @@ struct TlsConn {
     records: RecordTrack,
 }
 
+impl TlsConn {
+    /// A new connection's TLS state, or `None` when it must be refused: past this core's
+    /// handshake cap (`handshakes` in flight), or if rustls cannot set it up.
+    fn start(
+        listen: &TlsListen,
+        handshakes: usize,
+        now_ms: i64,
+    ) -> io::Result<Option<Box<TlsConn>>> {
+        if handshakes >= listen.max_handshakes {
+            listen.stats.failure(2); // handshake_cap
+            return Ok(None);
+        }
+        let config = listen
+            .config
+            .lock()
+            .map(|c| Arc::clone(&c))
+            .map_err(|_| io::Error::other("TLS config lock poisoned"))?;
+        let mut conn = match ServerConnection::new(config) {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(error = %e, "TLS connection setup failed");
+                return Ok(None);
+            }
+        };
+        // The session already bounds its output (MAX_PENDING_OUT); rustls' own 64 KiB limit
+        // would make `write_all` fail past it.
+        conn.set_buffer_limit(None);
+        listen.stats.userspace_conn();
+        Ok(Some(Box::new(TlsConn {
+            conn,
+            accepted_ms: now_ms,
+            handshaking: true,
+            failed: false,
+            raw_fd: None,
+            records: RecordTrack::default(),
+        })))
+    }
+}
+
 /// Follows TLS record framing (5-byte header with a big-endian length) over a byte stream.
 #[derive(Default)]
 struct RecordTrack {
@@ -585,38 +624,12 @@ impl UringLoop {
         let mut session = Session::new(ctx.now_ms);
         let tls_conn = match (tls, &self.tls) {
             (true, Some(listen)) => {
-                if self.handshakes >= listen.max_handshakes {
-                    listen.stats.failure(2); // handshake_cap
-                    None
-                } else {
-                    let config = listen
-                        .config
-                        .lock()
-                        .map(|c| Arc::clone(&c))
-                        .map_err(|_| io::Error::other("TLS config lock poisoned"))?;
-                    match ServerConnection::new(config) {
-                        Ok(mut conn) => {
-                            // The session already bounds its output (MAX_PENDING_OUT); rustls'
-                            // own 64 KiB limit would make `write_all` fail past it.
-                            conn.set_buffer_limit(None);
-                            listen.stats.userspace_conn();
-                            self.handshakes += 1;
-                            session.https = true;
-                            Some(Box::new(TlsConn {
-                                conn,
-                                accepted_ms: ctx.now_ms,
-                                handshaking: true,
-                                failed: false,
-                                raw_fd: None,
-                                records: RecordTrack::default(),
-                            }))
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "TLS connection setup failed");
-                            None
-                        }
-                    }
+                let conn = TlsConn::start(listen, self.handshakes, ctx.now_ms)?;
+                if conn.is_some() {
+                    self.handshakes += 1;
+                    session.https = true;
                 }
+                conn
             }
             _ => None,
         };
@@ -820,47 +833,24 @@ impl UringLoop {
                     // Everything rustls had is on the wire and nothing is half-read: hand the
                     // record layer to the kernel, and serve the connection as plain from now.
                     let stats = self.tls.as_ref().map(|t| Arc::clone(&t.stats));
-                    let tls13 =
-                        tls.conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
-                    let takes = match (
-                        self.tls.as_ref().and_then(|t| t.ktls.as_ref()),
-                        tls.conn.negotiated_cipher_suite(),
-                    ) {
-                        (Some(k), Some(suite)) => k.takes(tls13, suite.suite()),
-                        _ => false,
-                    };
-                    if !takes {
-                        // Not a suite this kernel takes: stay in userspace for good.
-                        tls.raw_fd = None;
+                    let support = self.tls.as_ref().and_then(|t| t.ktls.clone());
+                    let Some(t) = conn.tls.take() else {
                         continue;
-                    }
-                    if let Some(t) = conn.tls.take() {
-                        let TlsConn {
-                            conn: server,
-                            raw_fd,
-                            ..
-                        } = *t;
-                        let handed = match (server.dangerous_extract_secrets(), raw_fd) {
-                            (Ok(secrets), Some(fd)) => {
-                                crate::tls::ktls_install(fd.as_raw_fd(), tls13, secrets)
+                    };
+                    match hand_off(t, support.as_deref()) {
+                        HandOff::Kept(t) => conn.tls = Some(t),
+                        HandOff::Kernel => {
+                            if let Some(s) = &stats {
+                                s.ktls_conn();
                             }
-                            (Err(e), _) => Err(io::Error::other(e)),
-                            (_, None) => Err(io::Error::other("no descriptor")),
-                        };
-                        match handed {
-                            Ok(()) => {
-                                if let Some(s) = &stats {
-                                    s.ktls_conn();
-                                }
+                        }
+                        HandOff::Failed(e) => {
+                            // The secrets left rustls: the connection cannot go back.
+                            tracing::debug!(error = %e, "kTLS hand-off failed; closing");
+                            if let Some(s) = &stats {
+                                s.failure(4);
                             }
-                            Err(e) => {
-                                // The secrets left rustls: the connection cannot go back.
-                                tracing::debug!(error = %e, "kTLS hand-off failed; closing");
-                                if let Some(s) = &stats {
-                                    s.failure(4);
-                                }
-                                self.close(idx, ctx)?;
-                            }
+                            self.close(idx, ctx)?;
                         }
                     }
                 }
@@ -943,6 +933,44 @@ impl UringLoop {
             self.close(idx, ctx)?;
         }
         Ok(())
+    }
+}
+
+/// How a kTLS hand-off went.
+enum HandOff {
+    /// The kernel does not take this connection's suite: it stays in userspace for good.
+    Kept(Box<TlsConn>),
+    /// The kernel has the record layer now.
+    Kernel,
+    /// The secrets left rustls but the kernel refused them: the connection must close.
+    Failed(io::Error),
+}
+
+/// Gives a finished, drained TLS connection's record layer to the kernel, if `support` says it
+/// takes the negotiated version and suite.
+fn hand_off(mut t: Box<TlsConn>, support: Option<&crate::tls::KtlsSupport>) -> HandOff {
+    let tls13 = t.conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
+    let takes = match (support, t.conn.negotiated_cipher_suite()) {
+        (Some(k), Some(suite)) => k.takes(tls13, suite.suite()),
+        _ => false,
+    };
+    if !takes {
+        t.raw_fd = None;
+        return HandOff::Kept(t);
+    }
+    let TlsConn {
+        conn: server,
+        raw_fd,
+        ..
+    } = *t;
+    let handed = match (server.dangerous_extract_secrets(), raw_fd) {
+        (Ok(secrets), Some(fd)) => crate::tls::ktls_install(fd.as_raw_fd(), tls13, secrets),
+        (Err(e), _) => Err(io::Error::other(e)),
+        (_, None) => Err(io::Error::other("no descriptor")),
+    };
+    match handed {
+        Ok(()) => HandOff::Kernel,
+        Err(e) => HandOff::Failed(e),
     }
 }
 

@@ -81,6 +81,28 @@ impl std::fmt::Debug for Snapshot {
     }
 }
 
+fn io_error(path: &Path) -> impl Fn(std::io::Error) -> SnapshotError + '_ {
+    move |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Opens a snapshot file and returns it with its length, refusing one shorter than the fixed
+/// header (what `open` and `load` check first).
+fn open_file(path: &Path) -> Result<(File, u64), SnapshotError> {
+    let io = io_error(path);
+    let file = File::open(path).map_err(&io)?;
+    let len = file.metadata().map_err(io)?.len();
+    if len < FIXED_HEADER_LEN as u64 {
+        return Err(SnapshotError::TooShort {
+            len,
+            need: FIXED_HEADER_LEN as u64,
+        });
+    }
+    Ok((file, len))
+}
+
 fn to_usize(v: u64, field: &'static str) -> Result<usize, SnapshotError> {
     usize::try_from(v).map_err(|_| SnapshotError::BadField {
         field,
@@ -106,19 +128,9 @@ impl Snapshot {
     #[allow(unsafe_code)]
     pub fn open(path: impl AsRef<Path>) -> Result<Snapshot, SnapshotError> {
         let path = path.as_ref();
-        let io = |source| SnapshotError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        if len < FIXED_HEADER_LEN as u64 {
-            // Also avoids mapping an empty file, which mmap refuses.
-            return Err(SnapshotError::TooShort {
-                len,
-                need: FIXED_HEADER_LEN as u64,
-            });
-        }
+        let io = io_error(path);
+        // The length check also avoids mapping an empty file, which mmap refuses.
+        let (file, _) = open_file(path)?;
         // SAFETY: snapshot files are immutable once renamed into place (see `# Safety` above):
         // no process writes or truncates the file while this read-only private map exists, so
         // the bytes behind the `&[u8]` never change for the map's lifetime.
@@ -140,29 +152,19 @@ impl Snapshot {
     pub fn load(path: impl AsRef<Path>) -> Result<Snapshot, SnapshotError> {
         use std::io::Read;
         let path = path.as_ref();
-        let io = |source| SnapshotError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let mut file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        if len < FIXED_HEADER_LEN as u64 {
-            return Err(SnapshotError::TooShort {
-                len,
-                need: FIXED_HEADER_LEN as u64,
-            });
-        }
+        let io = io_error(path);
+        let (mut file, len) = open_file(path)?;
         let len = to_usize(len, "file_len")?;
         let mut map = memmap2::MmapOptions::new()
             .len(len)
             .map_anon()
-            .map_err(io)?;
+            .map_err(&io)?;
         #[cfg(target_os = "linux")]
         {
             // Advisory: where THP is off the copy still works, on small pages.
             let _ = map.advise(memmap2::Advice::HugePage);
         }
-        file.read_exact(&mut map).map_err(io)?;
+        file.read_exact(&mut map).map_err(&io)?;
         let map = map.make_read_only().map_err(io)?;
         Snapshot::from_backing(Bytes::Mapped(map))
     }
