@@ -115,9 +115,8 @@ fn split(template: &str) -> (&str, &str) {
 fn request(c: &mut Criterion) {
     let (_, scheme) = scheme();
     let path = snapshot_file(COUNT, LABEL);
-    // As the engine loads it by default (`--snapshot-memory huge`): copied into transparent
-    // huge pages.
-    let snapshot = Arc::new(Snapshot::load(&path).expect("load"));
+    // Mapped in place, as the engine serves it by default (`--snapshot-memory map`).
+    let snapshot = Arc::new(Snapshot::open(&path).expect("open"));
     let mut tables = Tables::from_snapshot(scheme.clone(), snapshot, false).expect("same key");
     let mut state = 11;
     let deny: Denylist = (0..10_000)

@@ -125,10 +125,10 @@ struct Args {
     /// CPUs to pin the cores to, comma separated (default 0..cores).
     #[arg(long, env = "LASTHOP_CPUS", value_delimiter = ',')]
     cpus: Vec<usize>,
-    /// Where the snapshot lives: `huge` reads it into anonymous memory backed by transparent
-    /// huge pages (fewer TLB misses per lookup: measured faster, see engine/DESIGN.md); `map`
-    /// maps the file itself (shared page cache, nothing copied: for hosts short of memory).
-    #[arg(long, value_enum, default_value = "huge")]
+    /// Where the snapshot lives: `map` maps the file itself (zero-copy, page cache shared);
+    /// `huge` reads it into anonymous memory backed by transparent huge pages (fewer TLB misses
+    /// in principle; no gain measured on the development VM, see engine/DESIGN.md).
+    #[arg(long, value_enum, default_value = "map")]
     snapshot_memory: SnapshotMemory,
     /// Socket backend.
     #[arg(long, value_enum, default_value = "auto")]
