@@ -29,3 +29,51 @@ stop_server() {
   wait "${pids[0]}" 2>/dev/null || true
   pids=()
 }
+
+# synth_links BIN WORK LINKS: a LINKS-link snapshot (WORK/links.snap, key WORK/key), and nginx's
+# `map` of the same links (WORK/map.conf), kept between runs of the same size. nginx's map keys
+# compare case-insensitively, so it keeps one of each rare pair of codes that differ only in case
+# and skips any URL nginx would interpret ($ variables, quotes); WORK/codes.common holds the codes
+# nginx has, which is what wrk draws from for every server.
+synth_links() {
+  local bin=$1 work=$2 links=$3
+  if [ -s "$work/links.snap" ] && [ "$(cat "$work/links.count" 2>/dev/null)" = "$links" ]; then
+    return 0
+  fi
+  rm -f "$work/key"
+  "$bin/lasthop-control" keygen --out "$work/key" >/dev/null
+  "$bin/lasthop-snapshot" synth --key-file "$work/key" --count "$links" --out "$work/links.snap" \
+    --codes-out "$work/codes" --tsv-out "$work/links.tsv" >/dev/null
+  awk -F'\t' 'BEGIN{print "map $uri $lh_dest {\n  default \"\";"}
+    $2 !~ /[$"\\;{}]/ && !seen[tolower($1)]++ {printf "  \"/%s\" \"%s\";\n", $1, $2; print $1 >"'"$work/codes.common"'"}
+    END{print "}"}' "$work/links.tsv" >"$work/map.conf"
+  echo "$links" >"$work/links.count"
+}
+
+# nginx_conf WORK PORT: WORK/nginx.conf, one worker pinned to CPU 0 answering 302 from
+# WORK/map.conf (see synth_links) and 404 for anything else, on 127.0.0.1:PORT.
+nginx_conf() {
+  local work=$1 PORT=$2
+  cat >"$work/nginx.conf" <<NGX
+worker_processes 1;
+worker_cpu_affinity 01;
+daemon off;
+pid $work/nginx.pid;
+error_log $work/nginx.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  map_hash_max_size 4194304;
+  map_hash_bucket_size 256;
+  include $work/map.conf;
+  server {
+    listen 127.0.0.1:$PORT reuseport;
+    location / {
+      if (\$lh_dest = "") { return 404; }
+      return 302 \$lh_dest;
+    }
+  }
+}
+NGX
+}

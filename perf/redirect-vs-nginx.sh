@@ -26,43 +26,10 @@ cargo build --release -q -p lasthop-engine -p lasthop-snapshot -p lasthop-contro
 BIN=$PWD/target/release
 work=${WORK:-/var/tmp/lasthop-perf}
 mkdir -p "$work"
-if [ ! -s "$work/links.snap" ] || [ "$(cat "$work/links.count" 2>/dev/null)" != "$LINKS" ]; then
-  rm -f "$work/key"
-  "$BIN/lasthop-control" keygen --out "$work/key" >/dev/null
-  "$BIN/lasthop-snapshot" synth --key-file "$work/key" --count "$LINKS" --out "$work/links.snap" \
-    --codes-out "$work/codes" --tsv-out "$work/links.tsv" >/dev/null
-  # nginx map: its string keys compare case-insensitively, so keep one of each rare pair of
-  # codes that differ only in case, and skip any URL nginx would interpret ($ variables,
-  # quotes). Both servers get the same load: wrk draws from the codes nginx has.
-  awk -F'\t' 'BEGIN{print "map $uri $lh_dest {\n  default \"\";"}
-    $2 !~ /[$"\\;{}]/ && !seen[tolower($1)]++ {printf "  \"/%s\" \"%s\";\n", $1, $2; print $1 >"'"$work/codes.common"'"}
-    END{print "}"}' "$work/links.tsv" >"$work/map.conf"
-  echo "$LINKS" >"$work/links.count"
-fi
-cat >"$work/nginx.conf" <<NGX
-worker_processes 1;
-worker_cpu_affinity 01;
-daemon off;
-pid $work/nginx.pid;
-error_log $work/nginx.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  map_hash_max_size 4194304;
-  map_hash_bucket_size 256;
-  include $work/map.conf;
-  server {
-    listen 127.0.0.1:$PORT reuseport;
-    location / {
-      if (\$lh_dest = "") { return 404; }
-      return 302 \$lh_dest;
-    }
-  }
-}
-NGX
-
 . perf/lib.sh
+synth_links "$BIN" "$work" "$LINKS"
+nginx_conf "$work" "$PORT"
+
 hz=$(getconf CLK_TCK)
 
 start_server() { # name -> sets pids

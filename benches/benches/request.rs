@@ -17,7 +17,9 @@
 //!   (the scanner case);
 //! - `alias`: an alias in the snapshot → 302;
 //! - `fixed`: `render_fixed` alone, the floor (the cost of emitting any response at all);
-//! - `part_*`: the pieces of `hit_*` alone, to see where the time goes.
+//! - `part_*`: the pieces of `hit_*` alone, to see where the time goes;
+//! - `part_click_record`: recording the click of a browser's request into the core's buffer
+//!   (visitor hash, referrer host, encode, buffer lock), drained as the flusher would.
 //!
 //! `cargo bench -p lasthop-benches --bench request`
 
@@ -257,6 +259,38 @@ fn request(c: &mut Criterion) {
             out.clear();
             render_fixed(&mut out);
             black_box(out.len())
+        })
+    });
+    let clicks = lasthop_engine::clicks::Clicks::new(
+        1,
+        lasthop_engine::clicks::ClickSettings {
+            pop: "fra1".into(),
+            visitor_key: [7; 32],
+            geo: None,
+            // Small enough that the buffer is full now and then, like a real flush interval.
+            buffer_bytes: 1 << 20,
+        },
+    );
+    let recorder = clicks.recorder(0).expect("core 0");
+    let browser_req = BROWSER.replace("{}", "Ab3dE9x");
+    let Parse::Complete { req, .. } = parse(browser_req.as_bytes(), &Limits::default()) else {
+        panic!("the browser request parses")
+    };
+    let peer: std::net::IpAddr = "203.0.113.77".parse().expect("address");
+    let mut n = 0i64;
+    group.bench_function("part_click_record", |b| {
+        b.iter(|| {
+            n += 1;
+            recorder.record(
+                black_box(&req),
+                b"Ab3dE9x",
+                Some(peer),
+                true,
+                1_764_504_000_000 + n,
+            );
+            if n % 2048 == 0 {
+                clicks.drain_for_bench();
+            }
         })
     });
     group.finish();

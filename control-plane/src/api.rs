@@ -4,7 +4,7 @@
 //! human message, never internals. Malformed input of any kind is a 400, never a 500.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
@@ -21,6 +21,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::auth::{ApiKeys, Principal};
+use crate::clicks::{ClicksHandle, Day, RecomputeError};
 use crate::clock::{now_ms, parse_rfc3339, rfc3339};
 use crate::fleet::{summarize, Fleet};
 use crate::metrics::Metrics;
@@ -74,6 +75,7 @@ struct Inner {
     metrics: Metrics,
     fleet: Arc<Fleet>,
     snapshots: Option<Arc<Publisher>>,
+    clicks: OnceLock<ClicksHandle>,
 }
 
 /// Shared state of every handler.
@@ -112,7 +114,16 @@ impl AppState {
             metrics,
             fleet,
             snapshots,
+            clicks: OnceLock::new(),
         }))
+    }
+
+    /// Serves stats and recompute from the click processor behind `clicks` (without one, both
+    /// answer 503). Set once, at start.
+    pub fn set_clicks(&self, clicks: ClicksHandle) {
+        if self.0.clicks.set(clicks).is_err() {
+            tracing::warn!("the click processor was already set; keeping the first");
+        }
     }
 
     /// The metrics registry.
@@ -644,6 +655,102 @@ async fn publish_snapshot(
     }
 }
 
+fn clicks(state: &AppState) -> Result<ClicksHandle, ApiError> {
+    state.0.clicks.get().cloned().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stats_unavailable",
+            "this server runs no click processor (--clicks off)",
+        )
+    })
+}
+
+/// `GET /v1/links/{code}/stats?from=&to=`: the owner's (or an admin's) view of a link's clicks,
+/// bots beside humans.
+async fn link_stats(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(code): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let clicks = clicks(&state)?;
+    fetch_visible(&state, &who, code.clone()).await?;
+    let (from, to) = crate::clicks::stats::range(
+        q.get("from").map(String::as_str),
+        q.get("to").map(String::as_str),
+        Day::today(),
+    )
+    .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
+    let store = Arc::clone(clicks.store());
+    let answer =
+        tokio::task::spawn_blocking(move || crate::clicks::stats::stats(&store, &code, from, to))
+            .await;
+    match answer {
+        Ok(Ok(body)) => Ok(Json(body).into_response()),
+        Ok(Err(e @ crate::clicks::RollupStoreError::Corrupt { .. })) => {
+            tracing::error!(error = %e, "reading stats");
+            Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "corrupt_rollup",
+                "a stored rollup of this link is unreadable; recomputing its day repairs it (see the server log)",
+            ))
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "reading stats");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_unavailable",
+                "stats are unavailable, retry later",
+            ))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "stats task failed");
+            Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            ))
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecomputeBody {
+    day: String,
+}
+
+/// `POST /v1/admin/clicks/recompute {"day":"YYYY-MM-DD"}`: rebuild a day from the archive with
+/// the current rules, replacing its streaming numbers.
+async fn recompute_clicks(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    body: Body,
+) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    let parsed: RecomputeBody = parse_json(&read_body(body).await?)?;
+    let day = Day::parse(&parsed.day)
+        .ok_or_else(|| ApiError::bad("invalid_date", "day must be a date, YYYY-MM-DD"))?;
+    let clicks = clicks(&state)?;
+    tracing::info!(%day, by = %who.owner, "recompute requested");
+    match clicks.recompute(day).await {
+        Ok(report) => Ok(Json(report).into_response()),
+        Err(e @ RecomputeError::NoArchive(_)) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_archive",
+            e.to_string(),
+        )),
+        Err(e) => {
+            tracing::error!(error = %e, %day, "recompute failed");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "recompute_failed",
+                "the recompute failed; see the server log",
+            ))
+        }
+    }
+}
+
 async fn resolve(
     State(state): State<AppState>,
     Auth(_who): Auth,
@@ -746,9 +853,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/links/{code}/takedown", post(takedown_link))
         .route("/v1/links/{code}/restore", post(restore_link))
+        .route("/v1/links/{code}/stats", get(link_stats))
         .route("/v1/resolve", post(resolve))
         .route("/v1/edges", get(list_edges))
         .route("/v1/admin/snapshots", post(publish_snapshot))
+        .route("/v1/admin/clicks/recompute", post(recompute_clicks))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .fallback(fallback)

@@ -14,11 +14,14 @@
 //! - [`ratelimit`]: per-owner token buckets for creation;
 //! - [`metrics`]: the Prometheus registry;
 //! - [`snapshot`]: building an edge snapshot from the store;
-//! - [`clock`]: wall-clock milliseconds and RFC 3339 formatting.
+//! - [`clock`]: wall-clock milliseconds and RFC 3339 formatting;
+//! - [`clicks`]: the click stream processor (spool or Kafka → dedup, bots, rollups, archive),
+//!   the rollup store behind `GET /v1/links/{code}/stats`, recompute and the synthetic stream.
 
 pub mod api;
 pub mod auth;
 pub mod body_stream;
+pub mod clicks;
 pub mod clock;
 pub mod edge;
 pub mod edge_token;

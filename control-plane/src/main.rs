@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use lasthop_control::clicks::kafka::KafkaConfig;
+use lasthop_control::clicks::synth::SynthConfig;
+use lasthop_control::clicks::{Day, Processor, ProcessorConfig, SourceConfig};
 use lasthop_control::edge::EdgeState;
 use lasthop_control::edge_token::EdgeToken;
 use lasthop_control::feed::Feed;
@@ -51,6 +54,204 @@ enum Command {
         #[command(subcommand)]
         command: SnapshotCommand,
     },
+    /// The click processor outside `serve`: measuring, recomputing, synthetic streams.
+    Clicks {
+        #[command(subcommand)]
+        command: ClicksCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClicksCommand {
+    /// Fill a spool directory or a Kafka topic with a realistic synthetic click stream.
+    Synth(SynthArgs),
+    /// Run the processor standalone (the same code `serve` runs) on a spool or a topic.
+    Process(ProcessArgs),
+    /// Rebuild one day's rollups from the archive with the current rules (server stopped; while
+    /// it runs, use `POST /v1/admin/clicks/recompute`).
+    Recompute {
+        #[arg(long, env = "LASTHOP_DATA_DIR")]
+        data_dir: PathBuf,
+        /// The day, YYYY-MM-DD (UTC).
+        #[arg(long)]
+        day: String,
+        #[command(flatten)]
+        rules: RuleArgs,
+    },
+}
+
+#[derive(Args)]
+struct SynthArgs {
+    /// Write sealed segments into this spool directory.
+    #[arg(long, conflicts_with = "kafka", required_unless_present = "kafka")]
+    spool: Option<PathBuf>,
+    /// Produce to this Kafka cluster instead.
+    #[arg(long)]
+    kafka: Option<String>,
+    #[arg(long, default_value = "lasthop.clicks")]
+    topic: String,
+    /// Producer compression (none, gzip, snappy, lz4, zstd).
+    #[arg(long, default_value = "lz4")]
+    compression: String,
+    /// Spool writer name.
+    #[arg(long, default_value = "synth")]
+    writer: String,
+    /// Events, about 1% of them duplicate deliveries.
+    #[arg(long)]
+    events: u64,
+    #[arg(long, default_value_t = 1000)]
+    codes: u32,
+    #[arg(long, default_value_t = 100_000)]
+    visitors: u64,
+    #[arg(long, default_value_t = 0.1)]
+    bot_share: f64,
+    /// Days the events span, ending now.
+    #[arg(long, default_value_t = 1)]
+    days: u32,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Args)]
+struct ProcessArgs {
+    #[arg(long, env = "LASTHOP_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Spool directory (default DATA_DIR/clicks/spool).
+    #[arg(long, conflicts_with = "kafka")]
+    spool: Option<PathBuf>,
+    /// Consume this Kafka cluster instead of a spool.
+    #[arg(long)]
+    kafka: Option<String>,
+    #[arg(long, default_value = "lasthop.clicks")]
+    topic: String,
+    #[arg(long, default_value = "lasthop-clicks")]
+    group: String,
+    /// Stop once the source is drained and print a JSON summary line.
+    #[arg(long)]
+    exit_when_idle: bool,
+    #[command(flatten)]
+    tuning: ClicksTuning,
+}
+
+/// Bot rules files.
+#[derive(Args, Clone)]
+struct RuleArgs {
+    /// User-agent patterns file (default: the shipped list).
+    #[arg(long, env = "LASTHOP_BOT_AGENTS")]
+    bot_agents: Option<PathBuf>,
+    /// Published crawler ranges file (default: the shipped list).
+    #[arg(long, env = "LASTHOP_CRAWLER_RANGES")]
+    crawler_ranges: Option<PathBuf>,
+}
+
+impl RuleArgs {
+    fn load(&self) -> anyhow::Result<Arc<lasthop_analytics::Rules>> {
+        let rules = lasthop_analytics::Rules::load(
+            self.bot_agents.as_deref(),
+            self.crawler_ranges.as_deref(),
+        )
+        .context("loading the bot rules")?;
+        Ok(Arc::new(rules))
+    }
+}
+
+/// Processor settings shared by `serve` and `clicks process`.
+#[derive(Args, Clone)]
+struct ClicksTuning {
+    /// Dedup window for event ids, seconds (at least 600).
+    #[arg(long, env = "LASTHOP_CLICKS_DEDUP_SECS", default_value_t = 600)]
+    clicks_dedup_secs: u64,
+    /// How long after its end a day still counts late events, seconds.
+    #[arg(long, env = "LASTHOP_CLICKS_GRACE_SECS", default_value_t = 7200)]
+    clicks_grace_secs: u64,
+    /// Flush interval: archive, rollups and offsets, milliseconds.
+    #[arg(long, env = "LASTHOP_CLICKS_FLUSH_MS", default_value_t = 2000)]
+    clicks_flush_ms: u64,
+    /// Days of raw events kept in the archive.
+    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE_DAYS", default_value_t = 90)]
+    clicks_archive_days: u32,
+    /// An `.open` spool file untouched this long (seconds) belongs to a dead writer; at least
+    /// 120 (engines seal their segments after 30 s).
+    #[arg(long, env = "LASTHOP_CLICKS_SPOOL_STALE_SECS", default_value_t = 600)]
+    clicks_spool_stale_secs: u64,
+    #[command(flatten)]
+    rules: RuleArgs,
+}
+
+impl ClicksTuning {
+    fn config(
+        &self,
+        data_dir: &std::path::Path,
+        source: SourceConfig,
+    ) -> anyhow::Result<ProcessorConfig> {
+        anyhow::ensure!(
+            self.clicks_dedup_secs >= 600,
+            "--clicks-dedup-secs must be at least 600 (ten minutes)"
+        );
+        anyhow::ensure!(
+            self.clicks_archive_days >= 1,
+            "--clicks-archive-days must be at least 1"
+        );
+        let min_stale = lasthop_control::clicks::spool::MIN_STALE.as_secs();
+        anyhow::ensure!(
+            self.clicks_spool_stale_secs >= min_stale,
+            "--clicks-spool-stale-secs must be at least {min_stale}: engines seal a segment after \
+             30 s, and a shorter stale period would delete a live writer's .open file"
+        );
+        Ok(ProcessorConfig {
+            clicks_dir: data_dir.join("clicks"),
+            source,
+            dedup_ms: self.clicks_dedup_secs * 1000,
+            grace_ms: self.clicks_grace_secs.saturating_mul(1000),
+            flush_every: Duration::from_millis(self.clicks_flush_ms.max(10)),
+            archive_days: self.clicks_archive_days,
+            spool_stale: Duration::from_secs(self.clicks_spool_stale_secs),
+            rules: self.rules.load()?,
+        })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Toggle {
+    On,
+    Off,
+}
+
+/// The click processor inside `serve`.
+#[derive(Args)]
+struct ServeClicks {
+    /// Run the click processor (spool by default, Kafka with --clicks-kafka).
+    #[arg(long, env = "LASTHOP_CLICKS", value_enum, default_value_t = Toggle::On)]
+    clicks: Toggle,
+    /// Spool directory engines on this host write to (default DATA_DIR/clicks/spool).
+    #[arg(long, env = "LASTHOP_CLICKS_SPOOL")]
+    clicks_spool: Option<PathBuf>,
+    /// Consume clicks from this Kafka cluster instead of the spool.
+    #[arg(long, env = "LASTHOP_CLICKS_KAFKA")]
+    clicks_kafka: Option<String>,
+    #[arg(long, env = "LASTHOP_CLICKS_TOPIC", default_value = "lasthop.clicks")]
+    clicks_topic: String,
+    #[arg(long, env = "LASTHOP_CLICKS_GROUP", default_value = "lasthop-clicks")]
+    clicks_group: String,
+    #[command(flatten)]
+    tuning: ClicksTuning,
+}
+
+fn source(
+    data_dir: &std::path::Path,
+    spool: Option<PathBuf>,
+    kafka: Option<String>,
+    topic: &str,
+    group: &str,
+) -> SourceConfig {
+    match kafka {
+        Some(brokers) => SourceConfig::Kafka(KafkaConfig {
+            brokers,
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+        }),
+        None => SourceConfig::Spool(spool.unwrap_or_else(|| data_dir.join("clicks").join("spool"))),
+    }
 }
 
 #[derive(Subcommand)]
@@ -145,6 +346,8 @@ struct ServeArgs {
     /// Raise `lasthop_edge_lag_alarm` while any engine is more than this many seconds behind.
     #[arg(long, env = "LASTHOP_EDGE_LAG_ALARM_SECS", default_value_t = 30.0)]
     edge_lag_alarm_secs: f64,
+    #[command(flatten)]
+    clicks: ServeClicks,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -212,6 +415,74 @@ fn main() -> anyhow::Result<()> {
             println!("wrote {} (seq {seq}, {info:?})", out.display());
             Ok(())
         }
+        Command::Clicks { command } => clicks(command),
+    }
+}
+
+fn clicks(command: ClicksCommand) -> anyhow::Result<()> {
+    match command {
+        ClicksCommand::Synth(a) => {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&a.bot_share),
+                "--bot-share must be 0..=1"
+            );
+            let cfg = SynthConfig {
+                events: a.events,
+                codes: a.codes.max(1),
+                visitors: a.visitors.max(1),
+                bot_share: a.bot_share,
+                days: a.days.max(1),
+                seed: a.seed,
+                now_ms: u64::try_from(lasthop_control::clock::now_ms()).unwrap_or(0),
+            };
+            let report = match (&a.spool, &a.kafka) {
+                (Some(dir), _) => lasthop_control::clicks::synth::write_spool(dir, &a.writer, cfg)?,
+                (None, Some(brokers)) => lasthop_control::clicks::synth::produce_kafka(
+                    brokers,
+                    &a.topic,
+                    &a.compression,
+                    cfg,
+                )?,
+                (None, None) => anyhow::bail!("pass --spool DIR or --kafka BROKERS"),
+            };
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+        ClicksCommand::Process(a) => {
+            let source = source(&a.data_dir, a.spool, a.kafka, &a.topic, &a.group);
+            let config = a.tuning.config(&a.data_dir, source)?;
+            let processor =
+                Processor::open(config, Metrics::new()?).context("starting the click processor")?;
+            if !a.exit_when_idle {
+                let handle = processor.handle();
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build();
+                    if let Ok(rt) = rt {
+                        rt.block_on(shutdown_signal());
+                    }
+                    handle.stop();
+                });
+            }
+            let summary = processor.run(a.exit_when_idle);
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        ClicksCommand::Recompute {
+            data_dir,
+            day,
+            rules,
+        } => {
+            let day = Day::parse(&day).context("--day must be YYYY-MM-DD")?;
+            let report = lasthop_control::clicks::recompute::recompute_offline(
+                &data_dir.join("clicks"),
+                day,
+                rules.load()?,
+            )?;
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
     }
 }
 
@@ -266,6 +537,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_overlay: args.snapshot_max_overlay,
         },
     )?;
+    let processor = match args.clicks.clicks {
+        Toggle::Off => None,
+        Toggle::On => {
+            let c = &args.clicks;
+            let source = source(
+                &args.data_dir,
+                c.clicks_spool.clone(),
+                c.clicks_kafka.clone(),
+                &c.clicks_topic,
+                &c.clicks_group,
+            );
+            let config = c.tuning.config(&args.data_dir, source)?;
+            Some(Processor::open(config, metrics.clone()).context("starting the click processor")?)
+        }
+    };
     let state = AppState::with_edges(
         Arc::clone(&dyn_store),
         ApiKeys::open(&args.data_dir),
@@ -274,6 +560,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Arc::clone(&fleet),
         Some(Arc::clone(&publisher)),
     );
+    let clicks = match processor {
+        Some(p) => {
+            let handle = p.handle();
+            state.set_clicks(handle.clone());
+            Some((handle, p.spawn()?))
+        }
+        None => None,
+    };
     let heartbeat = Duration::from_millis(args.feed_heartbeat_ms.max(1));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -323,7 +617,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::try_join!(async { api.await }, async { edge.await })?;
         anyhow::Ok(())
     })?;
-    // Requests are drained; hand the unused counter block back.
+    // Requests are drained: the click processor flushes what it read and stops.
+    if let Some((handle, thread)) = clicks {
+        handle.stop();
+        if thread.join().is_err() {
+            tracing::error!("the click processor panicked");
+        }
+    }
+    // Hand the unused counter block back.
     store.shutdown()?;
     tracing::info!("stopped cleanly");
     Ok(())

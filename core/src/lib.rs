@@ -8,7 +8,8 @@
 //! - [`alias`]: custom alias rules and the reserved-word list;
 //! - [`destination`]: destination URL rules (create time and serve time);
 //! - [`link`]: link, link state and change-log types;
-//! - [`feed`]: the edge feed's frames and status reports (control-plane/FEED.md).
+//! - [`feed`]: the edge feed's frames and status reports (control-plane/FEED.md);
+//! - [`click`]: click events and the spool's frames (core/EVENTS.md).
 
 #[cfg(all(
     target_arch = "x86_64",
@@ -18,6 +19,7 @@
 mod aesni;
 pub mod alias;
 pub mod base62;
+pub mod click;
 pub mod code;
 pub mod destination;
 pub mod feed;

@@ -195,7 +195,14 @@ impl EpollLoop {
                 Conn {
                     fd: owned,
                     gen,
-                    session: Session::new(ctx.now_ms),
+                    session: Session {
+                        peer: ctx
+                            .clicks
+                            .as_ref()
+                            .and_then(|_| crate::socket::peer_addr(fd).ok())
+                            .map(|a| a.ip()),
+                        ..Session::new(ctx.now_ms)
+                    },
                     pending: Vec::new(),
                     want_write: false,
                 },

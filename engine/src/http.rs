@@ -37,6 +37,9 @@ pub struct Limits {
     /// Longest head (request line, header fields and the blank line), in bytes. Default 16 KiB.
     /// This is also the most a connection may buffer while its head is incomplete.
     pub max_header_bytes: usize,
+    /// A header a trusted upstream sets to the client's country (`--country-header`, lower
+    /// case), captured into [`Request::country`]; `None` captures nothing.
+    pub country_header: Option<&'static [u8]>,
 }
 
 impl Default for Limits {
@@ -45,6 +48,7 @@ impl Default for Limits {
             max_request_line: 8 * 1024,
             max_headers: 64,
             max_header_bytes: 16 * 1024,
+            country_header: None,
         }
     }
 }
@@ -74,6 +78,8 @@ pub struct Request<'a> {
     pub user_agent: &'a [u8],
     /// `Referer`, empty when absent (for click records).
     pub referer: &'a [u8],
+    /// The [`Limits::country_header`] value, empty when absent or not configured.
+    pub country: &'a [u8],
     /// The request said HTTP/1.0 (an HTTP/1.0 keep-alive answer must say `Connection:
     /// keep-alive`, which [`crate::render::render_for`] does).
     pub http10: bool,
@@ -175,6 +181,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
         keep_alive: !http10,
         user_agent: b"",
         referer: b"",
+        country: b"",
         http10,
     };
     let (mut host, mut body, mut close, mut keep) = (false, false, false, false);
@@ -202,6 +209,12 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
                 None => return Parse::Error(HttpError::Malformed),
             },
             17 if name.eq_ignore_ascii_case(b"transfer-encoding") => body = true,
+            n if limits
+                .country_header
+                .is_some_and(|want| want.len() == n && name.eq_ignore_ascii_case(want)) =>
+            {
+                out.country = value
+            }
             _ => {}
         }
     }
@@ -541,11 +554,27 @@ mod tests {
     }
 
     #[test]
+    fn captures_the_configured_country_header_only() {
+        let buf = b"GET /x HTTP/1.1\r\nHost: a\r\nCF-IPCountry: DE\r\nCountry: FR\r\n\r\n";
+        let (req, _) = complete(buf);
+        assert_eq!(req.country, b"");
+        let limits = Limits {
+            country_header: Some(b"cf-ipcountry"),
+            ..Limits::default()
+        };
+        let Parse::Complete { req, .. } = parse(buf, &limits) else {
+            panic!("complete")
+        };
+        assert_eq!(req.country, b"DE");
+    }
+
+    #[test]
     fn limits() {
         let small = Limits {
             max_request_line: 32,
             max_headers: 2,
             max_header_bytes: 64,
+            country_header: None,
         };
         let long_path = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(40));
         assert_eq!(

@@ -13,14 +13,17 @@
 //! - [`uring`]: the per-core io_uring loop (SINGLE_ISSUER | DEFER_TASKRUN, multishot accept and
 //!   recv, provided buffers); [`epoll`]: the fallback loop;
 //! - [`origin`]: read-through to the control plane on a miss;
+//! - [`clicks`]: per-core click buffers and their flusher; [`spool`] and [`kafka`]: its sinks;
 //! - [`metrics`], [`topk`], [`admin`]: the operator surface.
 
 pub mod admin;
 pub mod answer;
+pub mod clicks;
 pub mod denylist;
 pub mod epoll;
 pub mod feed;
 pub mod http;
+pub mod kafka;
 pub mod metrics;
 pub mod origin;
 pub mod overlay;
@@ -29,6 +32,7 @@ pub mod serve;
 pub mod session;
 pub mod signals;
 pub mod socket;
+pub mod spool;
 pub mod tables;
 pub mod tls;
 pub mod topk;

@@ -23,6 +23,7 @@ use lasthop_engine::tables::Tables;
 use lasthop_engine::tls::{self, TlsSettings};
 use lasthop_engine::topk::TopK;
 use lasthop_engine::uring::{self, UringConfig};
+use lasthop_engine::{clicks, kafka, spool};
 use lasthop_snapshot::Snapshot;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -188,6 +189,64 @@ struct Args {
     /// Seconds to wait for open connections on SIGTERM.
     #[arg(long, default_value_t = 5)]
     drain_timeout: u64,
+    /// Where click events go: `spool` (segment files in `--click-spool`, read by the control
+    /// plane's processor on the same host), `kafka` (`--click-kafka`), or `off`.
+    #[arg(long, value_enum, env = "LASTHOP_CLICKS", default_value = "spool")]
+    clicks: ClicksSink,
+    /// The click spool directory (default `DATA_DIR/clicks/spool`).
+    #[arg(long, env = "LASTHOP_CLICK_SPOOL")]
+    click_spool: Option<PathBuf>,
+    /// Stop writing (drop and count) while the spool holds more than this many MiB.
+    #[arg(long, default_value_t = 2048)]
+    click_spool_max_mib: u64,
+    /// Kafka bootstrap servers for `--clicks kafka`.
+    #[arg(long, env = "LASTHOP_CLICK_KAFKA")]
+    click_kafka: Option<String>,
+    /// The click topic (messages keyed by code).
+    #[arg(long, env = "LASTHOP_CLICK_TOPIC", default_value = "lasthop.clicks")]
+    click_topic: String,
+    /// Extra librdkafka producer property, `key=value` (repeatable: security, tuning).
+    #[arg(long = "click-kafka-option", value_parser = parse_kv)]
+    click_kafka_options: Vec<(String, String)>,
+    /// Clicks queued for Kafka (broker slow or down) before new ones are dropped.
+    #[arg(long, default_value_t = 500_000)]
+    click_kafka_queue: u32,
+    /// Clicks not delivered to Kafka within this many milliseconds are dropped (and counted).
+    #[arg(long, default_value_t = 30_000)]
+    click_kafka_timeout_ms: u64,
+    /// Bytes of click events each core may hold between flushes (KiB).
+    #[arg(long, default_value_t = 4096)]
+    click_buffer_kib: usize,
+    /// How often the cores' click buffers go to the sink.
+    #[arg(long, default_value_t = 100)]
+    click_flush_ms: u64,
+    /// Secret (32+ bytes, hex or raw) from which the daily visitor salt derives; give every
+    /// engine of a fleet the same file, and keep it off the control-plane host (with it, an
+    /// archived event's address can be recovered). Created, random, if missing. Default
+    /// `DATA_DIR/visitor.key`.
+    #[arg(long, env = "LASTHOP_VISITOR_KEY_FILE")]
+    visitor_key_file: Option<PathBuf>,
+    /// A MaxMind-format country (or city) database for click countries.
+    #[arg(long, env = "LASTHOP_GEOIP_DB")]
+    geoip_db: Option<PathBuf>,
+    /// A request header a trusted upstream sets to the client's country (e.g. `CF-IPCountry`);
+    /// it wins over `--geoip-db`. Only set this behind a proxy that overwrites the header.
+    #[arg(long, env = "LASTHOP_COUNTRY_HEADER")]
+    country_header: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ClicksSink {
+    Spool,
+    Kafka,
+    Off,
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected key=value, got {s:?}")),
+    }
 }
 
 /// The `--snapshot` file, loaded the configured way and verified.
@@ -358,6 +417,39 @@ fn main() -> anyhow::Result<()> {
     metrics.feed = feed_stats.clone();
     let tls_stats = args.tls_listen.map(|_| Arc::new(tls::TlsStats::default()));
     metrics.tls = tls_stats.clone();
+    if args.clicks != ClicksSink::Off {
+        anyhow::ensure!(
+            valid_name(&args.pop),
+            "--pop must be 1-64 characters of [A-Za-z0-9._:-] (it is carried in every click)"
+        );
+    }
+    let clicks = match args.clicks {
+        ClicksSink::Off => None,
+        _ => Some(clicks::Clicks::new(
+            cores,
+            clicks::ClickSettings {
+                pop: args.pop.clone(),
+                visitor_key: match &args.visitor_key_file {
+                    Some(file) => clicks::visitor_key(file)?,
+                    // The default file: if the data dir cannot hold it, count visitors under a
+                    // key of this process (clicks are never worth refusing to start over).
+                    None => clicks::visitor_key(&args.data_dir.join("visitor.key"))
+                        .or_else(|e| {
+                            tracing::warn!(error = %format!("{e:#}"), "no visitor key file: unique visitors are counted under a key of this process only");
+                            clicks::random_visitor_key()
+                        })?,
+                },
+                geo: match &args.geoip_db {
+                    Some(p) => Some(clicks::Geo::open(p)?),
+                    None => None,
+                },
+                // One batch is one spool frame, and readers refuse frames over 16 MiB.
+                buffer_bytes: (args.click_buffer_kib.max(4) << 10)
+                    .min(lasthop_core::click::spool::MAX_FRAME_PAYLOAD),
+            },
+        )),
+    };
+    metrics.clicks = clicks.clone();
     let metrics = Arc::new(metrics);
     let tops: Vec<Arc<TopK>> = (0..cores).map(|_| Arc::new(TopK::new())).collect();
 
@@ -464,7 +556,13 @@ fn main() -> anyhow::Result<()> {
             header_timeout_ms: (args.header_timeout * 1000) as i64,
             ..UringConfig::default()
         },
-        limits: Limits::default(),
+        limits: Limits {
+            country_header: args
+                .country_header
+                .as_ref()
+                .map(|h| &*Box::leak(h.to_ascii_lowercase().into_bytes().into_boxed_slice())),
+            ..Limits::default()
+        },
         fixed: args.fixed_response,
         top_sample: args.top_sample,
         hsts: hsts_header(args.hsts_max_age, args.hsts_preload).into(),
@@ -488,6 +586,7 @@ fn main() -> anyhow::Result<()> {
             top: Arc::clone(&tops[index]),
             feed: feed_stats.clone(),
             tls,
+            clicks: clicks.as_ref().and_then(|c| c.recorder(index)),
         };
         handles.push(serve::spawn_core(
             start,
@@ -496,6 +595,14 @@ fn main() -> anyhow::Result<()> {
             origin.clone(),
         )?);
     }
+    let engine_id = args
+        .engine_id
+        .clone()
+        .unwrap_or_else(|| default_engine_id(bound));
+    let flusher = match &clicks {
+        Some(c) => Some(start_click_sink(&args, c, &engine_id)?),
+        None => None,
+    };
     admin.set_ready(true);
     tracing::info!(listen = %bound, admin = %admin_addr, cores, io = backend.as_str(),
         snapshot_links = snapshot.as_ref().map_or(0, |s| s.links()),
@@ -576,6 +683,50 @@ fn main() -> anyhow::Result<()> {
             Err(e) => tracing::error!(error = %e, "core panicked"),
         }
     }
+    if let Some(f) = flusher {
+        f.stop();
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the click flusher on the configured sink.
+fn start_click_sink(
+    args: &Args,
+    clicks: &Arc<clicks::Clicks>,
+    engine_id: &str,
+) -> anyhow::Result<clicks::Flusher> {
+    let sink: Box<dyn clicks::Sink> = match args.clicks {
+        ClicksSink::Kafka => {
+            let brokers = args
+                .click_kafka
+                .clone()
+                .context("--clicks kafka needs --click-kafka BROKERS")?;
+            let cfg = kafka::KafkaConfig {
+                brokers,
+                topic: args.click_topic.clone(),
+                queue_events: args.click_kafka_queue.max(1),
+                delivery_timeout: Duration::from_millis(args.click_kafka_timeout_ms.max(1)),
+                options: args.click_kafka_options.clone(),
+            };
+            Box::new(kafka::KafkaSink::new(&cfg, Arc::clone(&clicks.sink))?)
+        }
+        _ => {
+            let dir = args
+                .click_spool
+                .clone()
+                .unwrap_or_else(|| args.data_dir.join("clicks").join("spool"));
+            let cfg = spool::SpoolConfig {
+                dir: dir.clone(),
+                max_segment_bytes: 64 << 20,
+                max_segment_age: Duration::from_secs(30),
+                max_dir_bytes: args.click_spool_max_mib << 20,
+            };
+            let writer = spool::SpoolWriter::new(cfg, engine_id)
+                .with_context(|| format!("opening the click spool {}", dir.display()))?;
+            tracing::info!(dir = %dir.display(), writer = writer.name(), "click events go to the spool");
+            Box::new(writer)
+        }
+    };
+    Ok(clicks.start(sink, Duration::from_millis(args.click_flush_ms.max(1))))
 }

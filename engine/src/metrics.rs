@@ -298,6 +298,8 @@ pub struct EngineMetrics {
     pub feed: Option<Arc<crate::feed::FeedStats>>,
     /// TLS counters, when `--tls-listen` is given.
     pub tls: Option<Arc<crate::tls::TlsStats>>,
+    /// Click recording, unless `--clicks off`.
+    pub clicks: Option<Arc<crate::clicks::Clicks>>,
 }
 
 /// Appends one metric family's HELP and TYPE lines (also used by [`crate::origin`] and
@@ -334,6 +336,7 @@ impl EngineMetrics {
             origin: None,
             feed: None,
             tls: None,
+            clicks: None,
         }
     }
 
@@ -527,6 +530,9 @@ impl EngineMetrics {
         }
         if let Some(tls) = &self.tls {
             tls.render(o);
+        }
+        if let Some(clicks) = &self.clicks {
+            clicks.render(o);
         }
 
         family(

@@ -149,6 +149,8 @@ pub struct CoreStart {
     pub feed: Option<Arc<crate::feed::FeedStats>>,
     /// The core's HTTPS listener, with `--tls-listen` (io_uring backend).
     pub tls: Option<crate::uring::TlsListen>,
+    /// The core's click recorder, unless `--clicks off`.
+    pub clicks: Option<crate::clicks::Recorder>,
 }
 
 enum Loop {
@@ -235,6 +237,7 @@ async fn run_core(
         top_sample: config.top_sample.max(1),
         turn_start: std::time::Instant::now(),
         answered: std::cell::Cell::new(0),
+        clicks: start.clicks,
     };
     ctx.refresh_clock();
     let mut lp = match config.backend {

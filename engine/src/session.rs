@@ -47,6 +47,8 @@ pub struct CoreCtx {
     /// Requests answered, for sampling the latency clock (a `Cell` so the request path can
     /// borrow the tables and the context together, without touching the shared `Arc`).
     pub answered: std::cell::Cell<u64>,
+    /// This core's click recorder (`--clicks`), fed by every answered redirect.
+    pub clicks: Option<crate::clicks::Recorder>,
 }
 
 impl CoreCtx {
@@ -80,6 +82,8 @@ pub struct Session {
     /// The bytes being fed are TLS 0-RTT early data: only GET and HEAD are answered (a replay
     /// of them changes nothing); anything else gets 425 Too Early.
     pub early: bool,
+    /// The client's address, once known (click events hash it; it is never stored).
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// Result of handling one request.
@@ -223,9 +227,13 @@ impl Session {
         }
         if let Answer::Redirect { .. } = answer {
             // The click hook: count the code in the hot-code sketch (one request in
-            // `top_sample`). The click pipeline's per-core event buffer plugs in here (issue 7).
+            // `top_sample`) and record the event into this core's buffer.
+            let code = code_of(req.path);
             if ctx.answered.get() % ctx.top_sample == 0 {
-                ctx.top.record(code_of(req.path));
+                ctx.top.record(code);
+            }
+            if let Some(clicks) = &ctx.clicks {
+                clicks.record(req, code, self.peer, self.https, ctx.now_ms);
             }
         }
         record(ctx, answer, layer);

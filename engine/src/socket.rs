@@ -93,12 +93,23 @@ fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 
 /// The address a socket is bound to (to report `:0` listeners).
 pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
-    // SAFETY: zeroed sockaddr_storage is valid; getsockname writes at most `len` bytes.
+    sockaddr_of(fd, libc::getsockname)
+}
+
+/// The address of a connected socket's peer (the client, for click events).
+pub fn peer_addr(fd: RawFd) -> io::Result<SocketAddr> {
+    sockaddr_of(fd, libc::getpeername)
+}
+
+type NameCall = unsafe extern "C" fn(RawFd, *mut libc::sockaddr, *mut libc::socklen_t) -> i32;
+
+fn sockaddr_of(fd: RawFd, call: NameCall) -> io::Result<SocketAddr> {
+    // SAFETY: zeroed sockaddr_storage is valid; the call writes at most `len` bytes.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: storage and len are valid for writes for the call's duration.
     cvt(unsafe {
-        libc::getsockname(
+        call(
             fd,
             (&mut storage as *mut libc::sockaddr_storage).cast(),
             &mut len,

@@ -640,10 +640,13 @@ impl UringLoop {
                 .user_data(user_data(CLOSE, gen, idx));
             return self.push(close);
         }
-        let install = tls_conn.is_some() && self.tls.as_ref().is_some_and(|t| t.ktls.is_some());
-        if install {
-            // A regular fd for the hand-off's setsockopt calls, ready long before the handshake
-            // ends (it needs a round trip from the client).
+        let ktls = tls_conn.is_some() && self.tls.as_ref().is_some_and(|t| t.ktls.is_some());
+        if ktls || ctx.clicks.is_some() {
+            // A regular fd: for the kTLS hand-off's setsockopt calls, ready long before the
+            // handshake ends (it needs a round trip from the client), and for the peer address
+            // click events need (a multishot accept into fixed files returns none). Submitted
+            // before the first receive, so its completion comes first.
+
             let sqe = opcode::FixedFdInstall::new(Fixed(idx), 0)
                 .build()
                 .user_data(user_data(INSTALL, gen, idx));
@@ -730,20 +733,25 @@ impl UringLoop {
         if res < 0 {
             tracing::debug!(
                 error = res,
-                "installing a descriptor for kTLS failed; staying in userspace"
+                "installing a descriptor failed; no kTLS and no peer address for this connection"
             );
             return;
         }
         // SAFETY: a successful FIXED_FD_INSTALL returns a new descriptor that nothing else owns.
         let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(res) };
+        let ktls = self.tls.as_ref().is_some_and(|t| t.ktls.is_some());
         if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
             if conn.gen == gen && !conn.closing {
-                if let Some(t) = conn.tls.as_mut() {
+                conn.session.peer = crate::socket::peer_addr(fd.as_raw_fd())
+                    .ok()
+                    .map(|a| a.ip());
+                if let (Some(t), true) = (conn.tls.as_mut(), ktls) {
                     t.raw_fd = Some(fd);
                 }
             }
         }
-        // Otherwise `fd` drops here and closes.
+        // Otherwise (or once the address is read) `fd` drops here and closes; the fixed slot
+        // keeps the connection.
     }
 
     fn on_send(&mut self, gen: u32, idx: u32, res: i32, ctx: &mut CoreCtx) -> io::Result<()> {

@@ -1,5 +1,7 @@
 //! Integration tests of `lasthop-control`, one binary:
 //!
+//! - `clicks`: the click processor in the real binary: spool segments and a Kafka-protocol
+//!   broker in, stats over HTTP out; dedup, bots, late events, recompute, restarts, corruption;
 //! - `edge`: the internal edge listener (origin lookups, the edge token), through its router and
 //!   over a socket;
 //! - `feed`: the edge feed, snapshot publishing and status reports, over real sockets;
@@ -7,6 +9,7 @@
 //! - `process`: the real binary over real sockets (curl and an HTTP client crate): concurrent
 //!   alias claims, graceful and hard restarts, and the SIGKILL crash test.
 
+mod clicks;
 mod edge;
 mod feed;
 mod harness;

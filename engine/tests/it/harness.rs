@@ -510,6 +510,13 @@ impl Control {
         v
     }
 
+    /// `GET /v1/links/{code}/stats` as the owner (today's numbers by default).
+    pub fn stats(&self, code: &str) -> serde_json::Value {
+        let (status, v) = self.call("GET", &format!("/v1/links/{code}/stats"), &self.key, None);
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
     /// `GET /v1/edges`.
     pub fn edges(&self) -> serde_json::Value {
         let (status, v) = self.call("GET", "/v1/edges", &self.admin_key, None);
@@ -593,5 +600,122 @@ impl Load {
             c.join().expect("a client saw a failure");
         }
         self.done.load(Ordering::Relaxed)
+    }
+}
+
+/// A Kafka-protocol broker for the Kafka sink's tests: `tansu` (in-memory storage), from `PATH`,
+/// `~/.cargo/bin` or `$LASTHOP_TANSU`. `scripts/test` installs it; without it the tests that
+/// need it say SKIPPED.
+#[derive(Debug)]
+pub struct Tansu {
+    bin: PathBuf,
+    pub port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Tansu {
+    /// The broker binary, if installed.
+    pub fn find() -> Option<PathBuf> {
+        if let Ok(p) = std::env::var("LASTHOP_TANSU") {
+            return Some(PathBuf::from(p));
+        }
+        let home = std::env::var("HOME").unwrap_or_default();
+        std::env::var("PATH")
+            .unwrap_or_default()
+            .split(':')
+            .map(PathBuf::from)
+            .chain([PathBuf::from(home).join(".cargo/bin")])
+            .map(|d| d.join("tansu"))
+            .find(|p| p.is_file())
+    }
+
+    /// Starts a broker on a free loopback port with `topic` created, or `None` (after printing
+    /// `SKIPPED <test>: ...`) when tansu is not installed.
+    pub fn start(site: &Site, test: &str, topic: &str) -> Option<Tansu> {
+        let Some(bin) = Tansu::find() else {
+            println!(
+                "SKIPPED {test}: no Kafka-protocol broker (tansu) installed; scripts/test installs it \
+                 with `cargo install --locked tansu --features dynostore`"
+            );
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut t = Tansu {
+            bin,
+            port,
+            child: None,
+            log: site.dir.path().join(format!("tansu-{port}.log")),
+        };
+        t.up(topic);
+        Some(t)
+    }
+
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// (Re)starts the broker (empty: its storage is in memory) and creates `topic`.
+    pub fn up(&mut self, topic: &str) {
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("tansu log");
+        let child = Command::new(&self.bin)
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("tansu starts");
+        self.child = Some(child);
+        wait_until(Duration::from_secs(30), "tansu listening", || {
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+        });
+        let ok = Command::new(&self.bin)
+            .args([
+                "topic",
+                "create",
+                topic,
+                "--broker",
+                &url,
+                "--partitions",
+                "2",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("tansu topic create")
+            .success();
+        assert!(
+            ok,
+            "creating topic {topic}: {}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+    }
+
+    /// Stops the broker (SIGKILL: a crash, not a goodbye).
+    pub fn down(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        self.down();
     }
 }

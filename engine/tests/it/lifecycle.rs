@@ -134,4 +134,9 @@ fn starts_as_non_root_under_an_8_mib_memlock_limit() {
     let r = conn.get(&format!("/{code}"));
     assert_eq!(r.status, 302);
     assert_eq!(r.header("location"), Some("https://example.com/np"));
+    // Its data dir belongs to root, so the click spool cannot be written: that costs the click
+    // (counted), never the start or the redirect.
+    crate::harness::wait_until(Duration::from_secs(10), "the lost click counted", || {
+        engine.metric("lasthop_engine_clicks_dropped_total{reason=\"sink\"}") == Some(1.0)
+    });
 }

@@ -5,9 +5,12 @@
 //! - `lifecycle`: SIGHUP snapshot swap under load, SIGTERM drain, a non-root start under an
 //!   8 MiB memlock limit;
 //! - `origin`: read-through to a running control plane;
+//! - `clicks`: click events from real redirects into the spool (and Kafka), and through the
+//!   control plane's processor into stats;
 //! - `feed`: the edge feed with a real control plane and several engines (new links,
 //!   takedowns, restarts, a lost feed and safe mode, snapshot swaps under load, the token).
 
+mod clicks;
 mod feed;
 mod harness;
 mod lifecycle;

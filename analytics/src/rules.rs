@@ -1,0 +1,583 @@
+//! The bot rules: user-agent patterns and crawler ranges from data files, behaviour thresholds.
+//!
+//! The lists are data, not code, because they go stale faster than we release: the shipped
+//! copies (`analytics/data/bot-agents.txt`, `analytics/data/crawler-ranges.txt`, compiled in)
+//! are the default, and an operator's file replaces either one whole. Each file's header
+//! documents its format. A malformed line refuses the file with its path and line number: a
+//! processor quietly running with half its rules would count bots as people.
+//!
+//! **User agents** are matched case-insensitively as substrings with one Aho-Corasick automaton,
+//! so the cost does not grow with the number of rules. `allow` lines carve exceptions out of the
+//! generic rules (`bot` must not catch a "Cubot" phone): a rule's match that lies inside an allow
+//! match is ignored. Substrings rather than word boundaries, because the long tail of bots names
+//! itself `SomethingBot/1.0`, which a word-boundary `bot` would miss.
+//!
+//! **Crawler ranges**: an event carries only its client's /24 (IPv4) or /48 (IPv6), never the
+//! address, so a range matches an event when the two overlap: the range contains the event's
+//! network (prefix ≤ 24, or ≤ 48), or lies inside it (a Googlebot /28 marks its whole /24). The
+//! cost is one hash probe: ranges down to /16 (/40) are expanded into their /24s (/48s), at most
+//! 256 entries each; only the rare shorter ranges need a probe per distinct prefix length.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::Path;
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use hashbrown::HashMap;
+use lasthop_core::click::Net;
+
+/// The shipped user-agent rules.
+const BUILTIN_AGENTS: &str = include_str!("../data/bot-agents.txt");
+/// The shipped crawler ranges.
+const BUILTIN_CRAWLERS: &str = include_str!("../data/crawler-ranges.txt");
+/// The default of [`Rules::max_codes_per_minute`].
+pub const DEFAULT_MAX_CODES_PER_MINUTE: u32 = 30;
+/// The longest user-agent substring a rule may have (an event's user agent is at most 256 bytes).
+const MAX_PATTERN: usize = 256;
+/// The longest crawler name.
+const MAX_NAME: usize = 64;
+
+/// The rules a [`crate::Classifier`] applies.
+pub struct Rules {
+    /// A visitor fetching more than this many distinct codes within one minute is a bot.
+    pub max_codes_per_minute: u32,
+    agents: AgentRules,
+    crawlers: CrawlerRanges,
+}
+
+impl fmt::Debug for Rules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rules")
+            .field("max_codes_per_minute", &self.max_codes_per_minute)
+            .field("agent_rules", &self.agents.kinds.len())
+            .field("crawler_ranges", &self.crawlers.count)
+            .finish()
+    }
+}
+
+/// Why a rules file was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RulesError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A line is malformed.
+    #[error("{path}:{line}: {why}")]
+    Line {
+        /// The file.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        why: String,
+    },
+    /// The patterns, each valid, could not be compiled together (far more than any real list).
+    #[error("{path}: {why}")]
+    Build {
+        /// The file.
+        path: String,
+        /// What the matcher builder said.
+        why: String,
+    },
+}
+
+/// What kind of bot a user-agent rule names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AgentKind {
+    /// A search-engine or AI crawler.
+    Crawler,
+    /// A link-preview fetcher (chat apps, social networks).
+    Preview,
+    /// An HTTP library, command-line tool or headless browser (and the empty user agent).
+    Automation,
+    /// An uptime or performance monitor.
+    Monitor,
+}
+
+impl AgentKind {
+    /// The name used in the rules file.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AgentKind::Crawler => "crawler",
+            AgentKind::Preview => "preview",
+            AgentKind::Automation => "automation",
+            AgentKind::Monitor => "monitor",
+        }
+    }
+}
+
+impl Rules {
+    /// The rules shipped in `analytics/data/`.
+    pub fn builtin() -> Rules {
+        // The shipped files are compiled in and parsed by the `builtin_rules_parse` test, so this
+        // cannot fail in a build that passed its tests.
+        Rules::parse(BUILTIN_AGENTS.as_bytes(), BUILTIN_CRAWLERS.as_bytes())
+            .expect("the shipped rules files parse")
+    }
+
+    /// The shipped rules with either file replaced by an operator's own.
+    pub fn load(agents: Option<&Path>, crawlers: Option<&Path>) -> Result<Rules, RulesError> {
+        let agents = match agents {
+            Some(path) => AgentRules::parse(&read(path)?, &path.display().to_string())?,
+            None => AgentRules::parse(BUILTIN_AGENTS.as_bytes(), "builtin bot-agents.txt")?,
+        };
+        let crawlers = match crawlers {
+            Some(path) => CrawlerRanges::parse(&read(path)?, &path.display().to_string())?,
+            None => {
+                CrawlerRanges::parse(BUILTIN_CRAWLERS.as_bytes(), "builtin crawler-ranges.txt")?
+            }
+        };
+        Ok(Rules {
+            max_codes_per_minute: DEFAULT_MAX_CODES_PER_MINUTE,
+            agents,
+            crawlers,
+        })
+    }
+
+    /// Rules from the two files' contents (in the shipped files' formats).
+    pub fn parse(agents: &[u8], crawlers: &[u8]) -> Result<Rules, RulesError> {
+        Ok(Rules {
+            max_codes_per_minute: DEFAULT_MAX_CODES_PER_MINUTE,
+            agents: AgentRules::parse(agents, "bot-agents")?,
+            crawlers: CrawlerRanges::parse(crawlers, "crawler-ranges")?,
+        })
+    }
+
+    /// The kind of bot `user_agent` names, if any; the empty user agent is automation.
+    pub fn match_agent(&self, user_agent: &str) -> Option<AgentKind> {
+        if user_agent.is_empty() {
+            return Some(AgentKind::Automation);
+        }
+        self.agents.find(user_agent)
+    }
+
+    /// The crawler whose published range overlaps `net`, if any.
+    pub fn crawler_range(&self, net: Net) -> Option<&str> {
+        let idx = match net {
+            Net::V4([a, b, c]) => self
+                .crawlers
+                .v4
+                .get(u64::from(u32::from_be_bytes([0, a, b, c]))),
+            Net::V6(p) => self.crawlers.v6.get(u64::from_be_bytes([
+                0, 0, p[0], p[1], p[2], p[3], p[4], p[5],
+            ])),
+        }?;
+        self.crawlers.names.get(idx as usize).map(|n| &**n)
+    }
+
+    /// How many user-agent rules (exceptions included) are loaded.
+    pub fn agent_rules(&self) -> usize {
+        self.agents.kinds.len()
+    }
+
+    /// How many crawler ranges are loaded.
+    pub fn crawler_ranges(&self) -> usize {
+        self.crawlers.count
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, RulesError> {
+    std::fs::read(path).map_err(|source| RulesError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// The non-comment lines of a rules file: (1-based number, trimmed text).
+fn lines<'a>(
+    text: &'a [u8],
+    path: &'a str,
+) -> impl Iterator<Item = Result<(usize, &'a str), RulesError>> + 'a {
+    text.split(|&b| b == b'\n')
+        .enumerate()
+        .filter_map(move |(i, raw)| {
+            let line = match std::str::from_utf8(raw) {
+                Ok(s) => s.trim(),
+                Err(_) => return Some(Err(line_error(path, i + 1, "not UTF-8"))),
+            };
+            if line.is_empty() || line.starts_with('#') {
+                return None;
+            }
+            Some(Ok((i + 1, line)))
+        })
+}
+
+fn line_error(path: &str, line: usize, why: impl Into<String>) -> RulesError {
+    RulesError::Line {
+        path: path.to_owned(),
+        line,
+        why: why.into(),
+    }
+}
+
+/// The user-agent substrings, compiled.
+#[derive(Debug)]
+struct AgentRules {
+    matcher: AhoCorasick,
+    /// Per pattern: the kind it names, `None` for an `allow` exception.
+    kinds: Vec<Option<AgentKind>>,
+}
+
+impl AgentRules {
+    fn parse(text: &[u8], path: &str) -> Result<AgentRules, RulesError> {
+        let mut patterns = Vec::new();
+        let mut kinds = Vec::new();
+        for item in lines(text, path) {
+            let (n, line) = item?;
+            let (kind, pattern) = line
+                .split_once(|c: char| c.is_ascii_whitespace())
+                .ok_or_else(|| line_error(path, n, "expected `<kind> <substring>`"))?;
+            let kind = match kind {
+                "crawler" => Some(AgentKind::Crawler),
+                "preview" => Some(AgentKind::Preview),
+                "automation" => Some(AgentKind::Automation),
+                "monitor" => Some(AgentKind::Monitor),
+                "allow" => None,
+                other => {
+                    return Err(line_error(
+                        path,
+                        n,
+                        format!(
+                            "unknown kind {other:?} (crawler, preview, automation, monitor, allow)"
+                        ),
+                    ))
+                }
+            };
+            let pattern = pattern.trim();
+            if pattern.len() > MAX_PATTERN {
+                return Err(line_error(
+                    path,
+                    n,
+                    format!("substring longer than {MAX_PATTERN} bytes"),
+                ));
+            }
+            if !pattern.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+                return Err(line_error(path, n, "substring must be printable ASCII"));
+            }
+            patterns.push(pattern);
+            kinds.push(kind);
+        }
+        let matcher = AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .match_kind(MatchKind::Standard)
+            .build(&patterns)
+            .map_err(|e| RulesError::Build {
+                path: path.to_owned(),
+                why: e.to_string(),
+            })?;
+        Ok(AgentRules { matcher, kinds })
+    }
+
+    /// The kind of the first rule, in file order, that matches outside every exception. File
+    /// order lets a specific rule (`Slackbot`, a preview) win over a generic one (`bot`) that
+    /// matches the same bytes. Exceptions need every match, overlapping ones included; user
+    /// agents are short and the classifier caches verdicts per user agent, so this runs once
+    /// per distinct string.
+    fn find(&self, ua: &str) -> Option<AgentKind> {
+        let mut allowed: Vec<(usize, usize)> = Vec::new();
+        let mut best: Option<(usize, usize, usize)> = None;
+        let mut hits: Vec<(usize, usize, usize)> = Vec::new();
+        for m in self.matcher.find_overlapping_iter(ua) {
+            let pattern = m.pattern().as_usize();
+            match self.kinds.get(pattern) {
+                Some(Some(_)) => hits.push((pattern, m.start(), m.end())),
+                Some(None) => allowed.push((m.start(), m.end())),
+                None => {}
+            }
+        }
+        for hit in hits {
+            let (pattern, s, e) = hit;
+            let excepted = allowed.iter().any(|&(a, b)| a <= s && e <= b);
+            if !excepted && best.is_none_or(|(p, _, _)| pattern < p) {
+                best = Some(hit);
+            }
+        }
+        best.and_then(|(pattern, _, _)| self.kinds.get(pattern).copied().flatten())
+    }
+}
+
+/// Published crawler networks, keyed by the event-sized network (/24 or /48) they overlap.
+#[derive(Debug, Default)]
+struct CrawlerRanges {
+    names: Vec<Box<str>>,
+    v4: PrefixTable,
+    v6: PrefixTable,
+    count: usize,
+}
+
+impl CrawlerRanges {
+    fn parse(text: &[u8], path: &str) -> Result<CrawlerRanges, RulesError> {
+        let mut out = CrawlerRanges {
+            v4: PrefixTable::new(24),
+            v6: PrefixTable::new(48),
+            ..CrawlerRanges::default()
+        };
+        let mut name_index: HashMap<&str, u32> = HashMap::new();
+        for item in lines(text, path) {
+            let (n, line) = item?;
+            let mut words = line.split_ascii_whitespace();
+            let (Some(cidr), Some(name), None) = (words.next(), words.next(), words.next()) else {
+                return Err(line_error(path, n, "expected `<CIDR> <name>`"));
+            };
+            let (ip, len) = parse_cidr(cidr).map_err(|why| line_error(path, n, why))?;
+            if name.len() > MAX_NAME
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            {
+                return Err(line_error(path, n, "name must be 1-64 of [A-Za-z0-9._-]"));
+            }
+            let next = out.names.len() as u32;
+            let idx = *name_index.entry(name).or_insert(next);
+            if idx == next {
+                out.names.push(name.into());
+            }
+            match ip {
+                IpAddr::V4(v4) => out.v4.insert(u64::from(u32::from(v4) >> 8), len, idx),
+                IpAddr::V6(v6) => out.v6.insert((u128::from(v6) >> 80) as u64, len, idx),
+            }
+            out.count += 1;
+        }
+        Ok(out)
+    }
+}
+
+/// `a.b.c.d/len` or `x::/len`, host bits zero.
+fn parse_cidr(cidr: &str) -> Result<(IpAddr, u8), String> {
+    let (addr, len) = cidr
+        .split_once('/')
+        .ok_or("expected a CIDR, e.g. 66.249.64.0/19")?;
+    let ip: IpAddr = addr
+        .parse()
+        .map_err(|_| format!("{addr:?} is not an IP address"))?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len: u8 = len
+        .parse()
+        .ok()
+        .filter(|&l| l <= max && len.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| format!("prefix length {len:?} is not 0..={max}"))?;
+    let host_bits_set = match ip {
+        IpAddr::V4(v4) => u32::from(v4).checked_shl(u32::from(len)).unwrap_or(0) != 0,
+        IpAddr::V6(v6) => u128::from(v6).checked_shl(u32::from(len)).unwrap_or(0) != 0,
+    };
+    if host_bits_set {
+        return Err(format!("{cidr} has host bits set"));
+    }
+    Ok((ip, len))
+}
+
+/// Ranges over `unit`-bit network keys (24 for IPv4 /24s, 48 for IPv6 /48s).
+#[derive(Debug, Default)]
+struct PrefixTable {
+    unit: u8,
+    /// Every event network a range of prefix ≥ unit − 8 overlaps; value: name index.
+    exact: HashMap<u64, u32>,
+    /// Shorter ranges by prefix length, keyed by their top `len` bits.
+    short: Vec<(u8, HashMap<u64, u32>)>,
+}
+
+impl PrefixTable {
+    /// Ranges at most this many bits shorter than the unit are expanded (≤ 256 entries each).
+    const EXPAND_BITS: u8 = 8;
+
+    fn new(unit: u8) -> PrefixTable {
+        PrefixTable {
+            unit,
+            ..PrefixTable::default()
+        }
+    }
+
+    /// Adds the range whose first `unit` bits are `key`, of prefix `len`; the first name wins.
+    fn insert(&mut self, key: u64, len: u8, name: u32) {
+        if len >= self.unit {
+            self.exact.entry(key).or_insert(name);
+        } else if len + Self::EXPAND_BITS >= self.unit {
+            let span = 1u64 << (self.unit - len);
+            for k in key..key + span {
+                self.exact.entry(k).or_insert(name);
+            }
+        } else {
+            let top = key >> (self.unit - len);
+            let table = match self.short.iter().position(|(l, _)| *l == len) {
+                Some(i) => &mut self.short[i].1,
+                None => {
+                    self.short.push((len, HashMap::new()));
+                    self.short.sort_by_key(|(l, _)| *l);
+                    let i = self.short.iter().position(|(l, _)| *l == len).unwrap_or(0);
+                    &mut self.short[i].1
+                }
+            };
+            table.entry(top).or_insert(name);
+        }
+    }
+
+    fn get(&self, key: u64) -> Option<u32> {
+        if let Some(&name) = self.exact.get(&key) {
+            return Some(name);
+        }
+        self.short
+            .iter()
+            .find_map(|(len, table)| table.get(&(key >> (self.unit - len))).copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn builtin_rules_parse() {
+        let rules = Rules::builtin();
+        assert!(rules.agent_rules() > 100, "{rules:?}");
+        assert!(rules.crawler_ranges() > 100, "{rules:?}");
+        assert_eq!(rules.max_codes_per_minute, 30);
+    }
+
+    #[test]
+    fn matches_real_bots_and_not_browsers() {
+        let rules = Rules::builtin();
+        let bots = [
+            ("Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", AgentKind::Crawler),
+            ("Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; GPTBot/1.2; +https://openai.com/gptbot)", AgentKind::Crawler),
+            ("facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)", AgentKind::Preview),
+            ("Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)", AgentKind::Preview),
+            ("WhatsApp/2.23.20.0", AgentKind::Preview),
+            ("curl/8.5.0", AgentKind::Automation),
+            ("python-requests/2.31.0", AgentKind::Automation),
+            ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/120.0.0.0 Safari/537.36", AgentKind::Automation),
+            ("Mozilla/5.0+(compatible; UptimeRobot/2.0; http://www.uptimerobot.com/)", AgentKind::Monitor),
+            ("", AgentKind::Automation),
+            ("SomeNewThingBot/0.1", AgentKind::Crawler),
+            ("GOOGLEBOT", AgentKind::Crawler),
+        ];
+        for (ua, kind) in bots {
+            assert_eq!(rules.match_agent(ua), Some(kind), "{ua}");
+        }
+        let people = [
+            "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36",
+            "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1",
+            "Mozilla/5.0 (Linux; Android 10; Cubot X30 Build/QP1A.190711.020) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Mobile Safari/537.36",
+            "Mozilla/5.0 (Linux; Android 9; CUBOT_P30) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/100.0 Mobile Safari/537.36",
+        ];
+        for ua in people {
+            assert_eq!(rules.match_agent(ua), None, "{ua}");
+        }
+        // An exception only covers what it contains: a real bot rule elsewhere still counts.
+        assert_eq!(
+            rules.match_agent("Cubot; curl/8.0"),
+            Some(AgentKind::Automation)
+        );
+    }
+
+    #[test]
+    fn crawler_ranges_overlap_the_event_network() {
+        let rules = Rules::parse(
+            b"",
+            b"# test\n66.249.64.0/19 googlebot\n34.22.85.0/27 googlebot\n17.0.0.0/8 apple\n\
+              2001:4860:4801:10::/60 googlebot\n2a00:1000::/20 wide\n10.0.0.0/16 lan\n",
+        )
+        .unwrap();
+        let v4 = |a, b, c| Net::V4([a, b, c]);
+        assert_eq!(rules.crawler_range(v4(66, 249, 66)), Some("googlebot"));
+        assert_eq!(rules.crawler_range(v4(66, 249, 95)), Some("googlebot"));
+        assert_eq!(rules.crawler_range(v4(66, 249, 96)), None);
+        assert_eq!(rules.crawler_range(v4(34, 22, 85)), Some("googlebot"));
+        assert_eq!(rules.crawler_range(v4(34, 22, 86)), None);
+        assert_eq!(rules.crawler_range(v4(17, 200, 1)), Some("apple"));
+        assert_eq!(rules.crawler_range(v4(10, 0, 255)), Some("lan"));
+        assert_eq!(rules.crawler_range(v4(10, 1, 0)), None);
+        assert_eq!(
+            rules.crawler_range(Net::V6([0x20, 0x01, 0x48, 0x60, 0x48, 0x01])),
+            Some("googlebot")
+        );
+        assert_eq!(
+            rules.crawler_range(Net::V6([0x20, 0x01, 0x48, 0x60, 0x48, 0x02])),
+            None
+        );
+        assert_eq!(
+            rules.crawler_range(Net::V6([0x2a, 0x00, 0x1f, 0xff, 0, 1])),
+            Some("wide")
+        );
+        assert_eq!(
+            rules.crawler_range(Net::V6([0x2a, 0x00, 0x20, 0, 0, 0])),
+            None
+        );
+        let builtin = Rules::builtin();
+        assert_eq!(builtin.crawler_range(v4(66, 249, 66)), Some("googlebot"));
+        assert_eq!(builtin.crawler_range(v4(157, 55, 39)), Some("bingbot"));
+        assert_eq!(builtin.crawler_range(v4(17, 241, 75)), Some("applebot"));
+        assert_eq!(builtin.crawler_range(v4(192, 0, 2)), None);
+    }
+
+    #[test]
+    fn malformed_lines_name_file_and_line() {
+        let cases: [(&[u8], &[u8], usize); 9] = [
+            (b"crawler Googlebot\nrobot x\n", b"", 2),
+            (b"# c\n\ncrawler\n", b"", 3),
+            (b"crawler caf\xc3\xa9\n", b"", 1),
+            (b"crawler \xff\n", b"", 1),
+            (b"", b"10.0.0.0/33 x\n", 1),
+            (b"", b"# ok\n10.0.0.1/24 x\n", 2),
+            (b"", b"10.0.0.0/8\n", 1),
+            (b"", b"10.0.0.0/8 a b\n", 1),
+            (b"", b"nonsense/8 a\n", 1),
+        ];
+        for (agents, crawlers, line) in cases {
+            match Rules::parse(agents, crawlers) {
+                Err(RulesError::Line { line: l, .. }) => assert_eq!(l, line),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn load_replaces_one_file() {
+        let dir = std::env::temp_dir().join(format!("lasthop-rules-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let agents = dir.join("agents.txt");
+        std::fs::write(&agents, "monitor MyProbe\n").unwrap();
+        let rules = Rules::load(Some(&agents), None).unwrap();
+        assert_eq!(rules.match_agent("myprobe/1"), Some(AgentKind::Monitor));
+        assert_eq!(rules.match_agent("Googlebot"), None);
+        assert_eq!(
+            rules.crawler_range(Net::V4([66, 249, 66])),
+            Some("googlebot")
+        );
+        let missing = dir.join("missing.txt");
+        assert!(matches!(
+            Rules::load(None, Some(&missing)),
+            Err(RulesError::Io { .. })
+        ));
+        std::fs::write(&agents, "monitor MyProbe\nbogus\n").unwrap();
+        let err = Rules::load(Some(&agents), None).unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("agents.txt:2: expected `<kind> <substring>`"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_files_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = Rules::parse(&bytes, b"");
+            let _ = Rules::parse(b"", &bytes);
+        }
+
+        #[test]
+        fn plausible_lines_never_panic(
+            lines in proptest::collection::vec("[a-z]{0,10}[ \t]{0,2}[ -~]{0,30}", 0..8),
+            ranges in proptest::collection::vec("[0-9a-f:.]{0,20}/[0-9]{0,4} [a-z#]{0,5}", 0..8),
+        ) {
+            let _ = Rules::parse(lines.join("\n").as_bytes(), ranges.join("\n").as_bytes());
+        }
+    }
+}

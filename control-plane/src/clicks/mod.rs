@@ -1,0 +1,30 @@
+//! The click stream processor and what it writes (DESIGN.md, "The click pipeline").
+//!
+//! Events come from a [`spool`] directory (the embedded default) or a Kafka consumer group
+//! ([`kafka`]); the [`processor`] drops duplicates, classifies bots, keeps per-(code, day)
+//! rollups in memory and, every flush interval, (1) appends the interval's raw events to the
+//! [`archive`] and fsyncs, (2) upserts the dirty rollups and the source offsets in one
+//! transaction of the rollup [`store`], (3) only then commits Kafka offsets or deletes consumed
+//! spool segments. [`recompute`] rebuilds a day from the archive with the current rules;
+//! [`stats`] answers `GET /v1/links/{code}/stats`; [`synth`] fills a spool or a topic with
+//! realistic events for tests and `perf/clicks.sh`.
+//!
+//! Layout under the data dir: `clicks/spool/` (default spool), `clicks/rollups.redb`,
+//! `clicks/archive/<YYYY-MM-DD>/<part:06>.ndjson.zst`.
+
+pub mod archive;
+pub mod day;
+pub mod kafka;
+pub mod processor;
+pub mod recompute;
+pub mod spool;
+pub mod stats;
+pub mod store;
+pub mod synth;
+
+pub use day::Day;
+pub use processor::{
+    ClicksHandle, Outcomes, Processor, ProcessorConfig, ProcessorError, RunSummary, SourceConfig,
+};
+pub use recompute::{RecomputeError, RecomputeReport};
+pub use store::{DayState, RollupStore, StoreError as RollupStoreError};

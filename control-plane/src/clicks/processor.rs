@@ -1,0 +1,661 @@
+//! The stream processor: one dedicated thread, off the API's runtime; the same code runs inside
+//! `serve` and as `lasthop-control clicks process`.
+//!
+//! Per event: too far in the future, or so old that its day is past both the grace and the
+//! archive's retention → invalid; a second sighting of an id within the dedup window →
+//! duplicate; its UTC day past the grace → late (archived, not counted; a recompute of that day
+//! includes it); else classified and added to the in-memory (code, day) rollup, loaded from the
+//! store the first time the key is touched. A stored rollup that does not decode is never
+//! counted on or overwritten: the event counts as `corrupt_rollup` (recomputing the day repairs
+//! the row). Every flush interval: (1) the interval's
+//! raw events are appended to the day archives and fsynced, (2) the dirty rollups and the source
+//! positions are upserted in one store transaction, (3) then Kafka offsets are committed or
+//! consumed spool files deleted. Rollups of closed days leave memory.
+//!
+//! The common path allocates nothing per event: events borrow the source's buffer, the rollup
+//! key is looked up by `(&str, day)` and only copied on first touch, and the event's bytes are
+//! copied into a per-day buffer that the archive thread turns into JSON lines and compresses.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lasthop_analytics::{Classifier, Dedup, Rollup, Rules};
+use lasthop_core::click::ClickEvent;
+use prometheus::IntCounter;
+use serde::Serialize;
+
+use super::archive::{self, ArchiveError, ArchiveWriter};
+use super::kafka::{self, KafkaConfig, KafkaSource, KafkaSourceError};
+use super::recompute::{self, RecomputeError, RecomputeReport};
+use super::spool::{self, Input, Polled, SpoolError, SpoolReader};
+use super::store::{FlushBatch, RollupStore, StoreError};
+use super::Day;
+use crate::clock::now_ms;
+use crate::metrics::Metrics;
+
+/// Events further in the future than this are invalid (clock skew allowance).
+pub const MAX_FUTURE_MS: u64 = 5 * 60 * 1000;
+/// The shortest dedup window accepted.
+pub const MIN_DEDUP_MS: u64 = 10 * 60 * 1000;
+/// How long an idle spool poll waits before looking again.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+/// Where events come from.
+#[derive(Debug, Clone)]
+pub enum SourceConfig {
+    /// A spool directory.
+    Spool(PathBuf),
+    /// A Kafka consumer group.
+    Kafka(KafkaConfig),
+}
+
+/// The processor's settings.
+#[derive(Debug, Clone)]
+pub struct ProcessorConfig {
+    /// `DATA_DIR/clicks`: the rollup store and the archive live here.
+    pub clicks_dir: PathBuf,
+    /// The source.
+    pub source: SourceConfig,
+    /// Dedup window (at least [`MIN_DEDUP_MS`]).
+    pub dedup_ms: u64,
+    /// How long after its end a day still counts late events.
+    pub grace_ms: u64,
+    /// Flush interval.
+    pub flush_every: Duration,
+    /// Archive retention in days.
+    pub archive_days: u32,
+    /// An `.open` spool file untouched this long belongs to a dead writer.
+    pub spool_stale: Duration,
+    /// The bot rules.
+    pub rules: Arc<Rules>,
+}
+
+/// Why the processor could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcessorError {
+    /// The rollup store.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The archive.
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    /// The spool directory.
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+    /// The Kafka consumer.
+    #[error(transparent)]
+    Kafka(#[from] KafkaSourceError),
+    /// The thread could not start.
+    #[error("starting the processor thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Event counts by outcome.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Outcomes {
+    /// Events decoded (every outcome below but corrupt and torn).
+    pub events: u64,
+    /// Counted as human.
+    pub human: u64,
+    /// Counted as bot.
+    pub bot: u64,
+    /// Dropped: an id seen within the window.
+    pub duplicate: u64,
+    /// Archived, not counted: the day was closed.
+    pub late: u64,
+    /// Undecodable, or too far in the future.
+    pub invalid: u64,
+    /// Spool frames (or files) with a bad checksum or header.
+    pub corrupt: u64,
+    /// Torn spool tails.
+    pub torn: u64,
+    /// Not counted: the stored rollup of its (code, day) does not decode.
+    pub corrupt_rollup: u64,
+}
+
+/// Prometheus handles of [`Outcomes`], resolved once.
+struct OutcomeCounters([IntCounter; 8]);
+
+impl OutcomeCounters {
+    const NAMES: [&'static str; 8] = [
+        "human",
+        "bot",
+        "duplicate",
+        "late",
+        "invalid",
+        "corrupt",
+        "torn",
+        "corrupt_rollup",
+    ];
+
+    fn new(m: &Metrics) -> OutcomeCounters {
+        OutcomeCounters(Self::NAMES.map(|n| m.clicks_events.with_label_values(&[n])))
+    }
+
+    fn values(o: &Outcomes) -> [u64; 8] {
+        [
+            o.human,
+            o.bot,
+            o.duplicate,
+            o.late,
+            o.invalid,
+            o.corrupt,
+            o.torn,
+            o.corrupt_rollup,
+        ]
+    }
+
+    fn report(&self, now: &Outcomes, before: &Outcomes) {
+        for ((c, n), b) in self
+            .0
+            .iter()
+            .zip(Self::values(now))
+            .zip(Self::values(before))
+        {
+            c.inc_by(n.saturating_sub(b));
+        }
+    }
+}
+
+enum Command {
+    Recompute {
+        day: Day,
+        reply: tokio::sync::oneshot::Sender<Result<RecomputeReport, RecomputeError>>,
+    },
+    Stop,
+}
+
+/// The API's handle on a running processor.
+#[derive(Clone)]
+pub struct ClicksHandle {
+    store: Arc<RollupStore>,
+    commands: mpsc::Sender<Command>,
+}
+
+impl std::fmt::Debug for ClicksHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClicksHandle").finish_non_exhaustive()
+    }
+}
+
+impl ClicksHandle {
+    /// The rollup store (for reading stats).
+    pub fn store(&self) -> &Arc<RollupStore> {
+        &self.store
+    }
+
+    /// Recomputes `day` on the processor thread, after a flush.
+    pub async fn recompute(&self, day: Day) -> Result<RecomputeReport, RecomputeError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.commands
+            .send(Command::Recompute { day, reply })
+            .map_err(|_| RecomputeError::Stopped)?;
+        answer.await.map_err(|_| RecomputeError::Stopped)?
+    }
+
+    /// Asks the processor to flush and stop.
+    pub fn stop(&self) {
+        let _ = self.commands.send(Command::Stop);
+    }
+}
+
+/// A rollup in memory.
+struct Slot {
+    rollup: Rollup,
+    dirty: bool,
+}
+
+/// The per-event state, apart from the source so both can be borrowed at once.
+struct State {
+    store: Arc<RollupStore>,
+    archive: ArchiveWriter,
+    dedup: Dedup,
+    classifier: Classifier,
+    grace_ms: u64,
+    archive_days: u32,
+    rollups: HashMap<Day, HashMap<Box<str>, Slot>>,
+    /// Keys whose stored rollup does not decode: left alone until their day is recomputed.
+    corrupt: HashMap<Day, HashSet<Box<str>>>,
+    dirty: Vec<(Day, Box<str>)>,
+    /// The interval's events for the archive, binary, per day.
+    lines: HashMap<Day, Vec<u8>>,
+    archive_failed: bool,
+    out: Outcomes,
+    newest_ms: u64,
+}
+
+impl State {
+    fn on_input(&mut self, input: Input<'_>, now: u64) {
+        match input {
+            Input::Event(e, raw) => self.on_event(&e, raw, now),
+            Input::Invalid => self.out.invalid += 1,
+            Input::Corrupt => self.out.corrupt += 1,
+            Input::Torn => self.out.torn += 1,
+        }
+    }
+
+    fn on_event(&mut self, e: &ClickEvent<'_>, raw: &[u8], now: u64) {
+        self.out.events += 1;
+        if e.at_ms > now.saturating_add(MAX_FUTURE_MS) {
+            self.out.invalid += 1;
+            return;
+        }
+        let day = Day::of_ms(e.at_ms);
+        let late = now > day.end_ms().saturating_add(self.grace_ms);
+        if late && day < Day::of_ms(now).minus(self.archive_days.saturating_sub(1)) {
+            // Never counted, and its archive day is (or is about to be) pruned.
+            self.out.invalid += 1;
+            return;
+        }
+        if !self.dedup.first(e.id, now) {
+            self.out.duplicate += 1;
+            return;
+        }
+        self.newest_ms = self.newest_ms.max(e.at_ms);
+        let lines = self.lines.entry(day).or_default();
+        lines.extend_from_slice(raw);
+        if lines.len() >= archive::CHUNK_BYTES {
+            let chunk = std::mem::take(lines);
+            if self.archive.append(day, chunk).is_err() {
+                self.archive_failed = true;
+            }
+        }
+        if late {
+            self.out.late += 1;
+            return;
+        }
+        let verdict = self.classifier.classify(e);
+        let codes = self.rollups.entry(day).or_default();
+        match codes.get_mut(e.code) {
+            Some(slot) => {
+                slot.rollup.add(e, &verdict);
+                if !slot.dirty {
+                    slot.dirty = true;
+                    self.dirty.push((day, e.code.into()));
+                }
+            }
+            None => {
+                if self.corrupt.get(&day).is_some_and(|c| c.contains(e.code)) {
+                    self.out.corrupt_rollup += 1;
+                    return;
+                }
+                let mut rollup = match self.store.rollup(day, e.code) {
+                    Ok(r) => r.unwrap_or_default(),
+                    Err(err @ StoreError::Corrupt { .. }) => {
+                        // Counting on top of nothing would overwrite the stored numbers at the
+                        // next flush; the key is left alone until its day is recomputed.
+                        tracing::error!(error = %err, "events of this code and day are not counted until the day is recomputed");
+                        self.corrupt.entry(day).or_default().insert(e.code.into());
+                        self.out.corrupt_rollup += 1;
+                        return;
+                    }
+                    Err(err) => {
+                        // Same reasoning; a failing store is retried at the next event.
+                        tracing::error!(error = %err, %day, code = e.code, "loading a rollup failed; event not counted");
+                        return;
+                    }
+                };
+                rollup.add(e, &verdict);
+                codes.insert(
+                    e.code.into(),
+                    Slot {
+                        rollup,
+                        dirty: true,
+                    },
+                );
+                self.dirty.push((day, e.code.into()));
+            }
+        }
+        if verdict.bot.is_some() {
+            self.out.bot += 1;
+        } else {
+            self.out.human += 1;
+        }
+    }
+}
+
+enum Source {
+    Spool(SpoolReader),
+    Kafka(Box<KafkaSource>),
+}
+
+/// What a run did (the standalone `clicks process` prints it).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    /// Events decoded.
+    pub events: u64,
+    /// From the first event read to the last flush done.
+    pub seconds: f64,
+    /// `events / seconds`.
+    pub events_per_sec: f64,
+    /// From start to exit, set-up included.
+    pub wall_seconds: f64,
+    /// Flushes done.
+    pub flushes: u64,
+    /// Counts by outcome.
+    pub outcomes: Outcomes,
+}
+
+/// The processor.
+pub struct Processor {
+    config: ProcessorConfig,
+    store: Arc<RollupStore>,
+    source: Source,
+    state: State,
+    metrics: Metrics,
+    counters: OutcomeCounters,
+    reported: Outcomes,
+    commands: mpsc::Receiver<Command>,
+    commands_tx: mpsc::Sender<Command>,
+    flushes: u64,
+    flush_failing: bool,
+}
+
+impl std::fmt::Debug for Processor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Processor")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Processor {
+    /// Opens the store, the archive and the source. Fails with [`StoreError::Busy`] when another
+    /// process holds the store.
+    pub fn open(config: ProcessorConfig, metrics: Metrics) -> Result<Processor, ProcessorError> {
+        let store = Arc::new(RollupStore::open(&config.clicks_dir.join("rollups.redb"))?);
+        let archive_root = config.clicks_dir.join("archive");
+        // No part is open before the writer starts.
+        archive::prune(&archive_root, config.archive_days, Day::today(), |_| false)?;
+        let archive = ArchiveWriter::start(archive_root)?;
+        let source = match &config.source {
+            SourceConfig::Spool(dir) => {
+                let stored = store
+                    .offsets(spool::KEY_PREFIX)?
+                    .into_iter()
+                    .map(|(k, v)| (k[spool::KEY_PREFIX.len()..].to_owned(), v))
+                    .collect();
+                Source::Spool(SpoolReader::open(dir.clone(), config.spool_stale, stored)?)
+            }
+            SourceConfig::Kafka(k) => {
+                let prefix = kafka::key_prefix(&k.topic);
+                let stored = store
+                    .offsets(&prefix)?
+                    .into_iter()
+                    .map(|(key, v)| (key[prefix.len()..].to_owned(), v))
+                    .collect();
+                Source::Kafka(Box::new(KafkaSource::open(
+                    k,
+                    stored,
+                    metrics.clicks_kafka_errors.clone(),
+                )?))
+            }
+        };
+        let state = State {
+            store: Arc::clone(&store),
+            archive,
+            dedup: Dedup::new(config.dedup_ms.max(MIN_DEDUP_MS)),
+            classifier: Classifier::new(Arc::clone(&config.rules)),
+            grace_ms: config.grace_ms,
+            archive_days: config.archive_days,
+            rollups: HashMap::new(),
+            corrupt: HashMap::new(),
+            dirty: Vec::new(),
+            lines: HashMap::new(),
+            archive_failed: false,
+            out: Outcomes::default(),
+            newest_ms: 0,
+        };
+        let (commands_tx, commands) = mpsc::channel();
+        Ok(Processor {
+            counters: OutcomeCounters::new(&metrics),
+            reported: Outcomes::default(),
+            config,
+            store,
+            source,
+            state,
+            metrics,
+            commands,
+            commands_tx,
+            flushes: 0,
+            flush_failing: false,
+        })
+    }
+
+    /// A handle for the API (stats reads, recompute, stop).
+    pub fn handle(&self) -> ClicksHandle {
+        ClicksHandle {
+            store: Arc::clone(&self.store),
+            commands: self.commands_tx.clone(),
+        }
+    }
+
+    /// Runs on a thread of its own until [`ClicksHandle::stop`].
+    pub fn spawn(self) -> Result<std::thread::JoinHandle<()>, ProcessorError> {
+        std::thread::Builder::new()
+            .name("clicks".into())
+            .spawn(move || {
+                self.run(false);
+            })
+            .map_err(ProcessorError::Thread)
+    }
+
+    /// Processes until stopped, or (with `exit_when_idle`) until the source is drained; flushes
+    /// before returning.
+    pub fn run(mut self, exit_when_idle: bool) -> RunSummary {
+        let started = Instant::now();
+        let mut first_event: Option<Instant> = None;
+        let mut next_flush = Instant::now() + self.config.flush_every;
+        let mut next_prune = Instant::now() + Duration::from_secs(86_400);
+        loop {
+            match self.commands.try_recv() {
+                Ok(Command::Stop) => break,
+                Ok(Command::Recompute { day, reply }) => {
+                    let _ = reply.send(self.recompute(day));
+                    continue;
+                }
+                Err(_) => {}
+            }
+            let polled = self.poll();
+            if polled.consumed > 0 {
+                first_event.get_or_insert_with(Instant::now);
+            }
+            self.report();
+            if Instant::now() >= next_flush {
+                self.flush();
+                next_flush = Instant::now() + self.config.flush_every;
+            }
+            if Instant::now() >= next_prune {
+                let pruned = self
+                    .state
+                    .archive
+                    .prune(self.config.archive_days, Day::today());
+                if let Err(e) = pruned {
+                    tracing::error!(error = %e, "archive retention");
+                }
+                next_prune = Instant::now() + Duration::from_secs(86_400);
+            }
+            if polled.consumed == 0 {
+                if exit_when_idle && self.drained() {
+                    break;
+                }
+                if let Source::Spool(_) = self.source {
+                    match self.commands.recv_timeout(IDLE_WAIT) {
+                        Ok(Command::Stop) => break,
+                        Ok(Command::Recompute { day, reply }) => {
+                            let _ = reply.send(self.recompute(day));
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+        self.flush();
+        // A failing store or disk: one more try after a pause before giving up on the interval
+        // (it is read again from the source at the next start).
+        if self.flush_failing {
+            std::thread::sleep(Duration::from_millis(500));
+            self.flush();
+        }
+        let end = Instant::now();
+        let seconds = first_event.map_or(0.0, |t| end.duration_since(t).as_secs_f64());
+        let out = self.state.out;
+        tracing::info!(?out, "click processor stopped");
+        RunSummary {
+            events: out.events,
+            seconds,
+            events_per_sec: if seconds > 0.0 {
+                out.events as f64 / seconds
+            } else {
+                0.0
+            },
+            wall_seconds: end.duration_since(started).as_secs_f64(),
+            flushes: self.flushes,
+            outcomes: out,
+        }
+    }
+
+    fn poll(&mut self) -> Polled {
+        let now = u64::try_from(now_ms()).unwrap_or(0);
+        let state = &mut self.state;
+        match &mut self.source {
+            Source::Spool(r) => match r.poll(|i| state.on_input(i, now)) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(error = %e, "reading the spool");
+                    Polled::default()
+                }
+            },
+            Source::Kafka(k) => k.poll(IDLE_WAIT, |i| state.on_input(i, now)),
+        }
+    }
+
+    fn drained(&self) -> bool {
+        match &self.source {
+            Source::Spool(_) => true,
+            Source::Kafka(k) => k.drained(),
+        }
+    }
+
+    fn report(&mut self) {
+        self.counters.report(&self.state.out, &self.reported);
+        self.reported = self.state.out;
+    }
+
+    /// One flush; failures are logged and counted, and the interval is retried at the next one.
+    fn flush(&mut self) {
+        let started = Instant::now();
+        match self.try_flush() {
+            Ok(()) => {
+                self.flushes += 1;
+                if self.flush_failing {
+                    tracing::info!("click flushes recovered");
+                }
+                self.flush_failing = false;
+                self.metrics.clicks_flushes.with_label_values(&["ok"]).inc();
+            }
+            Err(e) => {
+                if !self.flush_failing {
+                    tracing::error!(error = %e, "click flush failed; retrying every interval");
+                }
+                self.flush_failing = true;
+                self.metrics
+                    .clicks_flushes
+                    .with_label_values(&["error"])
+                    .inc();
+            }
+        }
+        let m = &self.metrics;
+        m.clicks_flush_seconds
+            .observe(started.elapsed().as_secs_f64());
+        m.clicks_dedup_ids
+            .set(i64::try_from(self.state.dedup.len()).unwrap_or(i64::MAX));
+        if self.state.newest_ms > 0 {
+            let lag = now_ms() - i64::try_from(self.state.newest_ms).unwrap_or(i64::MAX);
+            m.clicks_lag_seconds.set(lag as f64 / 1000.0);
+        }
+        if let Source::Spool(r) = &self.source {
+            m.clicks_spool_pending_bytes
+                .set(i64::try_from(r.pending_bytes()).unwrap_or(i64::MAX));
+        }
+    }
+
+    fn try_flush(&mut self) -> Result<(), String> {
+        let state = &mut self.state;
+        // (1) The raw events, durable in the archive.
+        for (day, lines) in state.lines.iter_mut() {
+            if !lines.is_empty() && state.archive.append(*day, std::mem::take(lines)).is_err() {
+                state.archive_failed = true;
+            }
+        }
+        state.lines.retain(|_, l| l.capacity() > 0);
+        if std::mem::take(&mut state.archive_failed) {
+            return Err("the archive thread stopped".into());
+        }
+        state.archive.sync().map_err(|e| e.to_string())?;
+
+        // (2) Rollups and source positions, one transaction.
+        let now = u64::try_from(now_ms()).unwrap_or(0);
+        let closed_through = Day::of_ms(now.saturating_sub(state.grace_ms).saturating_sub(1))
+            .0
+            .checked_sub(1)
+            .map(Day);
+        let mut batch = FlushBatch {
+            closed_through,
+            ..FlushBatch::default()
+        };
+        for (day, code) in &state.dirty {
+            if let Some(slot) = state.rollups.get(day).and_then(|c| c.get(code)) {
+                batch
+                    .rollups
+                    .push((*day, code.clone(), slot.rollup.to_bytes()));
+            }
+            if batch.touched_days.last() != Some(day) && !batch.touched_days.contains(day) {
+                batch.touched_days.push(*day);
+            }
+        }
+        let checkpoint = match &self.source {
+            Source::Spool(r) => r.checkpoint(),
+            Source::Kafka(k) => k.checkpoint(),
+        };
+        batch.offsets = checkpoint.clone();
+        self.store.commit(&batch).map_err(|e| e.to_string())?;
+        for (day, code) in state.dirty.drain(..) {
+            if let Some(slot) = state.rollups.get_mut(&day).and_then(|c| c.get_mut(&code)) {
+                slot.dirty = false;
+            }
+        }
+
+        // (3) Only now may the source forget what it handed over.
+        match &mut self.source {
+            Source::Spool(r) => r.committed(&checkpoint),
+            Source::Kafka(k) => k.committed(),
+        }
+        if let Some(last) = closed_through {
+            state.rollups.retain(|day, _| *day > last);
+            state.corrupt.retain(|day, _| *day > last);
+        }
+        Ok(())
+    }
+
+    fn recompute(&mut self, day: Day) -> Result<RecomputeReport, RecomputeError> {
+        self.flush();
+        if self.flush_failing {
+            return Err(RecomputeError::Flush(
+                "the store or the archive is failing; see the log".into(),
+            ));
+        }
+        let root = self.config.clicks_dir.join("archive");
+        let report =
+            recompute::recompute_into(&self.store, &root, day, Arc::clone(&self.config.rules))?;
+        // Everything was clean after the flush: the day is reloaded from the store when touched
+        // (its rows are all fresh, corrupt ones included).
+        self.state.rollups.remove(&day);
+        self.state.corrupt.remove(&day);
+        Ok(report)
+    }
+}

@@ -1,0 +1,444 @@
+//! The rollup store: its own redb file, `DATA_DIR/clicks/rollups.redb`, apart from the link store.
+//!
+//! Tables:
+//! - `rollups`: (day, code) → [`Rollup::to_bytes`]. Keyed day first, so a recompute replaces one
+//!   day with a range delete; stats read a code's range with one point lookup per day.
+//! - `source_offsets`: a source position → the next byte (spool) or message (Kafka) to read,
+//!   committed in the same transaction as the rollups it covers.
+//! - `days`: day → [`DayState`]: `open` while the day takes streaming counts (any flush that
+//!   counts events of a day marks it open), `closed` once past its grace, `recomputed` when a
+//!   closed day was rebuilt from the archive. A recompute of an open day replaces its numbers
+//!   but leaves it open: events keep streaming in on top, and it closes as usual.
+
+use std::path::{Path, PathBuf};
+
+use lasthop_analytics::Rollup;
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::Day;
+
+const ROLLUPS: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("rollups");
+const OFFSETS: TableDefinition<&str, u64> = TableDefinition::new("source_offsets");
+const DAYS: TableDefinition<u32, u8> = TableDefinition::new("days");
+
+/// Where a day's numbers stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DayState {
+    /// Streaming: late events still count (even after a recompute of the day).
+    Open,
+    /// Past its grace: the streaming numbers are final until a recompute.
+    Closed,
+    /// Closed, then rebuilt from the archive with the rules of the time.
+    Recomputed,
+}
+
+impl DayState {
+    /// The name the stats API shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DayState::Open => "open",
+            DayState::Closed => "closed",
+            DayState::Recomputed => "recomputed",
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            DayState::Open => 0,
+            DayState::Closed => 1,
+            DayState::Recomputed => 2,
+        }
+    }
+
+    fn from_u8(v: u8) -> DayState {
+        match v {
+            1 => DayState::Closed,
+            2 => DayState::Recomputed,
+            _ => DayState::Open,
+        }
+    }
+}
+
+/// Why the rollup store failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Another process (a running `serve`, most likely) holds the file.
+    #[error("{path} is in use by another process (stop the server, or use the admin API)")]
+    Busy {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// redb or the disk failed.
+    #[error("rollup store: {0}")]
+    Storage(String),
+    /// A stored rollup does not decode. It is never treated as absent (that would count from
+    /// zero and overwrite it); recomputing its day replaces it.
+    #[error("unreadable rollup of {code} on {day}: {reason} (recompute the day to repair it)")]
+    Corrupt {
+        /// The day.
+        day: Day,
+        /// The code.
+        code: String,
+        /// What the decoder said.
+        reason: String,
+    },
+}
+
+fn storage(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Storage(e.to_string())
+}
+
+/// One flush's writes, committed together.
+#[derive(Debug, Default)]
+pub struct FlushBatch {
+    /// (day, code, rollup bytes) to upsert.
+    pub rollups: Vec<(Day, Box<str>, Vec<u8>)>,
+    /// Source positions: `Some` sets, `None` forgets (a consumed file that is gone).
+    pub offsets: Vec<(String, Option<u64>)>,
+    /// Days that counted events: marked open (a closed or recomputed day counting again, after a
+    /// longer grace, is open until it closes again).
+    pub touched_days: Vec<Day>,
+    /// Every open day up to and including this one is past its grace: mark it closed.
+    pub closed_through: Option<Day>,
+}
+
+/// One code's rollup on one day, as the stats API reads it.
+#[derive(Debug)]
+pub struct DayRollup {
+    /// The day.
+    pub day: Day,
+    /// Its numbers.
+    pub rollup: Rollup,
+    /// Its state.
+    pub state: DayState,
+}
+
+/// The rollup store.
+pub struct RollupStore {
+    db: Database,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for RollupStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RollupStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RollupStore {
+    /// Opens (or creates) the store at `path`; [`StoreError::Busy`] when another process has it.
+    pub fn open(path: &Path) -> Result<RollupStore, StoreError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(storage)?;
+        }
+        let db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Busy {
+                path: path.to_owned(),
+            },
+            other => storage(other),
+        })?;
+        let txn = db.begin_write().map_err(storage)?;
+        // Create every table so readers never meet a missing one.
+        txn.open_table(ROLLUPS).map_err(storage)?;
+        txn.open_table(OFFSETS).map_err(storage)?;
+        txn.open_table(DAYS).map_err(storage)?;
+        txn.commit().map_err(storage)?;
+        Ok(RollupStore {
+            db,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The stored rollup of `code` on `day`; `None` when there is none, [`StoreError::Corrupt`]
+    /// when the row does not decode.
+    pub fn rollup(&self, day: Day, code: &str) -> Result<Option<Rollup>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(ROLLUPS).map_err(storage)?;
+        let Some(bytes) = table.get((day.0, code)).map_err(storage)? else {
+            return Ok(None);
+        };
+        decode(day, code, bytes.value()).map(Some)
+    }
+
+    /// `code`'s rollups from `from` to `to` (inclusive), days with data only, in day order;
+    /// [`StoreError::Corrupt`] when one of them does not decode.
+    pub fn range(&self, code: &str, from: Day, to: Day) -> Result<Vec<DayRollup>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(ROLLUPS).map_err(storage)?;
+        let days = txn.open_table(DAYS).map_err(storage)?;
+        let mut out = Vec::new();
+        let mut day = from;
+        while day <= to {
+            if let Some(bytes) = table.get((day.0, code)).map_err(storage)? {
+                let rollup = decode(day, code, bytes.value())?;
+                let state = days
+                    .get(day.0)
+                    .map_err(storage)?
+                    .map_or(DayState::Open, |g| DayState::from_u8(g.value()));
+                out.push(DayRollup { day, rollup, state });
+            }
+            if day.0 == u32::MAX {
+                break;
+            }
+            day = day.next();
+        }
+        Ok(out)
+    }
+
+    /// Every stored source position whose key starts with `prefix`.
+    pub fn offsets(&self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(OFFSETS).map_err(storage)?;
+        let mut out = Vec::new();
+        for row in table.range(prefix..).map_err(storage)? {
+            let (k, v) = row.map_err(storage)?;
+            if !k.value().starts_with(prefix) {
+                break;
+            }
+            out.push((k.value().to_owned(), v.value()));
+        }
+        Ok(out)
+    }
+
+    /// A day's state; `None` when the day never had events.
+    pub fn day_state(&self, day: Day) -> Result<Option<DayState>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(DAYS).map_err(storage)?;
+        Ok(table
+            .get(day.0)
+            .map_err(storage)?
+            .map(|g| DayState::from_u8(g.value())))
+    }
+
+    /// Commits one flush durably (fsync), all or nothing.
+    pub fn commit(&self, batch: &FlushBatch) -> Result<(), StoreError> {
+        let mut txn = self.db.begin_write().map_err(storage)?;
+        txn.set_durability(Durability::Immediate).map_err(storage)?;
+        {
+            let mut rollups = txn.open_table(ROLLUPS).map_err(storage)?;
+            for (day, code, bytes) in &batch.rollups {
+                rollups
+                    .insert((day.0, &**code), bytes.as_slice())
+                    .map_err(storage)?;
+            }
+            let mut offsets = txn.open_table(OFFSETS).map_err(storage)?;
+            for (key, value) in &batch.offsets {
+                match value {
+                    Some(v) => offsets.insert(key.as_str(), *v).map_err(storage)?,
+                    None => offsets.remove(key.as_str()).map_err(storage)?,
+                };
+            }
+            let mut days = txn.open_table(DAYS).map_err(storage)?;
+            for day in &batch.touched_days {
+                let state = days.get(day.0).map_err(storage)?.map(|g| g.value());
+                if state != Some(DayState::Open.to_u8()) {
+                    days.insert(day.0, DayState::Open.to_u8())
+                        .map_err(storage)?;
+                }
+            }
+            if let Some(last) = batch.closed_through {
+                let mut closing = Vec::new();
+                for row in days.range(..=last.0).map_err(storage)? {
+                    let (k, v) = row.map_err(storage)?;
+                    if DayState::from_u8(v.value()) == DayState::Open {
+                        closing.push(k.value());
+                    }
+                }
+                for d in closing {
+                    days.insert(d, DayState::Closed.to_u8()).map_err(storage)?;
+                }
+            }
+        }
+        txn.commit().map_err(storage)
+    }
+
+    /// Replaces every rollup of `day` with `rollups`, in one transaction, and returns the day's
+    /// state: an open day stays open, any other becomes recomputed.
+    pub fn replace_day<'a>(
+        &self,
+        day: Day,
+        rollups: impl Iterator<Item = (&'a str, &'a Rollup)>,
+    ) -> Result<DayState, StoreError> {
+        let state;
+        let mut txn = self.db.begin_write().map_err(storage)?;
+        txn.set_durability(Durability::Immediate).map_err(storage)?;
+        {
+            let mut table = txn.open_table(ROLLUPS).map_err(storage)?;
+            table
+                .retain_in((day.0, "")..(day.0.saturating_add(1), ""), |_, _| false)
+                .map_err(storage)?;
+            for (code, rollup) in rollups {
+                table
+                    .insert((day.0, code), rollup.to_bytes().as_slice())
+                    .map_err(storage)?;
+            }
+            let mut days = txn.open_table(DAYS).map_err(storage)?;
+            let was = days.get(day.0).map_err(storage)?.map(|g| g.value());
+            state = if was == Some(DayState::Open.to_u8()) {
+                DayState::Open
+            } else {
+                DayState::Recomputed
+            };
+            days.insert(day.0, state.to_u8()).map_err(storage)?;
+        }
+        txn.commit().map_err(storage)?;
+        Ok(state)
+    }
+}
+
+fn decode(day: Day, code: &str, bytes: &[u8]) -> Result<Rollup, StoreError> {
+    Rollup::from_bytes(bytes).map_err(|e| StoreError::Corrupt {
+        day,
+        code: code.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lasthop_analytics::{BotReason, Device, Verdict};
+    use lasthop_core::click::{ClickEvent, EventId, Method};
+
+    fn rollup_of(n: u64) -> Rollup {
+        let mut r = Rollup::default();
+        for i in 0..n {
+            let e = ClickEvent {
+                id: EventId::new(1, i),
+                at_ms: 1_764_504_000_000,
+                code: "Ab3dE9x",
+                pop: "fra1",
+                country: Some(*b"DE"),
+                method: Method::Get,
+                tls: true,
+                visitor: i,
+                net: None,
+                user_agent: "Mozilla/5.0",
+                referrer_host: "",
+            };
+            let verdict = Verdict {
+                bot: (i % 2 == 1).then_some(BotReason::UserAgent),
+                device: Device::Desktop,
+                browser: "Firefox",
+                os: "Linux",
+            };
+            r.add(&e, &verdict);
+        }
+        r
+    }
+
+    #[test]
+    fn round_trip_and_replace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("clicks").join("rollups.redb");
+        let store = RollupStore::open(&path).unwrap();
+        let d = Day(20_000);
+        let batch = FlushBatch {
+            rollups: vec![
+                (d, "abc".into(), rollup_of(4).to_bytes()),
+                (d.next(), "abc".into(), rollup_of(2).to_bytes()),
+                (d, "other".into(), rollup_of(1).to_bytes()),
+            ],
+            offsets: vec![("spool/w.0000000000".into(), Some(99))],
+            touched_days: vec![d, d.next()],
+            closed_through: None,
+        };
+        store.commit(&batch).unwrap();
+        assert_eq!(store.rollup(d, "abc").unwrap(), Some(rollup_of(4)));
+        assert_eq!(store.rollup(d, "nope").unwrap(), None);
+        let range = store.range("abc", d.minus(3), d.next()).unwrap();
+        assert_eq!(range.len(), 2);
+        assert_eq!(range[1].rollup, rollup_of(2));
+        assert_eq!(range[0].state, DayState::Open);
+        assert_eq!(
+            store.offsets("spool/").unwrap(),
+            vec![("spool/w.0000000000".to_string(), 99)]
+        );
+
+        // Close the first day, forget the offset.
+        store
+            .commit(&FlushBatch {
+                offsets: vec![("spool/w.0000000000".into(), None)],
+                closed_through: Some(d),
+                ..FlushBatch::default()
+            })
+            .unwrap();
+        assert_eq!(store.day_state(d).unwrap(), Some(DayState::Closed));
+        assert_eq!(store.day_state(d.next()).unwrap(), Some(DayState::Open));
+        assert!(store.offsets("spool/").unwrap().is_empty());
+
+        // A recompute replaces the whole day: "other" is gone.
+        let fresh = rollup_of(3);
+        assert_eq!(
+            store.replace_day(d, [("abc", &fresh)].into_iter()).unwrap(),
+            DayState::Recomputed
+        );
+        assert_eq!(store.rollup(d, "abc").unwrap(), Some(rollup_of(3)));
+        assert_eq!(store.rollup(d, "other").unwrap(), None);
+        assert_eq!(store.rollup(d.next(), "abc").unwrap(), Some(rollup_of(2)));
+        assert_eq!(store.day_state(d).unwrap(), Some(DayState::Recomputed));
+        // The open day, recomputed, stays open.
+        assert_eq!(
+            store
+                .replace_day(d.next(), [("abc", &fresh)].into_iter())
+                .unwrap(),
+            DayState::Open
+        );
+        assert_eq!(store.day_state(d.next()).unwrap(), Some(DayState::Open));
+        // A recomputed day that counts streaming events again is open until it closes again.
+        store
+            .commit(&FlushBatch {
+                touched_days: vec![d],
+                ..FlushBatch::default()
+            })
+            .unwrap();
+        assert_eq!(store.day_state(d).unwrap(), Some(DayState::Open));
+        store
+            .commit(&FlushBatch {
+                touched_days: vec![d],
+                closed_through: Some(d),
+                ..FlushBatch::default()
+            })
+            .unwrap();
+        assert_eq!(store.day_state(d).unwrap(), Some(DayState::Closed));
+        drop(store);
+
+        // Reopens with everything in place.
+        let store = RollupStore::open(&path).unwrap();
+        assert_eq!(store.rollup(d, "abc").unwrap(), Some(rollup_of(3)));
+    }
+
+    #[test]
+    fn a_corrupt_row_is_an_error_not_an_absence() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RollupStore::open(&dir.path().join("rollups.redb")).unwrap();
+        let d = Day(20_000);
+        store
+            .commit(&FlushBatch {
+                rollups: vec![
+                    (d, "abc".into(), b"\xffnot a rollup".to_vec()),
+                    (d.next(), "abc".into(), rollup_of(2).to_bytes()),
+                ],
+                touched_days: vec![d, d.next()],
+                ..FlushBatch::default()
+            })
+            .unwrap();
+        assert!(matches!(
+            store.rollup(d, "abc"),
+            Err(StoreError::Corrupt { day, .. }) if day == d
+        ));
+        assert!(matches!(
+            store.range("abc", d, d.next()),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert_eq!(store.range("abc", d.next(), d.next()).unwrap().len(), 1);
+        // A recompute repairs it.
+        store
+            .replace_day(d, [("abc", &rollup_of(1))].into_iter())
+            .unwrap();
+        assert_eq!(store.rollup(d, "abc").unwrap(), Some(rollup_of(1)));
+    }
+}

@@ -1,0 +1,745 @@
+//! Click events: what an edge records per answered redirect, and the spool's frames.
+//!
+//! The contract is `core/EVENTS.md`. An event travels in a compact, versioned binary form: one
+//! Kafka message value (keyed by code), or one record in a spool frame. The processor parses it as
+//! untrusted bytes ([`ClickEvent::decode`] never panics, rejects anything out of bounds, and every
+//! string it hands back is checked). The archive holds the same fields as NDJSON ([`ArchivedClick`]).
+//!
+//! Privacy: the client address never leaves the edge. An event carries a salted keyed hash of
+//! address and user agent ([`ClickEvent::visitor`], the salt rotates daily) and the address's network
+//! truncated to /24 (IPv4) or /48 (IPv6), which is enough to match published crawler ranges.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::feed::{plausible_code, valid_name};
+
+/// The event format version this build writes and reads.
+pub const EVENT_VERSION: u8 = 1;
+/// Longest user agent an event carries; the edge truncates (on a character boundary).
+pub const MAX_USER_AGENT: usize = 256;
+/// Longest referrer host an event carries (a DNS name is at most 253).
+pub const MAX_REFERRER_HOST: usize = 253;
+/// Fixed part of an encoded event: version, flags, id, time, visitor, country, network.
+const FIXED_LEN: usize = 1 + 1 + 16 + 8 + 8 + 2 + 6;
+/// Largest encoded event.
+pub const MAX_EVENT_LEN: usize =
+    FIXED_LEN + 1 + 64 + 1 + 64 + 1 + MAX_REFERRER_HOST + 2 + MAX_USER_AGENT;
+
+const FLAG_HEAD: u8 = 1;
+const FLAG_TLS: u8 = 2;
+const FLAG_NET4: u8 = 4;
+const FLAG_NET6: u8 = 8;
+const KNOWN_FLAGS: u8 = FLAG_HEAD | FLAG_TLS | FLAG_NET4 | FLAG_NET6;
+
+/// An edge-assigned event id: the engine instance's random 64-bit nonce, then its own counter.
+/// Unique without coordination; a duplicate id means the same event delivered twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(pub u128);
+
+impl EventId {
+    /// The id of the `seq`-th event of the engine instance `nonce`.
+    pub fn new(nonce: u64, seq: u64) -> EventId {
+        EventId((u128::from(nonce) << 64) | u128::from(seq))
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// The client's network, truncated at the edge: IPv4 /24 or IPv6 /48. Never the address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Net {
+    /// The first three octets of an IPv4 address.
+    V4([u8; 3]),
+    /// The first six octets of an IPv6 address.
+    V6([u8; 6]),
+}
+
+impl Net {
+    /// The network `ip` belongs to (IPv4-mapped IPv6 counts as IPv4).
+    pub fn of(ip: IpAddr) -> Net {
+        match ip {
+            IpAddr::V4(v4) => Net::from_v4(v4),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Net::from_v4(v4),
+                None => {
+                    let o = v6.octets();
+                    Net::V6([o[0], o[1], o[2], o[3], o[4], o[5]])
+                }
+            },
+        }
+    }
+
+    fn from_v4(v4: Ipv4Addr) -> Net {
+        let o = v4.octets();
+        Net::V4([o[0], o[1], o[2]])
+    }
+
+    /// The network's first address (host bits zero).
+    pub fn base(&self) -> IpAddr {
+        match *self {
+            Net::V4([a, b, c]) => IpAddr::V4(Ipv4Addr::new(a, b, c, 0)),
+            Net::V6(p) => {
+                let mut o = [0u8; 16];
+                o[..6].copy_from_slice(&p);
+                IpAddr::V6(Ipv6Addr::from(o))
+            }
+        }
+    }
+
+    /// The prefix length: 24 or 48.
+    pub fn prefix_len(&self) -> u8 {
+        match self {
+            Net::V4(_) => 24,
+            Net::V6(_) => 48,
+        }
+    }
+}
+
+impl fmt::Display for Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.base(), self.prefix_len())
+    }
+}
+
+impl std::str::FromStr for Net {
+    type Err = EventError;
+    /// Parses the form [`Net`]'s `Display` writes: `a.b.c.0/24` or `x:y:z::/48`.
+    fn from_str(s: &str) -> Result<Net, EventError> {
+        let (addr, len) = s.split_once('/').ok_or(EventError::Field("net"))?;
+        let ip: IpAddr = addr.parse().map_err(|_| EventError::Field("net"))?;
+        let net = Net::of(ip);
+        if len != net.prefix_len().to_string() || net.base() != ip {
+            return Err(EventError::Field("net"));
+        }
+        Ok(net)
+    }
+}
+
+/// The HTTP method of the request that was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Method {
+    /// GET.
+    #[serde(rename = "GET")]
+    Get,
+    /// HEAD: answered like GET, classed as a bot by the processor.
+    #[serde(rename = "HEAD")]
+    Head,
+}
+
+/// One answered redirect, borrowing its strings from the buffer it was decoded from (or from the
+/// request it describes, at the edge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClickEvent<'a> {
+    /// Edge-assigned unique id.
+    pub id: EventId,
+    /// When the edge answered, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The code that was redirected.
+    pub code: &'a str,
+    /// The engine's PoP name.
+    pub pop: &'a str,
+    /// ISO 3166-1 alpha-2 country, upper case; `None` when unknown.
+    pub country: Option<[u8; 2]>,
+    /// GET or HEAD.
+    pub method: Method,
+    /// Whether the request came over HTTPS.
+    pub tls: bool,
+    /// Keyed hash of client address and user agent under the day's salt.
+    pub visitor: u64,
+    /// The client's truncated network, when the edge knew the peer address.
+    pub net: Option<Net>,
+    /// The user agent, at most [`MAX_USER_AGENT`] bytes of printable text (may be empty).
+    pub user_agent: &'a str,
+    /// The referrer's host, lower case (empty when none).
+    pub referrer_host: &'a str,
+}
+
+/// Why bytes are not a click event (or a spool frame).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventError {
+    /// Fewer bytes than the format needs.
+    #[error("event truncated")]
+    Truncated,
+    /// A version this build does not read.
+    #[error("event version {0} is not supported")]
+    Version(u8),
+    /// Flags this build does not know.
+    #[error("unknown event flags {0:#x}")]
+    Flags(u8),
+    /// A field out of its rules.
+    #[error("event field `{0}` is invalid")]
+    Field(&'static str),
+    /// A spool frame's checksum does not match its bytes.
+    #[error("spool frame checksum mismatch")]
+    Checksum,
+    /// A spool frame (or segment header) is malformed.
+    #[error("spool frame malformed: {0}")]
+    Frame(&'static str),
+}
+
+/// A byte cursor that hands out checked slices.
+struct Cursor<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], EventError> {
+        if self.buf.len() < n {
+            return Err(EventError::Truncated);
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], EventError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn u8(&mut self) -> Result<u8, EventError> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn str8(&mut self, field: &'static str) -> Result<&'a str, EventError> {
+        let n = usize::from(self.u8()?);
+        std::str::from_utf8(self.take(n)?).map_err(|_| EventError::Field(field))
+    }
+
+    fn str16(&mut self, field: &'static str) -> Result<&'a str, EventError> {
+        let n = usize::from(u16::from_le_bytes(self.array()?));
+        std::str::from_utf8(self.take(n)?).map_err(|_| EventError::Field(field))
+    }
+}
+
+/// Printable text: no control characters (so it is safe in logs, JSON and a terminal).
+fn printable(s: &str) -> bool {
+    // The common case, printable ASCII, without decoding characters.
+    s.bytes().all(|b| (0x20..0x7f).contains(&b)) || !s.chars().any(char::is_control)
+}
+
+/// A referrer host: lower-case DNS characters, or a bracketed IPv6 literal's characters.
+pub fn valid_referrer_host(s: &str) -> bool {
+    s.len() <= MAX_REFERRER_HOST
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase()
+                || b.is_ascii_digit()
+                || matches!(b, b'.' | b'-' | b':' | b'[' | b']' | b'_')
+        })
+}
+
+fn valid_country(c: [u8; 2]) -> bool {
+    c.iter().all(u8::is_ascii_uppercase)
+}
+
+impl<'a> ClickEvent<'a> {
+    /// Appends the binary form to `out`. The fields must satisfy the rules [`decode`](Self::decode)
+    /// checks (the edge builds them so); lengths are clamped, never overflowed.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut flags = 0;
+        if self.method == Method::Head {
+            flags |= FLAG_HEAD;
+        }
+        if self.tls {
+            flags |= FLAG_TLS;
+        }
+        let mut net = [0u8; 6];
+        match self.net {
+            Some(Net::V4(p)) => {
+                flags |= FLAG_NET4;
+                net[..3].copy_from_slice(&p);
+            }
+            Some(Net::V6(p)) => {
+                flags |= FLAG_NET6;
+                net = p;
+            }
+            None => {}
+        }
+        out.push(EVENT_VERSION);
+        out.push(flags);
+        out.extend_from_slice(&self.id.0.to_le_bytes());
+        out.extend_from_slice(&self.at_ms.to_le_bytes());
+        out.extend_from_slice(&self.visitor.to_le_bytes());
+        out.extend_from_slice(&self.country.unwrap_or([0, 0]));
+        out.extend_from_slice(&net);
+        put_str8(out, self.code, 64);
+        put_str8(out, self.pop, 64);
+        put_str8(out, self.referrer_host, MAX_REFERRER_HOST);
+        let ua = truncate(self.user_agent, MAX_USER_AGENT);
+        out.extend_from_slice(&(ua.len() as u16).to_le_bytes());
+        out.extend_from_slice(ua.as_bytes());
+    }
+
+    /// Parses one event from the front of `buf`; returns it and the bytes it used.
+    pub fn decode(buf: &'a [u8]) -> Result<(ClickEvent<'a>, usize), EventError> {
+        let mut c = Cursor { buf };
+        let version = c.u8()?;
+        if version != EVENT_VERSION {
+            return Err(EventError::Version(version));
+        }
+        let flags = c.u8()?;
+        if flags & !KNOWN_FLAGS != 0 || flags & (FLAG_NET4 | FLAG_NET6) == FLAG_NET4 | FLAG_NET6 {
+            return Err(EventError::Flags(flags));
+        }
+        let id = EventId(u128::from_le_bytes(c.array()?));
+        let at_ms = u64::from_le_bytes(c.array()?);
+        let visitor = u64::from_le_bytes(c.array()?);
+        let country = match c.array::<2>()? {
+            [0, 0] => None,
+            cc if valid_country(cc) => Some(cc),
+            _ => return Err(EventError::Field("country")),
+        };
+        let raw_net = c.array::<6>()?;
+        let net = if flags & FLAG_NET4 != 0 {
+            if raw_net[3..] != [0, 0, 0] {
+                return Err(EventError::Field("net"));
+            }
+            Some(Net::V4([raw_net[0], raw_net[1], raw_net[2]]))
+        } else if flags & FLAG_NET6 != 0 {
+            Some(Net::V6(raw_net))
+        } else if raw_net != [0; 6] {
+            return Err(EventError::Field("net"));
+        } else {
+            None
+        };
+        let code = c.str8("code")?;
+        if !plausible_code(code) {
+            return Err(EventError::Field("code"));
+        }
+        let pop = c.str8("pop")?;
+        if !pop.is_empty() && !valid_name(pop) {
+            return Err(EventError::Field("pop"));
+        }
+        let referrer_host = c.str8("referrer_host")?;
+        if !valid_referrer_host(referrer_host) {
+            return Err(EventError::Field("referrer_host"));
+        }
+        let user_agent = c.str16("user_agent")?;
+        if user_agent.len() > MAX_USER_AGENT || !printable(user_agent) {
+            return Err(EventError::Field("user_agent"));
+        }
+        let event = ClickEvent {
+            id,
+            at_ms,
+            code,
+            pop,
+            country,
+            method: if flags & FLAG_HEAD != 0 {
+                Method::Head
+            } else {
+                Method::Get
+            },
+            tls: flags & FLAG_TLS != 0,
+            visitor,
+            net,
+            user_agent,
+            referrer_host,
+        };
+        Ok((event, buf.len() - c.buf.len()))
+    }
+
+    /// The country as text, `None` when unknown.
+    pub fn country_str(&self) -> Option<&str> {
+        self.country
+            .as_ref()
+            .and_then(|c| std::str::from_utf8(c).ok())
+    }
+
+    /// The archive (NDJSON) form of this event.
+    pub fn archived(&self) -> ArchivedClick {
+        ArchivedClick {
+            v: EVENT_VERSION,
+            id: self.id.to_string(),
+            t: self.at_ms,
+            code: self.code.to_owned(),
+            pop: self.pop.to_owned(),
+            cc: self.country_str().map(str::to_owned),
+            m: self.method,
+            tls: self.tls,
+            vis: format!("{:016x}", self.visitor),
+            net: self.net.map(|n| n.to_string()),
+            ua: self.user_agent.to_owned(),
+            rh: self.referrer_host.to_owned(),
+        }
+    }
+}
+
+fn put_str8(out: &mut Vec<u8>, s: &str, max: usize) {
+    let s = truncate(s, max.min(255));
+    out.push(s.len() as u8);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// `s` cut to at most `max` bytes on a character boundary.
+pub fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// One event as a line of the day archive (zstd-compressed NDJSON). Field names are short because
+/// there are billions of lines; `core/EVENTS.md` documents them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchivedClick {
+    /// Event format version.
+    pub v: u8,
+    /// Event id, 32 hex digits.
+    pub id: String,
+    /// Time at the edge, Unix milliseconds.
+    pub t: u64,
+    /// Code.
+    pub code: String,
+    /// PoP.
+    pub pop: String,
+    /// Country, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cc: Option<String>,
+    /// Method.
+    pub m: Method,
+    /// Over HTTPS.
+    pub tls: bool,
+    /// Visitor hash, 16 hex digits.
+    pub vis: String,
+    /// Truncated network, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<String>,
+    /// User agent.
+    pub ua: String,
+    /// Referrer host.
+    pub rh: String,
+}
+
+impl ArchivedClick {
+    /// Checks an archive line back into an event (the archive is read as untrusted bytes too).
+    pub fn event(&self) -> Result<ClickEvent<'_>, EventError> {
+        if self.v != EVENT_VERSION {
+            return Err(EventError::Version(self.v));
+        }
+        let id = u128::from_str_radix(&self.id, 16)
+            .ok()
+            .filter(|_| self.id.len() == 32)
+            .ok_or(EventError::Field("id"))?;
+        let visitor = u64::from_str_radix(&self.vis, 16)
+            .ok()
+            .filter(|_| self.vis.len() == 16)
+            .ok_or(EventError::Field("vis"))?;
+        let country = match &self.cc {
+            None => None,
+            Some(cc) => {
+                let b: [u8; 2] = cc
+                    .as_bytes()
+                    .try_into()
+                    .map_err(|_| EventError::Field("cc"))?;
+                if !valid_country(b) {
+                    return Err(EventError::Field("cc"));
+                }
+                Some(b)
+            }
+        };
+        let net = self.net.as_deref().map(str::parse).transpose()?;
+        let event = ClickEvent {
+            id: EventId(id),
+            at_ms: self.t,
+            code: &self.code,
+            pop: &self.pop,
+            country,
+            method: self.m,
+            tls: self.tls,
+            visitor,
+            net,
+            user_agent: &self.ua,
+            referrer_host: &self.rh,
+        };
+        // One set of rules: re-encode and decode to run every field check.
+        let mut buf = Vec::with_capacity(MAX_EVENT_LEN);
+        event.encode(&mut buf);
+        let (checked, _) = ClickEvent::decode(&buf)?;
+        if checked.user_agent.len() != self.ua.len()
+            || checked.code.len() != self.code.len()
+            || checked.pop.len() != self.pop.len()
+            || checked.referrer_host.len() != self.rh.len()
+        {
+            return Err(EventError::Field("length"));
+        }
+        Ok(event)
+    }
+}
+
+/// The spool: append-only segment files of checksummed frames, each frame a batch of events.
+///
+/// Segment: the 8-byte magic [`SEGMENT_MAGIC`], then frames. Frame: `len: u32 LE` (payload bytes),
+/// `crc32: u32 LE` (IEEE, of the payload), `count: u32 LE`, then the payload: `count` events back to
+/// back. A writer appends whole frames and fsyncs on its own schedule; a reader stops at a frame
+/// that is not yet whole (the writer may be mid-append) and rejects a bad checksum.
+pub mod spool {
+    use super::{ClickEvent, EventError};
+
+    /// First bytes of every segment file (format version 1).
+    pub const SEGMENT_MAGIC: &[u8; 8] = b"LHSPOOL1";
+    /// Frame header: length, checksum, event count.
+    pub const FRAME_HEADER: usize = 12;
+    /// Largest frame payload a reader accepts.
+    pub const MAX_FRAME_PAYLOAD: usize = 16 << 20;
+
+    /// Appends one frame holding `payload` (events already encoded back to back, `count` of them).
+    pub fn encode_frame(out: &mut Vec<u8>, payload: &[u8], count: u32) {
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        out.extend_from_slice(&count.to_le_bytes());
+        out.extend_from_slice(payload);
+    }
+
+    /// What the front of a buffer holds.
+    #[derive(Debug, PartialEq, Eq)]
+    pub enum Next<'a> {
+        /// A whole, checked frame: its payload, event count and total length in bytes.
+        Frame {
+            /// The events, back to back.
+            payload: &'a [u8],
+            /// How many events the writer put in it.
+            count: u32,
+            /// Header plus payload.
+            len: usize,
+        },
+        /// Not enough bytes yet for a whole frame (a writer may be appending).
+        Incomplete,
+    }
+
+    /// Reads the frame at the front of `buf`.
+    pub fn next_frame(buf: &[u8]) -> Result<Next<'_>, EventError> {
+        if buf.len() < FRAME_HEADER {
+            return Ok(Next::Incomplete);
+        }
+        let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+        let len = word(0) as usize;
+        let crc = word(4);
+        let count = word(8);
+        if len > MAX_FRAME_PAYLOAD {
+            return Err(EventError::Frame("payload too long"));
+        }
+        if buf.len() < FRAME_HEADER + len {
+            return Ok(Next::Incomplete);
+        }
+        let payload = &buf[FRAME_HEADER..FRAME_HEADER + len];
+        if crc32fast::hash(payload) != crc {
+            return Err(EventError::Checksum);
+        }
+        Ok(Next::Frame {
+            payload,
+            count,
+            len: FRAME_HEADER + len,
+        })
+    }
+
+    /// The events of a frame payload, each checked; stops at the first bad one.
+    pub fn events(payload: &[u8]) -> impl Iterator<Item = Result<ClickEvent<'_>, EventError>> {
+        let mut rest = payload;
+        std::iter::from_fn(move || {
+            if rest.is_empty() {
+                return None;
+            }
+            match ClickEvent::decode(rest) {
+                Ok((event, used)) => {
+                    rest = &rest[used..];
+                    Some(Ok(event))
+                }
+                Err(e) => {
+                    rest = &[];
+                    Some(Err(e))
+                }
+            }
+        })
+    }
+
+    /// Checks a segment's header; returns the bytes after it.
+    pub fn segment_body(file: &[u8]) -> Result<&[u8], EventError> {
+        if file.len() < SEGMENT_MAGIC.len() {
+            return Err(EventError::Truncated);
+        }
+        if &file[..SEGMENT_MAGIC.len()] != SEGMENT_MAGIC {
+            return Err(EventError::Frame("not a spool segment"));
+        }
+        Ok(&file[SEGMENT_MAGIC.len()..])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> ClickEvent<'static> {
+        ClickEvent {
+            id: EventId::new(0xdead_beef, 7),
+            at_ms: 1_764_504_000_123,
+            code: "Ab3dE9x",
+            pop: "fra1",
+            country: Some(*b"DE"),
+            method: Method::Get,
+            tls: true,
+            visitor: 0x0123_4567_89ab_cdef,
+            net: Some(Net::V4([203, 0, 113])),
+            user_agent: "Mozilla/5.0 (X11; Linux x86_64) Firefox/133.0",
+            referrer_host: "news.example.com",
+        }
+    }
+
+    #[test]
+    fn round_trips_binary_and_archive() {
+        let e = sample();
+        let mut buf = Vec::new();
+        e.encode(&mut buf);
+        let (back, used) = ClickEvent::decode(&buf).unwrap();
+        assert_eq!(used, buf.len());
+        assert_eq!(back, e);
+        let line = serde_json::to_string(&e.archived()).unwrap();
+        let parsed: ArchivedClick = serde_json::from_str(&line).unwrap();
+        assert_eq!(parsed.event().unwrap(), e);
+    }
+
+    #[test]
+    fn net_forms() {
+        let v6: Net = "2001:db8:1::/48".parse().unwrap();
+        assert_eq!(v6, Net::of("2001:db8:1:2::9".parse().unwrap()));
+        assert_eq!(
+            Net::of("::ffff:192.0.2.7".parse().unwrap()),
+            Net::V4([192, 0, 2])
+        );
+        assert_eq!(Net::V4([192, 0, 2]).to_string(), "192.0.2.0/24");
+        assert!("192.0.2.1/24".parse::<Net>().is_err());
+        assert!("192.0.2.0/16".parse::<Net>().is_err());
+    }
+
+    #[test]
+    fn rejects_bad_fields() {
+        let mut e = sample();
+        e.referrer_host = "Evil.Example";
+        let mut buf = Vec::new();
+        e.encode(&mut buf);
+        assert_eq!(
+            ClickEvent::decode(&buf).unwrap_err(),
+            EventError::Field("referrer_host")
+        );
+        let mut e = sample();
+        e.user_agent = "a\r\nb";
+        buf.clear();
+        e.encode(&mut buf);
+        assert_eq!(
+            ClickEvent::decode(&buf).unwrap_err(),
+            EventError::Field("user_agent")
+        );
+        buf.clear();
+        sample().encode(&mut buf);
+        buf[0] = 9;
+        assert_eq!(
+            ClickEvent::decode(&buf).unwrap_err(),
+            EventError::Version(9)
+        );
+    }
+
+    #[test]
+    fn truncates_on_char_boundary() {
+        let ua = "é".repeat(200);
+        let mut e = sample();
+        e.user_agent = &ua;
+        let mut buf = Vec::new();
+        e.encode(&mut buf);
+        let (back, _) = ClickEvent::decode(&buf).unwrap();
+        assert_eq!(back.user_agent.len(), MAX_USER_AGENT);
+        assert!(ua.starts_with(back.user_agent));
+    }
+
+    #[test]
+    fn spool_frames() {
+        let mut payload = Vec::new();
+        sample().encode(&mut payload);
+        sample().encode(&mut payload);
+        let mut seg = spool::SEGMENT_MAGIC.to_vec();
+        spool::encode_frame(&mut seg, &payload, 2);
+        let body = spool::segment_body(&seg).unwrap();
+        for cut in 0..body.len() {
+            assert_eq!(
+                spool::next_frame(&body[..cut]).unwrap(),
+                spool::Next::Incomplete
+            );
+        }
+        let spool::Next::Frame {
+            payload: p,
+            count,
+            len,
+        } = spool::next_frame(body).unwrap()
+        else {
+            panic!("a whole frame")
+        };
+        assert_eq!((count, len), (2, body.len()));
+        assert_eq!(spool::events(p).filter(|e| e.is_ok()).count(), 2);
+        let mut bad = body.to_vec();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(spool::next_frame(&bad).unwrap_err(), EventError::Checksum);
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = ClickEvent::decode(&bytes);
+            let _ = spool::next_frame(&bytes);
+            for e in spool::events(&bytes) {
+                let _ = e;
+            }
+        }
+
+        #[test]
+        fn mangled_events_never_panic(pos in 0usize..200, byte in any::<u8>(), cut in 0usize..200) {
+            let mut buf = Vec::new();
+            sample().encode(&mut buf);
+            let i = pos % buf.len();
+            buf[i] = byte;
+            buf.truncate(cut.max(1).min(buf.len()));
+            if let Ok((e, used)) = ClickEvent::decode(&buf) {
+                prop_assert!(used <= buf.len());
+                prop_assert!(plausible_code(e.code));
+                prop_assert!(valid_referrer_host(e.referrer_host));
+                let mut again = Vec::new();
+                e.encode(&mut again);
+                prop_assert_eq!(&again[..], &buf[..used]);
+            }
+        }
+
+        #[test]
+        fn any_valid_event_round_trips(
+            seq in any::<u64>(), at in any::<u64>(), vis in any::<u64>(),
+            code in "[A-Za-z0-9_-]{1,64}", pop in "[a-z0-9]{0,12}",
+            ua in "[ -~]{0,300}", rh in "[a-z0-9.-]{0,60}", head in any::<bool>(), v6 in any::<bool>(),
+        ) {
+            let net = if v6 { Net::V6([0x20, 1, 0xd, 0xb8, 0, 1]) } else { Net::V4([10, 1, 2]) };
+            let e = ClickEvent {
+                id: EventId::new(42, seq), at_ms: at, code: &code, pop: &pop, country: None,
+                method: if head { Method::Head } else { Method::Get }, tls: head, visitor: vis,
+                net: Some(net), user_agent: &ua, referrer_host: &rh,
+            };
+            let mut buf = Vec::new();
+            e.encode(&mut buf);
+            let (back, used) = ClickEvent::decode(&buf).unwrap();
+            prop_assert_eq!(used, buf.len());
+            prop_assert_eq!(back.user_agent, truncate(&ua, MAX_USER_AGENT));
+            prop_assert_eq!(back.code, &code[..]);
+            let line = serde_json::to_string(&back.archived()).unwrap();
+            let parsed: ArchivedClick = serde_json::from_str(&line).unwrap();
+            prop_assert_eq!(parsed.event().unwrap(), back);
+        }
+    }
+}

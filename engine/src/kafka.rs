@@ -1,0 +1,150 @@
+//! The Kafka sink: one message per click, keyed by code (so one code's clicks stay in one
+//! partition and one processor owns its counters), batched and compressed by librdkafka.
+//!
+//! Lossy by design and never in the way: `acks=1`, a bounded local queue (a full queue drops and
+//! counts), and a delivery timeout after which queued events are counted lost. While the broker
+//! is down the redirect path does not notice; when it returns, delivery resumes by itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::ClientContext;
+
+use crate::clicks::{Sink, SinkStats};
+
+/// Where and how to produce.
+#[derive(Debug, Clone)]
+pub struct KafkaConfig {
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// The click topic.
+    pub topic: String,
+    /// Most events queued locally (waiting for the broker) before new ones are dropped.
+    pub queue_events: u32,
+    /// Events undelivered this long are dropped (and counted).
+    pub delivery_timeout: Duration,
+    /// Extra librdkafka properties (`key=value`: security, tuning), applied last.
+    pub options: Vec<(String, String)>,
+}
+
+/// Counts deliveries into the sink's counters (librdkafka calls it from `poll`).
+struct Deliveries {
+    stats: Arc<SinkStats>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => self.stats.sent(1),
+            Err(_) => self.stats.failed(1),
+        }
+    }
+}
+
+/// Produces click batches to Kafka.
+pub struct KafkaSink {
+    producer: BaseProducer<Deliveries>,
+    topic: String,
+    full_logged: bool,
+}
+
+impl std::fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSink")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSink {
+    /// A producer for `cfg` whose deliveries count into `stats` (the flusher's).
+    pub fn new(cfg: &KafkaConfig, stats: Arc<SinkStats>) -> anyhow::Result<KafkaSink> {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &cfg.brokers)
+            .set("acks", "1")
+            .set("enable.idempotence", "false")
+            .set("compression.type", "lz4")
+            .set("linger.ms", "20")
+            .set("batch.num.messages", "10000")
+            .set("queue.buffering.max.messages", cfg.queue_events.to_string())
+            .set(
+                "message.timeout.ms",
+                cfg.delivery_timeout.as_millis().to_string(),
+            )
+            .set("client.id", "lasthop-engine");
+        for (k, v) in &cfg.options {
+            c.set(k, v);
+        }
+        let producer: BaseProducer<Deliveries> = c
+            .create_with_context(Deliveries { stats })
+            .map_err(|e| anyhow::anyhow!("creating the Kafka producer: {e}"))?;
+        Ok(KafkaSink {
+            producer,
+            topic: cfg.topic.clone(),
+            full_logged: false,
+        })
+    }
+}
+
+impl Sink for KafkaSink {
+    fn send(&mut self, events: &[u8], count: u32, stats: &SinkStats) {
+        let mut rest = events;
+        let (mut seen, mut queued) = (0u32, 0u32);
+        while !rest.is_empty() {
+            // Our own encoding, decoded only to find each event's end and code (the key).
+            let Ok((event, used)) = lasthop_core::click::ClickEvent::decode(rest) else {
+                break;
+            };
+            let record = BaseRecord::to(&self.topic)
+                .key(event.code)
+                .payload(&rest[..used]);
+            match self.producer.send(record) {
+                Ok(()) => queued += 1,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    if !self.full_logged {
+                        tracing::warn!("Kafka queue full (broker slow or down); dropping clicks");
+                        self.full_logged = true;
+                    }
+                    stats.failed(1);
+                }
+                Err((e, _)) => {
+                    tracing::debug!(error = %e, "producing a click failed");
+                    stats.failed(1);
+                }
+            }
+            seen += 1;
+            rest = &rest[used..];
+        }
+        if queued == count {
+            self.full_logged = false;
+        }
+        // Whatever did not decode (cannot happen for our own bytes) is lost, and counted.
+        if seen < count {
+            stats.failed(u64::from(count - seen));
+        }
+        self.producer.poll(Duration::ZERO);
+    }
+
+    fn tick(&mut self, _stats: &SinkStats) {
+        self.producer.poll(Duration::ZERO);
+    }
+
+    fn close(&mut self, stats: &SinkStats) {
+        if let Err(e) = self.producer.flush(Duration::from_secs(5)) {
+            let left = self.producer.in_flight_count().max(0) as u64;
+            tracing::warn!(error = %e, undelivered = left, "clicks undelivered at shutdown");
+            stats.failed(left);
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+}

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# What click recording costs the engine, and how fast the processor drains events.
+#
+# Part 1: the engine with click recording on (spool sink) and off, on the same LINKS-link
+# snapshot, alternated within each round and paired (server pinned to CPU 0 with one core, wrk on
+# CPU 1, keep-alive, real codes). Prints requests per server CPU-second (the flusher thread runs
+# on the server's CPU too, so its work counts), the per-round on/off ratio and its median. nginx
+# runs in the same rounds as the reference peer. Goal: recording costs <= 5%.
+#
+# Part 2: the processor (`lasthop-control clicks process --exit-when-idle`) on a pre-filled spool
+# of EVENTS synthetic events (realistic user-agent mix, ~10% bots, ~1% duplicates), and on a
+# pre-filled Kafka topic when `tansu` is installed. Goal: >= 350,000 events/s.
+#
+#   perf/clicks.sh          # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64 EVENTS=2000000
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LINKS=${LINKS:-1000000}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-8}
+CONNS=${CONNS:-64}
+EVENTS=${EVENTS:-2000000}
+PORT=${PORT:-18080}
+KPORT=${KPORT:-19092}
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+command -v nginx >/dev/null || need+=(nginx-light)
+if [ ${#need[@]} -gt 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"; fi
+cargo build --release -q -p lasthop-engine -p lasthop-snapshot -p lasthop-control
+BIN=$PWD/target/release
+work=${WORK:-/var/tmp/lasthop-perf}
+mkdir -p "$work"
+. perf/lib.sh
+synth_links "$BIN" "$work" "$LINKS"
+nginx_conf "$work" "$PORT"
+
+hz=$(getconf CLK_TCK)
+spool=$work/click-spool
+
+start_server() { # on|off|nginx -> sets pids
+  case $1 in
+    on|off)
+      rm -rf "$spool"
+      taskset -c 0 "$BIN/lasthop-engine" --snapshot "$work/links.snap" --key-file "$work/key" \
+        --listen 127.0.0.1:$PORT --admin-listen 127.0.0.1:0 --cores 1 --cpus 0 \
+        --data-dir "$work/engine-data" --clicks "$([ "$1" = on ] && echo spool || echo off)" \
+        --click-spool "$spool" >"$work/$1.out" 2>"$work/$1.err" &
+      pids=($!) ;;
+    nginx)
+      taskset -c 0 nginx -c "$work/nginx.conf" -p "$work" >/dev/null 2>&1 &
+      pids=($!) ;;
+  esac
+  wait_up "$1" "http://127.0.0.1:$PORT/healthcheck"
+}
+pids=()
+tansu_pid=
+cleanup() { stop_server; [ -n "$tansu_pid" ] && kill "$tansu_pid" 2>/dev/null || true; }
+trap cleanup EXIT
+
+declare -A results
+run_one() { # server round
+  start_server "$1"
+  local c0; c0=$(cpu_of "${pids[@]}")
+  local out; out=$(CODES_FILE="$work/codes.common" SCAN_PERCENT=0 taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s perf/redirect.lua "http://127.0.0.1:$PORT/")
+  local c1; c1=$(cpu_of "${pids[@]}")
+  local recorded=""
+  if [ "$1" = on ]; then
+    local admin; admin=$(awk '/admin listening on/ {sub("http://", "", $4); print $4}' "$work/on.out")
+    recorded=$(curl -s "http://$admin/metrics" | awk '$1=="lasthop_engine_clicks_recorded_total" {print $2}')
+  fi
+  stop_server
+  local rps p99 cpu reqs per
+  rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+  p99=$(echo "$out" | awk '$1=="99%" {print $2}')
+  cpu=$(awk -v a="$c0" -v b="$c1" -v hz="$hz" 'BEGIN{printf "%.2f", (b-a)/hz}')
+  reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+  per=$(awk -v r="$reqs" -v c="$cpu" 'BEGIN{ if (c>0) printf "%.0f", r/c; else print 0}')
+  printf "  %-6s round %d: %10s req/s  p99 %-8s  server CPU %6ss  %9s req/CPU-s %s\n" "$1" "$2" "$rps" "$p99" "$cpu" "$per" \
+    "${recorded:+ (events recorded: $recorded of $reqs requests)}"
+  results["$1"]+="$per $rps $p99;"
+}
+
+echo "clicks part 1: $LINKS links, $ROUNDS rounds x ${DURATION}s, $CONNS connections, servers on CPU 0, wrk on CPU 1"
+for r in $(seq "$ROUNDS"); do
+  for s in on off nginx; do run_one "$s" "$r"; done
+done
+echo
+printf "%-22s %14s %12s %10s\n" "median of $ROUNDS" "req/CPU-s" "req/s" "p99"
+for s in on off nginx; do
+  v=${results["$s"]}
+  printf "%-22s %14s %12s   %s\n" "engine clicks $s" "$(echo "$v" | tr ';' '\n' | awk 'NF {print $1}' | median)" \
+    "$(echo "$v" | tr ';' '\n' | awk 'NF {print $2}' | median)" "$(echo "$v" | tr ';' '\n' | awk '{print $3}' | tr '\n' ' ')"
+done
+onr=$(echo "${results[on]}" | tr ';' '\n' | awk 'NF {print $1}')
+offr=$(echo "${results[off]}" | tr ';' '\n' | awk 'NF {print $1}')
+nr=$(echo "${results[nginx]}" | tr ';' '\n' | awk 'NF {print $1}')
+ratio=$(paste <(echo "$onr") <(echo "$offr") | awk '{printf "%.3f ", $1/$2}')
+vsn=$(paste <(echo "$onr") <(echo "$nr") | awk '{printf "%.3f ", $1/$2}')
+printf "  per-round on/off %s-> median %.3f (recording costs %.1f%%; goal <= 5%%)\n" "$ratio" \
+  "$(echo "$ratio" | median)" "$(echo "$ratio" | median | awk '{print 100*(1-$1)}')"
+printf "  per-round on/nginx %s-> median %.2fx\n" "$vsn" "$(echo "$vsn" | median)"
+
+echo
+echo "clicks part 2: the processor on $EVENTS pre-filled events"
+synth_spool=$work/synth-spool
+rm -rf "$synth_spool" "$work/processor-data"
+"$BIN/lasthop-control" clicks synth --spool "$synth_spool" --events "$EVENTS" >/dev/null
+du -sh "$synth_spool" | awk '{print "  spool: " $1}'
+printf "  spool:  "
+"$BIN/lasthop-control" clicks process --data-dir "$work/processor-data" --spool "$synth_spool" --exit-when-idle
+
+tansu=$(command -v tansu || echo "$HOME/.cargo/bin/tansu")
+if [ -x "$tansu" ]; then
+  "$tansu" broker --listener-url "tcp://127.0.0.1:$KPORT" --advertised-listener-url "tcp://127.0.0.1:$KPORT" \
+    --storage-engine memory://tansu/ >"$work/tansu.log" 2>&1 &
+  tansu_pid=$!
+  for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$KPORT) 2>/dev/null && break; sleep 0.1; done
+  "$tansu" topic create lasthop.clicks --broker "tcp://127.0.0.1:$KPORT" --partitions 2 >/dev/null 2>&1 || true
+  rm -rf "$work/processor-data"
+  "$BIN/lasthop-control" clicks synth --kafka "127.0.0.1:$KPORT" --topic lasthop.clicks --events "$EVENTS" >/dev/null
+  printf "  kafka:  "
+  "$BIN/lasthop-control" clicks process --data-dir "$work/processor-data" --kafka "127.0.0.1:$KPORT" \
+    --topic lasthop.clicks --exit-when-idle
+else
+  echo "  kafka: skipped (tansu not installed: cargo install --locked tansu --features dynostore)"
+fi
