@@ -63,7 +63,7 @@ impl CoreCtx {
 }
 
 /// Per-connection protocol state.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Session {
     /// Received bytes not yet answered (partial request, or requests behind an origin wait).
     pub inbuf: Vec<u8>,
@@ -84,6 +84,21 @@ pub struct Session {
     pub early: bool,
     /// The client's address, once known (click events hash it; it is never stored).
     pub peer: Option<std::net::IpAddr>,
+}
+
+/// Without the peer address: a debug print must not put a client's address in a log.
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("inbuf", &self.inbuf.len())
+            .field("out", &self.out.len())
+            .field("close_after_send", &self.close_after_send)
+            .field("waiting_origin", &self.waiting_origin)
+            .field("https", &self.https)
+            .field("early", &self.early)
+            .field("peer_known", &self.peer.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Result of handling one request.

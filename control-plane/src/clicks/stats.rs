@@ -70,7 +70,7 @@ pub fn stats(store: &RollupStore, code: &str, from: Day, to: Day) -> Result<Valu
             "state": d.state.as_str(),
         }));
     }
-    let counts = |b: &Breakdown| json!(b.counts);
+    let counts = |b: &Breakdown| json!(b.sorted());
     Ok(json!({
         "code": code,
         "from": from.to_string(),

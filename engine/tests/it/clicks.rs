@@ -266,22 +266,16 @@ fn assert_mix_counted(control: &Control, code: &str) {
     assert_eq!(days[0]["clicks"], 5, "{s}");
 }
 
-#[test]
-fn redirects_become_stats_through_the_spool() {
-    let site = Site::new();
-    let control = Control::start(&site, &["--clicks-flush-ms", "200"]);
-    let spool_dir = control.data.join("clicks").join("spool");
+/// An engine subscribed to `control` (flushing clicks every 50 ms, plus `extra`) and a new link
+/// it already serves.
+fn edge_with_a_link(site: &Site, control: &Control, extra: &[&str]) -> (Engine, String) {
     let mut args = control.engine_args();
-    args.extend([
-        "--click-spool".into(),
-        spool_dir.to_string_lossy().into_owned(),
-        "--click-flush-ms".into(),
-        "50".into(),
-    ]);
+    args.extend(["--click-flush-ms", "50"].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let engine = Engine::launch(
         std::process::Command::new(crate::harness::ENGINE),
-        &site,
+        site,
         &args,
     );
     let code = control.create("https://example.com/spring-launch");
@@ -293,6 +287,19 @@ fn redirects_become_stats_through_the_spool() {
         ])
         .0 == 200
     });
+    (engine, code)
+}
+
+#[test]
+fn redirects_become_stats_through_the_spool() {
+    let site = Site::new();
+    let control = Control::start(&site, &["--clicks-flush-ms", "200"]);
+    let spool_dir = control.data.join("clicks").join("spool");
+    let (engine, code) = edge_with_a_link(
+        &site,
+        &control,
+        &["--click-spool", spool_dir.to_str().unwrap()],
+    );
     click_mix(&engine, &code);
     assert_mix_counted(&control, &code);
 }
@@ -316,30 +323,11 @@ fn redirects_become_stats_through_kafka() {
             "200",
         ],
     );
-    let mut args = control.engine_args();
-    args.extend([
-        "--clicks".into(),
-        "kafka".into(),
-        "--click-kafka".into(),
-        broker.brokers(),
-        "--click-flush-ms".into(),
-        "50".into(),
-    ]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let engine = Engine::launch(
-        std::process::Command::new(crate::harness::ENGINE),
+    let (engine, code) = edge_with_a_link(
         &site,
-        &args,
+        &control,
+        &["--clicks", "kafka", "--click-kafka", &broker.brokers()],
     );
-    let code = control.create("https://example.com/kafka-launch");
-    wait_until(Duration::from_secs(10), "the link at the edge", || {
-        curl(&[
-            "-o",
-            "/dev/null",
-            &format!("http://{}/{code}+", engine.addr),
-        ])
-        .0 == 200
-    });
     click_mix(&engine, &code);
     assert_mix_counted(&control, &code);
     assert_eq!(
