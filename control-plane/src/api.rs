@@ -225,9 +225,12 @@ impl FromRequestParts<AppState> for Auth {
 }
 
 /// Runs blocking store work off the async threads.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, ApiError> {
+async fn blocking<T: Send + 'static, E: Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, ApiError>
+where
+    ApiError: From<E>,
+{
     match tokio::task::spawn_blocking(f).await {
         Ok(result) => result.map_err(ApiError::from),
         Err(e) => {
@@ -682,34 +685,24 @@ async fn link_stats(
     )
     .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
     let store = Arc::clone(clicks.store());
-    let answer =
-        tokio::task::spawn_blocking(move || crate::clicks::stats::stats(&store, &code, from, to))
-            .await;
-    match answer {
-        Ok(Ok(body)) => Ok(Json(body).into_response()),
-        Ok(Err(e @ crate::clicks::RollupStoreError::Corrupt { .. })) => {
-            tracing::error!(error = %e, "reading stats");
-            Err(ApiError::new(
+    let body = blocking(move || crate::clicks::stats::stats(&store, &code, from, to)).await?;
+    Ok(Json(body).into_response())
+}
+
+impl From<crate::clicks::RollupStoreError> for ApiError {
+    fn from(e: crate::clicks::RollupStoreError) -> ApiError {
+        tracing::error!(error = %e, "reading stats");
+        match e {
+            crate::clicks::RollupStoreError::Corrupt { .. } => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "corrupt_rollup",
                 "a stored rollup of this link is unreadable; recomputing its day repairs it (see the server log)",
-            ))
-        }
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "reading stats");
-            Err(ApiError::new(
+            ),
+            _ => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "storage_unavailable",
                 "stats are unavailable, retry later",
-            ))
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "stats task failed");
-            Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "internal error",
-            ))
+            ),
         }
     }
 }

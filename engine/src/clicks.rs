@@ -388,6 +388,9 @@ impl Clicks {
                     }
                 }
             })
+            .map_err(|e| {
+                tracing::error!(error = %e, "no click flusher thread: click events will be dropped and counted")
+            })
             .ok();
         Flusher { stop, handle }
     }
