@@ -530,9 +530,14 @@ fn main() -> anyhow::Result<()> {
     spawn_admin(admin_listener, Arc::clone(&admin))?;
 
     let shared = Shared::new(tables.clone());
-    if let (Some(cfg), None) = (&mut feed_cfg, &args.engine_id) {
-        // The port actually bound (`--listen :0` included).
-        cfg.engine_id = default_engine_id(bound);
+    // The port actually bound (`--listen :0` included) names the engine in status reports and
+    // its click spool files.
+    let engine_id = args
+        .engine_id
+        .clone()
+        .unwrap_or_else(|| default_engine_id(bound));
+    if let Some(cfg) = &mut feed_cfg {
+        cfg.engine_id = engine_id.clone();
     }
     let feed = match (feed_cfg, &feed_stats) {
         (Some(cfg), Some(stats)) => Some(
@@ -595,10 +600,6 @@ fn main() -> anyhow::Result<()> {
             origin.clone(),
         )?);
     }
-    let engine_id = args
-        .engine_id
-        .clone()
-        .unwrap_or_else(|| default_engine_id(bound));
     let flusher = match &clicks {
         Some(c) => Some(start_click_sink(&args, c, &engine_id)?),
         None => None,

@@ -134,6 +134,17 @@ fn stats(server: &Server, key: &str, code: &str, query: &str) -> (u16, Value) {
     (status, json(&body))
 }
 
+/// `POST /v1/admin/clicks/recompute` with `body` as `key`.
+fn recompute(server: &Server, key: &str, body: &str) -> (u16, String) {
+    call(
+        "POST",
+        &server.url("/v1/admin/clicks/recompute"),
+        Some(key),
+        Some(body),
+    )
+    .unwrap()
+}
+
 /// Polls `f` until it returns `Some`, for up to `secs`.
 fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -277,21 +288,9 @@ fn stats_access_and_ranges() {
     assert_eq!(body["to"], day_string(now_ms()).as_str());
     assert_eq!(body["from"], day_string(now_ms() - 29 * DAY_MS).as_str());
     // Recompute is admin-only.
-    let (status, _) = call(
-        "POST",
-        &server.url("/v1/admin/clicks/recompute"),
-        Some(&site.api_key),
-        Some(r#"{"day":"2026-01-01"}"#),
-    )
-    .unwrap();
+    let (status, _) = recompute(&server, &site.api_key, r#"{"day":"2026-01-01"}"#);
     assert_eq!(status, 403);
-    let (status, body) = call(
-        "POST",
-        &server.url("/v1/admin/clicks/recompute"),
-        Some(&admin),
-        Some(r#"{"day":"someday"}"#),
-    )
-    .unwrap();
+    let (status, body) = recompute(&server, &admin, r#"{"day":"someday"}"#);
     assert_eq!(status, 400, "{body}");
 }
 
@@ -341,13 +340,11 @@ fn late_events_and_recompute() {
     assert!(stderr.contains("in use by another process"), "{stderr}");
 
     // The admin API recomputes the closed day from the archive.
-    let (status, body) = call(
-        "POST",
-        &server.url("/v1/admin/clicks/recompute"),
-        Some(&admin),
-        Some(&format!(r#"{{"day":"{}"}}"#, day_string(before))),
-    )
-    .unwrap();
+    let (status, body) = recompute(
+        &server,
+        &admin,
+        &format!(r#"{{"day":"{}"}}"#, day_string(before)),
+    );
     assert_eq!(status, 200, "{body}");
     let report = json(&body);
     assert_eq!(report["events"], 2, "{report}");
@@ -361,13 +358,7 @@ fn late_events_and_recompute() {
     assert_eq!(days[0]["state"], "recomputed");
     assert_eq!(days[1]["state"], "open");
     // A day without an archive is refused, not wiped.
-    let (status, body) = call(
-        "POST",
-        &server.url("/v1/admin/clicks/recompute"),
-        Some(&admin),
-        Some(r#"{"day":"2001-01-01"}"#),
-    )
-    .unwrap();
+    let (status, body) = recompute(&server, &admin, r#"{"day":"2001-01-01"}"#);
     assert_eq!(status, 404, "{body}");
 
     // Offline, with the server stopped: the same day again gives the same numbers.
@@ -544,13 +535,11 @@ fn a_corrupt_rollup_is_reported_not_replaced() {
 
     // Recomputing today from the archive repairs it; the day is still within its grace, so it
     // stays open.
-    let (status, body) = call(
-        "POST",
-        &server.url("/v1/admin/clicks/recompute"),
-        Some(&admin),
-        Some(&format!(r#"{{"day":"{}"}}"#, day_string(now))),
-    )
-    .unwrap();
+    let (status, body) = recompute(
+        &server,
+        &admin,
+        &format!(r#"{{"day":"{}"}}"#, day_string(now)),
+    );
     assert_eq!(status, 200, "{body}");
     let report = json(&body);
     assert_eq!(report["events"], 2, "{report}");
