@@ -105,7 +105,7 @@ pub struct EdgeLink {
     pub long_url: String,
     pub expires_at_ms: Option<i64>,
     pub status: LinkStatus,
-    /// Served through the warning interstitial.
+    /// Served through the warning interstitial: flagged, or held until verified.
     pub warn: bool,
 }
 
@@ -122,7 +122,7 @@ impl EdgeLink {
             },
             expires_at_ms: s.state.expires_at_ms,
             status,
-            warn: s.state.warn,
+            warn: s.state.interstitial(),
         }
     }
 }

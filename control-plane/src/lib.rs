@@ -11,7 +11,9 @@
 //! - [`fleet`]: engines' status reports, their lag and the lag alarm;
 //! - [`body_stream`]: response bodies fed from a bounded channel;
 //! - [`auth`]: API keys, stored hashed in a file beside the store;
-//! - [`ratelimit`]: per-owner token buckets for creation;
+//! - [`ratelimit`]: per-owner token buckets for creation (and per-network ones for reports);
+//! - [`safety`]: trust and safety: reputation lists and their reloads, the scanner and its
+//!   verdict webhook, bulk takedowns (list entries, hosts, suspended owners), velocity holds;
 //! - [`metrics`]: the Prometheus registry;
 //! - [`snapshot`]: building an edge snapshot from the store;
 //! - [`clock`]: wall-clock milliseconds and RFC 3339 formatting;
@@ -30,6 +32,7 @@ pub mod fleet;
 pub mod metrics;
 pub mod publish;
 pub mod ratelimit;
+pub mod safety;
 pub mod snapshot;
 pub mod store;
 
@@ -37,5 +40,5 @@ pub use api::{router, ApiConfig, AppState};
 pub use auth::{ApiKeys, Principal};
 pub use store::embedded::{EmbeddedStore, EmbeddedStoreConfig};
 pub use store::{
-    CreateOutcome, CreateRequest, DeleteOutcome, StateUpdate, Store, StoreError, StoredLink,
+    Actor, CreateOutcome, CreateRequest, DeleteOutcome, StateUpdate, Store, StoreError, StoredLink,
 };

@@ -275,7 +275,8 @@ enum SnapshotCommand {
 
 #[derive(Subcommand)]
 enum ApikeyCommand {
-    /// Print a new API key for OWNER (stored hashed; a lost key is replaced, never recovered).
+    /// Print a new API key for OWNER on stdout, its public id on stderr (stored hashed; a lost
+    /// key is replaced, never recovered).
     Create {
         #[arg(long, env = "LASTHOP_DATA_DIR")]
         data_dir: PathBuf,
@@ -284,7 +285,109 @@ enum ApikeyCommand {
         /// May take down and restore any link.
         #[arg(long)]
         admin: bool,
+        /// Print `{"key", "id", "owner", "admin"}` on stdout instead.
+        #[arg(long)]
+        json: bool,
     },
+    /// List every key: id, owner, role, created, revoked (never a secret).
+    List {
+        #[arg(long, env = "LASTHOP_DATA_DIR")]
+        data_dir: PathBuf,
+        /// Only this owner's keys.
+        #[arg(long)]
+        owner: Option<String>,
+        /// One JSON object a line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke the key with this public id (works while the server runs: its next request
+    /// answers 401 key_revoked).
+    Revoke {
+        #[arg(long, env = "LASTHOP_DATA_DIR")]
+        data_dir: PathBuf,
+        /// The key's public id, `lhk_…`.
+        id: String,
+    },
+}
+
+/// Trust and safety settings of `serve`.
+#[derive(Args)]
+struct ServeSafety {
+    /// A reputation list file (repeatable): one host or URL a line, a hosts file, or a
+    /// URLhaus, PhishTank or OpenPhish export (detected per file). Creates of a listed
+    /// destination answer 403; a reload's new entries take down the links they match.
+    #[arg(
+        long = "reputation-list",
+        env = "LASTHOP_REPUTATION_LISTS",
+        value_delimiter = ','
+    )]
+    reputation_lists: Vec<PathBuf>,
+    /// How often list files are checked for changes, seconds (SIGHUP re-reads them at once).
+    #[arg(long, env = "LASTHOP_REPUTATION_POLL_SECS", default_value_t = 5)]
+    reputation_poll_secs: u64,
+    /// Accept destinations on other shorteners' domains and on our own short domain.
+    #[arg(long, env = "LASTHOP_ALLOW_SHORTENER_CHAINS")]
+    allow_shortener_chains: bool,
+    /// More shortener domains, one a line, beside the shipped list.
+    #[arg(long, env = "LASTHOP_SHORTENER_LIST")]
+    shortener_list: Option<PathBuf>,
+    /// Scan new links after their 201 and re-scan live ones (lists, heuristics, webhook).
+    #[arg(long, env = "LASTHOP_SCANNER", value_enum, default_value_t = Toggle::On)]
+    scanner: Toggle,
+    /// A whole re-scan of every live link takes this long (`86400`, `90s`, `30m`, `24h`, `7d`).
+    #[arg(long, env = "LASTHOP_RESCAN_INTERVAL", default_value = "24h", value_parser = parse_duration)]
+    rescan_interval: Duration,
+    /// Links re-scanned a second, at most.
+    #[arg(long, env = "LASTHOP_RESCAN_MAX_RATE", default_value_t = 200.0)]
+    rescan_max_rate: f64,
+    /// An external verdict service: POST {"url"} → {"verdict": "clean"|"warn"|"block", "reason"}.
+    #[arg(long, env = "LASTHOP_SCAN_WEBHOOK")]
+    scan_webhook: Option<String>,
+    /// Per attempt, milliseconds.
+    #[arg(long, env = "LASTHOP_SCAN_WEBHOOK_TIMEOUT_MS", default_value_t = 2000)]
+    scan_webhook_timeout_ms: u64,
+    /// Attempts after the first failed one.
+    #[arg(long, env = "LASTHOP_SCAN_WEBHOOK_RETRIES", default_value_t = 2)]
+    scan_webhook_retries: u32,
+    /// Webhook calls in flight at once.
+    #[arg(long, env = "LASTHOP_SCAN_WEBHOOK_CONCURRENCY", default_value_t = 8)]
+    scan_webhook_concurrency: usize,
+    /// New links answer the interstitial at every edge until their first scan verdict.
+    #[arg(long, env = "LASTHOP_HOLD_UNVERIFIED")]
+    hold_unverified: bool,
+    /// Distinct destination domains an owner may use in a sliding hour before its new links
+    /// are created held and it is flagged (0: off).
+    #[arg(long, env = "LASTHOP_VELOCITY_DOMAINS_PER_HOUR", default_value_t = 500)]
+    velocity_domains_per_hour: usize,
+    /// Anonymous reports a second per client network (/24, /48), and the burst.
+    #[arg(long, env = "LASTHOP_REPORT_RATE", default_value_t = 0.1)]
+    report_rate: f64,
+    #[arg(long, env = "LASTHOP_REPORT_BURST", default_value_t = 10.0)]
+    report_burst: f64,
+}
+
+/// `86400`, `90s`, `30m`, `24h` or `7d`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 90s, 30m, 24h, 7d)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        "d" => n * 86400.0,
+        _ => return Err(format!("{s:?}: the unit must be ms, s, m, h or d")),
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("{s:?} must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 #[derive(Parser)]
@@ -348,6 +451,8 @@ struct ServeArgs {
     edge_lag_alarm_secs: f64,
     #[command(flatten)]
     clicks: ServeClicks,
+    #[command(flatten)]
+    safety: ServeSafety,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -357,6 +462,8 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a terminal: log files and the journal get plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
         Command::Keygen { out, bits, force } => {
@@ -376,18 +483,7 @@ fn main() -> anyhow::Result<()> {
             println!("wrote {} (key id {:08x})", out.display(), key.id());
             Ok(())
         }
-        Command::Apikey {
-            command:
-                ApikeyCommand::Create {
-                    data_dir,
-                    owner,
-                    admin,
-                },
-        } => {
-            let key = lasthop_control::auth::create_key(&data_dir, &owner, admin)?;
-            println!("{key}");
-            Ok(())
-        }
+        Command::Apikey { command } => apikey(command),
         Command::Serve(args) => serve(args),
         Command::Snapshot {
             command:
@@ -416,6 +512,75 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Clicks { command } => clicks(command),
+    }
+}
+
+fn apikey(command: ApikeyCommand) -> anyhow::Result<()> {
+    match command {
+        ApikeyCommand::Create {
+            data_dir,
+            owner,
+            admin,
+            json,
+        } => {
+            let key = lasthop_control::auth::create_key(&data_dir, &owner, admin)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"key": key.key, "id": key.id, "owner": owner, "admin": admin})
+                );
+            } else {
+                // The secret alone on stdout (scripts capture it), the id beside it on stderr.
+                println!("{}", key.key);
+                eprintln!(
+                    "key id {} (owner {owner}{})",
+                    key.id,
+                    if admin { ", admin" } else { "" }
+                );
+            }
+            Ok(())
+        }
+        ApikeyCommand::List {
+            data_dir,
+            owner,
+            json,
+        } => {
+            let keys = lasthop_control::ApiKeys::open(&data_dir).list(owner.as_deref());
+            for k in keys {
+                if json {
+                    println!("{}", serde_json::to_string(&k)?);
+                } else {
+                    println!(
+                        "{}\t{}\t{}\t{}\t{}",
+                        k.id,
+                        k.owner,
+                        if k.admin { "admin" } else { "user" },
+                        k.created_at,
+                        match &k.revoked_at {
+                            Some(at) => format!("revoked {at}"),
+                            None => "active".to_string(),
+                        }
+                    );
+                }
+            }
+            Ok(())
+        }
+        ApikeyCommand::Revoke { data_dir, id } => {
+            let keys = lasthop_control::ApiKeys::open(&data_dir);
+            let known = keys.list(None).into_iter().find(|k| k.id == id);
+            match known {
+                None => anyhow::bail!("no key has the id {id}"),
+                Some(k) if k.revoked => {
+                    println!("{id} was already revoked");
+                    Ok(())
+                }
+                Some(_) => {
+                    keys.revoke(&id)?;
+                    println!("revoked {id}");
+                    Ok(())
+                }
+            }
+        }
     }
 }
 
@@ -520,6 +685,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         create_rate: args.create_rate,
         create_burst: args.create_burst,
         edge_lag_alarm_secs: args.edge_lag_alarm_secs,
+        report_rate: args.safety.report_rate,
+        report_burst: args.safety.report_burst,
     };
     // After the store is open: its lock keeps a second `serve` on this data dir from racing us.
     let token = EdgeToken::load_or_create(&args.data_dir)?;
@@ -552,13 +719,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(Processor::open(config, metrics.clone()).context("starting the click processor")?)
         }
     };
-    let state = AppState::with_edges(
+    let safety = start_safety(&args, Arc::clone(&dyn_store), &metrics)?;
+    let state = AppState::with_safety(
         Arc::clone(&dyn_store),
         ApiKeys::open(&args.data_dir),
         api,
         metrics,
         Arc::clone(&fleet),
         Some(Arc::clone(&publisher)),
+        Arc::clone(&safety.safety),
     );
     let clicks = match processor {
         Some(p) => {
@@ -573,6 +742,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .thread_name("api")
         .build()?;
+    let reload = safety.reload.clone();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.api_listen)
             .await
@@ -602,6 +772,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             shutdown_signal().await;
             let _ = stop_tx.send(true);
         });
+        tokio::spawn(reload_on_sighup(reload));
         let feed = Feed::new(Arc::clone(&dyn_store), heartbeat)
             .with_snapshots(publisher.subscribe())
             .with_stop(stop_rx.clone());
@@ -611,13 +782,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             // An Err means the sender is gone, which only happens after the signal.
             let _ = rx.wait_for(|stop| *stop).await;
         };
-        let api = axum::serve(listener, router(state)).with_graceful_shutdown(stopped(stop_rx.clone()));
+        // The peer address reaches handlers (reports are rate-limited per client network).
+        let api = axum::serve(
+            listener,
+            router(state).into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
         let edge = axum::serve(edge_listener, lasthop_control::edge::router(edge_state))
             .with_graceful_shutdown(stopped(stop_rx));
         tokio::try_join!(async { api.await }, async { edge.await })?;
         anyhow::Ok(())
     })?;
-    // Requests are drained: the click processor flushes what it read and stops.
+    // Requests are drained: the scanner and the list watcher stop, the click processor
+    // flushes what it read and stops.
+    safety.stop();
     if let Some((handle, thread)) = clicks {
         handle.stop();
         if thread.join().is_err() {
@@ -628,6 +806,154 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     store.shutdown()?;
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// Trust and safety's running parts.
+struct RunningSafety {
+    safety: Arc<lasthop_control::safety::Safety>,
+    /// SIGHUP sends here: the list watcher re-reads every list.
+    reload: std::sync::mpsc::Sender<()>,
+    watcher: std::thread::JoinHandle<()>,
+    scanner: Option<lasthop_control::safety::scanner::ScannerThreads>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RunningSafety {
+    fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.reload.send(());
+        if self.watcher.join().is_err() {
+            tracing::error!("the list watcher panicked");
+        }
+        if let Some(scanner) = self.scanner {
+            scanner.stop();
+        }
+    }
+}
+
+/// Loads the reputation lists, starts the list watcher (polls, SIGHUP, time-bomb takedowns)
+/// and the scanner.
+fn start_safety(
+    args: &ServeArgs,
+    store: Arc<dyn Store>,
+    metrics: &Metrics,
+) -> anyhow::Result<RunningSafety> {
+    use lasthop_control::safety::scanner::{Scanner, ScannerConfig, WebhookConfig};
+    use lasthop_control::safety::{enforce, ListSet, Safety, SafetyConfig};
+    let a = &args.safety;
+    let lists = ListSet::load(&a.reputation_lists, metrics.clone())?;
+    let extra_shorteners = a
+        .shortener_list
+        .as_ref()
+        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+        .transpose()?;
+    if let Some(url) = &a.scan_webhook {
+        let parsed = url::Url::parse(url).with_context(|| format!("--scan-webhook {url:?}"))?;
+        anyhow::ensure!(
+            matches!(parsed.scheme(), "http" | "https"),
+            "--scan-webhook must be an http or https URL"
+        );
+    }
+    let config = SafetyConfig {
+        allow_shortener_chains: a.allow_shortener_chains,
+        extra_shorteners,
+        short_base: args.short_base.clone(),
+        hold_unverified: a.hold_unverified,
+        velocity_domains_per_hour: a.velocity_domains_per_hour,
+        scan: a.scanner == Toggle::On,
+    };
+    anyhow::ensure!(
+        !(a.hold_unverified && a.scanner == Toggle::Off),
+        "--hold-unverified needs the scanner (--scanner on): nothing would ever release the holds"
+    );
+    let safety = Arc::new(
+        Safety::new(Arc::clone(&store), lists, config, metrics.clone())
+            .context("reading owners' trust records")?,
+    );
+    let scanner = match a.scanner {
+        Toggle::Off => None,
+        Toggle::On => Some(Scanner::spawn(
+            Arc::clone(&safety),
+            ScannerConfig {
+                webhook: a.scan_webhook.clone().map(|url| WebhookConfig {
+                    url,
+                    timeout: Duration::from_millis(a.scan_webhook_timeout_ms.max(1)),
+                    retries: a.scan_webhook_retries,
+                    concurrency: a.scan_webhook_concurrency.max(1),
+                }),
+                rescan_interval: a.rescan_interval,
+                rescan_max_rate: a.rescan_max_rate,
+            },
+        )?),
+    };
+    let (reload, reloads) = std::sync::mpsc::channel::<()>();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poll = Duration::from_secs(a.reputation_poll_secs.clamp(1, 10));
+    let watcher = {
+        let (safety, stop) = (Arc::clone(&safety), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("lists".into())
+            .spawn(move || {
+                // Links created while a list entry was unknown (or while we were down) are
+                // matched once at start, then each reload's additions.
+                let empty = lasthop_trust::ReputationIndex::build(std::iter::empty());
+                let at_start: Vec<_> = safety
+                    .lists()
+                    .lists()
+                    .iter()
+                    .map(|l| l.index.added(&empty))
+                    .collect();
+                let enforce_all = |batches: Vec<Vec<lasthop_trust::Added>>| {
+                    for added in batches {
+                        match enforce::enforce_added(safety.store().as_ref(), &added) {
+                            Ok(n) => safety
+                                .metrics()
+                                .safety_actions
+                                .with_label_values(&["list"])
+                                .inc_by(n),
+                            Err(e) => tracing::error!(error = %e, "list takedowns failed; the re-scan will retry"),
+                        }
+                    }
+                };
+                enforce_all(at_start);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let forced = match reloads.recv_timeout(poll) {
+                        Ok(()) => true,
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                    };
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    enforce_all(safety.lists().reload(forced));
+                }
+            })?
+    };
+    Ok(RunningSafety {
+        safety,
+        reload,
+        watcher,
+        scanner,
+        stop,
+    })
+}
+
+/// SIGHUP: re-read the reputation lists now.
+async fn reload_on_sighup(reload: std::sync::mpsc::Sender<()>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGHUP");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: re-reading the reputation lists");
+        if reload.send(()).is_err() {
+            return;
+        }
+    }
 }
 
 async fn shutdown_signal() {

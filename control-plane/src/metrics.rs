@@ -1,8 +1,8 @@
 //! The control plane's Prometheus registry.
 
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Every metric the control plane exports.
@@ -42,6 +42,37 @@ pub struct Metrics {
     pub clicks_kafka_errors: IntCounter,
     /// Event ids held by the dedup window.
     pub clicks_dedup_ids: IntGauge,
+    /// Entries of each reputation list as loaded now.
+    pub reputation_list_entries: IntGaugeVec,
+    /// Malformed (skipped) lines of each list's loaded version.
+    pub reputation_list_malformed_lines: IntGaugeVec,
+    /// When each list's loaded version was read (Unix seconds).
+    pub reputation_list_loaded_seconds: GaugeVec,
+    /// 1 while a list's last reload failed and its previous version is still in use.
+    pub reputation_list_stale: IntGaugeVec,
+    /// Reloads that failed, by list.
+    pub reputation_list_load_failures: IntCounterVec,
+    /// Creates refused by trust and safety, by reason (`list:<name>`, `shortener_chain`).
+    pub creates_blocked: IntCounterVec,
+    /// Links created held, by hold (`unverified`, `velocity`).
+    pub creates_held: IntCounterVec,
+    /// Links taken down or flagged by trust and safety, by source (`list`, `scanner`, `host`,
+    /// `suspension`, `report`).
+    pub safety_actions: IntCounterVec,
+    /// Scanner verdicts by verdict (`clean`, `warn`, `block`) and pass (`new`, `rescan`).
+    pub scan_verdicts: IntCounterVec,
+    /// Verdict webhook failures by kind (`timeout`, `connect`, `status`, `garbage`, `skipped`).
+    pub scan_webhook_errors: IntCounterVec,
+    /// Creation to first verdict, seconds (how long a held link waits).
+    pub scan_first_verdict_seconds: Histogram,
+    /// Links the re-scan has checked, and its completed sweeps.
+    pub rescan_checked: IntCounter,
+    pub rescan_sweeps: IntCounter,
+    /// Owners flagged by creation velocity, and suspended owners.
+    pub owners_flagged: IntGauge,
+    pub owners_suspended: IntGauge,
+    /// Reports and appeals filed, by kind.
+    pub reports: IntCounterVec,
 }
 
 fn registered<T: prometheus::core::Collector + Clone + 'static>(
@@ -176,6 +207,138 @@ impl Metrics {
             clicks_dedup_ids: registered(
                 &registry,
                 IntGauge::new("clicks_dedup_ids", "Event ids held by the dedup window"),
+            )?,
+            reputation_list_entries: registered(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "reputation_list_entries",
+                        "Entries of each reputation list as loaded",
+                    ),
+                    &["list"],
+                ),
+            )?,
+            reputation_list_malformed_lines: registered(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "reputation_list_malformed_lines",
+                        "Malformed lines skipped in each list's loaded version",
+                    ),
+                    &["list"],
+                ),
+            )?,
+            reputation_list_loaded_seconds: registered(
+                &registry,
+                GaugeVec::new(
+                    Opts::new(
+                        "reputation_list_loaded_timestamp_seconds",
+                        "When each list's loaded version was read",
+                    ),
+                    &["list"],
+                ),
+            )?,
+            reputation_list_stale: registered(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "reputation_list_stale",
+                        "1 while a list's last reload failed and its previous version serves",
+                    ),
+                    &["list"],
+                ),
+            )?,
+            reputation_list_load_failures: registered(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "reputation_list_load_failures_total",
+                        "Failed reloads of each reputation list",
+                    ),
+                    &["list"],
+                ),
+            )?,
+            creates_blocked: registered(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "creates_blocked_total",
+                        "Creates refused as destination_blocked, by reason",
+                    ),
+                    &["reason"],
+                ),
+            )?,
+            creates_held: registered(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new("creates_held_total", "Links created held, by hold"),
+                    &["hold"],
+                ),
+            )?,
+            safety_actions: registered(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "safety_actions_total",
+                        "Links taken down or flagged by trust and safety, by source",
+                    ),
+                    &["source"],
+                ),
+            )?,
+            scan_verdicts: registered(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "scan_verdicts_total",
+                        "Scanner verdicts by verdict and pass",
+                    ),
+                    &["verdict", "pass"],
+                ),
+            )?,
+            scan_webhook_errors: registered(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "scan_webhook_errors_total",
+                        "Verdict webhook failures by kind",
+                    ),
+                    &["kind"],
+                ),
+            )?,
+            scan_first_verdict_seconds: registered(
+                &registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "scan_first_verdict_seconds",
+                        "Link creation to its first scan verdict",
+                    )
+                    .buckets(vec![
+                        0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+                    ]),
+                ),
+            )?,
+            rescan_checked: registered(
+                &registry,
+                IntCounter::new("rescan_checked_total", "Links checked by the re-scan"),
+            )?,
+            rescan_sweeps: registered(
+                &registry,
+                IntCounter::new("rescan_sweeps_total", "Completed re-scan sweeps"),
+            )?,
+            owners_flagged: registered(
+                &registry,
+                IntGauge::new("owners_flagged", "Owners flagged by creation velocity"),
+            )?,
+            owners_suspended: registered(
+                &registry,
+                IntGauge::new("owners_suspended", "Suspended owners"),
+            )?,
+            reports: registered(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new("reports_total", "Reports and appeals filed, by kind"),
+                    &["kind"],
+                ),
             )?,
             registry,
         })

@@ -128,7 +128,8 @@ impl LinkFrame {
             deleted: state.deleted,
             disabled: state.disabled,
             takedown_reason: state.takedown_reason.clone(),
-            warn: state.warn,
+            // Held links are served through the interstitial too; engines need not know why.
+            warn: state.interstitial(),
         }
     }
 
@@ -140,6 +141,7 @@ impl LinkFrame {
             expires_at_ms: self.expires_at_ms,
             takedown_reason: self.takedown_reason.clone(),
             warn: self.warn,
+            ..LinkState::default()
         }
     }
 

@@ -33,5 +33,5 @@ pub use code::{classify, CodeKind, CodeScheme, CODE_LEN, CODE_SPACE};
 pub use destination::{is_servable, normalize_destination, UrlError, UrlPolicy};
 pub use ff1::{Ff1, Ff1Domain, Ff1Error};
 pub use key::{KeyError, PermutationKey};
-pub use link::{Change, Link, LinkState, LinkStatus};
+pub use link::{Change, Hold, Link, LinkState, LinkStatus};
 pub use region::{region_range, HighWater, RegionError};

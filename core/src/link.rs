@@ -34,6 +34,38 @@ pub struct LinkState {
     /// Flagged: served through a warning interstitial.
     #[serde(default)]
     pub warn: bool,
+    /// Held: served through the interstitial until released (the first scan verdict, or an
+    /// admin). Absent from the stored form when not held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Hold>,
+    /// Pinned by an admin's restore: automatic verdicts (lists, scanner, velocity) leave the
+    /// link alone until an admin unpins it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pinned: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Why a link is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hold {
+    /// Created with `--hold-unverified`: waits for its first scan verdict.
+    Unverified,
+    /// Created while its owner was over the creation-velocity limit: waits for an admin.
+    Velocity,
+}
+
+impl Hold {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hold::Unverified => "unverified",
+            Hold::Velocity => "velocity",
+        }
+    }
 }
 
 /// What a link is, right now.
@@ -61,7 +93,13 @@ impl LinkStatus {
 }
 
 impl LinkState {
+    /// Whether an edge serves the interstitial instead of a redirect: flagged or held.
+    pub fn interstitial(&self) -> bool {
+        self.warn || self.held.is_some()
+    }
+
     /// The status at `now_ms`; deletion outranks takedown outranks disablement outranks expiry.
+    /// (A held link is `Active` here: it is served, through the interstitial.)
     pub fn status(&self, now_ms: i64) -> LinkStatus {
         if self.deleted {
             LinkStatus::Deleted
@@ -102,6 +140,28 @@ mod tests {
         assert_eq!(s.status(0), LinkStatus::TakenDown);
         s.deleted = true;
         assert_eq!(s.status(0), LinkStatus::Deleted);
+    }
+
+    #[test]
+    fn held_and_pinned_are_absent_unless_set() {
+        let plain = serde_json::to_string(&LinkState::default()).unwrap();
+        assert!(
+            !plain.contains("held") && !plain.contains("pinned"),
+            "{plain}"
+        );
+        let held = LinkState {
+            held: Some(Hold::Velocity),
+            pinned: true,
+            ..LinkState::default()
+        };
+        let j = serde_json::to_string(&held).unwrap();
+        assert!(
+            j.contains("\"held\":\"velocity\"") && j.contains("\"pinned\":true"),
+            "{j}"
+        );
+        assert_eq!(serde_json::from_str::<LinkState>(&j).unwrap(), held);
+        assert!(held.interstitial() && !LinkState::default().interstitial());
+        assert_eq!(held.status(0), LinkStatus::Active);
     }
 
     #[test]

@@ -177,6 +177,10 @@ struct Args {
     /// Add `includeSubDomains; preload` to the HSTS header.
     #[arg(long)]
     hsts_preload: bool,
+    /// The control plane API's public address (or its `/v1/reports` URL): the preview and
+    /// interstitial pages then carry a "report this link" form posting there. No form without.
+    #[arg(long, env = "LASTHOP_REPORT_URL")]
+    report_url: Option<String>,
     /// Drop TLS handshakes not finished in this many milliseconds.
     #[arg(long, default_value_t = 10_000)]
     tls_handshake_timeout_ms: u64,
@@ -285,6 +289,8 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a terminal: log files and the journal get plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     match lasthop_engine::socket::raise_nofile_limit() {
@@ -571,6 +577,10 @@ fn main() -> anyhow::Result<()> {
         fixed: args.fixed_response,
         top_sample: args.top_sample,
         hsts: hsts_header(args.hsts_max_age, args.hsts_preload).into(),
+        pages: Arc::new(match &args.report_url {
+            Some(url) => lasthop_engine::render::Pages::with_report_url(url)?,
+            None => lasthop_engine::render::Pages::default(),
+        }),
         tls_stats: tls_stats.clone(),
         drain: Duration::from_secs(args.drain_timeout),
         glommio_io_memory: 256 << 10,

@@ -24,11 +24,82 @@ use lasthop_core::is_servable;
 use crate::answer::Answer;
 use crate::http::{HttpError, Request};
 
-/// The headers every page (preview, interstitial) carries.
+/// The headers every page (preview, interstitial) carries when no report form is configured:
+/// nothing may load and no form may be sent.
 const PAGE_HEADERS: &[u8] = b"Cache-Control: no-store\r\n\
-Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\r\n\
+Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action 'none'\r\n\
 X-Content-Type-Options: nosniff\r\n\
 Referrer-Policy: no-referrer\r\n";
+
+/// How the preview and interstitial pages look beyond the answer: the "report this link" form
+/// (`--report-url`), which posts to the control plane's public `POST /v1/reports`.
+#[derive(Debug, Clone, Default)]
+pub struct Pages {
+    /// The form's `action`, HTML-safe (checked by [`Pages::with_report_url`]).
+    report_action: Option<Box<[u8]>>,
+    /// [`PAGE_HEADERS`] with `form-action` allowing the report origin.
+    headers: Option<Box<[u8]>>,
+}
+
+/// Why a `--report-url` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--report-url must be an http:// or https:// URL of visible ASCII without quotes or angle brackets: {0:?}")]
+pub struct ReportUrlError(pub String);
+
+impl Pages {
+    /// Pages with the report form posting to `url`: the API's public address
+    /// (`https://api.example`, the form then posts to `/v1/reports` there) or the full
+    /// endpoint (`…/v1/reports`).
+    pub fn with_report_url(url: &str) -> Result<Pages, ReportUrlError> {
+        let bad = || ReportUrlError(url.to_string());
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"))
+            .ok_or_else(bad)?;
+        if rest.is_empty()
+            || !url
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'<' | b'>' | b'\\'))
+        {
+            return Err(bad());
+        }
+        let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        if authority_len == 0 || rest[..authority_len].contains('@') {
+            return Err(bad());
+        }
+        let origin = &url[..url.len() - rest.len() + authority_len];
+        let base = url
+            .split(['?', '#'])
+            .next()
+            .unwrap_or(url)
+            .trim_end_matches('/');
+        let action = if base.ends_with("/v1/reports") {
+            base.to_string()
+        } else {
+            format!("{base}/v1/reports")
+        };
+        let headers = format!(
+            "Cache-Control: no-store\r\n\
+Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action {origin}\r\n\
+X-Content-Type-Options: nosniff\r\n\
+Referrer-Policy: no-referrer\r\n"
+        );
+        Ok(Pages {
+            report_action: Some(action.into_bytes().into_boxed_slice()),
+            headers: Some(headers.into_bytes().into_boxed_slice()),
+        })
+    }
+
+    fn headers(&self) -> &[u8] {
+        self.headers.as_deref().unwrap_or(PAGE_HEADERS)
+    }
+}
+
+/// Pages without a report form (tests and benches).
+static NO_PAGES: Pages = Pages {
+    report_action: None,
+    headers: None,
+};
 
 const TEXT: &[u8] = b"text/plain; charset=utf-8";
 const HTML: &[u8] = b"text/html; charset=utf-8";
@@ -50,6 +121,7 @@ struct Shape<'h> {
     /// Extra header lines (each ending in CRLF) for every response, e.g.
     /// `Strict-Transport-Security` on HTTPS.
     extra: &'h [u8],
+    pages: &'h Pages,
 }
 
 /// Appends the response to `answer` to `out`: no body when `req_head` (HEAD), `Connection:
@@ -71,6 +143,7 @@ pub fn render(
             json: accept_json,
             http10: false,
             extra: b"",
+            pages: &NO_PAGES,
         },
         out,
     )
@@ -79,15 +152,16 @@ pub fn render(
 /// [`render`] with the shape taken from `req` (method, keep-alive, `Accept`, HTTP version).
 /// Returns whether the connection must close once the bytes are sent.
 pub fn render_for(answer: &Answer<'_>, req: &Request<'_>, out: &mut Vec<u8>) -> bool {
-    render_with(answer, req, b"", out)
+    render_with(answer, req, b"", &NO_PAGES, out)
 }
 
-/// [`render_for`] with `extra` header lines (each ending in CRLF) on the response: the HTTPS
-/// listener's `Strict-Transport-Security`.
+/// [`render_for`] with `extra` header lines (each ending in CRLF) on the response (the HTTPS
+/// listener's `Strict-Transport-Security`), and pages shaped by `pages`.
 pub fn render_with(
     answer: &Answer<'_>,
     req: &Request<'_>,
     extra: &[u8],
+    pages: &Pages,
     out: &mut Vec<u8>,
 ) -> bool {
     write(
@@ -98,6 +172,7 @@ pub fn render_with(
             json: req.accept_json,
             http10: req.http10,
             extra,
+            pages,
         },
         out,
     )
@@ -132,8 +207,9 @@ fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
                     json_page(o, code, url, flagged)
                 });
             } else {
+                let report = shape.pages.report_action.as_deref();
                 page(b"200 OK", HTML, shape, out, |o| {
-                    preview_page(o, code, url, flagged)
+                    preview_page(o, code, url, flagged, report)
                 });
             }
         }
@@ -143,7 +219,10 @@ fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
                     json_page(o, code, url, true)
                 });
             } else {
-                page(b"200 OK", HTML, shape, out, |o| warn_page(o, code, url));
+                let report = shape.pages.report_action.as_deref();
+                page(b"200 OK", HTML, shape, out, |o| {
+                    warn_page(o, code, url, report)
+                });
             }
         }
         Answer::Preview { .. } | Answer::Warn { .. } | Answer::Gone => gone(shape, out),
@@ -275,7 +354,7 @@ fn page(
         out.truncate(start);
     }
     let body_len = out.len() - start;
-    head(status, PAGE_HEADERS, content_type, len, shape, out);
+    head(status, shape.pages.headers(), content_type, len, shape, out);
     if let Some(response) = out.get_mut(start..) {
         response.rotate_left(body_len);
     }
@@ -298,41 +377,77 @@ fn page_start(out: &mut Vec<u8>, title: &[u8]) {
     out.extend_from_slice(b"</head>\n<body><main>\n");
 }
 
-/// The destination as text, and a plain link to it (never followed on its own).
-fn destination(out: &mut Vec<u8>, url: &[u8], link_text: &[u8]) {
+/// The destination as text, a plain link to it (never followed on its own), the report form
+/// when there is one, and the page's end.
+fn destination(
+    out: &mut Vec<u8>,
+    code: &[u8],
+    url: &[u8],
+    link_text: &[u8],
+    report: Option<&[u8]>,
+) {
     out.extend_from_slice(b"<p><code>");
     write_html(out, url);
     out.extend_from_slice(b"</code></p>\n<p><a href=\"");
     write_html(out, url);
     out.extend_from_slice(b"\" rel=\"noreferrer noopener nofollow\">");
     out.extend_from_slice(link_text);
-    out.extend_from_slice(b"</a></p>\n</main></body></html>\n");
+    out.extend_from_slice(b"</a></p>\n");
+    if let Some(action) = report {
+        report_form(out, code, action);
+    }
+    out.extend_from_slice(b"</main></body></html>\n");
 }
 
-fn preview_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], flagged: bool) {
+/// "Report this link": a plain form (no script) posting to the control plane's
+/// `POST /v1/reports`, which answers with a 303 to its thank-you page.
+fn report_form(out: &mut Vec<u8>, code: &[u8], action: &[u8]) {
+    out.extend_from_slice(b"<form method=\"post\" action=\"");
+    write_html(out, action);
+    out.extend_from_slice(
+        b"\"><h2>Report this link</h2>\n<input type=\"hidden\" name=\"code\" value=\"",
+    );
+    write_html(out, code);
+    out.extend_from_slice(
+        b"\">\n<p><label>What is wrong with it? <select name=\"reason\">\
+<option value=\"phishing\">Phishing or fraud</option>\
+<option value=\"malware\">Malware</option>\
+<option value=\"spam\">Spam</option>\
+<option value=\"other\">Something else</option></select></label></p>\n\
+<p><label>Details (optional)<br><textarea name=\"details\" rows=\"3\" cols=\"40\" \
+maxlength=\"2000\"></textarea></label></p>\n<p><button type=\"submit\">Report</button></p>\
+</form>\n",
+    );
+}
+
+fn preview_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], flagged: bool, report: Option<&[u8]>) {
     page_start(out, b"Link preview");
     out.extend_from_slice(b"<h1>Link preview</h1>\n<p>The short link <code>/");
     write_html(out, code);
     out.extend_from_slice(b"</code> leads to:</p>\n");
     if flagged {
         out.extend_from_slice(
-            b"<p class=\"warn\">This link has been flagged as possibly harmful.</p>\n",
+            b"<p class=\"warn\">This link has been flagged as possibly harmful, or has not \
+finished its safety check.</p>\n",
         );
     }
-    destination(out, url, b"Go to this address");
+    destination(out, code, url, b"Go to this address", report);
 }
 
-fn warn_page(out: &mut Vec<u8>, code: &[u8], url: &[u8]) {
-    page_start(out, b"Warning: flagged link");
+/// The interstitial: for a flagged link, and for a held one (new and not yet checked, or from
+/// an account under review); the engine is not told which, so the words fit both.
+fn warn_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], report: Option<&[u8]>) {
+    page_start(out, b"Check this link before you continue");
     out.extend_from_slice(
-        b"<h1>This link has been flagged</h1>\n<p class=\"warn\">The short link <code>/",
+        b"<h1>Check this link before you continue</h1>\n<p class=\"warn\">The short link <code>/",
     );
     write_html(out, code);
     out.extend_from_slice(
-        b"</code> has been reported as possibly harmful: phishing, malware or spam. \
-Continue only if you trust where it leads.</p>\n<p>It leads to:</p>\n",
+        b"</code> has been flagged as possibly harmful (phishing, malware or spam), or has not \
+finished its safety check yet. Continue only if you trust where it leads.</p>\n\
+<p>It leads to:</p>\n",
     );
-    destination(out, url, b"Continue to this address");
+    destination(out, code, url, b"Continue to this address", report);
 }
 
 fn json_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], flagged: bool) {
@@ -642,7 +757,7 @@ mod tests {
         assert_eq!(r.header("cache-control"), Some(&b"no-store"[..]));
         assert_eq!(
             r.header("content-security-policy"),
-            Some(&b"default-src 'none'; style-src 'unsafe-inline'"[..])
+            Some(&b"default-src 'none'; style-src 'unsafe-inline'; form-action 'none'"[..])
         );
         assert!(r.header("location").is_none());
         let body = text(&r.body);
@@ -680,6 +795,67 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_slice(&parse_response(&out, false).body).unwrap();
         assert_eq!(v["flagged"], true);
+        assert!(!body.contains("<form"), "no report form unless configured");
+    }
+
+    #[test]
+    fn report_form_posts_to_the_configured_api() {
+        let pages = Pages::with_report_url("https://api.lh.example:8443/").unwrap();
+        let req_bytes = b"GET /abcDEF1 HTTP/1.1\r\nHost: x\r\n\r\n";
+        let Parse::Complete { req, .. } = parse(req_bytes, &Limits::default()) else {
+            panic!("parses");
+        };
+        for answer in [
+            Answer::Warn {
+                code: b"abc\"DEF",
+                url: b"https://example.com/",
+            },
+            Answer::Preview {
+                code: b"abc\"DEF",
+                url: b"https://example.com/",
+                flagged: false,
+            },
+        ] {
+            let mut out = Vec::new();
+            render_with(&answer, &req, b"", &pages, &mut out);
+            let r = parse_response(&out, false);
+            assert_eq!(
+                r.header("content-security-policy"),
+                Some(
+                    &b"default-src 'none'; style-src 'unsafe-inline'; form-action https://api.lh.example:8443"[..]
+                )
+            );
+            let body = text(&r.body);
+            assert!(
+                body.contains(
+                    "<form method=\"post\" action=\"https://api.lh.example:8443/v1/reports\">"
+                ),
+                "{body}"
+            );
+            assert!(
+                body.contains("name=\"code\" value=\"abc&quot;DEF\""),
+                "{body}"
+            );
+            assert!(body.contains("name=\"reason\"") && body.contains("name=\"details\""));
+            assert!(body.ends_with("</main></body></html>\n"));
+        }
+        // The full endpoint is taken as it is; a query or fragment is dropped.
+        let full = Pages::with_report_url("http://127.0.0.1:8081/v1/reports?x#y").unwrap();
+        assert_eq!(
+            full.report_action.as_deref(),
+            Some(&b"http://127.0.0.1:8081/v1/reports"[..])
+        );
+        for bad in [
+            "ftp://x/",
+            "https://",
+            "https:///path",
+            "https://a b/",
+            "https://x/\"onmouseover=\"",
+            "https://user@x/",
+            "javascript:alert(1)",
+        ] {
+            assert!(Pages::with_report_url(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

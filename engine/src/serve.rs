@@ -115,6 +115,8 @@ pub struct CoreConfig {
     pub top_sample: u64,
     /// `Strict-Transport-Security` line(s) for HTTPS answers.
     pub hsts: Arc<[u8]>,
+    /// The preview and interstitial pages' extras (`--report-url`).
+    pub pages: Arc<crate::render::Pages>,
     /// TLS counters, with `--tls-listen`.
     pub tls_stats: Option<Arc<crate::tls::TlsStats>>,
     /// How long a draining core waits for its connections to finish.
@@ -231,6 +233,7 @@ async fn run_core(
         top: start.top,
         feed: start.feed,
         hsts: Arc::clone(&config.hsts),
+        pages: Arc::clone(&config.pages),
         tls: config.tls_stats.clone(),
         now_ms: 0,
         fixed: config.fixed,

@@ -34,6 +34,8 @@ pub struct CoreCtx {
     pub feed: Option<Arc<crate::feed::FeedStats>>,
     /// Header lines added to every HTTPS answer (`Strict-Transport-Security`), CRLF-terminated.
     pub hsts: Arc<[u8]>,
+    /// The preview and interstitial pages' extras (the report form).
+    pub pages: Arc<crate::render::Pages>,
     /// TLS counters, with `--tls-listen`.
     pub tls: Option<Arc<crate::tls::TlsStats>>,
     /// Wall clock, refreshed once per loop turn.
@@ -229,7 +231,7 @@ impl Session {
         ctx: &CoreCtx,
     ) {
         let extra: &[u8] = if self.https { &ctx.hsts } else { b"" };
-        let close = render::render_with(answer, req, extra, &mut self.out);
+        let close = render::render_with(answer, req, extra, &ctx.pages, &mut self.out);
         if let (Answer::Redirect { .. }, Layer::Overlay, Some(feed)) = (answer, layer, &ctx.feed) {
             // Creation-to-first-redirect: only links the feed brought carry a creation time.
             if let Some(link) = ctx.tables.overlay.get(code_of(req.path)) {
@@ -333,6 +335,7 @@ fn state_of(status: LinkStatus, expires_at_ms: Option<i64>, warn: bool) -> LinkS
             expires_at_ms
         },
         warn,
+        ..LinkState::default()
     }
 }
 

@@ -22,7 +22,12 @@
 //! `idempotency_expiry` ((created_ms, owner ‖ 0x00 ‖ key) → ()) and `denied` (code → deny kind:
 //! every link now disabled, taken down or flagged, kept in the transaction that changes the
 //! state, so the feed's standing denylist is one small range read, never a scan of every link;
-//! stores from before it existed had no way to take a link down, so it starts out complete).
+//! stores from before it existed had no way to take a link down, so it starts out complete);
+//! the trust-and-safety tables: `dest_hosts` and `dest_urls` (the destination index: a host's
+//! links, subdomains included, are one key range, so a new list entry finds what it matches
+//! without a scan; written and erased with the link), `audit` (append-only, per code),
+//! `code_sets` (the pending-scan queue, suspensions' takedowns), `reports` and `reports_open`,
+//! and `owners` (velocity flags, suspensions).
 //!
 //! After each durable commit the writer publishes the last change-log sequence on a
 //! `tokio::sync::watch` channel ([`Store::commits`]) before answering the batch's callers, so a
@@ -34,15 +39,22 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use std::ops::Bound;
+
 use lasthop_core::feed::DenyKind;
 use lasthop_core::{classify, region_range, Change, CodeKind, CodeScheme, Link, LinkState};
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition};
+use lasthop_trust::{CanonicalHost, Destination};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
+    TableDefinition,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{
-    deny_kind, CreateOutcome, CreateRequest, DeleteOutcome, LinkPage, StateUpdate, Store,
-    StoreError, StoredLink,
+    deny_kind, Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest,
+    DeleteOutcome, LinkPage, OwnerRecord, Report, ReportKind, ReportPage, Resolution, Store,
+    StoreError, StoredLink, PENDING_SCAN,
 };
 
 const LINKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("links");
@@ -54,12 +66,27 @@ const FREE_RANGES: TableDefinition<u64, u64> = TableDefinition::new("free_counte
 const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
 const IDEM_EXPIRY: TableDefinition<(i64, &str), ()> = TableDefinition::new("idempotency_expiry");
 const DENIED: TableDefinition<&str, u8> = TableDefinition::new("denied");
+/// `index_key(host) ‖ 0x00 ‖ code`: a host's links and its subdomains' are one key range.
+const DEST_HOSTS: TableDefinition<&str, ()> = TableDefinition::new("dest_hosts");
+/// (url-key hash, code).
+const DEST_URLS: TableDefinition<(u64, &str), ()> = TableDefinition::new("dest_urls");
+/// `code ‖ 0x00 ‖ n` (n the global audit counter) → AuditRecord JSON.
+const AUDIT: TableDefinition<&[u8], &[u8]> = TableDefinition::new("audit");
+/// (set, code): the pending-scan queue and suspensions' takedowns.
+const CODE_SETS: TableDefinition<(&str, &str), ()> = TableDefinition::new("code_sets");
+const REPORTS: TableDefinition<u64, &[u8]> = TableDefinition::new("reports");
+const REPORTS_OPEN: TableDefinition<u64, ()> = TableDefinition::new("reports_open");
+const OWNERS: TableDefinition<&str, &[u8]> = TableDefinition::new("owners");
 
 /// `denied` values.
 const DENY_GONE: u8 = 0;
 const DENY_WARN: u8 = 1;
 
 const META_KEY_ID: &str = "key_id";
+/// Set once the destination index covers every link (stores from before it are backfilled).
+const META_DEST_INDEX: &str = "dest_index_v1";
+const META_AUDIT_NEXT: &str = "audit_next";
+const META_REPORT_NEXT: &str = "report_next";
 const COUNTER_PREFIX: &str = "counter_next/";
 /// Idempotency records purged per commit, so a purge never makes one batch slow.
 const PURGE_PER_COMMIT: usize = 256;
@@ -143,13 +170,17 @@ enum Op {
     Create(Box<CreateRequest>, Reply<CreateOutcome>),
     Delete {
         code: String,
+        actor: Actor,
         reply: Reply<DeleteOutcome>,
     },
-    Update {
-        code: String,
-        update: StateUpdate,
-        reply: Reply<Option<StoredLink>>,
+    Batch(Box<Batch>, Reply<Vec<BatchResult>>),
+    AddReport(Box<Report>, Reply<Report>),
+    ResolveReport {
+        id: u64,
+        resolution: Resolution,
+        reply: Reply<Option<Result<Report, Report>>>,
     },
+    PutOwner(Box<OwnerRecord>, Reply<()>),
     Shutdown(Reply<()>),
 }
 
@@ -209,6 +240,29 @@ impl EmbeddedStore {
                 txn.open_table(IDEMPOTENCY).map_err(storage)?;
                 txn.open_table(IDEM_EXPIRY).map_err(storage)?;
                 txn.open_table(DENIED).map_err(storage)?;
+                txn.open_table(AUDIT).map_err(storage)?;
+                txn.open_table(CODE_SETS).map_err(storage)?;
+                txn.open_table(REPORTS).map_err(storage)?;
+                txn.open_table(REPORTS_OPEN).map_err(storage)?;
+                txn.open_table(OWNERS).map_err(storage)?;
+                let mut hosts = txn.open_table(DEST_HOSTS).map_err(storage)?;
+                let mut urls = txn.open_table(DEST_URLS).map_err(storage)?;
+                if meta.get(META_DEST_INDEX).map_err(storage)?.is_none() {
+                    let links = txn.open_table(LINKS).map_err(storage)?;
+                    let mut indexed = 0u64;
+                    for item in links.iter().map_err(storage)? {
+                        let (_, v) = item.map_err(storage)?;
+                        let link: Link =
+                            serde_json::from_slice(v.value()).map_err(|e| corrupt("links", e))?;
+                        if index_destination(&mut hosts, &mut urls, &link, true)? {
+                            indexed += 1;
+                        }
+                    }
+                    if indexed > 0 {
+                        tracing::info!(links = indexed, "built the destination index");
+                    }
+                    meta.insert(META_DEST_INDEX, 1).map_err(storage)?;
+                }
                 let changes = txn.open_table(CHANGES).map_err(storage)?;
                 let last = changes.last().map_err(storage)?.map(|(k, _)| k.value());
                 last.unwrap_or(0)
@@ -216,6 +270,7 @@ impl EmbeddedStore {
             txn.commit().map_err(storage)?;
             last + 1
         };
+        let next_audit = read_meta(&db, META_AUDIT_NEXT)?;
 
         let (tx, rx) = mpsc::channel();
         let (commits_tx, commits) = watch::channel(next_seq - 1);
@@ -227,6 +282,7 @@ impl EmbeddedStore {
             block_size: config.block_size.max(1),
             block: 0..0,
             next_seq,
+            next_audit,
             idempotency_ttl_ms: config.idempotency_ttl_ms,
             max_batch: config.max_batch.max(1),
             rx,
@@ -351,22 +407,17 @@ impl Store for EmbeddedStore {
         })
     }
 
-    fn delete(&self, code: &str) -> Result<DeleteOutcome, StoreError> {
+    fn delete(&self, code: &str, actor: &Actor) -> Result<DeleteOutcome, StoreError> {
         let code = code.to_string();
-        self.submit(|reply| Op::Delete { code, reply })
+        let actor = actor.clone();
+        self.submit(|reply| Op::Delete { code, actor, reply })
     }
 
-    fn update_state(
-        &self,
-        code: &str,
-        update: StateUpdate,
-    ) -> Result<Option<StoredLink>, StoreError> {
-        let code = code.to_string();
-        self.submit(|reply| Op::Update {
-            code,
-            update,
-            reply,
-        })
+    fn apply_batch(&self, batch: Batch) -> Result<Vec<BatchResult>, StoreError> {
+        if batch.updates.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.submit(|reply| Op::Batch(Box::new(batch), reply))
     }
 
     fn denied(&self) -> Result<(u64, Vec<(String, DenyKind)>), StoreError> {
@@ -457,6 +508,252 @@ impl Store for EmbeddedStore {
         Ok(seq.unwrap_or(0))
     }
 
+    fn scan_links(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<StoredLink>, Option<String>), StoreError> {
+        let start = match after {
+            Some(a) => Bound::Excluded(hex::decode(a).map_err(|_| StoreError::BadCursor)?),
+            None => Bound::Unbounded,
+        };
+        let txn = self.db.begin_read().map_err(storage)?;
+        let links = txn.open_table(LINKS).map_err(storage)?;
+        let states = txn.open_table(STATES).map_err(storage)?;
+        let bounds = (start.as_ref().map(Vec::as_slice), Bound::<&[u8]>::Unbounded);
+        let mut out = Vec::with_capacity(limit.min(1024));
+        let mut last = None;
+        for item in links.range::<&[u8]>(bounds).map_err(storage)? {
+            if out.len() == limit {
+                return Ok((out, last));
+            }
+            let (k, v) = item.map_err(storage)?;
+            let link: Link = serde_json::from_slice(v.value()).map_err(|e| corrupt("links", e))?;
+            let state: LinkState = match states.get(k.value()).map_err(storage)? {
+                Some(s) => {
+                    serde_json::from_slice(s.value()).map_err(|e| corrupt("link_state", e))?
+                }
+                None => LinkState::default(),
+            };
+            last = Some(hex::encode(k.value()));
+            out.push(StoredLink {
+                link,
+                state,
+                seq: 0,
+            });
+        }
+        Ok((out, None))
+    }
+
+    fn count_links(&self) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let links = txn.open_table(LINKS).map_err(storage)?;
+        links.len().map_err(storage)
+    }
+
+    fn codes_by_host(
+        &self,
+        host: &CanonicalHost,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<CodePage, StoreError> {
+        let key = host.index_key();
+        // The host's own links (`key ‖ 0x00 ‖ code`), then its subdomains' (`key.…`): '\0'
+        // sorts before '.', so the two ranges in this order are one ascending walk.
+        let ranges = [
+            (format!("{key}\0"), format!("{key}\u{1}")),
+            (format!("{key}."), format!("{key}/")),
+        ];
+        let txn = self.db.begin_read().map_err(storage)?;
+        let index = txn.open_table(DEST_HOSTS).map_err(storage)?;
+        let mut codes = Vec::with_capacity(limit.min(1024));
+        for (lo, hi) in &ranges {
+            let start = match after {
+                Some(a) if a >= hi.as_str() => continue,
+                Some(a) if a >= lo.as_str() => Bound::Excluded(a),
+                _ => Bound::Included(lo.as_str()),
+            };
+            for item in index
+                .range::<&str>((start, Bound::Excluded(hi.as_str())))
+                .map_err(storage)?
+            {
+                let (k, _) = item.map_err(storage)?;
+                let k = k.value();
+                if codes.len() == limit {
+                    let next = codes.last().map(|(key, _): &(String, String)| key.clone());
+                    return Ok(CodePage {
+                        codes: codes.into_iter().map(|(_, c)| c).collect(),
+                        next,
+                    });
+                }
+                let code = k.rsplit('\0').next().unwrap_or_default().to_string();
+                codes.push((k.to_string(), code));
+            }
+        }
+        Ok(CodePage {
+            codes: codes.into_iter().map(|(_, c)| c).collect(),
+            next: None,
+        })
+    }
+
+    fn codes_by_url(&self, url_hash: u64) -> Result<Vec<String>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let index = txn.open_table(DEST_URLS).map_err(storage)?;
+        let mut out = Vec::new();
+        for item in index
+            .range::<(u64, &str)>((url_hash, "")..)
+            .map_err(storage)?
+        {
+            let (k, _) = item.map_err(storage)?;
+            let (h, code) = k.value();
+            if h != url_hash {
+                break;
+            }
+            out.push(code.to_string());
+        }
+        Ok(out)
+    }
+
+    fn code_set(
+        &self,
+        set: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<CodePage, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let sets = txn.open_table(CODE_SETS).map_err(storage)?;
+        let start = match after {
+            Some(a) => Bound::Excluded((set, a)),
+            None => Bound::Included((set, "")),
+        };
+        let mut codes = Vec::with_capacity(limit.min(1024));
+        for item in sets
+            .range::<(&str, &str)>((start, Bound::Unbounded))
+            .map_err(storage)?
+        {
+            let (k, _) = item.map_err(storage)?;
+            let (s, code) = k.value();
+            if s != set {
+                break;
+            }
+            if codes.len() == limit {
+                let next = codes.last().cloned();
+                return Ok(CodePage { codes, next });
+            }
+            codes.push(code.to_string());
+        }
+        Ok(CodePage { codes, next: None })
+    }
+
+    fn history(&self, code: &str) -> Result<Vec<AuditRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let audit = txn.open_table(AUDIT).map_err(storage)?;
+        let lo = audit_prefix(code, 0);
+        let mut hi = code.as_bytes().to_vec();
+        hi.push(1);
+        let mut out = Vec::new();
+        for item in audit
+            .range::<&[u8]>(lo.as_slice()..hi.as_slice())
+            .map_err(storage)?
+        {
+            let (_, v) = item.map_err(storage)?;
+            out.push(serde_json::from_slice(v.value()).map_err(|e| corrupt("audit", e))?);
+        }
+        Ok(out)
+    }
+
+    fn add_report(&self, report: Report) -> Result<Report, StoreError> {
+        self.submit(|reply| Op::AddReport(Box::new(report), reply))
+    }
+
+    fn report(&self, id: u64) -> Result<Option<Report>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let reports = txn.open_table(REPORTS).map_err(storage)?;
+        let raw = reports.get(id).map_err(storage)?;
+        raw.map(|r| serde_json::from_slice(r.value()).map_err(|e| corrupt("reports", e)))
+            .transpose()
+    }
+
+    fn reports(
+        &self,
+        open_only: bool,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ReportPage, StoreError> {
+        let start = match cursor {
+            Some(c) => Bound::Excluded(c.parse::<u64>().map_err(|_| StoreError::BadCursor)?),
+            None => Bound::Unbounded,
+        };
+        let txn = self.db.begin_read().map_err(storage)?;
+        let reports = txn.open_table(REPORTS).map_err(storage)?;
+        let open = txn.open_table(REPORTS_OPEN).map_err(storage)?;
+        let ids: Vec<u64> = if open_only {
+            open.range::<u64>((start, Bound::Unbounded))
+                .map_err(storage)?
+                .take(limit + 1)
+                .map(|i| i.map(|(k, _)| k.value()).map_err(storage))
+                .collect::<Result<_, _>>()?
+        } else {
+            reports
+                .range::<u64>((start, Bound::Unbounded))
+                .map_err(storage)?
+                .take(limit + 1)
+                .map(|i| i.map(|(k, _)| k.value()).map_err(storage))
+                .collect::<Result<_, _>>()?
+        };
+        let more = ids.len() > limit;
+        let mut out = Vec::with_capacity(ids.len().min(limit));
+        for id in ids.into_iter().take(limit) {
+            if let Some(raw) = reports.get(id).map_err(storage)? {
+                out.push(serde_json::from_slice(raw.value()).map_err(|e| corrupt("reports", e))?);
+            }
+        }
+        let next_cursor = if more {
+            out.last().map(|r: &Report| r.id.to_string())
+        } else {
+            None
+        };
+        Ok(ReportPage {
+            reports: out,
+            next_cursor,
+        })
+    }
+
+    fn resolve_report(
+        &self,
+        id: u64,
+        resolution: Resolution,
+    ) -> Result<Option<Result<Report, Report>>, StoreError> {
+        self.submit(|reply| Op::ResolveReport {
+            id,
+            resolution,
+            reply,
+        })
+    }
+
+    fn owner(&self, owner: &str) -> Result<Option<OwnerRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let owners = txn.open_table(OWNERS).map_err(storage)?;
+        let raw = owners.get(owner).map_err(storage)?;
+        raw.map(|r| serde_json::from_slice(r.value()).map_err(|e| corrupt("owners", e)))
+            .transpose()
+    }
+
+    fn put_owner(&self, record: OwnerRecord) -> Result<(), StoreError> {
+        self.submit(|reply| Op::PutOwner(Box::new(record), reply))
+    }
+
+    fn owners(&self) -> Result<Vec<OwnerRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let owners = txn.open_table(OWNERS).map_err(storage)?;
+        let mut out = Vec::new();
+        for item in owners.iter().map_err(storage)? {
+            let (_, v) = item.map_err(storage)?;
+            out.push(serde_json::from_slice(v.value()).map_err(|e| corrupt("owners", e))?);
+        }
+        Ok(out)
+    }
+
     fn shutdown(&self) -> Result<(), StoreError> {
         let result = self.submit(Op::Shutdown);
         if let Ok(mut guard) = self.tx.lock() {
@@ -504,6 +801,46 @@ fn idempotency_key(owner: &str, key: &str) -> String {
     format!("{owner}\0{key}")
 }
 
+/// Writes (or erases) a link's destination-index entries; false when its URL is no web
+/// destination (deleted links have none).
+fn index_destination(
+    hosts: &mut Table<'_, &'static str, ()>,
+    urls: &mut Table<'_, (u64, &'static str), ()>,
+    link: &Link,
+    insert: bool,
+) -> Result<bool, StoreError> {
+    let Some(dest) = Destination::parse(&link.long_url) else {
+        return Ok(false);
+    };
+    let host_key = format!("{}\0{}", dest.host.index_key(), link.code);
+    let url_key = (dest.url_hash(), link.code.as_str());
+    if insert {
+        hosts.insert(host_key.as_str(), ()).map_err(storage)?;
+        urls.insert(url_key, ()).map_err(storage)?;
+    } else {
+        hosts.remove(host_key.as_str()).map_err(storage)?;
+        urls.remove(url_key).map_err(storage)?;
+    }
+    Ok(true)
+}
+
+/// `code ‖ 0x00 ‖ n`: a code's audit records are one key range, in order.
+fn audit_prefix(code: &str, n: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(code.len() + 9);
+    key.extend_from_slice(code.as_bytes());
+    key.push(0);
+    key.extend_from_slice(&n.to_be_bytes());
+    key
+}
+
+/// A counter kept in `meta` (0 when absent).
+fn read_meta(db: &Database, key: &str) -> Result<u64, StoreError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let meta = txn.open_table(META).map_err(storage)?;
+    let value = meta.get(key).map_err(storage)?.map(|g| g.value());
+    Ok(value.unwrap_or(0))
+}
+
 /// Every table a batch touches, opened once per transaction.
 struct Tables<'t> {
     links: Table<'t, &'static [u8], &'static [u8]>,
@@ -515,6 +852,13 @@ struct Tables<'t> {
     idem: Table<'t, &'static str, &'static [u8]>,
     idem_expiry: Table<'t, (i64, &'static str), ()>,
     denied: Table<'t, &'static str, u8>,
+    dest_hosts: Table<'t, &'static str, ()>,
+    dest_urls: Table<'t, (u64, &'static str), ()>,
+    audit: Table<'t, &'static [u8], &'static [u8]>,
+    code_sets: Table<'t, (&'static str, &'static str), ()>,
+    reports: Table<'t, u64, &'static [u8]>,
+    reports_open: Table<'t, u64, ()>,
+    owners: Table<'t, &'static str, &'static [u8]>,
 }
 
 /// What to tell a caller once its batch is durable (or failed).
@@ -540,6 +884,8 @@ struct Writer {
     /// The unused part of the leased block.
     block: Range<u64>,
     next_seq: u64,
+    /// The next audit record's number (persisted in `meta` by each commit that writes one).
+    next_audit: u64,
     idempotency_ttl_ms: i64,
     max_batch: usize,
     rx: mpsc::Receiver<Op>,
@@ -586,23 +932,43 @@ impl Writer {
                     idem: txn.open_table(IDEMPOTENCY).map_err(storage)?,
                     idem_expiry: txn.open_table(IDEM_EXPIRY).map_err(storage)?,
                     denied: txn.open_table(DENIED).map_err(storage)?,
+                    dest_hosts: txn.open_table(DEST_HOSTS).map_err(storage)?,
+                    dest_urls: txn.open_table(DEST_URLS).map_err(storage)?,
+                    audit: txn.open_table(AUDIT).map_err(storage)?,
+                    code_sets: txn.open_table(CODE_SETS).map_err(storage)?,
+                    reports: txn.open_table(REPORTS).map_err(storage)?,
+                    reports_open: txn.open_table(REPORTS_OPEN).map_err(storage)?,
+                    owners: txn.open_table(OWNERS).map_err(storage)?,
                 };
+                let audit_before = self.next_audit;
                 for op in batch {
                     match op {
                         Op::Create(req, reply) => {
                             let outcome = self.apply_create(&mut t, &req);
                             finishes.push(finish(reply, outcome));
                         }
-                        Op::Delete { code, reply } => {
-                            let outcome = self.apply_delete(&mut t, &code);
+                        Op::Delete { code, actor, reply } => {
+                            let outcome = self.apply_delete(&mut t, &code, &actor);
                             finishes.push(finish(reply, outcome));
                         }
-                        Op::Update {
-                            code,
-                            update,
+                        Op::Batch(batch, reply) => {
+                            let outcome = self.apply_batch(&mut t, &batch);
+                            finishes.push(finish(reply, outcome));
+                        }
+                        Op::AddReport(report, reply) => {
+                            let outcome = self.apply_add_report(&mut t, *report);
+                            finishes.push(finish(reply, outcome));
+                        }
+                        Op::ResolveReport {
+                            id,
+                            resolution,
                             reply,
                         } => {
-                            let outcome = self.apply_update(&mut t, &code, &update);
+                            let outcome = apply_resolve_report(&mut t, id, resolution);
+                            finishes.push(finish(reply, outcome));
+                        }
+                        Op::PutOwner(record, reply) => {
+                            let outcome = apply_put_owner(&mut t, &record);
                             finishes.push(finish(reply, outcome));
                         }
                         Op::Shutdown(reply) => {
@@ -618,12 +984,17 @@ impl Writer {
                     self.block = 0..0;
                 }
                 self.purge_idempotency(&mut t)?;
+                if self.next_audit != audit_before {
+                    t.meta
+                        .insert(META_AUDIT_NEXT, self.next_audit)
+                        .map_err(storage)?;
+                }
             }
             txn.commit().map_err(storage)
         })();
         if let Err(e) = &result {
             tracing::error!(error = %e, ops = size, "group commit failed");
-            // In-memory state may be ahead of the disk: burn the block, re-read the sequence.
+            // In-memory state may be ahead of the disk: burn the block, re-read the counters.
             self.block = 0..0;
             if let Ok(txn) = self.db.begin_read() {
                 if let Ok(changes) = txn.open_table(CHANGES) {
@@ -631,6 +1002,9 @@ impl Writer {
                         self.next_seq = last.map(|(k, _)| k.value()).unwrap_or(0) + 1;
                     }
                 }
+            }
+            if let Ok(n) = read_meta(&self.db, META_AUDIT_NEXT) {
+                self.next_audit = n;
             }
         } else {
             if let Some(observer) = &self.observer {
@@ -739,6 +1113,7 @@ impl Writer {
         };
         let state = LinkState {
             expires_at_ms: req.expires_at_ms,
+            held: req.hold,
             ..LinkState::default()
         };
         let link_json = serde_json::to_vec(&link).map_err(storage)?;
@@ -763,6 +1138,23 @@ impl Writer {
             .insert(seq, change_json.as_slice())
             .map_err(storage)?;
         self.next_seq += 1;
+        if deny_kind(&state).is_some() {
+            t.denied.insert(code.as_str(), DENY_WARN).map_err(storage)?;
+        }
+        index_destination(&mut t.dest_hosts, &mut t.dest_urls, &link, true)?;
+        if req.scan {
+            t.code_sets
+                .insert((PENDING_SCAN, code.as_str()), ())
+                .map_err(storage)?;
+        }
+        let record = AuditRecord {
+            at_ms: req.now_ms,
+            actor: req.actor.to_string(),
+            action: "created".to_string(),
+            reason: req.hold.map(|h| format!("held: {}", h.as_str())),
+            undid: None,
+        };
+        self.write_audit(t, &code, &record)?;
 
         let stored = StoredLink { link, state, seq };
         if let Some((key, hash)) = idem_key {
@@ -786,6 +1178,7 @@ impl Writer {
         &mut self,
         t: &mut Tables<'_>,
         code: &str,
+        actor: &Actor,
     ) -> Result<DeleteOutcome, StoreError> {
         let Some(key) = record_key(&self.scheme, code) else {
             return Ok(DeleteOutcome::NotFound);
@@ -797,36 +1190,118 @@ impl Writer {
         if state.deleted {
             return Ok(DeleteOutcome::AlreadyDeleted);
         }
+        // The index names the destination's host: it goes with the URL.
+        index_destination(&mut t.dest_hosts, &mut t.dest_urls, &link, false)?;
         link.long_url.clear();
         state.deleted = true;
         let link_json = serde_json::to_vec(&link).map_err(storage)?;
         t.links.insert(key, link_json.as_slice()).map_err(storage)?;
         self.write_state(t, key, code, &state)?;
+        let record = AuditRecord {
+            at_ms: crate::clock::now_ms(),
+            actor: actor.to_string(),
+            action: "delete".to_string(),
+            reason: None,
+            undid: None,
+        };
+        self.write_audit(t, code, &record)?;
         Ok(DeleteOutcome::Deleted)
     }
 
-    fn apply_update(
+    fn apply_batch(
+        &mut self,
+        t: &mut Tables<'_>,
+        batch: &Batch,
+    ) -> Result<Vec<BatchResult>, StoreError> {
+        let mut out = Vec::with_capacity(batch.updates.len());
+        for u in &batch.updates {
+            let code = u.code.as_str();
+            if let Some(set) = &batch.unmark {
+                t.code_sets.remove((set.as_str(), code)).map_err(storage)?;
+            }
+            let found = match record_key(&self.scheme, code) {
+                Some(key) => read_record(t, &key, code)?.map(|r| (key, r)),
+                None => None,
+            };
+            let Some((key, (link, state))) = found else {
+                out.push(BatchResult {
+                    code: u.code.clone(),
+                    link: None,
+                    changed: false,
+                });
+                continue;
+            };
+            let next = u.update.apply(&state, &batch.actor);
+            let changed = next != state;
+            if changed {
+                self.write_state(t, &key, code, &next)?;
+                let record = u.update.audit(&state, &next, &batch.actor, batch.now_ms);
+                self.write_audit(t, code, &record)?;
+                if let Some(set) = &batch.mark_changed {
+                    t.code_sets
+                        .insert((set.as_str(), code), ())
+                        .map_err(storage)?;
+                }
+            }
+            out.push(BatchResult {
+                code: u.code.clone(),
+                link: Some(StoredLink {
+                    link,
+                    state: next,
+                    seq: 0,
+                }),
+                changed,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Appends an audit record to `code`'s trail.
+    fn write_audit(
         &mut self,
         t: &mut Tables<'_>,
         code: &str,
-        update: &StateUpdate,
-    ) -> Result<Option<StoredLink>, StoreError> {
-        let Some(key) = record_key(&self.scheme, code) else {
-            return Ok(None);
+        record: &AuditRecord,
+    ) -> Result<(), StoreError> {
+        let key = audit_prefix(code, self.next_audit);
+        let json = serde_json::to_vec(record).map_err(storage)?;
+        t.audit
+            .insert(key.as_slice(), json.as_slice())
+            .map_err(storage)?;
+        self.next_audit += 1;
+        Ok(())
+    }
+
+    fn apply_add_report(
+        &mut self,
+        t: &mut Tables<'_>,
+        mut report: Report,
+    ) -> Result<Report, StoreError> {
+        let id = t
+            .meta
+            .get(META_REPORT_NEXT)
+            .map_err(storage)?
+            .map(|g| g.value())
+            .unwrap_or(1);
+        t.meta.insert(META_REPORT_NEXT, id + 1).map_err(storage)?;
+        report.id = id;
+        report.resolution = None;
+        let json = serde_json::to_vec(&report).map_err(storage)?;
+        t.reports.insert(id, json.as_slice()).map_err(storage)?;
+        t.reports_open.insert(id, ()).map_err(storage)?;
+        let (actor, action) = match report.kind {
+            ReportKind::Report => ("public".to_string(), "reported"),
+            ReportKind::Appeal => (report.by.clone().unwrap_or_default(), "appeal"),
         };
-        let key = key.as_slice();
-        let Some((link, state)) = read_record(t, key, code)? else {
-            return Ok(None);
+        let record = AuditRecord {
+            at_ms: report.created_at_ms,
+            actor,
+            action: action.to_string(),
+            reason: Some(format!("report {id}: {}", report.reason)),
+            undid: None,
         };
-        let next = update.apply(&state);
-        if next != state {
-            self.write_state(t, key, code, &next)?;
-        }
-        Ok(Some(StoredLink {
-            link,
-            state: next,
-            seq: 0,
-        }))
+        self.write_audit(t, &report.code, &record)?;
+        Ok(report)
     }
 
     /// Writes a link's new state, its denylist entry and its `StateChanged` change.
@@ -894,9 +1369,46 @@ impl Writer {
     }
 }
 
+fn apply_resolve_report(
+    t: &mut Tables<'_>,
+    id: u64,
+    resolution: Resolution,
+) -> Result<Option<Result<Report, Report>>, StoreError> {
+    let Some(raw) = t
+        .reports
+        .get(id)
+        .map_err(storage)?
+        .map(|g| g.value().to_vec())
+    else {
+        return Ok(None);
+    };
+    let mut report: Report = serde_json::from_slice(&raw).map_err(|e| corrupt("reports", e))?;
+    if report.resolution.is_some() {
+        return Ok(Some(Err(report)));
+    }
+    report.resolution = Some(resolution);
+    let json = serde_json::to_vec(&report).map_err(storage)?;
+    t.reports.insert(id, json.as_slice()).map_err(storage)?;
+    t.reports_open.remove(id).map_err(storage)?;
+    Ok(Some(Ok(report)))
+}
+
+fn apply_put_owner(t: &mut Tables<'_>, record: &OwnerRecord) -> Result<(), StoreError> {
+    if record.flagged.is_none() && record.suspended.is_none() {
+        t.owners.remove(record.owner.as_str()).map_err(storage)?;
+    } else {
+        let json = serde_json::to_vec(record).map_err(storage)?;
+        t.owners
+            .insert(record.owner.as_str(), json.as_slice())
+            .map_err(storage)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StateUpdate;
     use lasthop_core::PermutationKey;
 
     fn open(dir: &std::path::Path, key: &PermutationKey) -> EmbeddedStore {
@@ -916,6 +1428,9 @@ mod tests {
             expires_at_ms: None,
             idempotency: None,
             now_ms: 1,
+            hold: None,
+            scan: false,
+            actor: Actor::System,
         };
         match store.create(req).unwrap() {
             CreateOutcome::Created(s) => s.link.code,
@@ -949,7 +1464,7 @@ mod tests {
         assert_eq!(*commits.borrow(), 3, "each commit is announced");
         assert_eq!(
             store
-                .update_state("never-was", StateUpdate::Restore)
+                .update_state("never-was", StateUpdate::Restore, &Actor::System)
                 .unwrap(),
             None
         );
@@ -958,11 +1473,14 @@ mod tests {
             reason: "phishing".into(),
             warn: false,
         };
-        let s = store.update_state(&a, taken.clone()).unwrap().unwrap();
+        let s = store
+            .update_state(&a, taken.clone(), &Actor::System)
+            .unwrap()
+            .unwrap();
         assert_eq!(s.state.takedown_reason.as_deref(), Some("phishing"));
         assert_eq!(s.link.long_url, "https://example.com/link-aaaa");
         // The same update again changes nothing and writes nothing.
-        store.update_state(&a, taken).unwrap();
+        store.update_state(&a, taken, &Actor::System).unwrap();
         assert_eq!(store.last_seq().unwrap(), 4);
         store
             .update_state(
@@ -971,6 +1489,7 @@ mod tests {
                     reason: "odd".into(),
                     warn: true,
                 },
+                &Actor::System,
             )
             .unwrap();
         store
@@ -980,6 +1499,7 @@ mod tests {
                     disabled: Some(true),
                     expires_at_ms: Some(Some(99)),
                 },
+                &Actor::System,
             )
             .unwrap();
         let (seq, mut denied) = store.denied().unwrap();
@@ -997,16 +1517,19 @@ mod tests {
 
         // Restore clears the flags but not the expiry; delete drops a code from the list.
         let s = store
-            .update_state(&c, StateUpdate::Restore)
+            .update_state(&c, StateUpdate::Restore, &Actor::System)
             .unwrap()
             .unwrap();
         assert_eq!((s.state.disabled, s.state.expires_at_ms), (false, Some(99)));
-        assert_eq!(store.delete(&a).unwrap(), DeleteOutcome::Deleted);
+        assert_eq!(
+            store.delete(&a, &Actor::System).unwrap(),
+            DeleteOutcome::Deleted
+        );
         let (seq, denied) = store.denied().unwrap();
         assert_eq!((seq, denied), (8, vec![(b.clone(), DenyKind::Warn)]));
         // A deleted link's state is final.
         let s = store
-            .update_state(&a, StateUpdate::Restore)
+            .update_state(&a, StateUpdate::Restore, &Actor::System)
             .unwrap()
             .unwrap();
         assert!(s.state.deleted && s.state.takedown_reason.is_some());

@@ -8,7 +8,8 @@
 pub mod embedded;
 
 use lasthop_core::feed::DenyKind;
-use lasthop_core::{Change, Link, LinkState};
+use lasthop_core::{Change, Hold, Link, LinkState};
+use lasthop_trust::CanonicalHost;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
@@ -29,6 +30,58 @@ pub struct IdempotencyClaim {
     pub body_hash: [u8; 32],
 }
 
+/// Who made a change: the audit trail's `actor`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Actor {
+    /// A caller of the API, by the public id of its key (`lhk_…`).
+    Key(String),
+    /// The scanner's verdict (heuristics and the webhook).
+    Scanner,
+    /// A reputation list, by name (a reload's time-bomb takedowns).
+    List(String),
+    /// The creation-velocity rule.
+    Velocity,
+    /// The control plane itself (e.g. an operator's CLI).
+    System,
+}
+
+impl Actor {
+    /// Automatic actors never override an admin's decision: a pinned link ignores them.
+    pub fn automatic(&self) -> bool {
+        matches!(self, Actor::Scanner | Actor::List(_) | Actor::Velocity)
+    }
+}
+
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Actor::Key(id) => f.write_str(id),
+            Actor::Scanner => f.write_str("scanner"),
+            Actor::List(name) => write!(f, "list:{name}"),
+            Actor::Velocity => f.write_str("velocity"),
+            Actor::System => f.write_str("system"),
+        }
+    }
+}
+
+/// One append-only audit record: when, who, what, why. It names the code, never the
+/// destination, so erasing a link's URL leaves nothing of it behind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub at_ms: i64,
+    /// [`Actor`]'s text.
+    pub actor: String,
+    /// `created`, `takedown`, `warn`, `restore`, `disable`, `enable`, `expiry`, `hold`,
+    /// `release`, `pin`, `unpin`, `delete`, `reported`, `appeal`.
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// For a restore or release: what it undid (`takedown: phishing`, `warn`, `disabled`,
+    /// `held: velocity`), so the reason that was lifted is never lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undid: Option<String>,
+}
+
 /// Everything a create needs; URL and alias are already validated.
 #[derive(Debug, Clone)]
 pub struct CreateRequest {
@@ -38,6 +91,21 @@ pub struct CreateRequest {
     pub expires_at_ms: Option<i64>,
     pub idempotency: Option<IdempotencyClaim>,
     pub now_ms: i64,
+    /// Created held (the interstitial until released).
+    pub hold: Option<Hold>,
+    /// Queue the new link for its first scan ([`PENDING_SCAN`]) in the same transaction.
+    pub scan: bool,
+    /// Who creates it, for the audit trail.
+    pub actor: Actor,
+}
+
+/// The code set of links created but not scanned yet (kept across crashes).
+pub const PENDING_SCAN: &str = "pending_scan";
+
+/// The code set of the links an owner's suspension took down (`suspension/<owner>`), so an
+/// unsuspension restores exactly those.
+pub fn suspension_set(owner: &str) -> String {
+    format!("suspension/{owner}")
 }
 
 /// What a create did.
@@ -61,14 +129,35 @@ pub enum DeleteOutcome {
     NotFound,
 }
 
+/// A scan or list verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Clean,
+    Warn,
+    Block,
+}
+
+impl Verdict {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Clean => "clean",
+            Verdict::Warn => "warn",
+            Verdict::Block => "block",
+        }
+    }
+}
+
 /// A change to a link's state (`link_state`); the link itself never changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateUpdate {
     /// An operator's takedown: blocked (410) with `reason`, or, with `warn`, served through the
-    /// warning interstitial instead (the reason is then only logged: a set `takedown_reason`
-    /// means blocked).
+    /// warning interstitial instead (the reason is then kept in the audit record only: a set
+    /// `takedown_reason` means blocked).
     Takedown { reason: String, warn: bool },
-    /// Undoes takedowns, flags and disablement (not deletion, not expiry).
+    /// An admin's restore: undoes takedowns, flags, holds and disablement (not deletion, not
+    /// expiry) and pins the link against automatic verdicts.
     Restore,
     /// The owner's settings; `None` leaves a field as it is.
     Settings {
@@ -76,13 +165,25 @@ pub enum StateUpdate {
         /// `Some(None)` clears the expiry.
         expires_at_ms: Option<Option<i64>>,
     },
+    /// An automatic verdict (scanner or list): `Block` takes the link down with `reason`,
+    /// `Warn` flags it; either ends an `Unverified` hold, and so does `Clean`. Verdicts only
+    /// ever tighten a link's state, and a pinned link ignores them.
+    Verdict { verdict: Verdict, reason: String },
+    /// Lifts a takedown whose reason is exactly `reason` (an unsuspension undoing its own
+    /// takedowns) and nothing else; no pin.
+    Lift { reason: String },
+    /// Ends a hold of this kind, if the link has one.
+    Release { hold: Hold },
+    /// Lets automatic verdicts apply again.
+    Unpin,
 }
 
 impl StateUpdate {
-    /// The state after this update. A deleted link's state is final and never changes.
-    pub fn apply(&self, state: &LinkState) -> LinkState {
+    /// The state after this update by `actor`. A deleted link's state is final and never
+    /// changes; a pinned one ignores automatic actors.
+    pub fn apply(&self, state: &LinkState, actor: &Actor) -> LinkState {
         let mut next = state.clone();
-        if state.deleted {
+        if state.deleted || (state.pinned && actor.automatic()) {
             return next;
         }
         match self {
@@ -101,6 +202,8 @@ impl StateUpdate {
                 next.takedown_reason = None;
                 next.disabled = false;
                 next.warn = false;
+                next.held = None;
+                next.pinned = true;
             }
             StateUpdate::Settings {
                 disabled,
@@ -113,20 +216,129 @@ impl StateUpdate {
                     next.expires_at_ms = *e;
                 }
             }
+            StateUpdate::Verdict { verdict, reason } => {
+                if next.held == Some(Hold::Unverified) {
+                    next.held = None;
+                }
+                match verdict {
+                    Verdict::Clean => {}
+                    Verdict::Warn => {
+                        if next.takedown_reason.is_none() {
+                            next.warn = true;
+                        }
+                    }
+                    Verdict::Block => {
+                        if next.takedown_reason.is_none() {
+                            next.takedown_reason = Some(reason.clone());
+                            next.warn = false;
+                        }
+                    }
+                }
+            }
+            StateUpdate::Lift { reason } => {
+                if next.takedown_reason.as_deref() == Some(reason.as_str()) {
+                    next.takedown_reason = None;
+                }
+            }
+            StateUpdate::Release { hold } => {
+                if next.held == Some(*hold) {
+                    next.held = None;
+                }
+            }
+            StateUpdate::Unpin => next.pinned = false,
         }
         next
     }
+
+    /// The audit record of this update by `actor` at `at_ms`, given the state before and
+    /// after (only called when they differ).
+    pub fn audit(
+        &self,
+        before: &LinkState,
+        after: &LinkState,
+        actor: &Actor,
+        at_ms: i64,
+    ) -> AuditRecord {
+        let (action, reason): (&str, Option<String>) = match self {
+            StateUpdate::Takedown {
+                reason,
+                warn: false,
+            } => ("takedown", Some(reason.clone())),
+            StateUpdate::Takedown { reason, warn: true } => ("warn", Some(reason.clone())),
+            StateUpdate::Restore | StateUpdate::Lift { .. } => ("restore", None),
+            StateUpdate::Settings { .. } => {
+                if before.disabled != after.disabled {
+                    (if after.disabled { "disable" } else { "enable" }, None)
+                } else {
+                    (
+                        "expiry",
+                        Some(match after.expires_at_ms {
+                            Some(at) => format!("expires at {}", crate::clock::rfc3339(at)),
+                            None => "no expiry".to_string(),
+                        }),
+                    )
+                }
+            }
+            StateUpdate::Verdict { reason, .. } => {
+                let action = if after.takedown_reason.is_some() && before.takedown_reason.is_none()
+                {
+                    "takedown"
+                } else if after.warn && !before.warn {
+                    "warn"
+                } else {
+                    "release"
+                };
+                (action, Some(reason.clone()))
+            }
+            StateUpdate::Release { .. } => ("release", None),
+            StateUpdate::Unpin => ("unpin", None),
+        };
+        let undid = match self {
+            StateUpdate::Restore | StateUpdate::Lift { .. } | StateUpdate::Release { .. } => {
+                undone(before, after)
+            }
+            StateUpdate::Verdict { .. } if before.held.is_some() && after.held.is_none() => {
+                undone(before, after)
+            }
+            _ => None,
+        };
+        AuditRecord {
+            at_ms,
+            actor: actor.to_string(),
+            action: action.to_string(),
+            reason,
+            undid,
+        }
+    }
+}
+
+/// What went from `before` to `after`: the restrictions lifted, in words.
+fn undone(before: &LinkState, after: &LinkState) -> Option<String> {
+    let mut parts = Vec::new();
+    if let (Some(r), None) = (&before.takedown_reason, &after.takedown_reason) {
+        parts.push(format!("takedown: {r}"));
+    }
+    if before.warn && !after.warn {
+        parts.push("warn".to_string());
+    }
+    if before.disabled && !after.disabled {
+        parts.push("disabled".to_string());
+    }
+    if let (Some(h), None) = (before.held, after.held) {
+        parts.push(format!("held: {}", h.as_str()));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// What the standing denylist says about a link in `state`: disabled or taken down is
-/// [`DenyKind::Gone`], flagged is [`DenyKind::Warn`]; deleted links are never listed (the
+/// [`DenyKind::Gone`], flagged or held is [`DenyKind::Warn`]; deleted links are never listed (the
 /// snapshot and the feed carry them), and expiry is the engine's own clock's business.
 pub fn deny_kind(state: &LinkState) -> Option<DenyKind> {
     if state.deleted {
         None
     } else if state.disabled || state.takedown_reason.is_some() {
         Some(DenyKind::Gone)
-    } else if state.warn {
+    } else if state.interstitial() {
         Some(DenyKind::Warn)
     } else {
         None
@@ -139,6 +351,120 @@ pub struct LinkPage {
     pub links: Vec<StoredLink>,
     /// Pass back as `cursor` for the next page; `None` at the end.
     pub next_cursor: Option<String>,
+}
+
+/// One state change of a [`Store::apply_batch`].
+#[derive(Debug, Clone)]
+pub struct BatchUpdate {
+    pub code: String,
+    pub update: StateUpdate,
+}
+
+/// State changes by one actor, committed in one transaction.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub updates: Vec<BatchUpdate>,
+    pub actor: Actor,
+    pub now_ms: i64,
+    /// Adds every code whose state this batch changed to this code set.
+    pub mark_changed: Option<String>,
+    /// Removes every code of the batch (changed or not) from this code set.
+    pub unmark: Option<String>,
+}
+
+/// What one update of a batch did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchResult {
+    pub code: String,
+    /// The link as it now is; `None` if the code never existed.
+    pub link: Option<StoredLink>,
+    /// Whether its state changed (and so a change-log entry and an audit record were written).
+    pub changed: bool,
+}
+
+/// A page of codes (index and code-set walks), in key order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodePage {
+    pub codes: Vec<String>,
+    /// Pass back as `after` for the next page; `None` at the end.
+    pub next: Option<String>,
+}
+
+/// Where a report came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportKind {
+    /// Anyone, through `POST /v1/reports` or an edge page's form.
+    Report,
+    /// The link's owner, appealing a takedown.
+    Appeal,
+}
+
+/// A report or an appeal in the review queue. Names the code, never the destination.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    pub id: u64,
+    pub kind: ReportKind,
+    pub code: String,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<String>,
+    pub created_at_ms: i64,
+    /// For an appeal, the owner who sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<Resolution>,
+}
+
+/// How a report was closed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resolution {
+    /// `takedown`, `warn`, `restore` or `dismiss`.
+    pub action: String,
+    /// The admin key's public id.
+    pub by: String,
+    pub at_ms: i64,
+}
+
+/// A page of reports, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportPage {
+    pub reports: Vec<Report>,
+    pub next_cursor: Option<String>,
+}
+
+/// What trust and safety know about an owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerRecord {
+    pub owner: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flagged: Option<OwnerFlag>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<Suspension>,
+}
+
+/// Flagged by the creation-velocity rule: new links are created held until an admin clears it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerFlag {
+    pub at_ms: i64,
+    pub reason: String,
+    /// Distinct destination domains in the hour up to the flag.
+    pub domains_last_hour: u64,
+    /// The limit it passed.
+    pub limit: u64,
+}
+
+/// An account suspension: the owner's keys answer 401 `key_suspended`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suspension {
+    pub at_ms: i64,
+    /// The admin key's public id.
+    pub by: String,
+    pub reason: String,
+    pub takedown_links: bool,
+    /// The takedown reason its links carry, which the unsuspension lifts.
+    pub takedown_reason: String,
 }
 
 /// Storage failures. Logical outcomes (alias taken, not found) are not errors.
@@ -166,16 +492,37 @@ pub trait Store: Send + Sync + 'static {
     /// An owner's links, newest first.
     fn list(&self, owner: &str, cursor: Option<&str>, limit: usize)
         -> Result<LinkPage, StoreError>;
-    /// Soft delete: the URL is erased, the code stays claimed forever.
-    fn delete(&self, code: &str) -> Result<DeleteOutcome, StoreError>;
-    /// Changes a link's state durably (state, change-log entry and denylist in one
-    /// transaction) and returns the link as it now is; `None` if the code never existed. An
-    /// update that changes nothing writes nothing.
+    /// Soft delete: the URL and its destination-index entries are erased, the code stays
+    /// claimed forever; an audit record says who.
+    fn delete(&self, code: &str, actor: &Actor) -> Result<DeleteOutcome, StoreError>;
+    /// Changes a link's state durably (state, change-log entry, denylist and audit record in
+    /// one transaction) and returns the link as it now is; `None` if the code never existed.
+    /// An update that changes nothing writes nothing.
     fn update_state(
         &self,
         code: &str,
         update: StateUpdate,
-    ) -> Result<Option<StoredLink>, StoreError>;
+        actor: &Actor,
+    ) -> Result<Option<StoredLink>, StoreError> {
+        let batch = Batch {
+            updates: vec![BatchUpdate {
+                code: code.to_string(),
+                update,
+            }],
+            actor: actor.clone(),
+            now_ms: crate::clock::now_ms(),
+            mark_changed: None,
+            unmark: None,
+        };
+        Ok(self
+            .apply_batch(batch)?
+            .into_iter()
+            .next()
+            .and_then(|r| r.link))
+    }
+    /// Applies a batch of state changes in one transaction (each as [`Store::update_state`]
+    /// would), with its code-set bookkeeping; one result per update, in order.
+    fn apply_batch(&self, batch: Batch) -> Result<Vec<BatchResult>, StoreError>;
     /// Every code now disabled or taken down ([`DenyKind::Gone`]) or flagged
     /// ([`DenyKind::Warn`]), deleted ones excluded, from one consistent read, with the
     /// change-log sequence that read is complete up to.
@@ -195,6 +542,60 @@ pub trait Store: Send + Sync + 'static {
         &self,
         f: &mut dyn FnMut(&StoredLink) -> Result<(), StoreError>,
     ) -> Result<u64, StoreError>;
+    /// Calls `f` for every link in key order, starting after the key `after` (a value of a
+    /// previous page's `next`), at most `limit`; the scanner's re-check walks the store so.
+    fn scan_links(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<StoredLink>, Option<String>), StoreError>;
+    /// How many links (deleted ones included) the store holds.
+    fn count_links(&self) -> Result<u64, StoreError>;
+    /// The codes whose destination is `host` or one of its subdomains (the destination index,
+    /// kept in the link's own transactions), in index order, after `after`, at most `limit`.
+    fn codes_by_host(
+        &self,
+        host: &CanonicalHost,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<CodePage, StoreError>;
+    /// The codes whose destination's match key hashes to `url_hash`
+    /// ([`lasthop_trust::url_key_hash`]); callers compare the keys themselves.
+    fn codes_by_url(&self, url_hash: u64) -> Result<Vec<String>, StoreError>;
+    /// The codes in a code set, in order, after `after`, at most `limit`.
+    fn code_set(
+        &self,
+        set: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<CodePage, StoreError>;
+    /// A link's audit records, oldest first.
+    fn history(&self, code: &str) -> Result<Vec<AuditRecord>, StoreError>;
+    /// Files a report (or appeal) with the next id, with a `reported`/`appeal` audit record on
+    /// its code.
+    fn add_report(&self, report: Report) -> Result<Report, StoreError>;
+    /// One report.
+    fn report(&self, id: u64) -> Result<Option<Report>, StoreError>;
+    /// Reports, oldest first: only the open ones, or all.
+    fn reports(
+        &self,
+        open_only: bool,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ReportPage, StoreError>;
+    /// Closes an open report; `None` if there is no such report, `Some(Err(report))` if it was
+    /// already resolved.
+    fn resolve_report(
+        &self,
+        id: u64,
+        resolution: Resolution,
+    ) -> Result<Option<Result<Report, Report>>, StoreError>;
+    /// An owner's trust record, if any was ever written.
+    fn owner(&self, owner: &str) -> Result<Option<OwnerRecord>, StoreError>;
+    /// Writes an owner's trust record (an empty one is removed).
+    fn put_owner(&self, record: OwnerRecord) -> Result<(), StoreError>;
+    /// Every owner with a trust record, by name.
+    fn owners(&self) -> Result<Vec<OwnerRecord>, StoreError>;
     /// Graceful shutdown: returns the unused part of the leased counter block.
     fn shutdown(&self) -> Result<(), StoreError>;
 }

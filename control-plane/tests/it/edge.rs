@@ -64,6 +64,9 @@ impl Edge {
                 expires_at_ms,
                 idempotency: None,
                 now_ms: lasthop_control::clock::now_ms(),
+                hold: None,
+                scan: false,
+                actor: lasthop_control::Actor::System,
             })
             .unwrap();
         match out {
@@ -128,7 +131,12 @@ async fn expired_and_deleted_links_still_answer_200() {
     assert_eq!(body["long_url"], "https://example.com/old");
 
     let code = edge.create("https://example.com/gone", None, None);
-    assert_eq!(edge.store.delete(&code).unwrap(), DeleteOutcome::Deleted);
+    assert_eq!(
+        edge.store
+            .delete(&code, &lasthop_control::Actor::System)
+            .unwrap(),
+        DeleteOutcome::Deleted
+    );
     let (status, body) = edge.get(&format!("/edge/v1/links/{code}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["status"], "deleted");

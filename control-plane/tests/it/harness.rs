@@ -1,8 +1,11 @@
 //! Starting the real binary on a temp data dir, and talking to it.
 
 use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lasthop_core::{CodeScheme, PermutationKey};
@@ -13,6 +16,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_lasthop-control");
 pub struct Site {
     pub dir: tempfile::TempDir,
     pub api_key: String,
+    starts: std::sync::atomic::AtomicUsize,
 }
 
 impl Site {
@@ -25,7 +29,11 @@ impl Site {
             .expect("keygen runs");
         assert!(out.status.success(), "keygen: {out:?}");
         let api_key = Site::create_key(dir.path(), "alice", false);
-        Site { dir, api_key }
+        Site {
+            dir,
+            api_key,
+            starts: std::sync::atomic::AtomicUsize::new(0),
+        }
     }
 
     pub fn create_key(dir: &Path, owner: &str, admin: bool) -> String {
@@ -73,10 +81,15 @@ impl Site {
         if !extra.contains(&"--edge-listen") {
             cmd.args(["--edge-listen", "127.0.0.1:0"]);
         }
+        // Each start logs to its own file in the site's dir (`Server::log` reads it).
+        let n = self
+            .starts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = self.dir.path().join(format!("serve-{n}.log"));
         let mut child = cmd
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("serve starts");
         let stdout = child.stdout.take().expect("piped stdout");
@@ -96,6 +109,7 @@ impl Site {
             child,
             base,
             edge_base,
+            log,
         }
     }
 }
@@ -105,9 +119,35 @@ pub struct Server {
     pub base: String,
     /// The internal edge listener, e.g. `http://127.0.0.1:PORT`.
     pub edge_base: String,
+    /// Its stderr.
+    pub log: PathBuf,
 }
 
 impl Server {
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The value of the first `/metrics` sample whose line starts with `prefix` (a name, or a
+    /// name with its labels).
+    pub fn metric(&self, prefix: &str) -> Option<f64> {
+        let (_, text) = call("GET", &self.url("/metrics"), None, None).ok()?;
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    /// Sends a signal (`HUP`, `TERM`, ...).
+    pub fn signal(&self, sig: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "sending SIG{sig}");
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
@@ -291,4 +331,130 @@ pub fn get_bytes(url: &str, token: &str) -> (u16, Vec<u8>, Option<String>) {
         .read_to_end(&mut body)
         .expect("read the body");
     (status, body, len)
+}
+
+/// What the test verdict service does with one request.
+pub enum Hook {
+    /// Answer with this status and body.
+    Reply(u16, String),
+    /// Read the request and never answer (until the test ends).
+    Hang,
+}
+
+/// A verdict webhook on a real socket: `respond` sees the `url` of each POSTed
+/// `{"url": ...}` and says what to answer.
+pub struct WebhookServer {
+    pub url: String,
+    /// The URLs it was asked about, in order.
+    pub asked: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl WebhookServer {
+    pub fn start(respond: impl Fn(&str) -> Hook + Send + Sync + 'static) -> WebhookServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}/verdict", listener.local_addr().expect("addr"));
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let respond = Arc::new(respond);
+        {
+            let (asked, stop) = (Arc::clone(&asked), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                for conn in listener.incoming() {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let Ok(conn) = conn else { continue };
+                    let (asked, respond, stop) =
+                        (Arc::clone(&asked), Arc::clone(&respond), Arc::clone(&stop));
+                    std::thread::spawn(move || serve_hook(conn, &asked, &*respond, &stop));
+                }
+            });
+        }
+        WebhookServer { url, asked, stop }
+    }
+
+    pub fn asked(&self) -> Vec<String> {
+        self.asked.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for WebhookServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop.
+        let _ = std::net::TcpStream::connect(
+            self.url
+                .trim_start_matches("http://")
+                .trim_end_matches("/verdict"),
+        );
+    }
+}
+
+fn serve_hook(
+    mut conn: std::net::TcpStream,
+    asked: &Mutex<Vec<String>>,
+    respond: &(dyn Fn(&str) -> Hook + Send + Sync),
+    stop: &AtomicBool,
+) {
+    use std::io::{Read as _, Write as _};
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let (head_end, length) = loop {
+        let Ok(n) = conn.read(&mut chunk) else { return };
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            break (i + 4, length);
+        }
+    };
+    while buf.len() < head_end + length {
+        let Ok(n) = conn.read(&mut chunk) else { return };
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body: serde_json::Value =
+        serde_json::from_slice(&buf[head_end..head_end + length]).unwrap_or_default();
+    let url = body["url"].as_str().unwrap_or_default().to_string();
+    asked.lock().expect("lock").push(url.clone());
+    match respond(&url) {
+        Hook::Reply(status, body) => {
+            let _ = conn.write_all(
+                format!(
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+        Hook::Hang => {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// Polls `f` every 50 ms until it holds or `limit` passes; the time it took.
+pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let start = std::time::Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    start.elapsed()
 }

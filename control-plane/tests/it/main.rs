@@ -7,7 +7,10 @@
 //! - `feed`: the edge feed, snapshot publishing and status reports, over real sockets;
 //! - `router`: every API call through the axum router without a socket, on a real store;
 //! - `process`: the real binary over real sockets (curl and an HTTP client crate): concurrent
-//!   alias claims, graceful and hard restarts, and the SIGKILL crash test.
+//!   alias claims, graceful and hard restarts, and the SIGKILL crash test;
+//! - `safety`: trust and safety in the real binary: reputation lists (spellings, formats,
+//!   reloads), chained shorteners, the scanner with a real verdict webhook, holds, velocity,
+//!   suspension, key revocation, reports and the review queue, appeals, history, hosts.
 
 mod clicks;
 mod edge;
@@ -15,3 +18,4 @@ mod feed;
 mod harness;
 mod process;
 mod router;
+mod safety;

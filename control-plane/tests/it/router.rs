@@ -32,9 +32,15 @@ impl Api {
             None,
         )
         .unwrap();
-        let alice = lasthop_control::auth::create_key(dir.path(), "alice", false).unwrap();
-        let bob = lasthop_control::auth::create_key(dir.path(), "bob", false).unwrap();
-        let admin = lasthop_control::auth::create_key(dir.path(), "ops", true).unwrap();
+        let alice = lasthop_control::auth::create_key(dir.path(), "alice", false)
+            .unwrap()
+            .key;
+        let bob = lasthop_control::auth::create_key(dir.path(), "bob", false)
+            .unwrap()
+            .key;
+        let admin = lasthop_control::auth::create_key(dir.path(), "ops", true)
+            .unwrap()
+            .key;
         let fleet = Arc::new(lasthop_control::fleet::Fleet::new());
         let state = AppState::with_edges(
             Arc::new(store) as Arc<dyn Store>,

@@ -1,7 +1,13 @@
 //! The public HTTP API (DESIGN.md, "The control plane").
 //!
-//! Every answer is JSON; every failure is [`ApiError`]: a status, a machine-readable `code` and a
-//! human message, never internals. Malformed input of any kind is a 400, never a 500.
+//! Every answer is JSON (but the report form's thank-you page); every failure is [`ApiError`]:
+//! a status, a machine-readable `code`, for some a `reason`, and a human message, never
+//! internals. Malformed input of any kind is a 400, never a 500.
+//!
+//! [`safety`] holds the trust-and-safety calls: reports, appeals, history, the review queue,
+//! owners, keys, hosts.
+
+mod safety;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -15,21 +21,24 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lasthop_core::{normalize_destination, validate_alias, LinkStatus, UrlPolicy};
+use lasthop_core::{
+    normalize_destination, validate_alias, LinkState, LinkStatus, UrlError, UrlPolicy,
+};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::auth::{ApiKeys, Principal};
+use crate::auth::{ApiKeys, AuthError, Principal};
 use crate::clicks::{ClicksHandle, Day, RecomputeError};
 use crate::clock::{now_ms, parse_rfc3339, rfc3339};
 use crate::fleet::{summarize, Fleet};
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
 use crate::ratelimit::RateLimiter;
+use crate::safety::Safety;
 use crate::store::{
-    CreateOutcome, CreateRequest, DeleteOutcome, IdempotencyClaim, StateUpdate, Store, StoreError,
-    StoredLink,
+    Actor, CreateOutcome, CreateRequest, DeleteOutcome, IdempotencyClaim, StateUpdate, Store,
+    StoreError, StoredLink,
 };
 
 /// Largest request body accepted.
@@ -53,6 +62,9 @@ pub struct ApiConfig {
     pub create_burst: f64,
     /// `lasthop_edge_lag_alarm` is 1 while an engine is more than this many seconds behind.
     pub edge_lag_alarm_secs: f64,
+    /// Anonymous reports a second per client network (/24, /48), and the bucket size.
+    pub report_rate: f64,
+    pub report_burst: f64,
 }
 
 impl Default for ApiConfig {
@@ -63,6 +75,8 @@ impl Default for ApiConfig {
             create_rate: 100.0,
             create_burst: 1000.0,
             edge_lag_alarm_secs: 30.0,
+            report_rate: 0.1,
+            report_burst: 10.0,
         }
     }
 }
@@ -76,6 +90,8 @@ struct Inner {
     fleet: Arc<Fleet>,
     snapshots: Option<Arc<Publisher>>,
     clicks: OnceLock<ClicksHandle>,
+    safety: Arc<Safety>,
+    report_limiter: RateLimiter,
 }
 
 /// Shared state of every handler.
@@ -96,7 +112,7 @@ impl AppState {
     }
 
     /// As [`AppState::new`], showing the engines in `fleet` (`GET /v1/edges`, the lag gauges)
-    /// and publishing on demand through `snapshots`.
+    /// and publishing on demand through `snapshots`; trust and safety on defaults (no lists).
     pub fn with_edges(
         store: Arc<dyn Store>,
         keys: ApiKeys,
@@ -105,7 +121,22 @@ impl AppState {
         fleet: Arc<Fleet>,
         snapshots: Option<Arc<Publisher>>,
     ) -> Self {
+        let safety = Arc::new(Safety::with_defaults(Arc::clone(&store), metrics.clone()));
+        AppState::with_safety(store, keys, config, metrics, fleet, snapshots, safety)
+    }
+
+    /// Every part given: the full server.
+    pub fn with_safety(
+        store: Arc<dyn Store>,
+        keys: ApiKeys,
+        config: ApiConfig,
+        metrics: Metrics,
+        fleet: Arc<Fleet>,
+        snapshots: Option<Arc<Publisher>>,
+        safety: Arc<Safety>,
+    ) -> Self {
         let limiter = RateLimiter::new(config.create_rate, config.create_burst);
+        let report_limiter = RateLimiter::new(config.report_rate, config.report_burst);
         AppState(Arc::new(Inner {
             store,
             keys,
@@ -115,7 +146,14 @@ impl AppState {
             fleet,
             snapshots,
             clicks: OnceLock::new(),
+            safety,
+            report_limiter,
         }))
+    }
+
+    /// The trust-and-safety state.
+    pub fn safety(&self) -> &Arc<Safety> {
+        &self.0.safety
     }
 
     /// Serves stats and recompute from the click processor behind `clicks` (without one, both
@@ -139,6 +177,9 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     retry_after: Option<u64>,
+    /// Why, in machine words, for refusals that have several causes (`destination_blocked`,
+    /// `alias_reserved`).
+    reason: Option<String>,
 }
 
 impl ApiError {
@@ -148,7 +189,19 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            reason: None,
         }
+    }
+
+    fn with_reason(self, reason: impl Into<String>) -> Self {
+        ApiError {
+            reason: Some(reason.into()),
+            ..self
+        }
+    }
+
+    fn forbidden(message: &str) -> Self {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
     fn bad(code: &'static str, message: impl Into<String>) -> Self {
@@ -186,7 +239,12 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        let body = match &self.reason {
+            Some(reason) => Json(
+                json!({"error": {"code": self.code, "reason": reason, "message": self.message}}),
+            ),
+            None => Json(json!({"error": {"code": self.code, "message": self.message}})),
+        };
         let mut resp = (self.status, body).into_response();
         if let Some(secs) = self.retry_after {
             resp.headers_mut()
@@ -215,12 +273,32 @@ impl FromRequestParts<AppState> for Auth {
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .ok_or_else(|| unauthorized("Authorization must be Bearer <api key>"))?;
-        state
-            .0
-            .keys
-            .authenticate(key)
-            .map(Auth)
-            .ok_or_else(|| unauthorized("unknown api key"))
+        let who = match state.0.keys.authenticate(key) {
+            Ok(p) => p,
+            Err(AuthError::Unknown) => return Err(unauthorized("unknown api key")),
+            Err(AuthError::Revoked) => {
+                return Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "key_revoked",
+                    "this api key was revoked",
+                ))
+            }
+        };
+        if state.0.safety.suspended(&who.owner) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "key_suspended",
+                "this account is suspended",
+            ));
+        }
+        Ok(Auth(who))
+    }
+}
+
+impl Principal {
+    /// The audit trail's actor for this caller.
+    fn actor(&self) -> Actor {
+        Actor::Key(self.key_id.clone())
     }
 }
 
@@ -325,10 +403,20 @@ fn link_json(state: &AppState, s: &StoredLink, now: i64) -> serde_json::Value {
         "owner": s.link.owner,
         "created_at": rfc3339(s.link.created_at_ms),
         "expires_at": s.state.expires_at_ms.map(rfc3339),
-        "status": status.as_str(),
+        "status": api_status(&s.state, now),
         "takedown_reason": s.state.takedown_reason,
         "flagged": s.state.warn,
+        "held": s.state.held.map(|h| h.as_str()),
+        "pinned": s.state.pinned,
     })
+}
+
+/// The API's status: [`LinkStatus`], with a live link that is held shown as `held`.
+fn api_status(state: &LinkState, now: i64) -> &'static str {
+    match state.status(now) {
+        LinkStatus::Active if state.held.is_some() => "held",
+        other => other.as_str(),
+    }
 }
 
 fn idempotency_claim(
@@ -377,10 +465,15 @@ async fn create_link(
     let bytes = read_body(body).await?;
     let parsed: CreateBody = parse_json(&bytes)?;
     let claim = idempotency_claim(&headers, &parsed)?;
-    let long_url = normalize_destination(&parsed.long_url, &state.0.config.url_policy)
-        .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
+    let long_url = checked_destination(&state, &parsed.long_url)?;
     if let Some(alias) = &parsed.alias {
-        validate_alias(alias).map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
+        validate_alias(alias).map_err(|e| {
+            let err = ApiError::bad(e.code(), e.to_string());
+            match e.reason() {
+                Some(reason) => err.with_reason(reason),
+                None => err,
+            }
+        })?;
     }
     let now = now_ms();
     let expires_at_ms = parsed
@@ -388,16 +481,37 @@ async fn create_link(
         .as_deref()
         .map(|s| future_time(s, now))
         .transpose()?;
-    let req = CreateRequest {
-        owner: who.owner,
-        long_url,
-        alias: parsed.alias,
-        expires_at_ms,
-        idempotency: claim,
-        now_ms: now,
-    };
+    let safety = Arc::clone(&state.0.safety);
+    let actor = who.actor();
+    let owner = who.owner;
+    let scan = safety.scans();
+    let req_alias = parsed.alias;
     let store = Arc::clone(&state.0.store);
-    let outcome = blocking(move || store.create(req)).await?;
+    let outcome = blocking(move || {
+        // Velocity is counted where the create happens: flagging an owner is a store write.
+        let url = url::Url::parse(&long_url).map_err(|e| StoreError::Storage(e.to_string()))?;
+        let hold = safety.hold_for(&owner, &url, now)?;
+        let req = CreateRequest {
+            owner,
+            long_url,
+            alias: req_alias,
+            expires_at_ms,
+            idempotency: claim,
+            now_ms: now,
+            hold,
+            scan,
+            actor,
+        };
+        let outcome = store.create(req)?;
+        if let (Some(hold), CreateOutcome::Created(_)) = (hold, &outcome) {
+            safety.count_hold(hold);
+        }
+        Ok::<_, StoreError>(outcome)
+    })
+    .await?;
+    if scan && matches!(outcome, CreateOutcome::Created(_)) {
+        state.0.safety.wake_scanner();
+    }
     let resp = match outcome {
         CreateOutcome::Created(s) => {
             (StatusCode::CREATED, Json(created_json(&state, &s))).into_response()
@@ -429,6 +543,38 @@ async fn create_link(
         .create_latency
         .observe(started.elapsed().as_secs_f64());
     Ok(resp)
+}
+
+/// Validates and normalises a destination and runs the create-time trust checks, in the order
+/// that says the most: a URL that is no URL at all is a 400; a listed destination is a 403
+/// `destination_blocked` even when it also carries credentials or names a private host (the
+/// list is the better reason); then those 400s; then chained shorteners.
+fn checked_destination(state: &AppState, raw: &str) -> Result<String, ApiError> {
+    let safety = &state.0.safety;
+    let blocked = |refusal: crate::safety::Refusal| {
+        safety.count_refusal(&refusal);
+        let message = match &refusal {
+            crate::safety::Refusal::List(_) => {
+                "this destination is on a reputation list (phishing or malware)"
+            }
+            crate::safety::Refusal::ShortenerChain => {
+                "this destination is another short link; shorten the final destination instead"
+            }
+        };
+        ApiError::new(StatusCode::FORBIDDEN, "destination_blocked", message)
+            .with_reason(refusal.reason())
+    };
+    let normalized = normalize_destination(raw, &state.0.config.url_policy);
+    if let Err(UrlError::Credentials | UrlError::ForbiddenHost) = &normalized {
+        if let Some(hit) = safety.listed(raw) {
+            return Err(blocked(crate::safety::Refusal::List(hit.list)));
+        }
+    }
+    let long_url = normalized.map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
+    let url = url::Url::parse(&long_url)
+        .map_err(|e| ApiError::bad("url_invalid", format!("url does not parse: {e}")))?;
+    safety.check_destination(&url).map_err(blocked)?;
+    Ok(long_url)
 }
 
 /// An `expires_at` value: RFC 3339 and after `now`.
@@ -520,7 +666,8 @@ async fn delete_link(
 ) -> Result<Response, ApiError> {
     fetch_visible(&state, &who, code.clone()).await?;
     let store = Arc::clone(&state.0.store);
-    match blocking(move || store.delete(&code)).await? {
+    let actor = who.actor();
+    match blocking(move || store.delete(&code, &actor)).await? {
         DeleteOutcome::Deleted | DeleteOutcome::AlreadyDeleted => {
             Ok(StatusCode::NO_CONTENT.into_response())
         }
@@ -532,11 +679,7 @@ fn require_admin(who: &Principal) -> Result<(), ApiError> {
     if who.admin {
         Ok(())
     } else {
-        Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "this call needs an admin key",
-        ))
+        Err(ApiError::forbidden("this call needs an admin key"))
     }
 }
 
@@ -557,10 +700,25 @@ async fn update_link(
         ));
     }
     let store = Arc::clone(&state.0.store);
-    let updated = blocking(move || store.update_state(&code, update))
+    let actor = who.actor();
+    let updated = blocking(move || store.update_state(&code, update, &actor))
         .await?
         .ok_or_else(ApiError::not_found)?;
     Ok(Json(link_json(state, &updated, now_ms())).into_response())
+}
+
+/// A reason an operator gives: 1–200 characters after trimming, no control characters.
+fn checked_reason(raw: &str) -> Result<String, ApiError> {
+    let reason = raw.trim();
+    if !(1..=MAX_REASON_CHARS).contains(&reason.chars().count())
+        || reason.chars().any(char::is_control)
+    {
+        return Err(ApiError::bad(
+            "invalid_reason",
+            format!("reason must be 1-{MAX_REASON_CHARS} characters, no control characters"),
+        ));
+    }
+    Ok(reason.to_string())
 }
 
 async fn takedown_link(
@@ -572,18 +730,10 @@ async fn takedown_link(
     require_admin(&who)?;
     check_code(&code)?;
     let parsed: TakedownBody = parse_json(&read_body(body).await?)?;
-    let reason = parsed.reason.trim();
-    if !(1..=MAX_REASON_CHARS).contains(&reason.chars().count())
-        || reason.chars().any(char::is_control)
-    {
-        return Err(ApiError::bad(
-            "invalid_reason",
-            format!("reason must be 1-{MAX_REASON_CHARS} characters, no control characters"),
-        ));
-    }
-    tracing::info!(%code, reason, warn = parsed.warn, by = %who.owner, "takedown");
+    let reason = checked_reason(&parsed.reason)?;
+    tracing::info!(%code, reason, warn = parsed.warn, by = %who.key_id, "takedown");
     let update = StateUpdate::Takedown {
-        reason: reason.to_string(),
+        reason,
         warn: parsed.warn,
     };
     update_link(&state, &who, code, update).await
@@ -595,7 +745,7 @@ async fn restore_link(
     Path(code): Path<String>,
 ) -> Result<Response, ApiError> {
     require_admin(&who)?;
-    tracing::info!(%code, by = %who.owner, "restore");
+    tracing::info!(%code, by = %who.key_id, "restore");
     update_link(&state, &who, code, StateUpdate::Restore).await
 }
 
@@ -782,7 +932,7 @@ async fn resolve(
                 let status = s.state.status(now);
                 json!({
                     "code": code,
-                    "status": status.as_str(),
+                    "status": api_status(&s.state, now),
                     "long_url": (status == LinkStatus::Active).then_some(s.link.long_url),
                 })
             }
@@ -846,7 +996,34 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/links/{code}/takedown", post(takedown_link))
         .route("/v1/links/{code}/restore", post(restore_link))
+        .route("/v1/links/{code}/unpin", post(safety::unpin_link))
+        .route("/v1/links/{code}/appeal", post(safety::appeal))
+        .route("/v1/links/{code}/history", get(safety::history))
         .route("/v1/links/{code}/stats", get(link_stats))
+        .route("/v1/reports", post(safety::report))
+        .route("/v1/reports/thanks", get(safety::thanks))
+        .route("/v1/admin/reports", get(safety::list_reports))
+        .route(
+            "/v1/admin/reports/{id}/resolve",
+            post(safety::resolve_report),
+        )
+        .route("/v1/admin/links", get(safety::links_by_host))
+        .route(
+            "/v1/admin/hosts/{host}/takedown",
+            post(safety::takedown_host),
+        )
+        .route("/v1/admin/owners", get(safety::list_owners))
+        .route("/v1/admin/owners/{owner}/suspend", post(safety::suspend))
+        .route(
+            "/v1/admin/owners/{owner}/unsuspend",
+            post(safety::unsuspend),
+        )
+        .route("/v1/admin/owners/{owner}/unflag", post(safety::unflag))
+        .route("/v1/admin/apikeys", get(safety::list_keys))
+        .route(
+            "/v1/admin/apikeys/{id}",
+            axum::routing::delete(safety::revoke_key),
+        )
         .route("/v1/resolve", post(resolve))
         .route("/v1/edges", get(list_edges))
         .route("/v1/admin/snapshots", post(publish_snapshot))

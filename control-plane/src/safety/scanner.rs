@@ -1,0 +1,577 @@
+//! The scanner: every new link is checked after its 201 (never inside the create: a third
+//! party in the create path would be in its latency and its availability), and every live
+//! link is checked again on a schedule, because a check at creation is defeated by the time
+//! bomb (a harmless page that turns malicious next week).
+//!
+//! The checks, strictest verdict wins:
+//! 1. the reputation lists → `block` (as the list: `list:<name>`);
+//! 2. the heuristics of [`lasthop_trust::heuristics`] → `warn`;
+//! 3. with `--scan-webhook URL`, the verdict service: `POST {"url": ...}` →
+//!    `{"verdict": "clean"|"warn"|"block", "reason": ...}`, with a timeout, retries and a
+//!    breaker: after 3 calls in a row that failed every retry, the service is skipped for 30 s
+//!    (counted as `skipped`), so a dead or hanging service costs each link nothing but its
+//!    own absent verdict. A failing service never blocks creation and never keeps a held link
+//!    held: the verdict is then made from the local checks.
+//!
+//! New links wait in the store's `pending_scan` code set, written in the create's own
+//! transaction and cleared in the verdict's, so a crash between the two loses no first scan.
+//! The re-scan walks the store in key order at `links / --rescan-interval` a second (at most
+//! `--rescan-max-rate`), so a sweep is spread evenly over the interval; it starts again from
+//! the beginning after a restart.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use lasthop_core::Hold;
+use lasthop_trust::heuristics::Heuristics;
+use lasthop_trust::Destination;
+use serde::Deserialize;
+use url::Url;
+
+use super::Safety;
+use crate::store::{
+    Actor, Batch, BatchUpdate, StateUpdate, StoreError, StoredLink, Verdict, PENDING_SCAN,
+};
+
+/// Links scanned per batch.
+const PAGE: usize = 128;
+/// Consecutive failed calls that open the webhook's breaker, and how long it stays open.
+const BREAKER_FAILURES: u32 = 3;
+const BREAKER_OPEN: Duration = Duration::from_secs(30);
+/// Longest verdict reason kept.
+const MAX_REASON: usize = 200;
+
+/// Settings of the scanner.
+#[derive(Debug, Clone)]
+pub struct ScannerConfig {
+    pub webhook: Option<WebhookConfig>,
+    /// A whole re-scan sweep takes this long.
+    pub rescan_interval: Duration,
+    /// Links re-checked a second, at most.
+    pub rescan_max_rate: f64,
+}
+
+/// The verdict service.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    pub url: String,
+    /// Per attempt.
+    pub timeout: Duration,
+    /// Attempts after the first.
+    pub retries: u32,
+    /// Calls in flight at once.
+    pub concurrency: usize,
+}
+
+/// A verdict and who gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    pub verdict: Verdict,
+    pub actor: Actor,
+    pub reason: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct WebhookReply {
+    verdict: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Why a webhook call gave no verdict (the metric's `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallError {
+    Timeout,
+    Connect,
+    Status,
+    Garbage,
+}
+
+impl CallError {
+    fn kind(self) -> &'static str {
+        match self {
+            CallError::Timeout => "timeout",
+            CallError::Connect => "connect",
+            CallError::Status => "status",
+            CallError::Garbage => "garbage",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Breaker {
+    failures: u32,
+    open_until: Option<Instant>,
+}
+
+struct Webhook {
+    agent: ureq::Agent,
+    config: WebhookConfig,
+    breaker: Mutex<Breaker>,
+}
+
+impl Webhook {
+    fn new(config: WebhookConfig) -> Webhook {
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(config.timeout)
+            .timeout(config.timeout)
+            .redirects(0)
+            .build();
+        Webhook {
+            agent,
+            config,
+            breaker: Mutex::new(Breaker::default()),
+        }
+    }
+
+    fn call_once(&self, long_url: &str) -> Result<(Verdict, Option<String>), CallError> {
+        let resp = self
+            .agent
+            .post(&self.config.url)
+            .set("Content-Type", "application/json")
+            .send_json(serde_json::json!({ "url": long_url }));
+        let resp = match resp {
+            Ok(r) => r,
+            Err(ureq::Error::Status(..)) => return Err(CallError::Status),
+            Err(ureq::Error::Transport(t)) => {
+                let text = t.to_string().to_ascii_lowercase();
+                return Err(if text.contains("timed out") || text.contains("timeout") {
+                    CallError::Timeout
+                } else {
+                    CallError::Connect
+                });
+            }
+        };
+        let body = resp.into_string().map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut
+                || e.kind() == std::io::ErrorKind::WouldBlock
+            {
+                CallError::Timeout
+            } else {
+                CallError::Garbage
+            }
+        })?;
+        let reply: WebhookReply = serde_json::from_str(&body).map_err(|_| CallError::Garbage)?;
+        let verdict = match reply.verdict.as_str() {
+            "clean" => Verdict::Clean,
+            "warn" => Verdict::Warn,
+            "block" => Verdict::Block,
+            _ => return Err(CallError::Garbage),
+        };
+        let reason = reply.reason.map(|r| {
+            r.chars()
+                .filter(|c| !c.is_control())
+                .take(MAX_REASON)
+                .collect::<String>()
+        });
+        Ok((verdict, reason.filter(|r| !r.trim().is_empty())))
+    }
+
+    /// The service's verdict, or `None` when it gave none (every attempt failed, or the
+    /// breaker is open).
+    fn verdict(
+        &self,
+        long_url: &str,
+        metrics: &crate::metrics::Metrics,
+    ) -> Option<(Verdict, Option<String>)> {
+        if let Ok(b) = self.breaker.lock() {
+            if b.open_until.is_some_and(|t| Instant::now() < t) {
+                metrics
+                    .scan_webhook_errors
+                    .with_label_values(&["skipped"])
+                    .inc();
+                return None;
+            }
+        }
+        let mut backoff = Duration::from_millis(100);
+        for attempt in 0..=self.config.retries {
+            match self.call_once(long_url) {
+                Ok(v) => {
+                    if let Ok(mut b) = self.breaker.lock() {
+                        *b = Breaker::default();
+                    }
+                    return Some(v);
+                }
+                Err(e) => {
+                    metrics
+                        .scan_webhook_errors
+                        .with_label_values(&[e.kind()])
+                        .inc();
+                    tracing::debug!(attempt, kind = e.kind(), "verdict webhook call failed");
+                    if attempt < self.config.retries {
+                        std::thread::sleep(backoff);
+                        backoff *= 4;
+                    }
+                }
+            }
+        }
+        if let Ok(mut b) = self.breaker.lock() {
+            b.failures += 1;
+            if b.failures >= BREAKER_FAILURES {
+                tracing::warn!(url = %self.config.url, "verdict webhook failing; skipped for 30 s (local checks only)");
+                b.open_until = Some(Instant::now() + BREAKER_OPEN);
+                b.failures = 0;
+            }
+        }
+        None
+    }
+}
+
+/// The scanner's threads' shared part.
+pub struct Scanner {
+    safety: Arc<Safety>,
+    heuristics: Heuristics,
+    webhook: Option<Webhook>,
+    config: ScannerConfig,
+}
+
+impl std::fmt::Debug for Scanner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scanner")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Running scanner threads; stop them with [`ScannerThreads::stop`].
+#[derive(Debug)]
+pub struct ScannerThreads {
+    stop: Arc<AtomicBool>,
+    wake: mpsc::Sender<()>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl ScannerThreads {
+    /// Stops and joins every thread.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.wake.send(());
+        for t in self.threads {
+            if t.join().is_err() {
+                tracing::error!("a scanner thread panicked");
+            }
+        }
+    }
+}
+
+fn strictest(a: Evaluation, b: Evaluation) -> Evaluation {
+    let rank = |v: Verdict| match v {
+        Verdict::Clean => 0,
+        Verdict::Warn => 1,
+        Verdict::Block => 2,
+    };
+    if rank(b.verdict) > rank(a.verdict) {
+        b
+    } else {
+        a
+    }
+}
+
+impl Scanner {
+    /// Starts the first-scan and re-scan threads.
+    pub fn spawn(safety: Arc<Safety>, config: ScannerConfig) -> anyhow::Result<ScannerThreads> {
+        let scanner = Arc::new(Scanner {
+            heuristics: Heuristics::new(lasthop_core::alias::brands().iter().copied()),
+            webhook: config.webhook.clone().map(Webhook::new),
+            safety: Arc::clone(&safety),
+            config,
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let (wake, woken) = mpsc::channel();
+        safety.set_scan_wake(wake.clone());
+        let first = {
+            let (s, stop) = (Arc::clone(&scanner), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("scan-new".into())
+                .spawn(move || s.scan_new(&stop, &woken))?
+        };
+        let rescan = {
+            let (s, stop) = (Arc::clone(&scanner), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("rescan".into())
+                .spawn(move || s.rescan(&stop))?
+        };
+        Ok(ScannerThreads {
+            stop,
+            wake,
+            threads: vec![first, rescan],
+        })
+    }
+
+    /// The verdict on one link's destination.
+    pub fn evaluate(&self, long_url: &str) -> Evaluation {
+        let clean = Evaluation {
+            verdict: Verdict::Clean,
+            actor: Actor::Scanner,
+            reason: "clean".to_string(),
+        };
+        let Ok(url) = Url::parse(long_url) else {
+            return clean;
+        };
+        let Some(dest) = Destination::of_url(&url) else {
+            return clean;
+        };
+        if let Some(hit) = self.safety.lists().check(&dest) {
+            return Evaluation {
+                verdict: Verdict::Block,
+                reason: format!("list:{}", hit.list),
+                actor: Actor::List(hit.list),
+            };
+        }
+        let mut best = clean;
+        if let Some(signal) = self.heuristics.check(&url, &dest).first() {
+            best = Evaluation {
+                verdict: Verdict::Warn,
+                actor: Actor::Scanner,
+                reason: signal.reason(),
+            };
+        }
+        if let Some(webhook) = &self.webhook {
+            if let Some((verdict, reason)) = webhook.verdict(long_url, self.safety.metrics()) {
+                let reason = match reason {
+                    Some(r) => format!("webhook:{r}"),
+                    None => format!("webhook:{}", verdict.as_str()),
+                };
+                best = strictest(
+                    best,
+                    Evaluation {
+                        verdict,
+                        actor: Actor::Scanner,
+                        reason,
+                    },
+                );
+            }
+        }
+        best
+    }
+
+    /// Evaluates `links` (in parallel when a webhook is configured).
+    fn evaluate_all(&self, links: &[StoredLink]) -> Vec<Evaluation> {
+        let workers = self
+            .webhook
+            .as_ref()
+            .map_or(1, |w| w.config.concurrency.max(1))
+            .min(links.len().max(1));
+        if workers == 1 {
+            return links
+                .iter()
+                .map(|s| self.evaluate(&s.link.long_url))
+                .collect();
+        }
+        let next = AtomicUsize::new(0);
+        let results: Vec<Mutex<Option<Evaluation>>> =
+            links.iter().map(|_| Mutex::new(None)).collect();
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(s) = links.get(i) else { break };
+                    let e = self.evaluate(&s.link.long_url);
+                    if let Some(slot) = results.get(i) {
+                        if let Ok(mut slot) = slot.lock() {
+                            *slot = Some(e);
+                        }
+                    }
+                });
+            }
+        });
+        results
+            .into_iter()
+            .map(|m| {
+                m.into_inner().ok().flatten().unwrap_or(Evaluation {
+                    verdict: Verdict::Clean,
+                    actor: Actor::Scanner,
+                    reason: "clean".into(),
+                })
+            })
+            .collect()
+    }
+
+    /// Commits `evaluated` grouped by actor, one batch each; `unmark` clears the codes from
+    /// the pending-scan set (every code of the page, in the first batch).
+    fn commit(
+        &self,
+        evaluated: Vec<(String, Evaluation)>,
+        unmark: bool,
+        pass: &str,
+    ) -> Result<(), StoreError> {
+        let metrics = self.safety.metrics();
+        let mut groups: Vec<(Actor, Vec<BatchUpdate>)> = Vec::new();
+        for (code, e) in evaluated {
+            metrics
+                .scan_verdicts
+                .with_label_values(&[e.verdict.as_str(), pass])
+                .inc();
+            if !unmark && e.verdict == Verdict::Clean {
+                continue;
+            }
+            let update = BatchUpdate {
+                code,
+                update: StateUpdate::Verdict {
+                    verdict: e.verdict,
+                    reason: e.reason,
+                },
+            };
+            match groups.iter_mut().find(|(a, _)| *a == e.actor) {
+                Some((_, updates)) => updates.push(update),
+                None => groups.push((e.actor, vec![update])),
+            }
+        }
+        for (actor, updates) in groups {
+            let source = if matches!(actor, Actor::List(_)) {
+                "list"
+            } else {
+                "scanner"
+            };
+            let results = self.safety.store().apply_batch(Batch {
+                updates,
+                actor,
+                now_ms: crate::clock::now_ms(),
+                mark_changed: None,
+                unmark: unmark.then(|| PENDING_SCAN.to_string()),
+            })?;
+            for r in results.iter().filter(|r| r.changed) {
+                let Some(s) = &r.link else { continue };
+                if s.state.takedown_reason.is_some() || s.state.warn {
+                    metrics.safety_actions.with_label_values(&[source]).inc();
+                    tracing::warn!(code = %r.code, state = ?s.state, "scanner verdict applied");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn scan_new(&self, stop: &AtomicBool, woken: &mpsc::Receiver<()>) {
+        let store = Arc::clone(self.safety.store());
+        while !stop.load(Ordering::Relaxed) {
+            let page = match store.code_set(PENDING_SCAN, None, PAGE) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(error = %e, "scanner: reading the pending set");
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            if page.codes.is_empty() {
+                // Wait for a new link (or a second, to notice anything a missed wake left).
+                let _ = woken.recv_timeout(Duration::from_secs(1));
+                continue;
+            }
+            let mut links = Vec::with_capacity(page.codes.len());
+            let mut gone = Vec::new();
+            for code in page.codes {
+                match store.get(&code) {
+                    Ok(Some(s)) if !s.state.deleted => links.push(s),
+                    Ok(_) => gone.push(code),
+                    Err(e) => {
+                        tracing::error!(error = %e, %code, "scanner: reading a link");
+                        gone.push(code);
+                    }
+                }
+            }
+            let evaluations = self.evaluate_all(&links);
+            let now = crate::clock::now_ms();
+            let mut evaluated: Vec<(String, Evaluation)> = Vec::with_capacity(links.len());
+            for (s, e) in links.iter().zip(evaluations) {
+                let waited = (now - s.link.created_at_ms).max(0) as f64 / 1000.0;
+                self.safety
+                    .metrics()
+                    .scan_first_verdict_seconds
+                    .observe(waited);
+                if s.state.held == Some(Hold::Unverified) {
+                    tracing::info!(code = %s.link.code, verdict = e.verdict.as_str(), reason = %e.reason, "first verdict of a held link");
+                }
+                evaluated.push((s.link.code.clone(), e));
+            }
+            for code in gone {
+                evaluated.push((
+                    code,
+                    Evaluation {
+                        verdict: Verdict::Clean,
+                        actor: Actor::Scanner,
+                        reason: "clean".into(),
+                    },
+                ));
+            }
+            if let Err(e) = self.commit(evaluated, true, "new") {
+                tracing::error!(error = %e, "scanner: committing verdicts");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+
+    /// Sleeps until `until` or a stop; false when stopped.
+    fn sleep_until(stop: &AtomicBool, until: Instant) -> bool {
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(200)));
+        }
+    }
+
+    fn rescan(&self, stop: &AtomicBool) {
+        let store = Arc::clone(self.safety.store());
+        let interval = self.config.rescan_interval.max(Duration::from_secs(1));
+        while !stop.load(Ordering::Relaxed) {
+            let sweep_started = Instant::now();
+            let total = store.count_links().unwrap_or(0).max(1);
+            let rate =
+                (total as f64 / interval.as_secs_f64()).min(self.config.rescan_max_rate.max(0.001));
+            let step = Duration::from_secs_f64(1.0 / rate);
+            let mut next_at = Instant::now();
+            let mut after: Option<String> = None;
+            loop {
+                let (links, next) = match store.scan_links(after.as_deref(), PAGE) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::error!(error = %e, "re-scan: reading links");
+                        if !Self::sleep_until(stop, Instant::now() + Duration::from_secs(5)) {
+                            return;
+                        }
+                        break;
+                    }
+                };
+                let live: Vec<StoredLink> = links
+                    .into_iter()
+                    .filter(|s| !s.state.deleted && s.state.takedown_reason.is_none())
+                    .collect();
+                for chunk in live.chunks(16) {
+                    for _ in chunk {
+                        next_at += step;
+                    }
+                    if !Self::sleep_until(stop, next_at) {
+                        return;
+                    }
+                    let evaluations = self.evaluate_all(chunk);
+                    self.safety
+                        .metrics()
+                        .rescan_checked
+                        .inc_by(chunk.len() as u64);
+                    let evaluated = chunk
+                        .iter()
+                        .map(|s| s.link.code.clone())
+                        .zip(evaluations)
+                        .collect();
+                    if let Err(e) = self.commit(evaluated, false, "rescan") {
+                        tracing::error!(error = %e, "re-scan: committing verdicts");
+                    }
+                }
+                match next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+            self.safety.metrics().rescan_sweeps.inc();
+            if !Self::sleep_until(stop, sweep_started + interval) {
+                return;
+            }
+        }
+    }
+}
