@@ -2,39 +2,90 @@
 # Durable create throughput: CLIENTS concurrent connections POST /v1/links for DURATION seconds
 # against a release build on the embedded store (fsync per group commit). Server pinned to CPU 0,
 # wrk to CPU 1. Prints creates/s and p50/p99 latency, and checks that what wrk counted as 201s
-# is what the store holds.
+# is what the server counted.
 #
-#   perf/create.sh                       # CLIENTS=64 DURATION=10
+# With LIST_ENTRIES=N it measures the cost of the create-time reputation check: ROUNDS pairs of
+# runs, each a fresh store without lists and then with one list of N synthetic entries (70%
+# hosts, 30% URLs, none matching the load's destinations, so every create pays a full miss),
+# and prints each pair's ratio and the medians.
+#
+#   perf/create.sh                                  # CLIENTS=64 DURATION=10
 #   CLIENTS=16 DURATION=5 perf/create.sh
+#   LIST_ENTRIES=1000000 ROUNDS=3 perf/create.sh    # lists vs no lists
+#   BIN=/path/to/lasthop-control perf/create.sh     # another build (no cargo build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLIENTS=${CLIENTS:-64}
 DURATION=${DURATION:-10}
 PORT=${PORT:-18081}
+LIST_ENTRIES=${LIST_ENTRIES:-0}
+ROUNDS=${ROUNDS:-3}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
-cargo build --release -q -p lasthop-control
-BIN=target/release/lasthop-control
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q -p lasthop-control
+  BIN=target/release/lasthop-control
+fi
 work=$(mktemp -d /var/tmp/lasthop-create.XXXXXX)
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 $BIN keygen --out "$work/key" >/dev/null
-export LASTHOP_API_KEY=$($BIN apikey create --data-dir "$work/data" --owner perf)
-taskset -c ${SERVER_CPUS:-0} $BIN serve --data-dir "$work/data" --key-file "$work/key" \
-  --api-listen 127.0.0.1:$PORT --create-rate 0 2>"$work/server.log" &
-pid=$!
-for _ in $(seq 100); do curl -sf http://127.0.0.1:$PORT/healthz >/dev/null && break; sleep 0.1; done
-t0=$(awk "{print \$14+\$15}" /proc/$pid/stat)
-out=$(taskset -c 1 wrk -t1 -c"$CLIENTS" -d"${DURATION}s" --latency -s perf/create.lua http://127.0.0.1:$PORT/)
-echo "$out" | sed 's/^/  wrk| /'
-t1=$(awk "{print \$14+\$15}" /proc/$pid/stat)
-rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
-p50=$(echo "$out" | awk '$1=="50%" {print $2}')
-p99=$(echo "$out" | awk '$1=="99%" {print $2}')
-non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
-metrics=$(curl -s http://127.0.0.1:$PORT/metrics)
-created=$(echo "$metrics" | awk -F' ' '/^lasthop_api_requests_total\{route="\/v1\/links",status="201"\}/ {print $2}')
-batches=$(echo "$metrics" | awk '/^lasthop_store_commit_ops_count/ {print $2}')
-ops=$(echo "$metrics" | awk '/^lasthop_store_commit_ops_sum/ {print $2}')
+
+if [ "$LIST_ENTRIES" -gt 0 ]; then
+  hosts=$((LIST_ENTRIES * 7 / 10))
+  awk -v h="$hosts" -v n="$LIST_ENTRIES" 'BEGIN {
+    print "# synthetic reputation list for perf/create.sh"
+    for (i = 0; i < h; i++) printf "bad%07d.example\n", i
+    for (i = h; i < n; i++) printf "https://shared%d.example/kit/%d/login.php\n", i % 1000, i
+  }' >"$work/list.txt"
+fi
+
+# run LABEL [serve flags...]: one fresh store, one wrk run; prints the numbers and sets $rps.
+run() {
+  local label=$1
+  shift
+  rm -rf "$work/data"
+  export LASTHOP_API_KEY=$($BIN apikey create --data-dir "$work/data" --owner perf 2>/dev/null)
+  taskset -c ${SERVER_CPUS:-0} $BIN serve --data-dir "$work/data" --key-file "$work/key" \
+    --api-listen 127.0.0.1:$PORT --edge-listen 127.0.0.1:0 --create-rate 0 ${SERVE_ARGS:-} "$@" \
+    2>"$work/server.log" >/dev/null &
+  pid=$!
+  for _ in $(seq 600); do curl -sf http://127.0.0.1:$PORT/healthz >/dev/null && break; sleep 0.1; done
+  local t0 t1 out p50 p99 non2xx metrics created batches ops
+  t0=$(awk "{print \$14+\$15}" /proc/$pid/stat)
+  out=$(taskset -c 1 wrk -t1 -c"$CLIENTS" -d"${DURATION}s" --latency -s perf/create.lua http://127.0.0.1:$PORT/)
+  t1=$(awk "{print \$14+\$15}" /proc/$pid/stat)
+  rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+  p50=$(echo "$out" | awk '$1=="50%" {print $2}')
+  p99=$(echo "$out" | awk '$1=="99%" {print $2}')
+  non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
+  metrics=$(curl -s http://127.0.0.1:$PORT/metrics)
+  created=$(echo "$metrics" | awk -F' ' '/^lasthop_api_requests_total\{route="\/v1\/links",status="201"\}/ {print $2}')
+  batches=$(echo "$metrics" | awk '/^lasthop_store_commit_ops_count/ {print $2}')
+  ops=$(echo "$metrics" | awk '/^lasthop_store_commit_ops_sum/ {print $2}')
+  entries=$(echo "$metrics" | awk '/^lasthop_reputation_list_entries/ {s += $2} END {print s + 0}')
+  kill $pid
+  wait $pid 2>/dev/null || true
+  pid=
+  [ -n "${VERBOSE:-}" ] && echo "$out" | sed 's/^/  wrk| /'
+  echo "create.sh: [$label] list entries=$entries clients=$CLIENTS duration=${DURATION}s durable creates/s=$rps p50=$p50 p99=$p99 non-2xx=${non2xx:-0}"
+  echo "create.sh: [$label] server CPU $(awk -v a=$t0 -v b=$t1 -v d=$DURATION "BEGIN{printf \"%.0f%%\", (b-a)/d}") of one core (user+sys); ${created:-0} x 201 in ${batches:-0} group commits (mean $(awk -v o="${ops:-0}" -v b="${batches:-1}" 'BEGIN{printf "%.1f", o/(b?b:1)}') ops/commit)"
+}
+
+if [ "$LIST_ENTRIES" -eq 0 ]; then
+  VERBOSE=1 run "no lists"
+  exit 0
+fi
+
+plain=() listed=() ratios=()
+for r in $(seq "$ROUNDS"); do
+  run "round $r, no lists"
+  plain+=("$rps")
+  run "round $r, $LIST_ENTRIES entries" --reputation-list "$work/list.txt"
+  listed+=("$rps")
+  ratios+=("$(awk -v a="$rps" -v b="${plain[-1]}" 'BEGIN{printf "%.3f", a/b}')")
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 echo
-echo "create.sh: clients=$CLIENTS duration=${DURATION}s durable creates/s=$rps p50=$p50 p99=$p99 non-2xx=${non2xx:-0}"
-echo "create.sh: server CPU $(awk -v a=$t0 -v b=$t1 -v d=$DURATION "BEGIN{printf \"%.0f%%\", (b-a)/d}") of one core (user+sys)"
-echo "create.sh: server counted ${created:-0} x 201 in ${batches:-0} group commits (mean $(awk -v o="${ops:-0}" -v b="${batches:-1}" 'BEGIN{printf "%.1f", o/(b?b:1)}') ops/commit)"
+echo "create.sh: creates/s without lists: ${plain[*]} (median $(median "${plain[@]}"))"
+echo "create.sh: creates/s with $LIST_ENTRIES list entries: ${listed[*]} (median $(median "${listed[@]}"))"
+echo "create.sh: per-round ratio with/without: ${ratios[*]} (median $(median "${ratios[@]}"); goal >= 0.90)"

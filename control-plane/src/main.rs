@@ -48,7 +48,7 @@ enum Command {
         command: ApikeyCommand,
     },
     /// Serve the API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Edge snapshots.
     Snapshot {
         #[command(subcommand)]
@@ -484,7 +484,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Apikey { command } => apikey(command),
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Snapshot {
             command:
                 SnapshotCommand::Build {
@@ -895,14 +895,8 @@ fn start_safety(
             .name("lists".into())
             .spawn(move || {
                 // Links created while a list entry was unknown (or while we were down) are
-                // matched once at start, then each reload's additions.
-                let empty = lasthop_trust::ReputationIndex::build(std::iter::empty());
-                let at_start: Vec<_> = safety
-                    .lists()
-                    .lists()
-                    .iter()
-                    .map(|l| l.index.added(&empty))
-                    .collect();
+                // matched once at start, by whichever walk is shorter (the store's links, or
+                // the lists' entries), then each reload's additions.
                 let enforce_all = |batches: Vec<Vec<lasthop_trust::Added>>| {
                     for added in batches {
                         match enforce::enforce_added(safety.store().as_ref(), &added) {
@@ -915,7 +909,25 @@ fn start_safety(
                         }
                     }
                 };
-                enforce_all(at_start);
+                let lists = safety.lists().lists();
+                let entries: usize = lists.iter().map(|l| l.index.len()).sum();
+                let links = safety.store().count_links().unwrap_or(u64::MAX);
+                if entries > 0 && links <= entries as u64 {
+                    match enforce::sweep_links(safety.store().as_ref(), safety.lists()) {
+                        Ok(n) => safety
+                            .metrics()
+                            .safety_actions
+                            .with_label_values(&["list"])
+                            .inc_by(n),
+                        Err(e) => tracing::error!(error = %e, "list sweep at start failed; the re-scan will retry"),
+                    }
+                } else if entries > 0 {
+                    let empty = lasthop_trust::ReputationIndex::build(std::iter::empty());
+                    for list in lists.iter() {
+                        enforce_all(vec![list.index.added(&empty)]);
+                    }
+                }
+                drop(lists);
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let forced = match reloads.recv_timeout(poll) {
                         Ok(()) => true,

@@ -67,6 +67,13 @@ pub fn url_key(url: &Url, host: &CanonicalHost) -> String {
     key
 }
 
+/// The canonical host a match key starts with (a URL entry's host, to find the links it may
+/// match through the destination index).
+pub fn host_of_key(key: &str) -> Option<CanonicalHost> {
+    let url = Url::parse(&format!("http://{key}")).ok()?;
+    CanonicalHost::of_url(&url)
+}
+
 /// The first 8 bytes of SHA-256 of a match key, big-endian: stored in the index, so it must
 /// never change between versions (a fast non-cryptographic hash would also do, but none is
 /// promised to be stable).
@@ -155,6 +162,19 @@ mod tests {
             key("https://evil.example/Login"),
             key("https://evil.example/login")
         );
+    }
+
+    #[test]
+    fn a_key_names_its_host() {
+        for u in [
+            "https://EVIL.example:8443/a?b",
+            "http://[2001:db8::1]/x",
+            "http://3221225985/",
+            "https://b\u{fc}cher.example/",
+        ] {
+            let d = Destination::parse(u).unwrap();
+            assert_eq!(host_of_key(&d.url_key), Some(d.host), "{u}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod lists;
 pub mod shorteners;
 pub mod velocity;
 
-pub use destination::{url_key_hash, Destination};
+pub use destination::{host_of_key, url_key_hash, Destination};
 pub use host::{CanonicalHost, HostError};
 pub use index::{Added, Hit, ReputationIndex};
 pub use lists::{parse_list, Entry, ListFormat, Malformed, ParsedList};

@@ -184,6 +184,23 @@ fn is_comment(line: &str) -> bool {
     line.starts_with('#')
 }
 
+/// A line's content once `clean` (comment stripping, trimming) went over it: `None` for a
+/// blank or comment line, and for one that is no line at all (counted as malformed in `out`).
+fn content<'a>(
+    out: &mut ParsedList,
+    n: usize,
+    line: Result<&'a str, &'static str>,
+    clean: impl Fn(&'a str) -> &'a str,
+) -> Option<&'a str> {
+    match line {
+        Ok(line) => Some(clean(line)).filter(|l| !l.is_empty() && !is_comment(l)),
+        Err(reason) => {
+            out.malformed(n, reason);
+            None
+        }
+    }
+}
+
 enum Detected<'a> {
     Plain,
     Hosts,
@@ -255,16 +272,9 @@ fn parse_plain(text: &[u8]) -> ParsedList {
     let mut out = ParsedList::new(ListFormat::Plain);
     let mut all_with_scheme = true;
     for (n, line) in lines(text) {
-        let line = match line {
-            Ok(line) => strip_trailing_comment(line).trim(),
-            Err(reason) => {
-                out.malformed(n, reason);
-                continue;
-            }
-        };
-        if line.is_empty() || is_comment(line) {
+        let Some(line) = content(&mut out, n, line, |l| strip_trailing_comment(l).trim()) else {
             continue;
-        }
+        };
         let with_scheme = has_scheme(line);
         let entry = if with_scheme || line.contains('/') {
             plain_url_entry(line)
@@ -310,17 +320,12 @@ fn has_scheme(s: &str) -> bool {
 fn parse_hosts(text: &[u8]) -> ParsedList {
     let mut out = ParsedList::new(ListFormat::Hosts);
     for (n, line) in lines(text) {
-        let line = match line {
-            // hosts(5): a `#` starts a comment anywhere.
-            Ok(line) => line.split('#').next().unwrap_or("").trim(),
-            Err(reason) => {
-                out.malformed(n, reason);
-                continue;
-            }
-        };
-        if line.is_empty() {
+        // hosts(5): a `#` starts a comment anywhere.
+        let Some(line) = content(&mut out, n, line, |l| {
+            l.split('#').next().unwrap_or("").trim()
+        }) else {
             continue;
-        }
+        };
         let Some(names) = hosts_line(line) else {
             out.malformed(n, "not a hosts line");
             continue;
@@ -380,16 +385,9 @@ fn parse_urlhaus(text: &[u8], header: Option<&str>) -> ParsedList {
     }
     let mut fields = Vec::new();
     for (n, line) in lines(text) {
-        let line = match line {
-            Ok(line) => line.trim(),
-            Err(reason) => {
-                out.malformed(n, reason);
-                continue;
-            }
-        };
-        if line.is_empty() || is_comment(line) {
+        let Some(line) = content(&mut out, n, line, str::trim) else {
             continue;
-        }
+        };
         fields.clear();
         let entry = split_csv(line, &mut fields).and_then(|()| {
             if fields.len() != width {
@@ -408,16 +406,9 @@ fn parse_phishtank(text: &[u8]) -> ParsedList {
     let mut columns: Option<(usize, usize, Option<usize>)> = None;
     let mut fields = Vec::new();
     for (n, line) in lines(text) {
-        let line = match line {
-            Ok(line) => line.trim(),
-            Err(reason) => {
-                out.malformed(n, reason);
-                continue;
-            }
-        };
-        if line.is_empty() || is_comment(line) {
+        let Some(line) = content(&mut out, n, line, str::trim) else {
             continue;
-        }
+        };
         fields.clear();
         if let Err(reason) = split_csv(line, &mut fields) {
             out.malformed(n, reason);

@@ -70,7 +70,12 @@ impl Velocity {
         }
         self.sweep(now_ms);
         let cap = self.limit.saturating_mul(2).max(16);
-        let w = self.owners.entry(owner.to_owned()).or_default();
+        if !self.owners.contains_key(owner) {
+            self.owners.insert(owner.to_owned(), Window::default());
+        }
+        let Some(w) = self.owners.get_mut(owner) else {
+            return 0;
+        };
         w.expire(now_ms);
         let room = w.last.len() < cap;
         match w.last.get_mut(domain) {

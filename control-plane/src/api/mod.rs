@@ -465,7 +465,7 @@ async fn create_link(
     let bytes = read_body(body).await?;
     let parsed: CreateBody = parse_json(&bytes)?;
     let claim = idempotency_claim(&headers, &parsed)?;
-    let long_url = checked_destination(&state, &parsed.long_url)?;
+    let (long_url, dest) = checked_destination(&state, &parsed.long_url)?;
     if let Some(alias) = &parsed.alias {
         validate_alias(alias).map_err(|e| {
             let err = ApiError::bad(e.code(), e.to_string());
@@ -489,8 +489,7 @@ async fn create_link(
     let store = Arc::clone(&state.0.store);
     let outcome = blocking(move || {
         // Velocity is counted where the create happens: flagging an owner is a store write.
-        let url = url::Url::parse(&long_url).map_err(|e| StoreError::Storage(e.to_string()))?;
-        let hold = safety.hold_for(&owner, &url, now)?;
+        let hold = safety.hold_for(&owner, &dest, now)?;
         let req = CreateRequest {
             owner,
             long_url,
@@ -499,8 +498,8 @@ async fn create_link(
             idempotency: claim,
             now_ms: now,
             hold,
-            scan,
             actor,
+            destination: Some(dest),
         };
         let outcome = store.create(req)?;
         if let (Some(hold), CreateOutcome::Created(_)) = (hold, &outcome) {
@@ -549,7 +548,10 @@ async fn create_link(
 /// that says the most: a URL that is no URL at all is a 400; a listed destination is a 403
 /// `destination_blocked` even when it also carries credentials or names a private host (the
 /// list is the better reason); then those 400s; then chained shorteners.
-fn checked_destination(state: &AppState, raw: &str) -> Result<String, ApiError> {
+fn checked_destination(
+    state: &AppState,
+    raw: &str,
+) -> Result<(String, lasthop_trust::Destination), ApiError> {
     let safety = &state.0.safety;
     let blocked = |refusal: crate::safety::Refusal| {
         safety.count_refusal(&refusal);
@@ -573,8 +575,11 @@ fn checked_destination(state: &AppState, raw: &str) -> Result<String, ApiError> 
     let long_url = normalized.map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
     let url = url::Url::parse(&long_url)
         .map_err(|e| ApiError::bad("url_invalid", format!("url does not parse: {e}")))?;
-    safety.check_destination(&url).map_err(blocked)?;
-    Ok(long_url)
+    // A normalised destination is an http(s) URL with a host, so this always exists.
+    let dest = lasthop_trust::Destination::of_url(&url)
+        .ok_or_else(|| ApiError::bad("url_invalid", "url has no host"))?;
+    safety.check_destination(&url, &dest).map_err(blocked)?;
+    Ok((long_url, dest))
 }
 
 /// An `expires_at` value: RFC 3339 and after `now`.

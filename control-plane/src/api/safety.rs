@@ -150,10 +150,23 @@ pub async fn history(
     Auth(who): Auth,
     Path(code): Path<String>,
 ) -> Result<Response, ApiError> {
-    fetch_visible(&state, &who, code.clone()).await?;
+    let link = fetch_visible(&state, &who, code.clone()).await?;
     let store = Arc::clone(&state.0.store);
     let lookup = code.clone();
-    let records = blocking(move || store.history(&lookup)).await?;
+    let mut records = blocking(move || store.history(&lookup)).await?;
+    // The creation is recorded only when it was held; otherwise it is the link's own facts.
+    if records.first().is_none_or(|r| r.action != "created") {
+        records.insert(
+            0,
+            crate::store::AuditRecord {
+                at_ms: link.link.created_at_ms,
+                actor: link.link.owner.clone(),
+                action: "created".to_string(),
+                reason: None,
+                undid: None,
+            },
+        );
+    }
     let history: Vec<_> = records
         .iter()
         .map(|r| {
@@ -504,22 +517,14 @@ pub async fn links_by_host(
     let host = CanonicalHost::parse(raw)
         .map_err(|e| ApiError::bad("invalid_host", format!("{raw:?}: {e}")))?;
     let limit = page_limit(&q)?;
-    let after = match q.get("cursor").filter(|c| !c.is_empty()) {
-        Some(c) => Some(
-            hex::decode(c)
-                .ok()
-                .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(|| ApiError::bad("invalid_cursor", "cursor is not valid"))?,
-        ),
-        None => None,
-    };
+    let after = q.get("cursor").filter(|c| !c.is_empty()).cloned();
     let store = Arc::clone(&state.0.store);
     let lookup = host.clone();
     let (page, links) = blocking(move || {
-        let page = store.codes_by_host(&lookup, after.as_deref(), limit)?;
-        let mut links = Vec::with_capacity(page.codes.len());
-        for code in &page.codes {
-            if let Some(s) = store.get(code)? {
+        let page = store.codes_by_host(&lookup, true, after.as_deref(), limit)?;
+        let mut links = Vec::with_capacity(page.entries.len());
+        for e in &page.entries {
+            if let Some(s) = store.get(&e.code)? {
                 links.push(s);
             }
         }
@@ -531,7 +536,7 @@ pub async fn links_by_host(
     Ok(Json(json!({
         "host": host.to_string(),
         "links": links,
-        "next_cursor": page.next.map(hex::encode),
+        "next_cursor": page.next,
     }))
     .into_response())
 }
@@ -789,7 +794,7 @@ pub async fn unflag(
         safety.put_owner(record)?;
         safety.forget_velocity(&name);
         if release {
-            enforce::release_owner(safety.store(), &name, Hold::Velocity, &actor)
+            enforce::release_owner(safety.store().as_ref(), &name, Hold::Velocity, &actor)
         } else {
             Ok(0)
         }

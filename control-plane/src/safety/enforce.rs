@@ -6,9 +6,9 @@
 //! 100,000, and a crash part-way leaves every committed page taken down. Automatic actors
 //! (lists) skip pinned links inside the store's transaction; admins' actions do not.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 
-use lasthop_trust::{Added, CanonicalHost, Destination};
+use lasthop_trust::{host_of_key, url_key_hash, Added, CanonicalHost, Destination};
 
 use crate::store::{
     suspension_set, Actor, Batch, BatchUpdate, StateUpdate, Store, StoreError, Verdict,
@@ -41,6 +41,7 @@ fn apply(
         now_ms: crate::clock::now_ms(),
         mark_changed,
         unmark,
+        scanned_up_to: None,
     };
     let results = store.apply_batch(batch)?;
     Ok(results.iter().filter(|r| r.changed).count() as u64)
@@ -57,9 +58,10 @@ pub fn update_host(
     let (mut seen, mut changed) = (0, 0);
     let mut after: Option<String> = None;
     loop {
-        let page = store.codes_by_host(host, after.as_deref(), PAGE)?;
-        seen += page.codes.len() as u64;
-        changed += apply(store, page.codes, update, actor, None, None)?;
+        let page = store.codes_by_host(host, true, after.as_deref(), PAGE)?;
+        seen += page.entries.len() as u64;
+        let codes = page.entries.into_iter().map(|e| e.code).collect();
+        changed += apply(store, codes, update, actor, None, None)?;
         match page.next {
             Some(next) => after = Some(next),
             None => return Ok((seen, changed)),
@@ -67,10 +69,16 @@ pub fn update_host(
     }
 }
 
+/// A host's added URL entries: match-key hash → (match key, list).
+type UrlEntries<'a> = HashMap<u64, Vec<(&'a str, &'a str)>>;
+
 /// Takes down what the entries a list reload added match, as that list; returns the links
-/// taken down.
+/// taken down. Host entries walk their host's (and subdomains') part of the destination index;
+/// URL entries are grouped by host, so each host's part is walked once and compared by the
+/// hash of the match key, reading only the links whose hash matches.
 pub fn enforce_added(store: &dyn Store, added: &[Added]) -> Result<u64, StoreError> {
     let mut down = 0;
+    let mut urls: HashMap<CanonicalHost, UrlEntries<'_>> = HashMap::new();
     for entry in added {
         match entry {
             Added::Host { host, list } => {
@@ -82,32 +90,104 @@ pub fn enforce_added(store: &dyn Store, added: &[Added]) -> Result<u64, StoreErr
                 down += changed;
             }
             Added::Url { key, list } => {
-                let candidates = store.codes_by_url(lasthop_trust::url_key_hash(key))?;
-                let mut matching = Vec::new();
-                for code in candidates {
-                    // The index holds a hash: compare the real key.
-                    let Some(s) = store.get(&code)? else { continue };
-                    if Destination::parse(&s.link.long_url).is_some_and(|d| &d.url_key == key) {
-                        matching.push(code);
-                    }
+                if let Some(host) = host_of_key(key) {
+                    urls.entry(host)
+                        .or_default()
+                        .entry(url_key_hash(key))
+                        .or_default()
+                        .push((key.as_str(), list.as_str()));
                 }
-                let update = list_verdict(list);
-                let changed = apply(
-                    store,
-                    matching,
-                    &update,
-                    &Actor::List(list.clone()),
-                    None,
-                    None,
-                )?;
-                if changed > 0 {
-                    tracing::warn!(list, url_key = %key, links = changed, "list entry: took down existing links");
-                }
-                down += changed;
             }
         }
     }
+    for (host, wanted) in urls {
+        let mut by_list: HashMap<&str, Vec<String>> = HashMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = store.codes_by_host(&host, false, after.as_deref(), PAGE)?;
+            for e in page.entries {
+                let Some(candidates) = wanted.get(&e.url_hash) else {
+                    continue;
+                };
+                // The index holds a hash: compare the real key.
+                let Some(s) = store.get(&e.code)? else {
+                    continue;
+                };
+                let Some(dest) = Destination::parse(&s.link.long_url) else {
+                    continue;
+                };
+                if let Some((_, list)) = candidates.iter().find(|(k, _)| *k == dest.url_key) {
+                    by_list.entry(list).or_default().push(e.code);
+                }
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        for (list, codes) in by_list {
+            let changed = apply(
+                store,
+                codes,
+                &list_verdict(list),
+                &Actor::List(list.to_string()),
+                None,
+                None,
+            )?;
+            if changed > 0 {
+                tracing::warn!(list, host = %host, links = changed, "list URL entries: took down existing links");
+            }
+            down += changed;
+        }
+    }
     Ok(down)
+}
+
+/// Takes down every live link some loaded list matches, walking the store: at start, when the
+/// store holds fewer links than the lists hold entries, cheaper than looking every entry up.
+/// Returns the links taken down.
+pub fn sweep_links(store: &dyn Store, lists: &super::ListSet) -> Result<u64, StoreError> {
+    let mut down = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let (links, next) = store.scan_links(after.as_deref(), PAGE)?;
+        let mut by_list: Vec<(String, Vec<String>)> = Vec::new();
+        for s in links
+            .iter()
+            .filter(|s| !s.state.deleted && s.state.takedown_reason.is_none())
+        {
+            let Some(hit) = Destination::parse(&s.link.long_url).and_then(|d| lists.check(&d))
+            else {
+                continue;
+            };
+            match by_list.iter_mut().find(|(l, _)| *l == hit.list) {
+                Some((_, codes)) => codes.push(s.link.code.clone()),
+                None => by_list.push((hit.list, vec![s.link.code.clone()])),
+            }
+        }
+        for (list, codes) in by_list {
+            let changed = apply(
+                store,
+                codes,
+                &list_verdict(&list),
+                &Actor::List(list.clone()),
+                None,
+                None,
+            )?;
+            if changed > 0 {
+                tracing::warn!(
+                    list,
+                    links = changed,
+                    "took down existing links the list matches"
+                );
+            }
+            down += changed;
+        }
+        match next {
+            Some(n) => after = Some(n),
+            None => return Ok(down),
+        }
+    }
 }
 
 fn list_verdict(list: &str) -> StateUpdate {
@@ -122,8 +202,36 @@ pub fn suspension_reason(reason: &str) -> String {
     format!("account suspended: {reason}")
 }
 
-/// Takes down every link `owner` ever created (through the owner index) with
-/// `takedown_reason`, remembering which ones this changed; returns how many.
+/// Applies `update` to every link `owner` ever created (through the owner index) whose state
+/// `wanted` picks, marking the ones it changed in `mark`; returns how many changed.
+fn update_owner_links(
+    store: &dyn Store,
+    owner: &str,
+    wanted: impl Fn(&lasthop_core::LinkState) -> bool,
+    update: &StateUpdate,
+    actor: &Actor,
+    mark: Option<String>,
+) -> Result<u64, StoreError> {
+    let mut changed = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.list(owner, cursor.as_deref(), PAGE)?;
+        let codes = page
+            .links
+            .iter()
+            .filter(|s| wanted(&s.state))
+            .map(|s| s.link.code.clone())
+            .collect();
+        changed += apply(store, codes, update, actor, mark.clone(), None)?;
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(changed),
+        }
+    }
+}
+
+/// Takes down every link `owner` ever created with `takedown_reason`, remembering which ones
+/// this changed; returns how many.
 pub fn takedown_owner(
     store: &dyn Store,
     owner: &str,
@@ -134,23 +242,14 @@ pub fn takedown_owner(
         reason: takedown_reason.to_string(),
         warn: false,
     };
-    let set = suspension_set(owner);
-    let mut changed = 0;
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = store.list(owner, cursor.as_deref(), PAGE)?;
-        let codes = page
-            .links
-            .iter()
-            .filter(|s| !s.state.deleted && s.state.takedown_reason.is_none())
-            .map(|s| s.link.code.clone())
-            .collect();
-        changed += apply(store, codes, &update, actor, Some(set.clone()), None)?;
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => return Ok(changed),
-        }
-    }
+    update_owner_links(
+        store,
+        owner,
+        |s| !s.deleted && s.takedown_reason.is_none(),
+        &update,
+        actor,
+        Some(suspension_set(owner)),
+    )
 }
 
 /// Lifts the takedowns `owner`'s suspension made (those still carrying `takedown_reason`:
@@ -178,26 +277,17 @@ pub fn restore_owner(
 
 /// Releases every link of `owner` held for `hold`; returns how many.
 pub fn release_owner(
-    store: &Arc<dyn Store>,
+    store: &dyn Store,
     owner: &str,
     hold: lasthop_core::Hold,
     actor: &Actor,
 ) -> Result<u64, StoreError> {
-    let update = StateUpdate::Release { hold };
-    let mut released = 0;
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = store.list(owner, cursor.as_deref(), PAGE)?;
-        let codes = page
-            .links
-            .iter()
-            .filter(|s| s.state.held == Some(hold))
-            .map(|s| s.link.code.clone())
-            .collect();
-        released += apply(store.as_ref(), codes, &update, actor, None, None)?;
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => return Ok(released),
-        }
-    }
+    update_owner_links(
+        store,
+        owner,
+        |s| s.held == Some(hold),
+        &StateUpdate::Release { hold },
+        actor,
+        None,
+    )
 }

@@ -236,7 +236,7 @@ impl ListSet {
                 .and_then(|s| read_list(&w.name, &w.path).map(|l| (s, l)))
                 .and_then(|(s, l)| {
                     anyhow::ensure!(
-                        !(l.index.is_empty() && !old.index.is_empty()),
+                        !l.index.is_empty() || old.index.is_empty(),
                         "it has no entries now (it had {}): a truncated or failed download?",
                         old.index.len()
                     );

@@ -182,12 +182,10 @@ impl Safety {
         self.lists.check(&dest)
     }
 
-    /// Create-time check of a normalised destination: lists, then chained shorteners.
-    pub fn check_destination(&self, url: &Url) -> Result<(), Refusal> {
-        let Some(dest) = Destination::of_url(url) else {
-            return Ok(());
-        };
-        if let Some(hit) = self.lists.check(&dest) {
+    /// Create-time check of a normalised destination (`dest` is `url`'s): lists, then chained
+    /// shorteners.
+    pub fn check_destination(&self, url: &Url, dest: &Destination) -> Result<(), Refusal> {
+        if let Some(hit) = self.lists.check(dest) {
             return Err(Refusal::List(hit.list));
         }
         if !self.config.allow_shortener_chains {
@@ -221,15 +219,12 @@ impl Safety {
     pub fn hold_for(
         &self,
         owner: &str,
-        url: &Url,
+        dest: &Destination,
         now_ms: i64,
     ) -> Result<Option<Hold>, StoreError> {
-        let domains = match Destination::of_url(url) {
-            Some(d) => match self.velocity.lock() {
-                Ok(mut v) => v.observe(owner, &d.host.velocity_key(), now_ms),
-                Err(_) => 0,
-            },
-            None => 0,
+        let domains = match self.velocity.lock() {
+            Ok(mut v) => v.observe(owner, &dest.host.velocity_key(), now_ms),
+            Err(_) => 0,
         };
         if self.flagged(owner) {
             return Ok(Some(Hold::Velocity));

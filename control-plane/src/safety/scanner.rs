@@ -13,8 +13,10 @@
 //!    own absent verdict. A failing service never blocks creation and never keeps a held link
 //!    held: the verdict is then made from the local checks.
 //!
-//! New links wait in the store's `pending_scan` code set, written in the create's own
-//! transaction and cleared in the verdict's, so a crash between the two loses no first scan.
+//! The first scans tail the change log (every creation is in it) from a cursor the store keeps
+//! in the verdicts' own transaction, so a crash between a 201 and its verdict loses no first
+//! scan, and a create pays nothing for being scanned: an earlier design queued each new code in
+//! a table of the create's transaction and cost a fifth of the creates/s.
 //! The re-scan walks the store in key order at `links / --rescan-interval` a second (at most
 //! `--rescan-max-rate`), so a sweep is spread evenly over the interval; it starts again from
 //! the beginning after a restart.
@@ -31,9 +33,7 @@ use serde::Deserialize;
 use url::Url;
 
 use super::Safety;
-use crate::store::{
-    Actor, Batch, BatchUpdate, StateUpdate, StoreError, StoredLink, Verdict, PENDING_SCAN,
-};
+use crate::store::{Actor, Batch, BatchUpdate, StateUpdate, StoreError, StoredLink, Verdict};
 
 /// Links scanned per batch.
 const PAGE: usize = 128;
@@ -42,6 +42,8 @@ const BREAKER_FAILURES: u32 = 3;
 const BREAKER_OPEN: Duration = Duration::from_secs(30);
 /// Longest verdict reason kept.
 const MAX_REASON: usize = 200;
+/// How often the first scans' cursor is saved while only state changes go by.
+const CURSOR_EVERY: Duration = Duration::from_secs(5);
 
 /// Settings of the scanner.
 #[derive(Debug, Clone)]
@@ -278,6 +280,24 @@ impl Scanner {
             safety: Arc::clone(&safety),
             config,
         });
+        // Where the first scans start, settled before any create can be answered: the stored
+        // cursor, or on a first start the log's end (older links are the re-scan's), saved.
+        let store = safety.store();
+        let cursor = match store.scan_cursor()? {
+            Some(c) => c,
+            None => {
+                let c = store.last_seq()?;
+                store.apply_batch(Batch {
+                    updates: Vec::new(),
+                    actor: Actor::Scanner,
+                    now_ms: crate::clock::now_ms(),
+                    mark_changed: None,
+                    unmark: None,
+                    scanned_up_to: Some(c),
+                })?;
+                c
+            }
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let (wake, woken) = mpsc::channel();
         safety.set_scan_wake(wake.clone());
@@ -285,7 +305,7 @@ impl Scanner {
             let (s, stop) = (Arc::clone(&scanner), Arc::clone(&stop));
             std::thread::Builder::new()
                 .name("scan-new".into())
-                .spawn(move || s.scan_new(&stop, &woken))?
+                .spawn(move || s.scan_new(cursor, &stop, &woken))?
         };
         let rescan = {
             let (s, stop) = (Arc::clone(&scanner), Arc::clone(&stop));
@@ -389,22 +409,25 @@ impl Scanner {
             .collect()
     }
 
-    /// Commits `evaluated` grouped by actor, one batch each; `unmark` clears the codes from
-    /// the pending-scan set (every code of the page, in the first batch).
+    /// Commits `evaluated` (code, verdict, whether the link waits on an `unverified` hold)
+    /// grouped by actor, one batch each; a clean verdict on a link that is not held changes
+    /// nothing and is not sent. `scanned_up_to` (the first scans' change-log position) goes
+    /// with the last batch, or alone.
     fn commit(
         &self,
-        evaluated: Vec<(String, Evaluation)>,
-        unmark: bool,
-        pass: &str,
+        evaluated: Vec<(String, Evaluation, bool)>,
+        scanned_up_to: Option<u64>,
+        first: bool,
     ) -> Result<(), StoreError> {
         let metrics = self.safety.metrics();
+        let pass = if first { "new" } else { "rescan" };
         let mut groups: Vec<(Actor, Vec<BatchUpdate>)> = Vec::new();
-        for (code, e) in evaluated {
+        for (code, e, held) in evaluated {
             metrics
                 .scan_verdicts
                 .with_label_values(&[e.verdict.as_str(), pass])
                 .inc();
-            if !unmark && e.verdict == Verdict::Clean {
+            if e.verdict == Verdict::Clean && !held {
                 continue;
             }
             let update = BatchUpdate {
@@ -419,7 +442,11 @@ impl Scanner {
                 None => groups.push((e.actor, vec![update])),
             }
         }
-        for (actor, updates) in groups {
+        if groups.is_empty() && scanned_up_to.is_some() {
+            groups.push((Actor::Scanner, Vec::new()));
+        }
+        let last = groups.len().saturating_sub(1);
+        for (i, (actor, updates)) in groups.into_iter().enumerate() {
             let source = if matches!(actor, Actor::List(_)) {
                 "list"
             } else {
@@ -430,7 +457,8 @@ impl Scanner {
                 actor,
                 now_ms: crate::clock::now_ms(),
                 mark_changed: None,
-                unmark: unmark.then(|| PENDING_SCAN.to_string()),
+                unmark: None,
+                scanned_up_to: if i == last { scanned_up_to } else { None },
             })?;
             for r in results.iter().filter(|r| r.changed) {
                 let Some(s) = &r.link else { continue };
@@ -443,61 +471,97 @@ impl Scanner {
         Ok(())
     }
 
-    fn scan_new(&self, stop: &AtomicBool, woken: &mpsc::Receiver<()>) {
+    /// The first scans: tails the change log from the stored cursor and checks every link
+    /// created there (as it is now: one deleted since is skipped), committing the verdicts with
+    /// the new cursor. Pages of changes without creations only move the cursor, persisted at
+    /// most every few seconds.
+    fn scan_new(&self, mut cursor: u64, stop: &AtomicBool, woken: &mpsc::Receiver<()>) {
         let store = Arc::clone(self.safety.store());
+        let mut persisted = Some(cursor);
+        let mut persisted_at = Instant::now();
         while !stop.load(Ordering::Relaxed) {
-            let page = match store.code_set(PENDING_SCAN, None, PAGE) {
-                Ok(p) => p,
+            // One look at the log answers every wake sent so far.
+            while woken.try_recv().is_ok() {}
+            let changes = match store.changes_since(cursor, PAGE) {
+                Ok(c) => c,
                 Err(e) => {
-                    tracing::error!(error = %e, "scanner: reading the pending set");
+                    tracing::error!(error = %e, "scanner: reading the change log");
                     std::thread::sleep(Duration::from_secs(1));
                     continue;
                 }
             };
-            if page.codes.is_empty() {
+            let Some(&(last, _)) = changes.last() else {
+                if persisted != Some(cursor) && persisted_at.elapsed() > CURSOR_EVERY {
+                    match self.commit(Vec::new(), Some(cursor), true) {
+                        Ok(()) => persisted = Some(cursor),
+                        Err(e) => tracing::error!(error = %e, "scanner: saving its cursor"),
+                    }
+                    persisted_at = Instant::now();
+                }
                 // Wait for a new link (or a second, to notice anything a missed wake left).
                 let _ = woken.recv_timeout(Duration::from_secs(1));
                 continue;
+            };
+            // The creation entries carry the link as it was made; a verdict on one deleted or
+            // changed since is harmless (a deleted link's state is final, a pinned one ignores
+            // verdicts, verdicts only tighten), so nothing is read back.
+            let links: Vec<StoredLink> = changes
+                .into_iter()
+                .filter_map(|(seq, c)| match c {
+                    lasthop_core::Change::LinkCreated { link, state } => {
+                        Some(StoredLink { link, state, seq })
+                    }
+                    lasthop_core::Change::StateChanged { .. } => None,
+                })
+                .collect();
+            if links.is_empty() {
+                cursor = last;
+                continue;
             }
-            let mut links = Vec::with_capacity(page.codes.len());
-            let mut gone = Vec::new();
-            for code in page.codes {
-                match store.get(&code) {
-                    Ok(Some(s)) if !s.state.deleted => links.push(s),
-                    Ok(_) => gone.push(code),
+            // A URL deleted since must not travel to the verdict service: with one, the links
+            // are read back as they are now.
+            let links = if self.webhook.is_some() {
+                let codes: Vec<String> = links.iter().map(|s| s.link.code.clone()).collect();
+                match store.get_many(&codes) {
+                    Ok(found) => found
+                        .into_iter()
+                        .flatten()
+                        .filter(|s| !s.state.deleted)
+                        .collect(),
                     Err(e) => {
-                        tracing::error!(error = %e, %code, "scanner: reading a link");
-                        gone.push(code);
+                        tracing::error!(error = %e, "scanner: reading links");
+                        std::thread::sleep(Duration::from_secs(1));
+                        continue;
                     }
                 }
-            }
+            } else {
+                links
+            };
             let evaluations = self.evaluate_all(&links);
             let now = crate::clock::now_ms();
-            let mut evaluated: Vec<(String, Evaluation)> = Vec::with_capacity(links.len());
+            let mut evaluated = Vec::with_capacity(links.len());
             for (s, e) in links.iter().zip(evaluations) {
                 let waited = (now - s.link.created_at_ms).max(0) as f64 / 1000.0;
                 self.safety
                     .metrics()
                     .scan_first_verdict_seconds
                     .observe(waited);
-                if s.state.held == Some(Hold::Unverified) {
+                let held = s.state.held == Some(Hold::Unverified);
+                if held {
                     tracing::info!(code = %s.link.code, verdict = e.verdict.as_str(), reason = %e.reason, "first verdict of a held link");
                 }
-                evaluated.push((s.link.code.clone(), e));
+                evaluated.push((s.link.code.clone(), e, held));
             }
-            for code in gone {
-                evaluated.push((
-                    code,
-                    Evaluation {
-                        verdict: Verdict::Clean,
-                        actor: Actor::Scanner,
-                        reason: "clean".into(),
-                    },
-                ));
-            }
-            if let Err(e) = self.commit(evaluated, true, "new") {
-                tracing::error!(error = %e, "scanner: committing verdicts");
-                std::thread::sleep(Duration::from_secs(1));
+            match self.commit(evaluated, Some(last), true) {
+                Ok(()) => {
+                    cursor = last;
+                    persisted = Some(last);
+                    persisted_at = Instant::now();
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "scanner: committing verdicts");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
             }
         }
     }
@@ -556,10 +620,16 @@ impl Scanner {
                         .inc_by(chunk.len() as u64);
                     let evaluated = chunk
                         .iter()
-                        .map(|s| s.link.code.clone())
                         .zip(evaluations)
+                        .map(|(s, e)| {
+                            (
+                                s.link.code.clone(),
+                                e,
+                                s.state.held == Some(Hold::Unverified),
+                            )
+                        })
                         .collect();
-                    if let Err(e) = self.commit(evaluated, false, "rescan") {
+                    if let Err(e) = self.commit(evaluated, None, false) {
                         tracing::error!(error = %e, "re-scan: committing verdicts");
                     }
                 }

@@ -93,14 +93,12 @@ pub struct CreateRequest {
     pub now_ms: i64,
     /// Created held (the interstitial until released).
     pub hold: Option<Hold>,
-    /// Queue the new link for its first scan ([`PENDING_SCAN`]) in the same transaction.
-    pub scan: bool,
     /// Who creates it, for the audit trail.
     pub actor: Actor,
+    /// `long_url`'s destination, when the caller parsed it already (the store's writer then
+    /// does not parse it again for the destination index).
+    pub destination: Option<lasthop_trust::Destination>,
 }
-
-/// The code set of links created but not scanned yet (kept across crashes).
-pub const PENDING_SCAN: &str = "pending_scan";
 
 /// The code set of the links an owner's suspension took down (`suspension/<owner>`), so an
 /// unsuspension restores exactly those.
@@ -370,6 +368,9 @@ pub struct Batch {
     pub mark_changed: Option<String>,
     /// Removes every code of the batch (changed or not) from this code set.
     pub unmark: Option<String>,
+    /// The scanner's position in the change log, written in the same transaction as the
+    /// verdicts it read up to ([`Store::scan_cursor`]).
+    pub scanned_up_to: Option<u64>,
 }
 
 /// What one update of a batch did.
@@ -386,6 +387,22 @@ pub struct BatchResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodePage {
     pub codes: Vec<String>,
+    /// Pass back as `after` for the next page; `None` at the end.
+    pub next: Option<String>,
+}
+
+/// One destination-index entry: a link, and the hash of its URL's match key
+/// ([`lasthop_trust::url_key_hash`]), so a URL entry is checked without reading links.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostEntry {
+    pub code: String,
+    pub url_hash: u64,
+}
+
+/// A page of [`Store::codes_by_host`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPage {
+    pub entries: Vec<HostEntry>,
     /// Pass back as `after` for the next page; `None` at the end.
     pub next: Option<String>,
 }
@@ -489,6 +506,10 @@ pub trait Store: Send + Sync + 'static {
     fn create(&self, req: CreateRequest) -> Result<CreateOutcome, StoreError>;
     /// A link and its state, whoever owns it.
     fn get(&self, code: &str) -> Result<Option<StoredLink>, StoreError>;
+    /// [`Store::get`] of each code, from one consistent read where the store can.
+    fn get_many(&self, codes: &[String]) -> Result<Vec<Option<StoredLink>>, StoreError> {
+        codes.iter().map(|c| self.get(c)).collect()
+    }
     /// An owner's links, newest first.
     fn list(&self, owner: &str, cursor: Option<&str>, limit: usize)
         -> Result<LinkPage, StoreError>;
@@ -513,6 +534,7 @@ pub trait Store: Send + Sync + 'static {
             now_ms: crate::clock::now_ms(),
             mark_changed: None,
             unmark: None,
+            scanned_up_to: None,
         };
         Ok(self
             .apply_batch(batch)?
@@ -530,6 +552,9 @@ pub trait Store: Send + Sync + 'static {
     /// The highest committed change-log sequence, updated as soon as each commit is durable:
     /// the edge feed waits on it instead of polling.
     fn commits(&self) -> watch::Receiver<u64>;
+    /// Where the scanner's first scans are in the change log: every link created at or before
+    /// it has had its verdict; `None` before the scanner ever ran.
+    fn scan_cursor(&self) -> Result<Option<u64>, StoreError>;
     /// Change-log entries with sequence > `after`, in order, at most `limit`.
     fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<(u64, Change)>, StoreError>;
     /// Highest committed change-log sequence (0 when empty).
@@ -551,17 +576,16 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(Vec<StoredLink>, Option<String>), StoreError>;
     /// How many links (deleted ones included) the store holds.
     fn count_links(&self) -> Result<u64, StoreError>;
-    /// The codes whose destination is `host` or one of its subdomains (the destination index,
-    /// kept in the link's own transactions), in index order, after `after`, at most `limit`.
+    /// The links whose destination is `host` (and, with `subdomains`, one of its subdomains),
+    /// from the destination index kept in the links' own transactions: in index order, after
+    /// `after` (a previous page's `next`), at most `limit`.
     fn codes_by_host(
         &self,
         host: &CanonicalHost,
+        subdomains: bool,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<CodePage, StoreError>;
-    /// The codes whose destination's match key hashes to `url_hash`
-    /// ([`lasthop_trust::url_key_hash`]); callers compare the keys themselves.
-    fn codes_by_url(&self, url_hash: u64) -> Result<Vec<String>, StoreError>;
+    ) -> Result<HostPage, StoreError>;
     /// The codes in a code set, in order, after `after`, at most `limit`.
     fn code_set(
         &self,

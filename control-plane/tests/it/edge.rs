@@ -65,7 +65,7 @@ impl Edge {
                 idempotency: None,
                 now_ms: lasthop_control::clock::now_ms(),
                 hold: None,
-                scan: false,
+                destination: None,
                 actor: lasthop_control::Actor::System,
             })
             .unwrap();

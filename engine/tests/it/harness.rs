@@ -440,7 +440,8 @@ impl Control {
         ]
     }
 
-    fn call(
+    /// One API call: (status, JSON body or null).
+    pub fn call(
         &self,
         method: &str,
         path: &str,

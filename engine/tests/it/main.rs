@@ -8,12 +8,15 @@
 //! - `clicks`: click events from real redirects into the spool (and Kafka), and through the
 //!   control plane's processor into stats;
 //! - `feed`: the edge feed with a real control plane and several engines (new links,
-//!   takedowns, restarts, a lost feed and safe mode, snapshot swaps under load, the token).
+//!   takedowns, restarts, a lost feed and safe mode, snapshot swaps under load, the token);
+//! - `safety`: trust and safety at the edge: a list reload's takedowns, an owner's suspension
+//!   across two engines, held links' interstitial until the first verdict, the report form.
 
 mod clicks;
 mod feed;
 mod harness;
 mod lifecycle;
 mod origin;
+mod safety;
 mod serving;
 mod tls;
