@@ -364,6 +364,11 @@ struct ServeSafety {
     report_rate: f64,
     #[arg(long, env = "LASTHOP_REPORT_BURST", default_value_t = 10.0)]
     report_burst: f64,
+    /// Anonymous reports a second from all networks together, and the burst.
+    #[arg(long, env = "LASTHOP_REPORT_GLOBAL_RATE", default_value_t = 5.0)]
+    report_global_rate: f64,
+    #[arg(long, env = "LASTHOP_REPORT_GLOBAL_BURST", default_value_t = 100.0)]
+    report_global_burst: f64,
 }
 
 /// `86400`, `90s`, `30m`, `24h` or `7d`.
@@ -387,7 +392,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     if !(secs.is_finite() && secs > 0.0) {
         return Err(format!("{s:?} must be positive"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is too long"))
 }
 
 #[derive(Parser)]
@@ -658,6 +663,18 @@ fn restrict_permissions(path: &std::path::Path) -> anyhow::Result<()> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("api")
+        .build()?;
+    // SIGHUP's handler first of all: loading big lists takes seconds, and until a handler is
+    // installed a SIGHUP (a log rotation, an operator) would end the process. Signals that
+    // arrive before the listener task runs wait for it.
+    let hup = {
+        let _in_runtime = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("listening for SIGHUP")?
+    };
     let key = PermutationKey::load(&args.key_file)?;
     let scheme = CodeScheme::new(&key)?;
     let metrics = Metrics::new()?;
@@ -687,6 +704,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         edge_lag_alarm_secs: args.edge_lag_alarm_secs,
         report_rate: args.safety.report_rate,
         report_burst: args.safety.report_burst,
+        report_global_rate: args.safety.report_global_rate,
+        report_global_burst: args.safety.report_global_burst,
     };
     // After the store is open: its lock keeps a second `serve` on this data dir from racing us.
     let token = EdgeToken::load_or_create(&args.data_dir)?;
@@ -738,10 +757,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let heartbeat = Duration::from_millis(args.feed_heartbeat_ms.max(1));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("api")
-        .build()?;
     let reload = safety.reload.clone();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.api_listen)
@@ -772,7 +787,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             shutdown_signal().await;
             let _ = stop_tx.send(true);
         });
-        tokio::spawn(reload_on_sighup(reload));
+        tokio::spawn(reload_on_sighup(hup, reload));
         let feed = Feed::new(Arc::clone(&dyn_store), heartbeat)
             .with_snapshots(publisher.subscribe())
             .with_stop(stop_rx.clone());
@@ -893,53 +908,7 @@ fn start_safety(
         let (safety, stop) = (Arc::clone(&safety), Arc::clone(&stop));
         std::thread::Builder::new()
             .name("lists".into())
-            .spawn(move || {
-                // Links created while a list entry was unknown (or while we were down) are
-                // matched once at start, by whichever walk is shorter (the store's links, or
-                // the lists' entries), then each reload's additions.
-                let enforce_all = |batches: Vec<Vec<lasthop_trust::Added>>| {
-                    for added in batches {
-                        match enforce::enforce_added(safety.store().as_ref(), &added) {
-                            Ok(n) => safety
-                                .metrics()
-                                .safety_actions
-                                .with_label_values(&["list"])
-                                .inc_by(n),
-                            Err(e) => tracing::error!(error = %e, "list takedowns failed; the re-scan will retry"),
-                        }
-                    }
-                };
-                let lists = safety.lists().lists();
-                let entries: usize = lists.iter().map(|l| l.index.len()).sum();
-                let links = safety.store().count_links().unwrap_or(u64::MAX);
-                if entries > 0 && links <= entries as u64 {
-                    match enforce::sweep_links(safety.store().as_ref(), safety.lists()) {
-                        Ok(n) => safety
-                            .metrics()
-                            .safety_actions
-                            .with_label_values(&["list"])
-                            .inc_by(n),
-                        Err(e) => tracing::error!(error = %e, "list sweep at start failed; the re-scan will retry"),
-                    }
-                } else if entries > 0 {
-                    let empty = lasthop_trust::ReputationIndex::build(std::iter::empty());
-                    for list in lists.iter() {
-                        enforce_all(vec![list.index.added(&empty)]);
-                    }
-                }
-                drop(lists);
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let forced = match reloads.recv_timeout(poll) {
-                        Ok(()) => true,
-                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => false,
-                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
-                    };
-                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        return;
-                    }
-                    enforce_all(safety.lists().reload(forced));
-                }
-            })?
+            .spawn(move || enforce::watch_lists(&safety, &reloads, poll, &stop))?
     };
     Ok(RunningSafety {
         safety,
@@ -951,15 +920,10 @@ fn start_safety(
 }
 
 /// SIGHUP: re-read the reputation lists now.
-async fn reload_on_sighup(reload: std::sync::mpsc::Sender<()>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = match signal(SignalKind::hangup()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGHUP");
-            return;
-        }
-    };
+async fn reload_on_sighup(
+    mut hup: tokio::signal::unix::Signal,
+    reload: std::sync::mpsc::Sender<()>,
+) {
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP: re-reading the reputation lists");
         if reload.send(()).is_err() {

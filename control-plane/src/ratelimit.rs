@@ -1,4 +1,5 @@
-//! Per-owner token buckets for link creation.
+//! Token buckets by key: per owner for link creation, per client network (and one for all) for
+//! anonymous reports.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -9,7 +10,15 @@ use std::time::Instant;
 pub struct RateLimiter {
     rate: f64,
     burst: f64,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    buckets: Mutex<Buckets>,
+}
+
+#[derive(Debug, Default)]
+struct Buckets {
+    by_key: HashMap<String, (f64, Instant)>,
+    /// When idle buckets were last dropped (at most once a second, so a map kept large by
+    /// many distinct keys costs one scan a second, not one a call).
+    swept: Option<Instant>,
 }
 
 impl RateLimiter {
@@ -18,7 +27,7 @@ impl RateLimiter {
         RateLimiter {
             rate,
             burst: burst.max(1.0),
-            buckets: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(Buckets::default()),
         }
     }
 
@@ -30,12 +39,19 @@ impl RateLimiter {
         let Ok(mut buckets) = self.buckets.lock() else {
             return Ok(()); // a poisoned limiter must not stop creation
         };
-        if buckets.len() > 100_000 {
-            // Bound memory: idle owners' buckets are full anyway, so dropping them is exact.
+        let due = buckets
+            .swept
+            .is_none_or(|t| now.saturating_duration_since(t).as_secs() >= 1);
+        if buckets.by_key.len() > 100_000 && due {
+            // Bound memory: idle keys' buckets are full anyway, so dropping them is exact.
             let horizon = self.burst / self.rate;
-            buckets.retain(|_, (_, at)| now.duration_since(*at).as_secs_f64() < horizon);
+            buckets
+                .by_key
+                .retain(|_, (_, at)| now.saturating_duration_since(*at).as_secs_f64() < horizon);
+            buckets.swept = Some(now);
         }
         let (tokens, at) = buckets
+            .by_key
             .entry(owner.to_string())
             .or_insert((self.burst, now));
         let elapsed = now.saturating_duration_since(*at).as_secs_f64();

@@ -65,6 +65,10 @@ pub struct ApiConfig {
     /// Anonymous reports a second per client network (/24, /48), and the bucket size.
     pub report_rate: f64,
     pub report_burst: f64,
+    /// Anonymous reports a second from everyone together, and the bucket size: the bound on
+    /// what a flood from many networks can write.
+    pub report_global_rate: f64,
+    pub report_global_burst: f64,
 }
 
 impl Default for ApiConfig {
@@ -77,6 +81,8 @@ impl Default for ApiConfig {
             edge_lag_alarm_secs: 30.0,
             report_rate: 0.1,
             report_burst: 10.0,
+            report_global_rate: 5.0,
+            report_global_burst: 100.0,
         }
     }
 }
@@ -92,6 +98,7 @@ struct Inner {
     clicks: OnceLock<ClicksHandle>,
     safety: Arc<Safety>,
     report_limiter: RateLimiter,
+    report_global: RateLimiter,
 }
 
 /// Shared state of every handler.
@@ -137,6 +144,7 @@ impl AppState {
     ) -> Self {
         let limiter = RateLimiter::new(config.create_rate, config.create_burst);
         let report_limiter = RateLimiter::new(config.report_rate, config.report_burst);
+        let report_global = RateLimiter::new(config.report_global_rate, config.report_global_burst);
         AppState(Arc::new(Inner {
             store,
             keys,
@@ -148,6 +156,7 @@ impl AppState {
             clicks: OnceLock::new(),
             safety,
             report_limiter,
+            report_global,
         }))
     }
 

@@ -23,7 +23,7 @@ use super::{
 use crate::clock::{now_ms, rfc3339};
 use crate::safety::enforce;
 use crate::store::{
-    OwnerRecord, Report, ReportKind, Resolution, StateUpdate, StoreError, Suspension,
+    OwnerRecord, Report, ReportFilter, ReportKind, Resolution, StateUpdate, StoreError, Suspension,
 };
 
 /// Longest report details or appeal message, in characters.
@@ -296,10 +296,14 @@ async fn file_report(
     form: bool,
     body: Body,
 ) -> Result<Report, ApiError> {
+    // Everyone's bucket first: a flood from many networks (an IPv6 provider hands out
+    // /48s by the thousand) is bounded before it can grow the per-network map.
+    let now = std::time::Instant::now();
     if let Err(secs) = state
         .0
-        .report_limiter
-        .check(network, std::time::Instant::now())
+        .report_global
+        .check("all", now)
+        .and_then(|()| state.0.report_limiter.check(network, now))
     {
         return Err(ApiError {
             retry_after: Some(secs),
@@ -374,9 +378,10 @@ pub async fn list_reports(
     require_admin(&who)?;
     let limit = page_limit(&q)?;
     let status = q.get("status").map(String::as_str).unwrap_or("open");
-    let open_only = match status {
-        "open" => true,
-        "resolved" | "all" => false,
+    let filter = match status {
+        "open" => ReportFilter::Open,
+        "resolved" => ReportFilter::Resolved,
+        "all" => ReportFilter::All,
         _ => {
             return Err(ApiError::bad(
                 "invalid_status",
@@ -386,13 +391,8 @@ pub async fn list_reports(
     };
     let cursor = q.get("cursor").filter(|c| !c.is_empty()).cloned();
     let store = Arc::clone(&state.0.store);
-    let page = blocking(move || store.reports(open_only, cursor.as_deref(), limit)).await?;
-    let reports: Vec<_> = page
-        .reports
-        .iter()
-        .filter(|r| status != "resolved" || r.resolution.is_some())
-        .map(report_json)
-        .collect();
+    let page = blocking(move || store.reports(filter, cursor.as_deref(), limit)).await?;
+    let reports: Vec<_> = page.reports.iter().map(report_json).collect();
     Ok(Json(json!({"reports": reports, "next_cursor": page.next_cursor})).into_response())
 }
 
@@ -657,7 +657,8 @@ struct SuspendBody {
 
 /// `POST /v1/admin/owners/{owner}/suspend {"reason", "takedown_links"}` (admin): the owner's
 /// keys answer 401 `key_suspended` from now on; with `takedown_links`, every link it ever
-/// created is taken down (and remembered, for the unsuspension).
+/// created is taken down (and remembered, for the unsuspension). Again on a suspended owner:
+/// 200 with `already_suspended`, the first suspension kept, its takedowns finished.
 pub async fn suspend(
     State(state): State<AppState>,
     Auth(who): Auth,
@@ -669,36 +670,39 @@ pub async fn suspend(
     let parsed: SuspendBody = parse_json(&read_body(body).await?)?;
     let reason = checked_reason(&parsed.reason)?;
     let safety = Arc::clone(&state.0.safety);
-    let mut record = safety.owner_record(&owner).unwrap_or(OwnerRecord {
-        owner: owner.clone(),
-        ..OwnerRecord::default()
-    });
-    if record.suspended.is_some() {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "already_suspended",
-            "this owner is already suspended",
-        ));
-    }
-    let takedown_reason = enforce::suspension_reason(&reason);
-    record.suspended = Some(Suspension {
+    let proposed = Suspension {
         at_ms: now_ms(),
         by: who.key_id.clone(),
         reason: reason.clone(),
         takedown_links: parsed.takedown_links,
-        takedown_reason: takedown_reason.clone(),
-    });
+        takedown_reason: enforce::suspension_reason(&reason),
+    };
     let actor = who.actor();
     let takedown = parsed.takedown_links;
     let name = owner.clone();
-    let taken_down = blocking(move || {
-        // Keys stop first: nothing new is created while the links go down.
-        safety.put_owner(record)?;
-        if takedown {
-            enforce::takedown_owner(safety.store().as_ref(), &name, &takedown_reason, &actor)
+    let (suspension, already, taken_down) = blocking(move || {
+        // Keys stop first: nothing new is created while the links go down. Suspending a
+        // suspended owner keeps the first suspension and finishes its takedowns (one that a
+        // failure or a crash interrupted, or one asked for only now).
+        let (suspension, already) =
+            safety.update_owner(&name, |record| match &record.suspended {
+                Some(s) => (s.clone(), true),
+                None => {
+                    record.suspended = Some(proposed.clone());
+                    (proposed, false)
+                }
+            })?;
+        let taken_down = if takedown || suspension.takedown_links {
+            enforce::takedown_owner(
+                safety.store().as_ref(),
+                &name,
+                &suspension.takedown_reason,
+                &actor,
+            )?
         } else {
-            Ok(0)
-        }
+            0
+        };
+        Ok::<_, StoreError>((suspension, already, taken_down))
     })
     .await?;
     state
@@ -707,8 +711,15 @@ pub async fn suspend(
         .safety_actions
         .with_label_values(&["suspension"])
         .inc_by(taken_down);
-    tracing::warn!(%owner, reason, taken_down, by = %who.key_id, "owner suspended");
-    Ok(Json(json!({"owner": owner, "suspended": true, "taken_down": taken_down})).into_response())
+    tracing::warn!(%owner, reason = %suspension.reason, already, taken_down, by = %who.key_id, "owner suspended");
+    Ok(Json(json!({
+        "owner": owner,
+        "suspended": true,
+        "already_suspended": already,
+        "reason": suspension.reason,
+        "taken_down": taken_down,
+    }))
+    .into_response())
 }
 
 /// `POST /v1/admin/owners/{owner}/unsuspend` (admin): the keys work again, and the takedowns
@@ -721,18 +732,23 @@ pub async fn unsuspend(
     require_admin(&who)?;
     checked_owner(&owner)?;
     let safety = Arc::clone(&state.0.safety);
-    let mut record = safety.owner_record(&owner).ok_or_else(not_suspended)?;
-    let suspension = record.suspended.take().ok_or_else(not_suspended)?;
+    let suspension = safety
+        .owner_record(&owner)
+        .and_then(|r| r.suspended)
+        .ok_or_else(not_suspended)?;
     let actor = who.actor();
     let name = owner.clone();
     let restored = blocking(move || {
+        // The links first, then the keys: a failure part-way leaves the owner suspended, and
+        // unsuspending again finishes the job.
         let restored = enforce::restore_owner(
             safety.store().as_ref(),
             &name,
             &suspension.takedown_reason,
             &actor,
+            safety.lists(),
         )?;
-        safety.put_owner(record)?;
+        safety.update_owner(&name, |record| record.suspended = None)?;
         Ok::<_, StoreError>(restored)
     })
     .await?;
@@ -776,30 +792,29 @@ pub async fn unflag(
         parse_json(&bytes)?
     };
     let safety = Arc::clone(&state.0.safety);
-    let mut record = safety
-        .owner_record(&owner)
-        .filter(|r| r.flagged.is_some())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::CONFLICT,
-                "not_flagged",
-                "this owner is not flagged",
-            )
-        })?;
-    record.flagged = None;
     let actor = who.actor();
     let name = owner.clone();
     let release = parsed.release_held;
     let released = blocking(move || {
-        safety.put_owner(record)?;
+        let was_flagged = safety.update_owner(&name, |record| record.flagged.take().is_some())?;
+        if !was_flagged {
+            return Ok(None);
+        }
         safety.forget_velocity(&name);
         if release {
-            enforce::release_owner(safety.store().as_ref(), &name, Hold::Velocity, &actor)
+            enforce::release_owner(safety.store().as_ref(), &name, Hold::Velocity, &actor).map(Some)
         } else {
-            Ok(0)
+            Ok(Some(0))
         }
     })
-    .await?;
+    .await?
+    .ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "not_flagged",
+            "this owner is not flagged",
+        )
+    })?;
     tracing::info!(%owner, released, by = %who.key_id, "owner unflagged");
     Ok(Json(json!({"owner": owner, "flagged": false, "released": released})).into_response())
 }

@@ -41,7 +41,7 @@ fn apply(
         now_ms: crate::clock::now_ms(),
         mark_changed,
         unmark,
-        scanned_up_to: None,
+        positions: Vec::new(),
     };
     let results = store.apply_batch(batch)?;
     Ok(results.iter().filter(|r| r.changed).count() as u64)
@@ -146,10 +146,17 @@ pub fn enforce_added(store: &dyn Store, added: &[Added]) -> Result<u64, StoreErr
 /// Takes down every live link some loaded list matches, walking the store: at start, when the
 /// store holds fewer links than the lists hold entries, cheaper than looking every entry up.
 /// Returns the links taken down.
-pub fn sweep_links(store: &dyn Store, lists: &super::ListSet) -> Result<u64, StoreError> {
+pub fn sweep_links(
+    store: &dyn Store,
+    lists: &super::ListSet,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<u64, StoreError> {
     let mut down = 0;
     let mut after: Option<String> = None;
     loop {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(down);
+        }
         let (links, next) = store.scan_links(after.as_deref(), PAGE)?;
         let mut by_list: Vec<(String, Vec<String>)> = Vec::new();
         for s in links
@@ -230,17 +237,17 @@ fn update_owner_links(
     }
 }
 
-/// Takes down every link `owner` ever created with `takedown_reason`, remembering which ones
-/// this changed; returns how many.
+/// Takes down every live link `owner` ever created with `takedown_reason`, remembering which
+/// ones this changed; returns how many. Safe to run again (an interrupted suspension is
+/// finished so): links already down stay as they are.
 pub fn takedown_owner(
     store: &dyn Store,
     owner: &str,
     takedown_reason: &str,
     actor: &Actor,
 ) -> Result<u64, StoreError> {
-    let update = StateUpdate::Takedown {
+    let update = StateUpdate::Suspend {
         reason: takedown_reason.to_string(),
-        warn: false,
     };
     update_owner_links(
         store,
@@ -253,12 +260,15 @@ pub fn takedown_owner(
 }
 
 /// Lifts the takedowns `owner`'s suspension made (those still carrying `takedown_reason`:
-/// a link taken down again since, for another reason, stays down); returns how many.
+/// a link taken down again since, for another reason, stays down), then checks the links it
+/// brought back against the lists (one listed meanwhile goes down again, as the list); returns
+/// how many came back.
 pub fn restore_owner(
     store: &dyn Store,
     owner: &str,
     takedown_reason: &str,
     actor: &Actor,
+    lists: &super::ListSet,
 ) -> Result<u64, StoreError> {
     let update = StateUpdate::Lift {
         reason: takedown_reason.to_string(),
@@ -271,7 +281,44 @@ pub fn restore_owner(
         if page.codes.is_empty() {
             return Ok(restored);
         }
-        restored += apply(store, page.codes, &update, actor, None, Some(set.clone()))?;
+        let batch = Batch {
+            updates: page
+                .codes
+                .into_iter()
+                .map(|code| BatchUpdate {
+                    code,
+                    update: update.clone(),
+                })
+                .collect(),
+            actor: actor.clone(),
+            now_ms: crate::clock::now_ms(),
+            mark_changed: None,
+            unmark: Some(set.clone()),
+            positions: Vec::new(),
+        };
+        let mut by_list: Vec<(String, Vec<String>)> = Vec::new();
+        for r in store.apply_batch(batch)?.into_iter().filter(|r| r.changed) {
+            restored += 1;
+            let Some(s) = r.link else { continue };
+            let Some(hit) = Destination::parse(&s.link.long_url).and_then(|d| lists.check(&d))
+            else {
+                continue;
+            };
+            match by_list.iter_mut().find(|(l, _)| *l == hit.list) {
+                Some((_, codes)) => codes.push(r.code),
+                None => by_list.push((hit.list, vec![r.code])),
+            }
+        }
+        for (list, codes) in by_list {
+            apply(
+                store,
+                codes,
+                &list_verdict(&list),
+                &Actor::List(list.clone()),
+                None,
+                None,
+            )?;
+        }
     }
 }
 
@@ -290,4 +337,87 @@ pub fn release_owner(
         actor,
         None,
     )
+}
+
+/// The list watcher's thread: at start, matches every loaded list against the store by the
+/// shorter walk (the store's links, or the lists' entries) and finishes the takedowns of any
+/// suspension a crash interrupted; then, every `poll` (or at once when `reloads` says so,
+/// SIGHUP), re-reads changed lists and takes down what their new entries match. Takedowns that
+/// fail (the store was unavailable) are kept and tried again at the next poll.
+pub fn watch_lists(
+    safety: &super::Safety,
+    reloads: &std::sync::mpsc::Receiver<()>,
+    poll: std::time::Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    use std::sync::atomic::Ordering;
+    use std::sync::mpsc::RecvTimeoutError;
+    let store = safety.store().as_ref();
+    let counted = |n: u64| {
+        safety
+            .metrics()
+            .safety_actions
+            .with_label_values(&["list"])
+            .inc_by(n)
+    };
+    let mut retry: Vec<Vec<Added>> = Vec::new();
+    let enforce_all = |batches: Vec<Vec<Added>>, retry: &mut Vec<Vec<Added>>| {
+        for added in batches {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            match enforce_added(store, &added) {
+                Ok(n) => counted(n),
+                Err(e) => {
+                    tracing::error!(error = %e, entries = added.len(), "list takedowns failed; retrying at the next poll");
+                    retry.push(added);
+                }
+            }
+        }
+    };
+
+    let lists = safety.lists().lists();
+    let entries: usize = lists.iter().map(|l| l.index.len()).sum();
+    let links = store.count_links().unwrap_or(u64::MAX);
+    if entries > 0 && links <= entries as u64 {
+        match sweep_links(store, safety.lists(), stop) {
+            Ok(n) => counted(n),
+            Err(e) => {
+                tracing::error!(error = %e, "list sweep at start failed; the re-scan will catch up")
+            }
+        }
+    } else if entries > 0 {
+        let empty = lasthop_trust::ReputationIndex::build(std::iter::empty());
+        for list in lists.iter() {
+            enforce_all(vec![list.index.added(&empty)], &mut retry);
+        }
+    }
+    drop(lists);
+    for record in safety.owner_records() {
+        if let Some(s) = record.suspended.filter(|s| s.takedown_links) {
+            let actor = Actor::Key(s.by.clone());
+            match takedown_owner(store, &record.owner, &s.takedown_reason, &actor) {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::warn!(owner = %record.owner, links = n, "finished an interrupted suspension's takedowns")
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, owner = %record.owner, "finishing a suspension's takedowns")
+                }
+            }
+        }
+    }
+    while !stop.load(Ordering::Relaxed) {
+        let forced = match reloads.recv_timeout(poll) {
+            Ok(()) => true,
+            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut batches = std::mem::take(&mut retry);
+        batches.extend(safety.lists().reload(forced));
+        enforce_all(batches, &mut retry);
+    }
 }

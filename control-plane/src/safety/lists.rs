@@ -231,6 +231,7 @@ impl ListSet {
             let Some(old) = next.get(i).cloned() else {
                 continue;
             };
+            let seen = st.as_ref().ok().cloned();
             let fresh = st
                 .map_err(anyhow::Error::from)
                 .and_then(|s| read_list(&w.name, &w.path).map(|l| (s, l)))
@@ -256,9 +257,10 @@ impl ListSet {
                 }
                 Err(e) => {
                     // Keep the previous version; try again at the next poll only if the file
-                    // changes again (or on SIGHUP).
-                    if let Ok(s) = stamp(&w.path) {
-                        w.stamp = Some(s);
+                    // changes again (or on SIGHUP). The version remembered is the one read: a
+                    // writer that finished meanwhile changed the file again.
+                    if seen.is_some() {
+                        w.stamp = seen;
                     }
                     tracing::error!(list = %w.name, file = %w.path.display(), error = %format!("{e:#}"), entries = old.index.len(), "cannot reload a reputation list; keeping its previous version");
                     self.metrics

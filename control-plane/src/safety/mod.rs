@@ -89,6 +89,8 @@ pub struct Safety {
     velocity: Mutex<Velocity>,
     /// Every owner with a trust record (flagged or suspended), from the store.
     owners: RwLock<HashMap<String, OwnerRecord>>,
+    /// Held while an owner's record is read, changed and written ([`Safety::update_owner`]).
+    owner_writes: Mutex<()>,
     /// Wakes the scanner when a new link is queued.
     scan_wake: Mutex<Option<std::sync::mpsc::Sender<()>>>,
     metrics: Metrics,
@@ -136,6 +138,7 @@ impl Safety {
             velocity: Mutex::new(Velocity::new(config.velocity_domains_per_hour)),
             config,
             owners: RwLock::new(owners),
+            owner_writes: Mutex::new(()),
             scan_wake: Mutex::new(None),
             metrics,
         };
@@ -231,25 +234,28 @@ impl Safety {
         }
         let limit = self.config.velocity_domains_per_hour;
         if limit > 0 && domains > limit {
-            let mut record = self.owner_record(owner).unwrap_or(OwnerRecord {
-                owner: owner.to_string(),
-                ..OwnerRecord::default()
-            });
-            record.flagged = Some(OwnerFlag {
-                at_ms: now_ms,
-                reason: format!(
-                    "{domains} distinct destination domains in an hour (limit {limit})"
-                ),
-                domains_last_hour: domains as u64,
-                limit: limit as u64,
-            });
-            tracing::warn!(
-                owner,
-                domains,
-                limit,
-                "creation velocity: owner flagged; new links are held"
-            );
-            self.put_owner(record)?;
+            let flagged_now = self.update_owner(owner, |record| {
+                if record.flagged.is_some() {
+                    return false;
+                }
+                record.flagged = Some(OwnerFlag {
+                    at_ms: now_ms,
+                    reason: format!(
+                        "{domains} distinct destination domains in an hour (limit {limit})"
+                    ),
+                    domains_last_hour: domains as u64,
+                    limit: limit as u64,
+                });
+                true
+            })?;
+            if flagged_now {
+                tracing::warn!(
+                    owner,
+                    domains,
+                    limit,
+                    "creation velocity: owner flagged; new links are held"
+                );
+            }
             return Ok(Some(Hold::Velocity));
         }
         Ok(self.config.hold_unverified.then_some(Hold::Unverified))
@@ -307,18 +313,36 @@ impl Safety {
         all
     }
 
-    /// Writes an owner's trust record durably, then into the cache the API checks. Blocks.
-    pub fn put_owner(&self, record: OwnerRecord) -> Result<(), StoreError> {
-        self.store.put_owner(record.clone())?;
-        if let Ok(mut owners) = self.owners.write() {
-            if record.flagged.is_none() && record.suspended.is_none() {
-                owners.remove(&record.owner);
-            } else {
-                owners.insert(record.owner.clone(), record);
+    /// Changes `owner`'s trust record with `change` (given the current record, or an empty one)
+    /// and, if it changed, writes it durably and then into the cache the API checks. One change
+    /// at a time: a velocity flag and a suspension arriving together both land. Blocks.
+    pub fn update_owner<T>(
+        &self,
+        owner: &str,
+        change: impl FnOnce(&mut OwnerRecord) -> T,
+    ) -> Result<T, StoreError> {
+        let _one_at_a_time = self
+            .owner_writes
+            .lock()
+            .map_err(|_| StoreError::Storage("owner updates poisoned".into()))?;
+        let before = self.owner_record(owner).unwrap_or(OwnerRecord {
+            owner: owner.to_string(),
+            ..OwnerRecord::default()
+        });
+        let mut record = before.clone();
+        let out = change(&mut record);
+        if record != before {
+            self.store.put_owner(record.clone())?;
+            if let Ok(mut owners) = self.owners.write() {
+                if record.flagged.is_none() && record.suspended.is_none() {
+                    owners.remove(&record.owner);
+                } else {
+                    owners.insert(record.owner.clone(), record);
+                }
             }
+            self.export_owners();
         }
-        self.export_owners();
-        Ok(())
+        Ok(out)
     }
 
     fn export_owners(&self) {

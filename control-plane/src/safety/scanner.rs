@@ -33,7 +33,10 @@ use serde::Deserialize;
 use url::Url;
 
 use super::Safety;
-use crate::store::{Actor, Batch, BatchUpdate, StateUpdate, StoreError, StoredLink, Verdict};
+use crate::store::{
+    Actor, Batch, BatchUpdate, StateUpdate, StoreError, StoredLink, Verdict, RESCAN_POSITION,
+    SCAN_POSITION,
+};
 
 /// Links scanned per batch.
 const PAGE: usize = 128;
@@ -42,6 +45,11 @@ const BREAKER_FAILURES: u32 = 3;
 const BREAKER_OPEN: Duration = Duration::from_secs(30);
 /// Longest verdict reason kept.
 const MAX_REASON: usize = 200;
+/// The first scans' position, as saved.
+fn scan_position(seq: u64) -> Vec<(String, String)> {
+    vec![(SCAN_POSITION.to_string(), seq.to_string())]
+}
+
 /// How often the first scans' cursor is saved while only state changes go by.
 const CURSOR_EVERY: Duration = Duration::from_secs(5);
 
@@ -112,6 +120,21 @@ struct Webhook {
     agent: ureq::Agent,
     config: WebhookConfig,
     breaker: Mutex<Breaker>,
+    /// Calls in flight, at most `config.concurrency` across the first scans and the re-scan.
+    in_flight: Mutex<usize>,
+    slot_free: std::sync::Condvar,
+}
+
+/// A held place among the webhook's calls in flight.
+struct Slot<'a>(&'a Webhook);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut n) = self.0.in_flight.lock() {
+            *n = n.saturating_sub(1);
+        }
+        self.0.slot_free.notify_one();
+    }
 }
 
 impl Webhook {
@@ -125,7 +148,24 @@ impl Webhook {
             agent,
             config,
             breaker: Mutex::new(Breaker::default()),
+            in_flight: Mutex::new(0),
+            slot_free: std::sync::Condvar::new(),
         }
+    }
+
+    /// Waits for a place among the calls in flight.
+    fn slot(&self) -> Slot<'_> {
+        let limit = self.config.concurrency.max(1);
+        if let Ok(mut n) = self.in_flight.lock() {
+            while *n >= limit {
+                n = match self.slot_free.wait(n) {
+                    Ok(n) => n,
+                    Err(_) => return Slot(self),
+                };
+            }
+            *n += 1;
+        }
+        Slot(self)
     }
 
     fn call_once(&self, long_url: &str) -> Result<(Verdict, Option<String>), CallError> {
@@ -187,6 +227,7 @@ impl Webhook {
                 return None;
             }
         }
+        let _slot = self.slot();
         let mut backoff = Duration::from_millis(100);
         for attempt in 0..=self.config.retries {
             match self.call_once(long_url) {
@@ -283,18 +324,12 @@ impl Scanner {
         // Where the first scans start, settled before any create can be answered: the stored
         // cursor, or on a first start the log's end (older links are the re-scan's), saved.
         let store = safety.store();
-        let cursor = match store.scan_cursor()? {
-            Some(c) => c,
-            None => {
+        let saved = store.position(SCAN_POSITION)?;
+        let cursor = match saved.as_deref().map(str::parse::<u64>) {
+            Some(Ok(c)) => c,
+            _ => {
                 let c = store.last_seq()?;
-                store.apply_batch(Batch {
-                    updates: Vec::new(),
-                    actor: Actor::Scanner,
-                    now_ms: crate::clock::now_ms(),
-                    mark_changed: None,
-                    unmark: None,
-                    scanned_up_to: Some(c),
-                })?;
+                scanner.save_position(SCAN_POSITION, c.to_string());
                 c
             }
         };
@@ -411,12 +446,12 @@ impl Scanner {
 
     /// Commits `evaluated` (code, verdict, whether the link waits on an `unverified` hold)
     /// grouped by actor, one batch each; a clean verdict on a link that is not held changes
-    /// nothing and is not sent. `scanned_up_to` (the first scans' change-log position) goes
-    /// with the last batch, or alone.
+    /// nothing and is not sent. `positions` (the walk's new position) go with the last batch,
+    /// or alone.
     fn commit(
         &self,
         evaluated: Vec<(String, Evaluation, bool)>,
-        scanned_up_to: Option<u64>,
+        mut positions: Vec<(String, String)>,
         first: bool,
     ) -> Result<(), StoreError> {
         let metrics = self.safety.metrics();
@@ -442,7 +477,7 @@ impl Scanner {
                 None => groups.push((e.actor, vec![update])),
             }
         }
-        if groups.is_empty() && scanned_up_to.is_some() {
+        if groups.is_empty() && !positions.is_empty() {
             groups.push((Actor::Scanner, Vec::new()));
         }
         let last = groups.len().saturating_sub(1);
@@ -458,7 +493,11 @@ impl Scanner {
                 now_ms: crate::clock::now_ms(),
                 mark_changed: None,
                 unmark: None,
-                scanned_up_to: if i == last { scanned_up_to } else { None },
+                positions: if i == last {
+                    std::mem::take(&mut positions)
+                } else {
+                    Vec::new()
+                },
             })?;
             for r in results.iter().filter(|r| r.changed) {
                 let Some(s) = &r.link else { continue };
@@ -492,7 +531,7 @@ impl Scanner {
             };
             let Some(&(last, _)) = changes.last() else {
                 if persisted != Some(cursor) && persisted_at.elapsed() > CURSOR_EVERY {
-                    match self.commit(Vec::new(), Some(cursor), true) {
+                    match self.commit(Vec::new(), scan_position(cursor), true) {
                         Ok(()) => persisted = Some(cursor),
                         Err(e) => tracing::error!(error = %e, "scanner: saving its cursor"),
                     }
@@ -552,7 +591,7 @@ impl Scanner {
                 }
                 evaluated.push((s.link.code.clone(), e, held));
             }
-            match self.commit(evaluated, Some(last), true) {
+            match self.commit(evaluated, scan_position(last), true) {
                 Ok(()) => {
                     cursor = last;
                     persisted = Some(last);
@@ -580,67 +619,114 @@ impl Scanner {
         }
     }
 
+    /// Saves a walk's position in a batch of its own.
+    fn save_position(&self, name: &str, value: String) {
+        let saved = self.safety.store().apply_batch(Batch {
+            updates: Vec::new(),
+            actor: Actor::Scanner,
+            now_ms: crate::clock::now_ms(),
+            mark_changed: None,
+            unmark: None,
+            positions: vec![(name.to_string(), value)],
+        });
+        if let Err(e) = saved {
+            tracing::error!(error = %e, name, "scanner: saving a position");
+        }
+    }
+
+    /// The re-scan: walks every live link in key order, paced at `links / --rescan-interval` a
+    /// second (recomputed every page, so a store that grows is still covered within one
+    /// interval), at most `--rescan-max-rate`, and never faster to make up for time lost (no
+    /// credit is banked). Its position (`<sweep start ms> <cursor>`) is saved every few seconds,
+    /// so a restart resumes the sweep instead of starting over.
     fn rescan(&self, stop: &AtomicBool) {
         let store = Arc::clone(self.safety.store());
-        let interval = self.config.rescan_interval.max(Duration::from_secs(1));
+        let interval_ms = i64::try_from(self.config.rescan_interval.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1000);
+        let saved = store.position(RESCAN_POSITION).ok().flatten();
+        let (mut started_ms, mut after) = saved
+            .as_deref()
+            .and_then(|p| {
+                let (start, cursor) = p.split_once(' ')?;
+                let start: i64 = start.parse().ok()?;
+                Some((start, (!cursor.is_empty()).then(|| cursor.to_string())))
+            })
+            .unwrap_or((crate::clock::now_ms(), None));
+        let mut next_at = Instant::now();
+        let mut saved_at = Instant::now();
         while !stop.load(Ordering::Relaxed) {
-            let sweep_started = Instant::now();
-            let total = store.count_links().unwrap_or(0).max(1);
-            let rate =
-                (total as f64 / interval.as_secs_f64()).min(self.config.rescan_max_rate.max(0.001));
-            let step = Duration::from_secs_f64(1.0 / rate);
-            let mut next_at = Instant::now();
-            let mut after: Option<String> = None;
-            loop {
-                let (links, next) = match store.scan_links(after.as_deref(), PAGE) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        tracing::error!(error = %e, "re-scan: reading links");
-                        if !Self::sleep_until(stop, Instant::now() + Duration::from_secs(5)) {
-                            return;
-                        }
-                        break;
-                    }
-                };
-                let live: Vec<StoredLink> = links
-                    .into_iter()
-                    .filter(|s| !s.state.deleted && s.state.takedown_reason.is_none())
-                    .collect();
-                for chunk in live.chunks(16) {
-                    for _ in chunk {
-                        next_at += step;
-                    }
-                    if !Self::sleep_until(stop, next_at) {
+            let (links, next) = match store.scan_links(after.as_deref(), PAGE) {
+                Ok(p) => p,
+                Err(StoreError::BadCursor) => {
+                    // A position from another layout: start the sweep over.
+                    after = None;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "re-scan: reading links; retrying");
+                    if !Self::sleep_until(stop, Instant::now() + Duration::from_secs(5)) {
                         return;
                     }
-                    let evaluations = self.evaluate_all(chunk);
-                    self.safety
-                        .metrics()
-                        .rescan_checked
-                        .inc_by(chunk.len() as u64);
-                    let evaluated = chunk
-                        .iter()
-                        .zip(evaluations)
-                        .map(|(s, e)| {
-                            (
-                                s.link.code.clone(),
-                                e,
-                                s.state.held == Some(Hold::Unverified),
-                            )
-                        })
-                        .collect();
-                    if let Err(e) = self.commit(evaluated, None, false) {
-                        tracing::error!(error = %e, "re-scan: committing verdicts");
-                    }
+                    continue;
                 }
-                match next {
-                    Some(n) => after = Some(n),
-                    None => break,
+            };
+            let total = store.count_links().unwrap_or(0).max(1) as f64;
+            let rate = (total * 1000.0 / interval_ms as f64)
+                .min(self.config.rescan_max_rate)
+                .max(0.001);
+            let step = Duration::from_secs_f64(1.0 / rate);
+            next_at = next_at.max(Instant::now());
+            let live: Vec<StoredLink> = links
+                .into_iter()
+                .filter(|s| !s.state.deleted && s.state.takedown_reason.is_none())
+                .collect();
+            for chunk in live.chunks(16) {
+                next_at += step * chunk.len() as u32;
+                if !Self::sleep_until(stop, next_at) {
+                    return;
+                }
+                let evaluations = self.evaluate_all(chunk);
+                self.safety
+                    .metrics()
+                    .rescan_checked
+                    .inc_by(chunk.len() as u64);
+                let evaluated = chunk
+                    .iter()
+                    .zip(evaluations)
+                    .map(|(s, e)| {
+                        (
+                            s.link.code.clone(),
+                            e,
+                            s.state.held == Some(Hold::Unverified),
+                        )
+                    })
+                    .collect();
+                if let Err(e) = self.commit(evaluated, Vec::new(), false) {
+                    tracing::error!(error = %e, "re-scan: committing verdicts");
                 }
             }
-            self.safety.metrics().rescan_sweeps.inc();
-            if !Self::sleep_until(stop, sweep_started + interval) {
-                return;
+            match next {
+                Some(n) => {
+                    if saved_at.elapsed() >= CURSOR_EVERY {
+                        self.save_position(RESCAN_POSITION, format!("{started_ms} {n}"));
+                        saved_at = Instant::now();
+                    }
+                    after = Some(n);
+                }
+                None => {
+                    // The sweep is done; the next starts an interval after this one did.
+                    self.safety.metrics().rescan_sweeps.inc();
+                    let next_start = started_ms.saturating_add(interval_ms);
+                    self.save_position(RESCAN_POSITION, format!("{next_start} "));
+                    saved_at = Instant::now();
+                    let wait = u64::try_from(next_start - crate::clock::now_ms()).unwrap_or(0);
+                    if !Self::sleep_until(stop, Instant::now() + Duration::from_millis(wait)) {
+                        return;
+                    }
+                    started_ms = next_start.max(crate::clock::now_ms() - interval_ms);
+                    after = None;
+                }
             }
         }
     }

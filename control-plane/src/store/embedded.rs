@@ -56,8 +56,8 @@ use tokio::sync::watch;
 
 use super::{
     deny_kind, Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest,
-    DeleteOutcome, HostEntry, HostPage, LinkPage, OwnerRecord, Report, ReportKind, ReportPage,
-    Resolution, Store, StoreError, StoredLink,
+    DeleteOutcome, HostEntry, HostPage, LinkPage, OwnerRecord, Report, ReportFilter, ReportKind,
+    ReportPage, Resolution, Store, StoreError, StoredLink,
 };
 
 const LINKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("links");
@@ -79,6 +79,8 @@ const CODE_SETS: TableDefinition<(&str, &[u8]), &str> = TableDefinition::new("co
 const REPORTS: TableDefinition<u64, &[u8]> = TableDefinition::new("reports");
 const REPORTS_OPEN: TableDefinition<u64, ()> = TableDefinition::new("reports_open");
 const OWNERS: TableDefinition<&str, &[u8]> = TableDefinition::new("owners");
+/// name → position of a background walk ([`Store::position`]).
+const POSITIONS: TableDefinition<&str, &str> = TableDefinition::new("positions");
 
 /// `denied` values.
 const DENY_GONE: u8 = 0;
@@ -89,8 +91,7 @@ const META_KEY_ID: &str = "key_id";
 const META_DEST_INDEX: &str = "dest_index_v1";
 const META_AUDIT_NEXT: &str = "audit_next";
 const META_REPORT_NEXT: &str = "report_next";
-/// The scanner's position in the change log.
-const META_SCAN_CURSOR: &str = "scan_cursor";
+
 const COUNTER_PREFIX: &str = "counter_next/";
 /// Idempotency records purged per commit, so a purge never makes one batch slow.
 const PURGE_PER_COMMIT: usize = 256;
@@ -249,6 +250,7 @@ impl EmbeddedStore {
                 txn.open_table(REPORTS).map_err(storage)?;
                 txn.open_table(REPORTS_OPEN).map_err(storage)?;
                 txn.open_table(OWNERS).map_err(storage)?;
+                txn.open_table(POSITIONS).map_err(storage)?;
                 let mut hosts = txn.open_table(DEST_HOSTS).map_err(storage)?;
                 if meta.get(META_DEST_INDEX).map_err(storage)?.is_none() {
                     let links = txn.open_table(LINKS).map_err(storage)?;
@@ -427,7 +429,7 @@ impl Store for EmbeddedStore {
     }
 
     fn apply_batch(&self, batch: Batch) -> Result<Vec<BatchResult>, StoreError> {
-        if batch.updates.is_empty() && batch.scanned_up_to.is_none() {
+        if batch.updates.is_empty() && batch.positions.is_empty() {
             return Ok(Vec::new());
         }
         self.submit(|reply| Op::Batch(Box::new(batch), reply))
@@ -455,13 +457,13 @@ impl Store for EmbeddedStore {
         self.commits.clone()
     }
 
-    fn scan_cursor(&self) -> Result<Option<u64>, StoreError> {
+    fn position(&self, name: &str) -> Result<Option<String>, StoreError> {
         let txn = self.db.begin_read().map_err(storage)?;
-        let meta = txn.open_table(META).map_err(storage)?;
-        let value = meta
-            .get(META_SCAN_CURSOR)
+        let positions = txn.open_table(POSITIONS).map_err(storage)?;
+        let value = positions
+            .get(name)
             .map_err(storage)?
-            .map(|g| g.value());
+            .map(|g| g.value().to_string());
         Ok(value)
     }
 
@@ -710,7 +712,7 @@ impl Store for EmbeddedStore {
 
     fn reports(
         &self,
-        open_only: bool,
+        filter: ReportFilter,
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ReportPage, StoreError> {
@@ -721,29 +723,53 @@ impl Store for EmbeddedStore {
         let txn = self.db.begin_read().map_err(storage)?;
         let reports = txn.open_table(REPORTS).map_err(storage)?;
         let open = txn.open_table(REPORTS_OPEN).map_err(storage)?;
-        let ids: Vec<u64> = if open_only {
-            open.range::<u64>((start, Bound::Unbounded))
-                .map_err(storage)?
-                .take(limit + 1)
-                .map(|i| i.map(|(k, _)| k.value()).map_err(storage))
-                .collect::<Result<_, _>>()?
-        } else {
+        let mut out: Vec<Report> = Vec::with_capacity(limit.min(1024));
+        let mut more = false;
+        let mut take = |report: Report| {
+            if out.len() == limit {
+                more = true;
+                return false;
+            }
+            out.push(report);
+            true
+        };
+        let read = |id: u64| -> Result<Option<Report>, StoreError> {
             reports
+                .get(id)
+                .map_err(storage)?
+                .map(|raw| serde_json::from_slice(raw.value()).map_err(|e| corrupt("reports", e)))
+                .transpose()
+        };
+        if filter == ReportFilter::Open {
+            for item in open
                 .range::<u64>((start, Bound::Unbounded))
                 .map_err(storage)?
-                .take(limit + 1)
-                .map(|i| i.map(|(k, _)| k.value()).map_err(storage))
-                .collect::<Result<_, _>>()?
-        };
-        let more = ids.len() > limit;
-        let mut out = Vec::with_capacity(ids.len().min(limit));
-        for id in ids.into_iter().take(limit) {
-            if let Some(raw) = reports.get(id).map_err(storage)? {
-                out.push(serde_json::from_slice(raw.value()).map_err(|e| corrupt("reports", e))?);
+            {
+                let (id, _) = item.map_err(storage)?;
+                if let Some(r) = read(id.value())? {
+                    if !take(r) {
+                        break;
+                    }
+                }
+            }
+        } else {
+            for item in reports
+                .range::<u64>((start, Bound::Unbounded))
+                .map_err(storage)?
+            {
+                let (_, raw) = item.map_err(storage)?;
+                let r: Report =
+                    serde_json::from_slice(raw.value()).map_err(|e| corrupt("reports", e))?;
+                if filter == ReportFilter::Resolved && r.resolution.is_none() {
+                    continue;
+                }
+                if !take(r) {
+                    break;
+                }
             }
         }
         let next_cursor = if more {
-            out.last().map(|r: &Report| r.id.to_string())
+            out.last().map(|r| r.id.to_string())
         } else {
             None
         };
@@ -910,6 +936,7 @@ struct Tables<'t> {
     reports: Table<'t, u64, &'static [u8]>,
     reports_open: Table<'t, u64, ()>,
     owners: Table<'t, &'static str, &'static [u8]>,
+    positions: Table<'t, &'static str, &'static str>,
 }
 
 /// What to tell a caller once its batch is durable (or failed).
@@ -989,6 +1016,7 @@ impl Writer {
                     reports: txn.open_table(REPORTS).map_err(storage)?,
                     reports_open: txn.open_table(REPORTS_OPEN).map_err(storage)?,
                     owners: txn.open_table(OWNERS).map_err(storage)?,
+                    positions: txn.open_table(POSITIONS).map_err(storage)?,
                 };
                 let audit_before = self.next_audit;
                 for op in batch {
@@ -1311,8 +1339,10 @@ impl Writer {
                 changed,
             });
         }
-        if let Some(seq) = batch.scanned_up_to {
-            t.meta.insert(META_SCAN_CURSOR, seq).map_err(storage)?;
+        for (name, value) in &batch.positions {
+            t.positions
+                .insert(name.as_str(), value.as_str())
+                .map_err(storage)?;
         }
         Ok(out)
     }
@@ -1852,7 +1882,7 @@ mod tests {
             now_ms: 2,
             mark_changed: Some("s/a".into()),
             unmark: None,
-            scanned_up_to: None,
+            positions: Vec::new(),
         };
         let results = store.apply_batch(batch).unwrap();
         assert_eq!(
@@ -1887,7 +1917,7 @@ mod tests {
             now_ms: 3,
             mark_changed: None,
             unmark: Some("s/a".into()),
-            scanned_up_to: None,
+            positions: Vec::new(),
         };
         store.apply_batch(lift).unwrap();
         assert_eq!(
@@ -1895,21 +1925,93 @@ mod tests {
             vec![codes[2].clone()]
         );
 
-        // The scan cursor moves with a batch, even one without updates, and persists.
-        assert_eq!(store.scan_cursor().unwrap(), None);
+        // Positions move with a batch, even one without updates, and persist.
+        assert_eq!(store.position("scan").unwrap(), None);
         let cursor = Batch {
             updates: Vec::new(),
             actor: Actor::Scanner,
             now_ms: 4,
             mark_changed: None,
             unmark: None,
-            scanned_up_to: Some(5),
+            positions: vec![
+                ("scan".into(), "5".into()),
+                ("rescan".into(), "1 ab".into()),
+            ],
         };
         assert!(store.apply_batch(cursor).unwrap().is_empty());
         store.shutdown().unwrap();
         drop(store);
         let store = open(dir.path(), &key);
-        assert_eq!(store.scan_cursor().unwrap(), Some(5));
+        assert_eq!(store.position("scan").unwrap().as_deref(), Some("5"));
+        assert_eq!(store.position("rescan").unwrap().as_deref(), Some("1 ab"));
+        store.shutdown().unwrap();
+    }
+
+    #[test]
+    fn suspensions_leave_other_takedowns_and_flags_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = PermutationKey::generate(16).unwrap();
+        let store = open(dir.path(), &key);
+        let admin = Actor::Key("lhk_aaaaaaaaaaaaaaaa".into());
+        let (live, flagged, down) = (
+            create_url(&store, "a", "https://live.example/"),
+            create_url(&store, "a", "https://flagged.example/"),
+            create_url(&store, "a", "https://down.example/"),
+        );
+        let warn = StateUpdate::Takedown {
+            reason: "odd".into(),
+            warn: true,
+        };
+        store.update_state(&flagged, warn, &admin).unwrap();
+        let list = StateUpdate::Verdict {
+            verdict: Verdict::Block,
+            reason: "list:x".into(),
+        };
+        store
+            .update_state(&down, list, &Actor::List("x".into()))
+            .unwrap();
+        let suspend = StateUpdate::Suspend {
+            reason: "account suspended: spam".into(),
+        };
+        let lift = StateUpdate::Lift {
+            reason: "account suspended: spam".into(),
+        };
+        for code in [&live, &flagged, &down] {
+            store.update_state(code, suspend.clone(), &admin).unwrap();
+        }
+        let get = |c: &str| store.get(c).unwrap().unwrap().state;
+        assert_eq!(
+            get(&down).takedown_reason.as_deref(),
+            Some("list:x"),
+            "not replaced"
+        );
+        assert!(get(&flagged).warn && get(&flagged).takedown_reason.is_some());
+        for code in [&live, &flagged, &down] {
+            store.update_state(code, lift.clone(), &admin).unwrap();
+        }
+        assert_eq!(get(&live), LinkState::default());
+        assert!(
+            get(&flagged).warn && get(&flagged).takedown_reason.is_none(),
+            "the flag is back"
+        );
+        assert_eq!(get(&down).takedown_reason.as_deref(), Some("list:x"));
+        // A warn that lifts a takedown says so in the trail.
+        let takedown = StateUpdate::Takedown {
+            reason: "phishing".into(),
+            warn: false,
+        };
+        store.update_state(&live, takedown, &admin).unwrap();
+        let warn = StateUpdate::Takedown {
+            reason: "downgraded".into(),
+            warn: true,
+        };
+        store.update_state(&live, warn, &admin).unwrap();
+        let h = store.history(&live).unwrap();
+        let last = h.last().unwrap();
+        assert_eq!(
+            (last.action.as_str(), last.undid.as_deref()),
+            ("warn", Some("takedown: phishing"))
+        );
         store.shutdown().unwrap();
     }
 
@@ -1948,17 +2050,17 @@ mod tests {
         ));
         assert!(store.resolve_report(9, resolution).unwrap().is_none());
         let open_ids: Vec<u64> = store
-            .reports(true, None, 10)
+            .reports(ReportFilter::Open, None, 10)
             .unwrap()
             .reports
             .iter()
             .map(|r| r.id)
             .collect();
         assert_eq!(open_ids, [1, 3]);
-        let page = store.reports(false, None, 2).unwrap();
+        let page = store.reports(ReportFilter::All, None, 2).unwrap();
         assert_eq!(page.reports.len(), 2);
         let next = store
-            .reports(false, page.next_cursor.as_deref(), 2)
+            .reports(ReportFilter::All, page.next_cursor.as_deref(), 2)
             .unwrap();
         assert_eq!(next.reports.iter().map(|r| r.id).collect::<Vec<_>>(), [3]);
         assert_eq!(

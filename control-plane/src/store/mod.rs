@@ -167,6 +167,10 @@ pub enum StateUpdate {
     /// `Warn` flags it; either ends an `Unverified` hold, and so does `Clean`. Verdicts only
     /// ever tighten a link's state, and a pinned link ignores them.
     Verdict { verdict: Verdict, reason: String },
+    /// An owner's suspension: takes a live link down with `reason`, leaving one already taken
+    /// down (for its own reason) and the flag as they are, so [`StateUpdate::Lift`] undoes it
+    /// exactly. Decided in the transaction, so a list takedown racing it is never replaced.
+    Suspend { reason: String },
     /// Lifts a takedown whose reason is exactly `reason` (an unsuspension undoing its own
     /// takedowns) and nothing else; no pin.
     Lift { reason: String },
@@ -233,6 +237,11 @@ impl StateUpdate {
                     }
                 }
             }
+            StateUpdate::Suspend { reason } => {
+                if next.takedown_reason.is_none() {
+                    next.takedown_reason = Some(reason.clone());
+                }
+            }
             StateUpdate::Lift { reason } => {
                 if next.takedown_reason.as_deref() == Some(reason.as_str()) {
                     next.takedown_reason = None;
@@ -263,6 +272,7 @@ impl StateUpdate {
                 warn: false,
             } => ("takedown", Some(reason.clone())),
             StateUpdate::Takedown { reason, warn: true } => ("warn", Some(reason.clone())),
+            StateUpdate::Suspend { reason } => ("takedown", Some(reason.clone())),
             StateUpdate::Restore | StateUpdate::Lift { .. } => ("restore", None),
             StateUpdate::Settings { .. } => {
                 if before.disabled != after.disabled {
@@ -295,6 +305,8 @@ impl StateUpdate {
             StateUpdate::Restore | StateUpdate::Lift { .. } | StateUpdate::Release { .. } => {
                 undone(before, after)
             }
+            // A warn on a taken-down link lifts the takedown: say so.
+            StateUpdate::Takedown { warn: true, .. } => undone(before, after),
             StateUpdate::Verdict { .. } if before.held.is_some() && after.held.is_none() => {
                 undone(before, after)
             }
@@ -368,10 +380,17 @@ pub struct Batch {
     pub mark_changed: Option<String>,
     /// Removes every code of the batch (changed or not) from this code set.
     pub unmark: Option<String>,
-    /// The scanner's position in the change log, written in the same transaction as the
-    /// verdicts it read up to ([`Store::scan_cursor`]).
-    pub scanned_up_to: Option<u64>,
+    /// Named positions of background walks (the scanner's in the change log, the re-scan's in
+    /// the links), written in the same transaction as the verdicts they got to
+    /// ([`Store::position`]).
+    pub positions: Vec<(String, String)>,
 }
+
+/// [`Store::position`] of the first scans: the change-log sequence every link created at or
+/// before has had its verdict.
+pub const SCAN_POSITION: &str = "scan";
+/// [`Store::position`] of the re-scan: `<sweep start ms> <links cursor>`.
+pub const RESCAN_POSITION: &str = "rescan";
 
 /// What one update of a batch did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -442,6 +461,14 @@ pub struct Resolution {
     /// The admin key's public id.
     pub by: String,
     pub at_ms: i64,
+}
+
+/// Which reports a listing shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportFilter {
+    Open,
+    Resolved,
+    All,
 }
 
 /// A page of reports, oldest first.
@@ -534,7 +561,7 @@ pub trait Store: Send + Sync + 'static {
             now_ms: crate::clock::now_ms(),
             mark_changed: None,
             unmark: None,
-            scanned_up_to: None,
+            positions: Vec::new(),
         };
         Ok(self
             .apply_batch(batch)?
@@ -552,9 +579,9 @@ pub trait Store: Send + Sync + 'static {
     /// The highest committed change-log sequence, updated as soon as each commit is durable:
     /// the edge feed waits on it instead of polling.
     fn commits(&self) -> watch::Receiver<u64>;
-    /// Where the scanner's first scans are in the change log: every link created at or before
-    /// it has had its verdict; `None` before the scanner ever ran.
-    fn scan_cursor(&self) -> Result<Option<u64>, StoreError>;
+    /// A background walk's saved position ([`SCAN_POSITION`], [`RESCAN_POSITION`]); `None`
+    /// before it ever saved one.
+    fn position(&self, name: &str) -> Result<Option<String>, StoreError>;
     /// Change-log entries with sequence > `after`, in order, at most `limit`.
     fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<(u64, Change)>, StoreError>;
     /// Highest committed change-log sequence (0 when empty).
@@ -600,10 +627,10 @@ pub trait Store: Send + Sync + 'static {
     fn add_report(&self, report: Report) -> Result<Report, StoreError>;
     /// One report.
     fn report(&self, id: u64) -> Result<Option<Report>, StoreError>;
-    /// Reports, oldest first: only the open ones, or all.
+    /// Reports, oldest first, that `filter` picks, after `cursor`, at most `limit`.
     fn reports(
         &self,
-        open_only: bool,
+        filter: ReportFilter,
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ReportPage, StoreError>;

@@ -658,7 +658,16 @@ fn velocity_flags_an_owner_and_holds_its_links() {
 #[test]
 fn suspension_takes_down_and_unsuspension_restores_only_its_own() {
     let t = T::new();
-    let s = t.site.start(&["--scanner", "off"]);
+    let list = t.write_list("campaign.txt", "unrelated.example\n");
+    let serve = [
+        "--scanner",
+        "off",
+        "--reputation-list",
+        list.as_str(),
+        "--reputation-poll-secs",
+        "1",
+    ];
+    let s = t.site.start(&serve);
     let key = &t.site.api_key;
     let codes: Vec<_> = (0..7)
         .map(|i| created(&s, key, &format!("https://site{i}.example/")))
@@ -669,6 +678,14 @@ fn suspension_takes_down_and_unsuspension_restores_only_its_own() {
         &format!("/v1/links/{}/takedown", codes[0]),
         Some(&t.admin),
         r#"{"reason":"malware"}"#,
+    );
+    assert_eq!(status, 200);
+    // One flagged: it comes back flagged.
+    let (status, _) = post(
+        &s,
+        &format!("/v1/links/{}/takedown", codes[1]),
+        Some(&t.admin),
+        r#"{"reason":"odd","warn":true}"#,
     );
     assert_eq!(status, 200);
     let (status, body) = post(
@@ -692,19 +709,28 @@ fn suspension_takes_down_and_unsuspension_restores_only_its_own() {
         owners["owners"][0]["suspension"]["reason"],
         "phishing campaign"
     );
-    let (status, _) = post(
+    // Again: the first suspension stands, its takedowns are finished (nothing left to do).
+    let (status, body) = post(
         &s,
         "/v1/admin/owners/alice/suspend",
         Some(&t.admin),
         r#"{"reason":"again"}"#,
     );
-    assert_eq!(status, 409);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["already_suspended"], true);
+    assert_eq!(body["reason"], "phishing campaign");
+    assert_eq!(body["taken_down"], 0);
 
     // The suspension survives a restart.
     drop(s);
-    let s = t.site.start(&["--scanner", "off"]);
+    let s = t.site.start(&serve);
     let (status, _) = get(&s, "/v1/links", key);
     assert_eq!(status, 401);
+    // Meanwhile a list names one of the links: the unsuspension must not bring it back.
+    t.write_list("campaign.txt", "unrelated.example\nsite6.example\n");
+    wait_until(Duration::from_secs(10), "the list reload", || {
+        s.metric("lasthop_reputation_list_entries{list=\"campaign\"}") == Some(2.0)
+    });
 
     let (status, body) = post(&s, "/v1/admin/owners/alice/unsuspend", Some(&t.admin), "");
     assert_eq!(status, 200, "{body}");
@@ -712,9 +738,22 @@ fn suspension_takes_down_and_unsuspension_restores_only_its_own() {
     let (status, _) = get(&s, "/v1/links", key);
     assert_eq!(status, 200);
     assert_eq!(link(&s, key, &codes[0])["takedown_reason"], "malware");
-    for c in &codes[1..] {
+    for c in &codes[1..6] {
         assert_eq!(link(&s, key, c)["status"], "active");
     }
+    assert_eq!(
+        link(&s, key, &codes[1])["flagged"],
+        true,
+        "the flag survives"
+    );
+    let listed = link(&s, key, &codes[6]);
+    assert_eq!(
+        (
+            listed["status"].as_str(),
+            listed["takedown_reason"].as_str()
+        ),
+        (Some("taken_down"), Some("list:campaign"))
+    );
     let (status, _) = post(&s, "/v1/admin/owners/alice/unsuspend", Some(&t.admin), "");
     assert_eq!(status, 409);
 }
