@@ -26,8 +26,21 @@ fn apply(
     mark_changed: Option<String>,
     unmark: Option<String>,
 ) -> Result<u64, StoreError> {
+    let results = apply_results(store, codes, update, actor, mark_changed, unmark)?;
+    Ok(results.iter().filter(|r| r.changed).count() as u64)
+}
+
+/// [`apply`], returning what each update did.
+fn apply_results(
+    store: &dyn Store,
+    codes: Vec<String>,
+    update: &StateUpdate,
+    actor: &Actor,
+    mark_changed: Option<String>,
+    unmark: Option<String>,
+) -> Result<Vec<crate::store::BatchResult>, StoreError> {
     if codes.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let batch = Batch {
         updates: codes
@@ -43,8 +56,7 @@ fn apply(
         unmark,
         positions: Vec::new(),
     };
-    let results = store.apply_batch(batch)?;
-    Ok(results.iter().filter(|r| r.changed).count() as u64)
+    store.apply_batch(batch)
 }
 
 /// Applies `update` to every link whose destination is `host` or a subdomain; returns (links
@@ -281,23 +293,9 @@ pub fn restore_owner(
         if page.codes.is_empty() {
             return Ok(restored);
         }
-        let batch = Batch {
-            updates: page
-                .codes
-                .into_iter()
-                .map(|code| BatchUpdate {
-                    code,
-                    update: update.clone(),
-                })
-                .collect(),
-            actor: actor.clone(),
-            now_ms: crate::clock::now_ms(),
-            mark_changed: None,
-            unmark: Some(set.clone()),
-            positions: Vec::new(),
-        };
+        let results = apply_results(store, page.codes, &update, actor, None, Some(set.clone()))?;
         let mut by_list: Vec<(String, Vec<String>)> = Vec::new();
-        for r in store.apply_batch(batch)?.into_iter().filter(|r| r.changed) {
+        for r in results.into_iter().filter(|r| r.changed) {
             restored += 1;
             let Some(s) = r.link else { continue };
             let Some(hit) = Destination::parse(&s.link.long_url).and_then(|d| lists.check(&d))

@@ -4,25 +4,9 @@
 
 use std::time::Duration;
 
-use crate::harness::{status_of, wait_until, Conn, Control, Engine, Load, Site};
-
-fn engine(site: &Site, control: &Control, extra: &[&str]) -> Engine {
-    let mut args = control.engine_args();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Engine::launch(
-        std::process::Command::new(crate::harness::ENGINE),
-        site,
-        &args,
-    )
-}
-
-/// Subscribed, caught up, and serving a snapshot (the control plane publishes one at start; an
-/// engine that started before it existed downloads it when the feed announces it).
-fn in_sync(e: &Engine) -> bool {
-    e.metric("lasthop_engine_feed_in_sync") == Some(1.0)
-        && e.metric("lasthop_engine_snapshot_missing") == Some(0.0)
-}
+use crate::harness::{
+    in_sync, status_of, subscribed_engine as engine, wait_until, Conn, Control, Engine, Load, Site,
+};
 
 fn wait_status(engines: &[Engine], path: &str, want: u16, what: &str) -> Duration {
     let mut worst = Duration::ZERO;

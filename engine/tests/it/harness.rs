@@ -532,6 +532,22 @@ impl Drop for Control {
     }
 }
 
+/// An engine (the real binary) subscribed to `control`'s feed, with `extra` flags and no
+/// snapshot of its own (it downloads the control plane's).
+pub fn subscribed_engine(site: &Site, control: &Control, extra: &[&str]) -> Engine {
+    let mut args = control.engine_args();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Engine::launch(Command::new(ENGINE), site, &args)
+}
+
+/// Subscribed, caught up, and serving a snapshot (the control plane publishes one at start; an
+/// engine that started before it existed downloads it when the feed announces it).
+pub fn in_sync(e: &Engine) -> bool {
+    e.metric("lasthop_engine_feed_in_sync") == Some(1.0)
+        && e.metric("lasthop_engine_snapshot_missing") == Some(0.0)
+}
+
 /// Polls `f` every 10 ms until it is true; the time it took, or a panic with `what` after
 /// `limit`.
 pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {

@@ -8,23 +8,9 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
 use std::time::Duration;
 
-use crate::harness::{curl, status_of, wait_until, Conn, Control, Engine, Site};
-
-fn engine(site: &Site, control: &Control, extra: &[&str]) -> Engine {
-    let mut args = control.engine_args();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Engine::launch(
-        std::process::Command::new(crate::harness::ENGINE),
-        site,
-        &args,
-    )
-}
-
-fn in_sync(e: &Engine) -> bool {
-    e.metric("lasthop_engine_feed_in_sync") == Some(1.0)
-        && e.metric("lasthop_engine_snapshot_missing") == Some(0.0)
-}
+use crate::harness::{
+    curl, in_sync, status_of, subscribed_engine as engine, wait_until, Conn, Control, Site,
+};
 
 fn write_atomically(path: &std::path::Path, text: &str) {
     let tmp = path.with_extension("tmp");
