@@ -171,11 +171,19 @@ fn a_held_link_shows_the_interstitial_until_its_first_verdict() {
     assert!(body.contains("safety check"), "{body}");
     let (_, l) = control.call("GET", &format!("/v1/links/{code}"), &control.key, None);
     assert_eq!(l["status"], "held");
+    // Each core swaps in the new tables at its next turn: poll the kept-alive connection
+    // (its core) until it redirects too, then check where to.
     let released = wait_until(Duration::from_secs(10), "the 302 after the verdict", || {
         status_of(&e.addr, &format!("/{code}")) == 302
     });
+    let resp = (0..200)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            conn.get(&format!("/{code}"))
+        })
+        .find(|r| r.status == 302)
+        .expect("the kept-alive connection redirects too");
     eprintln!("interstitial after {took:?}, 302 after {released:?} more");
-    let resp = conn.get(&format!("/{code}"));
     assert_eq!(
         resp.header("location"),
         Some("https://new-shop.example/opening")
