@@ -16,6 +16,8 @@ use sha2::{Digest, Sha256};
 
 /// The token file's name in the data directory.
 pub const TOKEN_FILE: &str = "edge.token";
+/// The token's name among a shared store's secrets.
+pub const SECRET_NAME: &str = "edge_token";
 /// Random bytes in a token (256 bits).
 const TOKEN_BYTES: usize = 32;
 
@@ -55,6 +57,23 @@ impl EdgeToken {
         }
     }
 
+    /// The token a shared store holds (the same for every control plane on it), also written
+    /// to `DATA_DIR/edge.token` for the engines on this host when the file is missing or holds
+    /// another.
+    pub fn from_shared(data_dir: &Path, token: &str) -> anyhow::Result<EdgeToken> {
+        let shared = parse(token).context("the store's edge token")?;
+        let path = data_dir.join(TOKEN_FILE);
+        let on_disk = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| parse(&t).ok());
+        if on_disk.is_none_or(|t| t.digest != shared.digest) {
+            write_new(&path, token.trim_end())
+                .with_context(|| format!("writing the shared edge token to {}", path.display()))?;
+            tracing::info!(path = %path.display(), "wrote the store's edge token");
+        }
+        Ok(shared)
+    }
+
     /// Whether `presented` is the token, in time independent of where they differ.
     pub fn matches(&self, presented: &str) -> bool {
         let other: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
@@ -84,6 +103,11 @@ fn generate() -> anyhow::Result<String> {
     let mut raw = [0u8; TOKEN_BYTES];
     getrandom::getrandom(&mut raw).map_err(|e| anyhow::anyhow!("random: {e}"))?;
     Ok(hex::encode(raw))
+}
+
+/// A new random token's text, for a shared store to keep if it has none yet.
+pub fn generate_text() -> Result<String, crate::store::StoreError> {
+    generate().map_err(|e| crate::store::StoreError::Storage(format!("{e:#}")))
 }
 
 /// Temp file (0600 from birth), fsync, rename, fsync the directory.

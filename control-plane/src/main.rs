@@ -59,6 +59,12 @@ enum Command {
         #[command(subcommand)]
         command: ClicksCommand,
     },
+    /// Apply the PostgreSQL store's schema migrations (`serve` also runs them at start).
+    Migrate {
+        /// The PostgreSQL connection string.
+        #[arg(long, env = "LASTHOP_STORE")]
+        store: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -454,6 +460,11 @@ struct ServeArgs {
     /// Raise `lasthop_edge_lag_alarm` while any engine is more than this many seconds behind.
     #[arg(long, env = "LASTHOP_EDGE_LAG_ALARM_SECS", default_value_t = 30.0)]
     edge_lag_alarm_secs: f64,
+    /// Where the record lives: `embedded` (redb in DATA_DIR) or a PostgreSQL connection string
+    /// (`postgres://user@host1,host2/db?target_session_attrs=read-write`), shared by every
+    /// control plane on it.
+    #[arg(long, env = "LASTHOP_STORE", default_value = "embedded")]
+    store: String,
     #[command(flatten)]
     clicks: ServeClicks,
     #[command(flatten)]
@@ -517,6 +528,18 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Clicks { command } => clicks(command),
+        Command::Migrate { store } => {
+            anyhow::ensure!(
+                is_postgres(&store),
+                "--store must be a PostgreSQL connection string"
+            );
+            let ran = lasthop_control::store::postgres::migrate_only(&store)?;
+            println!(
+                "{ran} migration(s) applied; schema version {}",
+                lasthop_control::store::postgres::MIGRATIONS.len()
+            );
+            Ok(())
+        }
     }
 }
 
@@ -656,6 +679,43 @@ fn clicks(command: ClicksCommand) -> anyhow::Result<()> {
     }
 }
 
+/// Opens the store `spec` names: `embedded` (redb in `DATA_DIR/links.redb`) or a PostgreSQL
+/// connection string (`postgres://…`, `postgresql://…` or libpq `key=value` words).
+fn open_store(
+    spec: &str,
+    data_dir: &std::path::Path,
+    scheme: CodeScheme,
+    region: u32,
+    regions: u32,
+    block_size: u64,
+    observer: Option<CommitObserver>,
+) -> anyhow::Result<Arc<dyn Store>> {
+    if spec == "embedded" {
+        let mut config = EmbeddedStoreConfig::new(data_dir.join("links.redb"), scheme);
+        config.region = region;
+        config.regions = regions;
+        config.block_size = block_size;
+        let store = EmbeddedStore::open(config, observer)
+            .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+        return Ok(Arc::new(store));
+    }
+    anyhow::ensure!(
+        is_postgres(spec),
+        "--store must be `embedded` or a PostgreSQL connection string (postgres://...)"
+    );
+    let mut config = lasthop_control::store::postgres::PgStoreConfig::new(spec, scheme);
+    config.region = region;
+    config.regions = regions;
+    config.block_size = block_size;
+    let store = lasthop_control::store::postgres::PgStore::open(config)
+        .context("opening the PostgreSQL store")?;
+    Ok(Arc::new(store))
+}
+
+fn is_postgres(spec: &str) -> bool {
+    spec.starts_with("postgres://") || spec.starts_with("postgresql://") || spec.contains('=')
+}
+
 fn restrict_permissions(path: &std::path::Path) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
@@ -685,14 +745,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             m.commit_seconds.observe(secs);
         })
     };
-    let mut config = EmbeddedStoreConfig::new(args.data_dir.join("links.redb"), scheme);
-    config.region = args.region;
-    config.regions = args.regions;
-    config.block_size = args.block_size;
-    let store = Arc::new(
-        EmbeddedStore::open(config, Some(observer))
-            .with_context(|| format!("opening the store in {}", args.data_dir.display()))?,
-    );
+    let store = open_store(
+        &args.store,
+        &args.data_dir,
+        scheme,
+        args.region,
+        args.regions,
+        args.block_size,
+        Some(observer),
+    )?;
     let api = ApiConfig {
         short_base: args.short_base.trim_end_matches('/').to_string(),
         url_policy: UrlPolicy {
@@ -708,8 +769,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         report_global_burst: args.safety.report_global_burst,
     };
     // After the store is open: its lock keeps a second `serve` on this data dir from racing us.
-    let token = EdgeToken::load_or_create(&args.data_dir)?;
-    let dyn_store = Arc::clone(&store) as Arc<dyn Store>;
+    // A shared store holds the token every control plane on it answers to (and each writes it
+    // to its DATA_DIR/edge.token for the engines on its host).
+    let token = match store.shared_secret(
+        lasthop_control::edge_token::SECRET_NAME,
+        &lasthop_control::edge_token::generate_text,
+    )? {
+        Some(shared) => EdgeToken::from_shared(&args.data_dir, &shared)?,
+        None => EdgeToken::load_or_create(&args.data_dir)?,
+    };
+    let dyn_store = Arc::clone(&store);
     let fleet = Arc::new(Fleet::new());
     let publisher = Publisher::new(
         Arc::clone(&dyn_store),

@@ -1,20 +1,25 @@
 //! The feed's control threads: the engine's subscription to the control plane
 //! (`control-plane/FEED.md` is the wire contract; DESIGN.md, "Snapshots, deltas and the
-//! denylist", the why). Nothing here runs on a serving core.
+//! denylist", the why). Nothing here runs on a serving core. With several control planes
+//! ([`ControlPlanes`]), everything here talks to the one in use and fails over to the next.
 //!
 //! Three threads, so that no network wait delays another duty:
 //!
 //! - **reader**: holds `GET /edge/v1/feed?after=<applied>`, reads NDJSON frames (each line
 //!   bounded and parsed as untrusted bytes by [`lasthop_core::feed::parse_frame`]), and hands
 //!   them to the applier. A read that sees nothing for `timeout` (3 s; heartbeats come every
-//!   second) means the feed is lost: it reconnects with capped exponential backoff (50 ms to
-//!   2 s, jittered) and resumes from the applier's sequence.
+//!   second) means the feed is lost: it fails over to the next control plane and resumes from
+//!   the applier's sequence there (the control planes share one store, hence one numbering).
+//!   Once every control plane has failed in a row it backs off, capped and exponential (50 ms to
+//!   2 s, jittered), before the next round; a subscription that opens resets both.
 //! - **applier**: owns the engine's view (standing denylist, overlay, current snapshot, applied
 //!   sequence), applies frames in order, and publishes a new [`Tables`] generation through
 //!   [`Shared::publish`] after each burst (one generation per burst, not per frame). It spawns
-//!   a snapshot download beside the serving one when a newer snapshot is announced, and swaps it
-//!   in once it has the announced size and SHA-256 and passes the reader's `verify`.
-//! - **reporter**: posts a [`StatusReport`] to `POST /edge/v1/status` every second.
+//!   a snapshot download beside the serving one when a newer snapshot is announced (from the
+//!   control plane whose feed announced it, else from the others in turn: ids are shared), and
+//!   swaps it in once it has the announced size and SHA-256 and passes the reader's `verify`.
+//! - **reporter**: posts a [`StatusReport`] to `POST /edge/v1/status` on the control plane in use
+//!   every second.
 //!
 //! ## Safe mode
 //!
@@ -54,6 +59,7 @@ use lasthop_core::{classify, CodeKind};
 use lasthop_snapshot::{Snapshot, SnapshotError};
 use sha2::{Digest, Sha256};
 
+use crate::control::ControlPlanes;
 use crate::denylist::{Deny, Denylist};
 use crate::metrics::{family, sample, EngineMetrics};
 use crate::overlay::{Overlay, OverlayLink};
@@ -66,8 +72,8 @@ pub type LoadFn = fn(&Path) -> Result<Snapshot, SnapshotError>;
 /// The subscription's settings.
 #[derive(Debug, Clone)]
 pub struct FeedConfig {
-    /// The control plane's edge listener, `http://host:port`, no trailing slash.
-    pub control: String,
+    /// The control planes' edge listeners (shared with the origin read-through).
+    pub control: Arc<ControlPlanes>,
     /// The edge token.
     pub token: Option<String>,
     /// This engine's id and PoP, as reported.
@@ -88,8 +94,9 @@ impl FeedConfig {
         self.data_dir.join("snapshots")
     }
 
-    fn get(&self, agent: &ureq::Agent, path_and_query: &str) -> ureq::Request {
-        let req = agent.get(&format!("{}{path_and_query}", self.control));
+    /// A GET of `path_and_query` on control plane `control`.
+    fn get(&self, agent: &ureq::Agent, control: usize, path_and_query: &str) -> ureq::Request {
+        let req = agent.get(&format!("{}{path_and_query}", self.control.url(control)));
         match &self.token {
             Some(t) => req.set("Authorization", &format!("Bearer {t}")),
             None => req,
@@ -288,7 +295,8 @@ impl FeedStats {
 
 /// What the applier is told.
 enum Event {
-    Connected,
+    /// Subscribed, to the control plane at this index.
+    Connected(usize),
     Frame(Frame),
     Lost(String),
     Downloaded {
@@ -323,7 +331,7 @@ impl Feed {
 impl std::fmt::Debug for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Event::Connected => "Connected",
+            Event::Connected(_) => "Connected",
             Event::Frame(_) => "Frame",
             Event::Lost(_) => "Lost",
             Event::Downloaded { .. } => "Downloaded",
@@ -366,6 +374,7 @@ pub fn start(
         target: None,
         connected: false,
         got_denylist: false,
+        feed_control: cfg.control.current(),
         downloading: None,
         queued: None,
         metrics,
@@ -421,6 +430,9 @@ struct Applier {
     target: Option<u64>,
     connected: bool,
     got_denylist: bool,
+    /// The control plane the feed comes (or last came) from: snapshots it announces are
+    /// downloaded from it first.
+    feed_control: usize,
     /// The snapshot being downloaded, and the newest one announced meanwhile.
     downloading: Option<SnapshotFrame>,
     queued: Option<SnapshotFrame>,
@@ -454,8 +466,9 @@ impl Applier {
     fn handle(&mut self, ev: Event) -> bool {
         let was_in_sync = self.in_sync();
         let changed = match ev {
-            Event::Connected => {
+            Event::Connected(control) => {
                 self.connected = true;
+                self.feed_control = control;
                 self.got_denylist = false;
                 self.pending_denylist = None;
                 self.target = None;
@@ -668,11 +681,11 @@ impl Applier {
 
     fn download(&mut self, s: SnapshotFrame) {
         self.downloading = Some(s.clone());
-        let (cfg, tx) = (Arc::clone(&self.cfg), self.tx.clone());
+        let (cfg, tx, from) = (Arc::clone(&self.cfg), self.tx.clone(), self.feed_control);
         let spawned = std::thread::Builder::new()
             .name("feed-download".into())
             .spawn(move || {
-                let result = fetch_snapshot(&cfg, &s);
+                let result = fetch_snapshot(&cfg, &s, from);
                 let _ = tx.send(Event::Downloaded { frame: s, result });
             });
         if let Err(e) = spawned {
@@ -692,7 +705,8 @@ impl Applier {
             Err(e) => {
                 self.stats.downloads_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(id = %frame.id, error = %e, "snapshot download failed");
-                // Retried when the control plane announces it again (next subscription).
+                // Every control plane was tried; retried when one announces it again (next
+                // subscription).
                 false
             }
         };
@@ -844,27 +858,44 @@ fn reader(cfg: &FeedConfig, stats: &FeedStats, tx: &Sender<Event>) {
         .timeout_read(cfg.timeout)
         .redirects(0)
         .build();
+    let controls = &*cfg.control;
     let mut backoff = Duration::from_millis(50);
     let mut jitter = std::process::id() as u64 | 1;
+    // Control planes that failed in a row: every one is tried once before a backoff.
+    let mut failures = 0usize;
     loop {
+        let control = controls.current();
         let after = stats.applied_seq();
         let query = format!(
             "/edge/v1/feed?after={after}&engine={}&pop={}",
             cfg.engine_id, cfg.pop
         );
-        let lost = match cfg.get(&agent, &query).call() {
+        let lost = match cfg.get(&agent, control, &query).call() {
             Ok(resp) => {
-                if tx.send(Event::Connected).is_err() {
+                controls.working(control);
+                if tx.send(Event::Connected(control)).is_err() {
                     return;
                 }
+                tracing::info!(
+                    control = controls.url(control),
+                    index = control,
+                    after,
+                    "feed subscribed"
+                );
                 backoff = Duration::from_millis(50);
+                failures = 0;
                 read_frames(resp.into_reader(), stats, tx)
             }
             Err(ureq::Error::Status(status, _)) => format!("the feed answered {status}"),
             Err(e) => format!("connecting to the feed: {e}"),
         };
-        if tx.send(Event::Lost(lost)).is_err() {
+        if tx.send(Event::Lost(lost.clone())).is_err() {
             return;
+        }
+        controls.failed(control, &lost);
+        failures += 1;
+        if failures % controls.len() != 0 {
+            continue; // the next control plane, at once
         }
         // xorshift jitter of up to half the backoff, so engines do not reconnect in lockstep.
         jitter ^= jitter << 13;
@@ -881,8 +912,9 @@ fn reporter(cfg: &FeedConfig, stats: &FeedStats) {
         .timeout(Duration::from_secs(1))
         .redirects(0)
         .build();
-    let url = format!("{}/edge/v1/status", cfg.control);
     loop {
+        // Whichever is in use: they share the store the reports land in.
+        let url = format!("{}/edge/v1/status", cfg.control.url(cfg.control.current()));
         let report = StatusReport {
             engine: cfg.engine_id.clone(),
             pop: cfg.pop.clone(),
@@ -910,80 +942,136 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Downloads, checks and opens the snapshot `s` announces, into `data_dir/snapshots/<id>.snap`.
-fn fetch_snapshot(cfg: &FeedConfig, s: &SnapshotFrame) -> Result<Arc<Snapshot>, String> {
+/// Why a download from one control plane failed.
+#[derive(Debug)]
+struct DownloadFailure {
+    why: String,
+    /// The control plane failed (unreachable, a 5xx, the transfer broke), rather than the file
+    /// it sent or this host: fail over.
+    fail_over: bool,
+}
+
+impl DownloadFailure {
+    /// A request that got no answer, or an error status.
+    fn request(what: &str, e: ureq::Error) -> DownloadFailure {
+        let fail_over = match &e {
+            ureq::Error::Status(status, _) => *status >= 500,
+            ureq::Error::Transport(_) => true,
+        };
+        DownloadFailure {
+            why: format!("{what}: {e}"),
+            fail_over,
+        }
+    }
+
+    /// The file, or this host, is at fault.
+    fn local(why: String) -> DownloadFailure {
+        DownloadFailure {
+            why,
+            fail_over: false,
+        }
+    }
+}
+
+/// Downloads, checks and opens the snapshot `s` announces, into `data_dir/snapshots/<id>.snap`:
+/// from control plane `from` (the one whose feed announced it), else from the others in turn
+/// (they share the store, so snapshot ids mean the same on each).
+fn fetch_snapshot(
+    cfg: &FeedConfig,
+    s: &SnapshotFrame,
+    from: usize,
+) -> Result<Arc<Snapshot>, String> {
     let dir = cfg.snapshot_dir();
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let path = dir.join(format!("{}.snap", s.id));
     let partial = dir.join(format!(".{}.partial", s.id));
-    let started = Instant::now();
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(2))
         .timeout_read(Duration::from_secs(30))
         .redirects(0)
         .build();
-    let result = download_to(cfg, s, &agent, &partial, &dir, &path, started);
-    if result.is_err() {
-        let _ = std::fs::remove_file(&partial);
+    let mut failures = Vec::new();
+    for control in cfg.control.order(from) {
+        match download_to(cfg, s, &agent, control, &partial, &dir, &path) {
+            Ok(snapshot) => return Ok(snapshot),
+            Err(e) => {
+                let _ = std::fs::remove_file(&partial);
+                if e.fail_over {
+                    cfg.control.failed(control, &e.why);
+                }
+                failures.push(format!("{}: {}", cfg.control.url(control), e.why));
+            }
+        }
     }
-    result
+    Err(failures.join("; "))
 }
 
-/// The body of [`fetch_snapshot`]: download into `partial`, check, then rename to `path`.
+/// The body of [`fetch_snapshot`] for one control plane: download into `partial`, check, then
+/// rename to `path`.
 fn download_to(
     cfg: &FeedConfig,
     s: &SnapshotFrame,
     agent: &ureq::Agent,
+    control: usize,
     partial: &Path,
     dir: &Path,
     path: &Path,
-    started: Instant,
-) -> Result<Arc<Snapshot>, String> {
+) -> Result<Arc<Snapshot>, DownloadFailure> {
+    let started = Instant::now();
     let resp = cfg
-        .get(agent, &s.url)
+        .get(agent, control, &s.url)
         .call()
-        .map_err(|e| format!("GET {}: {e}", s.url))?;
+        .map_err(|e| DownloadFailure::request(&format!("GET {}", s.url), e))?;
     let mut body = resp.into_reader().take(s.size.saturating_add(1));
-    let mut file =
-        File::create(partial).map_err(|e| format!("creating {}: {e}", partial.display()))?;
+    let mut file = File::create(partial)
+        .map_err(|e| DownloadFailure::local(format!("creating {}: {e}", partial.display())))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut got: u64 = 0;
     loop {
-        let n = body
-            .read(&mut buf)
-            .map_err(|e| format!("downloading: {e}"))?;
+        let n = body.read(&mut buf).map_err(|e| DownloadFailure {
+            why: format!("downloading: {e}"),
+            fail_over: true,
+        })?;
         if n == 0 {
             break;
         }
         hasher.update(&buf[..n]);
         file.write_all(&buf[..n])
-            .map_err(|e| format!("writing {}: {e}", partial.display()))?;
+            .map_err(|e| DownloadFailure::local(format!("writing {}: {e}", partial.display())))?;
         got += n as u64;
     }
     if got != s.size {
-        return Err(format!("got {got} bytes, announced {}", s.size));
+        return Err(DownloadFailure::local(format!(
+            "got {got} bytes, announced {}",
+            s.size
+        )));
     }
     let sha = hex::encode(hasher.finalize());
     if sha != s.sha256 {
-        return Err(format!("sha256 {sha}, announced {}", s.sha256));
+        return Err(DownloadFailure::local(format!(
+            "sha256 {sha}, announced {}",
+            s.sha256
+        )));
     }
-    file.sync_all().map_err(|e| format!("fsync: {e}"))?;
+    file.sync_all()
+        .map_err(|e| DownloadFailure::local(format!("fsync: {e}")))?;
     drop(file);
     // Checked before it takes its final name, so a start-up never finds a bad `<id>.snap`.
-    let snapshot = open_verified(cfg.load, partial)?;
+    let snapshot = open_verified(cfg.load, partial).map_err(DownloadFailure::local)?;
     if snapshot.sequence() != s.seq {
-        return Err(format!(
+        return Err(DownloadFailure::local(format!(
             "file says sequence {}, announced {}",
             snapshot.sequence(),
             s.seq
-        ));
+        )));
     }
-    std::fs::rename(partial, path).map_err(|e| format!("rename: {e}"))?;
+    std::fs::rename(partial, path).map_err(|e| DownloadFailure::local(format!("rename: {e}")))?;
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
-    tracing::info!(id = %s.id, bytes = got, ms = started.elapsed().as_millis() as u64, "snapshot downloaded");
+    tracing::info!(id = %s.id, bytes = got, ms = started.elapsed().as_millis() as u64,
+        control = cfg.control.url(control), "snapshot downloaded");
     Ok(Arc::new(snapshot))
 }
 
@@ -1039,33 +1127,62 @@ pub fn newest_local(data_dir: &Path, load: LoadFn) -> Option<(Arc<Snapshot>, Str
     None
 }
 
-/// Asks the control plane for its newest snapshot and downloads it (start-up without one).
+/// Asks the control planes for the newest snapshot and downloads it (start-up without one):
+/// the one in use first, then the others in turn.
 pub fn fetch_latest(cfg: &FeedConfig) -> Result<(Arc<Snapshot>, String), String> {
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(5))
         .redirects(0)
         .build();
+    let controls = &*cfg.control;
+    let mut failures = Vec::new();
+    for control in controls.order(controls.current()) {
+        match newest_snapshot(cfg, &agent, control) {
+            Ok(frame) => {
+                let snapshot = fetch_snapshot(cfg, &frame, control)?;
+                return Ok((snapshot, frame.id));
+            }
+            Err(e) => {
+                if e.fail_over {
+                    controls.failed(control, &e.why);
+                }
+                failures.push(format!("{}: {}", controls.url(control), e.why));
+            }
+        }
+    }
+    Err(failures.join("; "))
+}
+
+/// Control plane `control`'s description of its newest snapshot.
+fn newest_snapshot(
+    cfg: &FeedConfig,
+    agent: &ureq::Agent,
+    control: usize,
+) -> Result<SnapshotFrame, DownloadFailure> {
     let resp = cfg
-        .get(&agent, "/edge/v1/snapshots/latest")
+        .get(agent, control, "/edge/v1/snapshots/latest")
         .call()
-        .map_err(|e| format!("asking for the newest snapshot: {e}"))?;
+        .map_err(|e| DownloadFailure::request("asking for the newest snapshot", e))?;
     let mut body = Vec::new();
     resp.into_reader()
         .take(MAX_FRAME_LEN as u64)
         .read_to_end(&mut body)
-        .map_err(|e| format!("reading the newest snapshot's description: {e}"))?;
+        .map_err(|e| DownloadFailure {
+            why: format!("reading the newest snapshot's description: {e}"),
+            fail_over: true,
+        })?;
+    let bad = |why: String| DownloadFailure::local(format!("snapshot description: {why}"));
     // The answer is a snapshot frame without its `type`.
     let mut value: serde_json::Value =
-        serde_json::from_slice(&body).map_err(|e| format!("snapshot description: {e}"))?;
+        serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
     if let Some(obj) = value.as_object_mut() {
         obj.insert("type".into(), serde_json::Value::from("snapshot"));
     }
-    let line = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
-    let Frame::Snapshot(frame) = parse_frame(&line).map_err(|e| e.to_string())? else {
-        return Err("the newest snapshot's description is not one".into());
-    };
-    let snapshot = fetch_snapshot(cfg, &frame)?;
-    Ok((snapshot, frame.id))
+    let line = serde_json::to_vec(&value).map_err(|e| bad(e.to_string()))?;
+    match parse_frame(&line).map_err(|e| bad(e.to_string()))? {
+        Frame::Snapshot(frame) => Ok(frame),
+        _ => Err(bad("not a snapshot frame".into())),
+    }
 }
 
 #[cfg(test)]

@@ -12,13 +12,15 @@
 //!   [`signals`]: SIGHUP/SIGTERM on the control thread;
 //! - [`uring`]: the per-core io_uring loop (SINGLE_ISSUER | DEFER_TASKRUN, multishot accept and
 //!   recv, provided buffers); [`epoll`]: the fallback loop;
-//! - [`origin`]: read-through to the control plane on a miss;
+//! - [`control`]: the control planes (`--control`, repeatable) and which one is in use;
+//!   [`origin`]: read-through to it on a miss; [`feed`]: the subscription to its changes;
 //! - [`clicks`]: per-core click buffers and their flusher; [`spool`] and [`kafka`]: its sinks;
 //! - [`metrics`], [`topk`], [`admin`]: the operator surface.
 
 pub mod admin;
 pub mod answer;
 pub mod clicks;
+pub mod control;
 pub mod denylist;
 pub mod epoll;
 pub mod feed;

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, ValueEnum};
+use clap::{ArgAction, Parser, ValueEnum};
 use lasthop_core::feed::valid_name;
 use lasthop_core::HighWater;
 use lasthop_core::{CodeScheme, PermutationKey};
 use lasthop_engine::admin::{spawn_admin, AdminState};
 use lasthop_engine::answer::Layer;
+use lasthop_engine::control::{self, ControlPlanes};
 use lasthop_engine::feed::{self, FeedConfig, FeedStats, LoadFn};
 use lasthop_engine::http::Limits;
 use lasthop_engine::metrics::EngineMetrics;
@@ -92,10 +93,19 @@ struct Args {
     /// Admin listener: /metrics, /healthz, /readyz, /debug/top.
     #[arg(long, env = "LASTHOP_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     admin_listen: SocketAddr,
-    /// The control plane's edge listener (`http://host:port`): the feed (new links, state
-    /// changes, snapshots), origin read-through on misses, and status reports.
-    #[arg(long, env = "LASTHOP_CONTROL")]
-    control: Option<String>,
+    /// A control plane's edge listener (`http://host:port`): the feed (new links, state
+    /// changes, snapshots), origin read-through on misses, and status reports. Repeat it (or
+    /// give a comma-separated list) for control planes sharing one store: the engine uses the
+    /// first that answers, stays on it while it works, and fails over to the next when it
+    /// fails (round-robin, backing off after a full round).
+    #[arg(
+        long,
+        env = "LASTHOP_CONTROL",
+        action = ArgAction::Append,
+        value_delimiter = ',',
+        value_parser = parse_control_url
+    )]
+    control: Vec<String>,
     /// File holding the control plane's edge token (its `DATA_DIR/edge.token`).
     #[arg(long, env = "LASTHOP_EDGE_TOKEN_FILE")]
     edge_token_file: Option<PathBuf>,
@@ -246,6 +256,10 @@ enum ClicksSink {
     Off,
 }
 
+fn parse_control_url(s: &str) -> Result<String, String> {
+    control::parse_url(s).map_err(|e| e.to_string())
+}
+
 fn parse_kv(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
@@ -313,8 +327,16 @@ fn main() -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let mut feed_cfg = args.control.as_ref().map(|control| FeedConfig {
-        control: control.trim_end_matches('/').to_string(),
+    let controls = if args.control.is_empty() {
+        None
+    } else {
+        let c = Arc::new(ControlPlanes::new(&args.control)?);
+        tracing::info!(control = ?args.control, using = c.url(0),
+            "control planes: the first that answers is used, the next on failure");
+        Some(c)
+    };
+    let mut feed_cfg = controls.as_ref().map(|control| FeedConfig {
+        control: Arc::clone(control),
         token: token.clone(),
         engine_id: args
             .engine_id
@@ -352,7 +374,7 @@ fn main() -> anyhow::Result<()> {
         (None, None) => anyhow::bail!("--snapshot is required without --control"),
     };
     let tables = match &snapshot {
-        Some(s) => Tables::from_snapshot(scheme.clone(), Arc::clone(s), args.control.is_some())?,
+        Some(s) => Tables::from_snapshot(scheme.clone(), Arc::clone(s), controls.is_some())?,
         // No marks known: let every code through to the origin rather than reject a real one.
         None => Tables::new(
             scheme.clone(),
@@ -393,13 +415,14 @@ fn main() -> anyhow::Result<()> {
     let layers: &'static [&'static str] = Box::leak(Box::new(Layer::ALL.map(Layer::as_str)));
     let mut metrics = EngineMetrics::new(cores, backend.as_str(), layers);
 
-    let (origin, inboxes) = match &args.control {
-        Some(url) => {
+    metrics.control = controls.clone();
+    let (origin, inboxes) = match &controls {
+        Some(c) => {
             let cfg = OriginConfig {
                 token: token.clone(),
                 ..OriginConfig::default()
             };
-            let (origin, inboxes) = Origin::start(url, cfg, cores)?;
+            let (origin, inboxes) = Origin::start(Arc::clone(c), cfg, cores)?;
             metrics.origin = Some(origin.stats());
             (
                 Some(Arc::new(origin)),
@@ -740,4 +763,38 @@ fn start_click_sink(
         }
     };
     Ok(clicks.start(sink, Duration::from_millis(args.click_flush_ms.max(1))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(["lasthop-engine", "--key-file", "k"].iter().chain(extra))
+    }
+
+    #[test]
+    fn the_flags_hold_together() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn control_may_be_repeated_and_may_be_a_list() {
+        let a = parse(&[
+            "--control",
+            "http://a:1/",
+            "--control",
+            "http://b:2,http://c:3",
+        ])
+        .unwrap();
+        assert_eq!(a.control, ["http://a:1", "http://b:2", "http://c:3"]);
+        if std::env::var_os("LASTHOP_CONTROL").is_none() {
+            assert!(parse(&[]).unwrap().control.is_empty());
+        }
+        // Each URL is checked, wherever it stands in the list.
+        for bad in ["https://a:1", "http://a:1,b:2", "http://a:1,", "http://"] {
+            assert!(parse(&["--control", bad]).is_err(), "{bad}");
+        }
+    }
 }

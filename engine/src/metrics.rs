@@ -292,6 +292,8 @@ pub struct EngineMetrics {
     /// Snapshot swaps (SIGHUP or the feed) since start.
     pub snapshot_swaps: AtomicU64,
     pub health: Health,
+    /// The control planes and the one in use, when `--control` is given.
+    pub control: Option<Arc<crate::control::ControlPlanes>>,
     /// The origin read-through's fetch counters, when `--control` is given.
     pub origin: Option<Arc<OriginStats>>,
     /// The feed's state and counters, when `--control` is given.
@@ -302,8 +304,8 @@ pub struct EngineMetrics {
     pub clicks: Option<Arc<crate::clicks::Clicks>>,
 }
 
-/// Appends one metric family's HELP and TYPE lines (also used by [`crate::origin`] and
-/// [`crate::admin`]).
+/// Appends one metric family's HELP and TYPE lines (also used by [`crate::origin`],
+/// [`crate::control`] and [`crate::admin`]).
 pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     // Writing to a String cannot fail.
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -333,6 +335,7 @@ impl EngineMetrics {
             snapshot_links: AtomicU64::new(0),
             snapshot_swaps: AtomicU64::new(0),
             health: Health::default(),
+            control: None,
             origin: None,
             feed: None,
             tls: None,
@@ -521,6 +524,9 @@ impl EngineMetrics {
                 &format!("outcome=\"{name}\""),
                 self.sum(|c| &c.origin[i]),
             );
+        }
+        if let Some(control) = &self.control {
+            control.render(o);
         }
         if let Some(stats) = &self.origin {
             stats.render(o);

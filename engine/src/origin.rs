@@ -5,8 +5,8 @@
 //! The fetch runs on a few worker threads, never on a serving core: a core calls
 //! [`Origin::submit`] (a short mutex hold, no I/O besides the eventfd write on a negative-cache
 //! hit) and gets the answer later through its own [`OriginInbox`], whose eventfd its event loop
-//! watches. Each worker does a blocking `ureq` GET of the control plane's
-//! `GET /edge/v1/links/{code}` (its internal edge listener) with a bounded overall timeout.
+//! watches. Each worker does a blocking `ureq` GET of `GET /edge/v1/links/{code}` on the control
+//! plane in use ([`ControlPlanes`]; its internal edge listener) with a bounded overall timeout.
 //!
 //! - **Singleflight per code**: submits for a code that is already being fetched join that fetch;
 //!   every waiter, on any core, gets its answer.
@@ -23,8 +23,12 @@
 //! - **Fresh reuse**: a good answer younger than `fresh_ttl` (1 s) is reused without a fetch, so
 //!   safe mode (which confirms every locally found redirect here) costs one fetch per hot code
 //!   per second, not one per request.
-//! - **Breaker**: after a failed fetch, lookups for `breaker` (1 s) get the stale answer or
-//!   `Unavailable` at once; a dead control plane costs a redirect nothing instead of a timeout.
+//! - **Failover**: a fetch that cannot connect, times out or gets a 5xx moves the engine to the
+//!   next control plane ([`ControlPlanes::failed`]) and is retried once there (unless that one
+//!   failed within `breaker` too) before it counts as a failure.
+//! - **Breaker**: a control plane that failed a fetch is skipped for `breaker` (1 s); once every
+//!   one has, lookups get the stale answer or `Unavailable` at once, without a fetch: dead
+//!   control planes cost a redirect nothing instead of a timeout.
 //! - The edge token, when configured, travels as `Authorization: Bearer`.
 //!
 //! Both caches hold at most `max_entries` codes each; when full, expired entries go first, then
@@ -45,6 +49,7 @@ use std::time::{Duration, Instant};
 use lasthop_core::LinkStatus;
 use serde::Deserialize;
 
+use crate::control::ControlPlanes;
 use crate::metrics::{family, sample};
 
 /// Most distinct codes queued or being fetched at once.
@@ -68,9 +73,9 @@ pub struct OriginConfig {
     /// A good answer younger than this is reused without a fetch (safe mode confirms every
     /// redirect at the origin; this keeps a hot code to one fetch per interval).
     pub fresh_ttl: Duration,
-    /// After a failed fetch, lookups for this long are answered from the stale cache (or
-    /// `Unavailable`) without trying: a dead control plane costs a redirect nothing, instead of
-    /// a timeout each.
+    /// A control plane that failed a fetch is not retried on for this long; once every one has
+    /// failed, lookups are answered from the stale cache (or `Unavailable`) without trying: dead
+    /// control planes cost a redirect nothing, instead of a timeout each.
     pub breaker: Duration,
     /// The edge token (`Authorization: Bearer`), when the control plane wants one.
     pub token: Option<String>,
@@ -120,8 +125,6 @@ pub struct OriginReply {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OriginError {
-    #[error("control URL {url:?} must be http://host:port (the control plane's edge listener)")]
-    BadUrl { url: String },
     #[error("creating an eventfd: {0}")]
     Eventfd(std::io::Error),
     #[error("starting an origin worker thread: {0}")]
@@ -208,7 +211,7 @@ pub struct OriginStats {
     overflow: AtomicU64,
     /// Submits answered from a good answer younger than `fresh_ttl`.
     fresh_hits: AtomicU64,
-    /// Submits answered without a fetch because the last fetch failed.
+    /// Submits answered without a fetch because every control plane's last fetch failed.
     breaker_open: AtomicU64,
 }
 
@@ -276,7 +279,7 @@ impl OriginStats {
             ),
             (
                 "lasthop_engine_origin_breaker_open_total",
-                "Origin lookups answered without a fetch because the last fetch failed.",
+                "Origin lookups answered without a fetch because every control plane just failed one.",
                 &self.breaker_open,
             ),
         ] {
@@ -301,8 +304,9 @@ struct State {
     positive: HashMap<Box<[u8]>, (OriginAnswer, Instant)>,
     /// 404s and when they stop counting.
     negative: HashMap<Box<[u8]>, Instant>,
-    /// Until when lookups skip the fetch (the last fetch failed).
-    down_until: Option<Instant>,
+    /// Per control plane (by index): until when it is not tried (its last fetch failed).
+    /// Lookups skip the fetch while every one is.
+    down_until: Vec<Option<Instant>>,
     shutdown: bool,
 }
 
@@ -316,8 +320,7 @@ struct Shared {
     state: Mutex<State>,
     work: Condvar,
     cfg: OriginConfig,
-    /// `http://host:port`, no trailing slash.
-    base: String,
+    controls: Arc<ControlPlanes>,
     outboxes: Vec<Outbox>,
     stats: Arc<OriginStats>,
 }
@@ -346,12 +349,49 @@ impl Shared {
         }
     }
 
+    /// One HTTP fetch of `code` from control plane `control`, counted by outcome.
+    fn fetch(&self, agent: &ureq::Agent, control: usize, code: &[u8]) -> Fetched {
+        let fetched = fetch(
+            agent,
+            self.controls.url(control),
+            self.cfg.token.as_deref(),
+            code,
+        );
+        let outcome = match &fetched {
+            Fetched::Found(_) => 0,
+            Fetched::NotFound => 1,
+            Fetched::Failed {
+                timed_out: false, ..
+            } => 2,
+            Fetched::Failed {
+                timed_out: true, ..
+            } => 3,
+        };
+        self.stats.fetches[outcome].fetch_add(1, Ordering::Relaxed);
+        fetched
+    }
+
     /// The stale answer for `code`, if one is young enough.
     fn stale(&self, st: &State, code: &[u8], now: Instant) -> Option<OriginAnswer> {
         st.positive
             .get(code)
             .filter(|(_, at)| now.saturating_duration_since(*at) < self.cfg.stale_ttl)
             .map(|(a, _)| a.clone())
+    }
+}
+
+impl State {
+    fn is_down(&self, control: usize, now: Instant) -> bool {
+        self.down_until
+            .get(control)
+            .copied()
+            .flatten()
+            .is_some_and(|until| now < until)
+    }
+
+    /// Every control plane failed within the breaker window.
+    fn all_down(&self, now: Instant) -> bool {
+        (0..self.down_until.len()).all(|i| self.is_down(i, now))
     }
 }
 
@@ -365,26 +405,20 @@ pub struct Origin {
 impl std::fmt::Debug for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Origin")
-            .field("base", &self.shared.base)
+            .field("controls", &self.shared.controls)
             .field("workers", &self.workers.len())
             .finish_non_exhaustive()
     }
 }
 
 impl Origin {
-    /// Starts `cfg.workers` fetching threads against `control_base_url` (the control plane's
-    /// edge listener, `http://host:port`) and returns one inbox per serving core, in core order.
+    /// Starts `cfg.workers` fetching threads against `controls` (the control planes' edge
+    /// listeners; the one in use is asked) and returns one inbox per serving core, in core order.
     pub fn start(
-        control_base_url: &str,
+        controls: Arc<ControlPlanes>,
         cfg: OriginConfig,
         cores: usize,
     ) -> Result<(Origin, Vec<OriginInbox>), OriginError> {
-        let base = control_base_url.trim_end_matches('/');
-        if !base.starts_with("http://") || base.len() <= "http://".len() {
-            return Err(OriginError::BadUrl {
-                url: control_base_url.to_string(),
-            });
-        }
         let mut outboxes = Vec::with_capacity(cores);
         let mut inboxes = Vec::with_capacity(cores);
         for _ in 0..cores {
@@ -402,9 +436,12 @@ impl Origin {
             .redirects(0)
             .build();
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                down_until: vec![None; controls.len()],
+                ..State::default()
+            }),
             work: Condvar::new(),
-            base: base.to_string(),
+            controls,
             outboxes,
             stats: Arc::new(OriginStats::default()),
             cfg,
@@ -456,7 +493,7 @@ impl Origin {
             shared.deliver(core, token, code.into(), answer);
             return;
         }
-        if st.down_until.is_some_and(|until| now < until) {
+        if st.all_down(now) {
             let answer = shared.stale(&st, code, now);
             drop(st);
             stats.breaker_open.fetch_add(1, Ordering::Relaxed);
@@ -515,7 +552,12 @@ impl Drop for Origin {
 enum Fetched {
     Found(OriginAnswer),
     NotFound,
-    Failed { timed_out: bool },
+    Failed {
+        timed_out: bool,
+        /// The control plane is unreachable, timed out or answered 5xx: try the next. (A 401, a
+        /// stray 404 or a garbled body would be the same anywhere.)
+        fail_over: bool,
+    },
 }
 
 fn worker(shared: &Shared, agent: &ureq::Agent) {
@@ -532,26 +574,21 @@ fn worker(shared: &Shared, agent: &ureq::Agent) {
                 st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
             }
         };
-        let fetched = fetch(agent, &shared.base, shared.cfg.token.as_deref(), &code);
+        let (fetched, answered_by, failed_before) = fetch_failing_over(shared, agent, &code);
         let stats = &shared.stats;
-        let outcome = match &fetched {
-            Fetched::Found(_) => 0,
-            Fetched::NotFound => 1,
-            Fetched::Failed { timed_out: false } => 2,
-            Fetched::Failed { timed_out: true } => 3,
-        };
-        stats.fetches[outcome].fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let cfg = &shared.cfg;
         let (waiters, answer) = {
             let mut st = shared.lock();
             let flight = st.inflight.remove(&code);
             let may_cache_negative = flight.as_ref().is_some_and(|f| f.may_cache_negative);
-            st.down_until = match fetched {
-                Fetched::Failed { .. } if !cfg.breaker.is_zero() => Some(now + cfg.breaker),
-                Fetched::Failed { .. } => None,
-                Fetched::Found(_) | Fetched::NotFound => None,
-            };
+            let down = (!cfg.breaker.is_zero()).then(|| now + cfg.breaker);
+            let failed = matches!(fetched, Fetched::Failed { .. });
+            for (control, failed) in [(failed_before, true), (Some(answered_by), failed)] {
+                if let Some(slot) = control.and_then(|c| st.down_until.get_mut(c)) {
+                    *slot = if failed { down } else { None };
+                }
+            }
             let answer = match fetched {
                 Fetched::Found(answer) => {
                     st.negative.remove(&code);
@@ -591,6 +628,33 @@ fn worker(shared: &Shared, agent: &ureq::Agent) {
             shared.deliver(core, token, code.clone(), answer.clone());
         }
     }
+}
+
+/// Fetches `code` from the control plane in use; when that one cannot be reached, times out or
+/// answers 5xx, fails over and tries the next once (unless it failed within the breaker window
+/// too). Returns the last fetch's outcome, the control plane that gave it, and the one that
+/// failed before it, if the fetch was retried.
+fn fetch_failing_over(
+    shared: &Shared,
+    agent: &ureq::Agent,
+    code: &[u8],
+) -> (Fetched, usize, Option<usize>) {
+    let first = shared.controls.current();
+    let fetched = shared.fetch(agent, first, code);
+    if !matches!(
+        fetched,
+        Fetched::Failed {
+            fail_over: true,
+            ..
+        }
+    ) {
+        return (fetched, first, None);
+    }
+    let next = shared.controls.failed(first, "an origin fetch failed");
+    if next == first || shared.lock().is_down(next, Instant::now()) {
+        return (fetched, first, None);
+    }
+    (shared.fetch(agent, next, code), next, Some(first))
 }
 
 /// Inserts, keeping `map` at most `max` long: when full, drops the entries `live` rejects, then
@@ -675,33 +739,47 @@ fn fetch(agent: &ureq::Agent, base: &str, token: Option<&str>, code: &[u8]) -> F
                 }),
                 Err(e) => {
                     tracing::warn!(error = %e, "origin: unreadable answer");
+                    let timed_out = is_timeout(&e);
                     Fetched::Failed {
-                        timed_out: is_timeout(&e),
+                        timed_out,
+                        fail_over: timed_out,
                     }
                 }
             }
         }
         Ok(resp) => {
             tracing::warn!(status = resp.status(), "origin: unexpected status");
-            Fetched::Failed { timed_out: false }
+            Fetched::Failed {
+                timed_out: false,
+                fail_over: false,
+            }
         }
         Err(ureq::Error::Status(404, resp)) => {
             match serde_json::from_reader::<_, WireError>(resp.into_reader().take(MAX_BODY)) {
                 Ok(w) if w.error.code == "not_found" => Fetched::NotFound,
                 _ => {
                     tracing::warn!("origin: a 404 that is not the edge listener's not_found");
-                    Fetched::Failed { timed_out: false }
+                    Fetched::Failed {
+                        timed_out: false,
+                        fail_over: false,
+                    }
                 }
             }
         }
         Err(ureq::Error::Status(status, _)) => {
             tracing::warn!(status, "origin: error status");
-            Fetched::Failed { timed_out: false }
+            Fetched::Failed {
+                timed_out: false,
+                fail_over: status >= 500,
+            }
         }
         Err(e) => {
             let timed_out = is_timeout(&e);
             tracing::warn!(error = %e, timed_out, "origin: fetch failed");
-            Fetched::Failed { timed_out }
+            Fetched::Failed {
+                timed_out,
+                fail_over: true,
+            }
         }
     }
 }
@@ -842,6 +920,11 @@ mod tests {
         }
     }
 
+    /// One control plane at `url`.
+    fn controls(url: &str) -> Arc<ControlPlanes> {
+        Arc::new(ControlPlanes::new([url]).unwrap())
+    }
+
     /// Collects `n` replies (waiting on the eventfd's counter, as a core's loop would).
     fn recv(inbox: &OriginInbox, n: usize) -> Vec<OriginReply> {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -878,7 +961,8 @@ mod tests {
             "/edge/v1/links/abcDEF1" => fast(200, link_json("abcDEF1", "https://example.com/a")),
             _ => fast(404, not_found()),
         });
-        let (origin, inboxes) = Origin::start(&format!("{}/", server.base), cfg(), 2).unwrap();
+        let (origin, inboxes) =
+            Origin::start(controls(&format!("{}/", server.base)), cfg(), 2).unwrap();
         assert_ne!(inboxes[0].eventfd(), inboxes[1].eventfd());
         origin.submit(1, b"abcDEF1", 99, true);
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -915,7 +999,7 @@ mod tests {
     fn not_found_is_cached_only_where_allowed() {
         let server = TestOrigin::start(|_| fast(404, not_found()));
         let (origin, inboxes) = Origin::start(
-            &server.base,
+            controls(&server.base),
             OriginConfig {
                 negative_ttl: Duration::from_millis(300),
                 ..cfg()
@@ -976,7 +1060,7 @@ mod tests {
                 Duration::from_millis(300),
             )
         });
-        let (origin, inboxes) = Origin::start(&server.base, cfg(), 4).unwrap();
+        let (origin, inboxes) = Origin::start(controls(&server.base), cfg(), 4).unwrap();
         let origin = Arc::new(origin);
         let threads: Vec<_> = (0..4)
             .map(|core| {
@@ -1015,7 +1099,7 @@ mod tests {
             )
         });
         let (origin, inboxes) = Origin::start(
-            &server.base,
+            controls(&server.base),
             OriginConfig {
                 timeout: Duration::from_millis(100),
                 ..OriginConfig::default()
@@ -1047,7 +1131,7 @@ mod tests {
             _ => fast(404, not_found()),
         });
         let (origin, inboxes) = Origin::start(
-            &server.base,
+            controls(&server.base),
             OriginConfig {
                 fresh_ttl: Duration::from_secs(60),
                 breaker: Duration::from_secs(60),
@@ -1091,7 +1175,7 @@ mod tests {
             "/edge/v1/links/abcDEF1" => fast(200, link_json("abcDEF1", "https://example.com/a")),
             _ => fast(404, not_found()),
         });
-        let (origin, inboxes) = Origin::start(&server.base, cfg(), 1).unwrap();
+        let (origin, inboxes) = Origin::start(controls(&server.base), cfg(), 1).unwrap();
         let inbox = &inboxes[0];
         let found = one(&origin, inbox, b"abcDEF1", true);
         assert!(matches!(found, OriginAnswer::Found { .. }));
@@ -1112,7 +1196,7 @@ mod tests {
         let server =
             TestOrigin::start(|_| fast(200, link_json("abcDEF1", "https://example.com/a")));
         let (origin, inboxes) = Origin::start(
-            &server.base,
+            controls(&server.base),
             OriginConfig {
                 stale_ttl: Duration::ZERO,
                 ..cfg()
@@ -1133,6 +1217,103 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_control_plane_is_skipped_and_the_breaker_waits_for_every_one() {
+        let mut dead = TestOrigin::start(|_| fast(500, String::new()));
+        dead.kill(); // its port refuses connections from now on
+        let mut live = TestOrigin::start(|path| match path {
+            "/edge/v1/links/abcDEF1" => fast(200, link_json("abcDEF1", "https://example.com/a")),
+            _ => fast(404, not_found()),
+        });
+        let controls = Arc::new(ControlPlanes::new([&dead.base, &live.base]).unwrap());
+        let (origin, inboxes) = Origin::start(
+            Arc::clone(&controls),
+            OriginConfig {
+                breaker: Duration::from_secs(60),
+                ..cfg()
+            },
+            1,
+        )
+        .unwrap();
+        let inbox = &inboxes[0];
+        assert!(
+            matches!(
+                one(&origin, inbox, b"abcDEF1", true),
+                OriginAnswer::Found { .. }
+            ),
+            "retried on the next control plane"
+        );
+        assert_eq!((controls.current(), controls.failovers()), (1, 1));
+        assert_eq!(origin.stats().fetches(), 2);
+        // It stays on the one that works.
+        assert_eq!(
+            one(&origin, inbox, b"never01", true),
+            OriginAnswer::NotFound
+        );
+        assert_eq!((live.requests(), origin.stats().fetches()), (2, 3));
+
+        // The second dies too: it fails over back to the first, which failed within the breaker
+        // window, so there is no retry; now every control plane has failed and the breaker opens.
+        live.kill();
+        assert_eq!(
+            one(&origin, inbox, b"otherco", true),
+            OriginAnswer::Unavailable
+        );
+        assert_eq!((controls.current(), origin.stats().fetches()), (0, 4));
+        assert_eq!(
+            one(&origin, inbox, b"third01", true),
+            OriginAnswer::Unavailable
+        );
+        assert_eq!(
+            origin.stats().fetches(),
+            4,
+            "the open breaker skipped the fetch"
+        );
+        let mut text = String::new();
+        origin.stats().render(&mut text);
+        assert!(
+            text.contains("lasthop_engine_origin_breaker_open_total 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_5xx_fails_over_and_a_not_found_does_not() {
+        let handler = |status: u16, body: fn() -> String| {
+            move |path: &str| match path {
+                "/edge/v1/links/abcDEF1" => fast(status, body()),
+                _ => fast(404, not_found()),
+            }
+        };
+        let sick = TestOrigin::start(handler(503, || {
+            r#"{"error":{"code":"storage_unavailable"}}"#.into()
+        }));
+        let good = TestOrigin::start(handler(200, || {
+            link_json("abcDEF1", "https://example.com/a")
+        }));
+        let controls = Arc::new(ControlPlanes::new([&sick.base, &good.base]).unwrap());
+        let (origin, inboxes) = Origin::start(Arc::clone(&controls), cfg(), 1).unwrap();
+        // A 404 from the control plane in use is an answer: no one else is asked.
+        assert_eq!(
+            one(&origin, &inboxes[0], b"never01", false),
+            OriginAnswer::NotFound
+        );
+        assert_eq!(
+            (sick.requests(), good.requests(), controls.current()),
+            (1, 0, 0)
+        );
+        // A 503 is its failure: the lookup is retried on the next, which answers.
+        assert!(matches!(
+            one(&origin, &inboxes[0], b"abcDEF1", true),
+            OriginAnswer::Found { .. }
+        ));
+        assert_eq!(
+            (sick.requests(), good.requests(), controls.current()),
+            (2, 1, 1)
+        );
+        assert_eq!(controls.failovers(), 1);
+    }
+
+    #[test]
     fn only_the_edge_listeners_not_found_means_not_found() {
         let server = TestOrigin::start(|path| match path {
             "/edge/v1/links/wrongroute" => fast(404, r#"{"error":{"code":"no_route"}}"#.into()),
@@ -1140,7 +1321,7 @@ mod tests {
             "/edge/v1/links/garbled" => fast(200, "{not json".into()),
             _ => fast(503, r#"{"error":{"code":"storage_unavailable"}}"#.into()),
         });
-        let (origin, inboxes) = Origin::start(&server.base, cfg(), 1).unwrap();
+        let (origin, inboxes) = Origin::start(controls(&server.base), cfg(), 1).unwrap();
         for code in [&b"wrongroute"[..], b"htmlpage", b"garbled", b"abcDEF1"] {
             assert_eq!(
                 one(&origin, &inboxes[0], code, true),
@@ -1165,22 +1346,12 @@ mod tests {
                 fast(404, not_found())
             })
         };
-        let (origin, inboxes) = Origin::start(&server.base, cfg(), 1).unwrap();
+        let (origin, inboxes) = Origin::start(controls(&server.base), cfg(), 1).unwrap();
         one(&origin, &inboxes[0], b"a b/c?\xff", true);
         assert_eq!(
             *seen.lock().unwrap(),
             vec!["/edge/v1/links/a%20b%2Fc%3F%FF".to_string()]
         );
-    }
-
-    #[test]
-    fn rejects_a_base_that_is_not_http() {
-        for url in ["https://control:8082", "control:8082", "http://", ""] {
-            assert!(matches!(
-                Origin::start(url, cfg(), 1),
-                Err(OriginError::BadUrl { .. })
-            ));
-        }
     }
 
     #[test]
@@ -1333,7 +1504,7 @@ mod tests {
             .call()
             .unwrap();
         // Without the edge token the control plane answers 401: a failure, never "not found".
-        let (anonymous, inboxes) = Origin::start(&control.edge, cfg(), 1).unwrap();
+        let (anonymous, inboxes) = Origin::start(controls(&control.edge), cfg(), 1).unwrap();
         assert_eq!(
             one(&anonymous, &inboxes[0], code.as_bytes(), true),
             OriginAnswer::Unavailable
@@ -1342,7 +1513,7 @@ mod tests {
             token: Some(control.token.clone()),
             ..cfg()
         };
-        let (origin, inboxes) = Origin::start(&control.edge, with_token, 1).unwrap();
+        let (origin, inboxes) = Origin::start(controls(&control.edge), with_token, 1).unwrap();
         let inbox = &inboxes[0];
         assert_eq!(
             one(&origin, inbox, code.as_bytes(), true),

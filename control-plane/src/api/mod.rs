@@ -236,11 +236,15 @@ impl From<StoreError> for ApiError {
             },
             other => {
                 tracing::error!(error = %other, "store failure");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "storage_unavailable",
-                    "storage is unavailable, retry later",
-                )
+                // A lost database connection is retried by the store itself: clients retry.
+                ApiError {
+                    retry_after: Some(1),
+                    ..ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "storage_unavailable",
+                        "storage is unavailable, retry later",
+                    )
+                }
             }
         }
     }

@@ -6,6 +6,7 @@
 //! state change with its change-log entry and its denylist entry.
 
 pub mod embedded;
+pub mod postgres;
 
 use lasthop_core::feed::DenyKind;
 use lasthop_core::{Change, Hold, Link, LinkState};
@@ -647,6 +648,17 @@ pub trait Store: Send + Sync + 'static {
     fn put_owner(&self, record: OwnerRecord) -> Result<(), StoreError>;
     /// Every owner with a trust record, by name.
     fn owners(&self) -> Result<Vec<OwnerRecord>, StoreError>;
+    /// A secret every control plane on a shared store uses (the edge token): the one stored,
+    /// or `make()`'s, stored first. `None` for a store of one process (embedded), whose secrets
+    /// live in files in its data directory.
+    fn shared_secret(
+        &self,
+        name: &str,
+        make: &dyn Fn() -> Result<String, StoreError>,
+    ) -> Result<Option<String>, StoreError> {
+        let _ = (name, make);
+        Ok(None)
+    }
     /// Graceful shutdown: returns the unused part of the leased counter block.
     fn shutdown(&self) -> Result<(), StoreError>;
 }

@@ -8,6 +8,9 @@
 //! - `router`: every API call through the axum router without a socket, on a real store;
 //! - `process`: the real binary over real sockets (curl and an HTTP client crate): concurrent
 //!   alias claims, graceful and hard restarts, and the SIGKILL crash test;
+//! - `replication`: a PostgreSQL primary and synchronous standby, failover under load;
+//! - `store`: the store's contract, one suite run on the embedded store and on a real
+//!   PostgreSQL;
 //! - `safety`: trust and safety in the real binary: reputation lists (spellings, formats,
 //!   reloads), chained shorteners, the scanner with a real verdict webhook, holds, velocity,
 //!   suspension, key revocation, reports and the review queue, appeals, history, hosts.
@@ -17,5 +20,7 @@ mod edge;
 mod feed;
 mod harness;
 mod process;
+mod replication;
 mod router;
 mod safety;
+mod store;

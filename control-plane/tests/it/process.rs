@@ -107,9 +107,35 @@ fn create_code(base: &str, key: &str, url: &str) -> String {
 /// SIGKILL burns it (the next code comes from a fresh block).
 #[test]
 fn graceful_shutdown_returns_the_block_and_a_crash_burns_it() {
+    blocks_across_restarts(&[]);
+}
+
+/// The same on the PostgreSQL store.
+#[test]
+fn graceful_shutdown_returns_the_block_and_a_crash_burns_it_on_postgres() {
+    if let Some((_pg, url)) = postgres_store("process::graceful_shutdown_on_postgres") {
+        blocks_across_restarts(&["--store", &url]);
+    }
+}
+
+/// A database on the shared PostgreSQL test server, with its server kept alive.
+fn postgres_store(test: &str) -> Option<(Arc<crate::harness::Postgres>, String)> {
+    let pg = crate::harness::Postgres::shared(test)?;
+    let mut b = [0u8; 6];
+    use std::io::Read as _;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .unwrap();
+    let name: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let url = pg.database(&format!("p{name}"));
+    Some((pg, url))
+}
+
+fn blocks_across_restarts(store: &[&str]) {
     let site = Site::new();
     let block = 1000u64;
-    let args = ["--block-size", "1000"];
+    let mut args = vec!["--block-size", "1000"];
+    args.extend_from_slice(store);
     let server = site.start(&args);
     let first = counter_of(
         &site,
@@ -161,8 +187,20 @@ fn graceful_shutdown_returns_the_block_and_a_crash_burns_it() {
 /// out twice across the restart.
 #[test]
 fn sigkill_mid_load_loses_no_acknowledged_link() {
+    crash_mid_load(&[]);
+}
+
+/// The same on the PostgreSQL store.
+#[test]
+fn sigkill_mid_load_loses_no_acknowledged_link_on_postgres() {
+    if let Some((_pg, url)) = postgres_store("process::sigkill_mid_load_on_postgres") {
+        crash_mid_load(&["--store", &url]);
+    }
+}
+
+fn crash_mid_load(store: &[&str]) {
     let site = Site::new();
-    let server = site.start(&[]);
+    let server = site.start(store);
     let acked = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..8)
@@ -201,7 +239,7 @@ fn sigkill_mid_load_loses_no_acknowledged_link() {
     let before: Vec<(String, String)> = acked.lock().unwrap().clone();
     assert!(before.len() >= 300, "load too small: {}", before.len());
 
-    let server = site.start(&[]);
+    let server = site.start(store);
     let mut after = Vec::new();
     for i in 0..200 {
         let url = format!("https://example.com/after/{i}");

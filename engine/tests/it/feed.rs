@@ -1,12 +1,38 @@
 //! The edge feed end to end: a real control plane and several real engines on loopback, each
 //! engine started with no snapshot of its own (it downloads the control plane's), subscribed
-//! with the edge token.
+//! with the edge token. Also an engine given several control planes (`--control` repeated or a
+//! list), one of them unreachable: with today's embedded store two live control planes cannot
+//! share one, so failover is tested against a dead URL and a killed, restarted control plane.
 
 use std::time::Duration;
 
 use crate::harness::{
     in_sync, status_of, subscribed_engine as engine, wait_until, Conn, Control, Engine, Load, Site,
+    ENGINE,
 };
+
+/// Nothing listens on port 1 (privileged, unassigned): connections are refused at once.
+const DEAD_CONTROL: &str = "http://127.0.0.1:1";
+
+/// An engine with these `--control` values (each may be a comma-separated list), the edge token
+/// of `control`, and `extra`.
+fn engine_with_controls(
+    site: &Site,
+    control: &Control,
+    controls: &[&str],
+    extra: &[&str],
+) -> Engine {
+    let token = control.token_file().to_string_lossy().into_owned();
+    let mut args: Vec<&str> = controls.iter().flat_map(|c| ["--control", *c]).collect();
+    args.extend(["--edge-token-file", &token]);
+    args.extend(extra);
+    Engine::launch(std::process::Command::new(ENGINE), site, &args)
+}
+
+fn failovers(e: &Engine) -> f64 {
+    e.metric("lasthop_engine_control_failovers_total")
+        .unwrap_or(-1.0)
+}
 
 fn wait_status(engines: &[Engine], path: &str, want: u16, what: &str) -> Duration {
     let mut worst = Duration::ZERO;
@@ -266,4 +292,96 @@ fn the_feed_refuses_engines_without_the_token() {
     assert_eq!(e.metric("lasthop_engine_feed_connected"), Some(0.0));
     assert_eq!(e.metric("lasthop_engine_snapshot_missing"), Some(1.0));
     assert!(e.log().contains("401"), "{}", e.log());
+}
+
+#[test]
+fn an_unreachable_first_control_plane_is_skipped() {
+    let site = Site::new();
+    let control = Control::start(&site, &[]);
+    let before = control.create("https://example.com/before-the-failover");
+    let list = format!("{DEAD_CONTROL},{}", control.edge);
+    let e = engine_with_controls(&site, &control, &[&list], &[]);
+    wait_until(
+        Duration::from_secs(10),
+        "in sync through the second control plane",
+        || in_sync(&e),
+    );
+    assert_eq!(e.metric("lasthop_engine_control_planes"), Some(2.0));
+    assert_eq!(e.metric("lasthop_engine_control_current"), Some(1.0));
+    let moved = failovers(&e);
+    assert!(moved >= 1.0, "{}", e.log());
+    assert!(e.log().contains("failing over"), "{}", e.log());
+    assert_eq!(status_of(&e.addr, &format!("/{before}")), 302);
+
+    // It stays on the one that works: new links and takedowns reach it as with one.
+    let code = control.create("https://example.com/after-the-failover");
+    let engines = [e];
+    wait_status(&engines, &format!("/{code}"), 302, "new link");
+    control.takedown(&code, "phishing");
+    let took = wait_status(&engines, &format!("/{code}"), 410, "takedown");
+    assert!(took < Duration::from_secs(1), "takedown took {took:?}");
+    let e = &engines[0];
+    assert_eq!(e.metric("lasthop_engine_control_current"), Some(1.0));
+    assert_eq!(failovers(e), moved, "no rotation while it works");
+}
+
+#[test]
+fn with_a_list_a_killed_control_plane_means_safe_mode_until_it_is_back() {
+    let site = Site::new();
+    let mut control = Control::start(&site, &[]);
+    let live = control.create("https://example.com/live");
+    let edge = control.edge.clone();
+    let e = engine_with_controls(
+        &site,
+        &control,
+        &[&edge, DEAD_CONTROL],
+        &["--feed-timeout-ms", "1000"],
+    );
+    wait_until(Duration::from_secs(10), "in sync", || in_sync(&e));
+    assert_eq!(e.metric("lasthop_engine_control_current"), Some(0.0));
+    assert_eq!(failovers(&e), 0.0, "the first answered");
+
+    // Both control planes down: safe mode as with one, redirects served unconfirmed.
+    control.kill();
+    wait_until(Duration::from_secs(5), "feed loss noticed", || {
+        e.metric("lasthop_engine_safe_mode") == Some(1.0)
+    });
+    let (status, _, body) =
+        crate::harness::curl(&["-m", "2", &format!("http://{}/readyz", e.admin)]);
+    assert_eq!(status, 200, "still serving");
+    assert!(body.contains("degraded"), "{body}");
+    assert_eq!(status_of(&e.addr, &format!("/{live}")), 302);
+    assert!(
+        e.metric("lasthop_engine_safe_mode_unconfirmed_total")
+            .unwrap_or(0.0)
+            >= 1.0
+    );
+    // It goes round the list (backing off between rounds).
+    wait_until(Duration::from_secs(10), "round the list", || {
+        failovers(&e) >= 2.0
+    });
+
+    // Back on the same ports: the engine returns to it, resumes, and leaves safe mode.
+    control.restart();
+    wait_until(Duration::from_secs(15), "back in sync", || in_sync(&e));
+    assert_eq!(e.metric("lasthop_engine_safe_mode"), Some(0.0));
+    wait_until(Duration::from_secs(5), "the first in use again", || {
+        e.metric("lasthop_engine_control_current") == Some(0.0)
+    });
+    let code = control.create("https://example.com/after-the-restart");
+    let engines = [e];
+    wait_status(
+        &engines,
+        &format!("/{code}"),
+        302,
+        "link created after the restart",
+    );
+    control.takedown(&code, "spam");
+    wait_status(
+        &engines,
+        &format!("/{code}"),
+        410,
+        "takedown after the restart",
+    );
+    assert_eq!(status_of(&engines[0].addr, &format!("/{live}")), 302);
 }

@@ -1,0 +1,1000 @@
+//! The PostgreSQL store's writer: one task per control plane, group commit.
+//!
+//! It drains what is queued (up to `max_batch` operations) and applies it in one transaction.
+//! A transaction that appends to the change log first takes the row lock of `change_seq`
+//! (every control plane's writer does), so the writers of a cluster take turns: sequence
+//! numbers follow commit order, and everything read after the lock is what every earlier
+//! writer committed (an alias is free or it is not; a link's state is its latest). Runs of
+//! creates are written with one `unnest` statement per table, so a batch costs a handful of
+//! round trips however many links it holds.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::Arc;
+
+use lasthop_core::feed::DenyKind;
+use lasthop_core::{region_range, Change, CodeScheme, Link, LinkState};
+use lasthop_trust::Destination;
+use tokio::sync::watch;
+use tokio_postgres::{Client, Transaction};
+
+use super::{announce, connect, corrupt, pg, PgStoreConfig, CHANGES_CHANNEL};
+use crate::store::{
+    deny_kind, Actor, AuditRecord, Batch, BatchResult, CreateOutcome, CreateRequest, DeleteOutcome,
+    OwnerRecord, Report, ReportKind, Resolution, StoreError, StoredLink,
+};
+
+/// `denied.kind` values.
+pub(crate) const DENY_GONE: i16 = 0;
+pub(crate) const DENY_WARN: i16 = 1;
+/// Idempotency records purged per commit, so a purge never makes one batch slow.
+const PURGE_PER_COMMIT: i64 = 256;
+
+pub(crate) type Reply<T> = std::sync::mpsc::SyncSender<Result<T, StoreError>>;
+
+pub(crate) enum Op {
+    Create(Box<CreateRequest>, Reply<CreateOutcome>),
+    Delete {
+        code: String,
+        actor: Actor,
+        reply: Reply<DeleteOutcome>,
+    },
+    Batch(Box<Batch>, Reply<Vec<BatchResult>>),
+    AddReport(Box<Report>, Reply<Report>),
+    ResolveReport {
+        id: u64,
+        resolution: Resolution,
+        reply: Reply<Option<Result<Report, Report>>>,
+    },
+    PutOwner(Box<OwnerRecord>, Reply<()>),
+    Shutdown(Reply<()>),
+}
+
+/// What to tell a caller once its batch committed (or failed).
+type Finish = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+
+/// Where an operation's outcome is put while its transaction runs.
+type Slot<T> = Arc<std::sync::Mutex<Option<Result<T, StoreError>>>>;
+
+/// Registers `reply` to be answered when the batch ends: with the slot's outcome once the
+/// transaction committed, with the error otherwise. Registered before the transaction
+/// begins, so no caller is ever left without an answer (a lost connection answers every
+/// operation of the batch with the error, not with a dropped channel).
+fn pending<T: Send + 'static>(reply: Reply<T>, finishes: &mut Vec<Finish>) -> Slot<T> {
+    let slot: Slot<T> = Arc::new(std::sync::Mutex::new(None));
+    let outcome = Arc::clone(&slot);
+    finishes.push(Box::new(move |commit_error| {
+        let answer = match commit_error {
+            Some(e) => Err(StoreError::Storage(format!("commit failed: {e}"))),
+            None => outcome
+                .lock()
+                .ok()
+                .and_then(|mut o| o.take())
+                .unwrap_or_else(|| Err(StoreError::Storage("not applied".into()))),
+        };
+        let _ = reply.send(answer);
+    }));
+    slot
+}
+
+fn fill<T>(slot: &Slot<T>, outcome: Result<T, StoreError>) {
+    if let Ok(mut s) = slot.lock() {
+        *s = Some(outcome);
+    }
+}
+
+/// An operation of a batch, its reply registered.
+enum Work {
+    Create(CreateRequest, Slot<CreateOutcome>),
+    Delete(String, Actor, Slot<DeleteOutcome>),
+    Batch(Box<Batch>, Slot<Vec<BatchResult>>),
+    AddReport(Box<Report>, Slot<Report>),
+    ResolveReport(u64, Resolution, Slot<Option<Result<Report, Report>>>),
+    PutOwner(Box<OwnerRecord>, Slot<()>),
+    Shutdown(Slot<()>),
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Storage(e.to_string()))
+}
+
+fn i64_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn deny_code(kind: DenyKind) -> i16 {
+    match kind {
+        DenyKind::Gone => DENY_GONE,
+        DenyKind::Warn => DENY_WARN,
+    }
+}
+
+/// Changes a transaction writes to the log, the denylist and the audit trail, written with
+/// one statement per table at the end.
+#[derive(Default)]
+struct Appends {
+    changes: Vec<(i64, String)>,
+    audit: Vec<(String, String)>,
+    deny_set: HashMap<String, Option<i16>>,
+}
+
+impl Appends {
+    async fn write(self, txn: &Transaction<'_>) -> Result<(), StoreError> {
+        if !self.changes.is_empty() {
+            let (seqs, texts): (Vec<i64>, Vec<String>) = self.changes.into_iter().unzip();
+            txn.execute(
+                "INSERT INTO changes (seq, change) SELECT * FROM unnest($1::bigint[], $2::text[])",
+                &[&seqs, &texts],
+            )
+            .await
+            .map_err(pg)?;
+        }
+        if !self.audit.is_empty() {
+            let (codes, records): (Vec<String>, Vec<String>) = self.audit.into_iter().unzip();
+            txn.execute(
+                "INSERT INTO audit (code, record) SELECT * FROM unnest($1::text[], $2::text[])",
+                &[&codes, &records],
+            )
+            .await
+            .map_err(pg)?;
+        }
+        let (mut set_codes, mut set_kinds, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+        for (code, kind) in self.deny_set {
+            match kind {
+                Some(k) => {
+                    set_codes.push(code);
+                    set_kinds.push(k);
+                }
+                None => gone.push(code),
+            }
+        }
+        if !set_codes.is_empty() {
+            txn.execute(
+                "INSERT INTO denied (code, kind) SELECT * FROM unnest($1::text[], $2::smallint[]) \
+                 ON CONFLICT (code) DO UPDATE SET kind = excluded.kind",
+                &[&set_codes, &set_kinds],
+            )
+            .await
+            .map_err(pg)?;
+        }
+        if !gone.is_empty() {
+            txn.execute("DELETE FROM denied WHERE code = ANY($1)", &[&gone])
+                .await
+                .map_err(pg)?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) struct Writer {
+    pg: tokio_postgres::Config,
+    client: Option<Client>,
+    scheme: CodeScheme,
+    region: u32,
+    counter_range: Range<u64>,
+    block_size: u64,
+    /// The unused part of the leased block.
+    block: Range<u64>,
+    idempotency_ttl_ms: i64,
+    max_batch: usize,
+    commits: Arc<watch::Sender<u64>>,
+}
+
+impl Writer {
+    pub(crate) fn new(
+        config: &PgStoreConfig,
+        pg: tokio_postgres::Config,
+        commits: Arc<watch::Sender<u64>>,
+    ) -> Result<Writer, StoreError> {
+        let counter_range = region_range(config.region, config.regions)
+            .map_err(|e| StoreError::Storage(e.to_string()))?;
+        Ok(Writer {
+            pg,
+            client: None,
+            scheme: config.scheme.clone(),
+            region: config.region,
+            counter_range,
+            block_size: config.block_size.max(1),
+            block: 0..0,
+            idempotency_ttl_ms: config.idempotency_ttl_ms,
+            max_batch: config.max_batch.max(1),
+            commits,
+        })
+    }
+
+    pub(crate) async fn run(mut self, mut rx: tokio::sync::mpsc::UnboundedReceiver<Op>) {
+        while let Some(first) = rx.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < self.max_batch {
+                match rx.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            if self.commit_batch(batch).await {
+                return;
+            }
+        }
+        // Every sender is gone without a Shutdown: hand the block back anyway.
+        let _ = self.commit_batch(Vec::new()).await;
+    }
+
+    /// The connection, opened again if it was lost (a restart or a failover: with several
+    /// hosts and `target_session_attrs=read-write` this finds the new primary).
+    async fn client(&mut self) -> Result<&mut Client, StoreError> {
+        if self.client.as_ref().is_none_or(|c| c.is_closed()) {
+            self.client = None;
+            self.client = Some(connect(&self.pg).await?);
+        }
+        self.client
+            .as_mut()
+            .ok_or_else(|| StoreError::Storage("no postgres connection".into()))
+    }
+
+    /// Applies and commits one batch; true when a shutdown was in it.
+    async fn commit_batch(&mut self, batch: Vec<Op>) -> bool {
+        let mut shutdown = batch.is_empty();
+        let mut finishes: Vec<Finish> = Vec::with_capacity(batch.len());
+        let result = self.apply(batch, &mut finishes, &mut shutdown).await;
+        let err = match result {
+            Ok(last) => {
+                if let Some(last) = last {
+                    // Before the callers hear back: a takedown's 200 never precedes the feed.
+                    announce(&self.commits, last);
+                }
+                None
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "postgres group commit failed");
+                // Burn the block: a lease made in the failed transaction never happened, and a
+                // commit whose answer was lost may have written links with its counters.
+                self.block = 0..0;
+                if self.client.as_ref().is_some_and(|c| c.is_closed()) {
+                    self.client = None;
+                }
+                Some(e)
+            }
+        };
+        for f in finishes {
+            f(err.as_ref());
+        }
+        shutdown
+    }
+
+    /// The transaction of one batch; the last change-log sequence it wrote, if any.
+    async fn apply(
+        &mut self,
+        batch: Vec<Op>,
+        finishes: &mut Vec<Finish>,
+        shutdown: &mut bool,
+    ) -> Result<Option<u64>, StoreError> {
+        let writes_log = batch
+            .iter()
+            .any(|op| matches!(op, Op::Create(..) | Op::Delete { .. } | Op::Batch(..)));
+        // Every reply registered first: whatever fails below, each caller hears of it.
+        let work: Vec<Work> = batch
+            .into_iter()
+            .map(|op| match op {
+                Op::Create(req, reply) => Work::Create(*req, pending(reply, finishes)),
+                Op::Delete { code, actor, reply } => {
+                    Work::Delete(code, actor, pending(reply, finishes))
+                }
+                Op::Batch(b, reply) => Work::Batch(b, pending(reply, finishes)),
+                Op::AddReport(r, reply) => Work::AddReport(r, pending(reply, finishes)),
+                Op::ResolveReport {
+                    id,
+                    resolution,
+                    reply,
+                } => Work::ResolveReport(id, resolution, pending(reply, finishes)),
+                Op::PutOwner(r, reply) => Work::PutOwner(r, pending(reply, finishes)),
+                Op::Shutdown(reply) => {
+                    *shutdown = true;
+                    Work::Shutdown(pending(reply, finishes))
+                }
+            })
+            .collect();
+        let ttl = self.idempotency_ttl_ms;
+        let scheme = self.scheme.clone();
+        // Borrow-splitting: the counter state is used while the client is borrowed.
+        let mut counters = Counters {
+            region: self.region,
+            range: self.counter_range.clone(),
+            block_size: self.block_size,
+            block: self.block.clone(),
+        };
+        let client = self.client().await?;
+        let txn = client.transaction().await.map_err(pg)?;
+        let first_seq: i64 = if writes_log {
+            txn.query_one("SELECT next FROM change_seq WHERE id = 1 FOR UPDATE", &[])
+                .await
+                .map_err(pg)?
+                .get(0)
+        } else {
+            0
+        };
+        let mut next_seq = first_seq;
+        let mut appends = Appends::default();
+        let mut work = work.into_iter().peekable();
+        while let Some(item) = work.next() {
+            match item {
+                Work::Create(req, slot) => {
+                    let mut run = vec![(req, slot)];
+                    while let Some(Work::Create(..)) = work.peek() {
+                        if let Some(Work::Create(req, slot)) = work.next() {
+                            run.push((req, slot));
+                        }
+                    }
+                    let (reqs, slots): (Vec<_>, Vec<_>) = run.into_iter().unzip();
+                    let outcomes = apply_creates(
+                        &txn,
+                        &reqs,
+                        &mut counters,
+                        &mut next_seq,
+                        &mut appends,
+                        ttl,
+                        &scheme,
+                    )
+                    .await?;
+                    for (slot, outcome) in slots.iter().zip(outcomes) {
+                        fill(slot, outcome);
+                    }
+                }
+                Work::Delete(code, actor, slot) => {
+                    let outcome =
+                        apply_delete(&txn, &code, &actor, &mut next_seq, &mut appends).await?;
+                    fill(&slot, Ok(outcome));
+                }
+                Work::Batch(batch, slot) => {
+                    let outcome = apply_batch(&txn, &batch, &mut next_seq, &mut appends).await?;
+                    fill(&slot, Ok(outcome));
+                }
+                Work::AddReport(report, slot) => {
+                    let outcome = add_report(&txn, *report, &mut appends).await?;
+                    fill(&slot, Ok(outcome));
+                }
+                Work::ResolveReport(id, resolution, slot) => {
+                    let outcome = resolve_report(&txn, id, resolution).await?;
+                    fill(&slot, Ok(outcome));
+                }
+                Work::PutOwner(record, slot) => {
+                    put_owner(&txn, &record).await?;
+                    fill(&slot, Ok(()));
+                }
+                Work::Shutdown(slot) => fill(&slot, Ok(())),
+            }
+        }
+        appends.write(&txn).await?;
+        if *shutdown && !counters.block.is_empty() {
+            txn.execute(
+                "INSERT INTO free_counter_ranges (start_n, end_n, region) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+                &[
+                    &i64_of(counters.block.start),
+                    &i64_of(counters.block.end),
+                    &(counters.region as i32),
+                ],
+            )
+            .await
+            .map_err(pg)?;
+            counters.block = 0..0;
+        }
+        // Expired idempotency records, a few per commit.
+        let cutoff = crate::clock::now_ms() - ttl;
+        txn.execute(
+            "DELETE FROM idempotency WHERE ctid IN \
+             (SELECT ctid FROM idempotency WHERE created_at_ms < $1 LIMIT $2)",
+            &[&cutoff, &PURGE_PER_COMMIT],
+        )
+        .await
+        .map_err(pg)?;
+        let last = if next_seq != first_seq {
+            txn.execute("UPDATE change_seq SET next = $1 WHERE id = 1", &[&next_seq])
+                .await
+                .map_err(pg)?;
+            let last = next_seq - 1;
+            txn.execute(
+                "SELECT pg_notify($1, $2)",
+                &[&CHANGES_CHANNEL, &last.to_string()],
+            )
+            .await
+            .map_err(pg)?;
+            Some(u64::try_from(last).unwrap_or(0))
+        } else {
+            None
+        };
+        txn.commit().await.map_err(pg)?;
+        self.block = counters.block;
+        Ok(last)
+    }
+}
+
+/// The writer's counter lease, moved into a transaction.
+struct Counters {
+    region: u32,
+    range: Range<u64>,
+    block_size: u64,
+    block: Range<u64>,
+}
+
+impl Counters {
+    /// The next counter, leasing a block (a returned one first) when the current is used up.
+    async fn next(&mut self, txn: &Transaction<'_>) -> Result<u64, StoreError> {
+        if self.block.is_empty() {
+            let region = self.region as i32;
+            let reused = txn
+                .query_opt(
+                    "DELETE FROM free_counter_ranges WHERE start_n = \
+                     (SELECT start_n FROM free_counter_ranges WHERE region = $1 \
+                      ORDER BY start_n LIMIT 1 FOR UPDATE) \
+                     RETURNING start_n, end_n",
+                    &[&region],
+                )
+                .await
+                .map_err(pg)?;
+            self.block = match reused {
+                Some(row) => {
+                    let (s, e): (i64, i64) = (row.get(0), row.get(1));
+                    u64::try_from(s).unwrap_or(0)..u64::try_from(e).unwrap_or(0)
+                }
+                None => {
+                    txn.execute(
+                        "INSERT INTO counters (region, next) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                        &[&region, &i64_of(self.range.start)],
+                    )
+                    .await
+                    .map_err(pg)?;
+                    let next: i64 = txn
+                        .query_one(
+                            "SELECT next FROM counters WHERE region = $1 FOR UPDATE",
+                            &[&region],
+                        )
+                        .await
+                        .map_err(pg)?
+                        .get(0);
+                    let next = u64::try_from(next).unwrap_or(0).max(self.range.start);
+                    if next >= self.range.end {
+                        return Err(StoreError::CounterExhausted {
+                            region: self.region,
+                        });
+                    }
+                    let end = next.saturating_add(self.block_size).min(self.range.end);
+                    txn.execute(
+                        "UPDATE counters SET next = $2 WHERE region = $1",
+                        &[&region, &i64_of(end)],
+                    )
+                    .await
+                    .map_err(pg)?;
+                    next..end
+                }
+            };
+        }
+        let n = self.block.start;
+        self.block.start += 1;
+        Ok(n)
+    }
+}
+
+/// A run of creates: one statement per table for all of them.
+async fn apply_creates(
+    txn: &Transaction<'_>,
+    reqs: &[CreateRequest],
+    counters: &mut Counters,
+    next_seq: &mut i64,
+    appends: &mut Appends,
+    ttl: i64,
+    scheme: &CodeScheme,
+) -> Result<Vec<Result<CreateOutcome, StoreError>>, StoreError> {
+    let mut outcomes: Vec<Option<Result<CreateOutcome, StoreError>>> =
+        (0..reqs.len()).map(|_| None).collect();
+
+    // Idempotency: what earlier transactions answered.
+    let keyed: Vec<usize> = (0..reqs.len())
+        .filter(|&i| reqs[i].idempotency.is_some())
+        .collect();
+    let mut remembered: HashMap<(String, String), (String, i64, String)> = HashMap::new();
+    if !keyed.is_empty() {
+        let owners: Vec<&str> = keyed.iter().map(|&i| reqs[i].owner.as_str()).collect();
+        let keys: Vec<&str> = keyed
+            .iter()
+            .filter_map(|&i| reqs[i].idempotency.as_ref().map(|c| c.key.as_str()))
+            .collect();
+        let rows = txn
+            .query(
+                "SELECT i.owner, i.key, i.body_hash, i.created_at_ms, i.code FROM idempotency i \
+                 JOIN unnest($1::text[], $2::text[]) AS k(owner, key) \
+                   ON i.owner = k.owner AND i.key = k.key",
+                &[&owners, &keys],
+            )
+            .await
+            .map_err(pg)?;
+        for row in rows {
+            remembered.insert(
+                (row.get(0), row.get(1)),
+                (row.get(2), row.get(3), row.get(4)),
+            );
+        }
+    }
+    // Replays need the link as it is now (a deleted one has no URL left to replay).
+    let mut replay_codes = Vec::new();
+    for &i in &keyed {
+        let (Some(claim), req) = (&reqs[i].idempotency, &reqs[i]) else {
+            continue;
+        };
+        if let Some((hash, at, code)) = remembered.get(&(req.owner.clone(), claim.key.clone())) {
+            if req.now_ms - at < ttl {
+                if *hash == hex::encode(claim.body_hash) {
+                    replay_codes.push((i, code.clone()));
+                } else {
+                    outcomes[i] = Some(Ok(CreateOutcome::IdempotencyMismatch));
+                }
+            }
+        }
+    }
+    if !replay_codes.is_empty() {
+        let codes: Vec<&str> = replay_codes.iter().map(|(_, c)| c.as_str()).collect();
+        let rows = txn
+            .query(
+                &format!(
+                    "SELECT {} FROM links WHERE code = ANY($1)",
+                    super::LINK_COLUMNS
+                ),
+                &[&codes],
+            )
+            .await
+            .map_err(pg)?;
+        let mut found = HashMap::new();
+        for row in &rows {
+            let s = super::row_link(row)?;
+            found.insert(s.link.code.clone(), s);
+        }
+        for (i, code) in replay_codes {
+            outcomes[i] = Some(match found.get(&code) {
+                Some(s) => Ok(CreateOutcome::Replayed(s.clone())),
+                None => Err(corrupt("idempotency", format!("no link {code}"))),
+            });
+        }
+    }
+
+    // Aliases: taken in the store, or earlier in this run.
+    let aliases: Vec<&str> = (0..reqs.len())
+        .filter(|&i| outcomes[i].is_none())
+        .filter_map(|i| reqs[i].alias.as_deref())
+        .collect();
+    let mut taken: HashSet<String> = HashSet::new();
+    if !aliases.is_empty() {
+        for row in txn
+            .query("SELECT code FROM links WHERE code = ANY($1)", &[&aliases])
+            .await
+            .map_err(pg)?
+        {
+            taken.insert(row.get(0));
+        }
+    }
+    // Idempotency keys first used earlier in this run: replays of that create.
+    let mut first_of_key: HashMap<(String, String), usize> = HashMap::new();
+
+    let mut codes = Vec::new();
+    let mut urls = Vec::new();
+    let mut owners = Vec::new();
+    let mut created = Vec::new();
+    let mut seqs = Vec::new();
+    let mut states = Vec::new();
+    let (mut idx_keys, mut idx_codes, mut idx_hashes) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut idem_owner, mut idem_key, mut idem_hash, mut idem_at, mut idem_code) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut made: Vec<Option<StoredLink>> = (0..reqs.len()).map(|_| None).collect();
+    for (i, req) in reqs.iter().enumerate() {
+        if outcomes[i].is_some() {
+            continue;
+        }
+        if let Some(claim) = &req.idempotency {
+            let k = (req.owner.clone(), claim.key.clone());
+            if let Some(&j) = first_of_key.get(&k) {
+                let same = reqs[j]
+                    .idempotency
+                    .as_ref()
+                    .is_some_and(|c| c.body_hash == claim.body_hash);
+                outcomes[i] = Some(Ok(match (&made[j], same) {
+                    (Some(s), true) => CreateOutcome::Replayed(s.clone()),
+                    (_, false) => CreateOutcome::IdempotencyMismatch,
+                    (None, true) => CreateOutcome::AliasTaken,
+                }));
+                continue;
+            }
+            first_of_key.insert(k, i);
+        }
+        let code = match &req.alias {
+            Some(alias) => {
+                if !taken.insert(alias.clone()) {
+                    outcomes[i] = Some(Ok(CreateOutcome::AliasTaken));
+                    continue;
+                }
+                alias.clone()
+            }
+            None => match counters.next(txn).await {
+                Ok(n) => scheme
+                    .encode_string(n)
+                    .map_err(|e| StoreError::Storage(e.to_string()))?,
+                Err(e @ StoreError::CounterExhausted { .. }) => {
+                    outcomes[i] = Some(Err(e));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let seq = *next_seq;
+        *next_seq += 1;
+        let link = Link {
+            code: code.clone(),
+            long_url: req.long_url.clone(),
+            owner: req.owner.clone(),
+            created_at_ms: req.now_ms,
+        };
+        let state = LinkState {
+            expires_at_ms: req.expires_at_ms,
+            held: req.hold,
+            ..LinkState::default()
+        };
+        appends.changes.push((
+            seq,
+            json(&Change::LinkCreated {
+                link: link.clone(),
+                state: state.clone(),
+            })?,
+        ));
+        if let Some(kind) = deny_kind(&state) {
+            appends.deny_set.insert(code.clone(), Some(deny_code(kind)));
+        }
+        if let Some(hold) = req.hold {
+            let record = AuditRecord {
+                at_ms: req.now_ms,
+                actor: req.actor.to_string(),
+                action: "created".to_string(),
+                reason: Some(format!("held: {}", hold.as_str())),
+                undid: None,
+            };
+            appends.audit.push((code.clone(), json(&record)?));
+        }
+        let dest = match &req.destination {
+            Some(d) => Some(d.clone()),
+            None => Destination::parse(&req.long_url),
+        };
+        if let Some(dest) = dest {
+            idx_keys.push(dest.host.index_key());
+            idx_codes.push(code.clone());
+            idx_hashes.push(dest.url_hash() as i64);
+        }
+        if let Some(claim) = &req.idempotency {
+            idem_owner.push(req.owner.clone());
+            idem_key.push(claim.key.clone());
+            idem_hash.push(hex::encode(claim.body_hash));
+            idem_at.push(req.now_ms);
+            idem_code.push(code.clone());
+        }
+        codes.push(code);
+        urls.push(req.long_url.clone());
+        owners.push(req.owner.clone());
+        created.push(req.now_ms);
+        seqs.push(seq);
+        states.push(json(&state)?);
+        let stored = StoredLink {
+            link,
+            state,
+            seq: u64::try_from(seq).unwrap_or(0),
+        };
+        made[i] = Some(stored.clone());
+        outcomes[i] = Some(Ok(CreateOutcome::Created(stored)));
+    }
+    if !codes.is_empty() {
+        txn.execute(
+            "INSERT INTO links (code, long_url, owner, created_at_ms, created_seq, state) \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], \
+                                  $5::bigint[], $6::text[])",
+            &[&codes, &urls, &owners, &created, &seqs, &states],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    if !idx_keys.is_empty() {
+        txn.execute(
+            "INSERT INTO dest_hosts (index_key, code, url_hash) \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])",
+            &[&idx_keys, &idx_codes, &idx_hashes],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    if !idem_owner.is_empty() {
+        txn.execute(
+            "INSERT INTO idempotency (owner, key, body_hash, created_at_ms, code) \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) \
+             ON CONFLICT (owner, key) DO UPDATE SET body_hash = excluded.body_hash, \
+               created_at_ms = excluded.created_at_ms, code = excluded.code",
+            &[&idem_owner, &idem_key, &idem_hash, &idem_at, &idem_code],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| Err(StoreError::Storage("create not applied".into()))))
+        .collect())
+}
+
+/// Locks and reads links by code.
+async fn read_for_update(
+    txn: &Transaction<'_>,
+    codes: &[String],
+) -> Result<HashMap<String, StoredLink>, StoreError> {
+    let rows = txn
+        .query(
+            &format!(
+                "SELECT {} FROM links WHERE code = ANY($1) ORDER BY code FOR UPDATE",
+                super::LINK_COLUMNS
+            ),
+            &[&codes],
+        )
+        .await
+        .map_err(pg)?;
+    let mut out = HashMap::new();
+    for row in &rows {
+        let s = super::row_link(row)?;
+        out.insert(s.link.code.clone(), s);
+    }
+    Ok(out)
+}
+
+async fn apply_delete(
+    txn: &Transaction<'_>,
+    code: &str,
+    actor: &Actor,
+    next_seq: &mut i64,
+    appends: &mut Appends,
+) -> Result<DeleteOutcome, StoreError> {
+    let mut found = read_for_update(txn, &[code.to_string()]).await?;
+    let Some(mut s) = found.remove(code) else {
+        return Ok(DeleteOutcome::NotFound);
+    };
+    if s.state.deleted {
+        return Ok(DeleteOutcome::AlreadyDeleted);
+    }
+    if let Some(dest) = Destination::parse(&s.link.long_url) {
+        txn.execute(
+            "DELETE FROM dest_hosts WHERE index_key = $1 AND code = $2",
+            &[&dest.host.index_key(), &code],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    s.link.long_url.clear();
+    s.state.deleted = true;
+    txn.execute(
+        "UPDATE links SET long_url = '', state = $2 WHERE code = $1",
+        &[&code, &json(&s.state)?],
+    )
+    .await
+    .map_err(pg)?;
+    // Erasure: the creation's log entry carried the URL; it keeps the code, not the URL.
+    scrub_creation(txn, &s.link, s.seq).await?;
+    let seq = *next_seq;
+    *next_seq += 1;
+    appends.changes.push((
+        seq,
+        json(&Change::StateChanged {
+            code: code.to_string(),
+            state: s.state.clone(),
+        })?,
+    ));
+    appends.deny_set.insert(code.to_string(), None);
+    let record = AuditRecord {
+        at_ms: crate::clock::now_ms(),
+        actor: actor.to_string(),
+        action: "delete".to_string(),
+        reason: None,
+        undid: None,
+    };
+    appends.audit.push((code.to_string(), json(&record)?));
+    Ok(DeleteOutcome::Deleted)
+}
+
+/// Rewrites the creation entry (sequence `seq`) of a deleted link without its URL.
+async fn scrub_creation(txn: &Transaction<'_>, link: &Link, seq: u64) -> Result<(), StoreError> {
+    let seq = i64_of(seq);
+    let Some(row) = txn
+        .query_opt("SELECT change FROM changes WHERE seq = $1", &[&seq])
+        .await
+        .map_err(pg)?
+    else {
+        return Ok(());
+    };
+    let text: String = row.get(0);
+    let mut change: Change = serde_json::from_str(&text).map_err(|e| corrupt("changes", e))?;
+    if let Change::LinkCreated { link: l, .. } = &mut change {
+        if l.code == link.code {
+            l.long_url.clear();
+            txn.execute(
+                "UPDATE changes SET change = $2 WHERE seq = $1",
+                &[&seq, &json(&change)?],
+            )
+            .await
+            .map_err(pg)?;
+        }
+    }
+    Ok(())
+}
+
+async fn apply_batch(
+    txn: &Transaction<'_>,
+    batch: &Batch,
+    next_seq: &mut i64,
+    appends: &mut Appends,
+) -> Result<Vec<BatchResult>, StoreError> {
+    let codes: Vec<String> = batch.updates.iter().map(|u| u.code.clone()).collect();
+    let mut links = if codes.is_empty() {
+        HashMap::new()
+    } else {
+        read_for_update(txn, &codes).await?
+    };
+    let mut out = Vec::with_capacity(batch.updates.len());
+    let mut states: HashMap<String, String> = HashMap::new();
+    let mut marked = Vec::new();
+    for u in &batch.updates {
+        let Some(s) = links.get_mut(&u.code) else {
+            out.push(BatchResult {
+                code: u.code.clone(),
+                link: None,
+                changed: false,
+            });
+            continue;
+        };
+        let next = u.update.apply(&s.state, &batch.actor);
+        let changed = next != s.state;
+        if changed {
+            let record = u.update.audit(&s.state, &next, &batch.actor, batch.now_ms);
+            appends.audit.push((u.code.clone(), json(&record)?));
+            let seq = *next_seq;
+            *next_seq += 1;
+            appends.changes.push((
+                seq,
+                json(&Change::StateChanged {
+                    code: u.code.clone(),
+                    state: next.clone(),
+                })?,
+            ));
+            appends
+                .deny_set
+                .insert(u.code.clone(), deny_kind(&next).map(deny_code));
+            states.insert(u.code.clone(), json(&next)?);
+            if batch.mark_changed.is_some() {
+                marked.push(u.code.clone());
+            }
+            s.state = next;
+        }
+        out.push(BatchResult {
+            code: u.code.clone(),
+            link: Some(StoredLink {
+                seq: 0,
+                ..s.clone()
+            }),
+            changed,
+        });
+    }
+    if !states.is_empty() {
+        let (codes, texts): (Vec<String>, Vec<String>) = states.into_iter().unzip();
+        txn.execute(
+            "UPDATE links SET state = u.state FROM unnest($1::text[], $2::text[]) AS u(code, state) \
+             WHERE links.code = u.code",
+            &[&codes, &texts],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    if let (Some(set), false) = (&batch.mark_changed, marked.is_empty()) {
+        txn.execute(
+            "INSERT INTO code_sets (set_name, code) SELECT $1, c FROM unnest($2::text[]) AS c \
+             ON CONFLICT DO NOTHING",
+            &[set, &marked],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    if let Some(set) = &batch.unmark {
+        txn.execute(
+            "DELETE FROM code_sets WHERE set_name = $1 AND code = ANY($2)",
+            &[set, &codes],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    for (name, value) in &batch.positions {
+        txn.execute(
+            "INSERT INTO positions (name, value) VALUES ($1, $2) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            &[name, value],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    Ok(out)
+}
+
+async fn add_report(
+    txn: &Transaction<'_>,
+    mut report: Report,
+    appends: &mut Appends,
+) -> Result<Report, StoreError> {
+    let id: i64 = txn
+        .query_one("SELECT nextval('reports_id_seq')", &[])
+        .await
+        .map_err(pg)?
+        .get(0);
+    report.id = u64::try_from(id).unwrap_or(0);
+    report.resolution = None;
+    txn.execute(
+        "INSERT INTO reports (id, open, report) VALUES ($1, true, $2)",
+        &[&id, &json(&report)?],
+    )
+    .await
+    .map_err(pg)?;
+    let (actor, action) = match report.kind {
+        ReportKind::Report => ("public".to_string(), "reported"),
+        ReportKind::Appeal => (report.by.clone().unwrap_or_default(), "appeal"),
+    };
+    let record = AuditRecord {
+        at_ms: report.created_at_ms,
+        actor,
+        action: action.to_string(),
+        reason: Some(format!("report {}: {}", report.id, report.reason)),
+        undid: None,
+    };
+    appends.audit.push((report.code.clone(), json(&record)?));
+    Ok(report)
+}
+
+async fn resolve_report(
+    txn: &Transaction<'_>,
+    id: u64,
+    resolution: Resolution,
+) -> Result<Option<Result<Report, Report>>, StoreError> {
+    let id = i64_of(id);
+    let Some(row) = txn
+        .query_opt(
+            "SELECT report FROM reports WHERE id = $1 FOR UPDATE",
+            &[&id],
+        )
+        .await
+        .map_err(pg)?
+    else {
+        return Ok(None);
+    };
+    let text: String = row.get(0);
+    let mut report: Report = serde_json::from_str(&text).map_err(|e| corrupt("reports", e))?;
+    if report.resolution.is_some() {
+        return Ok(Some(Err(report)));
+    }
+    report.resolution = Some(resolution);
+    txn.execute(
+        "UPDATE reports SET open = false, report = $2 WHERE id = $1",
+        &[&id, &json(&report)?],
+    )
+    .await
+    .map_err(pg)?;
+    Ok(Some(Ok(report)))
+}
+
+async fn put_owner(txn: &Transaction<'_>, record: &OwnerRecord) -> Result<(), StoreError> {
+    if record.flagged.is_none() && record.suspended.is_none() {
+        txn.execute("DELETE FROM owners WHERE owner = $1", &[&record.owner])
+            .await
+            .map_err(pg)?;
+    } else {
+        txn.execute(
+            "INSERT INTO owners (owner, record) VALUES ($1, $2) \
+             ON CONFLICT (owner) DO UPDATE SET record = excluded.record",
+            &[&record.owner, &json(record)?],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    Ok(())
+}

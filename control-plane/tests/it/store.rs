@@ -1,0 +1,820 @@
+//! The store's contract, one suite run against every backend (STYLE.md rule 19): the embedded
+//! redb store and the PostgreSQL store on a real server (`harness::Postgres`; SKIPPED where
+//! PostgreSQL is not installed). Each test gets a fresh store; `Backend::open` opens it again
+//! over the same data, for what must survive a restart.
+
+use std::sync::Arc;
+
+use lasthop_control::store::embedded::{EmbeddedStore, EmbeddedStoreConfig};
+use lasthop_control::store::postgres::{PgStore, PgStoreConfig};
+use lasthop_control::store::{
+    Actor, Batch, BatchUpdate, CreateOutcome, CreateRequest, DeleteOutcome, OwnerRecord, Report,
+    ReportFilter, ReportKind, Resolution, StateUpdate, Store, Verdict,
+};
+use lasthop_core::feed::DenyKind;
+use lasthop_core::{Change, CodeScheme, LinkState, PermutationKey};
+use lasthop_trust::{CanonicalHost, Destination};
+
+use crate::harness::Postgres;
+
+/// A fresh store of one backend.
+pub enum Backend {
+    Embedded {
+        dir: tempfile::TempDir,
+        key: PermutationKey,
+    },
+    Postgres {
+        _server: Arc<Postgres>,
+        url: String,
+        key: PermutationKey,
+    },
+}
+
+impl Backend {
+    pub fn embedded() -> Backend {
+        Backend::Embedded {
+            dir: tempfile::tempdir().unwrap(),
+            key: PermutationKey::generate(16).unwrap(),
+        }
+    }
+
+    /// A new database on the shared test server, or `None` (SKIPPED) without PostgreSQL.
+    pub fn postgres(test: &str) -> Option<Backend> {
+        let server = Postgres::shared(test)?;
+        let url = server.database(&format!("t{}", rand_suffix()));
+        Some(Backend::Postgres {
+            _server: server,
+            url,
+            key: PermutationKey::generate(16).unwrap(),
+        })
+    }
+
+    pub fn key(&self) -> &PermutationKey {
+        match self {
+            Backend::Embedded { key, .. } | Backend::Postgres { key, .. } => key,
+        }
+    }
+
+    pub fn open(&self) -> Arc<dyn Store> {
+        let scheme = CodeScheme::new(self.key()).unwrap();
+        match self {
+            Backend::Embedded { dir, .. } => Arc::new(
+                EmbeddedStore::open(
+                    EmbeddedStoreConfig::new(dir.path().join("links.redb"), scheme),
+                    None,
+                )
+                .unwrap(),
+            ),
+            Backend::Postgres { url, .. } => {
+                Arc::new(PgStore::open(PgStoreConfig::new(url.clone(), scheme)).unwrap())
+            }
+        }
+    }
+}
+
+fn rand_suffix() -> String {
+    let mut b = [0u8; 6];
+    getrandom_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn getrandom_bytes(buf: &mut [u8]) {
+    use std::io::Read as _;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(buf))
+        .unwrap();
+}
+
+/// Every test of the suite, once per backend.
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(#[test] fn $name() { super::$name(&super::Backend::embedded()); })*
+        }
+        mod postgres {
+            $(#[test] fn $name() {
+                if let Some(b) = super::Backend::postgres(concat!("store::postgres::", stringify!($name))) {
+                    super::$name(&b);
+                }
+            })*
+        }
+    };
+}
+
+suite!(
+    state_updates_write_the_change_log_and_the_denylist,
+    the_destination_index_finds_a_host_and_its_subdomains_only,
+    audit_records_append_in_order_and_survive_a_reopen,
+    batches_mark_and_unmark_code_sets_and_move_the_scan_cursor,
+    suspensions_leave_other_takedowns_and_flags_alone,
+    reports_and_owners,
+    creates_lease_counters_claim_aliases_and_replay_idempotent_answers,
+    owners_pages_and_consistent_reads,
+);
+
+fn req(owner: &str, url: &str, alias: Option<&str>) -> CreateRequest {
+    CreateRequest {
+        owner: owner.into(),
+        long_url: url.into(),
+        alias: alias.map(str::to_string),
+        expires_at_ms: None,
+        idempotency: None,
+        now_ms: lasthop_control::clock::now_ms(),
+        hold: None,
+        actor: Actor::System,
+        destination: None,
+    }
+}
+
+fn created(store: &dyn Store, r: CreateRequest) -> lasthop_control::StoredLink {
+    match store.create(r).unwrap() {
+        CreateOutcome::Created(s) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn creates_lease_counters_claim_aliases_and_replay_idempotent_answers(backend: &Backend) {
+    let store = backend.open();
+    let scheme = CodeScheme::new(backend.key()).unwrap();
+    let mut counters = std::collections::HashSet::new();
+    for i in 0..30 {
+        let s = created(
+            store.as_ref(),
+            req("alice", &format!("https://example.com/{i}"), None),
+        );
+        assert_eq!(s.link.code.len(), 7);
+        assert!(counters.insert(scheme.decode(s.link.code.as_bytes()).unwrap()));
+    }
+    let first = created(
+        store.as_ref(),
+        req("alice", "https://example.com/a", Some("spring-sale")),
+    );
+    assert_eq!(first.link.code, "spring-sale");
+    assert_eq!(
+        store
+            .create(req("bob", "https://example.com/b", Some("spring-sale")))
+            .unwrap(),
+        CreateOutcome::AliasTaken
+    );
+    // Idempotency: the same key and body replay the first answer; another body is refused.
+    let claim = |body: u8| lasthop_control::store::IdempotencyClaim {
+        key: "k-1".into(),
+        body_hash: [body; 32],
+    };
+    let mut r = req("alice", "https://example.com/idem", None);
+    r.idempotency = Some(claim(1));
+    let made = created(store.as_ref(), r.clone());
+    assert_eq!(
+        store.create(r.clone()).unwrap(),
+        CreateOutcome::Replayed(made.clone())
+    );
+    let mut other = r.clone();
+    other.idempotency = Some(claim(2));
+    assert_eq!(
+        store.create(other).unwrap(),
+        CreateOutcome::IdempotencyMismatch
+    );
+    let mut bobs = r.clone();
+    bobs.owner = "bob".into();
+    assert!(
+        matches!(store.create(bobs).unwrap(), CreateOutcome::Created(_)),
+        "keys are per owner"
+    );
+    // Marks: every leased counter is below its region's mark.
+    let marks = store.high_water_marks().unwrap();
+    let max = *counters.iter().max().unwrap();
+    assert!(
+        marks
+            .iter()
+            .any(|&(region, mark)| region == 0 && mark > max),
+        "{marks:?}"
+    );
+    // A graceful shutdown returns the unused block; the next open takes it first.
+    store.shutdown().unwrap();
+    drop(store);
+    let store = backend.open();
+    let next = created(
+        store.as_ref(),
+        req("alice", "https://example.com/after", None),
+    );
+    let n = scheme.decode(next.link.code.as_bytes()).unwrap();
+    assert!(!counters.contains(&n));
+    assert!(n < max + 100, "the returned block is reused ({n} vs {max})");
+    assert_eq!(
+        store.get("spring-sale").unwrap().unwrap().link.long_url,
+        "https://example.com/a"
+    );
+    store.shutdown().unwrap();
+}
+
+fn owners_pages_and_consistent_reads(backend: &Backend) {
+    let store = backend.open();
+    let mut codes = Vec::new();
+    for i in 0..7 {
+        codes.push(
+            created(
+                store.as_ref(),
+                req("carol", &format!("https://example.com/c{i}"), None),
+            )
+            .link
+            .code,
+        );
+    }
+    created(store.as_ref(), req("dave", "https://example.com/d", None));
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.list("carol", cursor.as_deref(), 3).unwrap();
+        assert!(page.links.len() <= 3);
+        seen.extend(page.links.iter().map(|s| s.link.code.clone()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    codes.reverse();
+    assert_eq!(seen, codes, "newest first, every one once");
+    assert!(store.list("nobody", None, 10).unwrap().links.is_empty());
+    // The walk over every link and the key-order scan see the same links.
+    let mut all = Vec::new();
+    let seq = store
+        .for_each_link(&mut |s| {
+            all.push(s.link.code.clone());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(all.len(), 8);
+    assert_eq!(seq, store.last_seq().unwrap());
+    let mut scanned = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let (page, next) = store.scan_links(after.as_deref(), 3).unwrap();
+        scanned.extend(page.into_iter().map(|s| s.link.code));
+        match next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    all.sort();
+    scanned.sort();
+    assert_eq!(all, scanned);
+    assert_eq!(store.count_links().unwrap(), 8);
+    assert_eq!(
+        store
+            .get_many(&[codes[0].clone(), "nope-nope".into()])
+            .unwrap()[1],
+        None
+    );
+    store.shutdown().unwrap();
+}
+
+fn create(store: &dyn Store, alias: &str) -> String {
+    let req = CreateRequest {
+        owner: "alice".into(),
+        long_url: format!("https://example.com/{alias}"),
+        alias: Some(alias.into()),
+        expires_at_ms: None,
+        idempotency: None,
+        now_ms: 1,
+        hold: None,
+        actor: Actor::System,
+        destination: None,
+    };
+    match store.create(req).unwrap() {
+        CreateOutcome::Created(s) => s.link.code,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn state_changes(store: &dyn Store) -> Vec<(u64, String, LinkState)> {
+    store
+        .changes_since(0, 100)
+        .unwrap()
+        .into_iter()
+        .filter_map(|(seq, c)| match c {
+            Change::StateChanged { code, state } => Some((seq, code, state)),
+            Change::LinkCreated { .. } => None,
+        })
+        .collect()
+}
+
+fn state_updates_write_the_change_log_and_the_denylist(backend: &Backend) {
+    let store = backend.open();
+    let commits = store.commits();
+    let (a, b, c) = (
+        create(store.as_ref(), "link-aaaa"),
+        create(store.as_ref(), "link-bbbb"),
+        create(store.as_ref(), "link-cccc"),
+    );
+    assert_eq!(*commits.borrow(), 3, "each commit is announced");
+    assert_eq!(
+        store
+            .update_state("never-was", StateUpdate::Restore, &Actor::System)
+            .unwrap(),
+        None
+    );
+
+    let taken = StateUpdate::Takedown {
+        reason: "phishing".into(),
+        warn: false,
+    };
+    let s = store
+        .update_state(&a, taken.clone(), &Actor::System)
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.state.takedown_reason.as_deref(), Some("phishing"));
+    assert_eq!(s.link.long_url, "https://example.com/link-aaaa");
+    // The same update again changes nothing and writes nothing.
+    store.update_state(&a, taken, &Actor::System).unwrap();
+    assert_eq!(store.last_seq().unwrap(), 4);
+    store
+        .update_state(
+            &b,
+            StateUpdate::Takedown {
+                reason: "odd".into(),
+                warn: true,
+            },
+            &Actor::System,
+        )
+        .unwrap();
+    store
+        .update_state(
+            &c,
+            StateUpdate::Settings {
+                disabled: Some(true),
+                expires_at_ms: Some(Some(99)),
+            },
+            &Actor::System,
+        )
+        .unwrap();
+    let (seq, mut denied) = store.denied().unwrap();
+    denied.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(seq, 6);
+    assert_eq!(*commits.borrow(), 6);
+    assert_eq!(
+        denied,
+        [
+            (a.clone(), DenyKind::Gone),
+            (b.clone(), DenyKind::Warn),
+            (c.clone(), DenyKind::Gone)
+        ]
+    );
+
+    // Restore clears the flags but not the expiry; delete drops a code from the list.
+    let s = store
+        .update_state(&c, StateUpdate::Restore, &Actor::System)
+        .unwrap()
+        .unwrap();
+    assert_eq!((s.state.disabled, s.state.expires_at_ms), (false, Some(99)));
+    assert_eq!(
+        store.delete(&a, &Actor::System).unwrap(),
+        DeleteOutcome::Deleted
+    );
+    let (seq, denied) = store.denied().unwrap();
+    assert_eq!((seq, denied), (8, vec![(b.clone(), DenyKind::Warn)]));
+    // A deleted link's state is final.
+    let s = store
+        .update_state(&a, StateUpdate::Restore, &Actor::System)
+        .unwrap()
+        .unwrap();
+    assert!(s.state.deleted && s.state.takedown_reason.is_some());
+    assert_eq!(store.last_seq().unwrap(), 8);
+
+    let changes = state_changes(store.as_ref());
+    assert_eq!(
+        changes
+            .iter()
+            .map(|(seq, code, _)| (*seq, code.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            (4, a.as_str()),
+            (5, b.as_str()),
+            (6, c.as_str()),
+            (7, c.as_str()),
+            (8, a.as_str())
+        ]
+    );
+    assert!(changes[4].2.deleted, "delete is a state change");
+    store.shutdown().unwrap();
+    drop(store);
+
+    // The denylist and the commit watch's starting point survive a reopen.
+    let store = backend.open();
+    assert_eq!(*store.commits().borrow(), 8);
+    assert_eq!(store.denied().unwrap(), (8, vec![(b, DenyKind::Warn)]));
+    store.shutdown().unwrap();
+}
+
+fn create_url(store: &dyn Store, owner: &str, url: &str) -> String {
+    let req = CreateRequest {
+        owner: owner.into(),
+        long_url: url.into(),
+        alias: None,
+        expires_at_ms: None,
+        idempotency: None,
+        now_ms: 1,
+        hold: None,
+        actor: Actor::Key("lhk_0123456789abcdef".into()),
+        destination: None,
+    };
+    match store.create(req).unwrap() {
+        CreateOutcome::Created(s) => s.link.code,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn host(s: &str) -> CanonicalHost {
+    CanonicalHost::parse(s).unwrap()
+}
+
+fn all_by_host(store: &dyn Store, h: &str, page: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let p = store
+            .codes_by_host(&host(h), true, after.as_deref(), page)
+            .unwrap();
+        assert!(p.entries.len() <= page);
+        out.extend(p.entries.into_iter().map(|e| e.code));
+        match p.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    out.sort();
+    out
+}
+
+fn the_destination_index_finds_a_host_and_its_subdomains_only(backend: &Backend) {
+    let store = backend.open();
+    let mut on = vec![
+        create_url(store.as_ref(), "a", "https://evil.example/1"),
+        create_url(store.as_ref(), "a", "https://www.evil.example/2"),
+        create_url(store.as_ref(), "b", "https://a.b.evil.example/3"),
+        create_url(store.as_ref(), "b", "https://EVIL.example./4"),
+    ];
+    on.sort();
+    let off = [
+        create_url(store.as_ref(), "a", "https://evil-x.example/"),
+        create_url(store.as_ref(), "a", "https://xevil.example/"),
+        create_url(store.as_ref(), "a", "https://example/"),
+        create_url(store.as_ref(), "a", "https://evil.example.other.test/"),
+        create_url(store.as_ref(), "a", "http://192.0.2.1/"),
+    ];
+    for page in [1, 2, 3, 100] {
+        assert_eq!(
+            all_by_host(store.as_ref(), "evil.example", page),
+            on,
+            "page {page}"
+        );
+    }
+    let mut www = vec![on_code(store.as_ref(), "https://www.evil.example/2")];
+    www.sort();
+    assert_eq!(all_by_host(store.as_ref(), "www.evil.example", 10), www);
+    assert_eq!(
+        all_by_host(store.as_ref(), "192.0.2.1", 10),
+        vec![off[4].clone()]
+    );
+    assert_eq!(
+        all_by_host(store.as_ref(), "3221225985", 10),
+        vec![off[4].clone()]
+    );
+    assert!(all_by_host(store.as_ref(), "nothing.example", 10).is_empty());
+    // Without subdomains, the host's own links only; each entry carries its URL's hash.
+    let own = store
+        .codes_by_host(&host("evil.example"), false, None, 100)
+        .unwrap()
+        .entries;
+    assert_eq!(own.len(), 2);
+    let dest = Destination::parse("https://evil.example/1").unwrap();
+    let gone = on_code(store.as_ref(), "https://evil.example/1");
+    assert!(own.contains(&lasthop_control::store::HostEntry {
+        code: gone.clone(),
+        url_hash: dest.url_hash()
+    }));
+    // A delete erases the entry with the URL.
+    store.delete(&gone, &Actor::System).unwrap();
+    assert!(!all_by_host(store.as_ref(), "evil.example", 10).contains(&gone));
+    assert_eq!(
+        store
+            .codes_by_host(&host("evil.example"), false, None, 100)
+            .unwrap()
+            .entries
+            .len(),
+        1
+    );
+    store.shutdown().unwrap();
+}
+
+/// The code of the (only) link to `url`, through the index.
+fn on_code(store: &dyn Store, url: &str) -> String {
+    let dest = Destination::parse(url).unwrap();
+    let codes: Vec<_> = store
+        .codes_by_host(&dest.host, false, None, 1000)
+        .unwrap()
+        .entries
+        .into_iter()
+        .filter(|e| e.url_hash == dest.url_hash())
+        .collect();
+    assert_eq!(codes.len(), 1, "{url}");
+    codes[0].code.clone()
+}
+
+fn audit_records_append_in_order_and_survive_a_reopen(backend: &Backend) {
+    let store = backend.open();
+    let code = create_url(store.as_ref(), "a", "https://audited.example/");
+    let other = create_url(store.as_ref(), "a", "https://other.example/");
+    let admin = Actor::Key("lhk_aaaaaaaaaaaaaaaa".into());
+    let takedown = StateUpdate::Takedown {
+        reason: "phishing".into(),
+        warn: false,
+    };
+    store.update_state(&code, takedown.clone(), &admin).unwrap();
+    // No change, no record.
+    store.update_state(&code, takedown, &admin).unwrap();
+    store.shutdown().unwrap();
+    drop(store);
+    let store = backend.open();
+    store
+        .update_state(&code, StateUpdate::Restore, &admin)
+        .unwrap();
+    let h = store.history(&code).unwrap();
+    let actions: Vec<_> = h
+        .iter()
+        .map(|r| (r.actor.as_str(), r.action.as_str()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("lhk_aaaaaaaaaaaaaaaa", "takedown"),
+            ("lhk_aaaaaaaaaaaaaaaa", "restore"),
+        ]
+    );
+    assert_eq!(h[1].undid.as_deref(), Some("takedown: phishing"));
+    assert!(
+        store.history(&other).unwrap().is_empty(),
+        "codes keep their own trails"
+    );
+    // A pinned link ignores automatic verdicts, not an admin.
+    let block = StateUpdate::Verdict {
+        verdict: Verdict::Block,
+        reason: "list:x".into(),
+    };
+    let s = store
+        .update_state(&code, block.clone(), &Actor::List("x".into()))
+        .unwrap()
+        .unwrap();
+    assert!(s.state.pinned && s.state.takedown_reason.is_none());
+    store
+        .update_state(&code, StateUpdate::Unpin, &admin)
+        .unwrap();
+    let s = store
+        .update_state(&code, block, &Actor::List("x".into()))
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.state.takedown_reason.as_deref(), Some("list:x"));
+    assert_eq!(
+        store.history(&code).unwrap().last().unwrap().actor,
+        "list:x"
+    );
+    store.shutdown().unwrap();
+}
+
+fn batches_mark_and_unmark_code_sets_and_move_the_scan_cursor(backend: &Backend) {
+    let store = backend.open();
+    let codes: Vec<_> = (0..5)
+        .map(|i| create_url(store.as_ref(), "a", &format!("https://s{i}.example/")))
+        .collect();
+    let takedown = |code: &String| BatchUpdate {
+        code: code.clone(),
+        update: StateUpdate::Takedown {
+            reason: "suspended".into(),
+            warn: false,
+        },
+    };
+    store
+        .update_state(
+            &codes[0],
+            StateUpdate::Takedown {
+                reason: "before".into(),
+                warn: false,
+            },
+            &Actor::System,
+        )
+        .unwrap();
+    let batch = Batch {
+        updates: [&codes[0], &codes[1], &codes[2], &"nosuchlink".to_string()]
+            .into_iter()
+            .map(takedown)
+            .collect(),
+        actor: Actor::System,
+        now_ms: 2,
+        mark_changed: Some("s/a".into()),
+        unmark: None,
+        positions: Vec::new(),
+    };
+    let results = store.apply_batch(batch).unwrap();
+    assert_eq!(
+        results.iter().map(|r| r.changed).collect::<Vec<_>>(),
+        [true, true, true, false]
+    );
+    assert!(results[3].link.is_none());
+    let mut marked = store.code_set("s/a", None, 10).unwrap().codes;
+    marked.sort();
+    let mut want = codes[..3].to_vec();
+    want.sort();
+    assert_eq!(marked, want, "the changed ones, once each");
+    let first = store.code_set("s/a", None, 2).unwrap();
+    let rest = store.code_set("s/a", first.next.as_deref(), 2).unwrap();
+    assert_eq!(
+        (first.codes.len(), rest.codes.len(), rest.next),
+        (2, 1, None)
+    );
+    assert!(store.code_set("s/b", None, 10).unwrap().codes.is_empty());
+    // Unmarking takes every code of the batch out, changed or not.
+    let lift = Batch {
+        updates: codes[..2]
+            .iter()
+            .map(|c| BatchUpdate {
+                code: c.clone(),
+                update: StateUpdate::Lift {
+                    reason: "suspended".into(),
+                },
+            })
+            .collect(),
+        actor: Actor::System,
+        now_ms: 3,
+        mark_changed: None,
+        unmark: Some("s/a".into()),
+        positions: Vec::new(),
+    };
+    store.apply_batch(lift).unwrap();
+    assert_eq!(
+        store.code_set("s/a", None, 10).unwrap().codes,
+        vec![codes[2].clone()]
+    );
+
+    // Positions move with a batch, even one without updates, and persist.
+    assert_eq!(store.position("scan").unwrap(), None);
+    let cursor = Batch {
+        updates: Vec::new(),
+        actor: Actor::Scanner,
+        now_ms: 4,
+        mark_changed: None,
+        unmark: None,
+        positions: vec![
+            ("scan".into(), "5".into()),
+            ("rescan".into(), "1 ab".into()),
+        ],
+    };
+    assert!(store.apply_batch(cursor).unwrap().is_empty());
+    store.shutdown().unwrap();
+    drop(store);
+    let store = backend.open();
+    assert_eq!(store.position("scan").unwrap().as_deref(), Some("5"));
+    assert_eq!(store.position("rescan").unwrap().as_deref(), Some("1 ab"));
+    store.shutdown().unwrap();
+}
+
+fn suspensions_leave_other_takedowns_and_flags_alone(backend: &Backend) {
+    let store = backend.open();
+    let admin = Actor::Key("lhk_aaaaaaaaaaaaaaaa".into());
+    let (live, flagged, down) = (
+        create_url(store.as_ref(), "a", "https://live.example/"),
+        create_url(store.as_ref(), "a", "https://flagged.example/"),
+        create_url(store.as_ref(), "a", "https://down.example/"),
+    );
+    let warn = StateUpdate::Takedown {
+        reason: "odd".into(),
+        warn: true,
+    };
+    store.update_state(&flagged, warn, &admin).unwrap();
+    let list = StateUpdate::Verdict {
+        verdict: Verdict::Block,
+        reason: "list:x".into(),
+    };
+    store
+        .update_state(&down, list, &Actor::List("x".into()))
+        .unwrap();
+    let suspend = StateUpdate::Suspend {
+        reason: "account suspended: spam".into(),
+    };
+    let lift = StateUpdate::Lift {
+        reason: "account suspended: spam".into(),
+    };
+    for code in [&live, &flagged, &down] {
+        store.update_state(code, suspend.clone(), &admin).unwrap();
+    }
+    let get = |c: &str| store.get(c).unwrap().unwrap().state;
+    assert_eq!(
+        get(&down).takedown_reason.as_deref(),
+        Some("list:x"),
+        "not replaced"
+    );
+    assert!(get(&flagged).warn && get(&flagged).takedown_reason.is_some());
+    for code in [&live, &flagged, &down] {
+        store.update_state(code, lift.clone(), &admin).unwrap();
+    }
+    assert_eq!(get(&live), LinkState::default());
+    assert!(
+        get(&flagged).warn && get(&flagged).takedown_reason.is_none(),
+        "the flag is back"
+    );
+    assert_eq!(get(&down).takedown_reason.as_deref(), Some("list:x"));
+    // A warn that lifts a takedown says so in the trail.
+    let takedown = StateUpdate::Takedown {
+        reason: "phishing".into(),
+        warn: false,
+    };
+    store.update_state(&live, takedown, &admin).unwrap();
+    let warn = StateUpdate::Takedown {
+        reason: "downgraded".into(),
+        warn: true,
+    };
+    store.update_state(&live, warn, &admin).unwrap();
+    let h = store.history(&live).unwrap();
+    let last = h.last().unwrap();
+    assert_eq!(
+        (last.action.as_str(), last.undid.as_deref()),
+        ("warn", Some("takedown: phishing"))
+    );
+    store.shutdown().unwrap();
+}
+
+fn reports_and_owners(backend: &Backend) {
+    let store = backend.open();
+    let code = create_url(store.as_ref(), "a", "https://reported.example/");
+    let report = |kind| Report {
+        id: 0,
+        kind,
+        code: code.clone(),
+        reason: "phishing".into(),
+        details: None,
+        created_at_ms: 5,
+        by: None,
+        resolution: None,
+    };
+    let ids: Vec<u64> = (0..3)
+        .map(|_| store.add_report(report(ReportKind::Report)).unwrap().id)
+        .collect();
+    assert_eq!(ids, [1, 2, 3]);
+    let resolution = Resolution {
+        action: "dismiss".into(),
+        by: "lhk_x".into(),
+        at_ms: 6,
+    };
+    assert!(matches!(
+        store.resolve_report(2, resolution.clone()).unwrap(),
+        Some(Ok(_))
+    ));
+    assert!(matches!(
+        store.resolve_report(2, resolution.clone()).unwrap(),
+        Some(Err(_))
+    ));
+    assert!(store.resolve_report(9, resolution).unwrap().is_none());
+    let open_ids: Vec<u64> = store
+        .reports(ReportFilter::Open, None, 10)
+        .unwrap()
+        .reports
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(open_ids, [1, 3]);
+    let page = store.reports(ReportFilter::All, None, 2).unwrap();
+    assert_eq!(page.reports.len(), 2);
+    let next = store
+        .reports(ReportFilter::All, page.next_cursor.as_deref(), 2)
+        .unwrap();
+    assert_eq!(next.reports.iter().map(|r| r.id).collect::<Vec<_>>(), [3]);
+    assert_eq!(
+        store.history(&code).unwrap().len(),
+        3,
+        "a record for each report"
+    );
+
+    let flagged = OwnerRecord {
+        owner: "a".into(),
+        flagged: Some(lasthop_control::store::OwnerFlag {
+            at_ms: 1,
+            reason: "velocity".into(),
+            domains_last_hour: 9,
+            limit: 5,
+        }),
+        suspended: None,
+    };
+    store.put_owner(flagged.clone()).unwrap();
+    assert_eq!(store.owner("a").unwrap(), Some(flagged));
+    assert_eq!(store.owners().unwrap().len(), 1);
+    store
+        .put_owner(OwnerRecord {
+            owner: "a".into(),
+            ..OwnerRecord::default()
+        })
+        .unwrap();
+    assert_eq!(
+        store.owner("a").unwrap(),
+        None,
+        "an empty record is removed"
+    );
+    store.shutdown().unwrap();
+}
