@@ -59,6 +59,11 @@ enum Command {
         #[command(subcommand)]
         command: ClicksCommand,
     },
+    /// Look into the record (the server stopped for the embedded store).
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
     /// Apply the PostgreSQL store's schema migrations (`serve` also runs them at start).
     Migrate {
         /// The PostgreSQL connection string.
@@ -258,6 +263,49 @@ fn source(
         }),
         None => SourceConfig::Spool(spool.unwrap_or_else(|| data_dir.join("clicks").join("spool"))),
     }
+}
+
+/// Where a command finds the store.
+#[derive(Args, Clone)]
+struct StoreArgs {
+    #[arg(long, env = "LASTHOP_DATA_DIR")]
+    data_dir: PathBuf,
+    #[arg(long, env = "LASTHOP_KEY_FILE")]
+    key_file: PathBuf,
+    /// `embedded` (DATA_DIR/links.redb; stop `serve` first) or a PostgreSQL connection string.
+    #[arg(long, env = "LASTHOP_STORE", default_value = "embedded")]
+    store: String,
+    #[arg(long, env = "LASTHOP_REGION", default_value_t = 0)]
+    region: u32,
+    #[arg(long, env = "LASTHOP_REGIONS", default_value_t = 1)]
+    regions: u32,
+}
+
+impl StoreArgs {
+    fn open(&self) -> anyhow::Result<(PermutationKey, Arc<dyn Store>)> {
+        let key = PermutationKey::load(&self.key_file)?;
+        let store = open_store(
+            &self.store,
+            &self.data_dir,
+            CodeScheme::new(&key)?,
+            self.region,
+            self.regions,
+            10_000,
+            None,
+        )?;
+        Ok((key, store))
+    }
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Print every table (and its row count) where TEXT appears: an erasure audit, e.g. that a
+    /// deleted link's URL is gone. Prints nothing when it is found nowhere.
+    FindText {
+        #[command(flatten)]
+        store: StoreArgs,
+        text: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -528,6 +576,16 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Clicks { command } => clicks(command),
+        Command::Store {
+            command: StoreCommand::FindText { store, text },
+        } => {
+            let (_, store) = store.open()?;
+            for (table, rows) in store.find_text(&text)? {
+                println!("{table}\t{rows}");
+            }
+            store.shutdown()?;
+            Ok(())
+        }
         Command::Migrate { store } => {
             anyhow::ensure!(
                 is_postgres(&store),

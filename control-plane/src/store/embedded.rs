@@ -166,7 +166,29 @@ impl EmbeddedStoreConfig {
 struct IdempotencyRecord {
     body_hash: String,
     created_at_ms: i64,
-    answer: StoredLink,
+    /// The code the first create made; a replay answers with the link as it is now, so an
+    /// erased destination is never replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    code: Option<String>,
+    /// The whole first answer, as records written before `code` existed held it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    answer: Option<StoredLink>,
+}
+
+/// A `links` row: the link and the change-log sequence of its creation (rows written before
+/// `seq` was stored have none; [`Writer::creation_seq`] finds it another way).
+#[derive(Serialize)]
+struct LinkRow<'a> {
+    #[serde(flatten)]
+    link: &'a Link,
+    seq: u64,
+}
+
+/// The creation sequence of a `links` row, if it has one.
+#[derive(Deserialize)]
+struct RowSeq {
+    #[serde(default)]
+    seq: Option<u64>,
 }
 
 type Reply<T> = mpsc::SyncSender<Result<T, StoreError>>;
@@ -814,6 +836,53 @@ impl Store for EmbeddedStore {
         Ok(out)
     }
 
+    fn find_text(&self, needle: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        let needle = needle.as_bytes();
+        let has = |b: &[u8]| !needle.is_empty() && b.windows(needle.len()).any(|w| w == needle);
+        let txn = self.db.begin_read().map_err(storage)?;
+        let mut out = Vec::new();
+        let mut count = |name: &str, hits: u64| {
+            if hits > 0 {
+                out.push((name.to_string(), hits));
+            }
+        };
+        macro_rules! scan {
+            ($table:expr, $name:expr, |$k:ident, $v:ident| $bytes:expr) => {{
+                let table = txn.open_table($table).map_err(storage)?;
+                let mut hits = 0u64;
+                for item in table.iter().map_err(storage)? {
+                    let ($k, $v) = item.map_err(storage)?;
+                    let ($k, $v) = ($k.value(), $v.value());
+                    if $bytes {
+                        hits += 1;
+                    }
+                }
+                count($name, hits);
+            }};
+        }
+        scan!(LINKS, "links", |k, v| has(k) || has(v));
+        scan!(STATES, "link_state", |k, v| has(k) || has(v));
+        scan!(OWNER_LINKS, "owner_links", |k, v| has(k)
+            || has(v.as_bytes()));
+        scan!(CHANGES, "changes", |_k, v| has(v));
+        scan!(IDEMPOTENCY, "idempotency", |k, v| has(k.as_bytes())
+            || has(v));
+        scan!(IDEM_EXPIRY, "idempotency_expiry", |k, _v| has(k
+            .1
+            .as_bytes()));
+        scan!(DENIED, "denied", |k, _v| has(k.as_bytes()));
+        scan!(DEST_HOSTS, "dest_hosts", |k, v| has(k) || has(v));
+        scan!(AUDIT, "audit", |k, v| has(k) || has(v));
+        scan!(CODE_SETS, "code_sets", |k, v| has(k.0.as_bytes())
+            || has(k.1)
+            || has(v.as_bytes()));
+        scan!(REPORTS, "reports", |_k, v| has(v));
+        scan!(OWNERS, "owners", |k, v| has(k.as_bytes()) || has(v));
+        scan!(POSITIONS, "positions", |k, v| has(k.as_bytes())
+            || has(v.as_bytes()));
+        Ok(out)
+    }
+
     fn shutdown(&self) -> Result<(), StoreError> {
         let result = self.submit(Op::Shutdown);
         if let Ok(mut guard) = self.tx.lock() {
@@ -1152,11 +1221,24 @@ impl Writer {
                 let record: IdempotencyRecord =
                     serde_json::from_slice(raw.value()).map_err(|e| corrupt("idempotency", e))?;
                 if req.now_ms - record.created_at_ms < self.idempotency_ttl_ms {
-                    return Ok(if &record.body_hash == hash {
-                        CreateOutcome::Replayed(record.answer)
-                    } else {
-                        CreateOutcome::IdempotencyMismatch
-                    });
+                    if &record.body_hash != hash {
+                        return Ok(CreateOutcome::IdempotencyMismatch);
+                    }
+                    let replayed = match (record.code, record.answer) {
+                        (Some(code), _) => {
+                            let key = record_key(&self.scheme, &code)
+                                .ok_or_else(|| corrupt("idempotency", format!("code {code}")))?;
+                            let (link, state) = read_record(t, &key, &code)?
+                                .ok_or_else(|| corrupt("idempotency", format!("no link {code}")))?;
+                            let seq = self.creation_seq(t, &key, &link)?.unwrap_or(0);
+                            StoredLink { link, state, seq }
+                        }
+                        (None, Some(answer)) => answer,
+                        (None, None) => {
+                            return Err(corrupt("idempotency", "a record without its answer"))
+                        }
+                    };
+                    return Ok(CreateOutcome::Replayed(replayed));
                 }
             }
         }
@@ -1194,7 +1276,7 @@ impl Writer {
             held: req.hold,
             ..LinkState::default()
         };
-        let link_json = serde_json::to_vec(&link).map_err(storage)?;
+        let link_json = serde_json::to_vec(&LinkRow { link: &link, seq }).map_err(storage)?;
         let state_json = serde_json::to_vec(&state).map_err(storage)?;
         t.links
             .insert(key.as_slice(), link_json.as_slice())
@@ -1244,7 +1326,8 @@ impl Writer {
             let record = IdempotencyRecord {
                 body_hash: hash,
                 created_at_ms: req.now_ms,
-                answer: stored.clone(),
+                code: Some(stored.link.code.clone()),
+                answer: None,
             };
             let raw = serde_json::to_vec(&record).map_err(storage)?;
             t.idem
@@ -1275,9 +1358,18 @@ impl Writer {
         }
         // The index names the destination's host: it goes with the URL.
         index_destination(&mut t.dest_hosts, key, &link, false)?;
+        // Erasure: the creation's log entry carried the URL; it keeps the code, not the URL.
+        let created = self.creation_seq(t, key, &link)?;
+        if let Some(seq) = created {
+            scrub_creation(t, seq, code)?;
+        }
         link.long_url.clear();
         state.deleted = true;
-        let link_json = serde_json::to_vec(&link).map_err(storage)?;
+        let row = LinkRow {
+            link: &link,
+            seq: created.unwrap_or(0),
+        };
+        let link_json = serde_json::to_vec(&row).map_err(storage)?;
         t.links.insert(key, link_json.as_slice()).map_err(storage)?;
         self.write_state(t, key, code, &state)?;
         let record = AuditRecord {
@@ -1345,6 +1437,43 @@ impl Writer {
                 .map_err(storage)?;
         }
         Ok(out)
+    }
+
+    /// The change-log sequence of a link's creation: stored in its row, or (rows from before
+    /// it was) found through its owner's index, whose keys end in the inverted sequence.
+    fn creation_seq(
+        &self,
+        t: &Tables<'_>,
+        key: &[u8],
+        link: &Link,
+    ) -> Result<Option<u64>, StoreError> {
+        if let Some(raw) = t.links.get(key).map_err(storage)? {
+            let row: RowSeq =
+                serde_json::from_slice(raw.value()).map_err(|e| corrupt(&link.code, e))?;
+            if let Some(seq) = row.seq.filter(|s| *s > 0) {
+                return Ok(Some(seq));
+            }
+        }
+        let start = owner_prefix(&link.owner);
+        let mut end = start.clone();
+        if let Some(last) = end.last_mut() {
+            *last = 1;
+        }
+        for item in t
+            .owner_links
+            .range::<&[u8]>(start.as_slice()..end.as_slice())
+            .map_err(storage)?
+        {
+            let (k, code) = item.map_err(storage)?;
+            if code.value() == link.code {
+                let k = k.value();
+                let inv: [u8; 8] = k[k.len().saturating_sub(8)..]
+                    .try_into()
+                    .map_err(|e| corrupt("owner_links", e))?;
+                return Ok(Some(!u64::from_be_bytes(inv)));
+            }
+        }
+        Ok(None)
     }
 
     /// Appends an audit record to the trail of the link whose record key is `record_key`.
@@ -1460,6 +1589,27 @@ impl Writer {
         }
         Ok(())
     }
+}
+
+/// Rewrites the creation entry (sequence `seq`) of a deleted link without its URL.
+fn scrub_creation(t: &mut Tables<'_>, seq: u64, code: &str) -> Result<(), StoreError> {
+    let Some(raw) = t
+        .changes
+        .get(seq)
+        .map_err(storage)?
+        .map(|g| g.value().to_vec())
+    else {
+        return Ok(());
+    };
+    let mut change: Change = serde_json::from_slice(&raw).map_err(|e| corrupt("changes", e))?;
+    if let Change::LinkCreated { link, .. } = &mut change {
+        if link.code == code {
+            link.long_url.clear();
+            let json = serde_json::to_vec(&change).map_err(storage)?;
+            t.changes.insert(seq, json.as_slice()).map_err(storage)?;
+        }
+    }
+    Ok(())
 }
 
 fn apply_resolve_report(

@@ -659,6 +659,10 @@ pub trait Store: Send + Sync + 'static {
         let _ = (name, make);
         Ok(None)
     }
+    /// Every table of the record where `needle` appears, in a key or a value, with how many
+    /// rows: an erasure audit (a deleted link's URL must be found nowhere). Bytes the storage
+    /// engine alone still holds (freed pages, dead tuples, WAL) are not rows and not seen.
+    fn find_text(&self, needle: &str) -> Result<Vec<(String, u64)>, StoreError>;
     /// Graceful shutdown: returns the unused part of the leased counter block.
     fn shutdown(&self) -> Result<(), StoreError>;
 }

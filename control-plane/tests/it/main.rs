@@ -4,6 +4,8 @@
 //!   broker in, stats over HTTP out; dedup, bots, late events, recompute, restarts, corruption;
 //! - `edge`: the internal edge listener (origin lookups, the edge token), through its router and
 //!   over a socket;
+//! - `erasure`: a deleted destination is found nowhere (store tables on both backends, API,
+//!   feed replay, idempotent replay, next snapshot);
 //! - `feed`: the edge feed, snapshot publishing and status reports, over real sockets;
 //! - `router`: every API call through the axum router without a socket, on a real store;
 //! - `process`: the real binary over real sockets (curl and an HTTP client crate): concurrent
@@ -17,6 +19,7 @@
 
 mod clicks;
 mod edge;
+mod erasure;
 mod feed;
 mod harness;
 mod process;

@@ -893,6 +893,38 @@ impl Store for PgStore {
         })
     }
 
+    fn find_text(&self, needle: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        let needle = needle.to_string();
+        self.with_client(move |c| async move {
+            let tables = c
+                .query(
+                    "SELECT table_name::text FROM information_schema.tables                      WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'                      ORDER BY table_name",
+                    &[],
+                )
+                .await
+                .map_err(pg)?;
+            let mut out = Vec::new();
+            for row in tables {
+                let table: String = row.get(0);
+                // Every column as text (bytea too, hex): the row's whole text form.
+                let hits: i64 = c
+                    .query_one(
+                        &format!(
+                            "SELECT count(*) FROM \"{table}\" t                              WHERE strpos(t::text, $1) > 0                                 OR strpos(encode(convert_to(t::text, 'UTF8'), 'escape'), $1) > 0"
+                        ),
+                        &[&needle],
+                    )
+                    .await
+                    .map_err(pg)?
+                    .get(0);
+                if hits > 0 {
+                    out.push((table, u64::try_from(hits).unwrap_or(0)));
+                }
+            }
+            Ok(out)
+        })
+    }
+
     fn shutdown(&self) -> Result<(), StoreError> {
         let result = self.submit(Op::Shutdown);
         if let Ok(mut guard) = self.writer.lock() {
