@@ -15,11 +15,18 @@
 //! opened for appending, so the CLI and the server can both append. The server checks the
 //! file's size and mtime on every authentication (one `stat`) and re-reads it when it changed,
 //! so a revoked key fails on its very next request. A lost key is replaced, never recovered.
+//!
+//! With the PostgreSQL store the keys live in the store instead (the `api_keys` table), so
+//! every control plane on the database shares them: [`ApiKeys::from_store`] caches them, looks
+//! a key it has not seen up in the store (a new key works on its first request anywhere) and
+//! drops the cache when a `NOTIFY` says keys changed (a revocation reaches every control plane
+//! in the time a notification takes, milliseconds; the control plane that revokes sees it at
+//! once). `apikey create|list|revoke --store postgres://…` write the same table.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
 use serde::Serialize;
@@ -41,6 +48,32 @@ pub enum AuthError {
     Unknown,
     /// The key was revoked.
     Revoked,
+    /// The store that holds the keys cannot be reached (answer 503 and retry).
+    Unavailable,
+}
+
+/// A key as the shared store keeps it (the hash of the secret, never the secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub hash: [u8; 32],
+    pub id: String,
+    pub owner: String,
+    pub admin: bool,
+    pub created_at: String,
+    pub revoked_at: Option<String>,
+}
+
+/// Where a store that holds API keys keeps them (the PostgreSQL store).
+pub trait KeyStore: Send + Sync {
+    fn add_key(&self, key: &KeyRecord) -> Result<(), crate::store::StoreError>;
+    /// False if there is no such key or it was revoked before.
+    fn revoke_key(&self, id: &str, at: &str) -> Result<bool, crate::store::StoreError>;
+    /// Every key, in creation order.
+    fn keys(&self) -> Result<Vec<KeyRecord>, crate::store::StoreError>;
+    fn key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<KeyRecord>, crate::store::StoreError>;
+    /// Raised whenever any control plane changes a key (and whenever the store could have
+    /// missed such news, e.g. after a reconnect): a cache older than this is stale.
+    fn keys_generation(&self) -> u64;
 }
 
 /// A key as `apikey list` and `GET /v1/admin/apikeys` show it: never the secret or its hash.
@@ -104,24 +137,38 @@ fn random_hex(bytes: usize) -> anyhow::Result<String> {
     Ok(hex::encode(raw))
 }
 
-/// Appends a new key for `owner` to the keys file and returns it (the secret is shown once).
-pub fn create_key(data_dir: &Path, owner: &str, admin: bool) -> anyhow::Result<CreatedKey> {
+/// A fresh key for `owner`: the secret (shown once) and the record that stores its hash.
+fn new_key(owner: &str, admin: bool) -> anyhow::Result<(CreatedKey, KeyRecord)> {
     anyhow::ensure!(
         valid_owner(owner),
         "owner must be 1-64 characters of A-Z a-z 0-9 . _ @ -"
     );
     let key = format!("lh_{}", random_hex(16)?);
     let id = format!("lhk_{}", random_hex(8)?);
+    let record = KeyRecord {
+        hash: hash_key(&key),
+        id: id.clone(),
+        owner: owner.to_string(),
+        admin,
+        created_at: crate::clock::rfc3339(crate::clock::now_ms()),
+        revoked_at: None,
+    };
+    Ok((CreatedKey { key, id }, record))
+}
+
+/// Appends a new key for `owner` to the keys file and returns it (the secret is shown once).
+pub fn create_key(data_dir: &Path, owner: &str, admin: bool) -> anyhow::Result<CreatedKey> {
+    let (created, record) = new_key(owner, admin)?;
     let line = format!(
         "{}\t{}\t{}\t{}\t{}\n",
-        hex::encode(hash_key(&key)),
-        owner,
+        hex::encode(record.hash),
+        record.owner,
         if admin { "admin" } else { "user" },
-        crate::clock::rfc3339(crate::clock::now_ms()),
-        id
+        record.created_at,
+        record.id
     );
     append_line(data_dir, &line)?;
-    Ok(CreatedKey { key, id })
+    Ok(created)
 }
 
 /// Appends a revocation of key `id`; false if no such key exists (or it was revoked before).
@@ -137,6 +184,38 @@ struct Entry {
     revoked_at: Option<String>,
 }
 
+impl Entry {
+    fn from_record(r: KeyRecord) -> Entry {
+        Entry {
+            principal: Principal {
+                owner: r.owner,
+                admin: r.admin,
+                key_id: r.id,
+            },
+            created_at: r.created_at,
+            revoked_at: r.revoked_at,
+        }
+    }
+
+    fn info(&self) -> KeyInfo {
+        KeyInfo {
+            id: self.principal.key_id.clone(),
+            owner: self.principal.owner.clone(),
+            admin: self.principal.admin,
+            created_at: self.created_at.clone(),
+            revoked: self.revoked_at.is_some(),
+            revoked_at: self.revoked_at.clone(),
+        }
+    }
+
+    fn answer(&self) -> Result<Principal, AuthError> {
+        match self.revoked_at {
+            Some(_) => Err(AuthError::Revoked),
+            None => Ok(self.principal.clone()),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Loaded {
     stamp: Option<(SystemTime, u64)>,
@@ -145,16 +224,50 @@ struct Loaded {
     ids: Vec<(String, [u8; 32])>,
 }
 
-/// The server's view of the keys file.
+impl Loaded {
+    fn list(&self, owner: Option<&str>) -> Vec<KeyInfo> {
+        self.ids
+            .iter()
+            .filter_map(|(_, h)| self.by_hash.get(h))
+            .filter(|e| owner.is_none_or(|o| e.principal.owner == o))
+            .map(Entry::info)
+            .collect()
+    }
+
+    fn live(&self, id: &str) -> bool {
+        self.ids
+            .iter()
+            .find(|(i, _)| i == id)
+            .and_then(|(_, h)| self.by_hash.get(h))
+            .is_some_and(|e| e.revoked_at.is_none())
+    }
+}
+
+/// The server's view of the keys: the keys file beside the embedded store, or the shared
+/// store's `api_keys` table.
 pub struct ApiKeys {
-    path: PathBuf,
-    data_dir: PathBuf,
-    loaded: RwLock<Loaded>,
+    source: Source,
+}
+
+enum Source {
+    File {
+        path: PathBuf,
+        data_dir: PathBuf,
+        loaded: RwLock<Loaded>,
+    },
+    Store {
+        keys: Arc<dyn KeyStore>,
+        /// The cache and the store generation it was loaded at (`None`: never loaded).
+        cache: RwLock<(Option<u64>, Loaded)>,
+    },
 }
 
 impl std::fmt::Debug for ApiKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiKeys").field("path", &self.path).finish()
+        match &self.source {
+            Source::File { path, .. } => f.debug_struct("ApiKeys").field("path", path).finish(),
+            Source::Store { .. } => f.debug_struct("ApiKeys").field("source", &"store").finish(),
+        }
     }
 }
 
@@ -212,91 +325,209 @@ fn parse(text: &str, path: &Path) -> Loaded {
     loaded
 }
 
+fn from_records(records: Vec<KeyRecord>) -> Loaded {
+    let mut loaded = Loaded::default();
+    for r in records {
+        loaded.ids.push((r.id.clone(), r.hash));
+        loaded.by_hash.insert(r.hash, Entry::from_record(r));
+    }
+    loaded
+}
+
+fn store_error(e: crate::store::StoreError) -> anyhow::Error {
+    anyhow::anyhow!("the key store: {e}")
+}
+
 impl ApiKeys {
     /// Keys from `DATA_DIR/api-keys` (which may not exist yet).
     pub fn open(data_dir: &Path) -> Self {
         let keys = ApiKeys {
-            path: data_dir.join(KEYS_FILE),
-            data_dir: data_dir.to_path_buf(),
-            loaded: RwLock::new(Loaded::default()),
+            source: Source::File {
+                path: data_dir.join(KEYS_FILE),
+                data_dir: data_dir.to_path_buf(),
+                loaded: RwLock::new(Loaded::default()),
+            },
         };
         keys.reload_if_changed();
         keys
     }
 
+    /// Keys kept by `store` (which must hold keys: [`crate::store::Store::key_store`]).
+    pub fn from_store(store: Arc<dyn crate::store::Store>) -> anyhow::Result<Self> {
+        let keys = store
+            .key_store()
+            .ok_or_else(|| anyhow::anyhow!("this store does not keep API keys"))?;
+        Self::from_key_store(keys)
+    }
+
+    /// Keys kept by a [`KeyStore`] (the CLI's own connection to the store).
+    pub fn from_key_store(keys: Arc<dyn KeyStore>) -> anyhow::Result<Self> {
+        let keys = ApiKeys {
+            source: Source::Store {
+                keys,
+                cache: RwLock::new((None, Loaded::default())),
+            },
+        };
+        keys.refresh()
+            .map_err(|_| anyhow::anyhow!("the key store cannot be read"))?;
+        Ok(keys)
+    }
+
+    /// Whether the keys are the shared store's.
+    pub fn in_store(&self) -> bool {
+        matches!(self.source, Source::Store { .. })
+    }
+
+    /// Creates a key for `owner` wherever these keys live.
+    pub fn create(&self, owner: &str, admin: bool) -> anyhow::Result<CreatedKey> {
+        match &self.source {
+            Source::File { data_dir, .. } => create_key(data_dir, owner, admin),
+            Source::Store { keys, cache } => {
+                let (created, record) = new_key(owner, admin)?;
+                keys.add_key(&record).map_err(store_error)?;
+                if let Ok(mut c) = cache.write() {
+                    c.0 = None;
+                }
+                Ok(created)
+            }
+        }
+    }
+
     fn reload_if_changed(&self) {
-        let stamp = std::fs::metadata(&self.path)
+        let Source::File { path, loaded, .. } = &self.source else {
+            return;
+        };
+        let stamp = std::fs::metadata(path)
             .ok()
             .and_then(|m| Some((m.modified().ok()?, m.len())));
-        if let Ok(loaded) = self.loaded.read() {
+        if let Ok(loaded) = loaded.read() {
             if loaded.stamp.is_some() && loaded.stamp == stamp {
                 return;
             }
         }
-        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
-        let mut fresh = parse(&text, &self.path);
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let mut fresh = parse(&text, path);
         fresh.stamp = stamp;
-        if let Ok(mut loaded) = self.loaded.write() {
+        if let Ok(mut loaded) = loaded.write() {
             *loaded = fresh;
+        }
+    }
+
+    /// Store keys: reloads the cache when any control plane changed a key since it was
+    /// loaded. An unreachable store keeps the old cache (and tries again on the next call).
+    fn refresh(&self) -> Result<(), AuthError> {
+        let Source::Store { keys, cache } = &self.source else {
+            return Ok(());
+        };
+        let generation = keys.keys_generation();
+        if cache.read().is_ok_and(|c| c.0 == Some(generation)) {
+            return Ok(());
+        }
+        let records = keys.keys().map_err(|e| {
+            tracing::warn!(error = %e, "cannot load the api keys from the store");
+            AuthError::Unavailable
+        })?;
+        if let Ok(mut c) = cache.write() {
+            *c = (Some(generation), from_records(records));
+        }
+        Ok(())
+    }
+
+    /// The answer from memory alone, or `None` when finding it needs the store (a key not
+    /// cached, or a cache some control plane made stale): async callers run
+    /// [`ApiKeys::authenticate`] on a blocking thread then.
+    pub fn authenticate_cached(&self, key: &str) -> Option<Result<Principal, AuthError>> {
+        match &self.source {
+            Source::File { .. } => Some(self.authenticate(key)),
+            Source::Store { keys, cache } => {
+                let generation = keys.keys_generation();
+                let c = cache.read().ok()?;
+                if c.0 != Some(generation) {
+                    return None;
+                }
+                c.1.by_hash.get(&hash_key(key)).map(Entry::answer)
+            }
         }
     }
 
     /// The principal behind a presented key.
     pub fn authenticate(&self, key: &str) -> Result<Principal, AuthError> {
-        // One stat per call: a revocation by the CLI takes effect on the next request.
-        self.reload_if_changed();
         let h = hash_key(key);
-        let loaded = self.loaded.read().map_err(|_| AuthError::Unknown)?;
-        match loaded.by_hash.get(&h) {
-            None => Err(AuthError::Unknown),
-            Some(e) if e.revoked_at.is_some() => Err(AuthError::Revoked),
-            Some(e) => Ok(e.principal.clone()),
+        match &self.source {
+            Source::File { loaded, .. } => {
+                // One stat per call: a revocation by the CLI takes effect on the next request.
+                self.reload_if_changed();
+                let loaded = loaded.read().map_err(|_| AuthError::Unknown)?;
+                loaded.by_hash.get(&h).ok_or(AuthError::Unknown)?.answer()
+            }
+            Source::Store { keys, cache } => {
+                self.refresh()?;
+                if let Some(e) = cache.read().ok().and_then(|c| c.1.by_hash.get(&h).cloned()) {
+                    return e.answer();
+                }
+                // Made since the cache was loaded (perhaps on another control plane).
+                let found = keys.key_by_hash(&h).map_err(|e| {
+                    tracing::warn!(error = %e, "cannot look an api key up in the store");
+                    AuthError::Unavailable
+                })?;
+                let record = found.ok_or(AuthError::Unknown)?;
+                let entry = Entry::from_record(record);
+                let answer = entry.answer();
+                if let Ok(mut c) = cache.write() {
+                    if !c.1.by_hash.contains_key(&h) {
+                        c.1.ids.push((entry.principal.key_id.clone(), h));
+                        c.1.by_hash.insert(h, entry);
+                    }
+                }
+                answer
+            }
         }
     }
 
     /// Every key (optionally only `owner`'s), in creation order.
     pub fn list(&self, owner: Option<&str>) -> Vec<KeyInfo> {
-        self.reload_if_changed();
-        let Ok(loaded) = self.loaded.read() else {
-            return Vec::new();
-        };
-        loaded
-            .ids
-            .iter()
-            .filter_map(|(_, h)| loaded.by_hash.get(h))
-            .filter(|e| owner.is_none_or(|o| e.principal.owner == o))
-            .map(|e| KeyInfo {
-                id: e.principal.key_id.clone(),
-                owner: e.principal.owner.clone(),
-                admin: e.principal.admin,
-                created_at: e.created_at.clone(),
-                revoked: e.revoked_at.is_some(),
-                revoked_at: e.revoked_at.clone(),
-            })
-            .collect()
+        match &self.source {
+            Source::File { loaded, .. } => {
+                self.reload_if_changed();
+                loaded.read().map(|l| l.list(owner)).unwrap_or_default()
+            }
+            Source::Store { keys, .. } => match keys.keys() {
+                Ok(records) => from_records(records).list(owner),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list the api keys");
+                    Vec::new()
+                }
+            },
+        }
     }
 
-    /// Revokes key `id` (appending to the file); false if there is no such key or it was
-    /// already revoked.
+    /// Revokes key `id`; false if there is no such key or it was already revoked.
     pub fn revoke(&self, id: &str) -> anyhow::Result<bool> {
-        self.reload_if_changed();
-        let live = self.loaded.read().ok().is_some_and(|l| {
-            l.ids
-                .iter()
-                .find(|(i, _)| i == id)
-                .and_then(|(_, h)| l.by_hash.get(h))
-                .is_some_and(|e| e.revoked_at.is_none())
-        });
-        if !live {
-            return Ok(false);
+        let at = crate::clock::rfc3339(crate::clock::now_ms());
+        match &self.source {
+            Source::File {
+                data_dir, loaded, ..
+            } => {
+                self.reload_if_changed();
+                if !loaded.read().ok().is_some_and(|l| l.live(id)) {
+                    return Ok(false);
+                }
+                append_line(data_dir, &format!("{REVOKE}\t{id}\t{at}\n"))?;
+                self.reload_if_changed();
+                Ok(true)
+            }
+            Source::Store { keys, cache } => {
+                let revoked = keys.revoke_key(id, &at).map_err(store_error)?;
+                // This control plane stops honouring it now, not when the notification lands.
+                if let Ok(mut c) = cache.write() {
+                    c.0 = None;
+                    if let Some(e) = c.1.by_hash.values_mut().find(|e| e.principal.key_id == id) {
+                        e.revoked_at.get_or_insert(at);
+                    }
+                }
+                Ok(revoked)
+            }
         }
-        let line = format!(
-            "{REVOKE}\t{id}\t{}\n",
-            crate::clock::rfc3339(crate::clock::now_ms())
-        );
-        append_line(&self.data_dir, &line)?;
-        self.reload_if_changed();
-        Ok(true)
     }
 }
 

@@ -327,13 +327,47 @@ enum SnapshotCommand {
     },
 }
 
+/// Where `apikey` finds the keys.
+#[derive(Args)]
+struct KeysAt {
+    /// The data directory of an embedded-store control plane (its `api-keys` file).
+    #[arg(long, env = "LASTHOP_DATA_DIR", required_unless_present = "store")]
+    data_dir: Option<PathBuf>,
+    /// `embedded` (the file in --data-dir) or the PostgreSQL connection string the control
+    /// planes share (the keys are in the store: every control plane sees a change at once).
+    #[arg(long, env = "LASTHOP_STORE")]
+    store: Option<String>,
+}
+
+impl KeysAt {
+    fn open(&self) -> anyhow::Result<ApiKeys> {
+        match self.store.as_deref() {
+            Some(url) if is_postgres(url) => {
+                let keys = lasthop_control::store::postgres::keys::PgKeys::connect(url)
+                    .context("connecting to the store")?;
+                ApiKeys::from_key_store(Arc::new(keys))
+            }
+            Some("embedded") | None => {
+                let dir = self
+                    .data_dir
+                    .as_deref()
+                    .context("--data-dir is needed with the embedded store")?;
+                Ok(ApiKeys::open(dir))
+            }
+            Some(other) => anyhow::bail!(
+                "--store must be `embedded` or a PostgreSQL connection string, not {other:?}"
+            ),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum ApikeyCommand {
     /// Print a new API key for OWNER on stdout, its public id on stderr (stored hashed; a lost
     /// key is replaced, never recovered).
     Create {
-        #[arg(long, env = "LASTHOP_DATA_DIR")]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        at: KeysAt,
         #[arg(long)]
         owner: String,
         /// May take down and restore any link.
@@ -345,8 +379,8 @@ enum ApikeyCommand {
     },
     /// List every key: id, owner, role, created, revoked (never a secret).
     List {
-        #[arg(long, env = "LASTHOP_DATA_DIR")]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        at: KeysAt,
         /// Only this owner's keys.
         #[arg(long)]
         owner: Option<String>,
@@ -357,8 +391,8 @@ enum ApikeyCommand {
     /// Revoke the key with this public id (works while the server runs: its next request
     /// answers 401 key_revoked).
     Revoke {
-        #[arg(long, env = "LASTHOP_DATA_DIR")]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        at: KeysAt,
         /// The key's public id, `lhk_…`.
         id: String,
     },
@@ -604,12 +638,12 @@ fn main() -> anyhow::Result<()> {
 fn apikey(command: ApikeyCommand) -> anyhow::Result<()> {
     match command {
         ApikeyCommand::Create {
-            data_dir,
+            at,
             owner,
             admin,
             json,
         } => {
-            let key = lasthop_control::auth::create_key(&data_dir, &owner, admin)?;
+            let key = at.open()?.create(&owner, admin)?;
             if json {
                 println!(
                     "{}",
@@ -626,12 +660,8 @@ fn apikey(command: ApikeyCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        ApikeyCommand::List {
-            data_dir,
-            owner,
-            json,
-        } => {
-            let keys = lasthop_control::ApiKeys::open(&data_dir).list(owner.as_deref());
+        ApikeyCommand::List { at, owner, json } => {
+            let keys = at.open()?.list(owner.as_deref());
             for k in keys {
                 if json {
                     println!("{}", serde_json::to_string(&k)?);
@@ -651,8 +681,8 @@ fn apikey(command: ApikeyCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        ApikeyCommand::Revoke { data_dir, id } => {
-            let keys = lasthop_control::ApiKeys::open(&data_dir);
+        ApikeyCommand::Revoke { at, id } => {
+            let keys = at.open()?;
             let known = keys.list(None).into_iter().find(|k| k.id == id);
             match known {
                 None => anyhow::bail!("no key has the id {id}"),
@@ -866,9 +896,30 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let safety = start_safety(&args, Arc::clone(&dyn_store), &metrics)?;
+    // The shared store keeps the keys (every control plane sees a change at once); beside the
+    // embedded store they are the data directory's file.
+    let keys = match Arc::clone(&dyn_store).key_store() {
+        Some(shared) => {
+            if args
+                .data_dir
+                .join(lasthop_control::auth::KEYS_FILE)
+                .exists()
+            {
+                tracing::warn!(
+                    "{} is not read with a shared store: its keys live in the store \
+                     (`lasthop-control import` moves them, or create new ones with --store)",
+                    args.data_dir
+                        .join(lasthop_control::auth::KEYS_FILE)
+                        .display()
+                );
+            }
+            ApiKeys::from_key_store(shared)?
+        }
+        None => ApiKeys::open(&args.data_dir),
+    };
     let state = AppState::with_safety(
         Arc::clone(&dyn_store),
-        ApiKeys::open(&args.data_dir),
+        keys,
         api,
         metrics,
         Arc::clone(&fleet),

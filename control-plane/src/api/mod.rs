@@ -286,9 +286,31 @@ impl FromRequestParts<AppState> for Auth {
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .ok_or_else(|| unauthorized("Authorization must be Bearer <api key>"))?;
-        let who = match state.0.keys.authenticate(key) {
+        let answer = match state.0.keys.authenticate_cached(key) {
+            Some(answer) => answer,
+            None => {
+                // The key is not in memory: look it up in the shared store off the async
+                // threads.
+                let st = state.clone();
+                let key = key.to_string();
+                tokio::task::spawn_blocking(move || st.0.keys.authenticate(&key))
+                    .await
+                    .unwrap_or(Err(AuthError::Unavailable))
+            }
+        };
+        let who = match answer {
             Ok(p) => p,
             Err(AuthError::Unknown) => return Err(unauthorized("unknown api key")),
+            Err(AuthError::Unavailable) => {
+                return Err(ApiError {
+                    retry_after: Some(1),
+                    ..ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "storage_unavailable",
+                        "storage is unavailable, retry later",
+                    )
+                })
+            }
             Err(AuthError::Revoked) => {
                 return Err(ApiError::new(
                     StatusCode::UNAUTHORIZED,

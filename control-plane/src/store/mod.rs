@@ -8,6 +8,8 @@
 pub mod embedded;
 pub mod postgres;
 
+use std::sync::Arc;
+
 use lasthop_core::feed::DenyKind;
 use lasthop_core::{Change, Hold, Link, LinkState};
 use lasthop_trust::CanonicalHost;
@@ -663,6 +665,11 @@ pub trait Store: Send + Sync + 'static {
     /// rows: an erasure audit (a deleted link's URL must be found nowhere). Bytes the storage
     /// engine alone still holds (freed pages, dead tuples, WAL) are not rows and not seen.
     fn find_text(&self, needle: &str) -> Result<Vec<(String, u64)>, StoreError>;
+    /// Where this store keeps API keys, if it keeps them (the shared store does; beside the
+    /// embedded store they are the `api-keys` file).
+    fn key_store(self: Arc<Self>) -> Option<Arc<dyn crate::auth::KeyStore>> {
+        None
+    }
     /// Graceful shutdown: returns the unused part of the leased counter block.
     fn shutdown(&self) -> Result<(), StoreError>;
 }

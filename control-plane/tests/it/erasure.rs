@@ -22,13 +22,9 @@ fn a_deleted_destination_is_found_nowhere_on_postgres() {
 }
 
 fn erase(store: Option<&str>) {
-    let site = Site::new();
-    let admin = Site::create_key(site.dir.path(), "ops", true);
-    let mut args = vec!["--scanner", "off"];
-    if let Some(url) = store {
-        args.extend(["--store", url]);
-    }
-    let server = site.start(&args);
+    let site = Site::for_store(store);
+    let admin = site.new_key("ops", true);
+    let server = site.start(&["--scanner", "off"]);
     let secret = "https://erase-me.example/private/report-8f3a2c";
     let body = format!(r#"{{"long_url":"{secret}"}}"#);
     let create = |key: &str| {

@@ -17,6 +17,8 @@ pub struct Site {
     pub dir: tempfile::TempDir,
     pub api_key: String,
     starts: std::sync::atomic::AtomicUsize,
+    /// The shared store every start of this site uses (`None`: each data dir's embedded one).
+    pub store: Option<String>,
 }
 
 impl Site {
@@ -33,7 +35,48 @@ impl Site {
             dir,
             api_key,
             starts: std::sync::atomic::AtomicUsize::new(0),
+            store: None,
         }
+    }
+
+    /// A site whose control planes share the PostgreSQL store at `url` (its keys too).
+    pub fn shared(url: &str) -> Site {
+        let mut site = Site::new();
+        site.store = Some(url.to_string());
+        site.api_key = site.create_store_key("alice", false);
+        site
+    }
+
+    /// A site on the shared store at `url`, or on embedded stores when `None`.
+    pub fn for_store(url: Option<&str>) -> Site {
+        match url {
+            Some(url) => Site::shared(url),
+            None => Site::new(),
+        }
+    }
+
+    /// A new API key wherever this site keeps them.
+    pub fn new_key(&self, owner: &str, admin: bool) -> String {
+        match self.store {
+            Some(_) => self.create_store_key(owner, admin),
+            None => Site::create_key(self.dir.path(), owner, admin),
+        }
+    }
+
+    /// A new API key in the shared store (`apikey create --store`).
+    pub fn create_store_key(&self, owner: &str, admin: bool) -> String {
+        let url = self.store.as_deref().expect("a shared site");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["apikey", "create", "--store", url, "--owner", owner]);
+        if admin {
+            cmd.arg("--admin");
+        }
+        let out = cmd.output().expect("apikey runs");
+        assert!(out.status.success(), "apikey: {out:?}");
+        String::from_utf8(out.stdout)
+            .expect("utf8")
+            .trim()
+            .to_string()
     }
 
     pub fn create_key(dir: &Path, owner: &str, admin: bool) -> String {
@@ -58,7 +101,12 @@ impl Site {
 
     /// The edge token `serve` wrote on first start.
     pub fn edge_token(&self) -> String {
-        let path = self.dir.path().join("data").join("edge.token");
+        self.edge_token_in("data")
+    }
+
+    /// The edge token the control plane with data dir `name` wrote.
+    pub fn edge_token_in(&self, name: &str) -> String {
+        let path = self.dir.path().join(name).join("edge.token");
         std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
             .trim_end()
@@ -71,13 +119,24 @@ impl Site {
 
     /// Starts `serve` on ephemeral ports (API and edge listener) and waits until it listens.
     pub fn start(&self, extra: &[&str]) -> Server {
+        self.start_in("data", extra)
+    }
+
+    /// Starts another control plane of this site, with its own data dir `name` (for several
+    /// control planes on one shared store).
+    pub fn start_in(&self, name: &str, extra: &[&str]) -> Server {
         let mut cmd = Command::new(BIN);
         cmd.arg("serve")
             .arg("--data-dir")
-            .arg(self.dir.path().join("data"))
+            .arg(self.dir.path().join(name))
             .arg("--key-file")
             .arg(self.key_file())
             .args(["--api-listen", "127.0.0.1:0", "--create-rate", "0"]);
+        if let Some(url) = &self.store {
+            if !extra.contains(&"--store") {
+                cmd.args(["--store", url]);
+            }
+        }
         if !extra.contains(&"--edge-listen") {
             cmd.args(["--edge-listen", "127.0.0.1:0"]);
         }

@@ -26,4 +26,5 @@ mod process;
 mod replication;
 mod router;
 mod safety;
+mod shared;
 mod store;

@@ -107,14 +107,14 @@ fn create_code(base: &str, key: &str, url: &str) -> String {
 /// SIGKILL burns it (the next code comes from a fresh block).
 #[test]
 fn graceful_shutdown_returns_the_block_and_a_crash_burns_it() {
-    blocks_across_restarts(&[]);
+    blocks_across_restarts(None);
 }
 
 /// The same on the PostgreSQL store.
 #[test]
 fn graceful_shutdown_returns_the_block_and_a_crash_burns_it_on_postgres() {
     if let Some((_pg, url)) = postgres_store("process::graceful_shutdown_on_postgres") {
-        blocks_across_restarts(&["--store", &url]);
+        blocks_across_restarts(Some(&url));
     }
 }
 
@@ -131,11 +131,10 @@ fn postgres_store(test: &str) -> Option<(Arc<crate::harness::Postgres>, String)>
     Some((pg, url))
 }
 
-fn blocks_across_restarts(store: &[&str]) {
-    let site = Site::new();
+fn blocks_across_restarts(store: Option<&str>) {
+    let site = Site::for_store(store);
     let block = 1000u64;
-    let mut args = vec!["--block-size", "1000"];
-    args.extend_from_slice(store);
+    let args = ["--block-size", "1000"];
     let server = site.start(&args);
     let first = counter_of(
         &site,
@@ -187,20 +186,20 @@ fn blocks_across_restarts(store: &[&str]) {
 /// out twice across the restart.
 #[test]
 fn sigkill_mid_load_loses_no_acknowledged_link() {
-    crash_mid_load(&[]);
+    crash_mid_load(None);
 }
 
 /// The same on the PostgreSQL store.
 #[test]
 fn sigkill_mid_load_loses_no_acknowledged_link_on_postgres() {
     if let Some((_pg, url)) = postgres_store("process::sigkill_mid_load_on_postgres") {
-        crash_mid_load(&["--store", &url]);
+        crash_mid_load(Some(&url));
     }
 }
 
-fn crash_mid_load(store: &[&str]) {
-    let site = Site::new();
-    let server = site.start(store);
+fn crash_mid_load(store: Option<&str>) {
+    let site = Site::for_store(store);
+    let server = site.start(&[]);
     let acked = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..8)
@@ -239,7 +238,7 @@ fn crash_mid_load(store: &[&str]) {
     let before: Vec<(String, String)> = acked.lock().unwrap().clone();
     assert!(before.len() >= 300, "load too small: {}", before.len());
 
-    let server = site.start(store);
+    let server = site.start(&[]);
     let mut after = Vec::new();
     for i in 0..200 {
         let url = format!("https://example.com/after/{i}");

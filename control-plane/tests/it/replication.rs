@@ -37,8 +37,8 @@ fn failover_to_a_synchronous_standby_loses_no_acknowledged_link() {
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/lasthop?target_session_attrs=read-write",
         primary.port, standby.port
     );
-    let site = Site::new();
-    let server = site.start(&["--store", &url, "--scanner", "off"]);
+    let site = Site::shared(&url);
+    let server = site.start(&["--scanner", "off"]);
 
     let acked = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
     let refused = Arc::new(Mutex::new(0u64));

@@ -110,7 +110,69 @@ suite!(
     reports_and_owners,
     creates_lease_counters_claim_aliases_and_replay_idempotent_answers,
     owners_pages_and_consistent_reads,
+    api_keys_are_seen_by_every_reader_and_revocations_at_once,
 );
+
+impl Backend {
+    /// The API keys as a control plane on this backend sees them: the keys file beside the
+    /// embedded store, the shared store's table with PostgreSQL.
+    fn keys(&self, store: &Arc<dyn Store>) -> lasthop_control::ApiKeys {
+        match self {
+            Backend::Embedded { dir, .. } => lasthop_control::ApiKeys::open(dir.path()),
+            Backend::Postgres { .. } => {
+                lasthop_control::ApiKeys::from_store(Arc::clone(store)).unwrap()
+            }
+        }
+    }
+}
+
+/// Two control planes' views of the keys: a key made through one authenticates on the other
+/// at once; one revoked through the other stops authenticating on the first (the shared
+/// store's notification takes milliseconds; the revoking side sees it immediately).
+fn api_keys_are_seen_by_every_reader_and_revocations_at_once(b: &Backend) {
+    use lasthop_control::auth::AuthError;
+    let store_a = b.open();
+    // The embedded store has one writer process; its keys file is what several CLIs share.
+    let store_b = match b {
+        Backend::Embedded { .. } => Arc::clone(&store_a),
+        Backend::Postgres { .. } => b.open(),
+    };
+    let (a, c) = (b.keys(&store_a), b.keys(&store_b));
+    assert_eq!(a.authenticate("lh_nope"), Err(AuthError::Unknown));
+    let made = a.create("team-a", false).unwrap();
+    let admin = c.create("ops", true).unwrap();
+    assert_eq!(c.authenticate(&made.key).unwrap().owner, "team-a");
+    assert_eq!(c.authenticate(&made.key).unwrap().key_id, made.id);
+    assert!(a.authenticate(&admin.key).unwrap().admin);
+    assert!(c.revoke(&made.id).unwrap());
+    assert_eq!(c.authenticate(&made.key), Err(AuthError::Revoked));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while a.authenticate(&made.key).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the revocation never reached the other reader"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(a.authenticate(&made.key), Err(AuthError::Revoked));
+    assert!(!a.revoke(&made.id).unwrap(), "already revoked");
+    assert!(!a.revoke("lhk_0000000000000000").unwrap(), "unknown");
+    let listed = a.list(None);
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().any(|k| k.id == made.id && k.revoked));
+    assert!(listed
+        .iter()
+        .any(|k| k.id == admin.id && !k.revoked && k.admin));
+    assert_eq!(a.list(Some("ops")).len(), 1);
+    assert!(
+        !serde_json::to_string(&listed).unwrap().contains("lh_"),
+        "never a secret"
+    );
+    store_a.shutdown().unwrap();
+    if let Backend::Postgres { .. } = b {
+        store_b.shutdown().unwrap();
+    }
+}
 
 fn req(owner: &str, url: &str, alias: Option<&str>) -> CreateRequest {
     CreateRequest {

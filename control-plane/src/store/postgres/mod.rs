@@ -24,10 +24,12 @@
 //! The [`Store`] trait is synchronous (callers are blocking threads); this store runs its own
 //! small tokio runtime and hands each call to it.
 
+pub mod keys;
 mod schema;
 mod writer;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -114,8 +116,47 @@ pub(crate) async fn connect(
     Ok(client)
 }
 
+/// News of shared state that control planes cache (keys, owners, lists): a generation per
+/// kind, raised by every `NOTIFY` on [`keys::STATE_CHANNEL`] naming it, and raised for every
+/// kind whenever the listener (re)connects, since news may have been missed meanwhile.
+#[derive(Debug, Default)]
+pub struct StateNews {
+    keys: AtomicU64,
+    owners: AtomicU64,
+}
+
+impl StateNews {
+    fn heard(&self, what: &str) {
+        match what {
+            "keys" => {
+                self.keys.fetch_add(1, Ordering::AcqRel);
+            }
+            "owners" => {
+                self.owners.fetch_add(1, Ordering::AcqRel);
+            }
+            _ => {}
+        }
+    }
+
+    fn heard_everything(&self) {
+        self.keys.fetch_add(1, Ordering::AcqRel);
+        self.owners.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The generation of the API keys.
+    pub fn keys(&self) -> u64 {
+        self.keys.load(Ordering::Acquire)
+    }
+
+    /// The generation of the owner records (flags, suspensions).
+    pub fn owners(&self) -> u64 {
+        self.owners.load(Ordering::Acquire)
+    }
+}
+
 /// The PostgreSQL store. Cheap to share behind an `Arc`.
 pub struct PgStore {
+    news: Arc<StateNews>,
     rt: tokio::runtime::Runtime,
     pool: Pool,
     config: tokio_postgres::Config,
@@ -190,8 +231,14 @@ impl PgStore {
             writer.run(rx).await;
             let _ = done_tx.send(());
         });
-        rt.spawn(listen_for_commits(pg_config.clone(), commits_tx));
+        let news = Arc::new(StateNews::default());
+        rt.spawn(listen_for_commits(
+            pg_config.clone(),
+            commits_tx,
+            Arc::clone(&news),
+        ));
         Ok(PgStore {
+            news,
             rt,
             pool,
             config: pg_config,
@@ -262,9 +309,14 @@ pub fn migrate_only(url: &str) -> Result<usize, StoreError> {
     })
 }
 
-/// Keeps a `LISTEN` connection and announces every commit any control plane makes; after a
-/// lost connection it reconnects with backoff and catches up from the log's end.
-async fn listen_for_commits(config: tokio_postgres::Config, commits: Arc<watch::Sender<u64>>) {
+/// Keeps a `LISTEN` connection and announces every commit any control plane makes, and every
+/// change of cached shared state; after a lost connection it reconnects with backoff, catches
+/// up from the log's end and marks every cache stale.
+async fn listen_for_commits(
+    config: tokio_postgres::Config,
+    commits: Arc<watch::Sender<u64>>,
+    news: Arc<StateNews>,
+) {
     use futures_util::StreamExt as _;
     let mut backoff = std::time::Duration::from_millis(100);
     loop {
@@ -277,7 +329,8 @@ async fn listen_for_commits(config: tokio_postgres::Config, commits: Arc<watch::
                     while let Some(message) = messages.next().await {
                         match message {
                             Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
-                                if tx.send(n.payload().to_string()).is_err() {
+                                let heard = (n.channel().to_string(), n.payload().to_string());
+                                if tx.send(heard).is_err() {
                                     return;
                                 }
                             }
@@ -290,7 +343,10 @@ async fn listen_for_commits(config: tokio_postgres::Config, commits: Arc<watch::
                     }
                 });
                 let listened = client
-                    .batch_execute(&format!("LISTEN {CHANGES_CHANNEL}"))
+                    .batch_execute(&format!(
+                        "LISTEN {CHANGES_CHANNEL}; LISTEN {}",
+                        keys::STATE_CHANNEL
+                    ))
                     .await
                     .is_ok();
                 if listened {
@@ -303,8 +359,11 @@ async fn listen_for_commits(config: tokio_postgres::Config, commits: Arc<watch::
                         let last: i64 = row.get(0);
                         announce(&commits, u64::try_from(last).unwrap_or(0));
                     }
-                    while let Some(payload) = rx.recv().await {
-                        if let Ok(seq) = payload.parse::<u64>() {
+                    news.heard_everything();
+                    while let Some((channel, payload)) = rx.recv().await {
+                        if channel == keys::STATE_CHANNEL {
+                            news.heard(&payload);
+                        } else if let Ok(seq) = payload.parse::<u64>() {
                             announce(&commits, seq);
                         }
                     }
@@ -359,7 +418,43 @@ fn limit_i64(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
+impl crate::auth::KeyStore for PgStore {
+    fn add_key(&self, key: &crate::auth::KeyRecord) -> Result<(), StoreError> {
+        let key = key.clone();
+        self.with_client(move |mut c| async move { keys::insert(&mut c, &key).await })
+    }
+
+    fn revoke_key(&self, id: &str, at: &str) -> Result<bool, StoreError> {
+        let (id, at) = (id.to_string(), at.to_string());
+        self.with_client(move |mut c| async move { keys::revoke(&mut c, &id, &at).await })
+    }
+
+    fn keys(&self) -> Result<Vec<crate::auth::KeyRecord>, StoreError> {
+        self.with_client(|c| async move { keys::all(&c).await })
+    }
+
+    fn key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<crate::auth::KeyRecord>, StoreError> {
+        let hash = *hash;
+        self.with_client(move |c| async move { keys::by_hash(&c, &hash).await })
+    }
+
+    fn keys_generation(&self) -> u64 {
+        self.news.keys()
+    }
+}
+
+impl PgStore {
+    /// The generations of cached shared state.
+    pub fn news(&self) -> &StateNews {
+        &self.news
+    }
+}
+
 impl Store for PgStore {
+    fn key_store(self: Arc<Self>) -> Option<Arc<dyn crate::auth::KeyStore>> {
+        Some(self)
+    }
+
     fn create(&self, req: CreateRequest) -> Result<CreateOutcome, StoreError> {
         self.submit(|reply| Op::Create(Box::new(req), reply))
     }
