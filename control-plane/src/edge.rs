@@ -271,8 +271,20 @@ async fn status_report(
         EdgeError::bad(code, e.to_string())
     })?;
     let last_seq = *state.0.store.commits().borrow();
+    let engine = report.engine.clone();
     match state.0.fleet.record(report, last_seq, now_ms()) {
-        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Ok(()) => {
+            if state.0.fleet.is_shared() {
+                // Every control plane on the store lists this engine.
+                let fleet = Arc::clone(&state.0.fleet);
+                match tokio::task::spawn_blocking(move || fleet.persist(&engine)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "sharing an engine report"),
+                    Err(e) => tracing::warn!(error = %e, "sharing an engine report: task"),
+                }
+            }
+            Ok(StatusCode::NO_CONTENT)
+        }
         Err(e @ FleetError::Full) => Err(EdgeError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "too_many_engines",
@@ -310,12 +322,22 @@ async fn download_snapshot(
     State(state): State<EdgeState>,
     Path(id): Path<String>,
 ) -> Result<Response, EdgeError> {
-    let path = state
-        .0
-        .snapshots
-        .as_ref()
-        .and_then(|p| p.path_of(&id))
-        .ok_or_else(unknown_snapshot)?;
+    let publisher = state.0.snapshots.clone().ok_or_else(unknown_snapshot)?;
+    // On a shared store a snapshot another control plane published may not be copied here
+    // yet: it is fetched from the store first.
+    let wanted = id.clone();
+    let path = match tokio::task::spawn_blocking(move || publisher.local_copy(&wanted)).await {
+        Ok(Ok(Some(path))) => path,
+        Ok(Ok(None)) => return Err(unknown_snapshot()),
+        Ok(Err(e)) => {
+            tracing::error!(%id, error = %format!("{e:#}"), "copying a snapshot from the store");
+            return Err(EdgeError::unavailable());
+        }
+        Err(e) => {
+            tracing::error!(%id, error = %e, "copying a snapshot: task failed");
+            return Err(EdgeError::unavailable());
+        }
+    };
     let opened = tokio::task::spawn_blocking(move || {
         let file = std::fs::File::open(&path)?;
         let len = file.metadata()?.len();

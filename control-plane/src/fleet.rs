@@ -3,12 +3,20 @@
 //! Pure bookkeeping: every method takes the current change-log sequence and `now` from its
 //! caller, so lag arithmetic is tested without clocks or sockets. A report older than
 //! [`REPORT_TTL_MS`] is forgotten; an engine that stops reporting leaves the list after that.
+//!
+//! With several control planes on one store each engine reports to one of them, so every
+//! report is also written to the store ([`Fleet::persist`]) and every control plane folds the
+//! others' into its view ([`Fleet::refresh`], every couple of seconds and before
+//! `GET /v1/edges`): the fleet list, the lag gauges and snapshot garbage collection see every
+//! engine whichever control plane it talks to.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use lasthop_core::feed::StatusReport;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Shared, StoreError};
 
 /// How long a report counts (FEED.md: the last 10 minutes).
 pub const REPORT_TTL_MS: i64 = 10 * 60 * 1000;
@@ -16,7 +24,7 @@ pub const REPORT_TTL_MS: i64 = 10 * 60 * 1000;
 /// (say, a random engine id per start) cannot grow this map without bound.
 pub const MAX_ENGINES: usize = 10_000;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
     report: StatusReport,
     /// Control-plane clock when the report arrived.
@@ -61,15 +69,77 @@ pub enum FleetError {
 }
 
 /// Every engine's latest report.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Fleet {
     entries: Mutex<HashMap<String, Entry>>,
+    /// The store the control planes share, if they do.
+    shared: Option<Arc<dyn Shared>>,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("shared", &self.shared.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Fleet {
     /// An empty fleet.
     pub fn new() -> Fleet {
         Fleet::default()
+    }
+
+    /// An empty fleet whose reports are shared with the other control planes on `shared`.
+    pub fn with_shared(shared: Option<Arc<dyn Shared>>) -> Fleet {
+        Fleet {
+            shared,
+            ..Fleet::default()
+        }
+    }
+
+    /// Whether reports are shared through the store.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Writes `engine`'s entry to the shared store (blocking; nothing to do without one).
+    pub fn persist(&self, engine: &str) -> Result<(), StoreError> {
+        let Some(shared) = &self.shared else {
+            return Ok(());
+        };
+        let Some(entry) = self.lock().get(engine).cloned() else {
+            return Ok(());
+        };
+        let text = serde_json::to_string(&entry)
+            .map_err(|e| StoreError::Storage(format!("fleet entry: {e}")))?;
+        shared.put_edge(engine, &text, entry.received_ms)
+    }
+
+    /// Folds in the reports other control planes received (blocking; nothing to do without a
+    /// shared store). For each engine the newest report wins.
+    pub fn refresh(&self, now_ms: i64) -> Result<(), StoreError> {
+        let Some(shared) = &self.shared else {
+            return Ok(());
+        };
+        let rows = shared.edges(now_ms - REPORT_TTL_MS)?;
+        let mut entries = self.lock();
+        for row in rows {
+            let Ok(theirs) = serde_json::from_str::<Entry>(&row) else {
+                tracing::warn!("skipping an unreadable shared engine report");
+                continue;
+            };
+            let engine = theirs.report.engine.clone();
+            match entries.get(&engine) {
+                Some(ours) if ours.received_ms >= theirs.received_ms => {}
+                _ if entries.len() >= MAX_ENGINES && !entries.contains_key(&engine) => {}
+                _ => {
+                    entries.insert(engine, theirs);
+                }
+            }
+        }
+        prune(&mut entries, now_ms);
+        Ok(())
     }
 
     /// Records a validated report that arrived at `now_ms`, when `last_seq` was committed.

@@ -867,7 +867,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => EdgeToken::load_or_create(&args.data_dir)?,
     };
     let dyn_store = Arc::clone(&store);
-    let fleet = Arc::new(Fleet::new());
+    let shared = Arc::clone(&store).shared();
+    let fleet = Arc::new(Fleet::with_shared(shared.clone()));
     let publisher = Publisher::new(
         Arc::clone(&dyn_store),
         Arc::clone(&fleet),
@@ -896,6 +897,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let safety = start_safety(&args, Arc::clone(&dyn_store), &metrics)?;
+    let follower = shared
+        .clone()
+        .map(|shared| follow_shared(shared, Arc::clone(&safety.safety), Arc::clone(&fleet)))
+        .transpose()?;
     // The shared store keeps the keys (every control plane sees a change at once); beside the
     // embedded store they are the data directory's file.
     let keys = match Arc::clone(&dyn_store).key_store() {
@@ -988,6 +993,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })?;
     // Requests are drained: the scanner and the list watcher stop, the click processor
     // flushes what it read and stops.
+    if let Some((stop, thread)) = follower {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if thread.join().is_err() {
+            tracing::error!("the shared-state follower panicked");
+        }
+    }
     safety.stop();
     if let Some((handle, thread)) = clicks {
         handle.stop();
@@ -1001,14 +1012,62 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// On a shared store, keeps this control plane's caches of what the others change: owners'
+/// records (suspensions and flags, reloaded as soon as their `NOTIFY` is heard) and the engines
+/// that report elsewhere (every two seconds).
+fn follow_shared(
+    shared: Arc<dyn lasthop_control::store::Shared>,
+    safety: Arc<lasthop_control::safety::Safety>,
+    fleet: Arc<Fleet>,
+) -> anyhow::Result<(
+    Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+)> {
+    use lasthop_control::store::News;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("shared".into())
+            .spawn(move || {
+                let mut owners = shared.generation(News::Owners);
+                let mut fleet_at = std::time::Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    let now = shared.generation(News::Owners);
+                    if now != owners {
+                        match safety.reload_owners() {
+                            Ok(()) => owners = now,
+                            Err(e) => tracing::warn!(error = %e, "reloading owners' records"),
+                        }
+                    }
+                    if fleet_at.elapsed() >= Duration::from_secs(2) {
+                        fleet_at = std::time::Instant::now();
+                        if let Err(e) = fleet.refresh(lasthop_control::clock::now_ms()) {
+                            tracing::warn!(error = %e, "reading the shared fleet");
+                        }
+                    }
+                }
+            })?
+    };
+    Ok((stop, thread))
+}
+
 /// Trust and safety's running parts.
 struct RunningSafety {
     safety: Arc<lasthop_control::safety::Safety>,
     /// SIGHUP sends here: the list watcher re-reads every list.
     reload: std::sync::mpsc::Sender<()>,
     watcher: std::thread::JoinHandle<()>,
-    scanner: Option<lasthop_control::safety::scanner::ScannerThreads>,
+    scanner: Option<RunningScanner>,
     stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The scanner: this process's, or on a shared store the one the leader lock elects.
+enum RunningScanner {
+    Local(lasthop_control::safety::scanner::ScannerThreads),
+    Leading(lasthop_control::safety::scanner::LeadingScanner),
 }
 
 impl RunningSafety {
@@ -1018,8 +1077,10 @@ impl RunningSafety {
         if self.watcher.join().is_err() {
             tracing::error!("the list watcher panicked");
         }
-        if let Some(scanner) = self.scanner {
-            scanner.stop();
+        match self.scanner {
+            Some(RunningScanner::Local(s)) => s.stop(),
+            Some(RunningScanner::Leading(s)) => s.stop(),
+            None => {}
         }
     }
 }
@@ -1031,7 +1092,7 @@ fn start_safety(
     store: Arc<dyn Store>,
     metrics: &Metrics,
 ) -> anyhow::Result<RunningSafety> {
-    use lasthop_control::safety::scanner::{Scanner, ScannerConfig, WebhookConfig};
+    use lasthop_control::safety::scanner::{LeadingScanner, Scanner, ScannerConfig, WebhookConfig};
     use lasthop_control::safety::{enforce, ListSet, Safety, SafetyConfig};
     let a = &args.safety;
     let lists = ListSet::load(&a.reputation_lists, metrics.clone())?;
@@ -1065,9 +1126,8 @@ fn start_safety(
     );
     let scanner = match a.scanner {
         Toggle::Off => None,
-        Toggle::On => Some(Scanner::spawn(
-            Arc::clone(&safety),
-            ScannerConfig {
+        Toggle::On => {
+            let config = ScannerConfig {
                 webhook: a.scan_webhook.clone().map(|url| WebhookConfig {
                     url,
                     timeout: Duration::from_millis(a.scan_webhook_timeout_ms.max(1)),
@@ -1076,8 +1136,17 @@ fn start_safety(
                 }),
                 rescan_interval: a.rescan_interval,
                 rescan_max_rate: a.rescan_max_rate,
-            },
-        )?),
+            };
+            // One scanner per store: on a shared one the leader lock picks the control plane.
+            Some(match Arc::clone(&store).shared() {
+                Some(shared) => RunningScanner::Leading(LeadingScanner::spawn(
+                    Arc::clone(&safety),
+                    config,
+                    shared,
+                )?),
+                None => RunningScanner::Local(Scanner::spawn(Arc::clone(&safety), config)?),
+            })
+        }
     };
     let (reload, reloads) = std::sync::mpsc::channel::<()>();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -65,6 +65,8 @@ pub struct Metrics {
     pub scan_webhook_errors: IntCounterVec,
     /// Creation to first verdict, seconds (how long a held link waits).
     pub scan_first_verdict_seconds: Histogram,
+    /// 1 while this control plane runs the scanner (on a shared store one does at a time).
+    pub scanner_leader: IntGauge,
     /// Links the re-scan has checked, and its completed sweeps.
     pub rescan_checked: IntCounter,
     pub rescan_sweeps: IntCounter,
@@ -315,6 +317,13 @@ impl Metrics {
                     .buckets(vec![
                         0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
                     ]),
+                ),
+            )?,
+            scanner_leader: registered(
+                &registry,
+                IntGauge::new(
+                    "scanner_leader",
+                    "1 while this control plane runs the scanner",
                 ),
             )?,
             rescan_checked: registered(

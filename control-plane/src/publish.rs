@@ -14,6 +14,16 @@
 //! accumulated (each engine holds those in memory); and on demand
 //! (`POST /v1/admin/snapshots`). After each publication, garbage collection keeps the newest two
 //! and every snapshot an engine reported in the last ten minutes, and deletes the rest.
+//!
+//! With several control planes on one shared store ([`crate::store::Shared`]) one publishes at
+//! a time: a build runs under the `snapshots` leader lock (a PostgreSQL advisory lock), after
+//! the publisher has caught up with what the store already has, so a schedule that fires on
+//! every control plane at once still makes one snapshot. The bytes go into the store; every
+//! other control plane hears of it (`NOTIFY`), copies the file into its own directory, checks
+//! its hash and announces it on its feed, so an engine downloads from whichever control plane
+//! it talks to (one missing locally is fetched from the store on its first request). The
+//! publisher under the lock collects the store's garbage; each control plane prunes its copies
+//! of what the store no longer has.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -27,7 +37,7 @@ use tokio::sync::watch;
 
 use crate::clock::now_ms;
 use crate::fleet::Fleet;
-use crate::store::Store;
+use crate::store::{Lead, News, Shared, Store};
 
 /// Snapshots kept whatever engines report.
 const KEEP_NEWEST: usize = 2;
@@ -35,6 +45,13 @@ const KEEP_NEWEST: usize = 2;
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 /// The snapshot file suffix.
 const SUFFIX: &str = ".snap";
+/// The shared store's leader lock for publishing.
+const LOCK: &str = "snapshots";
+/// How long an on-demand publish waits for another control plane's build.
+const LEAD_WAIT: Duration = Duration::from_secs(120);
+/// How often a control plane on a shared store checks for news of snapshots (the news itself
+/// comes by `NOTIFY`; this is how soon it is acted on).
+const NEWS_POLL: Duration = Duration::from_millis(200);
 
 /// Publishing settings.
 #[derive(Debug, Clone)]
@@ -55,11 +72,16 @@ pub struct PublishConfig {
 /// The publisher: builds, announces and collects snapshots.
 pub struct Publisher {
     store: Arc<dyn Store>,
+    /// The store several control planes share, if they do.
+    shared: Option<Arc<dyn Shared>>,
     fleet: Arc<Fleet>,
     config: PublishConfig,
     latest: watch::Sender<Option<SnapshotFrame>>,
     /// One build at a time.
     building: tokio::sync::Mutex<()>,
+    /// One copy from the store at a time, so a download and a catch-up that want the same
+    /// snapshot never write one temporary file together (the second finds the copy made).
+    fetching: std::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -99,11 +121,13 @@ impl Publisher {
         }
         let (latest, _) = watch::channel(None);
         Ok(Arc::new(Publisher {
+            shared: Arc::clone(&store).shared(),
             store,
             fleet,
             config,
             latest,
             building: tokio::sync::Mutex::new(()),
+            fetching: std::sync::Mutex::new(()),
         }))
     }
 
@@ -122,13 +146,64 @@ impl Publisher {
         valid_snapshot_id(id).then(|| self.config.dir.join(format!("{id}{SUFFIX}")))
     }
 
-    /// Builds and publishes a snapshot now (waiting for a build in progress first).
+    /// Builds and publishes a snapshot now (waiting for a build in progress first, here or on
+    /// another control plane of the store).
     pub async fn publish(self: &Arc<Self>) -> anyhow::Result<SnapshotFrame> {
+        self.publish_if(None)
+            .await?
+            .context("another control plane held the snapshot lock too long")
+    }
+
+    /// Publishes unless the newest snapshot (here or in the shared store) is within
+    /// `threshold` changes of the log; `None` publishes whatever. Returns what is newest now,
+    /// or `None` when another control plane is publishing (a scheduled build then skips).
+    async fn publish_if(
+        self: &Arc<Self>,
+        threshold: Option<u64>,
+    ) -> anyhow::Result<Option<SnapshotFrame>> {
         let _one_at_a_time = self.building.lock().await;
+        let lead = match &self.shared {
+            None => None,
+            Some(shared) => {
+                let shared = Arc::clone(shared);
+                let wait = if threshold.is_none() {
+                    LEAD_WAIT
+                } else {
+                    Duration::ZERO
+                };
+                let lead = tokio::task::spawn_blocking(move || take_lead(&*shared, wait))
+                    .await
+                    .context("snapshot lock task")??;
+                let Some(lead) = lead else {
+                    return Ok(None);
+                };
+                // What another control plane published meanwhile counts.
+                let this = Arc::clone(self);
+                tokio::task::spawn_blocking(move || this.adopt_newest())
+                    .await
+                    .context("snapshot adoption task")??;
+                if let Some(threshold) = threshold {
+                    let last = *self.store.commits().borrow();
+                    if !self.due(last, threshold) {
+                        return Ok(self.latest());
+                    }
+                }
+                Some(lead)
+            }
+        };
         let this = Arc::clone(self);
-        let frame = tokio::task::spawn_blocking(move || this.build())
-            .await
-            .context("snapshot build task")??;
+        let frame = tokio::task::spawn_blocking(move || {
+            let frame = this.build()?;
+            if let Some(shared) = &this.shared {
+                let path = this.config.dir.join(format!("{}{SUFFIX}", frame.id));
+                shared
+                    .put_snapshot(&frame, &path)
+                    .map_err(|e| anyhow::anyhow!("storing the snapshot: {e}"))?;
+            }
+            anyhow::Ok(frame)
+        })
+        .await
+        .context("snapshot build task")??;
         self.latest.send_replace(Some(frame.clone()));
         let this = Arc::clone(self);
         match tokio::task::spawn_blocking(move || this.collect_garbage()).await {
@@ -136,7 +211,104 @@ impl Publisher {
             Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "snapshot garbage collection"),
             Err(e) => tracing::warn!(error = %e, "snapshot garbage collection task"),
         }
-        Ok(frame)
+        drop(lead);
+        Ok(Some(frame))
+    }
+
+    /// A local copy of snapshot `id` to serve, fetched from the shared store when this control
+    /// plane has none (blocking); `None` for an unknown id.
+    pub fn local_copy(&self, id: &str) -> anyhow::Result<Option<PathBuf>> {
+        let Some(path) = self.path_of(id) else {
+            return Ok(None);
+        };
+        if path.exists() {
+            return Ok(Some(path));
+        }
+        let Some(shared) = &self.shared else {
+            return Ok(None);
+        };
+        let Some(frame) = shared
+            .snapshots()
+            .map_err(|e| anyhow::anyhow!("listing stored snapshots: {e}"))?
+            .into_iter()
+            .find(|f| f.id == id)
+        else {
+            return Ok(None);
+        };
+        self.fetch(&**shared, &frame)?;
+        Ok(Some(path))
+    }
+
+    /// Copies a stored snapshot into the directory: a hidden temporary file, its hash and
+    /// length checked against the frame, fsynced, then renamed to its id (blocking).
+    fn fetch(&self, shared: &dyn Shared, frame: &SnapshotFrame) -> anyhow::Result<()> {
+        let _one_at_a_time = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
+        let path = self.config.dir.join(format!("{}{SUFFIX}", frame.id));
+        if path.exists() {
+            return Ok(());
+        }
+        let temp = self.config.dir.join(format!(
+            ".fetching-{}-{}{SUFFIX}",
+            std::process::id(),
+            frame.id
+        ));
+        let result = (|| {
+            let found = shared
+                .fetch_snapshot(&frame.id, &temp)
+                .map_err(|e| anyhow::anyhow!("fetching snapshot {}: {e}", frame.id))?;
+            anyhow::ensure!(found, "snapshot {} is no longer in the store", frame.id);
+            let (sha256, size) = sha256_file(&temp)?;
+            anyhow::ensure!(
+                sha256 == frame.sha256 && size == frame.size,
+                "snapshot {} from the store does not match its frame",
+                frame.id
+            );
+            std::fs::rename(&temp, &path)
+                .with_context(|| format!("renaming the snapshot to {}", path.display()))?;
+            std::fs::File::open(&self.config.dir)?.sync_all()?;
+            tracing::info!(id = %frame.id, seq = frame.seq, "copied a snapshot from the store");
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        result
+    }
+
+    /// Catches up with the shared store (blocking): its newest snapshot, if newer than ours,
+    /// is copied here and becomes the latest (the feed announces it); copies of snapshots the
+    /// store no longer has are deleted.
+    fn adopt_newest(&self) -> anyhow::Result<()> {
+        let Some(shared) = &self.shared else {
+            return Ok(());
+        };
+        let stored = shared
+            .snapshots()
+            .map_err(|e| anyhow::anyhow!("listing stored snapshots: {e}"))?;
+        if let Some(newest) = stored.first() {
+            let ours = self.latest();
+            let newer = ours.as_ref().is_none_or(|o| {
+                o.seq < newest.seq || (o.id != newest.id && !stored.iter().any(|s| s.id == o.id))
+            });
+            if newer {
+                self.fetch(&**shared, newest)?;
+                self.latest.send_replace(Some(newest.clone()));
+            }
+        }
+        let latest = self.latest().map(|s| s.id);
+        for file in list(&self.config.dir)? {
+            let kept = stored.iter().any(|s| s.id == file.id) || latest.as_ref() == Some(&file.id);
+            if !kept {
+                match std::fs::remove_file(&file.path) {
+                    Ok(()) => {
+                        tracing::info!(id = %file.id, "deleted a copy the store no longer has")
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => tracing::warn!(id = %file.id, error = %e, "deleting a snapshot copy"),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Loads the newest snapshot on disk, publishes one at once if there is none or it is
@@ -154,14 +326,19 @@ impl Publisher {
             }
             Err(e) => tracing::warn!(error = %e, "reading the snapshot directory"),
         }
+        self.adopt_logged().await;
         let mut commits = self.store.commits();
         let mut retry_at = tokio::time::Instant::now();
         if self.due(*commits.borrow_and_update(), 0) {
-            self.publish_logged("start", &mut retry_at).await;
+            self.publish_logged("start", 0, &mut retry_at).await;
         }
         let mut tick = tokio::time::interval(self.config.interval.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await; // the first tick is immediate
+        let mut news_tick = tokio::time::interval(NEWS_POLL);
+        news_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let news = |s: &Self| s.shared.as_ref().map(|sh| sh.generation(News::Snapshots));
+        let mut heard = news(&self);
         loop {
             tokio::select! {
                 changed = stop.changed() => {
@@ -171,7 +348,14 @@ impl Publisher {
                 }
                 _ = tick.tick() => {
                     if self.due(*commits.borrow(), 0) {
-                        self.publish_logged("interval", &mut retry_at).await;
+                        self.publish_logged("interval", 0, &mut retry_at).await;
+                    }
+                }
+                _ = news_tick.tick(), if self.shared.is_some() => {
+                    let now = news(&self);
+                    if now != heard {
+                        heard = now;
+                        self.adopt_logged().await;
                     }
                 }
                 alive = commits.changed() => {
@@ -182,10 +366,28 @@ impl Publisher {
                     if self.due(last, self.config.max_overlay)
                         && tokio::time::Instant::now() >= retry_at
                     {
-                        self.publish_logged("overlay", &mut retry_at).await;
+                        self.publish_logged("overlay", self.config.max_overlay, &mut retry_at)
+                            .await;
                     }
                 }
             }
+        }
+    }
+
+    /// [`Publisher::adopt_newest`] on the blocking pool, failures logged (the next news or
+    /// build tries again).
+    async fn adopt_logged(self: &Arc<Self>) {
+        if self.shared.is_none() {
+            return;
+        }
+        let _one_at_a_time = self.building.lock().await;
+        let this = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || this.adopt_newest()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %format!("{e:#}"), "catching up with stored snapshots")
+            }
+            Err(e) => tracing::warn!(error = %e, "catching up with stored snapshots: task"),
         }
     }
 
@@ -198,10 +400,18 @@ impl Publisher {
         }
     }
 
-    async fn publish_logged(self: &Arc<Self>, why: &str, retry_at: &mut tokio::time::Instant) {
-        match self.publish().await {
-            Ok(f) => {
-                tracing::info!(why, id = %f.id, seq = f.seq, size = f.size, "published a snapshot")
+    async fn publish_logged(
+        self: &Arc<Self>,
+        why: &str,
+        threshold: u64,
+        retry_at: &mut tokio::time::Instant,
+    ) {
+        match self.publish_if(Some(threshold)).await {
+            Ok(Some(f)) => {
+                tracing::info!(why, id = %f.id, seq = f.seq, size = f.size, "newest snapshot")
+            }
+            Ok(None) => {
+                tracing::debug!(why, "another control plane is publishing a snapshot")
             }
             Err(e) => {
                 *retry_at = tokio::time::Instant::now() + RETRY_AFTER;
@@ -265,9 +475,28 @@ impl Publisher {
     }
 
     /// Keeps the newest [`KEEP_NEWEST`] and every snapshot in use; deletes the rest (blocking).
+    /// On a shared store (under the lock) the store's are collected too, with the engines of
+    /// every control plane counted.
     fn collect_garbage(&self) -> anyhow::Result<()> {
+        if let Err(e) = self.fleet.refresh(now_ms()) {
+            tracing::warn!(error = %e, "reading the shared fleet before garbage collection");
+        }
         let in_use = self.fleet.snapshots_in_use(now_ms());
         let latest = self.latest().map(|s| s.id);
+        if let Some(shared) = &self.shared {
+            let stored = shared
+                .snapshots()
+                .map_err(|e| anyhow::anyhow!("listing stored snapshots: {e}"))?;
+            for frame in stored.into_iter().skip(KEEP_NEWEST) {
+                if in_use.contains(&frame.id) || latest.as_ref() == Some(&frame.id) {
+                    continue;
+                }
+                shared
+                    .drop_snapshot(&frame.id)
+                    .map_err(|e| anyhow::anyhow!("dropping snapshot {}: {e}", frame.id))?;
+                tracing::info!(id = %frame.id, "dropped an old snapshot from the store");
+            }
+        }
         for file in list(&self.config.dir)?.into_iter().skip(KEEP_NEWEST) {
             if in_use.contains(&file.id) || latest.as_ref() == Some(&file.id) {
                 continue;
@@ -281,6 +510,23 @@ impl Publisher {
             }
         }
         Ok(())
+    }
+}
+
+/// Takes leader lock [`LOCK`], trying for up to `wait` (blocking).
+fn take_lead(shared: &dyn Shared, wait: Duration) -> anyhow::Result<Option<Box<dyn Lead>>> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if let Some(lead) = shared
+            .try_lead(LOCK)
+            .map_err(|e| anyhow::anyhow!("the snapshot lock: {e}"))?
+        {
+            return Ok(Some(lead));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -814,7 +814,13 @@ async fn patch_link(
 async fn list_edges(State(state): State<AppState>, Auth(who): Auth) -> Result<Response, ApiError> {
     require_admin(&who)?;
     let store = Arc::clone(&state.0.store);
-    let last_seq = blocking(move || store.last_seq()).await?;
+    let fleet = Arc::clone(&state.0.fleet);
+    let last_seq = blocking(move || {
+        // Engines that report to other control planes on the store, as of now.
+        fleet.refresh(now_ms())?;
+        store.last_seq()
+    })
+    .await?;
     let edges = state.0.fleet.view(last_seq, now_ms());
     Ok(Json(json!({"last_seq": last_seq, "edges": edges})).into_response())
 }

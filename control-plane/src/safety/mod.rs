@@ -325,7 +325,9 @@ impl Safety {
             .owner_writes
             .lock()
             .map_err(|_| StoreError::Storage("owner updates poisoned".into()))?;
-        let before = self.owner_record(owner).unwrap_or(OwnerRecord {
+        // The stored record, not the cache: another control plane on a shared store may have
+        // changed it since.
+        let before = self.store.owner(owner)?.unwrap_or(OwnerRecord {
             owner: owner.to_string(),
             ..OwnerRecord::default()
         });
@@ -343,6 +345,22 @@ impl Safety {
             self.export_owners();
         }
         Ok(out)
+    }
+
+    /// Reloads every owner's record from the store (another control plane on a shared store
+    /// changed one: [`crate::store::News::Owners`]). Blocks.
+    pub fn reload_owners(&self) -> Result<(), StoreError> {
+        let fresh: HashMap<String, OwnerRecord> = self
+            .store
+            .owners()?
+            .into_iter()
+            .map(|r| (r.owner.clone(), r))
+            .collect();
+        if let Ok(mut owners) = self.owners.write() {
+            *owners = fresh;
+        }
+        self.export_owners();
+        Ok(())
     }
 
     fn export_owners(&self) {

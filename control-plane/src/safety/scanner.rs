@@ -299,6 +299,88 @@ impl ScannerThreads {
     }
 }
 
+/// The shared store's leader lock for the scanner.
+pub const SCANNER_LOCK: &str = "scanner";
+
+/// The scanner on a store several control planes share: only the holder of the
+/// [`SCANNER_LOCK`] runs it (so every link is scanned once and the webhook is called once),
+/// from the cursors the store keeps; the others wait to take over if it stops or its
+/// connection is lost. The leader's first scans are woken by its own creates and otherwise
+/// look at the log every second, so a link created through another control plane gets its
+/// verdict within about a second.
+#[derive(Debug)]
+pub struct LeadingScanner {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl LeadingScanner {
+    /// Starts competing for the lock.
+    pub fn spawn(
+        safety: Arc<Safety>,
+        config: ScannerConfig,
+        shared: Arc<dyn crate::store::Shared>,
+    ) -> anyhow::Result<LeadingScanner> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("scan-lead".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let lead = match shared.try_lead(SCANNER_LOCK) {
+                            Ok(Some(lead)) => lead,
+                            Ok(None) => {
+                                Scanner::sleep_until(
+                                    &stop,
+                                    Instant::now() + Duration::from_secs(2),
+                                );
+                                continue;
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "scanner: taking the leader lock");
+                                Scanner::sleep_until(
+                                    &stop,
+                                    Instant::now() + Duration::from_secs(2),
+                                );
+                                continue;
+                            }
+                        };
+                        match Scanner::spawn(Arc::clone(&safety), config.clone()) {
+                            Ok(threads) => {
+                                tracing::info!("this control plane runs the scanner");
+                                while lead.held() && !stop.load(Ordering::Relaxed) {
+                                    std::thread::sleep(Duration::from_millis(200));
+                                }
+                                if !lead.held() {
+                                    tracing::warn!("scanner: lost the leader lock; stopping");
+                                }
+                                threads.stop();
+                                safety.metrics().scanner_leader.set(0);
+                            }
+                            Err(e) => {
+                                tracing::error!(error = %format!("{e:#}"), "scanner: starting");
+                                Scanner::sleep_until(
+                                    &stop,
+                                    Instant::now() + Duration::from_secs(2),
+                                );
+                            }
+                        }
+                    }
+                })?
+        };
+        Ok(LeadingScanner { stop, thread })
+    }
+
+    /// Stops scanning (handing the lock to another control plane) and joins.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if self.thread.join().is_err() {
+            tracing::error!("the scanner's leader thread panicked");
+        }
+    }
+}
+
 fn strictest(a: Evaluation, b: Evaluation) -> Evaluation {
     let rank = |v: Verdict| match v {
         Verdict::Clean => 0,
@@ -348,6 +430,7 @@ impl Scanner {
                 .name("rescan".into())
                 .spawn(move || s.rescan(&stop))?
         };
+        safety.metrics().scanner_leader.set(1);
         Ok(ScannerThreads {
             stop,
             wake,

@@ -670,6 +670,56 @@ pub trait Store: Send + Sync + 'static {
     fn key_store(self: Arc<Self>) -> Option<Arc<dyn crate::auth::KeyStore>> {
         None
     }
+    /// What several control planes on this store share beyond the record (leader locks, the
+    /// fleet, snapshot files, news of cached state); `None` for the embedded store, whose one
+    /// process keeps all that in memory and in its data directory.
+    fn shared(self: Arc<Self>) -> Option<Arc<dyn Shared>> {
+        None
+    }
     /// Graceful shutdown: returns the unused part of the leased counter block.
     fn shutdown(&self) -> Result<(), StoreError>;
+}
+
+/// Cached shared state a control plane reloads when another changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum News {
+    /// API keys ([`crate::auth::ApiKeys`]).
+    Keys,
+    /// Owners' trust records (flags, suspensions).
+    Owners,
+    /// Published snapshots.
+    Snapshots,
+}
+
+/// A leader lock: while held, no other control plane on the store holds the same name.
+pub trait Lead: Send + Sync {
+    /// False once the lock is lost (its connection closed); the holder stops leading then.
+    fn held(&self) -> bool;
+}
+
+/// What several control planes on one store share beyond the record itself (the PostgreSQL
+/// store). See control-plane/DESIGN.md, "Several control planes".
+pub trait Shared: Send + Sync {
+    /// Takes the leader lock `name` if no control plane holds it; released when the returned
+    /// guard drops (or its connection is lost).
+    fn try_lead(&self, name: &str) -> Result<Option<Box<dyn Lead>>, StoreError>;
+    /// The generation of `what`: raised whenever any control plane changes it (and whenever
+    /// news could have been missed); a cache loaded at an older generation is stale.
+    fn generation(&self, what: News) -> u64;
+    /// Records engine `engine`'s latest status entry (JSON) as of `received_ms`.
+    fn put_edge(&self, engine: &str, entry: &str, received_ms: i64) -> Result<(), StoreError>;
+    /// Every engine's entry received since `since_ms`.
+    fn edges(&self, since_ms: i64) -> Result<Vec<String>, StoreError>;
+    /// Stores a published snapshot's bytes from `file` under its frame, and announces it.
+    fn put_snapshot(
+        &self,
+        frame: &lasthop_core::feed::SnapshotFrame,
+        file: &std::path::Path,
+    ) -> Result<(), StoreError>;
+    /// Every stored snapshot, newest first.
+    fn snapshots(&self) -> Result<Vec<lasthop_core::feed::SnapshotFrame>, StoreError>;
+    /// Writes snapshot `id`'s bytes to `dest`; false if the store has no such snapshot.
+    fn fetch_snapshot(&self, id: &str, dest: &std::path::Path) -> Result<bool, StoreError>;
+    /// Forgets snapshot `id`.
+    fn drop_snapshot(&self, id: &str) -> Result<(), StoreError>;
 }

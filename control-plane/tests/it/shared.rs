@@ -249,3 +249,152 @@ fn the_change_log_is_gap_safe_across_control_planes() {
         expected
     );
 }
+
+/// One snapshot publisher at a time, any control plane serves the downloads; the fleet, the
+/// owners' suspensions and the scanner are shared the same way.
+#[test]
+fn snapshots_fleet_suspensions_and_the_scanner_are_shared() {
+    use lasthop_core::feed::SnapshotFrame;
+    let Some((pg, site)) = shared_site("shared::snapshots") else {
+        return;
+    };
+    let db = site.store.clone().unwrap();
+    let db = db.rsplit('/').next().unwrap().to_string();
+    let args = ["--snapshot-interval-secs", "1"];
+    let cps: Vec<Server> = (0..3)
+        .map(|i| site.start_in(&format!("cp-{i}"), &args))
+        .collect();
+    let admin = site.new_key("ops", true);
+    let token = site.edge_token_in("cp-0");
+    let mut made = Vec::new();
+    for i in 0..20 {
+        let body = format!(r#"{{"long_url":"https://example.com/snap/{i}"}}"#);
+        let (status, resp) = call(
+            "POST",
+            &cps[i % 3].url("/v1/links"),
+            Some(&site.api_key),
+            Some(&body),
+        )
+        .unwrap();
+        assert_eq!(status, 201, "{resp}");
+        made.push(json(&resp)["code"].as_str().unwrap().to_string());
+    }
+    let last_seq: u64 = pg
+        .psql_on(&db, "SELECT max(seq) FROM changes")
+        .trim()
+        .parse()
+        .unwrap();
+    // Every control plane comes to announce the same snapshot covering every change.
+    let latest = |cp: &Server| {
+        let (status, body) = call(
+            "GET",
+            &cp.edge_url("/edge/v1/snapshots/latest"),
+            Some(&token),
+            None,
+        )
+        .unwrap();
+        (status == 200).then(|| serde_json::from_str::<SnapshotFrame>(&body).unwrap())
+    };
+    let took = wait_until(Duration::from_secs(20), "one snapshot everywhere", || {
+        let frames: Vec<_> = cps.iter().map(latest).collect();
+        frames
+            .iter()
+            .all(|f| f.as_ref().is_some_and(|f| f.seq >= last_seq))
+            && frames.windows(2).all(|w| w[0] == w[1])
+    });
+    println!("every control plane announced the newest snapshot within {took:?}");
+    let frame = latest(&cps[0]).unwrap();
+    // Scheduled builds on three control planes made one snapshot per state of the log.
+    let seqs = pg.psql_on(&db, "SELECT seq FROM snapshots ORDER BY seq");
+    let seqs: Vec<&str> = seqs
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let distinct: HashSet<&&str> = seqs.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        seqs.len(),
+        "two builds of one state: {seqs:?}"
+    );
+    // Each control plane serves the same bytes, and they verify.
+    for cp in &cps {
+        let (status, bytes, _) = crate::harness::get_bytes(&cp.edge_url(&frame.url), &token);
+        assert_eq!(status, 200);
+        use sha2::Digest as _;
+        assert_eq!(hex::encode(sha2::Sha256::digest(&bytes)), frame.sha256);
+        let snap = lasthop_snapshot::Snapshot::from_vec(bytes).expect("opens");
+        snap.verify().expect("verifies");
+    }
+    // A control plane that never copied it (a fresh one) fetches it from the store on demand.
+    let late = site.start_in("cp-late", &["--snapshot-interval-secs", "3600"]);
+    let (status, bytes, _) = crate::harness::get_bytes(&late.edge_url(&frame.url), &token);
+    assert_eq!(
+        status,
+        200,
+        "{}; stored: {}",
+        String::from_utf8_lossy(&bytes),
+        pg.psql_on(&db, "SELECT id FROM snapshots ORDER BY seq")
+    );
+    assert_eq!(bytes.len() as u64, frame.size);
+
+    // The fleet: an engine reporting to one control plane is listed by every other.
+    let report = serde_json::json!({
+        "engine": "edge-1", "pop": "ams", "applied_seq": last_seq,
+        "snapshot_id": frame.id, "snapshot_seq": frame.seq,
+        "feed_connected": true, "safe_mode": false, "time_ms": 1,
+    });
+    let (status, body) = call(
+        "POST",
+        &cps[0].edge_url("/edge/v1/status"),
+        Some(&token),
+        Some(&report.to_string()),
+    )
+    .unwrap();
+    assert_eq!(status, 204, "{body}");
+    for cp in &cps[1..] {
+        let (status, body) = call("GET", &cp.url("/v1/edges"), Some(&admin), None).unwrap();
+        assert_eq!(status, 200, "{body}");
+        let edges = json(&body)["edges"].clone();
+        assert_eq!(edges.as_array().map(Vec::len), Some(1), "{body}");
+        assert_eq!(edges[0]["engine"], "edge-1");
+    }
+
+    // A suspension through one control plane stops the owner's keys on every other.
+    let (status, body) = call(
+        "POST",
+        &cps[1].url("/v1/admin/owners/alice/suspend"),
+        Some(&admin),
+        Some(r#"{"reason":"phishing campaign"}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    for cp in &cps {
+        let took = wait_until(Duration::from_secs(5), "the suspension everywhere", || {
+            let (status, body) =
+                call("GET", &cp.url("/v1/links"), Some(&site.api_key), None).unwrap();
+            status == 401 && json(&body)["error"]["code"] == "key_suspended"
+        });
+        println!("suspension seen in {took:?}");
+    }
+
+    // One scanner among the control planes; when its control plane goes, another takes over.
+    let leaders = |cps: &[Server]| -> Vec<usize> {
+        cps.iter()
+            .enumerate()
+            .filter(|(_, cp)| cp.metric("lasthop_scanner_leader") == Some(1.0))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let mut cps = cps;
+    cps.push(late);
+    wait_until(Duration::from_secs(10), "a scanner leader", || {
+        leaders(&cps).len() == 1
+    });
+    let leader = leaders(&cps)[0];
+    cps.remove(leader).kill();
+    let took = wait_until(Duration::from_secs(15), "a new scanner leader", || {
+        leaders(&cps).len() == 1
+    });
+    println!("the scanner moved to another control plane in {took:?}");
+}

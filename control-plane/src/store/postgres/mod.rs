@@ -26,6 +26,7 @@
 
 pub mod keys;
 mod schema;
+mod shared;
 mod writer;
 
 use std::future::Future;
@@ -123,6 +124,7 @@ pub(crate) async fn connect(
 pub struct StateNews {
     keys: AtomicU64,
     owners: AtomicU64,
+    snapshots: AtomicU64,
 }
 
 impl StateNews {
@@ -134,6 +136,9 @@ impl StateNews {
             "owners" => {
                 self.owners.fetch_add(1, Ordering::AcqRel);
             }
+            "snapshots" => {
+                self.snapshots.fetch_add(1, Ordering::AcqRel);
+            }
             _ => {}
         }
     }
@@ -141,6 +146,16 @@ impl StateNews {
     fn heard_everything(&self) {
         self.keys.fetch_add(1, Ordering::AcqRel);
         self.owners.fetch_add(1, Ordering::AcqRel);
+        self.snapshots.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The generation of `what`.
+    pub fn get(&self, what: crate::store::News) -> u64 {
+        match what {
+            crate::store::News::Keys => self.keys(),
+            crate::store::News::Owners => self.owners(),
+            crate::store::News::Snapshots => self.snapshots.load(Ordering::Acquire),
+        }
     }
 
     /// The generation of the API keys.
@@ -269,6 +284,11 @@ impl PgStore {
             tx.send(make(reply)).map_err(|_| StoreError::ShuttingDown)?;
         }
         answer.recv().map_err(|_| StoreError::ShuttingDown)?
+    }
+
+    /// Runs `fut` on the store's runtime without waiting for it.
+    fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        self.rt.spawn(fut);
     }
 
     /// A pooled connection.
@@ -452,6 +472,10 @@ impl PgStore {
 
 impl Store for PgStore {
     fn key_store(self: Arc<Self>) -> Option<Arc<dyn crate::auth::KeyStore>> {
+        Some(self)
+    }
+
+    fn shared(self: Arc<Self>) -> Option<Arc<dyn crate::store::Shared>> {
         Some(self)
     }
 

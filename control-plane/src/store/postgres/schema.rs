@@ -8,10 +8,11 @@ use tokio_postgres::Client;
 use crate::store::StoreError;
 
 /// Every migration, in order: (version, what it does, SQL).
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "links, state, change log, leases, idempotency, denylist, trust and safety, keys, secrets",
-    r#"
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "links, state, change log, leases, idempotency, denylist, trust and safety, keys, secrets",
+        r#"
 CREATE TABLE meta (
     key   text PRIMARY KEY,
     value bigint NOT NULL
@@ -103,7 +104,34 @@ CREATE TABLE secrets (
     value bytea NOT NULL
 );
 "#,
-)];
+    ),
+    (
+        2,
+        "shared control-plane state: engine reports, published snapshots",
+        r#"
+CREATE TABLE edge_reports (
+    engine      text PRIMARY KEY,
+    entry       text NOT NULL,
+    received_ms bigint NOT NULL
+);
+CREATE TABLE snapshots (
+    id           text COLLATE "C" PRIMARY KEY,
+    seq          bigint NOT NULL,
+    sha256       text NOT NULL,
+    size         bigint NOT NULL,
+    published_ms bigint NOT NULL
+);
+-- A snapshot's bytes, in chunks of a MiB; already compact, so stored without compression.
+CREATE TABLE snapshot_chunks (
+    id   text COLLATE "C" NOT NULL REFERENCES snapshots (id) ON DELETE CASCADE,
+    n    int NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (id, n)
+);
+ALTER TABLE snapshot_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+"#,
+    ),
+];
 
 /// Applies every migration the database has not had yet; returns how many ran.
 pub async fn migrate(client: &mut Client) -> Result<usize, StoreError> {

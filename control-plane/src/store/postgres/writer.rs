@@ -996,5 +996,12 @@ async fn put_owner(txn: &Transaction<'_>, record: &OwnerRecord) -> Result<(), St
         .await
         .map_err(pg)?;
     }
+    // Every control plane reloads its cache of owners (suspensions, flags) on this.
+    txn.execute(
+        "SELECT pg_notify($1, 'owners')",
+        &[&super::keys::STATE_CHANNEL],
+    )
+    .await
+    .map_err(pg)?;
     Ok(())
 }
