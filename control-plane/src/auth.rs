@@ -171,6 +171,36 @@ pub fn create_key(data_dir: &Path, owner: &str, admin: bool) -> anyhow::Result<C
     Ok(created)
 }
 
+/// Adds keys from an export to the keys file in `data_dir` (with their revocations), skipping
+/// any whose hash is there already; how many were added.
+pub fn import_keys(data_dir: &Path, keys: &[KeyRecord]) -> anyhow::Result<usize> {
+    let present: std::collections::HashSet<[u8; 32]> = ApiKeys::open(data_dir)
+        .records()?
+        .iter()
+        .map(|k| k.hash)
+        .collect();
+    let mut text = String::new();
+    let mut added = 0;
+    for k in keys.iter().filter(|k| !present.contains(&k.hash)) {
+        text.push_str(&format!(
+            "{}\t{}\t{}\t{}\t{}\n",
+            hex::encode(k.hash),
+            k.owner,
+            if k.admin { "admin" } else { "user" },
+            k.created_at,
+            k.id
+        ));
+        if let Some(at) = &k.revoked_at {
+            text.push_str(&format!("{REVOKE}\t{}\t{at}\n", k.id));
+        }
+        added += 1;
+    }
+    if added > 0 {
+        append_line(data_dir, &text)?;
+    }
+    Ok(added)
+}
+
 /// Appends a revocation of key `id`; false if no such key exists (or it was revoked before).
 pub fn revoke_key(data_dir: &Path, id: &str) -> anyhow::Result<bool> {
     let keys = ApiKeys::open(data_dir);
@@ -498,6 +528,31 @@ impl ApiKeys {
                     Vec::new()
                 }
             },
+        }
+    }
+
+    /// Every key as a record (hashes, never secrets), in creation order.
+    pub fn records(&self) -> anyhow::Result<Vec<KeyRecord>> {
+        match &self.source {
+            Source::File { loaded, .. } => {
+                self.reload_if_changed();
+                let l = loaded
+                    .read()
+                    .map_err(|_| anyhow::anyhow!("the keys cache is poisoned"))?;
+                Ok(l.ids
+                    .iter()
+                    .filter_map(|(_, h)| l.by_hash.get(h).map(|e| (h, e)))
+                    .map(|(h, e)| KeyRecord {
+                        hash: *h,
+                        id: e.principal.key_id.clone(),
+                        owner: e.principal.owner.clone(),
+                        admin: e.principal.admin,
+                        created_at: e.created_at.clone(),
+                        revoked_at: e.revoked_at.clone(),
+                    })
+                    .collect())
+            }
+            Source::Store { keys, .. } => keys.keys().map_err(store_error),
         }
     }
 

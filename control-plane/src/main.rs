@@ -64,6 +64,26 @@ enum Command {
         #[command(subcommand)]
         command: StoreCommand,
     },
+    /// Write the whole record as NDJSON (control-plane/src/store/transfer.rs has the format):
+    /// every link and its state, aliases, audit records, reports, owners' flags and
+    /// suspensions, lease high-water marks and API key hashes, streamed from one consistent
+    /// read. A logical backup, and the way between the embedded store and PostgreSQL.
+    Export {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Write here instead of standard output (fsynced when done).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Read an export into an empty store (refusing one made under another permutation key,
+    /// a truncated or malformed file, and a store that holds links already). All or nothing.
+    Import {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Read this file instead of standard input.
+        #[arg(long = "in")]
+        input: Option<PathBuf>,
+    },
     /// Apply the PostgreSQL store's schema migrations (`serve` also runs them at start).
     Migrate {
         /// The PostgreSQL connection string.
@@ -268,8 +288,9 @@ fn source(
 /// Where a command finds the store.
 #[derive(Args, Clone)]
 struct StoreArgs {
+    /// The data directory (needed for the embedded store).
     #[arg(long, env = "LASTHOP_DATA_DIR")]
-    data_dir: PathBuf,
+    data_dir: Option<PathBuf>,
     #[arg(long, env = "LASTHOP_KEY_FILE")]
     key_file: PathBuf,
     /// `embedded` (DATA_DIR/links.redb; stop `serve` first) or a PostgreSQL connection string.
@@ -282,11 +303,21 @@ struct StoreArgs {
 }
 
 impl StoreArgs {
+    fn data_dir(&self) -> anyhow::Result<&std::path::Path> {
+        self.data_dir
+            .as_deref()
+            .context("--data-dir is needed with the embedded store")
+    }
+
     fn open(&self) -> anyhow::Result<(PermutationKey, Arc<dyn Store>)> {
         let key = PermutationKey::load(&self.key_file)?;
+        let dir = match is_postgres(&self.store) {
+            true => std::path::Path::new("."),
+            false => self.data_dir()?,
+        };
         let store = open_store(
             &self.store,
-            &self.data_dir,
+            dir,
             CodeScheme::new(&key)?,
             self.region,
             self.regions,
@@ -618,6 +649,90 @@ fn main() -> anyhow::Result<()> {
                 println!("{table}\t{rows}");
             }
             store.shutdown()?;
+            Ok(())
+        }
+        Command::Export { store, out } => {
+            let (key, opened) = store.open()?;
+            let scheme = CodeScheme::new(&key)?;
+            let source = if is_postgres(&store.store) {
+                "postgres"
+            } else {
+                "embedded"
+            };
+            let keys_dir = (source == "embedded")
+                .then(|| store.data_dir())
+                .transpose()?;
+            let end = match &out {
+                Some(path) => {
+                    let file = std::fs::File::create(path)
+                        .with_context(|| format!("creating {}", path.display()))?;
+                    let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+                    let end = lasthop_control::store::transfer::export_all(
+                        &*opened,
+                        source,
+                        scheme.key_id(),
+                        store.regions,
+                        keys_dir,
+                        &mut w,
+                    )?;
+                    w.into_inner()
+                        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?
+                        .sync_all()?;
+                    end
+                }
+                None => {
+                    let stdout = std::io::stdout().lock();
+                    let w = std::io::BufWriter::with_capacity(1 << 20, stdout);
+                    lasthop_control::store::transfer::export_all(
+                        &*opened,
+                        source,
+                        scheme.key_id(),
+                        store.regions,
+                        keys_dir,
+                        w,
+                    )?
+                }
+            };
+            opened.shutdown()?;
+            eprintln!(
+                "exported {} links and {} other records, change log at {}",
+                end.links,
+                end.records - end.links,
+                end.last_seq
+            );
+            Ok(())
+        }
+        Command::Import { store, input } => {
+            let key = PermutationKey::load(&store.key_file)?;
+            let data_dir = if is_postgres(&store.store) {
+                None
+            } else {
+                Some(store.data_dir()?)
+            };
+            let run = |r: &mut dyn std::io::BufRead| {
+                lasthop_control::store::transfer::import_all(
+                    &store.store,
+                    data_dir,
+                    CodeScheme::new(&key)?,
+                    store.region,
+                    store.regions,
+                    r,
+                )
+                .map_err(anyhow::Error::from)
+            };
+            let done = match &input {
+                Some(path) => {
+                    let file = std::fs::File::open(path)
+                        .with_context(|| format!("opening {}", path.display()))?;
+                    run(&mut std::io::BufReader::with_capacity(1 << 20, file))?
+                }
+                None => run(&mut std::io::stdin().lock())?,
+            };
+            eprintln!(
+                "imported {} links, {} audit records, {} other records and {} API keys; \
+                 change log at {}",
+                done.links, done.audit, done.other, done.api_keys, done.last_seq
+            );
             Ok(())
         }
         Command::Migrate { store } => {

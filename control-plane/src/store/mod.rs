@@ -7,6 +7,7 @@
 
 pub mod embedded;
 pub mod postgres;
+pub mod transfer;
 
 use std::sync::Arc;
 
@@ -665,6 +666,14 @@ pub trait Store: Send + Sync + 'static {
     /// rows: an erasure audit (a deleted link's URL must be found nowhere). Bytes the storage
     /// engine alone still holds (freed pages, dead tuples, WAL) are not rows and not seen.
     fn find_text(&self, needle: &str) -> Result<Vec<(String, u64)>, StoreError>;
+    /// Streams the record for `lasthop-control export` ([`transfer`]): counters, links, audit
+    /// records, code sets, reports, owners and positions, then API keys where the store keeps
+    /// them, in that order, from one consistent read; returns the change-log head that read is
+    /// complete up to.
+    fn export(
+        &self,
+        out: &mut dyn FnMut(transfer::Record) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError>;
     /// Where this store keeps API keys, if it keeps them (the shared store does; beside the
     /// embedded store they are the `api-keys` file).
     fn key_store(self: Arc<Self>) -> Option<Arc<dyn crate::auth::KeyStore>> {

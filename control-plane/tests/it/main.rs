@@ -28,3 +28,4 @@ mod router;
 mod safety;
 mod shared;
 mod store;
+mod transfer;

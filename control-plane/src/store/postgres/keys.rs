@@ -12,7 +12,7 @@ use crate::store::StoreError;
 /// what changed.
 pub const STATE_CHANNEL: &str = "lasthop_state";
 
-fn record(row: &tokio_postgres::Row) -> Result<KeyRecord, StoreError> {
+pub(crate) fn record(row: &tokio_postgres::Row) -> Result<KeyRecord, StoreError> {
     let hash: Vec<u8> = row.get("hash");
     let hash = <[u8; 32]>::try_from(hash)
         .map_err(|_| corrupt("api_keys", "a hash of the wrong length"))?;

@@ -27,6 +27,7 @@
 pub mod keys;
 mod schema;
 mod shared;
+pub mod transfer;
 mod writer;
 
 use std::future::Future;
@@ -1042,6 +1043,13 @@ impl Store for PgStore {
             }
             Ok(out)
         })
+    }
+
+    fn export(
+        &self,
+        out: &mut dyn FnMut(super::transfer::Record) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError> {
+        transfer::export(self, out)
     }
 
     fn shutdown(&self) -> Result<(), StoreError> {

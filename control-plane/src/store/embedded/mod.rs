@@ -60,6 +60,8 @@ use super::{
     ReportPage, Resolution, Store, StoreError, StoredLink,
 };
 
+pub mod transfer;
+
 const LINKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("links");
 const STATES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("link_state");
 const OWNER_LINKS: TableDefinition<&[u8], &str> = TableDefinition::new("owner_links");
@@ -883,6 +885,13 @@ impl Store for EmbeddedStore {
         Ok(out)
     }
 
+    fn export(
+        &self,
+        out: &mut dyn FnMut(super::transfer::Record) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError> {
+        transfer::export(self, out)
+    }
+
     fn shutdown(&self) -> Result<(), StoreError> {
         let result = self.submit(Op::Shutdown);
         if let Ok(mut guard) = self.tx.lock() {
@@ -1008,6 +1017,29 @@ struct Tables<'t> {
     positions: Table<'t, &'static str, &'static str>,
 }
 
+impl<'t> Tables<'t> {
+    fn open(txn: &'t redb::WriteTransaction) -> Result<Tables<'t>, StoreError> {
+        Ok(Tables {
+            links: txn.open_table(LINKS).map_err(storage)?,
+            states: txn.open_table(STATES).map_err(storage)?,
+            owner_links: txn.open_table(OWNER_LINKS).map_err(storage)?,
+            changes: txn.open_table(CHANGES).map_err(storage)?,
+            meta: txn.open_table(META).map_err(storage)?,
+            free: txn.open_table(FREE_RANGES).map_err(storage)?,
+            idem: txn.open_table(IDEMPOTENCY).map_err(storage)?,
+            idem_expiry: txn.open_table(IDEM_EXPIRY).map_err(storage)?,
+            denied: txn.open_table(DENIED).map_err(storage)?,
+            dest_hosts: txn.open_table(DEST_HOSTS).map_err(storage)?,
+            audit: txn.open_table(AUDIT).map_err(storage)?,
+            code_sets: txn.open_table(CODE_SETS).map_err(storage)?,
+            reports: txn.open_table(REPORTS).map_err(storage)?,
+            reports_open: txn.open_table(REPORTS_OPEN).map_err(storage)?,
+            owners: txn.open_table(OWNERS).map_err(storage)?,
+            positions: txn.open_table(POSITIONS).map_err(storage)?,
+        })
+    }
+}
+
 /// What to tell a caller once its batch is durable (or failed).
 type Finish = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 
@@ -1069,24 +1101,7 @@ impl Writer {
             let mut txn = self.db.begin_write().map_err(storage)?;
             txn.set_durability(Durability::Immediate).map_err(storage)?;
             {
-                let mut t = Tables {
-                    links: txn.open_table(LINKS).map_err(storage)?,
-                    states: txn.open_table(STATES).map_err(storage)?,
-                    owner_links: txn.open_table(OWNER_LINKS).map_err(storage)?,
-                    changes: txn.open_table(CHANGES).map_err(storage)?,
-                    meta: txn.open_table(META).map_err(storage)?,
-                    free: txn.open_table(FREE_RANGES).map_err(storage)?,
-                    idem: txn.open_table(IDEMPOTENCY).map_err(storage)?,
-                    idem_expiry: txn.open_table(IDEM_EXPIRY).map_err(storage)?,
-                    denied: txn.open_table(DENIED).map_err(storage)?,
-                    dest_hosts: txn.open_table(DEST_HOSTS).map_err(storage)?,
-                    audit: txn.open_table(AUDIT).map_err(storage)?,
-                    code_sets: txn.open_table(CODE_SETS).map_err(storage)?,
-                    reports: txn.open_table(REPORTS).map_err(storage)?,
-                    reports_open: txn.open_table(REPORTS_OPEN).map_err(storage)?,
-                    owners: txn.open_table(OWNERS).map_err(storage)?,
-                    positions: txn.open_table(POSITIONS).map_err(storage)?,
-                };
+                let mut t = Tables::open(&txn)?;
                 let audit_before = self.next_audit;
                 for op in batch {
                     match op {
