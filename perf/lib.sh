@@ -77,3 +77,71 @@ http {
 }
 NGX
 }
+
+# pg_pair WORK [PORT]: a PostgreSQL primary and a synchronous streaming standby from Debian's
+# `postgresql` package (installed if missing), in WORK/pg (initdb, pg_basebackup; as the
+# postgres user when root; no system service), on 127.0.0.1:PORT and PORT+1, with
+# synchronous_commit=on and synchronous_standby_names='*': a commit returns once the standby
+# has it on disk. Sets PG_BIN and PG_PORT; `pg_url DB` prints the multi-host connection string
+# (target_session_attrs=read-write), `pg_sql SQL` runs SQL on the primary, `pg_pair_stop` stops
+# both servers.
+pg_pair() {
+  local work=$1
+  PG_PORT=${2:-15432}
+  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  if [ ! -x "$PG_BIN/initdb" ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  fi
+  PG_AS=()
+  [ "$(id -u)" = 0 ] && PG_AS=(runuser -u postgres --)
+  PG_DIR=$work/pg
+  # mktemp -d makes 0700 folders: the postgres user must reach its own.
+  chmod 755 "$work"
+  mkdir -p "$PG_DIR"
+  [ "$(id -u)" = 0 ] && chown -R postgres:postgres "$PG_DIR"
+  "${PG_AS[@]}" "$PG_BIN/initdb" -D "$PG_DIR/primary" -U postgres --auth=trust -E UTF8 \
+    --locale=C.UTF-8 >/dev/null
+  "${PG_AS[@]}" tee -a "$PG_DIR/primary/postgresql.conf" >/dev/null <<CONF
+port = $PG_PORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$PG_DIR'
+fsync = on
+synchronous_commit = on
+synchronous_standby_names = '*'
+wal_level = replica
+max_wal_senders = 5
+max_connections = 100
+shared_buffers = 256MB
+CONF
+  echo "host replication postgres 127.0.0.1/32 trust" |
+    "${PG_AS[@]}" tee -a "$PG_DIR/primary/pg_hba.conf" >/dev/null
+  "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/primary" -l "$PG_DIR/primary.log" -w start >/dev/null
+  "${PG_AS[@]}" "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$PG_PORT" -U postgres -X stream -R \
+    -c fast -D "$PG_DIR/standby"
+  "${PG_AS[@]}" tee -a "$PG_DIR/standby/postgresql.conf" >/dev/null <<CONF
+port = $((PG_PORT + 1))
+unix_socket_directories = '$PG_DIR'
+hot_standby = on
+CONF
+  "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/standby" -l "$PG_DIR/standby.log" -w start >/dev/null
+  local state=
+  for _ in $(seq 100); do
+    state=$(pg_sql "SELECT sync_state FROM pg_stat_replication" 2>/dev/null || true)
+    [ "$state" = sync ] && break
+    sleep 0.1
+  done
+  [ "$state" = sync ] || { echo "the standby did not become synchronous ($state)" >&2; return 1; }
+}
+
+pg_sql() { "$PG_BIN/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d "${PG_DB:-postgres}" -c "$1"; }
+
+pg_url() { echo "postgres://postgres@127.0.0.1:$PG_PORT,127.0.0.1:$((PG_PORT + 1))/$1?target_session_attrs=read-write"; }
+
+pg_pair_stop() {
+  [ -n "${PG_DIR:-}" ] || return 0
+  for node in standby primary; do
+    [ -d "$PG_DIR/$node" ] && "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/$node" -m fast -w stop >/dev/null 2>&1
+  done
+  PG_DIR=
+}

@@ -341,17 +341,13 @@ enum StoreCommand {
 
 #[derive(Subcommand)]
 enum SnapshotCommand {
-    /// Build a snapshot of every link in the store (run while `serve` is stopped: the store
-    /// file has one owner at a time).
+    /// Build a snapshot of every link in the store (for the embedded store, run while `serve`
+    /// is stopped: the store file has one owner at a time; PostgreSQL is read while it serves).
     Build {
-        #[arg(long, env = "LASTHOP_DATA_DIR")]
-        data_dir: PathBuf,
-        #[arg(long, env = "LASTHOP_KEY_FILE")]
-        key_file: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
         #[arg(long)]
         out: PathBuf,
-        #[arg(long, env = "LASTHOP_REGIONS", default_value_t = 1)]
-        regions: u32,
         /// Counters above a region's mark that an edge still treats as possibly issued.
         #[arg(long, default_value_t = lasthop_core::region::DEFAULT_RESERVE)]
         reserve: u64,
@@ -617,25 +613,22 @@ fn main() -> anyhow::Result<()> {
         Command::Snapshot {
             command:
                 SnapshotCommand::Build {
-                    data_dir,
-                    key_file,
+                    store,
                     out,
-                    regions,
                     reserve,
                 },
         } => {
-            let key = PermutationKey::load(&key_file)?;
-            let config =
-                EmbeddedStoreConfig::new(data_dir.join("links.redb"), CodeScheme::new(&key)?);
-            let store = EmbeddedStore::open(config, None)
-                .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+            let (key, opened) = store.open()?;
+            let started = std::time::Instant::now();
             let (seq, info) = lasthop_control::snapshot::build_snapshot(
-                &store,
+                &*opened,
                 key.id(),
-                regions,
+                store.regions,
                 reserve,
                 &out,
             )?;
+            eprintln!("built in {:.3} s", started.elapsed().as_secs_f64());
+            let store = opened;
             store.shutdown()?;
             println!("wrote {} (seq {seq}, {info:?})", out.display());
             Ok(())
@@ -910,6 +903,7 @@ fn open_store(
     config.region = region;
     config.regions = regions;
     config.block_size = block_size;
+    config.observer = observer;
     let store = lasthop_control::store::postgres::PgStore::open(config)
         .context("opening the PostgreSQL store")?;
     Ok(Arc::new(store))

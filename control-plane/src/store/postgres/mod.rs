@@ -54,7 +54,7 @@ use writer::{Op, Writer};
 pub const CHANGES_CHANNEL: &str = "lasthop_changes";
 
 /// Settings of the PostgreSQL store.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PgStoreConfig {
     /// A libpq connection string or `postgres://` URL (several hosts allowed).
     pub url: String,
@@ -66,6 +66,8 @@ pub struct PgStoreConfig {
     pub max_batch: usize,
     /// Pooled connections for reads.
     pub pool_size: usize,
+    /// Observes each group commit (operations, seconds from begin to durable).
+    pub observer: Option<crate::store::embedded::CommitObserver>,
 }
 
 impl PgStoreConfig {
@@ -80,6 +82,7 @@ impl PgStoreConfig {
             idempotency_ttl_ms: 24 * 3600 * 1000,
             max_batch: 1024,
             pool_size: 8,
+            observer: None,
         }
     }
 }
@@ -179,6 +182,18 @@ pub struct PgStore {
     writer: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Op>>>,
     writer_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     commits: watch::Receiver<u64>,
+}
+
+impl std::fmt::Debug for PgStoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStoreConfig")
+            .field("region", &self.region)
+            .field("regions", &self.regions)
+            .field("block_size", &self.block_size)
+            .field("max_batch", &self.max_batch)
+            .field("pool_size", &self.pool_size)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for PgStore {

@@ -220,6 +220,8 @@ pub fn import<R: BufRead>(
     });
     let mut page = Vec::with_capacity(PAGE as usize);
     let mut failed = None;
+    // The transaction gave up (its error is the answer) when a send fails.
+    let mut gave_up = false;
     for record in reader.by_ref() {
         match record {
             Ok(r) => {
@@ -229,6 +231,7 @@ pub fn import<R: BufRead>(
                         .blocking_send(Step::Records(std::mem::take(&mut page)))
                         .is_err()
                 {
+                    gave_up = true;
                     break;
                 }
             }
@@ -238,7 +241,7 @@ pub fn import<R: BufRead>(
             }
         }
     }
-    if failed.is_none() {
+    if failed.is_none() && !gave_up {
         match reader.end() {
             Some(end) => {
                 let _ = tx.blocking_send(Step::Records(page));

@@ -9,6 +9,7 @@
 //! round trips however many links it holds.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use lasthop_core::feed::DenyKind;
 use lasthop_core::{region_range, Change, CodeScheme, Link, LinkState};
 use lasthop_trust::Destination;
 use tokio::sync::watch;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Transaction};
 
 use super::{announce, connect, corrupt, pg, PgStoreConfig, CHANGES_CHANNEL};
@@ -102,6 +104,17 @@ fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// Runs a statement in one round trip (`execute_typed`: the parameter types are given, so no
+/// prepare round trip first). The create path's statements run so: a group commit to a
+/// synchronous standby is mostly round trips.
+async fn run(
+    txn: &Transaction<'_>,
+    sql: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<u64, StoreError> {
+    txn.execute_typed(sql, params).await.map_err(pg)
+}
+
 fn deny_code(kind: DenyKind) -> i16 {
     match kind {
         DenyKind::Gone => DENY_GONE,
@@ -119,24 +132,32 @@ struct Appends {
 }
 
 impl Appends {
-    async fn write(self, txn: &Transaction<'_>) -> Result<(), StoreError> {
+    /// The statements that write them, to be sent together (pipelined: one round trip for
+    /// the lot, [`all`]).
+    fn statements<'a>(self, txn: &'a Transaction<'a>) -> Vec<Pending<'a>> {
+        let mut out: Vec<Pending<'a>> = Vec::new();
         if !self.changes.is_empty() {
             let (seqs, texts): (Vec<i64>, Vec<String>) = self.changes.into_iter().unzip();
-            txn.execute(
-                "INSERT INTO changes (seq, change) SELECT * FROM unnest($1::bigint[], $2::text[])",
-                &[&seqs, &texts],
-            )
-            .await
-            .map_err(pg)?;
+            out.push(Box::pin(async move {
+                run(
+                    txn,
+                    "INSERT INTO changes (seq, change) \
+                     SELECT * FROM unnest($1::bigint[], $2::text[])",
+                    &[(&seqs, Type::INT8_ARRAY), (&texts, Type::TEXT_ARRAY)],
+                )
+                .await
+            }));
         }
         if !self.audit.is_empty() {
             let (codes, records): (Vec<String>, Vec<String>) = self.audit.into_iter().unzip();
-            txn.execute(
-                "INSERT INTO audit (code, record) SELECT * FROM unnest($1::text[], $2::text[])",
-                &[&codes, &records],
-            )
-            .await
-            .map_err(pg)?;
+            out.push(Box::pin(async move {
+                run(
+                    txn,
+                    "INSERT INTO audit (code, record) SELECT * FROM unnest($1::text[], $2::text[])",
+                    &[(&codes, Type::TEXT_ARRAY), (&records, Type::TEXT_ARRAY)],
+                )
+                .await
+            }));
         }
         let (mut set_codes, mut set_kinds, mut gone) = (Vec::new(), Vec::new(), Vec::new());
         for (code, kind) in self.deny_set {
@@ -149,21 +170,39 @@ impl Appends {
             }
         }
         if !set_codes.is_empty() {
-            txn.execute(
-                "INSERT INTO denied (code, kind) SELECT * FROM unnest($1::text[], $2::smallint[]) \
-                 ON CONFLICT (code) DO UPDATE SET kind = excluded.kind",
-                &[&set_codes, &set_kinds],
-            )
-            .await
-            .map_err(pg)?;
+            out.push(Box::pin(async move {
+                run(
+                    txn,
+                    "INSERT INTO denied (code, kind) \
+                     SELECT * FROM unnest($1::text[], $2::smallint[]) \
+                     ON CONFLICT (code) DO UPDATE SET kind = excluded.kind",
+                    &[(&set_codes, Type::TEXT_ARRAY), (&set_kinds, Type::INT2_ARRAY)],
+                )
+                .await
+            }));
         }
         if !gone.is_empty() {
-            txn.execute("DELETE FROM denied WHERE code = ANY($1)", &[&gone])
+            out.push(Box::pin(async move {
+                run(
+                    txn,
+                    "DELETE FROM denied WHERE code = ANY($1)",
+                    &[(&gone, Type::TEXT_ARRAY)],
+                )
                 .await
-                .map_err(pg)?;
+            }));
         }
-        Ok(())
+        out
     }
+}
+
+/// A statement sent but not yet answered.
+type Pending<'a> = std::pin::Pin<Box<dyn Future<Output = Result<u64, StoreError>> + Send + 'a>>;
+
+/// Sends every statement before waiting for any answer: tokio-postgres pipelines requests
+/// polled together on one connection, so independent statements of a transaction cost one
+/// round trip (the server still runs them in order).
+async fn all(pending: Vec<Pending<'_>>) -> Result<(), StoreError> {
+    futures_util::future::try_join_all(pending).await.map(drop)
 }
 
 pub(crate) struct Writer {
@@ -178,6 +217,7 @@ pub(crate) struct Writer {
     idempotency_ttl_ms: i64,
     max_batch: usize,
     commits: Arc<watch::Sender<u64>>,
+    observer: Option<crate::store::embedded::CommitObserver>,
 }
 
 impl Writer {
@@ -199,6 +239,7 @@ impl Writer {
             idempotency_ttl_ms: config.idempotency_ttl_ms,
             max_batch: config.max_batch.max(1),
             commits,
+            observer: config.observer.clone(),
         })
     }
 
@@ -234,10 +275,15 @@ impl Writer {
     /// Applies and commits one batch; true when a shutdown was in it.
     async fn commit_batch(&mut self, batch: Vec<Op>) -> bool {
         let mut shutdown = batch.is_empty();
+        let ops = batch.len();
+        let began = std::time::Instant::now();
         let mut finishes: Vec<Finish> = Vec::with_capacity(batch.len());
         let result = self.apply(batch, &mut finishes, &mut shutdown).await;
         let err = match result {
             Ok(last) => {
+                if let Some(observe) = &self.observer {
+                    observe(ops, began.elapsed().as_secs_f64());
+                }
                 if let Some(last) = last {
                     // Before the callers hear back: a takedown's 200 never precedes the feed.
                     announce(&self.commits, last);
@@ -305,7 +351,7 @@ impl Writer {
         let client = self.client().await?;
         let txn = client.transaction().await.map_err(pg)?;
         let first_seq: i64 = if writes_log {
-            txn.query_one("SELECT next FROM change_seq WHERE id = 1 FOR UPDATE", &[])
+            txn.query_typed_one("SELECT next FROM change_seq WHERE id = 1 FOR UPDATE", &[])
                 .await
                 .map_err(pg)?
                 .get(0)
@@ -363,7 +409,6 @@ impl Writer {
                 Work::Shutdown(slot) => fill(&slot, Ok(())),
             }
         }
-        appends.write(&txn).await?;
         if *shutdown && !counters.block.is_empty() {
             txn.execute(
                 "INSERT INTO free_counter_ranges (start_n, end_n, region) VALUES ($1, $2, $3) \
@@ -378,30 +423,41 @@ impl Writer {
             .map_err(pg)?;
             counters.block = 0..0;
         }
-        // Expired idempotency records, a few per commit.
+        // The log, the denylist, the audit trail, a few expired idempotency records and the
+        // sequence's new value with the wake-up: sent together, one round trip.
+        let mut pending = appends.statements(&txn);
         let cutoff = crate::clock::now_ms() - ttl;
-        txn.execute(
-            "DELETE FROM idempotency WHERE ctid IN \
-             (SELECT ctid FROM idempotency WHERE created_at_ms < $1 LIMIT $2)",
-            &[&cutoff, &PURGE_PER_COMMIT],
-        )
-        .await
-        .map_err(pg)?;
-        let last = if next_seq != first_seq {
-            txn.execute("UPDATE change_seq SET next = $1 WHERE id = 1", &[&next_seq])
-                .await
-                .map_err(pg)?;
-            let last = next_seq - 1;
-            txn.execute(
-                "SELECT pg_notify($1, $2)",
-                &[&CHANGES_CHANNEL, &last.to_string()],
+        let txn_ref = &txn;
+        pending.push(Box::pin(async move {
+            run(
+                txn_ref,
+                "DELETE FROM idempotency WHERE ctid IN \
+                 (SELECT ctid FROM idempotency WHERE created_at_ms < $1 LIMIT $2)",
+                &[(&cutoff, Type::INT8), (&PURGE_PER_COMMIT, Type::INT8)],
             )
             .await
-            .map_err(pg)?;
+        }));
+        let last = if next_seq != first_seq {
+            let last = next_seq - 1;
+            let payload = last.to_string();
+            pending.push(Box::pin(async move {
+                run(
+                    txn_ref,
+                    "UPDATE change_seq SET next = $1 WHERE id = 1 \
+                     RETURNING pg_notify($2, $3)",
+                    &[
+                        (&next_seq, Type::INT8),
+                        (&CHANGES_CHANNEL, Type::TEXT),
+                        (&payload, Type::TEXT),
+                    ],
+                )
+                .await
+            }));
             Some(u64::try_from(last).unwrap_or(0))
         } else {
             None
         };
+        all(pending).await?;
         txn.commit().await.map_err(pg)?;
         self.block = counters.block;
         Ok(last)
@@ -685,36 +741,62 @@ async fn apply_creates(
         made[i] = Some(stored.clone());
         outcomes[i] = Some(Ok(CreateOutcome::Created(stored)));
     }
+    let mut pending: Vec<Pending<'_>> = Vec::new();
     if !codes.is_empty() {
-        txn.execute(
-            "INSERT INTO links (code, long_url, owner, created_at_ms, created_seq, state) \
-             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], \
-                                  $5::bigint[], $6::text[])",
-            &[&codes, &urls, &owners, &created, &seqs, &states],
-        )
-        .await
-        .map_err(pg)?;
+        pending.push(Box::pin(async move {
+            run(
+                txn,
+                "INSERT INTO links (code, long_url, owner, created_at_ms, created_seq, state) \
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], \
+                                      $5::bigint[], $6::text[])",
+                &[
+                    (&codes, Type::TEXT_ARRAY),
+                    (&urls, Type::TEXT_ARRAY),
+                    (&owners, Type::TEXT_ARRAY),
+                    (&created, Type::INT8_ARRAY),
+                    (&seqs, Type::INT8_ARRAY),
+                    (&states, Type::TEXT_ARRAY),
+                ],
+            )
+            .await
+        }));
     }
     if !idx_keys.is_empty() {
-        txn.execute(
-            "INSERT INTO dest_hosts (index_key, code, url_hash) \
-             SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])",
-            &[&idx_keys, &idx_codes, &idx_hashes],
-        )
-        .await
-        .map_err(pg)?;
+        pending.push(Box::pin(async move {
+            run(
+                txn,
+                "INSERT INTO dest_hosts (index_key, code, url_hash) \
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])",
+                &[
+                    (&idx_keys, Type::TEXT_ARRAY),
+                    (&idx_codes, Type::TEXT_ARRAY),
+                    (&idx_hashes, Type::INT8_ARRAY),
+                ],
+            )
+            .await
+        }));
     }
     if !idem_owner.is_empty() {
-        txn.execute(
-            "INSERT INTO idempotency (owner, key, body_hash, created_at_ms, code) \
-             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) \
-             ON CONFLICT (owner, key) DO UPDATE SET body_hash = excluded.body_hash, \
-               created_at_ms = excluded.created_at_ms, code = excluded.code",
-            &[&idem_owner, &idem_key, &idem_hash, &idem_at, &idem_code],
-        )
-        .await
-        .map_err(pg)?;
+        pending.push(Box::pin(async move {
+            run(
+                txn,
+                "INSERT INTO idempotency (owner, key, body_hash, created_at_ms, code) \
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], \
+                                      $5::text[]) \
+                 ON CONFLICT (owner, key) DO UPDATE SET body_hash = excluded.body_hash, \
+                   created_at_ms = excluded.created_at_ms, code = excluded.code",
+                &[
+                    (&idem_owner, Type::TEXT_ARRAY),
+                    (&idem_key, Type::TEXT_ARRAY),
+                    (&idem_hash, Type::TEXT_ARRAY),
+                    (&idem_at, Type::INT8_ARRAY),
+                    (&idem_code, Type::TEXT_ARRAY),
+                ],
+            )
+            .await
+        }));
     }
+    all(pending).await?;
     Ok(outcomes
         .into_iter()
         .map(|o| o.unwrap_or_else(|| Err(StoreError::Storage("create not applied".into()))))
