@@ -1469,26 +1469,7 @@ impl Writer {
                 return Ok(Some(seq));
             }
         }
-        let start = owner_prefix(&link.owner);
-        let mut end = start.clone();
-        if let Some(last) = end.last_mut() {
-            *last = 1;
-        }
-        for item in t
-            .owner_links
-            .range::<&[u8]>(start.as_slice()..end.as_slice())
-            .map_err(storage)?
-        {
-            let (k, code) = item.map_err(storage)?;
-            if code.value() == link.code {
-                let k = k.value();
-                let inv: [u8; 8] = k[k.len().saturating_sub(8)..]
-                    .try_into()
-                    .map_err(|e| corrupt("owner_links", e))?;
-                return Ok(Some(!u64::from_be_bytes(inv)));
-            }
-        }
-        Ok(None)
+        seq_in_owner_index(&t.owner_links, link)
     }
 
     /// Appends an audit record to the trail of the link whose record key is `record_key`.
@@ -1604,6 +1585,33 @@ impl Writer {
         }
         Ok(())
     }
+}
+
+/// A link's creation sequence from its owner's index, whose keys end in the inverted sequence
+/// (for rows written before the sequence was stored in them).
+fn seq_in_owner_index(
+    owner_links: &impl ReadableTable<&'static [u8], &'static str>,
+    link: &Link,
+) -> Result<Option<u64>, StoreError> {
+    let start = owner_prefix(&link.owner);
+    let mut end = start.clone();
+    if let Some(last) = end.last_mut() {
+        *last = 1;
+    }
+    for item in owner_links
+        .range::<&[u8]>(start.as_slice()..end.as_slice())
+        .map_err(storage)?
+    {
+        let (k, code) = item.map_err(storage)?;
+        if code.value() == link.code {
+            let k = k.value();
+            let inv: [u8; 8] = k[k.len().saturating_sub(8)..]
+                .try_into()
+                .map_err(|e| corrupt("owner_links", e))?;
+            return Ok(Some(!u64::from_be_bytes(inv)));
+        }
+    }
+    Ok(None)
 }
 
 /// Rewrites the creation entry (sequence `seq`) of a deleted link without its URL.

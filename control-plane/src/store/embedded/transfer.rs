@@ -71,29 +71,7 @@ pub(super) fn export(
         let seq = match row.seq.filter(|s| *s > 0) {
             Some(seq) => seq,
             // Rows from before `seq` was stored: the owner index's key ends in it, inverted.
-            None => {
-                let start = owner_prefix(&link.owner);
-                let mut end = start.clone();
-                if let Some(last) = end.last_mut() {
-                    *last = 1;
-                }
-                let mut found = 0;
-                for item in owner_links
-                    .range::<&[u8]>(start.as_slice()..end.as_slice())
-                    .map_err(storage)?
-                {
-                    let (ik, code) = item.map_err(storage)?;
-                    if code.value() == link.code {
-                        let ik = ik.value();
-                        let inv: [u8; 8] = ik[ik.len().saturating_sub(8)..]
-                            .try_into()
-                            .map_err(|e| corrupt("owner_links", e))?;
-                        found = !u64::from_be_bytes(inv);
-                        break;
-                    }
-                }
-                found
-            }
+            None => super::seq_in_owner_index(&owner_links, &link)?.unwrap_or(0),
         };
         let state: LinkState = match states.get(k.value()).map_err(storage)? {
             Some(s) => serde_json::from_slice(s.value()).map_err(|e| corrupt("link_state", e))?,

@@ -332,6 +332,47 @@ impl PgStore {
     }
 }
 
+/// A `REPEATABLE READ READ ONLY` transaction (one consistent snapshot) and the change-log
+/// sequence it is complete up to.
+pub(crate) async fn consistent_read(
+    c: &mut tokio_postgres::Client,
+) -> Result<(tokio_postgres::Transaction<'_>, u64), StoreError> {
+    let txn = c
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(pg)?;
+    let seq: i64 = txn
+        .query_one("SELECT coalesce(max(seq), 0) FROM changes", &[])
+        .await
+        .map_err(pg)?
+        .get(0);
+    Ok((txn, u64::try_from(seq).unwrap_or(0)))
+}
+
+/// Sends a query's rows through a portal, a page at a time, converted by `convert`, so a
+/// million rows never sit in memory; false when the receiver went away.
+pub(crate) async fn stream_pages<T>(
+    txn: &tokio_postgres::Transaction<'_>,
+    sql: &str,
+    tx: &std::sync::mpsc::SyncSender<Result<Vec<T>, StoreError>>,
+    convert: impl Fn(&tokio_postgres::Row) -> Result<T, StoreError>,
+) -> Result<bool, StoreError> {
+    let portal = txn.bind(sql, &[]).await.map_err(pg)?;
+    loop {
+        let rows = txn.query_portal(&portal, 2048).await.map_err(pg)?;
+        if rows.is_empty() {
+            return Ok(true);
+        }
+        let page = rows.iter().map(&convert).collect::<Result<Vec<_>, _>>()?;
+        if tx.send(Ok(page)).is_err() {
+            return Ok(false);
+        }
+    }
+}
+
 /// Connects to `url` and applies the migrations it lacks (`lasthop-control migrate`).
 pub fn migrate_only(url: &str) -> Result<usize, StoreError> {
     let config = parse_config(url)?;
@@ -691,35 +732,11 @@ impl Store for PgStore {
         self.rt.spawn(async move {
             let result = async {
                 let mut c = pool.get().await.map_err(pool_err)?;
-                let txn = c
-                    .build_transaction()
-                    .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()
-                    .await
-                    .map_err(pg)?;
-                let seq: i64 = txn
-                    .query_one("SELECT coalesce(max(seq), 0) FROM changes", &[])
-                    .await
-                    .map_err(pg)?
-                    .get(0);
-                let _ = seq_tx.send(u64::try_from(seq).unwrap_or(0));
-                let portal = txn
-                    .bind(
-                        &format!("SELECT {LINK_COLUMNS} FROM links ORDER BY code"),
-                        &[],
-                    )
-                    .await
-                    .map_err(pg)?;
-                loop {
-                    let rows = txn.query_portal(&portal, 2048).await.map_err(pg)?;
-                    if rows.is_empty() {
-                        break;
-                    }
-                    let page = rows.iter().map(row_link).collect::<Result<Vec<_>, _>>()?;
-                    if tx.send(Ok(page)).is_err() {
-                        return Ok(());
-                    }
+                let (txn, seq) = consistent_read(&mut c).await?;
+                let _ = seq_tx.send(seq);
+                let sql = format!("SELECT {LINK_COLUMNS} FROM links ORDER BY code");
+                if !stream_pages(&txn, &sql, &tx, row_link).await? {
+                    return Ok(());
                 }
                 txn.commit().await.map_err(pg)?;
                 Ok::<_, StoreError>(())

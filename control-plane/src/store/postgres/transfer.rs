@@ -12,34 +12,17 @@ use lasthop_core::{Change, CodeKind, LinkState};
 use lasthop_trust::Destination;
 use tokio_postgres::Transaction;
 
-use super::{corrupt, keys, pg, pool_err, row_link, PgStore, CHANGES_CHANNEL, LINK_COLUMNS};
+use super::{
+    consistent_read, corrupt, keys, pg, pool_err, row_link, stream_pages, PgStore, CHANGES_CHANNEL,
+    LINK_COLUMNS,
+};
 use crate::store::transfer::{AuditLine, Imported, KeyLine, LinkRecord, Reader, Record};
 use crate::store::{deny_kind, AuditRecord, OwnerRecord, Report, StoreError};
 
-/// Rows fetched per portal page and records written per statement.
+/// Records written per batch of statements.
 const PAGE: i32 = 2048;
 
 type Page = Result<Vec<Record>, StoreError>;
-
-/// Sends one query's rows, page by page, converted by `convert`.
-async fn stream(
-    txn: &Transaction<'_>,
-    sql: &str,
-    tx: &std::sync::mpsc::SyncSender<Page>,
-    convert: impl Fn(&tokio_postgres::Row) -> Result<Record, StoreError>,
-) -> Result<bool, StoreError> {
-    let portal = txn.bind(sql, &[]).await.map_err(pg)?;
-    loop {
-        let rows = txn.query_portal(&portal, PAGE).await.map_err(pg)?;
-        if rows.is_empty() {
-            return Ok(true);
-        }
-        let page = rows.iter().map(&convert).collect::<Result<Vec<_>, _>>()?;
-        if tx.send(Ok(page)).is_err() {
-            return Ok(false);
-        }
-    }
-}
 
 fn parse<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| corrupt(what, e))
@@ -56,19 +39,8 @@ pub(super) fn export(
     store.spawn(async move {
         let result = async {
             let mut c = pool.get().await.map_err(pool_err)?;
-            let txn = c
-                .build_transaction()
-                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(pg)?;
-            let seq: i64 = txn
-                .query_one("SELECT coalesce(max(seq), 0) FROM changes", &[])
-                .await
-                .map_err(pg)?
-                .get(0);
-            let _ = seq_tx.send(u64::try_from(seq).unwrap_or(0));
+            let (txn, seq) = consistent_read(&mut c).await?;
+            let _ = seq_tx.send(seq);
             type Convert<'a> =
                 &'a (dyn Fn(&tokio_postgres::Row) -> Result<Record, StoreError> + Sync);
             let queries: [(&str, Convert<'_>); 8] = [
@@ -125,7 +97,7 @@ pub(super) fn export(
                 ),
             ];
             for (sql, convert) in queries {
-                if !stream(&txn, sql, &tx, convert).await? {
+                if !stream_pages(&txn, sql, &tx, convert).await? {
                     return Ok(());
                 }
             }

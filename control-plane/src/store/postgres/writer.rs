@@ -176,7 +176,10 @@ impl Appends {
                     "INSERT INTO denied (code, kind) \
                      SELECT * FROM unnest($1::text[], $2::smallint[]) \
                      ON CONFLICT (code) DO UPDATE SET kind = excluded.kind",
-                    &[(&set_codes, Type::TEXT_ARRAY), (&set_kinds, Type::INT2_ARRAY)],
+                    &[
+                        (&set_codes, Type::TEXT_ARRAY),
+                        (&set_kinds, Type::INT2_ARRAY),
+                    ],
                 )
                 .await
             }));
