@@ -657,7 +657,14 @@ fn main() -> anyhow::Result<()> {
                 .transpose()?;
             let end = match &out {
                 Some(path) => {
-                    let file = std::fs::File::create(path)
+                    // Every URL and key hash of the record: readable by its owner only.
+                    use std::os::unix::fs::OpenOptionsExt as _;
+                    let file = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(true)
+                        .mode(0o600)
+                        .open(path)
                         .with_context(|| format!("creating {}", path.display()))?;
                     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
                     let end = lasthop_control::store::transfer::export_all(

@@ -1,5 +1,6 @@
 //! Several control planes on one PostgreSQL store (SKIPPED where PostgreSQL is not installed):
-//! the keys are shared, and the change log is gap-safe — writers on every control plane
+//! the keys are shared, each leases its own counter blocks, an alias has one owner and an
+//! idempotency key one link whichever control plane is asked, and the change log is gap-safe — writers on every control plane
 //! creating and taking down at once, a feed subscriber on each, and every subscriber sees every
 //! change exactly once, in the same order.
 
@@ -119,6 +120,116 @@ struct Seen {
     seq: u64,
     kind: &'static str,
     code: String,
+}
+
+/// Sends a create with an `Idempotency-Key`; the status and body.
+fn create_once(cp: &Server, api_key: &str, key: &str, body: &str) -> (u16, String) {
+    let resp = ureq::post(&cp.url("/v1/links"))
+        .set("Authorization", &format!("Bearer {api_key}"))
+        .set("Idempotency-Key", key)
+        .set("Content-Type", "application/json")
+        .send_string(body);
+    match resp {
+        Ok(r) => (r.status(), r.into_string().expect("body")),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().expect("body")),
+        Err(e) => panic!("create: {e}"),
+    }
+}
+
+#[test]
+fn blocks_aliases_and_idempotency_keys_hold_across_control_planes() {
+    let Some((_pg, site)) = shared_site("shared::aliases") else {
+        return;
+    };
+    let cps = control_planes(&site, 3);
+    // 12 concurrent claims of one alias, 4 through each control plane: exactly one wins.
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let claims: Vec<_> =
+            (0..12)
+                .map(|i| {
+                    let url = cps[i % 3].url("/v1/links");
+                    let key = site.api_key.clone();
+                    s.spawn(move || {
+                    let body = format!(
+                        r#"{{"long_url":"https://example.com/claim/{i}","alias":"one-owner-only"}}"#
+                    );
+                    call("POST", &url, Some(&key), Some(&body)).expect("claim").0
+                })
+                })
+                .collect();
+        claims
+            .into_iter()
+            .map(|h| h.join().expect("claim"))
+            .collect()
+    });
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 201).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 409).count(),
+        11,
+        "{statuses:?}"
+    );
+
+    // One Idempotency-Key and body through every control plane: one link; another body: 422.
+    let body = r#"{"long_url":"https://example.com/exactly-once"}"#;
+    let answers: Vec<(u16, String)> = cps
+        .iter()
+        .map(|cp| create_once(cp, &site.api_key, "retry-7", body))
+        .collect();
+    let codes: HashSet<String> = answers
+        .iter()
+        .map(|(status, b)| {
+            assert!(matches!(status, 200 | 201), "{status} {b}");
+            json(b)["code"].as_str().expect("code").to_string()
+        })
+        .collect();
+    assert_eq!(codes.len(), 1, "one key, one link: {answers:?}");
+    let (status, b) = create_once(
+        &cps[2],
+        &site.api_key,
+        "retry-7",
+        r#"{"long_url":"https://example.com/something-else"}"#,
+    );
+    assert_eq!(status, 422, "{b}");
+    assert_eq!(json(&b)["error"]["code"], "idempotency_key_reused");
+
+    // Each control plane mints from a block of its own.
+    let scheme = site.scheme();
+    let mut blocks: Vec<(u64, u64)> = Vec::new();
+    for cp in &cps {
+        let mut mine = Vec::new();
+        for i in 0..5 {
+            let (status, b) = call(
+                "POST",
+                &cp.url("/v1/links"),
+                Some(&site.api_key),
+                Some(&format!(
+                    r#"{{"long_url":"https://example.com/block/{i}"}}"#
+                )),
+            )
+            .expect("create");
+            assert_eq!(status, 201, "{b}");
+            let code = json(&b)["code"].as_str().expect("code").to_string();
+            let n = scheme.decode(code.as_bytes()).expect("a generated code");
+            mine.push(n);
+        }
+        let (lo, hi) = (*mine.iter().min().unwrap(), *mine.iter().max().unwrap());
+        assert!(
+            hi - lo < 10_000,
+            "one control plane's creates come from one block: {mine:?}"
+        );
+        blocks.push((lo, hi));
+    }
+    blocks.sort();
+    for w in blocks.windows(2) {
+        assert!(
+            w[0].1 < w[1].0,
+            "the control planes' blocks overlap: {blocks:?}"
+        );
+    }
 }
 
 #[test]
