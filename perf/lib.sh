@@ -90,7 +90,12 @@ pg_pair() {
   PG_PORT=${2:-15432}
   PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
   if [ ! -x "$PG_BIN/initdb" ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    # The binaries only: no default cluster, no system service.
+    mkdir -p /etc/postgresql-common
+    [ -f /etc/postgresql-common/createcluster.conf ] ||
+      echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      -o Dpkg::Options::=--force-confold postgresql >/dev/null
     PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
   fi
   PG_AS=()
