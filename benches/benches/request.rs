@@ -1,5 +1,5 @@
-//! The engine's pure request path: `http::parse` + `answer::decide` + `render::render_for` of
-//! one GET, against a 1M-link snapshot (the goal is under 300 ns per request).
+//! The engine's pure request path: `http::parse` + `answer::decide` + `render::render_with` (with
+//! the `Date` line every answer carries) of one GET, against a 1M-link snapshot (the goal is under 300 ns per request).
 //!
 //! The snapshot is the same file `benches/snapshot.rs` uses (`Synth`, the same key and seeds,
 //! in `$CARGO_TARGET_DIR/lasthop-bench/`), built once if missing (a few seconds) and memory
@@ -16,7 +16,7 @@
 //! - `never_issued`: random well-formed codes above the high-water mark → 404 by arithmetic
 //!   (the scanner case);
 //! - `alias`: an alias in the snapshot → 302;
-//! - `fixed`: `render_fixed` alone, the floor (the cost of emitting any response at all);
+//! - `fixed`: `render_fixed_with` (the 302 and the `Date` line) alone, the floor (the cost of emitting any response at all);
 //! - `part_*`: the pieces of `hit_*` alone, to see where the time goes;
 //! - `part_click_record`: recording the click of a browser's request into the core's buffer
 //!   (visitor hash, referrer host, encode, buffer lock), drained as the flusher would.
@@ -33,7 +33,6 @@ use lasthop_core::region::DEFAULT_RESERVE;
 use lasthop_engine::answer::{decide, Answer, Layer};
 use lasthop_engine::denylist::{Deny, Denylist};
 use lasthop_engine::http::{parse, Limits, Parse};
-use lasthop_engine::render::{render_fixed, render_for};
 use lasthop_engine::tables::Tables;
 use lasthop_snapshot::{Snapshot, Synth};
 
@@ -95,6 +94,9 @@ fn receive(inbuf: &mut Vec<u8>, template: (&str, &str), codes: &Codes, i: usize)
     inbuf.extend_from_slice(template.1.as_bytes());
 }
 
+/// A `Date` line as the engine's cores keep it (formatted once a second).
+const DATE: &[u8] = b"Date: Tue, 01 Dec 2026 14:00:00 GMT\r\n";
+
 /// One request through the whole pure path; returns the response length.
 #[inline]
 fn serve(buf: &[u8], limits: &Limits, t: &Tables, out: &mut Vec<u8>) -> usize {
@@ -103,7 +105,14 @@ fn serve(buf: &[u8], limits: &Limits, t: &Tables, out: &mut Vec<u8>) -> usize {
         Parse::Complete { req, .. } => {
             let (answer, layer) = decide(&req, t, NOW_MS);
             black_box(layer);
-            render_for(&answer, &req, out);
+            // As the engine renders it: with the `Date` line every answer carries.
+            lasthop_engine::render::render_with(
+                &answer,
+                &req,
+                DATE,
+                &lasthop_engine::render::NO_PAGES,
+                out,
+            );
         }
         _ => unreachable!("bench requests are complete"),
     }
@@ -257,7 +266,7 @@ fn request(c: &mut Criterion) {
     group.bench_function("fixed", |b| {
         b.iter(|| {
             out.clear();
-            render_fixed(&mut out);
+            lasthop_engine::render::render_fixed_with(DATE, &mut out);
             black_box(out.len())
         })
     });

@@ -15,7 +15,11 @@
 //!   where the next pipelined request starts. A request announcing one (`Content-Length` > 0 or
 //!   any `Transfer-Encoding`) is an error that closes the connection: 405 when the method is
 //!   not ours anyway (a POST), 400 for a GET or HEAD;
-//! - HTTP/1.1 requests must carry `Host` (RFC 9112 §3.2);
+//! - HTTP/1.1 requests must carry exactly one `Host`, and no request may carry two (RFC 9112
+//!   §3.2: 400);
+//! - a later HTTP/1 minor version (`HTTP/1.2`) is answered as HTTP/1.1 (RFC 9110 §2.5: a
+//!   recipient of a higher minor version treats it as the highest it speaks); `HTTP/2.0` and
+//!   the like in a request line get 505;
 //! - the path is the target up to `?` or `#`: a short URL's query string is dropped (DESIGN.md)
 //!   and a fragment is the client's business. The absolute form (`GET http://host/abc`) is
 //!   reduced to its path. Nothing is percent-decoded: every byte a code may hold is unreserved,
@@ -83,6 +87,10 @@ pub struct Request<'a> {
     /// The request said HTTP/1.0 (an HTTP/1.0 keep-alive answer must say `Connection:
     /// keep-alive`, which [`crate::render::render_for`] does).
     pub http10: bool,
+    /// The `Host` value, empty when absent (an HTTP/1.0 request may omit it).
+    pub host: &'a [u8],
+    /// The whole request target as sent (path and query), for a redirect to HTTPS.
+    pub target: &'a [u8],
 }
 
 /// Why bytes can never become a request we serve. Every variant closes the connection: after
@@ -141,8 +149,67 @@ pub enum Parse<'a> {
     Error(HttpError),
 }
 
-/// Parses the request at the start of `buf`. Never allocates, never panics.
+/// Parses the request at the start of `buf`. Never panics; allocates only for a request line
+/// that says `HTTP/1.2` or later (a copy that says 1.1, parsed in its place).
+#[inline]
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
+    match parse_exact(buf, limits) {
+        Parse::Error(HttpError::VersionNotSupported) => match later_minor(buf) {
+            Some(at) => {
+                let mut copy = buf.to_vec();
+                copy[at] = b'1';
+                match parse_exact(&copy, limits) {
+                    Parse::Complete { req, consumed } => Parse::Complete {
+                        req: rebase(buf, &copy, req),
+                        consumed,
+                    },
+                    Parse::Partial => Parse::Partial,
+                    Parse::Error(e) => Parse::Error(e),
+                }
+            }
+            None => Parse::Error(HttpError::VersionNotSupported),
+        },
+        other => other,
+    }
+}
+
+/// Where the minor digit of an `HTTP/1.d` version with d > 1 sits in the request line.
+fn later_minor(buf: &[u8]) -> Option<usize> {
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or(buf);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let start = line.len().checked_sub(8)?;
+    match &line[start..] {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', d] if d.is_ascii_digit() && *d > b'1' => {
+            Some(start + 7)
+        }
+        _ => None,
+    }
+}
+
+/// `req`, parsed from `copy` (a copy of `buf` differing in one byte), with its slices moved to
+/// the same places in `buf`.
+fn rebase<'a>(buf: &'a [u8], copy: &[u8], req: Request<'_>) -> Request<'a> {
+    let at = |s: &[u8]| -> &'a [u8] {
+        let start = offset_in(copy, s);
+        buf.get(start..start + s.len()).unwrap_or(b"")
+    };
+    Request {
+        method: req.method,
+        path: at(req.path),
+        accept_json: req.accept_json,
+        keep_alive: req.keep_alive,
+        user_agent: at(req.user_agent),
+        referer: at(req.referer),
+        country: at(req.country),
+        http10: req.http10,
+        host: at(req.host),
+        target: at(req.target),
+    }
+}
+
+/// [`parse`] of exactly the bytes given (`HTTP/1.2` is a 505 here).
+#[inline]
+fn parse_exact<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
     let mut slots = [MaybeUninit::<httparse::Header<'a>>::uninit(); HEADER_SLOTS];
     let slots = &mut slots[..limits.max_headers.min(HEADER_SLOTS)];
     let mut req = httparse::Request::new(&mut []);
@@ -183,14 +250,19 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
         referer: b"",
         country: b"",
         http10,
+        host: b"",
+        target,
     };
-    let (mut host, mut body, mut close, mut keep) = (false, false, false, false);
+    let (mut hosts, mut body, mut close, mut keep) = (0u32, false, false, false);
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         let value = h.value;
         // Dispatch on length first: one compare rules out most names.
         match name.len() {
-            4 if name.eq_ignore_ascii_case(b"host") => host = true,
+            4 if name.eq_ignore_ascii_case(b"host") => {
+                hosts += 1;
+                out.host = value;
+            }
             6 if name.eq_ignore_ascii_case(b"accept") => {
                 out.accept_json |= names_json(value);
             }
@@ -224,7 +296,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
             Method::Get | Method::Head => HttpError::BodyNotAllowed,
         });
     }
-    if !http10 && !host {
+    if hosts > 1 || (!http10 && hosts == 0) {
         return Parse::Error(HttpError::Malformed);
     }
     out.keep_alive = !close && (keep || !http10);
@@ -551,6 +623,49 @@ mod tests {
             error(b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n"),
             HttpError::Malformed
         );
+    }
+
+    #[test]
+    fn one_host_and_later_minor_versions() {
+        let limits = Limits::default();
+        // Two Host headers: 400 (RFC 9112 §3.2), whatever they say.
+        for raw in [
+            &b"GET /x HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"[..],
+            b"GET /x HTTP/1.0\r\nHost: a\r\nhost: b\r\n\r\n",
+        ] {
+            assert_eq!(parse(raw, &limits), Parse::Error(HttpError::Malformed));
+        }
+        // HTTP/1.2 is answered as HTTP/1.1 (RFC 9110 §2.5); its slices are of the input.
+        let raw = b"GET /abc1234?q HTTP/1.2\r\nHost: lh.example\r\nUser-Agent: t\r\n\r\nGET";
+        let Parse::Complete { req, consumed } = parse(raw, &limits) else {
+            panic!("HTTP/1.2 refused");
+        };
+        assert_eq!(consumed, raw.len() - 3);
+        assert!(!req.http10 && req.keep_alive);
+        assert_eq!(
+            (req.path, req.host, req.target),
+            (&b"/abc1234"[..], &b"lh.example"[..], &b"/abc1234?q"[..])
+        );
+        assert_eq!(req.user_agent, b"t");
+        let inside = |s: &[u8]| {
+            let (a, b) = (raw.as_ptr() as usize, s.as_ptr() as usize);
+            b >= a && b + s.len() <= a + raw.len()
+        };
+        assert!(inside(req.path) && inside(req.host) && inside(req.user_agent));
+        assert_eq!(
+            parse(b"GET / HTTP/1.9\r\n\r\n", &limits),
+            Parse::Error(HttpError::Malformed),
+            "HTTP/1.9 is HTTP/1.1, which needs a Host"
+        );
+        for raw in [
+            &b"GET / HTTP/2.0\r\nHost: a\r\n\r\n"[..],
+            b"GET / HTTP/0.9\r\n\r\n",
+        ] {
+            assert_eq!(
+                parse(raw, &limits),
+                Parse::Error(HttpError::VersionNotSupported)
+            );
+        }
     }
 
     #[test]

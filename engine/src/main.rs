@@ -187,6 +187,10 @@ struct Args {
     /// Add `includeSubDomains; preload` to the HSTS header.
     #[arg(long)]
     hsts_preload: bool,
+    /// Answer every request on the plain listener with a 301 to the same target on the HTTPS
+    /// listener (`https://HOST[:port]/...`), as HSTS preload requires. Needs `--tls-listen`.
+    #[arg(long, requires = "tls_listen")]
+    redirect_http_to_https: bool,
     /// The control plane API's public address (or its `/v1/reports` URL): the preview and
     /// interstitial pages then carry a "report this link" form posting there. No form without.
     #[arg(long, env = "LASTHOP_REPORT_URL")]
@@ -600,6 +604,10 @@ fn main() -> anyhow::Result<()> {
         fixed: args.fixed_response,
         top_sample: args.top_sample,
         hsts: hsts_header(args.hsts_max_age, args.hsts_preload).into(),
+        // The port bound (an ephemeral `:0` is known only now).
+        https_redirect: tls_bound
+            .filter(|_| args.redirect_http_to_https)
+            .map(|a: SocketAddr| a.port()),
         pages: Arc::new(match &args.report_url {
             Some(url) => lasthop_engine::render::Pages::with_report_url(url)?,
             None => lasthop_engine::render::Pages::default(),

@@ -96,7 +96,7 @@ Referrer-Policy: no-referrer\r\n"
 }
 
 /// Pages without a report form (tests and benches).
-static NO_PAGES: Pages = Pages {
+pub static NO_PAGES: Pages = Pages {
     report_action: None,
     headers: None,
 };
@@ -182,6 +182,110 @@ pub fn render_with(
 #[inline]
 pub fn render_fixed(out: &mut Vec<u8>) {
     out.extend_from_slice(FIXED_RESPONSE);
+}
+
+/// [`render_fixed`] with `extra` header lines (the `Date` every answer carries), so the floor
+/// keeps the shape of a real redirect.
+#[inline]
+pub fn render_fixed_with(extra: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&FIXED_RESPONSE[..FIXED_RESPONSE.len() - 2]);
+    out.extend_from_slice(extra);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The answer to bytes that are no request ([`HttpError`]), with `extra` header lines; the
+/// connection closes after it (returns true).
+pub fn render_error(e: HttpError, extra: &[u8], out: &mut Vec<u8>) -> bool {
+    write(
+        &Answer::BadRequest(e),
+        Shape {
+            head: false,
+            keep_alive: false,
+            json: false,
+            http10: false,
+            extra,
+            pages: &NO_PAGES,
+        },
+        out,
+    )
+}
+
+/// `--redirect-http-to-https`: a `301` to the same target on HTTPS (`https://HOST[:port]TARGET`,
+/// the port left out when it is 443), what HSTS preload requires of the plain listener. A
+/// request without a usable `Host` gets 400 and the connection closes; returns whether it
+/// closes and the status sent.
+pub fn render_https_redirect(
+    req: &Request<'_>,
+    https_port: u16,
+    extra: &[u8],
+    out: &mut Vec<u8>,
+) -> (bool, u16) {
+    let host = host_without_port(req.host);
+    let target_ok = req.target.starts_with(b"/") && header_safe(req.target);
+    if host.is_empty() || !target_ok {
+        return (render_error(HttpError::Malformed, extra, out), 400);
+    }
+    let shape = Shape {
+        head: req.method == crate::http::Method::Head,
+        keep_alive: req.keep_alive,
+        json: false,
+        http10: req.http10,
+        extra,
+        pages: &NO_PAGES,
+    };
+    out.extend_from_slice(b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://");
+    out.extend_from_slice(host);
+    if https_port != 443 {
+        out.push(b':');
+        write_decimal(out, usize::from(https_port));
+    }
+    out.extend_from_slice(req.target);
+    out.extend_from_slice(b"\r\nContent-Length: 0\r\n");
+    connection(shape, out);
+    out.extend_from_slice(b"\r\n");
+    (!req.keep_alive, 301)
+}
+
+/// The host of a `Host` value without its port (`[v6]:port` and `name:port`); empty when it is
+/// not a plausible host (a name of letters, digits, `-`, `.` and `_`, or a bracketed IPv6
+/// literal), so nothing else reaches a `Location`.
+fn host_without_port(value: &[u8]) -> &[u8] {
+    let host = match value.first() {
+        Some(b'[') => match value.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let rest = &value[end + 1..];
+                let port_ok = rest.is_empty()
+                    || (rest[0] == b':' && rest[1..].iter().all(u8::is_ascii_digit));
+                if !port_ok
+                    || !value[1..end]
+                        .iter()
+                        .all(|b| b.is_ascii_hexdigit() || *b == b':' || *b == b'.')
+                {
+                    return b"";
+                }
+                &value[..=end]
+            }
+            None => return b"",
+        },
+        _ => {
+            let (name, port) = match value.iter().rposition(|&b| b == b':') {
+                Some(colon) => (&value[..colon], &value[colon + 1..]),
+                None => (value, &b""[..]),
+            };
+            if !port.iter().all(u8::is_ascii_digit)
+                || !name
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+            {
+                return b"";
+            }
+            name
+        }
+    };
+    if host.len() > 255 {
+        return b"";
+    }
+    host
 }
 
 fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
@@ -625,6 +729,71 @@ mod tests {
         let mut fixed = Vec::new();
         render_fixed(&mut fixed);
         assert_eq!(parse_response(&fixed, false).status, 302);
+    }
+
+    #[test]
+    fn extra_lines_go_on_errors_and_the_floor_too() {
+        let date = b"Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n";
+        let mut out = Vec::new();
+        assert!(render_error(HttpError::Malformed, date, &mut out));
+        let t = text(&out);
+        assert!(t.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{t}");
+        assert!(
+            t.contains("\r\nDate: Thu, 01 Jan 1970 00:00:00 GMT\r\n"),
+            "{t}"
+        );
+        assert!(t.contains("Connection: close\r\n"), "{t}");
+        let mut fixed = Vec::new();
+        render_fixed_with(date, &mut fixed);
+        let t = text(&fixed);
+        assert!(t.ends_with("Content-Length: 0\r\nDate: Thu, 01 Jan 1970 00:00:00 GMT\r\n\r\n"));
+        assert_eq!(parse_response(&fixed, false).status, 302);
+    }
+
+    fn redirect_of(raw: &[u8], port: u16) -> (String, bool, u16) {
+        let crate::http::Parse::Complete { req, .. } =
+            crate::http::parse(raw, &crate::http::Limits::default())
+        else {
+            panic!("not a request: {raw:?}");
+        };
+        let mut out = Vec::new();
+        let (close, status) = render_https_redirect(&req, port, b"", &mut out);
+        (text(&out), close, status)
+    }
+
+    #[test]
+    fn http_is_sent_to_the_same_target_on_https() {
+        let (t, close, status) = redirect_of(
+            b"GET /abc1234?utm=x HTTP/1.1\r\nHost: lh.example\r\n\r\n",
+            443,
+        );
+        assert_eq!((close, status), (false, 301));
+        assert_eq!(
+            t,
+            "HTTP/1.1 301 Moved Permanently\r\nLocation: https://lh.example/abc1234?utm=x\r\n\
+             Content-Length: 0\r\n\r\n"
+        );
+        let (t, _, _) = redirect_of(b"HEAD /x HTTP/1.1\r\nHost: lh.example:8080\r\n\r\n", 8443);
+        assert!(t.contains("Location: https://lh.example:8443/x\r\n"), "{t}");
+        let (t, _, _) = redirect_of(b"GET /x HTTP/1.1\r\nHost: [2001:db8::1]:80\r\n\r\n", 443);
+        assert!(t.contains("Location: https://[2001:db8::1]/x\r\n"), "{t}");
+        let (_, close, _) = redirect_of(
+            b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            443,
+        );
+        assert!(close);
+        // Nothing but a host reaches the Location.
+        for bad in [
+            &b"GET /x HTTP/1.1\r\nHost: evil.example/path\r\n\r\n"[..],
+            b"GET /x HTTP/1.1\r\nHost: a b\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nHost: a:80x\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nHost: [zz]\r\n\r\n",
+            b"GET /x HTTP/1.0\r\n\r\n",
+            b"GET http://other.example/x HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            let (t, close, status) = redirect_of(bad, 443);
+            assert_eq!((status, close), (400, true), "{bad:?}: {t}");
+        }
     }
 
     #[test]

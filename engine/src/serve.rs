@@ -115,6 +115,8 @@ pub struct CoreConfig {
     pub top_sample: u64,
     /// `Strict-Transport-Security` line(s) for HTTPS answers.
     pub hsts: Arc<[u8]>,
+    /// `--redirect-http-to-https`: the HTTPS port plain-listener requests are redirected to.
+    pub https_redirect: Option<u16>,
     /// The preview and interstitial pages' extras (`--report-url`).
     pub pages: Arc<crate::render::Pages>,
     /// TLS counters, with `--tls-listen`.
@@ -241,6 +243,8 @@ async fn run_core(
         turn_start: std::time::Instant::now(),
         answered: std::cell::Cell::new(0),
         clicks: start.clicks,
+        headers: crate::session::Headers::default(),
+        https_redirect: config.https_redirect,
     };
     ctx.refresh_clock();
     let mut lp = match config.backend {

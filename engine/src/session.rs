@@ -51,6 +51,51 @@ pub struct CoreCtx {
     pub answered: std::cell::Cell<u64>,
     /// This core's click recorder (`--clicks`), fed by every answered redirect.
     pub clicks: Option<crate::clicks::Recorder>,
+    /// The header lines every answer carries (`Date`, and HSTS on HTTPS), rebuilt once a
+    /// second by [`CoreCtx::refresh_clock`].
+    pub headers: Headers,
+    /// `--redirect-http-to-https`: the HTTPS port plain-listener requests are sent to.
+    pub https_redirect: Option<u16>,
+}
+
+/// The header lines of every answer: `Date` (RFC 9110 §6.6.1: a server with a clock sends it),
+/// formatted once per second per core rather than per request, and on HTTPS the
+/// `Strict-Transport-Security` line after it.
+#[derive(Debug, Default)]
+pub struct Headers {
+    second: Option<i64>,
+    plain: Vec<u8>,
+    https: Vec<u8>,
+}
+
+impl Headers {
+    /// Rebuilds the lines when `now_ms` is in another second than the last call.
+    pub fn refresh(&mut self, now_ms: i64, hsts: &[u8]) {
+        let second = now_ms.div_euclid(1000);
+        if self.second == Some(second) {
+            return;
+        }
+        self.second = Some(second);
+        let when = std::time::UNIX_EPOCH
+            + std::time::Duration::from_secs(u64::try_from(second).unwrap_or(0));
+        self.plain.clear();
+        self.plain.extend_from_slice(b"Date: ");
+        self.plain
+            .extend_from_slice(httpdate::fmt_http_date(when).as_bytes());
+        self.plain.extend_from_slice(b"\r\n");
+        self.https.clear();
+        self.https.extend_from_slice(&self.plain);
+        self.https.extend_from_slice(hsts);
+    }
+
+    /// The lines for a plain or an HTTPS connection.
+    pub fn lines(&self, https: bool) -> &[u8] {
+        if https {
+            &self.https
+        } else {
+            &self.plain
+        }
+    }
 }
 
 impl CoreCtx {
@@ -61,6 +106,7 @@ impl CoreCtx {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
+        self.headers.refresh(self.now_ms, &self.hsts);
     }
 }
 
@@ -187,14 +233,14 @@ impl Session {
             Parse::Partial => Step::Partial,
             Parse::Error(e) => {
                 let answer = Answer::BadRequest(e);
-                render::render(&answer, false, false, false, &mut self.out);
+                render::render_error(e, ctx.headers.lines(self.https), &mut self.out);
                 record(ctx, &answer, Layer::Invalid);
                 self.close_after_send = true;
                 Step::Closed
             }
             Parse::Complete { req, consumed } => {
                 if ctx.fixed {
-                    render::render_fixed(&mut self.out);
+                    render::render_fixed_with(ctx.headers.lines(self.https), &mut self.out);
                     ctx.metrics.request(StatusClass::of(302));
                     return Step::Answered(consumed);
                 }
@@ -203,6 +249,20 @@ impl Session {
                         tls.too_early();
                     }
                     self.finish(&req, &Answer::TooEarly, Layer::Invalid, ctx);
+                    return Step::Answered(consumed);
+                }
+                if let (false, Some(port)) = (self.https, ctx.https_redirect) {
+                    let (close, status) = render::render_https_redirect(
+                        &req,
+                        port,
+                        ctx.headers.lines(false),
+                        &mut self.out,
+                    );
+                    ctx.metrics.request(StatusClass::of(status));
+                    if close {
+                        self.close_after_send = true;
+                        return Step::Closed;
+                    }
                     return Step::Answered(consumed);
                 }
                 let tables = &*ctx.tables;
@@ -230,7 +290,7 @@ impl Session {
         layer: Layer,
         ctx: &CoreCtx,
     ) {
-        let extra: &[u8] = if self.https { &ctx.hsts } else { b"" };
+        let extra = ctx.headers.lines(self.https);
         let close = render::render_with(answer, req, extra, &ctx.pages, &mut self.out);
         if let (Answer::Redirect { .. }, Layer::Overlay, Some(feed)) = (answer, layer, &ctx.feed) {
             // Creation-to-first-redirect: only links the feed brought carry a creation time.
@@ -372,4 +432,31 @@ fn record(ctx: &CoreCtx, answer: &Answer<'_>, layer: Layer) {
 fn code_of(path: &[u8]) -> &[u8] {
     let p = path.strip_prefix(b"/").unwrap_or(path);
     p.strip_suffix(b"+").unwrap_or(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Headers;
+
+    #[test]
+    fn the_date_line_is_rebuilt_once_a_second() {
+        let mut h = Headers::default();
+        h.refresh(
+            1_700_000_000_123,
+            b"Strict-Transport-Security: max-age=1\r\n",
+        );
+        assert_eq!(h.lines(false), b"Date: Tue, 14 Nov 2023 22:13:20 GMT\r\n");
+        assert_eq!(h.lines(false).len(), 37);
+        assert_eq!(
+            h.lines(true),
+            &b"Date: Tue, 14 Nov 2023 22:13:20 GMT\r\nStrict-Transport-Security: max-age=1\r\n"[..]
+        );
+        h.refresh(1_700_000_000_999, b"");
+        assert!(
+            h.lines(true).ends_with(b"max-age=1\r\n"),
+            "same second: kept"
+        );
+        h.refresh(1_700_000_001_000, b"");
+        assert_eq!(h.lines(false), b"Date: Tue, 14 Nov 2023 22:13:21 GMT\r\n");
+    }
 }

@@ -49,7 +49,15 @@ fn check_backend(io: &str) {
     // 302 with exactly the headers the contract names.
     let (status, headers, body) = curl(&[&format!("{base}/{}?utm=dropped", f.live)]);
     assert_eq!(status, 302, "{headers}");
-    let lines: Vec<&str> = headers.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut lines: Vec<&str> = headers.lines().filter(|l| !l.trim().is_empty()).collect();
+    // Date (RFC 9110 §6.6.1): an HTTP-date within a few seconds of now.
+    let date = lines.pop().unwrap_or_default();
+    let when = httpdate::parse_http_date(date.strip_prefix("Date: ").unwrap_or(date))
+        .unwrap_or_else(|e| panic!("{io}: {date:?}: {e}"));
+    let skew = std::time::SystemTime::now()
+        .duration_since(when)
+        .unwrap_or_default();
+    assert!(skew.as_secs() < 5, "{io}: {date} is {skew:?} old");
     assert_eq!(
         lines,
         [
@@ -124,6 +132,24 @@ fn check_backend(io: &str) {
     assert_eq!(r.status, 400);
     assert!(!r.body.is_empty(), "400 says why");
     assert!(bad.read(false).is_none(), "closed after 400");
+    assert!(r.header("date").is_some(), "a 400 carries Date too");
+
+    // Two Host headers: 400 (RFC 9112 §3.2). HTTP/1.2: answered as HTTP/1.1 (RFC 9110 §2.5).
+    let mut two = Conn::open(&engine.addr);
+    two.send(format!("GET /{} HTTP/1.1\r\nHost: t\r\nHost: u\r\n\r\n", f.live).as_bytes());
+    assert_eq!(two.read(false).expect("an answer").status, 400, "{io}");
+    let mut later = Conn::open(&engine.addr);
+    later.send(format!("GET /{} HTTP/1.2\r\nHost: t\r\n\r\n", f.live).as_bytes());
+    let r = later.read(false).expect("an answer");
+    assert_eq!(r.status, 302, "{io}: HTTP/1.2");
+    assert_eq!(
+        later.get(&format!("/{}", f.live)).status,
+        302,
+        "kept alive as 1.1"
+    );
+    let mut two_oh = Conn::open(&engine.addr);
+    two_oh.send(b"GET / HTTP/2.0\r\nHost: t\r\n\r\n");
+    assert_eq!(two_oh.read(false).expect("an answer").status, 505, "{io}");
 
     // The admin listener counts what happened, never labelled by code.
     let (status, _, metrics) = curl(&[&format!("http://{}/metrics", engine.admin)]);

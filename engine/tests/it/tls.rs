@@ -203,6 +203,60 @@ fn curl_over_https_gets_the_redirect_with_hsts() {
     }
 }
 
+/// HSTS is on every HTTPS answer, refusals included; with `--redirect-http-to-https` the plain
+/// listener sends every request to the same target on HTTPS (what HSTS preload requires).
+#[test]
+fn hsts_on_every_https_answer_and_plain_http_redirected() {
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &["--redirect-http-to-https"]);
+    let tls_port = port(&e);
+    let resolve = format!("lh.test:{tls_port}:127.0.0.1");
+    // A GET with a body is refused by the parser (400, connection closed): still with HSTS.
+    let (status, headers, _) = curl(&[
+        "--cacert",
+        pki.ca.to_str().unwrap(),
+        "--resolve",
+        &resolve,
+        "-X",
+        "GET",
+        "--data-raw",
+        "hello",
+        &format!("https://lh.test:{tls_port}/{code}"),
+    ]);
+    assert_eq!(status, 400, "{headers}");
+    assert!(
+        headers.contains("Strict-Transport-Security: max-age=31536000"),
+        "{headers}"
+    );
+    assert!(headers.contains("Date: "), "{headers}");
+    // The plain listener: 301 to HTTPS, same path and query, the HTTPS port named.
+    let plain_port = e.addr.rsplit(':').next().unwrap().to_string();
+    let (status, headers, _) = curl(&[
+        "-H",
+        &format!("Host: lh.test:{plain_port}"),
+        &format!("http://{}/{code}?utm_source=x", e.addr),
+    ]);
+    assert_eq!(status, 301, "{headers}");
+    assert!(
+        headers.contains(&format!(
+            "Location: https://lh.test:{tls_port}/{code}?utm_source=x"
+        )),
+        "{headers}"
+    );
+    assert!(!headers.contains("Strict-Transport-Security"), "{headers}");
+    // ... which answers the redirect.
+    let (status, headers, _) = curl(&[
+        "--cacert",
+        pki.ca.to_str().unwrap(),
+        "--resolve",
+        &resolve,
+        &format!("https://lh.test:{tls_port}/{code}?utm_source=x"),
+    ]);
+    assert_eq!(status, 302, "{headers}");
+}
+
 #[test]
 fn a_wrong_host_fails_cleanly_and_is_counted() {
     let site = Site::new();
