@@ -52,30 +52,6 @@ pub enum AuthError {
     Unavailable,
 }
 
-/// A key as the shared store keeps it (the hash of the secret, never the secret).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyRecord {
-    pub hash: [u8; 32],
-    pub id: String,
-    pub owner: String,
-    pub admin: bool,
-    pub created_at: String,
-    pub revoked_at: Option<String>,
-}
-
-/// Where a store that holds API keys keeps them (the PostgreSQL store).
-pub trait KeyStore: Send + Sync {
-    fn add_key(&self, key: &KeyRecord) -> Result<(), crate::store::StoreError>;
-    /// False if there is no such key or it was revoked before.
-    fn revoke_key(&self, id: &str, at: &str) -> Result<bool, crate::store::StoreError>;
-    /// Every key, in creation order.
-    fn keys(&self) -> Result<Vec<KeyRecord>, crate::store::StoreError>;
-    fn key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<KeyRecord>, crate::store::StoreError>;
-    /// Raised whenever any control plane changes a key (and whenever the store could have
-    /// missed such news, e.g. after a reconnect): a cache older than this is stale.
-    fn keys_generation(&self) -> u64;
-}
-
 /// A key as `apikey list` and `GET /v1/admin/apikeys` show it: never the secret or its hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeyInfo {
@@ -99,25 +75,10 @@ pub struct CreatedKey {
 pub const KEYS_FILE: &str = "api-keys";
 const REVOKE: &str = "revoke";
 
+pub use crate::store::keys::{valid_key_id, valid_owner, KeyRecord, KeyStore};
+
 fn hash_key(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
-}
-
-/// Owner names: 1–64 of `[A-Za-z0-9._@-]`.
-pub fn valid_owner(owner: &str) -> bool {
-    (1..=64).contains(&owner.len())
-        && owner
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'@' | b'-'))
-}
-
-/// Key ids: `lhk_` + 16 lowercase hex digits.
-pub fn valid_key_id(id: &str) -> bool {
-    id.strip_prefix("lhk_").is_some_and(|h| {
-        h.len() == 16
-            && h.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 fn append_line(data_dir: &Path, line: &str) -> anyhow::Result<()> {

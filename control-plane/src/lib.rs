@@ -1,7 +1,9 @@
 //! `lasthop-control`: the control plane.
 //!
-//! - [`store`]: the durable record behind a trait, and [`store::embedded`], the default redb
-//!   store with group commit, counter-block leasing and the ordered change log;
+//! - [`store`]: the durable record behind a trait, [`store::embedded`], the default redb store
+//!   with group commit, counter-block leasing and the ordered change log, and
+//!   [`store::postgres`], the shared store several control planes use (control-plane/STORE.md);
+//! - [`backup`]: `export` and `import` of the whole record;
 //! - [`api`]: the public HTTP API (axum) and its one error type;
 //! - [`edge`]: the internal edge listener engines use: origin lookups, the feed, snapshot
 //!   downloads, status reports;
@@ -10,7 +12,7 @@
 //! - [`publish`]: publishing, serving and garbage-collecting snapshots in `serve`;
 //! - [`fleet`]: engines' status reports, their lag and the lag alarm;
 //! - [`body_stream`]: response bodies fed from a bounded channel;
-//! - [`auth`]: API keys, stored hashed in a file beside the store;
+//! - [`auth`]: API keys, stored hashed in a file beside the store or in the shared store;
 //! - [`ratelimit`]: per-owner token buckets for creation (and per-network ones for reports);
 //! - [`safety`]: trust and safety: reputation lists and their reloads, the scanner and its
 //!   verdict webhook, bulk takedowns (list entries, hosts, suspended owners), velocity holds;
@@ -22,6 +24,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod backup;
 pub mod body_stream;
 pub mod clicks;
 pub mod clock;

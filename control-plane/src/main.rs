@@ -15,7 +15,7 @@ use lasthop_control::edge_token::EdgeToken;
 use lasthop_control::feed::Feed;
 use lasthop_control::fleet::Fleet;
 use lasthop_control::publish::{PublishConfig, Publisher};
-use lasthop_control::store::embedded::CommitObserver;
+use lasthop_control::store::CommitObserver;
 use lasthop_control::{
     metrics::Metrics, router, ApiConfig, ApiKeys, AppState, EmbeddedStore, EmbeddedStoreConfig,
     Store,
@@ -667,7 +667,7 @@ fn main() -> anyhow::Result<()> {
                         .open(path)
                         .with_context(|| format!("creating {}", path.display()))?;
                     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-                    let end = lasthop_control::store::transfer::export_all(
+                    let end = lasthop_control::backup::export_all(
                         &*opened,
                         source,
                         scheme.key_id(),
@@ -683,7 +683,7 @@ fn main() -> anyhow::Result<()> {
                 None => {
                     let stdout = std::io::stdout().lock();
                     let w = std::io::BufWriter::with_capacity(1 << 20, stdout);
-                    lasthop_control::store::transfer::export_all(
+                    lasthop_control::backup::export_all(
                         &*opened,
                         source,
                         scheme.key_id(),
@@ -710,7 +710,7 @@ fn main() -> anyhow::Result<()> {
                 Some(store.data_dir()?)
             };
             let run = |r: &mut dyn std::io::BufRead| {
-                lasthop_control::store::transfer::import_all(
+                lasthop_control::backup::import_all(
                     &store.store,
                     data_dir,
                     CodeScheme::new(&key)?,

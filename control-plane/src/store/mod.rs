@@ -6,6 +6,7 @@
 //! state change with its change-log entry and its denylist entry.
 
 pub mod embedded;
+pub mod keys;
 pub mod postgres;
 pub mod transfer;
 
@@ -531,6 +532,9 @@ pub enum StoreError {
     ShuttingDown,
 }
 
+/// Observes each group commit: (operations, seconds from begin to durable).
+pub type CommitObserver = Arc<dyn Fn(usize, f64) + Send + Sync>;
+
 /// The durable record of links.
 pub trait Store: Send + Sync + 'static {
     /// Creates a link (generated code, or the alias if given) durably.
@@ -676,7 +680,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<u64, StoreError>;
     /// Where this store keeps API keys, if it keeps them (the shared store does; beside the
     /// embedded store they are the `api-keys` file).
-    fn key_store(self: Arc<Self>) -> Option<Arc<dyn crate::auth::KeyStore>> {
+    fn key_store(self: Arc<Self>) -> Option<Arc<dyn keys::KeyStore>> {
         None
     }
     /// What several control planes on this store share beyond the record (leader locks, the

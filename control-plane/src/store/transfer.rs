@@ -37,8 +37,8 @@ use std::io::{BufRead, Write};
 use lasthop_core::LinkState;
 use serde::{Deserialize, Serialize};
 
-use super::{AuditRecord, OwnerRecord, Report, Store, StoreError};
-use crate::auth::KeyRecord;
+use super::{AuditRecord, OwnerRecord, Report, StoreError};
+use crate::store::keys::KeyRecord;
 
 /// The header's `format`.
 pub const FORMAT: &str = "lasthop-export";
@@ -156,7 +156,7 @@ impl KeyLine {
             .ok()
             .and_then(|h| <[u8; 32]>::try_from(h).ok())
             .ok_or_else(|| bad(format!("api key {}: hash is not 64 hex digits", self.id)))?;
-        if !crate::auth::valid_key_id(&self.id) || !crate::auth::valid_owner(&self.owner) {
+        if !super::keys::valid_key_id(&self.id) || !super::keys::valid_owner(&self.owner) {
             return Err(bad(format!("api key {:?}: bad id or owner", self.id)));
         }
         Ok(KeyRecord {
@@ -441,71 +441,6 @@ pub struct Imported {
     pub other: u64,
     pub api_keys: u64,
     pub last_seq: u64,
-}
-
-/// `lasthop-control export`: the header, everything [`Store::export`] streams, the API keys
-/// of a store that does not keep them (the embedded store's keys file in `keys_dir`), and the
-/// end line.
-pub fn export_all(
-    store: &dyn Store,
-    source: &str,
-    key_id: u32,
-    regions: u32,
-    keys_dir: Option<&std::path::Path>,
-    out: impl Write,
-) -> Result<End, StoreError> {
-    let mut w = Writer::new(out);
-    w.write(&Record::Header(Header {
-        format: FORMAT.into(),
-        version: VERSION,
-        key_id: key_id_text(key_id),
-        regions,
-        source: source.into(),
-        exported_at_ms: crate::clock::now_ms(),
-    }))?;
-    let last_seq = store.export(&mut |r| w.write(&r))?;
-    if let Some(dir) = keys_dir {
-        let keys = crate::auth::ApiKeys::open(dir)
-            .records()
-            .map_err(|e| StoreError::Storage(format!("reading the api-keys file: {e:#}")))?;
-        for key in keys {
-            w.write(&Record::ApiKey(KeyLine::from_record(&key)))?;
-        }
-    }
-    w.finish(last_seq)
-}
-
-/// `lasthop-control import`: reads an export (checked against `scheme`'s key and `regions`)
-/// into the empty store `spec` names (`embedded`: `data_dir/links.redb`, its keys into
-/// `data_dir/api-keys`; or a PostgreSQL connection string).
-pub fn import_all(
-    spec: &str,
-    data_dir: Option<&std::path::Path>,
-    scheme: lasthop_core::CodeScheme,
-    region: u32,
-    regions: u32,
-    input: impl BufRead,
-) -> Result<Imported, StoreError> {
-    let (mut reader, _header) = Reader::open(input, scheme.key_id(), regions)?;
-    if spec == "embedded" {
-        let dir = data_dir.ok_or_else(|| {
-            StoreError::Storage("--data-dir is needed with the embedded store".into())
-        })?;
-        let mut config = super::embedded::EmbeddedStoreConfig::new(dir.join("links.redb"), scheme);
-        config.region = region;
-        config.regions = regions;
-        let (done, keys) = super::embedded::transfer::import(&config, &mut reader)?;
-        crate::auth::import_keys(dir, &keys)
-            .map_err(|e| StoreError::Storage(format!("writing the api-keys file: {e:#}")))?;
-        return Ok(done);
-    }
-    let mut config = super::postgres::PgStoreConfig::new(spec, scheme.clone());
-    config.region = region;
-    config.regions = regions;
-    let store = super::postgres::PgStore::open(config)?;
-    let done = super::postgres::transfer::import(&store, scheme, regions, &mut reader);
-    store.shutdown()?;
-    done
 }
 
 /// Checks a generated code against the high-water marks read so far: import never lets a store

@@ -213,8 +213,7 @@ enum Op {
     Shutdown(Reply<()>),
 }
 
-/// Observes each group commit: (operations, seconds from begin to durable).
-pub type CommitObserver = Arc<dyn Fn(usize, f64) + Send + Sync>;
+pub use super::CommitObserver;
 
 /// The embedded store. Cheap to share behind an `Arc`.
 pub struct EmbeddedStore {

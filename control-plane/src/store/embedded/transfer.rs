@@ -166,7 +166,7 @@ fn not_empty(path: &Path) -> Result<Option<String>, StoreError> {
 pub fn import<R: BufRead>(
     config: &EmbeddedStoreConfig,
     reader: &mut Reader<R>,
-) -> Result<(Imported, Vec<crate::auth::KeyRecord>), StoreError> {
+) -> Result<(Imported, Vec<crate::store::keys::KeyRecord>), StoreError> {
     if let Some(why) = not_empty(&config.path)? {
         return Err(StoreError::Storage(format!(
             "{} cannot take an import: {why} (import writes only into an empty store)",
@@ -203,7 +203,7 @@ fn write_all<R: BufRead>(
     config: &EmbeddedStoreConfig,
     path: &Path,
     reader: &mut Reader<R>,
-) -> Result<(Imported, Vec<crate::auth::KeyRecord>), StoreError> {
+) -> Result<(Imported, Vec<crate::store::keys::KeyRecord>), StoreError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(storage)?;
     }

@@ -5,7 +5,7 @@
 use tokio_postgres::Client;
 
 use super::{corrupt, pg};
-use crate::auth::KeyRecord;
+use crate::store::keys::KeyRecord;
 use crate::store::StoreError;
 
 /// The channel shared-state changes (keys, owners, lists) are announced on; the payload names
@@ -126,7 +126,7 @@ impl PgKeys {
     }
 }
 
-impl crate::auth::KeyStore for PgKeys {
+impl crate::store::keys::KeyStore for PgKeys {
     fn add_key(&self, key: &KeyRecord) -> Result<(), StoreError> {
         self.rt
             .block_on(async { insert(&mut *self.client.lock().await, key).await })

@@ -67,7 +67,7 @@ pub struct PgStoreConfig {
     /// Pooled connections for reads.
     pub pool_size: usize,
     /// Observes each group commit (operations, seconds from begin to durable).
-    pub observer: Option<crate::store::embedded::CommitObserver>,
+    pub observer: Option<crate::store::CommitObserver>,
 }
 
 impl PgStoreConfig {
@@ -495,8 +495,8 @@ fn limit_i64(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-impl crate::auth::KeyStore for PgStore {
-    fn add_key(&self, key: &crate::auth::KeyRecord) -> Result<(), StoreError> {
+impl crate::store::keys::KeyStore for PgStore {
+    fn add_key(&self, key: &crate::store::keys::KeyRecord) -> Result<(), StoreError> {
         let key = key.clone();
         self.with_client(move |mut c| async move { keys::insert(&mut c, &key).await })
     }
@@ -506,11 +506,14 @@ impl crate::auth::KeyStore for PgStore {
         self.with_client(move |mut c| async move { keys::revoke(&mut c, &id, &at).await })
     }
 
-    fn keys(&self) -> Result<Vec<crate::auth::KeyRecord>, StoreError> {
+    fn keys(&self) -> Result<Vec<crate::store::keys::KeyRecord>, StoreError> {
         self.with_client(|c| async move { keys::all(&c).await })
     }
 
-    fn key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<crate::auth::KeyRecord>, StoreError> {
+    fn key_by_hash(
+        &self,
+        hash: &[u8; 32],
+    ) -> Result<Option<crate::store::keys::KeyRecord>, StoreError> {
         let hash = *hash;
         self.with_client(move |c| async move { keys::by_hash(&c, &hash).await })
     }
@@ -528,7 +531,7 @@ impl PgStore {
 }
 
 impl Store for PgStore {
-    fn key_store(self: Arc<Self>) -> Option<Arc<dyn crate::auth::KeyStore>> {
+    fn key_store(self: Arc<Self>) -> Option<Arc<dyn crate::store::keys::KeyStore>> {
         Some(self)
     }
 

@@ -220,7 +220,7 @@ pub(crate) struct Writer {
     idempotency_ttl_ms: i64,
     max_batch: usize,
     commits: Arc<watch::Sender<u64>>,
-    observer: Option<crate::store::embedded::CommitObserver>,
+    observer: Option<crate::store::CommitObserver>,
 }
 
 impl Writer {
