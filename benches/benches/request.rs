@@ -30,10 +30,10 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use lasthop_benches::{rng, scheme, snapshot_file, DATA_SEED};
 use lasthop_core::region::DEFAULT_RESERVE;
-use lasthop_engine::answer::{decide, Answer, Layer};
-use lasthop_engine::denylist::{Deny, Denylist};
-use lasthop_engine::http::{parse, Limits, Parse};
-use lasthop_engine::tables::Tables;
+use lasthop_edge::answer::{decide, Answer, Layer};
+use lasthop_edge::denylist::{Deny, Denylist};
+use lasthop_edge::http::{parse, Limits, Parse};
+use lasthop_edge::tables::Tables;
 use lasthop_snapshot::{Snapshot, Synth};
 
 const COUNT: u64 = 1_000_000;
@@ -106,11 +106,11 @@ fn serve(buf: &[u8], limits: &Limits, t: &Tables, out: &mut Vec<u8>) -> usize {
             let (answer, layer) = decide(&req, t, NOW_MS);
             black_box(layer);
             // As the engine renders it: with the `Date` line every answer carries.
-            lasthop_engine::render::render_with(
+            lasthop_edge::render::render_with(
                 &answer,
                 &req,
                 DATE,
-                &lasthop_engine::render::NO_PAGES,
+                &lasthop_edge::render::NO_PAGES,
                 out,
             );
         }
@@ -259,14 +259,14 @@ fn request(c: &mut Criterion) {
     group.bench_function("part_render_redirect", |b| {
         b.iter(|| {
             out.clear();
-            lasthop_engine::render::render(black_box(&redirect), false, true, false, &mut out);
+            lasthop_edge::render::render(black_box(&redirect), false, true, false, &mut out);
             black_box(out.len())
         })
     });
     group.bench_function("fixed", |b| {
         b.iter(|| {
             out.clear();
-            lasthop_engine::render::render_fixed_with(DATE, &mut out);
+            lasthop_edge::render::render_fixed_with(DATE, &mut out);
             black_box(out.len())
         })
     });

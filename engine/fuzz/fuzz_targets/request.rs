@@ -7,12 +7,12 @@
 use std::sync::{Arc, OnceLock};
 
 use lasthop_core::{is_servable, CodeScheme, HighWater, PermutationKey};
-use lasthop_engine::answer::{decide, Answer};
-use lasthop_engine::denylist::{Deny, Denylist};
-use lasthop_engine::http::{parse, Limits, Method, Parse};
-use lasthop_engine::overlay::{Overlay, OverlayLink};
-use lasthop_engine::render::{render, render_for};
-use lasthop_engine::tables::Tables;
+use lasthop_edge::answer::{decide, Answer};
+use lasthop_edge::denylist::{Deny, Denylist};
+use lasthop_edge::http::{parse, Limits, Method, Parse};
+use lasthop_edge::overlay::{Overlay, OverlayLink};
+use lasthop_edge::render::{render, render_for};
+use lasthop_edge::tables::Tables;
 use lasthop_snapshot::{Snapshot, SnapshotMeta, SnapshotWriter};
 use libfuzzer_sys::fuzz_target;
 
@@ -98,6 +98,7 @@ fuzz_target!(|data: &[u8]| {
             max_request_line: 40,
             max_headers: 4,
             max_header_bytes: 128,
+            country_header: Some(b"cf-ipcountry"),
         }
     };
     let now_ms = i64::from(knob >> 1) * 2;
@@ -115,7 +116,7 @@ fuzz_target!(|data: &[u8]| {
                 let (answer, _) = decide(&req, t, now_ms);
                 let answer = match answer {
                     Answer::NeedOrigin { code, preview } => {
-                        lasthop_engine::answer::answer_from_origin(code, preview, t, None, now_ms).0
+                        lasthop_edge::answer::answer_from_origin(code, preview, t, None, now_ms).0
                     }
                     other => other,
                 };

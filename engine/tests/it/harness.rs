@@ -285,7 +285,17 @@ impl Conn {
 /// curl's view: (status, headers text, body).
 pub fn curl(args: &[&str]) -> (u16, String, String) {
     let out = Command::new("curl")
-        .args(["-sS", "-D", "-", "-o", "/dev/stderr", "-w", "%{http_code}"])
+        .args([
+            "-sS",
+            "--max-time",
+            "30",
+            "-D",
+            "-",
+            "-o",
+            "/dev/stderr",
+            "-w",
+            "%{http_code}",
+        ])
         .args(args)
         .output()
         .expect("curl runs");
