@@ -169,14 +169,20 @@ fn curl_over_https_gets_the_redirect_with_hsts() {
         let e = start(&site, &pki, &[]);
         let resolve = format!("lh.test:{}:127.0.0.1", port(&e));
         let url = format!("https://lh.test:{}/{code}", port(&e));
-        let (status, headers, _) = curl(&[
+        let (status, headers, err) = curl(&[
             "--cacert",
             pki.ca.to_str().unwrap(),
             "--resolve",
             &resolve,
+            "-v",
             &url,
         ]);
-        assert_eq!(status, 302, "rsa={rsa}: {headers}");
+        assert_eq!(
+            status,
+            302,
+            "rsa={rsa}: {headers}\n{err}\nengine log:\n{}",
+            e.log()
+        );
         assert!(
             headers.contains("Location: https://example.com/secure"),
             "{headers}"
