@@ -199,6 +199,10 @@ impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            // A failed test shows what each of its engines logged.
+            eprintln!("--- log of the engine on {} ---\n{}", self.addr, self.log());
+        }
     }
 }
 
