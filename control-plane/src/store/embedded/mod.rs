@@ -514,19 +514,7 @@ impl Store for EmbeddedStore {
 
     fn high_water_marks(&self) -> Result<Vec<(u32, u64)>, StoreError> {
         let txn = self.db.begin_read().map_err(storage)?;
-        let meta = txn.open_table(META).map_err(storage)?;
-        let mut out = Vec::new();
-        for item in meta
-            .range(COUNTER_PREFIX.."counter_next0")
-            .map_err(storage)?
-        {
-            let (k, v) = item.map_err(storage)?;
-            let region = k.value()[COUNTER_PREFIX.len()..]
-                .parse()
-                .map_err(|e| corrupt("meta", e))?;
-            out.push((region, v.value()));
-        }
-        Ok(out)
+        marks(&txn.open_table(META).map_err(storage)?)
     }
 
     fn for_each_link(
@@ -986,6 +974,22 @@ fn audit_key(record_key: &[u8], n: u64) -> Vec<u8> {
     key.push(0);
     key.extend_from_slice(&n.to_be_bytes());
     key
+}
+
+/// Every region's high-water mark, from the `counter_next/<region>` keys of `meta`.
+fn marks(meta: &impl ReadableTable<&'static str, u64>) -> Result<Vec<(u32, u64)>, StoreError> {
+    let mut out = Vec::new();
+    for item in meta
+        .range(COUNTER_PREFIX.."counter_next0")
+        .map_err(storage)?
+    {
+        let (k, v) = item.map_err(storage)?;
+        let region = k.value()[COUNTER_PREFIX.len()..]
+            .parse()
+            .map_err(|e| corrupt("meta", e))?;
+        out.push((region, v.value()));
+    }
+    Ok(out)
 }
 
 /// A counter kept in `meta` (0 when absent).

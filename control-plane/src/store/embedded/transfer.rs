@@ -47,19 +47,8 @@ pub(super) fn export(
         .map_err(storage)?
         .map(|(k, _)| k.value())
         .unwrap_or(0);
-    let meta = txn.open_table(META).map_err(storage)?;
-    for item in meta
-        .range(COUNTER_PREFIX.."counter_next0")
-        .map_err(storage)?
-    {
-        let (k, v) = item.map_err(storage)?;
-        let region = k.value()[COUNTER_PREFIX.len()..]
-            .parse()
-            .map_err(|e| corrupt("meta", e))?;
-        out(Record::Counter {
-            region,
-            high_water: v.value(),
-        })?;
+    for (region, high_water) in super::marks(&txn.open_table(META).map_err(storage)?)? {
+        out(Record::Counter { region, high_water })?;
     }
     let links = txn.open_table(LINKS).map_err(storage)?;
     let states = txn.open_table(STATES).map_err(storage)?;
