@@ -608,7 +608,7 @@ impl UringLoop {
         if res < 0 {
             // ENFILE/ENOMEM/table full: stop accepting until a slot frees (CLOSE re-arms).
             if res != -libc::ENFILE && res != -libc::ENOMEM {
-                tracing::debug!(error = res, "accept failed");
+                tracing::warn!(error = res, more, "accept failed");
             }
             if !more && res != -libc::ENFILE {
                 self.rearm_accept(tls)?;
@@ -897,6 +897,15 @@ impl UringLoop {
     }
 
     fn on_tick(&mut self, ctx: &mut CoreCtx) -> io::Result<()> {
+        // An accept that ended without a connection closing since (the only other re-arm)
+        // would leave this core's listener unserved while the kernel still hashes
+        // connections to it: re-arm on the tick.
+        if !self.accepting {
+            self.arm_accept()?;
+        }
+        if !self.tls_accepting {
+            self.arm_accept_tls()?;
+        }
         if ctx.now_ms - self.last_sweep_ms < 1000 {
             return Ok(());
         }
