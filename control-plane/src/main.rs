@@ -655,9 +655,10 @@ fn main() -> anyhow::Result<()> {
             let keys_dir = (source == "embedded")
                 .then(|| store.data_dir())
                 .transpose()?;
-            let end = match &out {
+            // A file gets every URL and key hash of the record: readable by its owner only,
+            // fsynced once written.
+            let (sink, file): (Box<dyn std::io::Write>, _) = match &out {
                 Some(path) => {
-                    // Every URL and key hash of the record: readable by its owner only.
                     use std::os::unix::fs::OpenOptionsExt as _;
                     let file = std::fs::OpenOptions::new()
                         .write(true)
@@ -666,33 +667,21 @@ fn main() -> anyhow::Result<()> {
                         .mode(0o600)
                         .open(path)
                         .with_context(|| format!("creating {}", path.display()))?;
-                    let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-                    let end = lasthop_control::backup::export_all(
-                        &*opened,
-                        source,
-                        scheme.key_id(),
-                        store.regions,
-                        keys_dir,
-                        &mut w,
-                    )?;
-                    w.into_inner()
-                        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?
-                        .sync_all()?;
-                    end
+                    (Box::new(file.try_clone()?), Some(file))
                 }
-                None => {
-                    let stdout = std::io::stdout().lock();
-                    let w = std::io::BufWriter::with_capacity(1 << 20, stdout);
-                    lasthop_control::backup::export_all(
-                        &*opened,
-                        source,
-                        scheme.key_id(),
-                        store.regions,
-                        keys_dir,
-                        w,
-                    )?
-                }
+                None => (Box::new(std::io::stdout().lock()), None),
             };
+            let end = lasthop_control::backup::export_all(
+                &*opened,
+                source,
+                scheme.key_id(),
+                store.regions,
+                keys_dir,
+                std::io::BufWriter::with_capacity(1 << 20, sink),
+            )?;
+            if let Some(file) = file {
+                file.sync_all()?;
+            }
             opened.shutdown()?;
             eprintln!(
                 "exported {} links and {} other records, change log at {}",

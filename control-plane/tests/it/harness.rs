@@ -545,16 +545,9 @@ impl Postgres {
         versions.pop().map(|(_, b)| b)
     }
 
-    /// Starts a fresh server, or says SKIPPED (with the reason) and returns `None` where
-    /// PostgreSQL is not installed (`scripts/test` installs it).
-    pub fn start(test: &str) -> Option<Postgres> {
-        let Some(bin) = Postgres::bin_dir() else {
-            println!("SKIPPED {test}: PostgreSQL is not installed (apt-get install postgresql)");
-            return None;
-        };
+    /// A server not yet made: a temp dir (owned by `postgres` when we run as root) and a port.
+    fn in_temp_dir(bin: PathBuf, as_postgres: bool) -> Postgres {
         let dir = tempfile::tempdir().expect("tempdir");
-        let data = dir.path().join("pg");
-        let as_postgres = running_as_root();
         if as_postgres {
             let ok = Command::new("chown")
                 .args(["-R", "postgres:postgres"])
@@ -564,13 +557,23 @@ impl Postgres {
                 .success();
             assert!(ok, "chown the PostgreSQL dir");
         }
-        let pg = Postgres {
+        Postgres {
             port: free_port(),
+            data: dir.path().join("pg"),
             dir,
             bin,
             as_postgres,
-            data,
+        }
+    }
+
+    /// Starts a fresh server, or says SKIPPED (with the reason) and returns `None` where
+    /// PostgreSQL is not installed (`scripts/test` installs it).
+    pub fn start(test: &str) -> Option<Postgres> {
+        let Some(bin) = Postgres::bin_dir() else {
+            println!("SKIPPED {test}: PostgreSQL is not installed (apt-get install postgresql)");
+            return None;
         };
+        let pg = Postgres::in_temp_dir(bin, running_as_root());
         let out = pg
             .command("initdb")
             .args(["-D"])
@@ -673,24 +676,7 @@ impl Postgres {
 
     /// A streaming standby of `primary` (`pg_basebackup -R`), started, on a port of its own.
     pub fn standby_of(primary: &Postgres) -> Postgres {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let data = dir.path().join("pg");
-        if primary.as_postgres {
-            let ok = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path())
-                .status()
-                .expect("chown")
-                .success();
-            assert!(ok, "chown the standby dir");
-        }
-        let standby = Postgres {
-            port: free_port(),
-            dir,
-            bin: primary.bin.clone(),
-            as_postgres: primary.as_postgres,
-            data,
-        };
+        let standby = Postgres::in_temp_dir(primary.bin.clone(), primary.as_postgres);
         let out = standby
             .command("pg_basebackup")
             .args([

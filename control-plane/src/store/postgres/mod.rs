@@ -235,11 +235,7 @@ impl PgStore {
                      refusing to mint codes under another key"
                 )));
             }
-            let last: i64 = client
-                .query_one("SELECT coalesce(max(seq), 0) FROM changes", &[])
-                .await
-                .map_err(pg)?
-                .get(0);
+            let last = head_seq(&client).await?;
             let manager = Manager::from_config(
                 pg_config.clone(),
                 NoTls,
@@ -251,7 +247,7 @@ impl PgStore {
                 .max_size(config.pool_size.max(1))
                 .build()
                 .map_err(|e| StoreError::Storage(format!("postgres pool: {e}")))?;
-            Ok::<_, StoreError>((u64::try_from(last).unwrap_or(0), pool))
+            Ok::<_, StoreError>((last, pool))
         })?;
         let (commits_tx, commits) = watch::channel(last_seq);
         let commits_tx = Arc::new(commits_tx);
@@ -344,12 +340,18 @@ pub(crate) async fn consistent_read(
         .start()
         .await
         .map_err(pg)?;
-    let seq: i64 = txn
+    let seq = head_seq(&txn).await?;
+    Ok((txn, seq))
+}
+
+/// The change log's head: the highest committed sequence (0 when the log is empty).
+pub(crate) async fn head_seq(c: &impl tokio_postgres::GenericClient) -> Result<u64, StoreError> {
+    let last: i64 = c
         .query_one("SELECT coalesce(max(seq), 0) FROM changes", &[])
         .await
         .map_err(pg)?
         .get(0);
-    Ok((txn, u64::try_from(seq).unwrap_or(0)))
+    Ok(u64::try_from(last).unwrap_or(0))
 }
 
 /// Sends a query's rows through a portal, a page at a time, converted by `convert`, so a
@@ -429,12 +431,8 @@ async fn listen_for_commits(
                 if listened {
                     backoff = std::time::Duration::from_millis(100);
                     // Catch up on what was committed while nobody listened.
-                    if let Ok(row) = client
-                        .query_one("SELECT coalesce(max(seq), 0) FROM changes", &[])
-                        .await
-                    {
-                        let last: i64 = row.get(0);
-                        announce(&commits, u64::try_from(last).unwrap_or(0));
+                    if let Ok(last) = head_seq(&client).await {
+                        announce(&commits, last);
                     }
                     news.heard_everything();
                     while let Some((channel, payload)) = rx.recv().await {
@@ -626,18 +624,7 @@ impl Store for PgStore {
     fn denied(&self) -> Result<(u64, Vec<(String, DenyKind)>), StoreError> {
         self.with_client(move |mut c| async move {
             // One snapshot: the list is complete up to the sequence it reports.
-            let txn = c
-                .build_transaction()
-                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await
-                .map_err(pg)?;
-            let seq: i64 = txn
-                .query_one("SELECT coalesce(max(seq), 0) FROM changes", &[])
-                .await
-                .map_err(pg)?
-                .get(0);
+            let (txn, seq) = consistent_read(&mut c).await?;
             let rows = txn
                 .query("SELECT code, kind FROM denied ORDER BY code", &[])
                 .await
@@ -653,7 +640,7 @@ impl Store for PgStore {
                 out.push((row.get(0), kind));
             }
             txn.commit().await.map_err(pg)?;
-            Ok((u64::try_from(seq).unwrap_or(0), out))
+            Ok((seq, out))
         })
     }
 
@@ -694,14 +681,7 @@ impl Store for PgStore {
     }
 
     fn last_seq(&self) -> Result<u64, StoreError> {
-        self.with_client(move |c| async move {
-            let last: i64 = c
-                .query_one("SELECT coalesce(max(seq), 0) FROM changes", &[])
-                .await
-                .map_err(pg)?
-                .get(0);
-            Ok(u64::try_from(last).unwrap_or(0))
-        })
+        self.with_client(move |c| async move { head_seq(&**c).await })
     }
 
     fn high_water_marks(&self) -> Result<Vec<(u32, u64)>, StoreError> {
