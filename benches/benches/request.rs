@@ -18,8 +18,9 @@
 //! - `alias`: an alias in the snapshot → 302;
 //! - `fixed`: `render_fixed_with` (the 302 and the `Date` line) alone, the floor (the cost of emitting any response at all);
 //! - `part_*`: the pieces of `hit_*` alone, to see where the time goes;
-//! - `part_click_record`: recording the click of a browser's request into the core's buffer
-//!   (visitor hash, referrer host, encode, buffer lock), drained as the flusher would.
+//! - `part_click_record`: the click event of a browser's request (visitor hash, referrer host,
+//!   user agent, encode) appended to a buffer, cleared as the flusher would
+//!   (`lasthop_edge::click`; the engine adds an uncontended lock on its core's buffer).
 //!
 //! `cargo bench -p lasthop-benches --bench request`
 
@@ -270,35 +271,31 @@ fn request(c: &mut Criterion) {
             black_box(out.len())
         })
     });
-    let clicks = lasthop_engine::clicks::Clicks::new(
-        1,
-        lasthop_engine::clicks::ClickSettings {
-            pop: "fra1".into(),
-            visitor_key: [7; 32],
-            geo: None,
-            // Small enough that the buffer is full now and then, like a real flush interval.
-            buffer_bytes: 1 << 20,
-        },
-    );
-    let recorder = clicks.recorder(0).expect("core 0");
+    let mut builder = lasthop_edge::click::ClickBuilder::new([7; 32], 42);
     let browser_req = BROWSER.replace("{}", "Ab3dE9x");
     let Parse::Complete { req, .. } = parse(browser_req.as_bytes(), &Limits::default()) else {
         panic!("the browser request parses")
     };
-    let peer: std::net::IpAddr = "203.0.113.77".parse().expect("address");
+    let from = lasthop_edge::click::Origin {
+        peer: Some("203.0.113.77".parse().expect("address")),
+        country: None,
+        https: true,
+    };
+    let mut events = Vec::with_capacity(1 << 20);
     let mut n = 0i64;
     group.bench_function("part_click_record", |b| {
         b.iter(|| {
             n += 1;
-            recorder.record(
+            builder.encode(
                 black_box(&req),
                 b"Ab3dE9x",
-                Some(peer),
-                true,
+                "fra1",
+                from,
                 1_764_504_000_000 + n,
+                &mut events,
             );
             if n % 2048 == 0 {
-                clicks.drain_for_bench();
+                events.clear();
             }
         })
     });

@@ -35,9 +35,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lasthop_core::feed::{valid_name, FrameError, StatusReport};
-use lasthop_core::LinkStatus;
-use serde::{Deserialize, Serialize};
+use lasthop_core::feed::{valid_name, EdgeLink, FrameError, StatusReport};
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::clock::now_ms;
@@ -94,37 +93,9 @@ impl EdgeState {
     }
 }
 
-/// The answer of `GET /edge/v1/links/{code}`: everything an engine needs to answer for the code.
-///
-/// `status` is evaluated at the control plane's clock when answering; `expires_at_ms` travels too
-/// so the engine can expire a cached answer on its own clock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EdgeLink {
-    pub code: String,
-    /// The destination; empty for a deleted link.
-    pub long_url: String,
-    pub expires_at_ms: Option<i64>,
-    pub status: LinkStatus,
-    /// Served through the warning interstitial: flagged, or held until verified.
-    pub warn: bool,
-}
-
-impl EdgeLink {
-    /// The edge's view of a stored link at `now_ms`.
-    pub fn from_stored(s: &StoredLink, now_ms: i64) -> Self {
-        let status = s.state.status(now_ms);
-        EdgeLink {
-            code: s.link.code.clone(),
-            long_url: if status == LinkStatus::Deleted {
-                String::new()
-            } else {
-                s.link.long_url.clone()
-            },
-            expires_at_ms: s.state.expires_at_ms,
-            status,
-            warn: s.state.interstitial(),
-        }
-    }
+/// The edge's view of a stored link at `now_ms` (the wire type is core's, shared with engines).
+pub fn edge_link(s: &StoredLink, now_ms: i64) -> EdgeLink {
+    EdgeLink::new(&s.link.code, &s.link.long_url, &s.state, now_ms)
 }
 
 /// The edge router's one error shape: a status and `{"error":{"code","message"}}`, like the API.
@@ -197,7 +168,7 @@ async fn get_link(
         }
     };
     match found {
-        Some(s) => Ok(Json(EdgeLink::from_stored(&s, now_ms()))),
+        Some(s) => Ok(Json(edge_link(&s, now_ms()))),
         None => Err(EdgeError::not_found()),
     }
 }
@@ -442,6 +413,7 @@ pub fn router(state: EdgeState) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lasthop_core::LinkStatus;
     use lasthop_core::{Link, LinkState};
 
     fn stored(state: LinkState) -> StoredLink {
@@ -460,12 +432,12 @@ mod tests {
     #[test]
     fn edge_view_of_each_state() {
         let now = 1_000;
-        let active = EdgeLink::from_stored(&stored(LinkState::default()), now);
+        let active = edge_link(&stored(LinkState::default()), now);
         assert_eq!(active.status, LinkStatus::Active);
         assert_eq!(active.long_url, "https://example.com/x");
         assert!(!active.warn);
 
-        let warned = EdgeLink::from_stored(
+        let warned = edge_link(
             &stored(LinkState {
                 warn: true,
                 ..LinkState::default()
@@ -475,7 +447,7 @@ mod tests {
         assert_eq!(warned.status, LinkStatus::Active);
         assert!(warned.warn);
 
-        let expired = EdgeLink::from_stored(
+        let expired = edge_link(
             &stored(LinkState {
                 expires_at_ms: Some(now),
                 ..LinkState::default()
@@ -485,7 +457,7 @@ mod tests {
         assert_eq!(expired.status, LinkStatus::Expired);
         assert_eq!(expired.expires_at_ms, Some(now));
 
-        let disabled = EdgeLink::from_stored(
+        let disabled = edge_link(
             &stored(LinkState {
                 disabled: true,
                 ..LinkState::default()
@@ -494,7 +466,7 @@ mod tests {
         );
         assert_eq!(disabled.status, LinkStatus::Disabled);
 
-        let taken = EdgeLink::from_stored(
+        let taken = edge_link(
             &stored(LinkState {
                 takedown_reason: Some("phishing".into()),
                 ..LinkState::default()
@@ -512,7 +484,7 @@ mod tests {
             ..LinkState::default()
         });
         gone.link.long_url = String::new();
-        let deleted = EdgeLink::from_stored(&gone, now);
+        let deleted = edge_link(&gone, now);
         assert_eq!(deleted.status, LinkStatus::Deleted);
         assert_eq!(deleted.long_url, "");
     }

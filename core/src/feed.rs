@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::link::LinkState;
+use crate::link::{LinkState, LinkStatus};
 
 /// Longest frame line, without its newline.
 pub const MAX_FRAME_LEN: usize = 64 * 1024;
@@ -148,6 +148,49 @@ impl LinkFrame {
     /// Deleted, disabled or taken down: answered 410 whatever the clock says.
     pub fn gone(&self) -> bool {
         self.deleted || self.disabled || self.takedown_reason.is_some()
+    }
+
+    /// The standing denylist's entry for the state this frame carries
+    /// ([`LinkState::deny_kind`]).
+    pub fn deny_kind(&self) -> Option<DenyKind> {
+        self.state().deny_kind()
+    }
+}
+
+/// The answer of the edge listener's `GET /edge/v1/links/{code}` (the origin read-through):
+/// everything an engine needs to answer for the code. The control plane writes it, engines read
+/// it; unknown fields are ignored so the control plane can add some.
+///
+/// `status` is evaluated at the control plane's clock when answering; `expires_at_ms` travels
+/// too, so the engine can expire a cached answer on its own clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeLink {
+    pub code: String,
+    /// The destination; empty for a deleted link.
+    pub long_url: String,
+    #[serde(default)]
+    pub expires_at_ms: Option<i64>,
+    pub status: LinkStatus,
+    /// Served through the warning interstitial: flagged, or held until verified.
+    #[serde(default)]
+    pub warn: bool,
+}
+
+impl EdgeLink {
+    /// The edge's view of link `code` to `long_url` in `state` at `now_ms`.
+    pub fn new(code: &str, long_url: &str, state: &LinkState, now_ms: i64) -> EdgeLink {
+        let status = state.status(now_ms);
+        EdgeLink {
+            code: code.to_owned(),
+            long_url: if status == LinkStatus::Deleted {
+                String::new()
+            } else {
+                long_url.to_owned()
+            },
+            expires_at_ms: state.expires_at_ms,
+            status,
+            warn: state.interstitial(),
+        }
     }
 }
 

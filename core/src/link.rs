@@ -4,6 +4,7 @@
 //! code claimed). Everything that can change lives in [`LinkState`] and travels on its own
 //! channel. Times are Unix milliseconds, UTC.
 
+use crate::feed::DenyKind;
 use serde::{Deserialize, Serialize};
 
 /// The immutable mapping.
@@ -96,6 +97,22 @@ impl LinkState {
     /// Whether an edge serves the interstitial instead of a redirect: flagged or held.
     pub fn interstitial(&self) -> bool {
         self.warn || self.held.is_some()
+    }
+
+    /// What the standing denylist says about a link in this state: disabled or taken down is
+    /// [`DenyKind::Gone`], flagged or held is [`DenyKind::Warn`]; deleted links are never
+    /// listed (the snapshot and the feed carry them), and expiry is each engine's own clock's
+    /// business. The control plane lists links by this rule and engines apply feed frames by it.
+    pub fn deny_kind(&self) -> Option<DenyKind> {
+        if self.deleted {
+            None
+        } else if self.disabled || self.takedown_reason.is_some() {
+            Some(DenyKind::Gone)
+        } else if self.interstitial() {
+            Some(DenyKind::Warn)
+        } else {
+            None
+        }
     }
 
     /// The status at `now_ms`; deletion outranks takedown outranks disablement outranks expiry.

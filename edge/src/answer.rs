@@ -21,7 +21,7 @@
 //!
 //! The [`Layer`] returned beside each answer is the table that settled it, for metrics.
 
-use lasthop_core::{classify, is_servable, CodeKind, LinkState, LinkStatus};
+use lasthop_core::{classify, is_servable, CodeKind, LinkStatus};
 
 use crate::denylist::Deny;
 use crate::http::{HttpError, Method, Request};
@@ -93,8 +93,19 @@ pub enum Answer<'a> {
     /// A request that did not parse: its status, and the connection closes.
     BadRequest(HttpError),
     /// Not in any local table and an origin exists: look `code` up there, then call
-    /// [`answer_from_origin`]. Rendering it directly gives 503.
-    NeedOrigin { code: &'a [u8], preview: bool },
+    /// [`answer_from_origin`]. Rendering it directly gives 503. It carries what the decision
+    /// learnt, so the request is finished later without deciding (or decrypting) again.
+    NeedOrigin {
+        code: &'a [u8],
+        preview: bool,
+        /// The origin may remember a 404 for this code: an alias, or a generated code below its
+        /// region's published mark (never in the reserve window above it, where a new link may
+        /// appear at any moment).
+        cache_negative: bool,
+        /// Found locally and sent to be confirmed (safe mode): if the origin cannot answer,
+        /// [`decide_unconfirmed`] serves the local answer.
+        confirming: bool,
+    },
     /// 503: the origin could not answer and nothing stale was at hand.
     Unavailable,
     /// 425 Too Early: a request other than GET/HEAD arrived in TLS 0-RTT early data (RFC 8470).
@@ -128,13 +139,24 @@ impl Answer<'_> {
 /// Decides the answer to `req` from the tables at `now_ms` (Unix milliseconds). Never
 /// allocates, never blocks.
 pub fn decide<'a>(req: &Request<'a>, t: &'a Tables, now_ms: i64) -> (Answer<'a>, Layer) {
-    decide_in(req, t, now_ms, t.safe_mode && t.has_origin)
+    decide_in(req, t, now_ms, t.safe_mode && t.has_origin, false)
 }
 
-/// [`decide`] as if safe mode were off: the local tables' answer, for a safe-mode request whose
-/// origin confirmation failed (redirect availability comes first; the caller counts it).
+/// [`decide`] as if safe mode were off: the local tables' answer.
 pub fn decide_local<'a>(req: &Request<'a>, t: &'a Tables, now_ms: i64) -> (Answer<'a>, Layer) {
-    decide_in(req, t, now_ms, false)
+    decide_in(req, t, now_ms, false, false)
+}
+
+/// The local answer for a request that was parked to be confirmed in safe mode
+/// ([`Answer::NeedOrigin`] with `confirming`) and whose confirmation failed: redirect
+/// availability comes first (the caller counts it). Its code passed the high-water check when
+/// it was parked and marks only rise, so it is not decrypted again.
+pub fn decide_unconfirmed<'a>(
+    req: &Request<'a>,
+    t: &'a Tables,
+    now_ms: i64,
+) -> (Answer<'a>, Layer) {
+    decide_in(req, t, now_ms, false, true)
 }
 
 #[inline]
@@ -143,6 +165,7 @@ fn decide_in<'a>(
     t: &'a Tables,
     now_ms: i64,
     confirm: bool,
+    mark_checked: bool,
 ) -> (Answer<'a>, Layer) {
     if req.method == Method::Other {
         return (Answer::MethodNotAllowed, Layer::Invalid);
@@ -151,19 +174,29 @@ fn decide_in<'a>(
         return (Answer::NotFound, Layer::Invalid);
     };
     let snapshot = t.snapshot.as_deref();
-    let probe = match classify(code) {
+    let (probe, cache_negative) = match classify(code) {
         CodeKind::Generated => {
             // Start the snapshot bucket's memory fetch first: the decrypt's AES rounds then run
             // while the line is on its way (a hint only; the high-water check below still
             // decides whether the lookup happens).
             let probe = snapshot.map(|s| s.prefetch(code));
-            match t.scheme.decode(code) {
-                Some(n) if t.high_water.may_be_issued(n) => probe,
-                _ => return (Answer::NotFound, Layer::HighWater),
+            if mark_checked {
+                (probe, false)
+            } else {
+                match t.scheme.decode(code) {
+                    Some(n) if t.high_water.may_be_issued(n) => (probe, t.high_water.below_mark(n)),
+                    _ => return (Answer::NotFound, Layer::HighWater),
+                }
             }
         }
-        CodeKind::Alias if is_alias(code) => None,
+        CodeKind::Alias if is_alias(code) => (None, true),
         CodeKind::Alias | CodeKind::Invalid => return (Answer::NotFound, Layer::Invalid),
+    };
+    let need_origin = |confirming| Answer::NeedOrigin {
+        code,
+        preview,
+        cache_negative,
+        confirming,
     };
     let (warn, snapshot) = match t.denylist.check(code) {
         Some(Deny::Gone) => return (Answer::Gone, Layer::Denylist),
@@ -178,7 +211,7 @@ fn decide_in<'a>(
     });
     if let Some(entry) = entry {
         if confirm {
-            return (Answer::NeedOrigin { code, preview }, Layer::Origin);
+            return (need_origin(true), Layer::Origin);
         }
         let found = Found {
             url: entry.url(),
@@ -189,7 +222,7 @@ fn decide_in<'a>(
     }
     if let Some(link) = t.overlay.get(code) {
         if confirm {
-            return (Answer::NeedOrigin { code, preview }, Layer::Origin);
+            return (need_origin(true), Layer::Origin);
         }
         let found = Found {
             url: &link.url,
@@ -199,21 +232,32 @@ fn decide_in<'a>(
         return (serve(code, preview, found, now_ms), Layer::Overlay);
     }
     if t.has_origin {
-        (Answer::NeedOrigin { code, preview }, Layer::Origin)
+        (need_origin(false), Layer::Origin)
     } else {
         (Answer::NotFound, Layer::Overlay)
     }
 }
 
-/// Finishes a [`Answer::NeedOrigin`] once the origin replied: `link` is the URL and state it
-/// returned, `None` when it says the code does not exist. The denylist is consulted again (it
-/// may have changed while the origin was asked, and either source flagging a link is enough);
-/// deleted, disabled, taken down and expired answer 410.
+/// A link as the origin reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OriginLink<'a> {
+    pub url: &'a [u8],
+    pub expires_at_ms: Option<i64>,
+    /// The status at the origin's clock when it answered.
+    pub status: LinkStatus,
+    /// Flagged or held: the interstitial.
+    pub warn: bool,
+}
+
+/// Finishes an [`Answer::NeedOrigin`] once the origin replied: `link` is what it returned,
+/// `None` when it says the code does not exist. The denylist is consulted again (it may have
+/// changed while the origin was asked, and either source flagging a link is enough); deleted,
+/// disabled, taken down and expired (at the origin's clock or at ours) answer 410.
 pub fn answer_from_origin<'a>(
     code: &'a [u8],
     preview: bool,
     t: &Tables,
-    link: Option<(&'a [u8], &LinkState)>,
+    link: Option<OriginLink<'a>>,
     now_ms: i64,
 ) -> (Answer<'a>, Layer) {
     let warn = match t.denylist.check(code) {
@@ -222,15 +266,15 @@ pub fn answer_from_origin<'a>(
         // The origin's answer is the link's current form anyway.
         Some(Deny::Changed) | None => false,
     };
-    let Some((url, state)) = link else {
+    let Some(link) = link else {
         return (Answer::NotFound, Layer::Origin);
     };
-    let answer = match state.status(now_ms) {
+    let answer = match link.status {
         LinkStatus::Active => {
             let found = Found {
-                url,
-                expires_at_ms: state.expires_at_ms,
-                warn: warn || state.warn,
+                url: link.url,
+                expires_at_ms: link.expires_at_ms,
+                warn: warn || link.warn,
             };
             serve(code, preview, found, now_ms)
         }
@@ -304,9 +348,9 @@ pub(crate) mod tests {
     use crate::http::{parse, Limits, Parse};
     use crate::overlay::{Overlay, OverlayLink};
 
-    const NOW: i64 = 1_700_000_000_000;
-    const ISSUED: u64 = 1_000;
-    const RESERVE: u64 = 100;
+    pub(crate) const NOW: i64 = 1_700_000_000_000;
+    pub(crate) const ISSUED: u64 = 1_000;
+    pub(crate) const RESERVE: u64 = 100;
 
     pub(crate) struct Fixture {
         pub tables: Tables,
@@ -441,7 +485,9 @@ pub(crate) mod tests {
             (
                 Answer::NeedOrigin {
                     code: c0.as_bytes(),
-                    preview: false
+                    preview: false,
+                    cache_negative: true,
+                    confirming: true,
                 },
                 Layer::Origin
             )
@@ -451,6 +497,7 @@ pub(crate) mod tests {
             panic!()
         };
         assert_eq!(decide_local(&req, &t, NOW).0.status(), 302);
+        assert_eq!(decide_unconfirmed(&req, &t, NOW).0.status(), 302);
         // Denylisted codes and scanners are settled locally even in safe mode.
         let buf = get(&format!("/{}", f.code(3)));
         assert_eq!(decide_buf(&buf, &t), (Answer::Gone, Layer::Denylist));
@@ -480,7 +527,9 @@ pub(crate) mod tests {
             (
                 Answer::NeedOrigin {
                     code: code.as_bytes(),
-                    preview: false
+                    preview: false,
+                    cache_negative: false,
+                    confirming: false,
                 },
                 Layer::Origin
             )
@@ -669,7 +718,9 @@ pub(crate) mod tests {
             (
                 Answer::NeedOrigin {
                     code: code.as_bytes(),
-                    preview: true
+                    preview: true,
+                    cache_negative: true,
+                    confirming: false,
                 },
                 Layer::Origin
             )
@@ -685,63 +736,60 @@ pub(crate) mod tests {
         let f = fixture(true);
         let t = &f.tables;
         let url = b"https://example.com/from-origin";
-        let active = LinkState::default();
+        let link = |status, warn, expires_at_ms| {
+            Some(OriginLink {
+                url,
+                expires_at_ms,
+                status,
+                warn,
+            })
+        };
+        let active = link(LinkStatus::Active, false, None);
         let code = b"abcDEF1";
         assert_eq!(
-            answer_from_origin(code, false, t, Some((url, &active)), NOW),
+            answer_from_origin(code, false, t, active, NOW),
             (Answer::Redirect { url }, Layer::Origin)
         );
         assert!(matches!(
-            answer_from_origin(code, true, t, Some((url, &active)), NOW).0,
+            answer_from_origin(code, true, t, active, NOW).0,
             Answer::Preview { flagged: false, .. }
         ));
         assert_eq!(
             answer_from_origin(code, false, t, None, NOW),
             (Answer::NotFound, Layer::Origin)
         );
-        let warn = LinkState {
-            warn: true,
-            ..LinkState::default()
-        };
         assert!(matches!(
-            answer_from_origin(code, false, t, Some((url, &warn)), NOW).0,
+            answer_from_origin(code, false, t, link(LinkStatus::Active, true, None), NOW).0,
             Answer::Warn { .. }
         ));
         for gone in [
-            LinkState {
-                deleted: true,
-                ..LinkState::default()
-            },
-            LinkState {
-                disabled: true,
-                ..LinkState::default()
-            },
-            LinkState {
-                takedown_reason: Some("phishing".into()),
-                ..LinkState::default()
-            },
-            LinkState {
-                expires_at_ms: Some(NOW),
-                ..LinkState::default()
-            },
+            link(LinkStatus::Deleted, false, None),
+            link(LinkStatus::Disabled, false, None),
+            link(LinkStatus::TakenDown, false, None),
+            // Expired at the origin's clock, or at ours.
+            link(LinkStatus::Expired, false, Some(NOW + 1)),
+            link(LinkStatus::Active, false, Some(NOW)),
         ] {
             assert_eq!(
-                answer_from_origin(code, false, t, Some((url, &gone)), NOW).0,
+                answer_from_origin(code, false, t, gone, NOW).0,
                 Answer::Gone
             );
         }
-        assert_eq!(
-            answer_from_origin(code, false, t, Some((b"ftp://x/", &active)), NOW).0,
-            Answer::Gone
-        );
+        let ftp = Some(OriginLink {
+            url: b"ftp://x/",
+            expires_at_ms: None,
+            status: LinkStatus::Active,
+            warn: false,
+        });
+        assert_eq!(answer_from_origin(code, false, t, ftp, NOW).0, Answer::Gone);
         // The denylist still wins over an origin that has not heard of the takedown yet.
         assert_eq!(
-            answer_from_origin(b"gone-alias", false, t, Some((url, &active)), NOW),
+            answer_from_origin(b"gone-alias", false, t, active, NOW),
             (Answer::Gone, Layer::Denylist)
         );
         let c4 = f.code(4);
         assert!(matches!(
-            answer_from_origin(c4.as_bytes(), false, t, Some((url, &active)), NOW).0,
+            answer_from_origin(c4.as_bytes(), false, t, active, NOW).0,
             Answer::Warn { .. }
         ));
     }

@@ -6,15 +6,25 @@
 //!
 //! - [`http`]: request parsing (httparse, our limits and policy);
 //! - [`answer`]: the redirect decision for one request;
+//! - [`click`]: a redirect's click event (visitor hash, referrer, user agent), encoded;
 //! - [`render`]: the response bytes, preview and interstitial pages;
+//! - [`session`]: one connection's protocol state machine, fed bytes, origin replies and `now`,
+//!   reporting effects (ask the origin, record a click, count an answer);
 //! - [`tables`]: what a core reads per request (scheme, high water, denylist, snapshot,
 //!   overlay); [`denylist`], [`overlay`]: the two changeable tables;
+//! - [`feed_apply`]: what the feed's frames do to the tables;
+//! - [`origin_cache`]: the read-through's decisions (singleflight, fresh, stale and negative
+//!   caches, breakers);
 //! - [`topk`]: the hot-code sketch.
 
 pub mod answer;
+pub mod click;
 pub mod denylist;
+pub mod feed_apply;
 pub mod http;
+pub mod origin_cache;
 pub mod overlay;
 pub mod render;
+pub mod session;
 pub mod tables;
 pub mod topk;

@@ -852,6 +852,8 @@ mod tests {
             Answer::NeedOrigin {
                 code: b"x",
                 preview: false,
+                cache_negative: false,
+                confirming: false,
             },
         ] {
             let (out, _) = rendered(&a, false, true, false);
@@ -1107,6 +1109,8 @@ mod tests {
             7 => Answer::NeedOrigin {
                 code,
                 preview: flag,
+                cache_negative: flag,
+                confirming: !flag,
             },
             8 => Answer::Unavailable,
             9 => Answer::TooEarly,

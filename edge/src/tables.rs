@@ -3,10 +3,11 @@
 //!
 //! A [`Tables`] is a generation. It is cheap to clone (a few `Arc`s and the high-water vector)
 //! and immutable: a change (new snapshot, denylist or overlay) builds the next generation with
-//! one of the `with_*` methods, and each core picks it up between requests. Nothing in it is
-//! locked on the request path.
+//! one of the `with_*` methods, and each core picks it up between requests ([`Published`]).
+//! Nothing in it is locked on the request path.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use lasthop_core::{CodeScheme, HighWater};
 use lasthop_snapshot::Snapshot;
@@ -109,6 +110,73 @@ impl Tables {
     }
 }
 
+/// The generation every core serves, and its swap.
+///
+/// The swap is a sequence lock in the seqlock pattern, with an `Arc` as its payload: the writer
+/// (the feed's applier thread, or SIGHUP) replaces the `Arc` under a mutex and then bumps
+/// `generation`; each core compares `generation` with the one it holds once per loop turn (one
+/// acquire load) and, only when it moved, clones the new `Arc` with `try_lock`. If the writer
+/// holds the lock at that instant the core keeps serving the generation it has and retries next
+/// turn, so a reader never blocks, and since a generation is immutable and reached through one
+/// pointer, no reader can see half a denylist. (The `seqlock` crate needs a `Copy` payload,
+/// which a table set with its own lifetime is not; this is the same protocol with the `Arc`
+/// doing the lifetime work.)
+#[derive(Debug)]
+pub struct Published {
+    tables: Mutex<Arc<Tables>>,
+    generation: AtomicU64,
+}
+
+impl Published {
+    /// Publishing `tables` as generation 1.
+    pub fn new(tables: Tables) -> Published {
+        Published {
+            tables: Mutex::new(Arc::new(tables)),
+            generation: AtomicU64::new(1),
+        }
+    }
+
+    /// Publishes the next generation; every core picks it up at its next turn.
+    pub fn publish(&self, tables: Tables) {
+        let new = Arc::new(tables);
+        let old = match self.tables.lock() {
+            Ok(mut t) => Some(std::mem::replace(&mut *t, new)),
+            Err(_) => None,
+        };
+        self.generation.fetch_add(1, Ordering::Release);
+        // The old generation is freed (if no core still holds it) outside the lock.
+        drop(old);
+    }
+
+    /// The generation counter: bumped after every publish.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The tables now published, waiting for a writer mid-swap (not for serving cores).
+    pub fn current(&self) -> Option<Arc<Tables>> {
+        self.tables.lock().ok().map(|t| Arc::clone(&t))
+    }
+
+    /// A serving core's once-per-turn check: when the generation moved past `held`, takes the
+    /// new tables into `tables` unless a writer is mid-swap (then it keeps what it has and looks
+    /// again next turn). Never blocks. Returns whether it took a new generation.
+    pub fn refresh(&self, held: &mut u64, tables: &mut Arc<Tables>) -> bool {
+        let g = self.generation();
+        if g == *held {
+            return false;
+        }
+        match self.tables.try_lock() {
+            Ok(t) => {
+                *tables = Arc::clone(&t);
+                *held = g;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
 fn check_key(scheme: &CodeScheme, snapshot: &Snapshot) -> Result<(), TablesError> {
     if snapshot.key_id() == scheme.key_id() {
         Ok(())
@@ -169,5 +237,26 @@ mod tests {
         assert_eq!(swapped.high_water.marks(), &[900], "marks never go down");
         let later = raised.with_snapshot(snapshot(s.key_id(), 1000)).unwrap();
         assert_eq!(later.high_water.marks(), &[1000]);
+    }
+
+    #[test]
+    fn a_core_takes_each_published_generation_once() {
+        let t = Tables::new(scheme(1), HighWater::new(1, 0).unwrap(), false);
+        let p = Published::new(t.clone());
+        let mut tables = p.current().unwrap();
+        let mut held = p.generation();
+        assert!(!p.refresh(&mut held, &mut tables), "nothing new");
+        let mut next = t.clone();
+        next.safe_mode = true;
+        p.publish(next);
+        assert!(p.refresh(&mut held, &mut tables));
+        assert!(tables.safe_mode);
+        assert!(!p.refresh(&mut held, &mut tables), "taken once");
+        // A writer mid-swap: the core keeps what it has and takes it on a later turn.
+        let guard = p.tables.lock().unwrap();
+        p.generation.fetch_add(1, Ordering::Release);
+        assert!(!p.refresh(&mut held, &mut tables));
+        drop(guard);
+        assert!(p.refresh(&mut held, &mut tables));
     }
 }

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::metrics::{family, sample, EngineMetrics};
+use crate::metrics::prom::{family, sample};
+use crate::metrics::EngineMetrics;
 use crate::topk::{merge_top, TopK};
 
 /// How long a client may take to send its request or read the answer.
@@ -274,7 +275,7 @@ mod tests {
         let (status, ct, body) = get(&format!("{base}/metrics"));
         assert_eq!(status, 200);
         assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
-        crate::metrics::tests::check_exposition(&body);
+        crate::metrics::prom::tests::check_exposition(&body);
         assert!(body.contains("lasthop_engine_io_backend{backend=\"epoll\"} 1\n"));
         assert!(body.contains("lasthop_engine_requests_total{status=\"302\"} 1\n"));
         assert!(body.contains("lasthop_engine_answers_total{layer=\"snapshot\"} 1\n"));

@@ -18,7 +18,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::metrics::{family, sample};
+use crate::metrics::prom::{family, sample};
 
 /// Why a `--control` list was refused.
 #[derive(Debug, thiserror::Error)]

@@ -13,18 +13,18 @@ use lasthop_core::HighWater;
 use lasthop_core::{CodeScheme, PermutationKey};
 use lasthop_engine::admin::{spawn_admin, AdminState};
 use lasthop_engine::answer::Layer;
+use lasthop_engine::clicks::{self, kafka, spool};
 use lasthop_engine::control::{self, ControlPlanes};
 use lasthop_engine::feed::{self, FeedConfig, FeedStats, LoadFn};
 use lasthop_engine::http::Limits;
+use lasthop_engine::io::signals::{self, Signal};
+use lasthop_engine::io::uring::{self, UringConfig};
 use lasthop_engine::metrics::EngineMetrics;
 use lasthop_engine::origin::{Origin, OriginConfig};
 use lasthop_engine::serve::{self, Backend, CoreConfig, CoreStart, Shared};
-use lasthop_engine::signals::{self, Signal};
 use lasthop_engine::tables::Tables;
 use lasthop_engine::tls::{self, TlsSettings};
 use lasthop_engine::topk::TopK;
-use lasthop_engine::uring::{self, UringConfig};
-use lasthop_engine::{clicks, kafka, spool};
 use lasthop_snapshot::Snapshot;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -311,7 +311,7 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    match lasthop_engine::socket::raise_nofile_limit() {
+    match lasthop_engine::io::socket::raise_nofile_limit() {
         Ok(n) => tracing::debug!(limit = n, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
     }
@@ -523,7 +523,7 @@ fn main() -> anyhow::Result<()> {
         }),
         _ => None,
     };
-    let mut tls_listeners: Vec<Option<lasthop_engine::uring::TlsListen>> =
+    let mut tls_listeners: Vec<Option<lasthop_engine::io::uring::TlsListen>> =
         (0..cores).map(|_| None).collect();
     let mut tls_bound = None;
     let mut tls_config_holder = None;
@@ -540,7 +540,7 @@ fn main() -> anyhow::Result<()> {
         let holder = Arc::new(std::sync::Mutex::new(config));
         let (ls, b) = serve::listeners(addr, cores).with_context(|| format!("binding {addr}"))?;
         for (slot, listener) in tls_listeners.iter_mut().zip(ls) {
-            *slot = Some(lasthop_engine::uring::TlsListen {
+            *slot = Some(lasthop_engine::io::uring::TlsListen {
                 listener,
                 config: Arc::clone(&holder),
                 stats: Arc::clone(stats),

@@ -3,20 +3,20 @@
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use glommio::{LocalExecutorBuilder, Placement};
 
-use crate::epoll::EpollLoop;
 use crate::http::Limits;
+use crate::io::epoll::EpollLoop;
+use crate::io::uring::{UringConfig, UringLoop};
 use crate::metrics::CoreMetrics;
 use crate::origin::{Origin, OriginInbox};
 use crate::session::CoreCtx;
-use crate::tables::Tables;
+use crate::tables::{Published, Tables};
 use crate::topk::TopK;
-use crate::uring::{UringConfig, UringLoop};
 
 /// Which loop drives the sockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,21 +35,11 @@ impl Backend {
     }
 }
 
-/// What every core shares: the current tables (swapped by generation) and the stop flag.
-///
-/// The swap is a sequence lock in the seqlock pattern, with an `Arc` as its payload: the writer
-/// (the feed's control thread, or SIGHUP) replaces the `Arc` under a mutex and then bumps
-/// `generation`; each core compares `generation` with the one it holds once per loop turn (one
-/// relaxed-cost acquire load) and, only when it moved, clones the new `Arc` with `try_lock`. If
-/// the writer holds the lock at that instant the core keeps serving the generation it has and
-/// retries next turn, so a reader never blocks, and since a generation is immutable and reached
-/// through one pointer, no reader can see half a denylist. (The `seqlock` crate needs a `Copy`
-/// payload, which a table set with its own lifetime is not; this is the same protocol with the
-/// `Arc` doing the lifetime work.)
+/// What the control thread shares with every core: the published tables ([`Published`], the
+/// generation swap) and the stop flag.
 #[derive(Debug)]
 pub struct Shared {
-    tables: Mutex<Arc<Tables>>,
-    generation: AtomicU64,
+    tables: Published,
     stop: AtomicBool,
     /// Cores whose loop has returned (drained or failed).
     finished: std::sync::atomic::AtomicUsize,
@@ -59,8 +49,7 @@ impl Shared {
     /// Shared state serving `tables`.
     pub fn new(tables: Tables) -> Arc<Self> {
         Arc::new(Shared {
-            tables: Mutex::new(Arc::new(tables)),
-            generation: AtomicU64::new(1),
+            tables: Published::new(tables),
             stop: AtomicBool::new(false),
             finished: std::sync::atomic::AtomicUsize::new(0),
         })
@@ -68,29 +57,12 @@ impl Shared {
 
     /// Publishes new tables; every core picks them up at its next turn.
     pub fn publish(&self, tables: Tables) {
-        let new = Arc::new(tables);
-        let old = match self.tables.lock() {
-            Ok(mut t) => Some(std::mem::replace(&mut *t, new)),
-            Err(_) => None,
-        };
-        self.generation.fetch_add(1, Ordering::Release);
-        // The old generation is freed (if no core still holds it) outside the lock.
-        drop(old);
-    }
-
-    /// The tables now being published, if the writer is not mid-swap (never blocks).
-    pub fn try_current(&self) -> Option<Arc<Tables>> {
-        self.tables.try_lock().ok().map(|t| Arc::clone(&t))
-    }
-
-    /// The generation counter: bumped after every publish.
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        self.tables.publish(tables);
     }
 
     /// The tables now being served.
     pub fn current(&self) -> Option<Arc<Tables>> {
-        self.tables.lock().ok().map(|t| Arc::clone(&t))
+        self.tables.current()
     }
 
     /// Asks every core to stop accepting and drain.
@@ -131,11 +103,11 @@ pub struct CoreConfig {
 /// Binds one SO_REUSEPORT listener per core on `addr` (all on the port the first one got, so
 /// `:0` works) and returns them with the bound address.
 pub fn listeners(addr: SocketAddr, cores: usize) -> std::io::Result<(Vec<OwnedFd>, SocketAddr)> {
-    let first = crate::socket::reuseport_listener(addr, 4096)?;
-    let bound = crate::socket::local_addr(first.as_raw_fd())?;
+    let first = crate::io::socket::reuseport_listener(addr, 4096)?;
+    let bound = crate::io::socket::local_addr(first.as_raw_fd())?;
     let mut all = vec![first];
     for _ in 1..cores {
-        all.push(crate::socket::reuseport_listener(bound, 4096)?);
+        all.push(crate::io::socket::reuseport_listener(bound, 4096)?);
     }
     Ok((all, bound))
 }
@@ -152,7 +124,7 @@ pub struct CoreStart {
     /// The feed's counters (safe-mode fallbacks, creation-to-first-redirect), with `--control`.
     pub feed: Option<Arc<crate::feed::FeedStats>>,
     /// The core's HTTPS listener, with `--tls-listen` (io_uring backend).
-    pub tls: Option<crate::uring::TlsListen>,
+    pub tls: Option<crate::io::uring::TlsListen>,
     /// The core's click recorder, unless `--clicks off`.
     pub clicks: Option<crate::clicks::Recorder>,
 }
@@ -225,7 +197,7 @@ async fn run_core(
     let tables = shared
         .current()
         .ok_or_else(|| anyhow::anyhow!("tables lock poisoned"))?;
-    let mut generation = shared.generation.load(Ordering::Acquire);
+    let mut generation = shared.tables.generation();
     let mut ctx = CoreCtx {
         core: start.index,
         tables,
@@ -264,14 +236,7 @@ async fn run_core(
     };
     let mut draining_since: Option<i64> = None;
     loop {
-        let g = shared.generation.load(Ordering::Acquire);
-        if g != generation {
-            // A writer mid-swap: keep this generation, look again next turn.
-            if let Some(t) = shared.try_current() {
-                ctx.tables = t;
-                generation = g;
-            }
-        }
+        shared.tables.refresh(&mut generation, &mut ctx.tables);
         if shared.stop.load(Ordering::Acquire) && draining_since.is_none() {
             lp.stop_accepting()?;
             draining_since = Some(ctx.now_ms);

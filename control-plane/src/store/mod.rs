@@ -345,21 +345,6 @@ fn undone(before: &LinkState, after: &LinkState) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
-/// What the standing denylist says about a link in `state`: disabled or taken down is
-/// [`DenyKind::Gone`], flagged or held is [`DenyKind::Warn`]; deleted links are never listed (the
-/// snapshot and the feed carry them), and expiry is the engine's own clock's business.
-pub fn deny_kind(state: &LinkState) -> Option<DenyKind> {
-    if state.deleted {
-        None
-    } else if state.disabled || state.takedown_reason.is_some() {
-        Some(DenyKind::Gone)
-    } else if state.interstitial() {
-        Some(DenyKind::Warn)
-    } else {
-        None
-    }
-}
-
 /// A page of an owner's links, newest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkPage {

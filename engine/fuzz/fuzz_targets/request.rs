@@ -115,7 +115,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(req.path.is_empty() || start + req.path.len() <= consumed);
                 let (answer, _) = decide(&req, t, now_ms);
                 let answer = match answer {
-                    Answer::NeedOrigin { code, preview } => {
+                    Answer::NeedOrigin { code, preview, .. } => {
                         lasthop_edge::answer::answer_from_origin(code, preview, t, None, now_ms).0
                     }
                     other => other,

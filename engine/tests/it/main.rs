@@ -10,7 +10,11 @@
 //! - `feed`: the edge feed with a real control plane and several engines (new links,
 //!   takedowns, restarts, a lost feed and safe mode, snapshot swaps under load, the token);
 //! - `safety`: trust and safety at the edge: a list reload's takedowns, an owner's suspension
-//!   across two engines, held links' interstitial until the first verdict, the report form.
+//!   across two engines, held links' interstitial until the first verdict, the report form;
+//! - `tls`: HTTPS with curl and openssl: handshakes, resumption, 0-RTT, HSTS, the kTLS hand-off
+//!   where the kernel has it (reported skipped where it does not);
+//! - `harness`: what the tests share: sites (key, snapshot), engines and control planes as real
+//!   processes, a raw HTTP client, load, a Kafka-protocol broker.
 
 mod clicks;
 mod feed;

@@ -49,3 +49,83 @@ fn misses_read_through_to_the_control_plane() {
     // A code the origin answered before is served stale.
     assert_eq!(conn.get(&format!("/{code}")).status, 410);
 }
+
+/// The read-through's client (`Origin`) against the real control plane, no engine in between:
+/// found, deleted, never existed, and a missing edge token is a failure, never "not found".
+#[test]
+fn the_origin_client_reads_a_real_control_plane() {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use lasthop_core::LinkStatus;
+    use lasthop_engine::control::ControlPlanes;
+    use lasthop_engine::origin::{Origin, OriginAnswer, OriginConfig, OriginInbox};
+
+    fn one(origin: &Origin, inbox: &OriginInbox, code: &[u8]) -> OriginAnswer {
+        origin.submit(0, code, 1, true);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut out = Vec::new();
+        while out.is_empty() {
+            assert!(Instant::now() < deadline, "no reply for {code:?}");
+            inbox.drain(&mut out);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let r = out.pop().expect("one reply");
+        assert_eq!((r.token, &*r.code), (1, code));
+        r.answer
+    }
+
+    let site = Site::new();
+    let control = Control::start(&site, &[]);
+    let code = control.create("https://example.com/real");
+    let gone = control.create("https://example.com/gone");
+    control.delete(&gone);
+    let controls = || Arc::new(ControlPlanes::new([control.edge.as_str()]).expect("url"));
+    let cfg = OriginConfig {
+        timeout: Duration::from_secs(2),
+        fresh_ttl: Duration::ZERO,
+        breaker: Duration::ZERO,
+        ..OriginConfig::default()
+    };
+    let (anonymous, inboxes) = Origin::start(controls(), cfg.clone(), 1).expect("origin");
+    assert_eq!(
+        one(&anonymous, &inboxes[0], code.as_bytes()),
+        OriginAnswer::Unavailable,
+        "401 without the edge token"
+    );
+    let token = std::fs::read_to_string(control.token_file()).expect("edge token");
+    let with_token = OriginConfig {
+        token: Some(token.trim().to_string()),
+        ..cfg
+    };
+    let (origin, inboxes) = Origin::start(controls(), with_token, 1).expect("origin");
+    let inbox = &inboxes[0];
+    assert_eq!(
+        one(&origin, inbox, code.as_bytes()),
+        OriginAnswer::Found {
+            url: (*b"https://example.com/real").into(),
+            expires_at_ms: None,
+            status: LinkStatus::Active,
+            warn: false,
+        }
+    );
+    assert_eq!(
+        one(&origin, inbox, gone.as_bytes()),
+        OriginAnswer::Found {
+            url: Box::new([]),
+            expires_at_ms: None,
+            status: LinkStatus::Deleted,
+            warn: false,
+        }
+    );
+    assert_eq!(
+        one(&origin, inbox, b"never-existed"),
+        OriginAnswer::NotFound
+    );
+    assert_eq!(
+        one(&origin, inbox, b"never-existed"),
+        OriginAnswer::NotFound
+    );
+    assert_eq!(origin.stats().fetches(), 3);
+    assert_eq!(origin.stats().negative_hits(), 1);
+}

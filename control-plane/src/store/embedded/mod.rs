@@ -55,9 +55,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{
-    deny_kind, Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest,
-    DeleteOutcome, HostEntry, HostPage, LinkPage, OwnerRecord, Report, ReportFilter, ReportKind,
-    ReportPage, Resolution, Store, StoreError, StoredLink,
+    Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest, DeleteOutcome,
+    HostEntry, HostPage, LinkPage, OwnerRecord, Report, ReportFilter, ReportKind, ReportPage,
+    Resolution, Store, StoreError, StoredLink,
 };
 
 pub mod transfer;
@@ -1316,7 +1316,7 @@ impl Writer {
             .insert(seq, change_json.as_slice())
             .map_err(storage)?;
         self.next_seq += 1;
-        if deny_kind(&state).is_some() {
+        if state.deny_kind().is_some() {
             t.denied.insert(code.as_str(), DENY_WARN).map_err(storage)?;
         }
         match &req.destination {
@@ -1537,7 +1537,7 @@ impl Writer {
         t.states
             .insert(key, state_json.as_slice())
             .map_err(storage)?;
-        match deny_kind(state) {
+        match state.deny_kind() {
             Some(DenyKind::Gone) => {
                 t.denied.insert(code, DENY_GONE).map_err(storage)?;
             }

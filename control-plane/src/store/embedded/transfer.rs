@@ -8,10 +8,10 @@ use lasthop_core::{Change, CodeKind, Link, LinkState};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 
 use super::{
-    audit_key, corrupt, deny_kind, index_destination, owner_prefix, record_key, storage,
-    EmbeddedStore, EmbeddedStoreConfig, LinkRow, RowSeq, Tables, AUDIT, CHANGES, CODE_SETS,
-    COUNTER_PREFIX, DENY_GONE, DENY_WARN, LINKS, META, META_AUDIT_NEXT, META_DEST_INDEX,
-    META_KEY_ID, META_REPORT_NEXT, OWNERS, OWNER_LINKS, POSITIONS, REPORTS, STATES,
+    audit_key, corrupt, index_destination, owner_prefix, record_key, storage, EmbeddedStore,
+    EmbeddedStoreConfig, LinkRow, RowSeq, Tables, AUDIT, CHANGES, CODE_SETS, COUNTER_PREFIX,
+    DENY_GONE, DENY_WARN, LINKS, META, META_AUDIT_NEXT, META_DEST_INDEX, META_KEY_ID,
+    META_REPORT_NEXT, OWNERS, OWNER_LINKS, POSITIONS, REPORTS, STATES,
 };
 use crate::store::transfer::{AuditLine, Imported, LinkRecord, Reader, Record};
 use crate::store::{OwnerRecord, Report, StoreError};
@@ -270,7 +270,7 @@ fn write_all<R: BufRead>(
                         t.states
                             .insert(key.as_slice(), state.as_slice())
                             .map_err(storage)?;
-                        match deny_kind(&l.state) {
+                        match l.state.deny_kind() {
                             Some(DenyKind::Gone) => {
                                 t.denied
                                     .insert(l.code.as_str(), DENY_GONE)

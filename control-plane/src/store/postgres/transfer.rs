@@ -17,7 +17,7 @@ use super::{
     LINK_COLUMNS,
 };
 use crate::store::transfer::{AuditLine, Imported, KeyLine, LinkRecord, Reader, Record};
-use crate::store::{deny_kind, AuditRecord, OwnerRecord, Report, StoreError};
+use crate::store::{AuditRecord, OwnerRecord, Report, StoreError};
 
 /// Records written per batch of statements.
 const PAGE: i32 = 2048;
@@ -306,7 +306,7 @@ impl ImportState {
                             ))
                         }
                     }
-                    if let Some(kind) = deny_kind(&l.state) {
+                    if let Some(kind) = l.state.deny_kind() {
                         deny_codes.push(l.code.clone());
                         deny_kinds.push(match kind {
                             lasthop_core::feed::DenyKind::Gone => super::writer::DENY_GONE,

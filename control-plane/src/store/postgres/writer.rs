@@ -22,7 +22,7 @@ use tokio_postgres::{Client, Transaction};
 
 use super::{announce, connect, corrupt, pg, PgStoreConfig, CHANGES_CHANNEL};
 use crate::store::{
-    deny_kind, Actor, AuditRecord, Batch, BatchResult, CreateOutcome, CreateRequest, DeleteOutcome,
+    Actor, AuditRecord, Batch, BatchResult, CreateOutcome, CreateRequest, DeleteOutcome,
     OwnerRecord, Report, ReportKind, Resolution, StoreError, StoredLink,
 };
 
@@ -701,7 +701,7 @@ async fn apply_creates(
                 state: state.clone(),
             })?,
         ));
-        if let Some(kind) = deny_kind(&state) {
+        if let Some(kind) = state.deny_kind() {
             appends.deny_set.insert(code.clone(), Some(deny_code(kind)));
         }
         if let Some(hold) = req.hold {
@@ -948,7 +948,7 @@ async fn apply_batch(
             ));
             appends
                 .deny_set
-                .insert(u.code.clone(), deny_kind(&next).map(deny_code));
+                .insert(u.code.clone(), next.deny_kind().map(deny_code));
             states.insert(u.code.clone(), json(&next)?);
             if batch.mark_changed.is_some() {
                 marked.push(u.code.clone());

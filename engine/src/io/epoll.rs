@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use crate::origin::OriginInbox;
-use crate::session::{CoreCtx, Session};
+use crate::session::{CoreCtx, Drive as _, Session};
 
 const LISTENER: u64 = u64::MAX;
 const WAKE: u64 = u64::MAX - 1;
@@ -190,19 +190,18 @@ impl EpollLoop {
             )?;
             let gen = self.next_gen;
             self.next_gen = self.next_gen.wrapping_add(1).max(1);
+            let mut session = Session::new(ctx.now_ms);
+            session.peer = ctx
+                .clicks
+                .as_ref()
+                .and_then(|_| crate::io::socket::peer_addr(fd).ok())
+                .map(|a| a.ip());
             self.conns.insert(
                 fd,
                 Conn {
                     fd: owned,
                     gen,
-                    session: Session {
-                        peer: ctx
-                            .clicks
-                            .as_ref()
-                            .and_then(|_| crate::socket::peer_addr(fd).ok())
-                            .map(|a| a.ip()),
-                        ..Session::new(ctx.now_ms)
-                    },
+                    session,
                     pending: Vec::new(),
                     want_write: false,
                 },
@@ -243,7 +242,7 @@ impl EpollLoop {
             return !matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR));
         }
         ctx.metrics.bytes_in(n as u64);
-        conn.session.on_input(&self.buf[..n as usize], ctx, tok);
+        conn.session.receive(&self.buf[..n as usize], ctx, tok);
         false
     }
 
@@ -310,7 +309,7 @@ impl EpollLoop {
             let gen = (reply.token >> 32) as u32;
             let close = match self.conns.get_mut(&fd) {
                 Some(conn) if conn.gen == gen => {
-                    conn.session.on_origin(&reply.answer, ctx, reply.token);
+                    conn.session.origin_replied(&reply.answer, ctx, reply.token);
                     false
                 }
                 _ => continue,
@@ -332,12 +331,7 @@ impl EpollLoop {
         let expired: Vec<RawFd> = self
             .conns
             .iter()
-            .filter(|(_, c)| {
-                let s = &c.session;
-                !s.waiting_origin
-                    && (now - s.last_active_ms > idle
-                        || s.partial_since_ms.is_some_and(|t| now - t > header))
-            })
+            .filter(|(_, c)| c.session.expired(now, idle, header))
             .map(|(fd, _)| *fd)
             .collect();
         for fd in expired {

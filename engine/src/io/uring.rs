@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use rustls::{ServerConfig, ServerConnection};
 
 use crate::origin::OriginInbox;
-use crate::session::{CoreCtx, Session};
+use crate::session::{CoreCtx, Drive as _, Session};
 use crate::tls::{Handshake, TlsStats};
 
 /// The HTTPS listener of a core and what its connections need.
@@ -690,7 +690,7 @@ impl UringLoop {
             ctx.metrics.bytes_in(res as u64);
             if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
                 match conn.tls.as_mut() {
-                    None => conn.session.on_input(data, ctx, token),
+                    None => conn.session.receive(data, ctx, token),
                     Some(tls) => {
                         let stats = self.tls.as_ref().map(|t| &*t.stats);
                         if tls_input(tls, &mut conn.session, data, ctx, token, stats).is_err() {
@@ -742,7 +742,7 @@ impl UringLoop {
         let ktls = self.tls.as_ref().is_some_and(|t| t.ktls.is_some());
         if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
             if conn.gen == gen && !conn.closing {
-                conn.session.peer = crate::socket::peer_addr(fd.as_raw_fd())
+                conn.session.peer = crate::io::socket::peer_addr(fd.as_raw_fd())
                     .ok()
                     .map(|a| a.ip());
                 if let (Some(t), true) = (conn.tls.as_mut(), ktls) {
@@ -825,7 +825,7 @@ impl UringLoop {
                     conn.sent = 0;
                     self.send_rest(idx)?;
                 } else if conn.session.close_after_send
-                    && !conn.session.waiting_origin
+                    && !conn.session.waiting_origin()
                     && (tls.failed || !tls.conn.is_handshaking())
                 {
                     // Answers to 0-RTT early data wait in rustls for the client's Finished:
@@ -835,7 +835,7 @@ impl UringLoop {
                     && tls.records.at_boundary()
                     && !tls.failed
                     && !tls.conn.is_handshaking()
-                    && !conn.session.waiting_origin
+                    && !conn.session.waiting_origin()
                     && conn.session.inbuf.is_empty()
                 {
                     // Everything rustls had is on the wire and nothing is half-read: hand the
@@ -887,7 +887,7 @@ impl UringLoop {
             let (_, gen, idx) = split(reply.token);
             if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
                 if conn.gen == gen && !conn.closing {
-                    conn.session.on_origin(&reply.answer, ctx, reply.token);
+                    conn.session.origin_replied(&reply.answer, ctx, reply.token);
                     self.dirty.push(idx);
                 }
             }
@@ -929,11 +929,8 @@ impl UringLoop {
                     .as_ref()
                     .is_some_and(|t| t.handshaking && now - t.accepted_ms > handshake);
                 let stale = !c.closing
-                    && !s.waiting_origin
                     && !c.in_flight
-                    && (now - s.last_active_ms > idle
-                        || s.partial_since_ms.is_some_and(|t| now - t > header)
-                        || slow_handshake);
+                    && (s.expired(now, idle, header) || (slow_handshake && !s.waiting_origin()));
                 stale.then_some(i as u32)
             })
             .collect();
@@ -981,7 +978,7 @@ fn hand_off(mut t: Box<TlsConn>, support: Option<&crate::tls::KtlsSupport>) -> H
         ..
     } = *t;
     let handed = match (server.dangerous_extract_secrets(), raw_fd) {
-        (Ok(secrets), Some(fd)) => crate::tls::ktls_install(fd.as_raw_fd(), tls13, secrets),
+        (Ok(secrets), Some(fd)) => crate::tls::ktls_install(&fd, tls13, secrets),
         (Err(e), _) => Err(io::Error::other(e)),
         (_, None) => Err(io::Error::other("no descriptor")),
     };
@@ -1040,7 +1037,7 @@ fn tls_input(
                     s.early_data();
                 }
                 session.early = true;
-                session.on_input(&buf, ctx, token);
+                session.receive(&buf, ctx, token);
                 session.early = false;
             }
         }
@@ -1052,7 +1049,7 @@ fn tls_input(
                     session.close_after_send = true;
                     break;
                 }
-                Ok(n) => session.on_input(&plain[..n], ctx, token),
+                Ok(n) => session.receive(&plain[..n], ctx, token),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => return Err(()),
             }

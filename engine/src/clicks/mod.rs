@@ -2,8 +2,8 @@
 //! flusher thread hands the buffers to a sink (the spool or Kafka) off the serving cores.
 //!
 //! The request path pays for building and encoding one event (~0.2 µs: a SipHash of address and
-//! user agent, a few copies) and an uncontended lock on its own core's buffer; it never waits on
-//! the sink. The lock is held by the flusher only for a `Vec` swap. A full buffer drops the event
+//! user agent, a few copies; [`lasthop_edge::click`]) and an uncontended lock on its own core's
+//! buffer; it never waits on the sink. The lock is held by the flusher only for a `Vec` swap. A full buffer drops the event
 //! and counts it; so does a failing sink. Analytics are lossy by design (DESIGN.md: click counts
 //! may be approximate and late), redirects are not.
 //!
@@ -11,21 +11,22 @@
 //! keyed hash of address and user agent under a salt that changes every UTC day (so one visitor
 //! cannot be followed from day to day in the data at rest), and the address's /24 or /48.
 
-use std::borrow::Cow;
-use std::cell::{Cell, RefCell};
-use std::hash::Hasher;
+use std::cell::RefCell;
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lasthop_core::click::{self, ClickEvent, EventId, Method, Net, MAX_EVENT_LEN};
+use lasthop_core::click::{Net, MAX_EVENT_LEN};
+use lasthop_edge::click::{self, ClickBuilder};
 use sha2::{Digest, Sha256};
-use siphasher::sip::SipHasher13;
 
-use crate::http::{self, Request};
-use crate::metrics::{family, sample};
+use crate::http::Request;
+use crate::metrics::prom::{family, sample};
+
+pub mod kafka;
+pub mod spool;
 
 /// What every core's recorder shares.
 #[derive(Debug)]
@@ -101,21 +102,6 @@ pub fn random_visitor_key() -> anyhow::Result<[u8; 32]> {
     Ok(random)
 }
 
-/// SipHash keys for `day` (days since the Unix epoch, UTC).
-fn day_salt(key: &[u8; 32], day: i64) -> (u64, u64) {
-    let mut h = Sha256::new();
-    h.update(b"lasthop visitor salt v1\0");
-    h.update(key);
-    h.update(day.to_le_bytes());
-    let d = h.finalize();
-    let word = |i: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&d[i..i + 8]);
-        u64::from_le_bytes(w)
-    };
-    (word(0), word(8))
-}
-
 /// A MaxMind-format (GeoIP2/GeoLite2 Country or City) database.
 pub struct Geo {
     reader: maxminddb::Reader<Vec<u8>>,
@@ -143,78 +129,7 @@ impl Geo {
             maxminddb::PathElement::Key("iso_code"),
         ];
         let code: &str = found.decode_path(&path).ok()??;
-        iso_country(code.as_bytes())
-    }
-}
-
-/// Two ASCII letters as an upper-case ISO 3166-1 alpha-2 code; the "unknown" and "Tor" codes
-/// some CDNs send (`XX`, `T1`) and anything else give `None`.
-fn iso_country(v: &[u8]) -> Option<[u8; 2]> {
-    match v {
-        [a, b] if a.is_ascii_alphabetic() && b.is_ascii_alphabetic() => {
-            let c = [a.to_ascii_uppercase(), b.to_ascii_uppercase()];
-            (c != *b"XX").then_some(c)
-        }
-        _ => None,
-    }
-}
-
-/// The host of a `Referer` value, lower-cased into `buf`; empty when there is none or it is not
-/// a plain host name or address.
-fn referrer_host<'b>(referer: &[u8], buf: &'b mut [u8; click::MAX_REFERRER_HOST]) -> &'b str {
-    let Some(at) = referer.windows(3).position(|w| w == b"://") else {
-        return "";
-    };
-    let rest = &referer[at + 3..];
-    let end = rest
-        .iter()
-        .position(|&b| matches!(b, b'/' | b'?' | b'#'))
-        .unwrap_or(rest.len());
-    let mut authority = &rest[..end];
-    if let Some(i) = authority.iter().rposition(|&b| b == b'@') {
-        authority = &authority[i + 1..];
-    }
-    let host = if authority.first() == Some(&b'[') {
-        match authority.iter().position(|&b| b == b']') {
-            Some(i) => &authority[..=i],
-            None => return "",
-        }
-    } else {
-        match authority.iter().position(|&b| b == b':') {
-            Some(i) => &authority[..i],
-            None => authority,
-        }
-    };
-    if host.is_empty() || host.len() > buf.len() {
-        return "";
-    }
-    for (d, s) in buf.iter_mut().zip(host) {
-        *d = s.to_ascii_lowercase();
-    }
-    match std::str::from_utf8(&buf[..host.len()]) {
-        Ok(h) if click::valid_referrer_host(h) => h,
-        _ => "",
-    }
-}
-
-/// The user agent as printable text, cut to [`click::MAX_USER_AGENT`] bytes.
-fn user_agent(raw: &[u8]) -> Cow<'_, str> {
-    let cut = &raw[..raw.len().min(click::MAX_USER_AGENT)];
-    // Nearly every user agent is printable ASCII: check bytes, skip UTF-8 decoding.
-    if cut.iter().all(|&b| (0x20..0x7f).contains(&b)) {
-        // Printable ASCII is UTF-8.
-        return Cow::Borrowed(std::str::from_utf8(cut).unwrap_or_default());
-    }
-    match std::str::from_utf8(cut) {
-        Ok(s) if !s.chars().any(char::is_control) => Cow::Borrowed(s),
-        // A cut through a multi-byte character, or bytes no browser sends: keep what is text.
-        _ => {
-            let lossy = String::from_utf8_lossy(cut)
-                .chars()
-                .map(|c| if c.is_control() { '?' } else { c })
-                .collect::<String>();
-            Cow::Owned(click::truncate(&lossy, click::MAX_USER_AGENT).to_owned())
-        }
+        click::iso_country(code.as_bytes())
     }
 }
 
@@ -319,9 +234,10 @@ impl Clicks {
         Some(Recorder {
             buf,
             settings: Arc::clone(&self.settings),
-            nonce: u64::from_le_bytes(nonce),
-            seq: Cell::new(0),
-            salt: Cell::new((i64::MIN, 0, 0)),
+            builder: RefCell::new(ClickBuilder::new(
+                self.settings.visitor_key,
+                u64::from_le_bytes(nonce),
+            )),
             geo_cache: RefCell::new(hashbrown::HashMap::new()),
         })
     }
@@ -345,14 +261,6 @@ impl Clicks {
             drop(batch);
             out.push((bytes, count));
         }
-    }
-
-    /// Empties every core's buffer, discarding the events (benchmarks stand in for the flusher
-    /// with it).
-    #[doc(hidden)]
-    pub fn drain_for_bench(&self) {
-        let (mut out, mut spare) = (Vec::new(), Vec::new());
-        self.drain(&mut out, &mut spare);
     }
 
     /// Starts the flusher thread: every `every`, the cores' batches go to `sink`.
@@ -503,15 +411,13 @@ impl Flusher {
     }
 }
 
-/// A core's handle on its buffer: builds and encodes events on the request path.
+/// A core's handle on its buffer: builds and encodes events on the request path (the event
+/// itself is [`lasthop_edge::click`]'s; this adds the GeoIP lookup and the buffer).
 #[derive(Debug)]
 pub struct Recorder {
     buf: Arc<CoreBuffer>,
     settings: Arc<ClickSettings>,
-    nonce: u64,
-    seq: Cell<u64>,
-    /// (day, k0, k1): the salt of the day last used.
-    salt: Cell<(i64, u64, u64)>,
+    builder: RefCell<ClickBuilder>,
     /// Country by network, so the database is walked once per /24 (or /48) per core.
     geo_cache: RefCell<hashbrown::HashMap<Net, Option<[u8; 2]>>>,
 }
@@ -520,27 +426,10 @@ pub struct Recorder {
 const GEO_CACHE: usize = 65_536;
 
 impl Recorder {
-    fn salt(&self, now_ms: i64) -> (u64, u64) {
-        let day = now_ms.div_euclid(86_400_000);
-        let (d, k0, k1) = self.salt.get();
-        if d == day {
-            return (k0, k1);
-        }
-        let (k0, k1) = day_salt(&self.settings.visitor_key, day);
-        self.salt.set((day, k0, k1));
-        (k0, k1)
-    }
-
-    fn country(
-        &self,
-        req: &Request<'_>,
-        peer: Option<IpAddr>,
-        net: Option<Net>,
-    ) -> Option<[u8; 2]> {
-        if !req.country.is_empty() {
-            return iso_country(req.country);
-        }
-        let (geo, ip, net) = (self.settings.geo.as_ref()?, peer?, net?);
+    /// The country of `peer` from the GeoIP database, if one is configured.
+    fn country(&self, peer: Option<IpAddr>) -> Option<[u8; 2]> {
+        let (geo, ip) = (self.settings.geo.as_ref()?, peer?);
+        let net = Net::of(ip);
         let mut cache = self.geo_cache.try_borrow_mut().ok()?;
         if let Some(c) = cache.get(&net) {
             return *c;
@@ -562,45 +451,23 @@ impl Recorder {
         https: bool,
         now_ms: i64,
     ) {
-        let Ok(code) = std::str::from_utf8(code) else {
-            return;
-        };
-        let peer = peer.map(|ip| match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        });
-        let (k0, k1) = self.salt(now_ms);
-        let mut h = SipHasher13::new_with_keys(k0, k1);
-        match peer {
-            Some(IpAddr::V4(a)) => h.write(&a.octets()),
-            Some(IpAddr::V6(a)) => h.write(&a.octets()),
-            None => {
-                self.buf.no_peer.fetch_add(1, Ordering::Relaxed);
-            }
+        let peer = peer.map(click::unmapped);
+        if peer.is_none() {
+            self.buf.no_peer.fetch_add(1, Ordering::Relaxed);
         }
-        h.write_u8(0xff);
-        h.write(req.user_agent);
-        let net = peer.map(Net::of);
-        let seq = self.seq.get();
-        self.seq.set(seq.wrapping_add(1));
-        let ua = user_agent(req.user_agent);
-        let mut host = [0u8; click::MAX_REFERRER_HOST];
-        let event = ClickEvent {
-            id: EventId::new(self.nonce, seq),
-            at_ms: now_ms.max(0) as u64,
-            code,
-            pop: &self.settings.pop,
-            country: self.country(req, peer, net),
-            method: if req.method == http::Method::Head {
-                Method::Head
-            } else {
-                Method::Get
-            },
-            tls: https,
-            visitor: h.finish(),
-            net,
-            user_agent: &ua,
-            referrer_host: referrer_host(req.referer, &mut host),
+        // A trusted country header wins over the database (the builder prefers it).
+        let country = if req.country.is_empty() {
+            self.country(peer)
+        } else {
+            None
+        };
+        let from = click::Origin {
+            peer,
+            country,
+            https,
+        };
+        let Ok(mut builder) = self.builder.try_borrow_mut() else {
+            return;
         };
         let Ok(mut batch) = self.buf.batch.lock() else {
             self.buf.dropped_full.fetch_add(1, Ordering::Relaxed);
@@ -611,10 +478,18 @@ impl Recorder {
             self.buf.dropped_full.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        event.encode(&mut batch.bytes);
-        batch.count += 1;
-        drop(batch);
-        self.buf.recorded.fetch_add(1, Ordering::Relaxed);
+        if builder.encode(
+            req,
+            code,
+            &self.settings.pop,
+            from,
+            now_ms,
+            &mut batch.bytes,
+        ) {
+            batch.count += 1;
+            drop(batch);
+            self.buf.recorded.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -622,6 +497,7 @@ impl Recorder {
 mod tests {
     use super::*;
     use crate::http::{parse, Limits, Parse};
+    use lasthop_core::click::{self, Method};
 
     fn settings(buffer_bytes: usize) -> ClickSettings {
         ClickSettings {
@@ -720,37 +596,5 @@ mod tests {
         assert_eq!(b.recorded.load(Ordering::Relaxed), 1);
         assert_eq!(b.dropped_full.load(Ordering::Relaxed), 9);
         assert_eq!(b.no_peer.load(Ordering::Relaxed), 10);
-    }
-
-    #[test]
-    fn referrer_hosts() {
-        let mut buf = [0u8; click::MAX_REFERRER_HOST];
-        for (raw, want) in [
-            (&b"https://www.Example.com/path"[..], "www.example.com"),
-            (b"http://[2001:db8::1]:8080/", "[2001:db8::1]"),
-            (b"android-app://com.slack/", "com.slack"),
-            (b"/relative/only", ""),
-            (b"https://bad host/", ""),
-            (b"", ""),
-        ] {
-            assert_eq!(referrer_host(raw, &mut buf), want, "{raw:?}");
-        }
-    }
-
-    #[test]
-    fn user_agents_are_cut_and_cleaned() {
-        assert_eq!(user_agent(b"curl/8.5.0"), "curl/8.5.0");
-        assert_eq!(user_agent(b"a\x01b\xffc"), "a?b\u{fffd}c");
-        let long = "é".repeat(300);
-        let cut = user_agent(long.as_bytes());
-        assert!(cut.len() <= click::MAX_USER_AGENT && long.starts_with(&*cut));
-    }
-
-    #[test]
-    fn countries() {
-        assert_eq!(iso_country(b"us"), Some(*b"US"));
-        assert_eq!(iso_country(b"XX"), None);
-        assert_eq!(iso_country(b"USA"), None);
-        assert_eq!(iso_country(b"1A"), None);
     }
 }

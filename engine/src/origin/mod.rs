@@ -31,31 +31,33 @@
 //!   control planes cost a redirect nothing instead of a timeout.
 //! - The edge token, when configured, travels as `Authorization: Bearer`.
 //!
+//! Those rules are [`lasthop_edge::origin_cache`]'s, a pure state machine tested with a fake
+//! clock; this module holds it behind a mutex, fetches ([`client`]) and delivers ([`inbox`]).
+//!
 //! Both caches hold at most `max_entries` codes each; when full, expired entries go first, then
 //! an arbitrary eighth. The number of codes being fetched at once is bounded too
 //! ([`MAX_PENDING`]); past it a miss is answered from the stale cache or as `Unavailable`, so a
 //! scanner cannot grow the queue without bound while the control plane is slow.
 
-use std::collections::{HashMap, VecDeque};
-use std::fs::File;
-use std::io::{Read as _, Write as _};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use lasthop_core::LinkStatus;
-use serde::Deserialize;
+use lasthop_edge::origin_cache::{CacheConfig, Lookup, OriginCache, Settled, Shortcut};
 
 use crate::control::ControlPlanes;
-use crate::metrics::{family, sample};
+use crate::metrics::prom::{family, sample};
+
+mod client;
+mod inbox;
+
+pub use inbox::OriginInbox;
+use inbox::Outbox;
+pub use lasthop_edge::origin_cache::{Fetched, OriginAnswer};
 
 /// Most distinct codes queued or being fetched at once.
 pub const MAX_PENDING: usize = 4096;
-/// Largest answer body read from the origin.
-const MAX_BODY: u64 = 64 * 1024;
 
 /// Read-through settings.
 #[derive(Debug, Clone)]
@@ -96,23 +98,6 @@ impl Default for OriginConfig {
     }
 }
 
-/// What the origin says about a code.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OriginAnswer {
-    /// The link exists (in any state; deleted ones have an empty `url`).
-    Found {
-        url: Box<[u8]>,
-        expires_at_ms: Option<i64>,
-        /// The status at the control plane's clock when it answered.
-        status: LinkStatus,
-        warn: bool,
-    },
-    /// The code never existed.
-    NotFound,
-    /// No answer (timeout, error) and nothing good enough cached.
-    Unavailable,
-}
-
 /// One answer delivered to a core's inbox, for the `token` it submitted with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OriginReply {
@@ -129,71 +114,6 @@ pub enum OriginError {
     Eventfd(std::io::Error),
     #[error("starting an origin worker thread: {0}")]
     Spawn(std::io::Error),
-}
-
-/// A Linux eventfd: the worker adds one after pushing a reply, the core's loop polls it.
-#[derive(Debug)]
-struct EventFd(File);
-
-impl EventFd {
-    #[allow(unsafe_code)]
-    fn new() -> std::io::Result<EventFd> {
-        // SAFETY: eventfd(2) takes no pointers; it returns a new descriptor or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by eventfd(2), is valid, and nothing else owns it.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(EventFd(File::from(owned)))
-    }
-
-    /// Adds one to the counter (wakes a poller). The only failure, EAGAIN at a counter of
-    /// 2^64 - 2, means a wakeup is already pending.
-    fn notify(&self) {
-        let _ = (&self.0).write(&1u64.to_ne_bytes());
-    }
-
-    /// Reads and zeroes the counter; `None` if it was zero.
-    fn reset(&self) -> Option<u64> {
-        let mut buf = [0u8; 8];
-        match (&self.0).read(&mut buf) {
-            Ok(8) => Some(u64::from_ne_bytes(buf)),
-            _ => None,
-        }
-    }
-}
-
-/// A serving core's end of the read-through: replies to its submits, and an eventfd that
-/// becomes readable when there are some.
-#[derive(Debug)]
-pub struct OriginInbox {
-    rx: Receiver<OriginReply>,
-    efd: Arc<EventFd>,
-}
-
-impl OriginInbox {
-    /// The descriptor to watch for readability (io_uring poll or read, epoll). It is
-    /// non-blocking and close-on-exec; [`OriginInbox::drain`] resets it.
-    pub fn eventfd(&self) -> RawFd {
-        self.efd.0.as_raw_fd()
-    }
-
-    /// Moves every waiting reply into `out` and resets the eventfd; never blocks. Returns how
-    /// many were moved. The counter is reset before the queue is read, so a reply pushed during
-    /// the drain either is taken now or leaves the eventfd readable: no wakeup is lost.
-    pub fn drain(&self, out: &mut Vec<OriginReply>) -> usize {
-        self.efd.reset();
-        let before = out.len();
-        out.extend(self.rx.try_iter());
-        out.len() - before
-    }
-
-    /// One waiting reply, if any; does not touch the eventfd (use [`OriginInbox::drain`] when
-    /// woken by it).
-    pub fn try_recv(&self) -> Option<OriginReply> {
-        self.rx.try_recv().ok()
-    }
 }
 
 /// Fetch and cache counters of the read-through, shown in `/metrics`.
@@ -289,31 +209,10 @@ impl OriginStats {
     }
 }
 
-/// A fetch under way and who waits for it.
-struct Flight {
-    waiters: Vec<(usize, u64)>,
-    /// False as soon as one waiter forbids caching a 404.
-    may_cache_negative: bool,
-}
-
-#[derive(Default)]
+/// The cache and the workers' stop flag, under one lock. Waiters are (core, token).
 struct State {
-    queue: VecDeque<Box<[u8]>>,
-    inflight: HashMap<Box<[u8]>, Flight>,
-    /// Last good answer and when it was fetched.
-    positive: HashMap<Box<[u8]>, (OriginAnswer, Instant)>,
-    /// 404s and when they stop counting.
-    negative: HashMap<Box<[u8]>, Instant>,
-    /// Per control plane (by index): until when it is not tried (its last fetch failed).
-    /// Lookups skip the fetch while every one is.
-    down_until: Vec<Option<Instant>>,
+    cache: OriginCache<(usize, u64)>,
     shutdown: bool,
-}
-
-/// A core's outbox: the sending half of its inbox.
-struct Outbox {
-    tx: Sender<OriginReply>,
-    efd: Arc<EventFd>,
 }
 
 struct Shared {
@@ -326,32 +225,25 @@ struct Shared {
 }
 
 impl Shared {
-    /// The state, even if a worker panicked while holding it (its maps stay consistent: every
-    /// update is a single insert or remove).
+    /// The state, even if a worker panicked while holding it (the cache's maps stay
+    /// consistent: every update is a single insert or remove).
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn deliver(&self, core: usize, token: u64, code: Box<[u8]>, answer: OriginAnswer) {
         if let Some(out) = self.outboxes.get(core) {
-            // A send fails only when the core dropped its inbox (shutting down).
-            if out
-                .tx
-                .send(OriginReply {
-                    token,
-                    code,
-                    answer,
-                })
-                .is_ok()
-            {
-                out.efd.notify();
-            }
+            out.deliver(OriginReply {
+                token,
+                code,
+                answer,
+            });
         }
     }
 
     /// One HTTP fetch of `code` from control plane `control`, counted by outcome.
     fn fetch(&self, agent: &ureq::Agent, control: usize, code: &[u8]) -> Fetched {
-        let fetched = fetch(
+        let fetched = client::fetch(
             agent,
             self.controls.url(control),
             self.cfg.token.as_deref(),
@@ -369,29 +261,6 @@ impl Shared {
         };
         self.stats.fetches[outcome].fetch_add(1, Ordering::Relaxed);
         fetched
-    }
-
-    /// The stale answer for `code`, if one is young enough.
-    fn stale(&self, st: &State, code: &[u8], now: Instant) -> Option<OriginAnswer> {
-        st.positive
-            .get(code)
-            .filter(|(_, at)| now.saturating_duration_since(*at) < self.cfg.stale_ttl)
-            .map(|(a, _)| a.clone())
-    }
-}
-
-impl State {
-    fn is_down(&self, control: usize, now: Instant) -> bool {
-        self.down_until
-            .get(control)
-            .copied()
-            .flatten()
-            .is_some_and(|until| now < until)
-    }
-
-    /// Every control plane failed within the breaker window.
-    fn all_down(&self, now: Instant) -> bool {
-        (0..self.down_until.len()).all(|i| self.is_down(i, now))
     }
 }
 
@@ -422,23 +291,30 @@ impl Origin {
         let mut outboxes = Vec::with_capacity(cores);
         let mut inboxes = Vec::with_capacity(cores);
         for _ in 0..cores {
-            let efd = Arc::new(EventFd::new().map_err(OriginError::Eventfd)?);
-            let (tx, rx) = mpsc::channel();
-            outboxes.push(Outbox {
-                tx,
-                efd: Arc::clone(&efd),
-            });
-            inboxes.push(OriginInbox { rx, efd });
+            let (inbox, outbox) = inbox::pair().map_err(OriginError::Eventfd)?;
+            outboxes.push(outbox);
+            inboxes.push(inbox);
         }
         let agent = ureq::AgentBuilder::new()
             .timeout(cfg.timeout)
             .timeout_connect(cfg.timeout)
             .redirects(0)
             .build();
+        let cache = OriginCache::new(
+            CacheConfig {
+                fresh_ttl: cfg.fresh_ttl,
+                stale_ttl: cfg.stale_ttl,
+                negative_ttl: cfg.negative_ttl,
+                breaker: cfg.breaker,
+                max_entries: cfg.max_entries,
+                max_pending: MAX_PENDING,
+            },
+            controls.len(),
+        );
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                down_until: vec![None; controls.len()],
-                ..State::default()
+                cache,
+                shutdown: false,
             }),
             work: Condvar::new(),
             controls,
@@ -469,67 +345,34 @@ impl Origin {
     pub fn submit(&self, core: usize, code: &[u8], token: u64, may_cache_negative: bool) {
         let shared = &*self.shared;
         let stats = &shared.stats;
-        let mut st = shared.lock();
-        if may_cache_negative {
-            if let Some(&until) = st.negative.get(code) {
-                if Instant::now() < until {
-                    drop(st);
-                    stats.negative_hits.fetch_add(1, Ordering::Relaxed);
-                    shared.deliver(core, token, code.into(), OriginAnswer::NotFound);
-                    return;
+        let looked_up =
+            shared
+                .lock()
+                .cache
+                .lookup(code, (core, token), may_cache_negative, Instant::now());
+        match looked_up {
+            Lookup::Answered {
+                waiter: (core, token),
+                answer,
+                via,
+            } => {
+                let counter = match via {
+                    Shortcut::Negative => &stats.negative_hits,
+                    Shortcut::Fresh => &stats.fresh_hits,
+                    Shortcut::Breaker { .. } => &stats.breaker_open,
+                    Shortcut::Overflow { .. } => &stats.overflow,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                if via == (Shortcut::Breaker { stale: true }) {
+                    stats.stale_served.fetch_add(1, Ordering::Relaxed);
                 }
-                st.negative.remove(code);
+                shared.deliver(core, token, code.into(), answer);
             }
-        }
-        let now = Instant::now();
-        let fresh = st
-            .positive
-            .get(code)
-            .filter(|(_, at)| now.saturating_duration_since(*at) < shared.cfg.fresh_ttl)
-            .map(|(a, _)| a.clone());
-        if let Some(answer) = fresh {
-            drop(st);
-            stats.fresh_hits.fetch_add(1, Ordering::Relaxed);
-            shared.deliver(core, token, code.into(), answer);
-            return;
-        }
-        if st.all_down(now) {
-            let answer = shared.stale(&st, code, now);
-            drop(st);
-            stats.breaker_open.fetch_add(1, Ordering::Relaxed);
-            if answer.is_some() {
-                stats.stale_served.fetch_add(1, Ordering::Relaxed);
+            Lookup::Joined => {
+                stats.coalesced.fetch_add(1, Ordering::Relaxed);
             }
-            let answer = answer.unwrap_or(OriginAnswer::Unavailable);
-            shared.deliver(core, token, code.into(), answer);
-            return;
+            Lookup::Queued => shared.work.notify_one(),
         }
-        if let Some(flight) = st.inflight.get_mut(code) {
-            flight.waiters.push((core, token));
-            flight.may_cache_negative &= may_cache_negative;
-            stats.coalesced.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if st.inflight.len() >= MAX_PENDING {
-            let answer = shared
-                .stale(&st, code, Instant::now())
-                .unwrap_or(OriginAnswer::Unavailable);
-            drop(st);
-            stats.overflow.fetch_add(1, Ordering::Relaxed);
-            shared.deliver(core, token, code.into(), answer);
-            return;
-        }
-        let key: Box<[u8]> = code.into();
-        st.inflight.insert(
-            key.clone(),
-            Flight {
-                waiters: vec![(core, token)],
-                may_cache_negative,
-            },
-        );
-        st.queue.push_back(key);
-        drop(st);
-        shared.work.notify_one();
     }
 
     /// The fetch and cache counters (for [`crate::metrics::EngineMetrics::origin`]).
@@ -548,18 +391,6 @@ impl Drop for Origin {
     }
 }
 
-/// What one HTTP fetch gave.
-enum Fetched {
-    Found(OriginAnswer),
-    NotFound,
-    Failed {
-        timed_out: bool,
-        /// The control plane is unreachable, timed out or answered 5xx: try the next. (A 401, a
-        /// stray 404 or a garbled body would be the same anywhere.)
-        fail_over: bool,
-    },
-}
-
 fn worker(shared: &Shared, agent: &ureq::Agent) {
     loop {
         let code = {
@@ -568,62 +399,24 @@ fn worker(shared: &Shared, agent: &ureq::Agent) {
                 if st.shutdown {
                     return;
                 }
-                if let Some(code) = st.queue.pop_front() {
+                if let Some(code) = st.cache.next_fetch() {
                     break code;
                 }
                 st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
             }
         };
         let (fetched, answered_by, failed_before) = fetch_failing_over(shared, agent, &code);
-        let stats = &shared.stats;
-        let now = Instant::now();
-        let cfg = &shared.cfg;
-        let (waiters, answer) = {
-            let mut st = shared.lock();
-            let flight = st.inflight.remove(&code);
-            let may_cache_negative = flight.as_ref().is_some_and(|f| f.may_cache_negative);
-            let down = (!cfg.breaker.is_zero()).then(|| now + cfg.breaker);
-            let failed = matches!(fetched, Fetched::Failed { .. });
-            for (control, failed) in [(failed_before, true), (Some(answered_by), failed)] {
-                if let Some(slot) = control.and_then(|c| st.down_until.get_mut(c)) {
-                    *slot = if failed { down } else { None };
-                }
-            }
-            let answer = match fetched {
-                Fetched::Found(answer) => {
-                    st.negative.remove(&code);
-                    bounded_insert(
-                        &mut st.positive,
-                        code.clone(),
-                        (answer.clone(), now),
-                        cfg.max_entries,
-                        |(_, at)| now.saturating_duration_since(*at) < cfg.stale_ttl,
-                    );
-                    answer
-                }
-                Fetched::NotFound => {
-                    st.positive.remove(&code);
-                    if may_cache_negative && !cfg.negative_ttl.is_zero() {
-                        bounded_insert(
-                            &mut st.negative,
-                            code.clone(),
-                            now + cfg.negative_ttl,
-                            cfg.max_entries,
-                            |until| now < *until,
-                        );
-                    }
-                    OriginAnswer::NotFound
-                }
-                Fetched::Failed { .. } => match shared.stale(&st, &code, now) {
-                    Some(stale) => {
-                        stats.stale_served.fetch_add(1, Ordering::Relaxed);
-                        stale
-                    }
-                    None => OriginAnswer::Unavailable,
-                },
-            };
-            (flight.map(|f| f.waiters).unwrap_or_default(), answer)
-        };
+        let Settled {
+            waiters,
+            answer,
+            stale_served,
+        } = shared
+            .lock()
+            .cache
+            .settle(&code, fetched, answered_by, failed_before, Instant::now());
+        if stale_served {
+            shared.stats.stale_served.fetch_add(1, Ordering::Relaxed);
+        }
         for (core, token) in waiters {
             shared.deliver(core, token, code.clone(), answer.clone());
         }
@@ -651,163 +444,20 @@ fn fetch_failing_over(
         return (fetched, first, None);
     }
     let next = shared.controls.failed(first, "an origin fetch failed");
-    if next == first || shared.lock().is_down(next, Instant::now()) {
+    if next == first || shared.lock().cache.is_down(next, Instant::now()) {
         return (fetched, first, None);
     }
     (shared.fetch(agent, next, code), next, Some(first))
 }
 
-/// Inserts, keeping `map` at most `max` long: when full, drops the entries `live` rejects, then
-/// an arbitrary eighth (amortised O(1) per insert).
-fn bounded_insert<V>(
-    map: &mut HashMap<Box<[u8]>, V>,
-    key: Box<[u8]>,
-    value: V,
-    max: usize,
-    live: impl Fn(&V) -> bool,
-) {
-    if max == 0 {
-        return;
-    }
-    if map.len() >= max && !map.contains_key(&key) {
-        map.retain(|_, v| live(v));
-        if map.len() >= max {
-            let excess = map.len() - max * 7 / 8;
-            let victims: Vec<Box<[u8]>> = map.keys().take(excess).cloned().collect();
-            for k in victims {
-                map.remove(&k);
-            }
-        }
-    }
-    map.insert(key, value);
-}
-
-/// The edge listener's answer (control-plane `edge::EdgeLink`); unknown fields are ignored so
-/// the control plane can add some.
-#[derive(Deserialize)]
-struct WireLink {
-    long_url: String,
-    #[serde(default)]
-    expires_at_ms: Option<i64>,
-    status: LinkStatus,
-    #[serde(default)]
-    warn: bool,
-}
-
-#[derive(Deserialize)]
-struct WireError {
-    error: WireErrorBody,
-}
-
-#[derive(Deserialize)]
-struct WireErrorBody {
-    code: String,
-}
-
-/// Appends `code` to `url`, percent-encoding everything but unreserved characters (codes are
-/// `[A-Za-z0-9_-]`, but the caller may hand over any bytes).
-fn push_encoded(url: &mut String, code: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in code {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            url.push(char::from(b));
-        } else {
-            url.push('%');
-            url.push(char::from(HEX[usize::from(b >> 4)]));
-            url.push(char::from(HEX[usize::from(b & 15)]));
-        }
-    }
-}
-
-fn fetch(agent: &ureq::Agent, base: &str, token: Option<&str>, code: &[u8]) -> Fetched {
-    let mut url = String::with_capacity(base.len() + 16 + code.len() * 3);
-    url.push_str(base);
-    url.push_str("/edge/v1/links/");
-    push_encoded(&mut url, code);
-    let mut req = agent.get(&url);
-    if let Some(token) = token {
-        req = req.set("Authorization", &format!("Bearer {token}"));
-    }
-    match req.call() {
-        Ok(resp) if resp.status() == 200 => {
-            match serde_json::from_reader::<_, WireLink>(resp.into_reader().take(MAX_BODY)) {
-                Ok(w) => Fetched::Found(OriginAnswer::Found {
-                    url: w.long_url.into_bytes().into_boxed_slice(),
-                    expires_at_ms: w.expires_at_ms,
-                    status: w.status,
-                    warn: w.warn,
-                }),
-                Err(e) => {
-                    tracing::warn!(error = %e, "origin: unreadable answer");
-                    let timed_out = is_timeout(&e);
-                    Fetched::Failed {
-                        timed_out,
-                        fail_over: timed_out,
-                    }
-                }
-            }
-        }
-        Ok(resp) => {
-            tracing::warn!(status = resp.status(), "origin: unexpected status");
-            Fetched::Failed {
-                timed_out: false,
-                fail_over: false,
-            }
-        }
-        Err(ureq::Error::Status(404, resp)) => {
-            match serde_json::from_reader::<_, WireError>(resp.into_reader().take(MAX_BODY)) {
-                Ok(w) if w.error.code == "not_found" => Fetched::NotFound,
-                _ => {
-                    tracing::warn!("origin: a 404 that is not the edge listener's not_found");
-                    Fetched::Failed {
-                        timed_out: false,
-                        fail_over: false,
-                    }
-                }
-            }
-        }
-        Err(ureq::Error::Status(status, _)) => {
-            tracing::warn!(status, "origin: error status");
-            Fetched::Failed {
-                timed_out: false,
-                fail_over: status >= 500,
-            }
-        }
-        Err(e) => {
-            let timed_out = is_timeout(&e);
-            tracing::warn!(error = %e, timed_out, "origin: fetch failed");
-            Fetched::Failed {
-                timed_out,
-                fail_over: true,
-            }
-        }
-    }
-}
-
-/// Whether an error chain bottoms out in an I/O timeout.
-fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-            ) {
-                return true;
-            }
-        }
-        cur = err.source();
-    }
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{BufRead as _, BufReader};
+    use std::io::{BufRead as _, BufReader, Write as _};
     use std::net::{TcpListener, TcpStream};
-    use std::process::{Child, Command, Stdio};
     use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+    use lasthop_core::LinkStatus;
 
     type Handler = dyn Fn(&str) -> (u16, String, Duration) + Send + Sync;
 
@@ -1352,196 +1002,5 @@ mod tests {
             *seen.lock().unwrap(),
             vec!["/edge/v1/links/a%20b%2Fc%3F%FF".to_string()]
         );
-    }
-
-    #[test]
-    fn caches_are_bounded() {
-        let mut map = HashMap::new();
-        for i in 0..1000u32 {
-            bounded_insert(&mut map, i.to_le_bytes().into(), i, 64, |_| true);
-            assert!(map.len() <= 64);
-        }
-        assert!(map.contains_key(&999u32.to_le_bytes()[..]));
-        // Dead entries go first.
-        let mut map = HashMap::new();
-        for i in 0..64u32 {
-            bounded_insert(&mut map, i.to_le_bytes().into(), i, 64, |_| true);
-        }
-        bounded_insert(&mut map, 1000u32.to_le_bytes().into(), 1000, 64, |v| {
-            v % 2 == 0
-        });
-        assert_eq!(map.len(), 33);
-        bounded_insert(&mut map, b"x"[..].into(), 0, 0, |_| true);
-        assert!(!map.contains_key(&b"x"[..]));
-    }
-
-    /// The `lasthop-control` binary in this test's target directory (a workspace test run
-    /// builds it), built through cargo only when it is missing, or `LASTHOP_CONTROL_BIN`.
-    /// Building it unconditionally would resolve `-p lasthop-control`'s own feature set and
-    /// rebuild half the dependency tree on every run.
-    fn control_binary() -> std::path::PathBuf {
-        if let Ok(p) = std::env::var("LASTHOP_CONTROL_BIN") {
-            return p.into();
-        }
-        // .../target/debug/deps/lasthop_engine-HASH → .../target/debug
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
-        if profile_dir.join("lasthop-control").exists() {
-            return profile_dir.join("lasthop-control");
-        }
-        if let Ok(cargo) = std::env::var("CARGO") {
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "--quiet", "-p", "lasthop-control", "--target-dir"])
-                .arg(profile_dir.parent().unwrap())
-                .current_dir(env!("CARGO_MANIFEST_DIR"));
-            match profile_dir.file_name().and_then(|n| n.to_str()) {
-                Some("debug") => {}
-                Some(profile) => {
-                    cmd.args(["--profile", profile]);
-                }
-                None => {}
-            }
-            assert!(cmd.status().unwrap().success(), "building lasthop-control");
-        }
-        profile_dir.join("lasthop-control")
-    }
-
-    struct Control {
-        child: Child,
-        api: String,
-        edge: String,
-        key: String,
-        token: String,
-        _dir: tempfile::TempDir,
-    }
-
-    impl Drop for Control {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    fn start_control() -> Control {
-        let bin = control_binary();
-        let dir = tempfile::tempdir().unwrap();
-        let run = |args: &[&str]| {
-            let out = Command::new(&bin).args(args).output().unwrap();
-            assert!(out.status.success(), "{args:?}: {out:?}");
-            String::from_utf8(out.stdout).unwrap().trim().to_string()
-        };
-        let data = dir.path().join("data");
-        let keyfile = dir.path().join("key");
-        run(&["keygen", "--out", keyfile.to_str().unwrap()]);
-        let key = run(&[
-            "apikey",
-            "create",
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--owner",
-            "alice",
-        ]);
-        let mut child = Command::new(&bin)
-            .args(["serve", "--data-dir", data.to_str().unwrap()])
-            .args(["--key-file", keyfile.to_str().unwrap()])
-            .args([
-                "--api-listen",
-                "127.0.0.1:0",
-                "--edge-listen",
-                "127.0.0.1:0",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap());
-        let mut line = |prefix: &str| {
-            let mut l = String::new();
-            lines.read_line(&mut l).unwrap();
-            l.trim()
-                .strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("{l:?}"))
-                .to_string()
-        };
-        let api = line("api listening on ");
-        let edge = line("edge listening on ");
-        let token = std::fs::read_to_string(data.join("edge.token"))
-            .unwrap()
-            .trim()
-            .to_string();
-        Control {
-            child,
-            api,
-            edge,
-            key,
-            token,
-            _dir: dir,
-        }
-    }
-
-    fn create(control: &Control, body: &str) -> String {
-        let resp: serde_json::Value = ureq::post(&format!("{}/v1/links", control.api))
-            .set("Authorization", &format!("Bearer {}", control.key))
-            .set("Content-Type", "application/json")
-            .send_string(body)
-            .unwrap()
-            .into_json()
-            .unwrap();
-        resp["code"].as_str().unwrap().to_string()
-    }
-
-    /// Against the real control plane: found, deleted, never existed.
-    #[test]
-    fn reads_through_to_a_real_control_plane() {
-        let control = start_control();
-        let code = create(&control, r#"{"long_url":"https://example.com/real"}"#);
-        let gone = create(
-            &control,
-            r#"{"long_url":"https://example.com/gone","alias":"gone-alias"}"#,
-        );
-        ureq::delete(&format!("{}/v1/links/{gone}", control.api))
-            .set("Authorization", &format!("Bearer {}", control.key))
-            .call()
-            .unwrap();
-        // Without the edge token the control plane answers 401: a failure, never "not found".
-        let (anonymous, inboxes) = Origin::start(controls(&control.edge), cfg(), 1).unwrap();
-        assert_eq!(
-            one(&anonymous, &inboxes[0], code.as_bytes(), true),
-            OriginAnswer::Unavailable
-        );
-        let with_token = OriginConfig {
-            token: Some(control.token.clone()),
-            ..cfg()
-        };
-        let (origin, inboxes) = Origin::start(controls(&control.edge), with_token, 1).unwrap();
-        let inbox = &inboxes[0];
-        assert_eq!(
-            one(&origin, inbox, code.as_bytes(), true),
-            OriginAnswer::Found {
-                url: (*b"https://example.com/real").into(),
-                expires_at_ms: None,
-                status: LinkStatus::Active,
-                warn: false,
-            }
-        );
-        assert_eq!(
-            one(&origin, inbox, b"gone-alias", true),
-            OriginAnswer::Found {
-                url: Box::new([]),
-                expires_at_ms: None,
-                status: LinkStatus::Deleted,
-                warn: false,
-            }
-        );
-        assert_eq!(
-            one(&origin, inbox, b"never-existed", true),
-            OriginAnswer::NotFound
-        );
-        assert_eq!(
-            one(&origin, inbox, b"never-existed", true),
-            OriginAnswer::NotFound
-        );
-        assert_eq!(origin.stats().fetches(), 3);
-        assert_eq!(origin.stats().negative_hits(), 1);
     }
 }

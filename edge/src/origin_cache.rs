@@ -1,0 +1,595 @@
+//! The read-through's decisions, without threads or sockets: which lookups are answered at once
+//! (a cached 404, a fresh answer, the breaker open), which join a fetch already under way
+//! (singleflight), which start one, and what a fetch's outcome does to the caches and to the
+//! control planes' breakers. Time is an argument (`now`), so every rule is tested with a fake
+//! clock; the engine's `origin` module holds one of these behind a mutex and does the fetching.
+//!
+//! - **Negative cache**: a 404 is remembered for `negative_ttl`, but only when every waiter said
+//!   so (`may_cache_negative`): generated codes inside the high-water reserve window may be
+//!   minted any second, so the engine passes `false` for them.
+//! - **Fresh reuse**: a good answer younger than `fresh_ttl` is reused without a fetch.
+//! - **Stale-if-error**: a good answer younger than `stale_ttl` is served when a fetch fails, or
+//!   when every control plane's breaker is open.
+//! - **Breaker**: a control plane whose fetch failed is skipped for `breaker`; once every one
+//!   is, lookups are answered (stale or `Unavailable`) without a fetch.
+//! - Both caches hold at most `max_entries` codes; at most `max_pending` codes are queued or
+//!   being fetched, past which a miss is answered from the stale cache or as `Unavailable`.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use lasthop_core::LinkStatus;
+
+/// What the origin says about a code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OriginAnswer {
+    /// The link exists (in any state; deleted ones have an empty `url`).
+    Found {
+        url: Box<[u8]>,
+        expires_at_ms: Option<i64>,
+        /// The status at the control plane's clock when it answered.
+        status: LinkStatus,
+        warn: bool,
+    },
+    /// The code never existed.
+    NotFound,
+    /// No answer (timeout, error) and nothing good enough cached.
+    Unavailable,
+}
+
+/// The cache's settings (the engine's `OriginConfig` carries them).
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    pub fresh_ttl: Duration,
+    pub stale_ttl: Duration,
+    pub negative_ttl: Duration,
+    pub breaker: Duration,
+    pub max_entries: usize,
+    pub max_pending: usize,
+}
+
+/// What one fetch from one control plane gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetched {
+    /// The link (an [`OriginAnswer::Found`]).
+    Found(OriginAnswer),
+    NotFound,
+    Failed {
+        timed_out: bool,
+        /// The control plane is unreachable, timed out or answered 5xx: try the next. (A 401,
+        /// a stray 404 or a garbled body would be the same anywhere.)
+        fail_over: bool,
+    },
+}
+
+/// Why a lookup was answered without a fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shortcut {
+    /// A remembered 404.
+    Negative,
+    /// A good answer younger than `fresh_ttl`.
+    Fresh,
+    /// Every control plane's breaker is open; `stale` says whether a stale answer was served.
+    Breaker { stale: bool },
+    /// Too many codes are pending; `stale` as above.
+    Overflow { stale: bool },
+}
+
+/// What [`OriginCache::lookup`] decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup<W> {
+    /// Answered now: hand `answer` to `waiter`.
+    Answered {
+        waiter: W,
+        answer: OriginAnswer,
+        via: Shortcut,
+    },
+    /// Joined the fetch of this code already under way.
+    Joined,
+    /// A fetch was queued; [`OriginCache::next_fetch`] hands it out.
+    Queued,
+}
+
+/// What a fetch's outcome settles: every waiter gets `answer`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Settled<W> {
+    pub waiters: Vec<W>,
+    pub answer: OriginAnswer,
+    /// The fetch failed and a stale answer was served instead.
+    pub stale_served: bool,
+}
+
+/// A fetch under way and who waits for it.
+#[derive(Debug)]
+struct Flight<W> {
+    waiters: Vec<W>,
+    /// False as soon as one waiter forbids caching a 404.
+    may_cache_negative: bool,
+}
+
+/// The read-through's state: queued and in-flight fetches with their waiters (of type `W`,
+/// whatever the caller needs to deliver an answer), both caches, and one breaker per control
+/// plane.
+#[derive(Debug)]
+pub struct OriginCache<W> {
+    cfg: CacheConfig,
+    queue: VecDeque<Box<[u8]>>,
+    inflight: HashMap<Box<[u8]>, Flight<W>>,
+    /// Last good answer and when it was fetched.
+    positive: HashMap<Box<[u8]>, (OriginAnswer, Instant)>,
+    /// 404s and when they stop counting.
+    negative: HashMap<Box<[u8]>, Instant>,
+    /// Per control plane (by index): until when it is not tried.
+    down_until: Vec<Option<Instant>>,
+}
+
+impl<W> OriginCache<W> {
+    /// A cache in front of `controls` control planes (at least one).
+    pub fn new(cfg: CacheConfig, controls: usize) -> Self {
+        OriginCache {
+            cfg,
+            queue: VecDeque::new(),
+            inflight: HashMap::new(),
+            positive: HashMap::new(),
+            negative: HashMap::new(),
+            down_until: vec![None; controls.max(1)],
+        }
+    }
+
+    /// A lookup of `code` for `waiter`. `may_cache_negative`: whether a 404 for this code may be
+    /// remembered (and a remembered one used).
+    pub fn lookup(
+        &mut self,
+        code: &[u8],
+        waiter: W,
+        may_cache_negative: bool,
+        now: Instant,
+    ) -> Lookup<W> {
+        if may_cache_negative {
+            if let Some(&until) = self.negative.get(code) {
+                if now < until {
+                    return Lookup::Answered {
+                        waiter,
+                        answer: OriginAnswer::NotFound,
+                        via: Shortcut::Negative,
+                    };
+                }
+                self.negative.remove(code);
+            }
+        }
+        let fresh = self
+            .positive
+            .get(code)
+            .filter(|(_, at)| now.saturating_duration_since(*at) < self.cfg.fresh_ttl)
+            .map(|(a, _)| a.clone());
+        if let Some(answer) = fresh {
+            return Lookup::Answered {
+                waiter,
+                answer,
+                via: Shortcut::Fresh,
+            };
+        }
+        if self.all_down(now) {
+            let stale = self.stale(code, now);
+            let via = Shortcut::Breaker {
+                stale: stale.is_some(),
+            };
+            return Lookup::Answered {
+                waiter,
+                answer: stale.unwrap_or(OriginAnswer::Unavailable),
+                via,
+            };
+        }
+        if let Some(flight) = self.inflight.get_mut(code) {
+            flight.waiters.push(waiter);
+            flight.may_cache_negative &= may_cache_negative;
+            return Lookup::Joined;
+        }
+        if self.inflight.len() >= self.cfg.max_pending {
+            let stale = self.stale(code, now);
+            let via = Shortcut::Overflow {
+                stale: stale.is_some(),
+            };
+            return Lookup::Answered {
+                waiter,
+                answer: stale.unwrap_or(OriginAnswer::Unavailable),
+                via,
+            };
+        }
+        let key: Box<[u8]> = code.into();
+        self.inflight.insert(
+            key.clone(),
+            Flight {
+                waiters: vec![waiter],
+                may_cache_negative,
+            },
+        );
+        self.queue.push_back(key);
+        Lookup::Queued
+    }
+
+    /// The next code to fetch, oldest first.
+    pub fn next_fetch(&mut self) -> Option<Box<[u8]>> {
+        self.queue.pop_front()
+    }
+
+    /// Whether control plane `control` failed within the breaker window.
+    pub fn is_down(&self, control: usize, now: Instant) -> bool {
+        self.down_until
+            .get(control)
+            .copied()
+            .flatten()
+            .is_some_and(|until| now < until)
+    }
+
+    /// Every control plane failed within the breaker window.
+    pub fn all_down(&self, now: Instant) -> bool {
+        (0..self.down_until.len()).all(|i| self.is_down(i, now))
+    }
+
+    /// The fetch of `code` ended with `fetched`, from control plane `answered_by`, after
+    /// `failed_before` failed (when the fetch was retried on another). Updates the breakers
+    /// and the caches and hands back the waiters with their answer.
+    pub fn settle(
+        &mut self,
+        code: &[u8],
+        fetched: Fetched,
+        answered_by: usize,
+        failed_before: Option<usize>,
+        now: Instant,
+    ) -> Settled<W> {
+        let flight = self.inflight.remove(code);
+        let may_cache_negative = flight.as_ref().is_some_and(|f| f.may_cache_negative);
+        let down = (!self.cfg.breaker.is_zero()).then(|| now + self.cfg.breaker);
+        let failed = matches!(fetched, Fetched::Failed { .. });
+        for (control, failed) in [(failed_before, true), (Some(answered_by), failed)] {
+            if let Some(slot) = control.and_then(|c| self.down_until.get_mut(c)) {
+                *slot = if failed { down } else { None };
+            }
+        }
+        let (max, stale_ttl) = (self.cfg.max_entries, self.cfg.stale_ttl);
+        let mut stale_served = false;
+        let answer = match fetched {
+            Fetched::Found(answer) => {
+                self.negative.remove(code);
+                bounded_insert(
+                    &mut self.positive,
+                    code.into(),
+                    (answer.clone(), now),
+                    max,
+                    |(_, at)| now.saturating_duration_since(*at) < stale_ttl,
+                );
+                answer
+            }
+            Fetched::NotFound => {
+                self.positive.remove(code);
+                if may_cache_negative && !self.cfg.negative_ttl.is_zero() {
+                    bounded_insert(
+                        &mut self.negative,
+                        code.into(),
+                        now + self.cfg.negative_ttl,
+                        max,
+                        |until| now < *until,
+                    );
+                }
+                OriginAnswer::NotFound
+            }
+            Fetched::Failed { .. } => match self.stale(code, now) {
+                Some(stale) => {
+                    stale_served = true;
+                    stale
+                }
+                None => OriginAnswer::Unavailable,
+            },
+        };
+        Settled {
+            waiters: flight.map(|f| f.waiters).unwrap_or_default(),
+            answer,
+            stale_served,
+        }
+    }
+
+    /// The stale answer for `code`, if one is young enough.
+    fn stale(&self, code: &[u8], now: Instant) -> Option<OriginAnswer> {
+        self.positive
+            .get(code)
+            .filter(|(_, at)| now.saturating_duration_since(*at) < self.cfg.stale_ttl)
+            .map(|(a, _)| a.clone())
+    }
+
+    /// Codes in the good-answer and 404 caches.
+    pub fn cached(&self) -> (usize, usize) {
+        (self.positive.len(), self.negative.len())
+    }
+}
+
+/// Inserts, keeping `map` at most `max` long: when full, drops the entries `live` rejects, then
+/// an arbitrary eighth (amortised O(1) per insert).
+fn bounded_insert<V>(
+    map: &mut HashMap<Box<[u8]>, V>,
+    key: Box<[u8]>,
+    value: V,
+    max: usize,
+    live: impl Fn(&V) -> bool,
+) {
+    if max == 0 {
+        return;
+    }
+    if map.len() >= max && !map.contains_key(&key) {
+        map.retain(|_, v| live(v));
+        if map.len() >= max {
+            let excess = map.len() - max * 7 / 8;
+            let victims: Vec<Box<[u8]>> = map.keys().take(excess).cloned().collect();
+            for k in victims {
+                map.remove(&k);
+            }
+        }
+    }
+    map.insert(key, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn cfg() -> CacheConfig {
+        CacheConfig {
+            fresh_ttl: S,
+            stale_ttl: 600 * S,
+            negative_ttl: 5 * S,
+            breaker: S,
+            max_entries: 100,
+            max_pending: 4,
+        }
+    }
+
+    fn found(url: &str) -> OriginAnswer {
+        OriginAnswer::Found {
+            url: url.as_bytes().into(),
+            expires_at_ms: None,
+            status: LinkStatus::Active,
+            warn: false,
+        }
+    }
+
+    const FAILED: Fetched = Fetched::Failed {
+        timed_out: true,
+        fail_over: true,
+    };
+
+    /// Looks `code` up for waiter `w` and expects a queued fetch, which it takes.
+    fn fetch_needed(c: &mut OriginCache<u32>, code: &[u8], w: u32, neg: bool, now: Instant) {
+        assert_eq!(c.lookup(code, w, neg, now), Lookup::Queued);
+        assert_eq!(c.next_fetch().as_deref(), Some(code));
+    }
+
+    #[test]
+    fn lookups_of_one_code_share_one_fetch() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(cfg(), 1);
+        fetch_needed(&mut c, b"abc1234", 1, true, t0);
+        assert_eq!(c.lookup(b"abc1234", 2, true, t0), Lookup::Joined);
+        assert_eq!(c.lookup(b"abc1234", 3, true, t0), Lookup::Joined);
+        assert_eq!(c.next_fetch(), None, "one fetch for three waiters");
+        let s = c.settle(b"abc1234", Fetched::Found(found("https://a/")), 0, None, t0);
+        assert_eq!(s.waiters, vec![1, 2, 3]);
+        assert_eq!(s.answer, found("https://a/"));
+        assert!(!s.stale_served);
+    }
+
+    #[test]
+    fn a_fresh_answer_is_reused_until_fresh_ttl() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(cfg(), 1);
+        fetch_needed(&mut c, b"abc1234", 1, true, t0);
+        c.settle(b"abc1234", Fetched::Found(found("https://a/")), 0, None, t0);
+        assert_eq!(
+            c.lookup(b"abc1234", 2, true, t0 + S / 2),
+            Lookup::Answered {
+                waiter: 2,
+                answer: found("https://a/"),
+                via: Shortcut::Fresh
+            }
+        );
+        fetch_needed(&mut c, b"abc1234", 3, true, t0 + S);
+    }
+
+    #[test]
+    fn a_failed_fetch_serves_the_stale_answer_until_stale_ttl() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(
+            CacheConfig {
+                breaker: Duration::ZERO,
+                ..cfg()
+            },
+            1,
+        );
+        fetch_needed(&mut c, b"abc1234", 1, true, t0);
+        c.settle(b"abc1234", Fetched::Found(found("https://a/")), 0, None, t0);
+        let t1 = t0 + 10 * S;
+        fetch_needed(&mut c, b"abc1234", 2, true, t1);
+        let s = c.settle(b"abc1234", FAILED, 0, None, t1);
+        assert_eq!((s.answer, s.stale_served), (found("https://a/"), true));
+        // Past stale_ttl the answer is gone: unavailable, never a 404.
+        let t2 = t0 + 601 * S;
+        fetch_needed(&mut c, b"abc1234", 3, true, t2);
+        let s = c.settle(b"abc1234", FAILED, 0, None, t2);
+        assert_eq!(
+            (s.answer, s.stale_served),
+            (OriginAnswer::Unavailable, false)
+        );
+        // A failure for a code never seen is unavailable too.
+        fetch_needed(&mut c, b"zzz9999", 4, true, t2);
+        let s = c.settle(b"zzz9999", FAILED, 0, None, t2);
+        assert_eq!(s.answer, OriginAnswer::Unavailable);
+    }
+
+    #[test]
+    fn a_404_is_remembered_only_where_every_waiter_allows_it() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(cfg(), 1);
+        // An alias (may cache): remembered for negative_ttl.
+        fetch_needed(&mut c, b"some-alias", 1, true, t0);
+        c.settle(b"some-alias", Fetched::NotFound, 0, None, t0);
+        assert_eq!(
+            c.lookup(b"some-alias", 2, true, t0 + 4 * S),
+            Lookup::Answered {
+                waiter: 2,
+                answer: OriginAnswer::NotFound,
+                via: Shortcut::Negative
+            }
+        );
+        // A lookup that may not use the negative cache (inside the reserve window) fetches.
+        fetch_needed(&mut c, b"some-alias", 3, false, t0 + 4 * S);
+        c.settle(b"some-alias", Fetched::NotFound, 0, None, t0 + 4 * S);
+        fetch_needed(&mut c, b"other-alias", 4, true, t0 + 6 * S);
+        // Expired: fetched again.
+        fetch_needed(&mut c, b"some-alias", 5, true, t0 + 10 * S);
+        // A joined waiter in the reserve window forbids caching the fetch's 404.
+        fetch_needed(&mut c, b"abc1234", 6, true, t0);
+        assert_eq!(c.lookup(b"abc1234", 7, false, t0), Lookup::Joined);
+        let s = c.settle(b"abc1234", Fetched::NotFound, 0, None, t0);
+        assert_eq!(s.waiters, vec![6, 7]);
+        fetch_needed(&mut c, b"abc1234", 8, true, t0 + S / 10);
+    }
+
+    #[test]
+    fn a_404_drops_the_good_answer_and_a_find_drops_the_404() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(
+            CacheConfig {
+                fresh_ttl: Duration::ZERO,
+                ..cfg()
+            },
+            1,
+        );
+        fetch_needed(&mut c, b"abc1234", 1, true, t0);
+        c.settle(b"abc1234", Fetched::Found(found("https://a/")), 0, None, t0);
+        fetch_needed(&mut c, b"abc1234", 2, true, t0);
+        c.settle(b"abc1234", Fetched::NotFound, 0, None, t0);
+        // The link was deleted for good: a failure now has nothing stale to serve.
+        fetch_needed(&mut c, b"abc1234", 3, false, t0);
+        let s = c.settle(b"abc1234", FAILED, 0, None, t0);
+        assert_eq!(s.answer, OriginAnswer::Unavailable);
+        assert_eq!(c.cached(), (0, 1));
+    }
+
+    #[test]
+    fn the_breaker_opens_when_every_control_plane_failed() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(
+            CacheConfig {
+                fresh_ttl: Duration::ZERO,
+                ..cfg()
+            },
+            2,
+        );
+        fetch_needed(&mut c, b"abc1234", 1, true, t0);
+        c.settle(b"abc1234", Fetched::Found(found("https://a/")), 0, None, t0);
+        // Control plane 0 fails and 1 answers: only 0 is down.
+        fetch_needed(&mut c, b"abc1234", 2, true, t0);
+        c.settle(
+            b"abc1234",
+            Fetched::Found(found("https://a/")),
+            1,
+            Some(0),
+            t0,
+        );
+        assert!(c.is_down(0, t0) && !c.is_down(1, t0) && !c.all_down(t0));
+        // Both fail: lookups are answered without a fetch, stale where there is something.
+        fetch_needed(&mut c, b"abc1234", 3, true, t0);
+        c.settle(b"abc1234", FAILED, 1, Some(0), t0);
+        assert!(c.all_down(t0));
+        assert_eq!(
+            c.lookup(b"abc1234", 4, true, t0 + S / 2),
+            Lookup::Answered {
+                waiter: 4,
+                answer: found("https://a/"),
+                via: Shortcut::Breaker { stale: true }
+            }
+        );
+        assert_eq!(
+            c.lookup(b"new7777", 5, true, t0 + S / 2),
+            Lookup::Answered {
+                waiter: 5,
+                answer: OriginAnswer::Unavailable,
+                via: Shortcut::Breaker { stale: false }
+            }
+        );
+        // After the window, a fetch is tried again; a success closes that breaker.
+        fetch_needed(&mut c, b"new7777", 6, true, t0 + S);
+        c.settle(b"new7777", Fetched::NotFound, 1, None, t0 + S);
+        assert!(!c.is_down(1, t0 + S));
+    }
+
+    #[test]
+    fn a_zero_breaker_never_opens() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(
+            CacheConfig {
+                breaker: Duration::ZERO,
+                ..cfg()
+            },
+            1,
+        );
+        fetch_needed(&mut c, b"abc1234", 1, true, t0);
+        c.settle(b"abc1234", FAILED, 0, None, t0);
+        assert!(!c.all_down(t0));
+    }
+
+    #[test]
+    fn pending_fetches_are_bounded() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(cfg(), 1);
+        for (i, code) in [b"aaa0001", b"aaa0002", b"aaa0003", b"aaa0004"]
+            .iter()
+            .enumerate()
+        {
+            assert_eq!(c.lookup(*code, i as u32, true, t0), Lookup::Queued);
+        }
+        assert_eq!(
+            c.lookup(b"aaa0005", 9, true, t0),
+            Lookup::Answered {
+                waiter: 9,
+                answer: OriginAnswer::Unavailable,
+                via: Shortcut::Overflow { stale: false }
+            }
+        );
+        // Joining a pending fetch is still allowed.
+        assert_eq!(c.lookup(b"aaa0001", 10, true, t0), Lookup::Joined);
+        let code = c.next_fetch().unwrap();
+        c.settle(&code, Fetched::NotFound, 0, None, t0);
+        assert_eq!(c.lookup(b"aaa0005", 11, true, t0), Lookup::Queued);
+    }
+
+    #[test]
+    fn caches_stay_bounded() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(
+            CacheConfig {
+                max_entries: 16,
+                max_pending: 1000,
+                ..cfg()
+            },
+            1,
+        );
+        for i in 0..200u32 {
+            let code = format!("c{i:06}");
+            fetch_needed(&mut c, code.as_bytes(), i, true, t0);
+            c.settle(
+                code.as_bytes(),
+                Fetched::Found(found("https://a/")),
+                0,
+                None,
+                t0,
+            );
+            let code = format!("n{i:06}");
+            fetch_needed(&mut c, code.as_bytes(), i, true, t0);
+            c.settle(code.as_bytes(), Fetched::NotFound, 0, None, t0);
+        }
+        let (pos, neg) = c.cached();
+        assert!(pos <= 16 && neg <= 16, "{pos} {neg}");
+    }
+}

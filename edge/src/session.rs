@@ -1,0 +1,840 @@
+//! One connection's HTTP protocol state, as a state machine fed bytes, origin replies and the
+//! time (STYLE.md 17: smoltcp's sockets, quinn's `Connection`). It never touches a socket, a
+//! thread or a clock: the I/O loop (io_uring, epoll, the kernel-bypass one to come, and the TLS
+//! layer above any of them) hands it what it received with [`Env`] (the tables, the limits and
+//! `now`), sends what it rendered into [`Session::out`], and carries out the [`Effect`]s it
+//! reports: ask the origin for a code, record a click, count an answer.
+//!
+//! Requests are answered in order (pipelining): a request that needs the origin parks the
+//! connection with its bytes still in [`Session::inbuf`], and the requests behind it wait; the
+//! origin's reply, handed to [`Session::on_origin`], finishes the parked decision (the decode
+//! and the table walk are not done again) and the rest are answered.
+//!
+//! Effects go through a sink ([`Effects`]) rather than a returned list: a request costs no
+//! allocation, and an effect can borrow the request's bytes (a click record reads its headers).
+
+use crate::answer::{self, Answer, Layer, OriginLink};
+use crate::http::{self, Limits, Method, Parse, Request};
+use crate::origin_cache::OriginAnswer;
+use crate::render::{self, Pages};
+use crate::tables::Tables;
+
+/// Largest response backlog before a connection stops reading (a pipelining client that never
+/// reads its answers must not grow our memory).
+pub const MAX_PENDING_OUT: usize = 256 * 1024;
+
+/// What a session reads for one call: the core's current tables and settings, and `now`.
+#[derive(Debug, Clone, Copy)]
+pub struct Env<'a> {
+    pub tables: &'a Tables,
+    pub limits: &'a Limits,
+    pub pages: &'a Pages,
+    /// The header lines every answer carries (`Date`, and HSTS on HTTPS).
+    pub headers: &'a Headers,
+    /// Wall clock, Unix milliseconds.
+    pub now_ms: i64,
+    /// Floor mode (`--fixed-response`): every request gets the same 302, nothing is looked up.
+    pub fixed: bool,
+    /// `--redirect-http-to-https`: the HTTPS port plain-listener requests are sent to.
+    pub https_redirect: Option<u16>,
+}
+
+/// What a session asks of the loop that drives it, in the order it happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Effect<'a> {
+    /// Look `code` up at the origin and hand the answer to [`Session::on_origin`]; the
+    /// connection is parked until then.
+    NeedOrigin {
+        code: &'a [u8],
+        /// The origin may remember a 404 for it (see [`Answer::NeedOrigin`]).
+        cache_negative: bool,
+    },
+    /// A redirect was served for `code`: the click hook (the hot-code sketch, the click record).
+    Click {
+        req: &'a Request<'a>,
+        code: &'a [u8],
+    },
+    /// An answer was rendered: its status, and the layer that settled it (`None` for answers
+    /// no table was asked about: the fixed response, the HTTPS redirect).
+    Answered { status: u16, layer: Option<Layer> },
+    /// A request in TLS early data that is not GET/HEAD got 425.
+    TooEarly,
+    /// The first redirect of a link the feed brought, `after_ms` after its creation.
+    FirstRedirect { after_ms: i64 },
+    /// Safe mode could not confirm a locally found link at the origin: it was served from the
+    /// local tables.
+    Unconfirmed,
+}
+
+/// Where a session's effects go.
+pub trait Effects {
+    fn effect(&mut self, effect: Effect<'_>);
+}
+
+/// The header lines of every answer: `Date` (RFC 9110 §6.6.1: a server with a clock sends it),
+/// formatted once per second per core rather than per request, and on HTTPS the
+/// `Strict-Transport-Security` line after it.
+#[derive(Debug, Default, Clone)]
+pub struct Headers {
+    second: Option<i64>,
+    plain: Vec<u8>,
+    https: Vec<u8>,
+}
+
+impl Headers {
+    /// Rebuilds the lines when `now_ms` is in another second than the last call.
+    pub fn refresh(&mut self, now_ms: i64, hsts: &[u8]) {
+        let second = now_ms.div_euclid(1000);
+        if self.second == Some(second) {
+            return;
+        }
+        self.second = Some(second);
+        let when = std::time::UNIX_EPOCH
+            + std::time::Duration::from_secs(u64::try_from(second).unwrap_or(0));
+        self.plain.clear();
+        self.plain.extend_from_slice(b"Date: ");
+        self.plain
+            .extend_from_slice(httpdate::fmt_http_date(when).as_bytes());
+        self.plain.extend_from_slice(b"\r\n");
+        self.https.clear();
+        self.https.extend_from_slice(&self.plain);
+        self.https.extend_from_slice(hsts);
+    }
+
+    /// The lines for a plain or an HTTPS connection.
+    pub fn lines(&self, https: bool) -> &[u8] {
+        if https {
+            &self.https
+        } else {
+            &self.plain
+        }
+    }
+}
+
+/// What a parked request already learnt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Parked {
+    preview: bool,
+    /// Found locally, sent to be confirmed (safe mode).
+    confirming: bool,
+}
+
+/// Per-connection protocol state.
+#[derive(Default)]
+pub struct Session {
+    /// Received bytes not yet answered (partial request, or requests behind an origin wait).
+    pub inbuf: Vec<u8>,
+    /// Rendered answers not yet handed to the kernel.
+    pub out: Vec<u8>,
+    /// Close once `out` is sent.
+    pub close_after_send: bool,
+    /// Last time bytes arrived (idle timeout).
+    pub last_active_ms: i64,
+    /// When the oldest unanswered partial request started (header-read timeout).
+    pub partial_since_ms: Option<i64>,
+    /// Arrived over TLS: answers carry the `Strict-Transport-Security` header.
+    pub https: bool,
+    /// The bytes being fed are TLS 0-RTT early data: only GET and HEAD are answered (a replay
+    /// of them changes nothing); anything else gets 425 Too Early.
+    pub early: bool,
+    /// The client's address, once known (click events hash it; it is never stored).
+    pub peer: Option<std::net::IpAddr>,
+    /// Parked on an origin lookup for the request at the front of `inbuf`.
+    parked: Option<Parked>,
+}
+
+/// Without the peer address: a debug print must not put a client's address in a log.
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("inbuf", &self.inbuf.len())
+            .field("out", &self.out.len())
+            .field("close_after_send", &self.close_after_send)
+            .field("parked", &self.parked)
+            .field("https", &self.https)
+            .field("early", &self.early)
+            .field("peer_known", &self.peer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Result of handling one request.
+enum Step {
+    /// Answered; continue with the next request.
+    Answered(usize),
+    /// Needs more bytes.
+    Partial,
+    /// Parked on the origin.
+    Parked,
+    /// Protocol error answered; close.
+    Closed,
+}
+
+impl Session {
+    /// A fresh session at `now_ms`.
+    pub fn new(now_ms: i64) -> Self {
+        Session {
+            last_active_ms: now_ms,
+            ..Session::default()
+        }
+    }
+
+    /// Parked on an origin lookup.
+    pub fn waiting_origin(&self) -> bool {
+        self.parked.is_some()
+    }
+
+    /// True while the connection should not read more (parked, closing, or backlogged).
+    pub fn paused(&self) -> bool {
+        self.parked.is_some() || self.close_after_send || self.out.len() >= MAX_PENDING_OUT
+    }
+
+    /// Whether the connection has outstayed its welcome at `now_ms`: idle for longer than
+    /// `idle_ms`, or a request head unfinished for longer than `header_ms`. A connection parked
+    /// on the origin is waiting on us, not the other way round.
+    pub fn expired(&self, now_ms: i64, idle_ms: i64, header_ms: i64) -> bool {
+        self.parked.is_none()
+            && (now_ms - self.last_active_ms > idle_ms
+                || self
+                    .partial_since_ms
+                    .is_some_and(|t| now_ms - t > header_ms))
+    }
+
+    /// Feeds bytes just received and answers every complete request in them.
+    pub fn on_input(&mut self, data: &[u8], env: &Env<'_>, fx: &mut impl Effects) {
+        self.last_active_ms = env.now_ms;
+        if self.close_after_send {
+            return; // answering nothing more on a closing connection
+        }
+        if self.inbuf.is_empty() && self.parked.is_none() {
+            // Fast path: parse straight from the receive buffer, copy only a leftover tail.
+            let used = self.process(data, env, fx);
+            if used < data.len() && !self.close_after_send {
+                self.inbuf.extend_from_slice(&data[used..]);
+            }
+        } else {
+            self.inbuf.extend_from_slice(data);
+            self.drive(env, fx);
+        }
+        self.note_partial(env.now_ms);
+    }
+
+    /// The origin answered the request this session is parked on: finish it, then answer what
+    /// is queued behind it.
+    pub fn on_origin(&mut self, reply: &OriginAnswer, env: &Env<'_>, fx: &mut impl Effects) {
+        let Some(parked) = self.parked.take() else {
+            return;
+        };
+        let buf = std::mem::take(&mut self.inbuf);
+        let mut consumed = buf.len();
+        // The request's bytes are parsed again for its headers (the click record reads them);
+        // what the decision learnt (the code's validity, its mark, where it was found) is kept.
+        if let Parse::Complete { req, consumed: n } = http::parse(&buf, env.limits) {
+            consumed = n;
+            let code = code_of(req.path);
+            let t = env.tables;
+            let (answer, layer) = match reply {
+                OriginAnswer::Found {
+                    url,
+                    expires_at_ms,
+                    status,
+                    warn,
+                } => {
+                    let link = OriginLink {
+                        url,
+                        expires_at_ms: *expires_at_ms,
+                        status: *status,
+                        warn: *warn,
+                    };
+                    answer::answer_from_origin(code, parked.preview, t, Some(link), env.now_ms)
+                }
+                OriginAnswer::NotFound => {
+                    answer::answer_from_origin(code, parked.preview, t, None, env.now_ms)
+                }
+                // Safe mode could not confirm: redirect availability comes first, so answer
+                // from the local tables (if they still know the code) and count it.
+                OriginAnswer::Unavailable if parked.confirming => {
+                    match answer::decide_unconfirmed(&req, t, env.now_ms) {
+                        (Answer::NeedOrigin { .. }, _) => (Answer::Unavailable, Layer::Origin),
+                        local => {
+                            fx.effect(Effect::Unconfirmed);
+                            local
+                        }
+                    }
+                }
+                OriginAnswer::Unavailable => (Answer::Unavailable, Layer::Origin),
+            };
+            self.finish(&req, &answer, layer, env, fx);
+        } else {
+            // Cannot happen (the bytes parsed before we parked); answer nothing and close.
+            self.close_after_send = true;
+        }
+        let mut buf = buf;
+        buf.drain(..consumed.min(buf.len()));
+        self.inbuf = buf;
+        if !self.close_after_send {
+            self.drive(env, fx);
+        }
+        self.note_partial(env.now_ms);
+    }
+
+    fn note_partial(&mut self, now_ms: i64) {
+        self.partial_since_ms = if self.inbuf.is_empty() || self.parked.is_some() {
+            None
+        } else {
+            self.partial_since_ms.or(Some(now_ms))
+        };
+    }
+
+    /// Answers whatever is buffered in `inbuf`.
+    fn drive(&mut self, env: &Env<'_>, fx: &mut impl Effects) {
+        if self.parked.is_some() {
+            return;
+        }
+        let mut buf = std::mem::take(&mut self.inbuf);
+        let used = self.process(&buf, env, fx);
+        if self.close_after_send {
+            buf.clear();
+        } else {
+            buf.drain(..used);
+        }
+        // Keep the allocation: a keep-alive connection reuses it.
+        self.inbuf = buf;
+    }
+
+    /// Answers complete requests at the front of `buf`; returns the bytes consumed.
+    fn process(&mut self, buf: &[u8], env: &Env<'_>, fx: &mut impl Effects) -> usize {
+        let mut at = 0;
+        while at < buf.len() && self.out.len() < MAX_PENDING_OUT {
+            match self.one(&buf[at..], env, fx) {
+                Step::Answered(n) => at += n,
+                Step::Partial | Step::Parked => break,
+                Step::Closed => return buf.len(),
+            }
+        }
+        at
+    }
+
+    fn one(&mut self, buf: &[u8], env: &Env<'_>, fx: &mut impl Effects) -> Step {
+        let extra = env.headers.lines(self.https);
+        match http::parse(buf, env.limits) {
+            Parse::Partial => Step::Partial,
+            Parse::Error(e) => {
+                render::render_error(e, extra, &mut self.out);
+                fx.effect(Effect::Answered {
+                    status: e.status(),
+                    layer: Some(Layer::Invalid),
+                });
+                self.close_after_send = true;
+                Step::Closed
+            }
+            Parse::Complete { req, consumed } => {
+                if env.fixed {
+                    render::render_fixed_with(extra, &mut self.out);
+                    fx.effect(Effect::Answered {
+                        status: 302,
+                        layer: None,
+                    });
+                    return Step::Answered(consumed);
+                }
+                if self.early && req.method == Method::Other {
+                    fx.effect(Effect::TooEarly);
+                    self.finish(&req, &Answer::TooEarly, Layer::Invalid, env, fx);
+                    return Step::Answered(consumed);
+                }
+                if let (false, Some(port)) = (self.https, env.https_redirect) {
+                    let (close, status) =
+                        render::render_https_redirect(&req, port, extra, &mut self.out);
+                    fx.effect(Effect::Answered {
+                        status,
+                        layer: None,
+                    });
+                    if close {
+                        self.close_after_send = true;
+                        return Step::Closed;
+                    }
+                    return Step::Answered(consumed);
+                }
+                let (answer, layer) = answer::decide(&req, env.tables, env.now_ms);
+                if let Answer::NeedOrigin {
+                    code,
+                    preview,
+                    cache_negative,
+                    confirming,
+                } = answer
+                {
+                    fx.effect(Effect::NeedOrigin {
+                        code,
+                        cache_negative,
+                    });
+                    self.parked = Some(Parked {
+                        preview,
+                        confirming,
+                    });
+                    return Step::Parked;
+                }
+                self.finish(&req, &answer, layer, env, fx);
+                if self.close_after_send {
+                    return Step::Closed;
+                }
+                Step::Answered(consumed)
+            }
+        }
+    }
+
+    fn finish(
+        &mut self,
+        req: &Request<'_>,
+        answer: &Answer<'_>,
+        layer: Layer,
+        env: &Env<'_>,
+        fx: &mut impl Effects,
+    ) {
+        let extra = env.headers.lines(self.https);
+        let close = render::render_with(answer, req, extra, env.pages, &mut self.out);
+        if let Answer::Redirect { .. } = answer {
+            let code = code_of(req.path);
+            if layer == Layer::Overlay {
+                // Creation-to-first-redirect: only links the feed brought carry a creation time.
+                if let Some(link) = env.tables.overlay.get(code) {
+                    if let Some(created) = link.created_at_ms {
+                        if link.first_served.claim() {
+                            fx.effect(Effect::FirstRedirect {
+                                after_ms: env.now_ms - created,
+                            });
+                        }
+                    }
+                }
+            }
+            fx.effect(Effect::Click { req, code });
+        }
+        fx.effect(Effect::Answered {
+            status: answer.status(),
+            layer: Some(layer),
+        });
+        if close {
+            self.close_after_send = true;
+        }
+    }
+}
+
+/// The code part of a request path (`/abc1234+` → `abc1234`).
+fn code_of(path: &[u8]) -> &[u8] {
+    let p = path.strip_prefix(b"/").unwrap_or(path);
+    p.strip_suffix(b"+").unwrap_or(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answer::tests::{fixture, Fixture, ISSUED, NOW};
+
+    /// The effects, owned, in order.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Seen {
+        NeedOrigin(String, bool),
+        Click(String, String),
+        Answered(u16, Option<Layer>),
+        TooEarly,
+        FirstRedirect(i64),
+        Unconfirmed,
+    }
+
+    #[derive(Default)]
+    struct Recorder(Vec<Seen>);
+
+    impl Effects for Recorder {
+        fn effect(&mut self, e: Effect<'_>) {
+            let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            self.0.push(match e {
+                Effect::NeedOrigin {
+                    code,
+                    cache_negative,
+                } => Seen::NeedOrigin(s(code), cache_negative),
+                Effect::Click { req, code } => Seen::Click(s(code), s(req.user_agent)),
+                Effect::Answered { status, layer } => Seen::Answered(status, layer),
+                Effect::TooEarly => Seen::TooEarly,
+                Effect::FirstRedirect { after_ms } => Seen::FirstRedirect(after_ms),
+                Effect::Unconfirmed => Seen::Unconfirmed,
+            });
+        }
+    }
+
+    impl Recorder {
+        fn take(&mut self) -> Vec<Seen> {
+            std::mem::take(&mut self.0)
+        }
+    }
+
+    /// A core's surroundings with a fake clock.
+    struct Core {
+        f: Fixture,
+        limits: Limits,
+        pages: Pages,
+        headers: Headers,
+        now_ms: i64,
+        fixed: bool,
+        https_redirect: Option<u16>,
+    }
+
+    impl Core {
+        fn new(has_origin: bool) -> Core {
+            let mut headers = Headers::default();
+            headers.refresh(NOW, b"Strict-Transport-Security: max-age=60\r\n");
+            Core {
+                f: fixture(has_origin),
+                limits: Limits::default(),
+                pages: Pages::default(),
+                headers,
+                now_ms: NOW,
+                fixed: false,
+                https_redirect: None,
+            }
+        }
+
+        fn env(&self) -> Env<'_> {
+            Env {
+                tables: &self.f.tables,
+                limits: &self.limits,
+                pages: &self.pages,
+                headers: &self.headers,
+                now_ms: self.now_ms,
+                fixed: self.fixed,
+                https_redirect: self.https_redirect,
+            }
+        }
+    }
+
+    fn get(path: &str) -> String {
+        format!("GET {path} HTTP/1.1\r\nHost: lh.example\r\nUser-Agent: t\r\n\r\n")
+    }
+
+    /// The statuses of the responses in `out`, in order.
+    fn statuses(out: &[u8]) -> Vec<u16> {
+        let text = String::from_utf8_lossy(out);
+        text.match_indices("HTTP/1.1 ")
+            .filter(|(i, _)| *i == 0 || text[..*i].ends_with('\n'))
+            .map(|(i, _)| text[i + 9..i + 12].parse().unwrap())
+            .collect()
+    }
+
+    fn feed(s: &mut Session, core: &Core, fx: &mut Recorder, bytes: &str) {
+        s.on_input(bytes.as_bytes(), &core.env(), fx);
+    }
+
+    #[test]
+    fn pipelined_requests_are_answered_in_order() {
+        let core = Core::new(false);
+        let (c0, c3) = (core.f.code(0), core.f.code(3));
+        let mut s = Session::new(NOW);
+        let mut fx = Recorder::default();
+        let reqs = format!(
+            "{}{}{}",
+            get(&format!("/{c0}")),
+            get(&format!("/{c3}")),
+            get("/x")
+        );
+        feed(&mut s, &core, &mut fx, &reqs);
+        assert_eq!(statuses(&s.out), [302, 410, 404]);
+        assert_eq!(
+            fx.take(),
+            [
+                Seen::Click(c0, "t".into()),
+                Seen::Answered(302, Some(Layer::Snapshot)),
+                Seen::Answered(410, Some(Layer::Denylist)),
+                Seen::Answered(404, Some(Layer::Invalid)),
+            ]
+        );
+        assert!(s.inbuf.is_empty() && !s.close_after_send);
+    }
+
+    #[test]
+    fn a_request_split_across_reads_waits_for_its_end() {
+        let mut core = Core::new(false);
+        let c0 = core.f.code(0);
+        let req = get(&format!("/{c0}"));
+        let (a, b) = req.split_at(10);
+        let mut s = Session::new(NOW);
+        let mut fx = Recorder::default();
+        feed(&mut s, &core, &mut fx, a);
+        assert!(s.out.is_empty() && fx.take().is_empty());
+        assert_eq!(s.partial_since_ms, Some(NOW));
+        core.now_ms += 500;
+        feed(&mut s, &core, &mut fx, b);
+        assert_eq!(statuses(&s.out), [302]);
+        assert_eq!(s.partial_since_ms, None);
+        assert_eq!(s.last_active_ms, NOW + 500);
+    }
+
+    #[test]
+    fn a_miss_parks_until_the_origin_answers_and_the_queue_behind_it_waits() {
+        let core = Core::new(true);
+        let unknown = core.f.code(20);
+        let c0 = core.f.code(0);
+        let mut s = Session::new(NOW);
+        let mut fx = Recorder::default();
+        let reqs = format!("{}{}", get(&format!("/{unknown}")), get(&format!("/{c0}")));
+        feed(&mut s, &core, &mut fx, &reqs);
+        assert!(s.out.is_empty(), "nothing answered out of order");
+        assert!(s.waiting_origin() && s.paused());
+        assert_eq!(fx.take(), [Seen::NeedOrigin(unknown.clone(), true)]);
+        // More bytes while parked are queued, not answered.
+        feed(&mut s, &core, &mut fx, &get("/spring-sale"));
+        assert!(s.out.is_empty() && fx.take().is_empty());
+        assert_eq!(s.partial_since_ms, None, "parked is not slow");
+        let found = OriginAnswer::Found {
+            url: (*b"https://example.com/twenty").into(),
+            expires_at_ms: None,
+            status: lasthop_core::LinkStatus::Active,
+            warn: false,
+        };
+        s.on_origin(&found, &core.env(), &mut fx);
+        assert_eq!(statuses(&s.out), [302, 302, 302]);
+        let out = String::from_utf8_lossy(&s.out);
+        assert!(out.find("/twenty").unwrap() < out.find("/zero").unwrap());
+        assert!(out.contains("https://shop.example/spring"));
+        assert_eq!(
+            fx.take()[..2],
+            [
+                Seen::Click(unknown, "t".into()),
+                Seen::Answered(302, Some(Layer::Origin)),
+            ]
+        );
+        assert!(!s.waiting_origin() && s.inbuf.is_empty());
+        // A reply nobody waits for is ignored.
+        s.on_origin(&OriginAnswer::NotFound, &core.env(), &mut fx);
+        assert!(fx.take().is_empty());
+    }
+
+    #[test]
+    fn origin_replies_finish_the_parked_decision() {
+        let core = Core::new(true);
+        // Inside the reserve window: a 404 may not be cached.
+        let fresh = core.f.code(ISSUED + 5);
+        for (reply, status) in [
+            (OriginAnswer::NotFound, 404),
+            (OriginAnswer::Unavailable, 503),
+            (
+                OriginAnswer::Found {
+                    url: Box::new([]),
+                    expires_at_ms: None,
+                    status: lasthop_core::LinkStatus::Deleted,
+                    warn: false,
+                },
+                410,
+            ),
+            (
+                OriginAnswer::Found {
+                    url: (*b"https://example.com/w").into(),
+                    expires_at_ms: None,
+                    status: lasthop_core::LinkStatus::Active,
+                    warn: true,
+                },
+                200,
+            ),
+        ] {
+            let mut s = Session::new(NOW);
+            let mut fx = Recorder::default();
+            feed(&mut s, &core, &mut fx, &get(&format!("/{fresh}")));
+            assert_eq!(fx.take(), [Seen::NeedOrigin(fresh.clone(), false)]);
+            s.on_origin(&reply, &core.env(), &mut fx);
+            assert_eq!(statuses(&s.out), [status], "{reply:?}");
+            assert_eq!(
+                fx.take().last(),
+                Some(&Seen::Answered(status, Some(Layer::Origin)))
+            );
+        }
+    }
+
+    #[test]
+    fn safe_mode_confirms_at_the_origin_and_falls_back_to_the_local_answer() {
+        let mut core = Core::new(true);
+        core.f.tables.safe_mode = true;
+        let c0 = core.f.code(0);
+        let mut s = Session::new(NOW);
+        let mut fx = Recorder::default();
+        feed(&mut s, &core, &mut fx, &get(&format!("/{c0}")));
+        assert_eq!(fx.take(), [Seen::NeedOrigin(c0.clone(), true)]);
+        // The origin cannot answer: the local snapshot's answer, counted.
+        s.on_origin(&OriginAnswer::Unavailable, &core.env(), &mut fx);
+        assert_eq!(statuses(&s.out), [302]);
+        assert_eq!(
+            fx.take(),
+            [
+                Seen::Unconfirmed,
+                Seen::Click(c0.clone(), "t".into()),
+                Seen::Answered(302, Some(Layer::Snapshot)),
+            ]
+        );
+        // The origin says it was taken down meanwhile: 410, whatever the snapshot says.
+        s.out.clear();
+        feed(&mut s, &core, &mut fx, &get(&format!("/{c0}")));
+        fx.take();
+        let taken = OriginAnswer::Found {
+            url: (*b"https://example.com/zero").into(),
+            expires_at_ms: None,
+            status: lasthop_core::LinkStatus::TakenDown,
+            warn: false,
+        };
+        s.on_origin(&taken, &core.env(), &mut fx);
+        assert_eq!(statuses(&s.out), [410]);
+        // A miss that is not a confirmation gets 503 when the origin cannot answer.
+        s.out.clear();
+        let unknown = core.f.code(30);
+        feed(&mut s, &core, &mut fx, &get(&format!("/{unknown}")));
+        s.on_origin(&OriginAnswer::Unavailable, &core.env(), &mut fx);
+        assert_eq!(statuses(&s.out), [503]);
+    }
+
+    #[test]
+    fn a_bad_request_is_answered_and_closes() {
+        let mut core = Core::new(false);
+        core.limits.max_header_bytes = 64;
+        let mut s = Session::new(NOW);
+        let mut fx = Recorder::default();
+        let big = format!(
+            "GET /x HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n{}",
+            "y".repeat(100),
+            get("/spring-sale")
+        );
+        feed(&mut s, &core, &mut fx, &big);
+        assert_eq!(statuses(&s.out), [431]);
+        assert!(s.close_after_send && s.paused() && s.inbuf.is_empty());
+        // Nothing more is answered on a closing connection.
+        feed(&mut s, &core, &mut fx, &get("/spring-sale"));
+        assert_eq!(statuses(&s.out), [431]);
+        // An unfinished head over the limit is refused without waiting for its end.
+        let mut s = Session::new(NOW);
+        feed(
+            &mut s,
+            &core,
+            &mut fx,
+            &format!("GET /x HTTP/1.1\r\nX: {}", "z".repeat(100)),
+        );
+        assert_eq!(statuses(&s.out), [431]);
+        // Two Host headers: 400 (RFC 9112 §3.2).
+        let mut s = Session::new(NOW);
+        feed(
+            &mut s,
+            &core,
+            &mut fx,
+            "GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        );
+        assert_eq!(statuses(&s.out), [400]);
+    }
+
+    #[test]
+    fn idle_and_slow_heads_expire_on_the_clock_given() {
+        let core = Core::new(true);
+        let mut s = Session::new(NOW);
+        let mut fx = Recorder::default();
+        assert!(!s.expired(NOW + 60_000, 60_000, 10_000));
+        assert!(s.expired(NOW + 60_001, 60_000, 10_000), "idle");
+        feed(&mut s, &core, &mut fx, "GET /spring-sale HTT");
+        assert!(!s.expired(NOW + 10_000, 60_000, 10_000));
+        assert!(s.expired(NOW + 10_001, 60_000, 10_000), "slow head");
+        // Parked on the origin: never expired by us.
+        let mut s = Session::new(NOW);
+        feed(
+            &mut s,
+            &core,
+            &mut fx,
+            &get(&format!("/{}", core.f.code(40))),
+        );
+        assert!(s.waiting_origin());
+        assert!(!s.expired(NOW + 3_600_000, 60_000, 10_000));
+    }
+
+    #[test]
+    fn early_data_answers_only_get_and_head() {
+        let core = Core::new(false);
+        let mut s = Session::new(NOW);
+        s.https = true;
+        s.early = true;
+        let mut fx = Recorder::default();
+        let post = "POST /spring-sale HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n";
+        feed(
+            &mut s,
+            &core,
+            &mut fx,
+            &format!("{post}{}", get("/spring-sale")),
+        );
+        assert_eq!(statuses(&s.out), [425, 302]);
+        assert_eq!(fx.take()[0], Seen::TooEarly);
+        // HSTS on every HTTPS answer, the 425 included.
+        let out = String::from_utf8_lossy(&s.out);
+        assert_eq!(
+            out.matches("Strict-Transport-Security: max-age=60").count(),
+            2
+        );
+        assert_eq!(out.matches("Date: ").count(), 2);
+    }
+
+    #[test]
+    fn the_plain_listener_can_send_everyone_to_https_and_the_floor_answers_all() {
+        let mut core = Core::new(false);
+        core.https_redirect = Some(8443);
+        let mut s = Session::new(NOW);
+        let mut fx = Recorder::default();
+        feed(&mut s, &core, &mut fx, &get("/spring-sale"));
+        assert_eq!(statuses(&s.out), [301]);
+        assert!(String::from_utf8_lossy(&s.out).contains("https://lh.example:8443/spring-sale"));
+        assert_eq!(fx.take(), [Seen::Answered(301, None)]);
+        core.https_redirect = None;
+        core.fixed = true;
+        let mut s = Session::new(NOW);
+        feed(
+            &mut s,
+            &core,
+            &mut fx,
+            &format!("{}{}", get("/a"), get("/b")),
+        );
+        assert_eq!(statuses(&s.out), [302, 302]);
+        assert_eq!(
+            fx.take(),
+            [Seen::Answered(302, None), Seen::Answered(302, None)]
+        );
+    }
+
+    #[test]
+    fn the_first_redirect_of_a_fed_link_is_reported_once() {
+        let mut core = Core::new(false);
+        let mut link = crate::overlay::OverlayLink::new(b"https://example.com/new", None, false);
+        link.created_at_ms = Some(NOW - 250);
+        let overlay = core
+            .f
+            .tables
+            .overlay
+            .with_inserted(b"brand-new-alias", link);
+        core.f.tables = core.f.tables.with_overlay(std::sync::Arc::new(overlay));
+        let mut s = Session::new(NOW);
+        let mut fx = Recorder::default();
+        feed(&mut s, &core, &mut fx, &get("/brand-new-alias"));
+        assert_eq!(fx.take()[0], Seen::FirstRedirect(250));
+        feed(&mut s, &core, &mut fx, &get("/brand-new-alias"));
+        assert!(!fx.take().contains(&Seen::FirstRedirect(250)));
+    }
+
+    #[test]
+    fn the_date_line_is_rebuilt_once_a_second() {
+        let mut h = Headers::default();
+        h.refresh(
+            1_700_000_000_123,
+            b"Strict-Transport-Security: max-age=1\r\n",
+        );
+        assert_eq!(h.lines(false), b"Date: Tue, 14 Nov 2023 22:13:20 GMT\r\n");
+        assert_eq!(h.lines(false).len(), 37);
+        assert_eq!(
+            h.lines(true),
+            &b"Date: Tue, 14 Nov 2023 22:13:20 GMT\r\nStrict-Transport-Security: max-age=1\r\n"[..]
+        );
+        h.refresh(1_700_000_000_999, b"");
+        assert!(
+            h.lines(true).ends_with(b"max-age=1\r\n"),
+            "same second: kept"
+        );
+        h.refresh(1_700_000_001_000, b"");
+        assert_eq!(h.lines(false), b"Date: Tue, 14 Nov 2023 22:13:21 GMT\r\n");
+    }
+}

@@ -1,0 +1,92 @@
+//! The rustls server configuration: certificates, versions, ALPN, resumption and 0-RTT (the
+//! module docs of [`crate::tls`] say which mode does what).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::ServerSessionMemoryCache;
+use rustls::ServerConfig;
+
+use super::tickets::FileTicketer;
+
+/// Sessions kept by the stateful cache (beside tickets).
+pub const SESSION_CACHE: usize = 16_384;
+
+/// What `--tls-*` configure.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// 32+ random bytes shared by the processes that should resume each other's sessions.
+    pub ticket_key_file: Option<PathBuf>,
+    /// Ticket key rotation period (and the tickets' advertised lifetime).
+    pub ticket_lifetime: Duration,
+    /// Most early-data bytes accepted per connection (0 turns 0-RTT off).
+    pub max_early_data: u32,
+    /// Let connections export their traffic secrets after the handshake (for kTLS).
+    pub ktls: bool,
+}
+
+/// Why a TLS configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    #[error("reading {path}: {source}")]
+    Pem {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{path} holds no certificate")]
+    NoCertificate { path: PathBuf },
+    #[error("certificate and key: {0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("ticket key file {path}: {why}")]
+    TicketKey { path: PathBuf, why: String },
+}
+
+/// Builds the server configuration from the PEM files (ECDSA P-256, Ed25519 and RSA keys work).
+pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
+    fn pem(path: &Path) -> impl Fn(rustls::pki_types::pem::Error) -> TlsError + '_ {
+        move |source| TlsError::Pem {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&s.cert)
+        .map_err(pem(&s.cert))?
+        .collect::<Result<_, _>>()
+        .map_err(pem(&s.cert))?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: s.cert.clone(),
+        });
+    }
+    let key = PrivateKeyDer::from_pem_file(&s.key).map_err(pem(&s.key))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
+    // rustls takes 0-RTT only on stateful resumption, whose single-use cache entries are its
+    // replay guard; a stateless ticket could be replayed anywhere. So: with a ticket key file,
+    // stateless tickets (any process holding the file resumes) and no 0-RTT; without one,
+    // resumption through the process-wide session cache, with 0-RTT when configured.
+    match &s.ticket_key_file {
+        Some(path) => {
+            config.ticketer = Arc::new(FileTicketer::load(path, s.ticket_lifetime)?);
+            config.max_early_data_size = 0;
+        }
+        None if s.max_early_data > 0 => config.max_early_data_size = s.max_early_data,
+        None => config.ticketer = rustls::crypto::ring::Ticketer::new()?,
+    }
+    // Answers to early data wait for the client's Finished: nothing is sent on the strength of
+    // a replayable flight alone.
+    config.send_half_rtt_data = false;
+    config.enable_secret_extraction = s.ktls;
+    Ok(Arc::new(config))
+}
