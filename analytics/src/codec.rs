@@ -1,7 +1,7 @@
 //! The byte cursor the sketch and rollup decoders read untrusted bytes with.
 //!
 //! Every read is bounds-checked and returns [`SketchError::Truncated`] instead of indexing, so a
-//! decoder built on it cannot panic however the bytes are mangled (STYLE.md: parse with a cursor).
+//! decoder built on it cannot panic however the bytes are mangled (docs/ARCHITECTURE.md, "Code").
 
 use crate::SketchError;
 

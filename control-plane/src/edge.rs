@@ -1,7 +1,7 @@
-//! The internal edge listener (DESIGN.md, "The control plane"; control-plane/FEED.md is the wire
-//! contract): what engines, and only engines, call. It runs on its own socket (`--edge-listen`)
-//! beside the public API so that operators can keep it on a private network and so that engine
-//! traffic never shares a router, a rate limit or an access log with the public API.
+//! The internal edge listener (docs/ARCHITECTURE.md, "The control plane"; core/FEED.md is
+//! the wire contract): what engines, and only engines, call. It runs on its own socket
+//! (`--edge-listen`) beside the public API so that operators can keep it on a private network and
+//! so that engine traffic never shares a router, a rate limit or an access log with the public API.
 //!
 //! Endpoints:
 //!

@@ -1,4 +1,4 @@
-//! The edge token (control-plane/FEED.md): the shared secret every request to the edge listener
+//! The edge token (core/FEED.md): the shared secret every request to the edge listener
 //! carries as `Authorization: Bearer <token>`.
 //!
 //! `serve` writes a random 256-bit token, 64 lowercase hex characters and a newline, to

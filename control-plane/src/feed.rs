@@ -1,4 +1,4 @@
-//! The edge feed stream, `GET /edge/v1/feed` (control-plane/FEED.md, "The feed stream").
+//! The edge feed stream, `GET /edge/v1/feed` (core/FEED.md, "The feed stream").
 //!
 //! Each subscription is one task that writes NDJSON lines into a small bounded channel
 //! ([`crate::body_stream`]) the response body drains. It sends, in this order: `hello`, the

@@ -1,4 +1,4 @@
-//! The engines' status reports (control-plane/FEED.md, "Status reports"), kept in memory.
+//! The engines' status reports (core/FEED.md, "Status reports"), kept in memory.
 //!
 //! Pure bookkeeping: every method takes the current change-log sequence and `now` from its
 //! caller, so lag arithmetic is tested without clocks or sockets. A report older than
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::{Shared, StoreError};
 
-/// How long a report counts (FEED.md: the last 10 minutes).
+/// How long a report counts (core/FEED.md: the last 10 minutes).
 pub const REPORT_TTL_MS: i64 = 10 * 60 * 1000;
 /// Most engines remembered at once: reports from more are refused, so a misconfigured fleet
 /// (say, a random engine id per start) cannot grow this map without bound.

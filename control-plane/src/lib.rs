@@ -8,7 +8,7 @@
 //! - [`edge`]: the internal edge listener engines use: origin lookups, the feed, snapshot
 //!   downloads, status reports;
 //! - [`edge_token`]: the shared secret the edge listener requires;
-//! - [`feed`]: the edge feed stream (control-plane/FEED.md);
+//! - [`feed`]: the edge feed stream (core/FEED.md);
 //! - [`publish`]: publishing, serving and garbage-collecting snapshots in `serve`;
 //! - [`fleet`]: engines' status reports, their lag and the lag alarm;
 //! - [`body_stream`]: response bodies fed from a bounded channel;

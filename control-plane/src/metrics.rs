@@ -21,7 +21,7 @@ pub struct Metrics {
     pub commit_seconds: Histogram,
     /// Engines that reported in the last ten minutes (set at each scrape).
     pub edge_engines: IntGauge,
-    /// The largest `lag_seconds` of any engine (FEED.md, "Status reports").
+    /// The largest `lag_seconds` of any engine (core/FEED.md, "Status reports").
     pub edge_worst_lag_seconds: Gauge,
     /// The largest `lag_seq` of any engine.
     pub edge_worst_lag_sequences: IntGauge,

@@ -1,4 +1,4 @@
-//! Snapshot publishing (control-plane/FEED.md, "Snapshot publishing"): the `serve` process keeps
+//! Snapshot publishing (core/FEED.md, "Snapshot publishing"): the `serve` process keeps
 //! `DATA_DIR/snapshots/<id>.snap` files that engines download, and tells the feed about each new
 //! one.
 //!

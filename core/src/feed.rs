@@ -1,5 +1,5 @@
 //! The edge feed's frames and status reports: the wire types both ends share
-//! (`control-plane/FEED.md` is the contract, with examples).
+//! (`core/FEED.md` is the contract, with examples).
 //!
 //! Frames travel as NDJSON, one object per line. Both ends parse them as untrusted bytes:
 //! [`parse_frame`] bounds the line, rejects what does not deserialize, and validates every field

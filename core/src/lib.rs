@@ -8,7 +8,7 @@
 //! - [`alias`]: custom alias rules and the reserved-word list;
 //! - [`destination`]: destination URL rules (create time and serve time);
 //! - [`link`]: link, link state and change-log types;
-//! - [`feed`]: the edge feed's frames and status reports (control-plane/FEED.md);
+//! - [`feed`]: the edge feed's frames and status reports (core/FEED.md);
 //! - [`click`]: click events and the spool's frames (core/EVENTS.md).
 
 #[cfg(all(

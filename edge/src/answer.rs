@@ -1,5 +1,5 @@
 //! The redirect decision: a pure function of the parsed request, the tables and `now`
-//! (STYLE.md rule 2). Steps 1–7 of DESIGN.md's per-request order, minus the origin's I/O:
+//! (docs/ARCHITECTURE.md, "Code"). Steps 1–7 of "The request path" there, minus the origin's I/O:
 //!
 //! 1. anything but GET/HEAD → 405;
 //! 2. the path is `/<code>` or `/<code>+` (the preview); length routes the code: 7 base62

@@ -1,10 +1,11 @@
 //! The denylist: codes that must not redirect (disabled, taken down: answered 410) or must go
 //! through the warning interstitial (flagged `warn`).
 //!
-//! Checked before any cache (DESIGN.md, step 3), so a takedown wins over the snapshot, the
-//! overlay and the origin alike. A [`Denylist`] is immutable once built: a new generation is
-//! built whole and published to the serving cores behind an `Arc` (a seqlock-guarded swap comes
-//! with the feed), so a reader never blocks and never sees half a list.
+//! Checked before any cache (docs/ARCHITECTURE.md, "The request path", step 3), so a takedown
+//! wins over the snapshot, the overlay and the origin alike. A [`Denylist`] is immutable once
+//! built: a new generation is built whole and published to the serving cores behind an `Arc`
+//! ([`crate::tables::Published`], the seqlock-pattern swap), so a reader never blocks and never
+//! sees half a list.
 //!
 //! The map is hashbrown with its default hasher (foldhash, seeded per process): fast on short
 //! keys, and a seed an attacker cannot know, since the keys come from the control plane but the

@@ -2,7 +2,7 @@
 //! control plane's changes (standing denylist, overlay, current snapshot, applied sequence) and
 //! the [`Tables`] generation it publishes. The engine's feed applier thread owns one
 //! [`FeedView`], hands it every frame and every downloaded snapshot, and publishes
-//! [`FeedView::tables`] once per burst (`control-plane/FEED.md` is the wire contract;
+//! [`FeedView::tables`] once per burst (`core/FEED.md` is the wire contract;
 //! `engine/DESIGN.md`, "The feed", the why).
 //!
 //! The generation it builds holds:

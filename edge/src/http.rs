@@ -1,4 +1,5 @@
-//! HTTP/1.x request parsing: the first step of the request path (DESIGN.md, "The edge engine").
+//! HTTP/1.x request parsing: the first step of the request path (docs/ARCHITECTURE.md, "The request
+//! path").
 //!
 //! [`parse`] looks at the bytes a connection has buffered and says whether they start with a
 //! complete request ([`Parse::Complete`], with how many bytes it took, so the caller can loop
@@ -20,10 +21,10 @@
 //! - a later HTTP/1 minor version (`HTTP/1.2`) is answered as HTTP/1.1 (RFC 9110 §2.5: a
 //!   recipient of a higher minor version treats it as the highest it speaks); `HTTP/2.0` and
 //!   the like in a request line get 505;
-//! - the path is the target up to `?` or `#`: a short URL's query string is dropped (DESIGN.md)
-//!   and a fragment is the client's business. The absolute form (`GET http://host/abc`) is
-//!   reduced to its path. Nothing is percent-decoded: every byte a code may hold is unreserved,
-//!   so a client has no reason to encode one.
+//! - the path is the target up to `?` or `#`: a short URL's query string is dropped
+//!   (docs/ARCHITECTURE.md, "The request path") and a fragment is the client's business. The
+//!   absolute form (`GET http://host/abc`) is reduced to its path. Nothing is percent-decoded:
+//!   every byte a code may hold is unreserved, so a client has no reason to encode one.
 
 use std::mem::MaybeUninit;
 

@@ -1,5 +1,5 @@
-//! The overlay: links created after the snapshot was built (DESIGN.md, step 5), streamed from
-//! the feed until the next snapshot covers them.
+//! The overlay: links created after the snapshot was built (docs/ARCHITECTURE.md, "The request
+//! path", step 5), streamed from the feed until the next snapshot covers them.
 //!
 //! An [`Overlay`] is immutable, like the snapshot and the denylist: a change builds a new one
 //! ([`Overlay::with_inserted`], copy-on-write) and publishes it behind an `Arc`. Copying is fine

@@ -2,10 +2,10 @@
 //! Nothing is allocated beyond that buffer's growth.
 //!
 //! The 302 is the hot path and carries exactly `Location`, `Cache-Control: private,
-//! max-age=300` and `Content-Length: 0` (DESIGN.md step 7), plus `Connection: close` when the
-//! connection closes after it (or `Connection: keep-alive` for an HTTP/1.0 client that asked to
-//! keep it, through [`render_for`]). No `Date` and no `Server`: neither is needed by a client,
-//! and `Date` would put a clock into a pure function.
+//! max-age=300` and `Content-Length: 0` (docs/ARCHITECTURE.md, "The request path", step 7), plus
+//! `Connection: close` when the connection closes after it (or `Connection: keep-alive` for an
+//! HTTP/1.0 client that asked to keep it, through [`render_for`]). No `Date` and no `Server`:
+//! neither is needed by a client, and `Date` would put a clock into a pure function.
 //!
 //! Error answers are short `text/plain` bodies with `Cache-Control: no-store` on 404 and 410 (a
 //! code may come into existence later, and a takedown may be lifted; neither should stick in a

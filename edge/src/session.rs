@@ -1,9 +1,9 @@
 //! One connection's HTTP protocol state, as a state machine fed bytes, origin replies and the
-//! time (STYLE.md 17: smoltcp's sockets, quinn's `Connection`). It never touches a socket, a
-//! thread or a clock: the I/O loop (io_uring, epoll, the kernel-bypass one to come, and the TLS
-//! layer above any of them) hands it what it received with [`Env`] (the tables, the limits and
-//! `now`), sends what it rendered into [`Session::out`], and carries out the [`Effect`]s it
-//! reports: ask the origin for a code, record a click, count an answer.
+//! time (docs/ARCHITECTURE.md, "Code"; the models are smoltcp's sockets and quinn's `Connection`).
+//! It never touches a socket, a thread or a clock: the I/O loop (io_uring, epoll, the kernel-bypass
+//! one to come, and the TLS layer above any of them) hands it what it received with [`Env`] (the
+//! tables, the limits and `now`), sends what it rendered into [`Session::out`], and carries out the
+//! [`Effect`]s it reports: ask the origin for a code, record a click, count an answer.
 //!
 //! Requests are answered in order (pipelining): a request that needs the origin parks the
 //! connection with its bytes still in [`Session::inbuf`], and the requests behind it wait; the

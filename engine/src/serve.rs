@@ -1,5 +1,6 @@
 //! The serving cores: one glommio executor pinned per core, each running one loop (io_uring or
-//! epoll) inside one glommio task that yields after every batch.
+//! epoll) inside one glommio task that keeps the thread (it never yields back to glommio:
+//! `run_core` says why).
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -5,7 +5,7 @@
 //! codes were minted under. The byte layout, and why it is that way, is in `FORMAT.md`.
 //!
 //! - `format`: version 1's constants, header, slots and entries;
-//! - [`reader`](Snapshot): [`Snapshot::open`] maps a file (the crate's one `unsafe`) and checks
+//! - [`reader`](Snapshot): [`Snapshot::open`] maps a file (one of the crate's two `unsafe` blocks; the other is the prefetch hint) and checks
 //!   the header and every bound; [`Snapshot::lookup`] is O(1) and zero-copy;
 //!   [`Snapshot::verify`] checks the checksums; [`Snapshot::audit`] walks every entry;
 //! - [`writer`](SnapshotWriter): `SnapshotWriter::create(path, SnapshotMeta::new(seq, key_id,

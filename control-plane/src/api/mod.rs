@@ -1,4 +1,4 @@
-//! The public HTTP API (DESIGN.md, "The control plane").
+//! The public HTTP API (docs/ARCHITECTURE.md, "The control plane").
 //!
 //! Every answer is JSON (but the report form's thank-you page); every failure is [`ApiError`]:
 //! a status, a machine-readable `code`, for some a `reason`, and a human message, never
@@ -810,7 +810,7 @@ async fn patch_link(
     update_link(&state, &who, code, update).await
 }
 
-/// `GET /v1/edges`: every engine that reported in the last ten minutes (FEED.md).
+/// `GET /v1/edges`: every engine that reported in the last ten minutes (core/FEED.md).
 async fn list_edges(State(state): State<AppState>, Auth(who): Auth) -> Result<Response, ApiError> {
     require_admin(&who)?;
     let store = Arc::clone(&state.0.store);

@@ -1,4 +1,4 @@
-//! The click stream processor and what it writes (DESIGN.md, "The click pipeline").
+//! The click stream processor and what it writes (docs/ARCHITECTURE.md, "The click pipeline").
 //!
 //! Events come from a [`spool`] directory (the embedded default) or a Kafka consumer group
 //! ([`kafka`]); the [`processor`] drops duplicates, classifies bots, keeps per-(code, day)

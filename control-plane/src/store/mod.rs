@@ -696,7 +696,7 @@ pub trait Lead: Send + Sync {
 }
 
 /// What several control planes on one store share beyond the record itself (the PostgreSQL
-/// store). See control-plane/DESIGN.md, "Several control planes".
+/// store). See control-plane/STORE.md.
 pub trait Shared: Send + Sync {
     /// Takes the leader lock `name` if no control plane holds it; released when the returned
     /// guard drops (or its connection is lost).

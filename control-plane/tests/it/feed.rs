@@ -1,5 +1,5 @@
 //! The edge feed, snapshot publishing and status reports over real sockets against the real
-//! binary (control-plane/FEED.md): frames read off the wire with a hand-rolled chunked decoder
+//! binary (core/FEED.md): frames read off the wire with a hand-rolled chunked decoder
 //! and parsed with the engine's own parser.
 
 use std::collections::HashSet;

@@ -1,6 +1,6 @@
-//! The store's contract, one suite run against every backend (STYLE.md rule 19): the embedded
-//! redb store and the PostgreSQL store on a real server (`harness::Postgres`; SKIPPED where
-//! PostgreSQL is not installed). Each test gets a fresh store; `Backend::open` opens it again
+//! The store's contract, one suite run against every backend (docs/ARCHITECTURE.md, "Code"): the
+//! embedded redb store and the PostgreSQL store on a real server (`harness::Postgres`; SKIPPED
+//! where PostgreSQL is not installed). Each test gets a fresh store; `Backend::open` opens it again
 //! over the same data, for what must survive a restart.
 
 use std::sync::Arc;

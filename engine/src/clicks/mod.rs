@@ -3,9 +3,9 @@
 //!
 //! The request path pays for building and encoding one event (~0.2 µs: a SipHash of address and
 //! user agent, a few copies; [`lasthop_edge::click`]) and an uncontended lock on its own core's
-//! buffer; it never waits on the sink. The lock is held by the flusher only for a `Vec` swap. A full buffer drops the event
-//! and counts it; so does a failing sink. Analytics are lossy by design (DESIGN.md: click counts
-//! may be approximate and late), redirects are not.
+//! buffer; it never waits on the sink. The lock is held by the flusher only for a `Vec` swap. A
+//! full buffer drops the event and counts it; so does a failing sink. Analytics are lossy by design
+//! (docs/ARCHITECTURE.md, "Overview": click counts may be approximate and late), redirects are not.
 //!
 //! What leaves the edge is in `core/EVENTS.md`. The client address does not: the event carries a
 //! keyed hash of address and user agent under a salt that changes every UTC day (so one visitor

@@ -1,5 +1,5 @@
 //! The feed's control threads: the engine's subscription to the control plane
-//! (`control-plane/FEED.md` is the wire contract; DESIGN.md, "Snapshots, deltas and the
+//! (`core/FEED.md` is the wire contract; docs/ARCHITECTURE.md, "Snapshots, deltas and the
 //! denylist", the why). Nothing here runs on a serving core. With several control planes
 //! ([`ControlPlanes`]), everything here talks to the one in use and fails over to the next.
 //!

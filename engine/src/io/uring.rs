@@ -5,8 +5,8 @@
 //! registered. A multishot accept puts connections straight into the ring's fixed-file table; a
 //! multishot recv per connection reads into a provided-buffer ring; answers rendered during a
 //! turn are sent with one SQE per connection, all submitted by the next `submit_and_wait`. A
-//! multishot timeout ticks every `tick` so an idle core still wakes to run its timers and to
-//! yield to glommio. Why this shape: see `engine/DESIGN.md`.
+//! multishot timeout ticks every `tick` so an idle core still wakes to run its timers (and to see
+//! a new tables generation or the stop flag). Why this shape: see `engine/DESIGN.md`.
 #![allow(unsafe_code)]
 
 use std::io;

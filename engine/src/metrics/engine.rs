@@ -83,8 +83,9 @@ impl StatusClass {
 /// Most answer layers [`CoreMetrics::answer`] counts; higher indexes are ignored.
 pub const MAX_LAYERS: usize = 8;
 
-/// The layer names of the request path in DESIGN.md's order; `answer.rs` owns the indexes and
-/// passes its own list to [`EngineMetrics::new`]; this one is for tests and tools.
+/// The layer names of the request path in the order of docs/ARCHITECTURE.md, "The request path";
+/// `answer.rs` owns the indexes and passes its own list to [`EngineMetrics::new`]; this one is for
+/// tests and tools.
 pub const DEFAULT_LAYER_NAMES: [&str; 6] = [
     "invalid",
     "high_water",

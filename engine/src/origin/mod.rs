@@ -1,6 +1,6 @@
 //! Origin read-through: what a serving core does when a code is in neither the snapshot nor the
-//! overlay (DESIGN.md, "The edge engine", step 6). Only the origin may say 404 for a code below
-//! the high-water mark.
+//! overlay (docs/ARCHITECTURE.md, "The request path", step 6). Only the origin may say 404 for a
+//! code below the high-water mark.
 //!
 //! The fetch runs on a few worker threads, never on a serving core: a core calls
 //! [`Origin::submit`] (a short mutex hold, no I/O besides the eventfd write on a negative-cache

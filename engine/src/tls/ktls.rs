@@ -4,7 +4,7 @@
 //! calls) is `ktls-core`'s: it works on any descriptor, which is what the io_uring loop has (a
 //! regular descriptor installed beside the fixed slot at accept). The `ktls` crate of the same
 //! family was not taken: its set-up takes a `tokio_rustls` stream and brings tokio with it, and
-//! our connections are neither (`engine/DESIGN.md`, "TLS").
+//! our connections are neither (`engine/DESIGN.md`, "HTTPS").
 
 use std::io;
 
