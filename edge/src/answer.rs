@@ -56,16 +56,19 @@ impl Layer {
         Layer::Origin,
     ];
 
+    /// The metric label values, indexed by layer.
+    pub const NAMES: [&'static str; 6] = [
+        "invalid",
+        "high_water",
+        "denylist",
+        "snapshot",
+        "overlay",
+        "origin",
+    ];
+
     /// The metric label value.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Layer::Invalid => "invalid",
-            Layer::HighWater => "high_water",
-            Layer::Denylist => "denylist",
-            Layer::Snapshot => "snapshot",
-            Layer::Overlay => "overlay",
-            Layer::Origin => "origin",
-        }
+        Self::NAMES[self as usize]
     }
 }
 

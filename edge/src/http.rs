@@ -42,9 +42,56 @@ pub struct Limits {
     /// Longest head (request line, header fields and the blank line), in bytes. Default 16 KiB.
     /// This is also the most a connection may buffer while its head is incomplete.
     pub max_header_bytes: usize,
-    /// A header a trusted upstream sets to the client's country (`--country-header`, lower
-    /// case), captured into [`Request::country`]; `None` captures nothing.
-    pub country_header: Option<&'static [u8]>,
+    /// A header a trusted upstream sets to the client's country (`--country-header`),
+    /// captured into [`Request::country`]; `None` captures nothing.
+    pub country_header: Option<HeaderName>,
+}
+
+/// Longest header name [`HeaderName`] holds.
+pub const MAX_HEADER_NAME: usize = 64;
+
+/// A header field name held inline and lower-cased (so [`Limits`] stays `Copy` and borrows
+/// nothing).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct HeaderName {
+    len: u8,
+    bytes: [u8; MAX_HEADER_NAME],
+}
+
+impl std::fmt::Debug for HeaderName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+/// Why a header name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a header name of 1 to {MAX_HEADER_NAME} token characters: {0:?}")]
+pub struct HeaderNameError(pub String);
+
+impl HeaderName {
+    /// `name`, lower-cased; a header name is 1 to [`MAX_HEADER_NAME`] token characters
+    /// (RFC 9110 §5.1).
+    pub fn new(name: &str) -> Result<HeaderName, HeaderNameError> {
+        let b = name.as_bytes();
+        let token = |c: &u8| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(c);
+        if b.is_empty() || b.len() > MAX_HEADER_NAME || !b.iter().all(token) {
+            return Err(HeaderNameError(name.to_string()));
+        }
+        let mut bytes = [0u8; MAX_HEADER_NAME];
+        for (d, s) in bytes.iter_mut().zip(b) {
+            *d = s.to_ascii_lowercase();
+        }
+        Ok(HeaderName {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The lower-cased name.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
 }
 
 impl Default for Limits {
@@ -282,9 +329,10 @@ fn parse_exact<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
                 None => return Parse::Error(HttpError::Malformed),
             },
             17 if name.eq_ignore_ascii_case(b"transfer-encoding") => body = true,
-            n if limits
-                .country_header
-                .is_some_and(|want| want.len() == n && name.eq_ignore_ascii_case(want)) =>
+            n if limits.country_header.as_ref().is_some_and(|want| {
+                let want = want.as_bytes();
+                want.len() == n && name.eq_ignore_ascii_case(want)
+            }) =>
             {
                 out.country = value
             }
@@ -670,12 +718,22 @@ mod tests {
     }
 
     #[test]
+    fn header_names_are_tokens_kept_lower_case() {
+        let n = HeaderName::new("CF-IPCountry").unwrap();
+        assert_eq!(n.as_bytes(), b"cf-ipcountry");
+        for bad in ["", "a b", "x:y", "é", &"a".repeat(MAX_HEADER_NAME + 1)] {
+            assert!(HeaderName::new(bad).is_err(), "{bad:?}");
+        }
+        assert!(HeaderName::new(&"a".repeat(MAX_HEADER_NAME)).is_ok());
+    }
+
+    #[test]
     fn captures_the_configured_country_header_only() {
         let buf = b"GET /x HTTP/1.1\r\nHost: a\r\nCF-IPCountry: DE\r\nCountry: FR\r\n\r\n";
         let (req, _) = complete(buf);
         assert_eq!(req.country, b"");
         let limits = Limits {
-            country_header: Some(b"cf-ipcountry"),
+            country_header: Some(HeaderName::new("CF-IPCountry").unwrap()),
             ..Limits::default()
         };
         let Parse::Complete { req, .. } = parse(buf, &limits) else {

@@ -416,8 +416,7 @@ fn main() -> anyhow::Result<()> {
         },
     };
 
-    let layers: &'static [&'static str] = Box::leak(Box::new(Layer::ALL.map(Layer::as_str)));
-    let mut metrics = EngineMetrics::new(cores, backend.as_str(), layers);
+    let mut metrics = EngineMetrics::new(cores, backend.as_str(), &Layer::NAMES);
 
     metrics.control = controls.clone();
     let (origin, inboxes) = match &controls {
@@ -597,8 +596,10 @@ fn main() -> anyhow::Result<()> {
         limits: Limits {
             country_header: args
                 .country_header
-                .as_ref()
-                .map(|h| &*Box::leak(h.to_ascii_lowercase().into_bytes().into_boxed_slice())),
+                .as_deref()
+                .map(lasthop_engine::http::HeaderName::new)
+                .transpose()
+                .context("--country-header")?,
             ..Limits::default()
         },
         fixed: args.fixed_response,

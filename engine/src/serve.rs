@@ -157,12 +157,24 @@ impl Loop {
 }
 
 /// Starts one pinned glommio executor for this core; returns when the core has drained.
+/// Why a serving core could not start or stopped serving.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    #[error("starting the executor of core {core}: {source}")]
+    Executor { core: usize, source: std::io::Error },
+    #[error("the published tables are unreadable (a writer panicked)")]
+    TablesPoisoned,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 pub fn spawn_core(
     start: CoreStart,
     config: CoreConfig,
     shared: Arc<Shared>,
     origin: Option<Arc<Origin>>,
-) -> anyhow::Result<glommio::ExecutorJoinHandle<anyhow::Result<()>>> {
+) -> Result<glommio::ExecutorJoinHandle<Result<(), CoreError>>, CoreError> {
     let placement = match start.cpu {
         Some(cpu) => Placement::Fixed(cpu),
         None => Placement::Unbound,
@@ -180,12 +192,15 @@ pub fn spawn_core(
             if let Err(e) = &result {
                 // A core that cannot serve leaves its share of connections unanswered: exit so
                 // the supervisor restarts the whole engine rather than limp on.
-                tracing::error!(core = index, error = %format!("{e:#}"), "serving core failed; exiting");
+                tracing::error!(core = index, error = %e, "serving core failed; exiting");
                 std::process::exit(1);
             }
             result
         })
-        .map_err(|e| anyhow::anyhow!("starting the executor of core {}: {e}", start_index))?;
+        .map_err(|e| CoreError::Executor {
+            core: start_index,
+            source: e.into(),
+        })?;
     Ok(handle)
 }
 
@@ -194,10 +209,8 @@ async fn run_core(
     config: CoreConfig,
     shared: Arc<Shared>,
     origin: Option<Arc<Origin>>,
-) -> anyhow::Result<()> {
-    let tables = shared
-        .current()
-        .ok_or_else(|| anyhow::anyhow!("tables lock poisoned"))?;
+) -> Result<(), CoreError> {
+    let tables = shared.current().ok_or(CoreError::TablesPoisoned)?;
     let mut generation = shared.tables.generation();
     let mut ctx = CoreCtx {
         core: start.index,

@@ -98,7 +98,7 @@ fuzz_target!(|data: &[u8]| {
             max_request_line: 40,
             max_headers: 4,
             max_header_bytes: 128,
-            country_header: Some(b"cf-ipcountry"),
+            country_header: lasthop_edge::http::HeaderName::new("cf-ipcountry").ok(),
         }
     };
     let now_ms = i64::from(knob >> 1) * 2;

@@ -13,7 +13,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
-use crate::clicks::{Sink, SinkStats};
+use crate::clicks::{ClickSetupError, Sink, SinkStats};
 
 /// Where and how to produce.
 #[derive(Debug, Clone)]
@@ -65,7 +65,7 @@ impl std::fmt::Debug for KafkaSink {
 
 impl KafkaSink {
     /// A producer for `cfg` whose deliveries count into `stats` (the flusher's).
-    pub fn new(cfg: &KafkaConfig, stats: Arc<SinkStats>) -> anyhow::Result<KafkaSink> {
+    pub fn new(cfg: &KafkaConfig, stats: Arc<SinkStats>) -> Result<KafkaSink, ClickSetupError> {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &cfg.brokers)
             .set("acks", "1")
@@ -82,9 +82,7 @@ impl KafkaSink {
         for (k, v) in &cfg.options {
             c.set(k, v);
         }
-        let producer: BaseProducer<Deliveries> = c
-            .create_with_context(Deliveries { stats })
-            .map_err(|e| anyhow::anyhow!("creating the Kafka producer: {e}"))?;
+        let producer: BaseProducer<Deliveries> = c.create_with_context(Deliveries { stats })?;
         Ok(KafkaSink {
             producer,
             topic: cfg.topic.clone(),

@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,6 +42,40 @@ pub struct ClickSettings {
     pub buffer_bytes: usize,
 }
 
+/// Why click recording could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClickSetupError {
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} must hold at least 32 bytes (hex or raw)", path.display())]
+    ShortKey { path: PathBuf },
+    #[error("no randomness for the visitor key: {0}")]
+    Random(getrandom::Error),
+    #[error("opening GeoIP database {}: {source}", path.display())]
+    Geo {
+        path: PathBuf,
+        source: maxminddb::MaxMindDbError,
+    },
+    #[error("creating the Kafka producer: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+}
+
+fn io_err<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> ClickSetupError + 'a {
+    move |source| ClickSetupError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// The visitor key: from `file` (32+ bytes, hex or raw), created there (random, mode 0600) if it
 /// does not exist yet.
 ///
@@ -51,18 +85,14 @@ pub struct ClickSettings {
 /// token, which the control plane holds). Give every engine of a fleet the same file so one
 /// visitor counts once across PoPs; an engine with a key of its own still counts correctly
 /// within itself.
-pub fn visitor_key(file: &Path) -> anyhow::Result<[u8; 32]> {
+pub fn visitor_key(file: &Path) -> Result<[u8; 32], ClickSetupError> {
     let raw = match std::fs::read(file) {
         Ok(raw) => raw,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut random = [0u8; 32];
-            getrandom::getrandom(&mut random)
-                .map_err(|e| anyhow::anyhow!("no randomness for the visitor key: {e}"))?;
+            let random = random_visitor_key()?;
             let text = format!("{}\n", hex::encode(random));
             if let Some(dir) = file.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    anyhow::anyhow!("creating {} for the visitor key: {e}", dir.display())
-                })?;
+                std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
             }
             let mut f = {
                 use std::os::unix::fs::OpenOptionsExt;
@@ -71,23 +101,23 @@ pub fn visitor_key(file: &Path) -> anyhow::Result<[u8; 32]> {
                     .create_new(true)
                     .mode(0o600)
                     .open(file)
-                    .map_err(|e| anyhow::anyhow!("creating {}: {e}", file.display()))?
+                    .map_err(io_err("creating", file))?
             };
             std::io::Write::write_all(&mut f, text.as_bytes())
                 .and_then(|()| f.sync_all())
-                .map_err(|e| anyhow::anyhow!("writing {}: {e}", file.display()))?;
+                .map_err(io_err("writing", file))?;
             tracing::info!(file = %file.display(), "created a visitor key (copy it to every engine of the fleet)");
             text.into_bytes()
         }
-        Err(e) => anyhow::bail!("reading {}: {e}", file.display()),
+        Err(e) => return Err(io_err("reading", file)(e)),
     };
     let text = String::from_utf8_lossy(&raw);
     let bytes = hex::decode(text.trim()).unwrap_or(raw);
-    anyhow::ensure!(
-        bytes.len() >= 32,
-        "{} must hold at least 32 bytes (hex or raw)",
-        file.display()
-    );
+    if bytes.len() < 32 {
+        return Err(ClickSetupError::ShortKey {
+            path: file.to_path_buf(),
+        });
+    }
     let mut h = Sha256::new();
     h.update(b"lasthop visitor key v1\0");
     h.update(&bytes);
@@ -95,10 +125,9 @@ pub fn visitor_key(file: &Path) -> anyhow::Result<[u8; 32]> {
 }
 
 /// A visitor key of this process alone.
-pub fn random_visitor_key() -> anyhow::Result<[u8; 32]> {
+pub fn random_visitor_key() -> Result<[u8; 32], ClickSetupError> {
     let mut random = [0u8; 32];
-    getrandom::getrandom(&mut random)
-        .map_err(|e| anyhow::anyhow!("no randomness for the visitor key: {e}"))?;
+    getrandom::getrandom(&mut random).map_err(ClickSetupError::Random)?;
     Ok(random)
 }
 
@@ -115,9 +144,12 @@ impl std::fmt::Debug for Geo {
 
 impl Geo {
     /// Opens and checks a database file.
-    pub fn open(path: &Path) -> anyhow::Result<Geo> {
-        let reader = maxminddb::Reader::open_readfile(path)
-            .map_err(|e| anyhow::anyhow!("opening GeoIP database {}: {e}", path.display()))?;
+    pub fn open(path: &Path) -> Result<Geo, ClickSetupError> {
+        let reader =
+            maxminddb::Reader::open_readfile(path).map_err(|source| ClickSetupError::Geo {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Ok(Geo { reader })
     }
 
@@ -509,13 +541,11 @@ mod tests {
     }
 
     fn req(raw: &'static [u8]) -> Request<'static> {
-        static LIMITS: Limits = Limits {
-            max_request_line: 8192,
-            max_headers: 64,
-            max_header_bytes: 16384,
-            country_header: Some(b"cf-ipcountry"),
+        let limits = Limits {
+            country_header: crate::http::HeaderName::new("cf-ipcountry").ok(),
+            ..Limits::default()
         };
-        match parse(raw, &LIMITS) {
+        match parse(raw, &limits) {
             Parse::Complete { req, .. } => req,
             other => panic!("{other:?}"),
         }
