@@ -47,7 +47,7 @@ cd "$work"
 openssl req -x509 -nodes -days 2 -subj /CN=localhost -newkey rsa:2048 -keyout srv.key \
   -out srv.pem -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
 "$BIN/lasthop-control" keygen --out key >/dev/null
-"$BIN/lasthop-snapshot" synth --key-file key --count 100 --out links.snap --codes-out codes >/dev/null
+"$BIN/lasthop-snapshot" synth --key-file key --count 100 --out links.snap --codes-out codes >/dev/null 2>&1
 cd - >/dev/null
 
 servers=(engine openssl)
@@ -75,11 +75,19 @@ start_server() {
   wait_up "$1" "https://127.0.0.1:$PORT/" -k --max-time 2
 }
 
-# Per-server arguments. OpenSSL names the groups it prefers in EncryptedExtensions (allowed by
-# RFC 8446 4.2.7) when the client's key share is not its first choice; rustls never does.
+# Script arguments. version-negotiation's TLS 1.2 fallbacks offer ECDHE-RSA with AES-GCM (its
+# default is RSA key exchange with CBC, neither of which rustls has, by design). Per server:
+# OpenSSL names the groups it prefers in EncryptedExtensions (allowed by RFC 8446 4.2.7) when
+# the client's key share is not its first choice, rustls never does; rustls answers several
+# KeyUpdate requests that arrive together with one KeyUpdate (RFC 8446 4.6.3 asks for one
+# before the next application data), OpenSSL with one each.
 extra_args() { # server script
+  case $2 in
+    version-negotiation) echo -C TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 ;;
+  esac
   case $1,$2 in
     openssl,large-number-of-extensions) echo --supgroup ;;
+    engine,keyupdate|rustls,keyupdate) echo --coalescing ;;
   esac
 }
 

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use lasthop_core::click::ClickEvent;
 
-use crate::codec::{put_varint, Reader};
+use crate::codec::{finish, put_varint, Reader, VARINT};
 use crate::{SketchError, Uniques, Verdict};
 
 /// The encoding version [`Rollup::to_bytes`] writes.
@@ -113,7 +113,7 @@ impl Breakdown {
     }
 
     fn read(r: &mut Reader<'_>) -> Result<Breakdown, SketchError> {
-        let entries = r.varint()?;
+        let entries = r.varint(VARINT)?;
         // Every entry takes at least 2 bytes: refuse counts the input cannot hold before looping.
         if entries > r.remaining() as u64 / 2 {
             return Err(SketchError::Truncated);
@@ -121,14 +121,14 @@ impl Breakdown {
         let mut counts = hashbrown::HashMap::new();
         let mut last: Option<&str> = None;
         for _ in 0..entries {
-            let len = usize::try_from(r.varint()?).map_err(|_| SketchError::Truncated)?;
+            let len = usize::try_from(r.varint(VARINT)?).map_err(|_| SketchError::Truncated)?;
             let key = std::str::from_utf8(r.take(len)?)
                 .map_err(|_| SketchError::Malformed("breakdown key not UTF-8"))?;
             if last.is_some_and(|l| key <= l) {
                 return Err(SketchError::Malformed("breakdown keys not ascending"));
             }
             last = Some(key);
-            counts.insert(key.into(), r.varint()?);
+            counts.insert(key.into(), r.varint(VARINT)?);
         }
         Ok(Breakdown { counts })
     }
@@ -231,8 +231,8 @@ impl Rollup {
         if version != ROLLUP_VERSION {
             return Err(SketchError::Version(version));
         }
-        let human = r.varint()?;
-        let bot = r.varint()?;
+        let human = r.varint(VARINT)?;
+        let bot = r.varint(VARINT)?;
         let countries = Breakdown::read(&mut r)?;
         let referrers = Breakdown::read(&mut r)?;
         let devices = Breakdown::read(&mut r)?;
@@ -240,7 +240,7 @@ impl Rollup {
         let oses = Breakdown::read(&mut r)?;
         let bot_reasons = Breakdown::read(&mut r)?;
         let uniques = Uniques::read(&mut r)?;
-        r.finish()?;
+        finish(&r)?;
         Ok(Rollup {
             human,
             bot,

@@ -30,7 +30,7 @@
 
 use hashbrown::HashSet;
 
-use crate::codec::Reader;
+use crate::codec::{finish, Reader};
 
 /// Register-index bits.
 const PRECISION: u8 = 14;
@@ -216,7 +216,7 @@ impl Uniques {
     pub fn from_bytes(bytes: &[u8]) -> Result<Uniques, SketchError> {
         let mut r = Reader::new(bytes);
         let sketch = Uniques::read(&mut r)?;
-        r.finish()?;
+        finish(&r)?;
         Ok(sketch)
     }
 

@@ -46,8 +46,6 @@ use crate::fleet::{Fleet, FleetError};
 use crate::publish::Publisher;
 use crate::store::{Store, StoredLink};
 
-/// Longest code of any namespace (aliases are 8–64 characters, generated codes 7).
-const MAX_CODE_LEN: usize = 64;
 /// Largest status report body.
 pub const MAX_STATUS_BODY: usize = 4 * 1024;
 /// Bytes per chunk of a snapshot download, and chunks read ahead of the client.
@@ -141,11 +139,7 @@ impl IntoResponse for EdgeError {
 
 /// A code no namespace can hold never existed: answered without touching the store.
 fn plausible_code(code: &str) -> bool {
-    !code.is_empty()
-        && code.len() <= MAX_CODE_LEN
-        && code
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    lasthop_core::code::plausible(code.as_bytes())
 }
 
 async fn get_link(

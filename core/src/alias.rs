@@ -46,7 +46,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::OnceLock;
 
-use crate::code::{ALIAS_MAX, ALIAS_MIN};
+use crate::code::{alias_shape, ShapeError, ALIAS_MAX, ALIAS_MIN};
 
 const RESERVED_TEXT: &str = include_str!("../data/reserved-aliases.txt");
 const PROFANITY_TEXT: &str = include_str!("../data/profanity.txt");
@@ -198,21 +198,12 @@ pub fn brands() -> &'static [&'static str] {
 /// Checks an alias against every rule.
 pub fn validate_alias(alias: &str) -> Result<(), AliasError> {
     let bytes = alias.as_bytes();
-    if !bytes
-        .iter()
-        .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
-        return Err(AliasError::InvalidChar);
-    }
-    if bytes.len() < ALIAS_MIN {
-        return Err(AliasError::TooShort);
-    }
-    if bytes.len() > ALIAS_MAX {
-        return Err(AliasError::TooLong);
-    }
-    if bytes.iter().all(u8::is_ascii_digit) {
-        return Err(AliasError::AllDigits);
-    }
+    alias_shape(bytes).map_err(|e| match e {
+        ShapeError::InvalidChar => AliasError::InvalidChar,
+        ShapeError::TooShort => AliasError::TooShort,
+        ShapeError::TooLong => AliasError::TooLong,
+        ShapeError::AllDigits => AliasError::AllDigits,
+    })?;
     match find_reserved(&bytes.to_ascii_lowercase()) {
         Some(hit) => Err(AliasError::Reserved(hit)),
         None => Ok(()),

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::cursor::{Cursor, Truncated};
 use crate::feed::{plausible_code, valid_name};
 
 /// The event format version this build writes and reads.
@@ -184,40 +185,22 @@ pub enum EventError {
     Frame(&'static str),
 }
 
-/// A byte cursor that hands out checked slices.
-struct Cursor<'a> {
-    buf: &'a [u8],
+impl From<Truncated> for EventError {
+    fn from(_: Truncated) -> Self {
+        EventError::Truncated
+    }
 }
 
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], EventError> {
-        if self.buf.len() < n {
-            return Err(EventError::Truncated);
-        }
-        let (head, rest) = self.buf.split_at(n);
-        self.buf = rest;
-        Ok(head)
-    }
+/// A UTF-8 string after its one-byte length.
+fn str8<'a>(c: &mut Cursor<'a>, field: &'static str) -> Result<&'a str, EventError> {
+    let len = usize::from(c.u8()?);
+    std::str::from_utf8(c.take(len)?).map_err(|_| EventError::Field(field))
+}
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], EventError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-
-    fn u8(&mut self) -> Result<u8, EventError> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn str8(&mut self, field: &'static str) -> Result<&'a str, EventError> {
-        let n = usize::from(self.u8()?);
-        std::str::from_utf8(self.take(n)?).map_err(|_| EventError::Field(field))
-    }
-
-    fn str16(&mut self, field: &'static str) -> Result<&'a str, EventError> {
-        let n = usize::from(u16::from_le_bytes(self.array()?));
-        std::str::from_utf8(self.take(n)?).map_err(|_| EventError::Field(field))
-    }
+/// A UTF-8 string after its two-byte length.
+fn str16<'a>(c: &mut Cursor<'a>, field: &'static str) -> Result<&'a str, EventError> {
+    let len = usize::from(c.u16()?);
+    std::str::from_utf8(c.take(len)?).map_err(|_| EventError::Field(field))
 }
 
 /// Printable text: no control characters (so it is safe in logs, JSON and a terminal).
@@ -280,7 +263,7 @@ impl<'a> ClickEvent<'a> {
 
     /// Parses one event from the front of `buf`; returns it and the bytes it used.
     pub fn decode(buf: &'a [u8]) -> Result<(ClickEvent<'a>, usize), EventError> {
-        let mut c = Cursor { buf };
+        let mut c = Cursor::new(buf);
         let version = c.u8()?;
         if version != EVENT_VERSION {
             return Err(EventError::Version(version));
@@ -310,19 +293,19 @@ impl<'a> ClickEvent<'a> {
         } else {
             None
         };
-        let code = c.str8("code")?;
+        let code = str8(&mut c, "code")?;
         if !plausible_code(code) {
             return Err(EventError::Field("code"));
         }
-        let pop = c.str8("pop")?;
+        let pop = str8(&mut c, "pop")?;
         if !pop.is_empty() && !valid_name(pop) {
             return Err(EventError::Field("pop"));
         }
-        let referrer_host = c.str8("referrer_host")?;
+        let referrer_host = str8(&mut c, "referrer_host")?;
         if !valid_referrer_host(referrer_host) {
             return Err(EventError::Field("referrer_host"));
         }
-        let user_agent = c.str16("user_agent")?;
+        let user_agent = str16(&mut c, "user_agent")?;
         if user_agent.len() > MAX_USER_AGENT || !printable(user_agent) {
             return Err(EventError::Field("user_agent"));
         }
@@ -343,7 +326,7 @@ impl<'a> ClickEvent<'a> {
             user_agent,
             referrer_host,
         };
-        Ok((event, buf.len() - c.buf.len()))
+        Ok((event, buf.len() - c.remaining()))
     }
 
     /// The country as text, `None` when unknown.
@@ -722,7 +705,7 @@ mod tests {
         #[test]
         fn any_valid_event_round_trips(
             seq in any::<u64>(), at in any::<u64>(), vis in any::<u64>(),
-            code in "[A-Za-z0-9_-]{1,64}", pop in "[a-z0-9]{0,12}",
+            code in "[A-Za-z0-9]{7}|[a-z][A-Za-z0-9_-]{7,63}", pop in "[a-z0-9]{0,12}",
             ua in "[ -~]{0,300}", rh in "[a-z0-9.-]{0,60}", head in any::<bool>(), v6 in any::<bool>(),
         ) {
             let net = if v6 { Net::V6([0x20, 1, 0xd, 0xb8, 0, 1]) } else { Net::V4([10, 1, 2]) };

@@ -1,5 +1,7 @@
 //! The code scheme: generated codes are `base62(FF1_k(n))`, exactly [`CODE_LEN`] characters;
-//! custom aliases are 8–64 characters. Length alone tells the two namespaces apart.
+//! custom aliases are 8–64 characters of `[A-Za-z0-9_-]`, not all digits. Length alone tells the
+//! two namespaces apart, and [`classify`] is the one place that says what shape a string has:
+//! the edge's request path, the feed and click decoders, the stores and the API all ask it.
 
 use crate::base62;
 use crate::ff1::{Ff1Domain, Ff1Error};
@@ -14,25 +16,63 @@ pub const ALIAS_MAX: usize = 64;
 /// Number of generated codes: 62^7.
 pub const CODE_SPACE: u64 = 3_521_614_606_208;
 
-/// What a path segment can be, by length alone.
+/// What shape a string has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CodeKind {
     /// Exactly 7 base62 characters.
     Generated,
-    /// 8–64 characters; the alias rules decide the rest.
+    /// An alias's shape ([`alias_shape`]); the reserved words are the alias rules' business.
     Alias,
-    /// Anything else: answered 404 without a lookup.
+    /// Anything else: no namespace holds it, so it never existed (answered 404 without a lookup).
     Invalid,
 }
 
-/// Routes a path segment by its length (and, for 7 characters, its alphabet).
+/// Why a string does not have an alias's shape, in the order the checks run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShapeError {
+    InvalidChar,
+    TooShort,
+    TooLong,
+    AllDigits,
+}
+
+/// Whether `code` has an alias's shape: [`ALIAS_MIN`]–[`ALIAS_MAX`] characters of
+/// `[A-Za-z0-9_-]`, not all digits.
+#[inline]
+pub fn alias_shape(code: &[u8]) -> Result<(), ShapeError> {
+    if !code
+        .iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(ShapeError::InvalidChar);
+    }
+    if code.len() < ALIAS_MIN {
+        return Err(ShapeError::TooShort);
+    }
+    if code.len() > ALIAS_MAX {
+        return Err(ShapeError::TooLong);
+    }
+    if code.iter().all(u8::is_ascii_digit) {
+        return Err(ShapeError::AllDigits);
+    }
+    Ok(())
+}
+
+/// What shape `code` has: a generated code by its length and alphabet, an alias by
+/// [`alias_shape`], else nothing any namespace holds.
 #[inline]
 pub fn classify(code: &[u8]) -> CodeKind {
     match code.len() {
         CODE_LEN if base62::is_base62(code) => CodeKind::Generated,
-        ALIAS_MIN..=ALIAS_MAX => CodeKind::Alias,
+        ALIAS_MIN..=ALIAS_MAX if alias_shape(code).is_ok() => CodeKind::Alias,
         _ => CodeKind::Invalid,
     }
+}
+
+/// A code some namespace could hold (whether it exists is the store's business).
+#[inline]
+pub fn plausible(code: &[u8]) -> bool {
+    classify(code) != CodeKind::Invalid
 }
 
 /// FF1 over radix 62, length 7, empty tweak, under one permutation key.
@@ -106,6 +146,22 @@ mod tests {
         assert_eq!(classify(&[b'a'; 64]), CodeKind::Alias);
         assert_eq!(classify(&[b'a'; 65]), CodeKind::Invalid);
         assert_eq!(classify(b""), CodeKind::Invalid);
+        // An alias's shape: its alphabet, and not all digits.
+        assert_eq!(classify(b"dot.dot.dot"), CodeKind::Invalid);
+        assert_eq!(classify(b"has space"), CodeKind::Invalid);
+        assert_eq!(classify(b"12345678"), CodeKind::Invalid);
+        assert_eq!(classify(b"12345678a"), CodeKind::Alias);
+        assert_eq!(classify(b"1234567"), CodeKind::Generated);
+        assert!(plausible(b"abcDEF1") && plausible(b"my-alias_2"));
+        assert!(!plausible(b"") && !plausible(b"short") && !plausible(b"dot.dot.dot"));
+        assert_eq!(
+            alias_shape(b"a.b"),
+            Err(ShapeError::InvalidChar),
+            "alphabet first"
+        );
+        assert_eq!(alias_shape(b"abc"), Err(ShapeError::TooShort));
+        assert_eq!(alias_shape(&[b'a'; 65]), Err(ShapeError::TooLong));
+        assert_eq!(alias_shape(b"00000000"), Err(ShapeError::AllDigits));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod alias;
 pub mod base62;
 pub mod click;
 pub mod code;
+pub mod cursor;
 pub mod destination;
 pub mod feed;
 pub mod ff1;

@@ -192,8 +192,8 @@ fn decide_in<'a>(
                 }
             }
         }
-        CodeKind::Alias if is_alias(code) => (None, true),
-        CodeKind::Alias | CodeKind::Invalid => return (Answer::NotFound, Layer::Invalid),
+        CodeKind::Alias => (None, true),
+        CodeKind::Invalid => return (Answer::NotFound, Layer::Invalid),
     };
     let need_origin = |confirming| Answer::NeedOrigin {
         code,
@@ -328,15 +328,6 @@ fn code_of(path: &[u8]) -> Option<(&[u8], bool)> {
         Some(code) => (code, true),
         None => (rest, false),
     })
-}
-
-/// The alias alphabet, and not all digits (the rules in `lasthop_core::alias`, minus the
-/// reserved words, which can simply never be found).
-#[inline]
-fn is_alias(code: &[u8]) -> bool {
-    code.iter()
-        .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        && !code.iter().all(u8::is_ascii_digit)
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 use lasthop_core::{region_range, HighWater};
 use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3};
 
-use crate::cursor::{put_varint21, Cursor};
 use crate::error::{Section, SnapshotError};
+use crate::varint::put_varint21;
+use lasthop_core::cursor::Cursor;
 
 /// First eight bytes of every snapshot. The high byte and the trailing `\n` catch 7-bit and
 /// newline-mangling transfers, as PNG's magic does.
@@ -132,11 +133,11 @@ pub(crate) struct RawEntry<'a> {
 #[inline]
 pub(crate) fn entry_if_key<'a>(bytes: &'a [u8], want: &[u8]) -> Option<RawEntry<'a>> {
     let mut c = Cursor::new(bytes);
-    let first = c.u8()?;
+    let first = c.u8().ok()?;
     if usize::from(first & KEY_LEN_MASK) != want.len() {
         return None;
     }
-    let key = c.take(want.len())?;
+    let key = c.take(want.len()).ok()?;
     if key != want {
         return None;
     }
@@ -146,21 +147,22 @@ pub(crate) fn entry_if_key<'a>(bytes: &'a [u8], want: &[u8]) -> Option<RawEntry<
 /// Parses the entry at the front of `bytes`, whatever its key; also returns the bytes after it.
 pub(crate) fn entry_at(bytes: &[u8]) -> Option<(RawEntry<'_>, &[u8])> {
     let mut c = Cursor::new(bytes);
-    let first = c.u8()?;
-    let key = c.take(usize::from(first & KEY_LEN_MASK))?;
+    let first = c.u8().ok()?;
+    let key = c.take(usize::from(first & KEY_LEN_MASK)).ok()?;
     let entry = finish_entry(first, key, &mut c)?;
     Some((entry, c.rest()))
 }
 
 #[inline]
 fn finish_entry<'a>(first: u8, key: &'a [u8], c: &mut Cursor<'a>) -> Option<RawEntry<'a>> {
-    let url_len = c.varint21()?;
+    // At most three bytes (URLs under 2 MiB), shortest form.
+    let url_len = usize::try_from(c.varint(3).ok()?).ok()?;
     let expires_at_ms = if first & HAS_EXPIRY != 0 {
-        Some(c.i64()?)
+        Some(c.i64().ok()?)
     } else {
         None
     };
-    let url = c.take(url_len)?;
+    let url = c.take(url_len).ok()?;
     Some(RawEntry {
         key,
         url,
@@ -271,21 +273,21 @@ impl Header {
             .ok_or(short(FIXED_HEADER_LEN))?;
         let mut c = Cursor::new(fixed);
         let truncated = || short(FIXED_HEADER_LEN);
-        let magic: [u8; 8] = c.array().ok_or_else(truncated)?;
+        let magic: [u8; 8] = c.array().map_err(|_| truncated())?;
         if magic != MAGIC {
             return Err(SnapshotError::BadMagic);
         }
-        let version = c.u32().ok_or_else(truncated)?;
+        let version = c.u32().map_err(|_| truncated())?;
         if version != FORMAT_VERSION {
             return Err(SnapshotError::UnsupportedVersion {
                 found: version,
                 supported: FORMAT_VERSION,
             });
         }
-        let header_len = c.u32().ok_or_else(truncated)?;
-        let sequence = c.u64().ok_or_else(truncated)?;
-        let key_id = c.u32().ok_or_else(truncated)?;
-        let regions = c.u32().ok_or_else(truncated)?;
+        let header_len = c.u32().map_err(|_| truncated())?;
+        let sequence = c.u64().map_err(|_| truncated())?;
+        let key_id = c.u32().map_err(|_| truncated())?;
+        let regions = c.u32().map_err(|_| truncated())?;
         if regions == 0 || regions > MAX_REGIONS {
             return Err(bad("regions", regions.into(), "must be 1..=4096"));
         }
@@ -300,17 +302,17 @@ impl Header {
         let whole = file.get(..need).ok_or(short(need))?;
         let mut u64s = [0u64; 10];
         for v in &mut u64s {
-            *v = c.u64().ok_or_else(truncated)?;
+            *v = c.u64().map_err(|_| truncated())?;
         }
         let [reserve, hash_seed, links, aliases, expiring, url_bytes, arena_len, index_offset, home_buckets, total_buckets] =
             u64s;
-        let max_probe = c.u32().ok_or_else(truncated)?;
-        let reserved = c.u32().ok_or_else(truncated)?;
-        let file_len = c.u64().ok_or_else(truncated)?;
-        let arena_checksum = c.u64().ok_or_else(truncated)?;
-        let index_checksum = c.u64().ok_or_else(truncated)?;
-        let reserved_wide = c.u64().ok_or_else(truncated)?;
-        let stored = c.u64().ok_or_else(truncated)?;
+        let max_probe = c.u32().map_err(|_| truncated())?;
+        let reserved = c.u32().map_err(|_| truncated())?;
+        let file_len = c.u64().map_err(|_| truncated())?;
+        let arena_checksum = c.u64().map_err(|_| truncated())?;
+        let index_checksum = c.u64().map_err(|_| truncated())?;
+        let reserved_wide = c.u64().map_err(|_| truncated())?;
+        let stored = c.u64().map_err(|_| truncated())?;
         let computed = header_checksum(whole);
         if stored != computed {
             return Err(SnapshotError::Checksum {
@@ -321,7 +323,7 @@ impl Header {
         }
         let mut marks_cursor = Cursor::new(whole.get(FIXED_HEADER_LEN..).unwrap_or(&[]));
         let marks = (0..regions)
-            .map(|_| marks_cursor.u64().ok_or_else(truncated))
+            .map(|_| marks_cursor.u64().map_err(|_| truncated()))
             .collect::<Result<Vec<_>, _>>()?;
         let header = Header {
             version,

@@ -27,12 +27,12 @@
 //! assert_eq!(snapshot.lookup(b"abcDEF1").unwrap().url(), b"https://example.com/");
 //! ```
 
-mod cursor;
 mod error;
 mod format;
 mod reader;
 mod synth;
 mod tsv;
+mod varint;
 mod writer;
 
 pub use error::{BuildError, Section, SnapshotError};

@@ -634,8 +634,9 @@ fn future_time(s: &str, now: i64) -> Result<i64, ApiError> {
     Ok(at)
 }
 
+/// A code no namespace can hold never existed: 404 without touching the store.
 fn check_code(code: &str) -> Result<(), ApiError> {
-    if code.is_empty() || code.len() > 64 {
+    if !lasthop_core::code::plausible(code.as_bytes()) {
         return Err(ApiError::not_found());
     }
     Ok(())
