@@ -33,7 +33,10 @@ pub fn export_all(
     if let Some(dir) = keys_dir {
         let keys = crate::auth::ApiKeys::open(dir)
             .records()
-            .map_err(|e| StoreError::Storage(format!("reading the api-keys file: {e:#}")))?;
+            .map_err(|e| StoreError::File {
+                what: "reading the api-keys file",
+                source: e.into(),
+            })?;
         for key in keys {
             w.write(&Record::ApiKey(KeyLine::from_record(&key)))?;
         }
@@ -55,15 +58,17 @@ pub fn import_all(
     let (mut reader, _header) = Reader::open(input, scheme.key_id(), regions)?;
     if spec == "embedded" {
         let dir = data_dir.ok_or_else(|| {
-            StoreError::Storage("--data-dir is needed with the embedded store".into())
+            StoreError::Refused("--data-dir is needed with the embedded store".into())
         })?;
         let mut config =
             crate::store::embedded::EmbeddedStoreConfig::new(dir.join("links.redb"), scheme);
         config.region = region;
         config.regions = regions;
         let (done, keys) = crate::store::embedded::transfer::import(&config, &mut reader)?;
-        crate::auth::import_keys(dir, &keys)
-            .map_err(|e| StoreError::Storage(format!("writing the api-keys file: {e:#}")))?;
+        crate::auth::import_keys(dir, &keys).map_err(|e| StoreError::File {
+            what: "writing the api-keys file",
+            source: e.into(),
+        })?;
         return Ok(done);
     }
     let mut config = crate::store::postgres::PgStoreConfig::new(spec, scheme.clone());

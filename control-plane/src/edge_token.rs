@@ -107,7 +107,10 @@ fn generate() -> anyhow::Result<String> {
 
 /// A new random token's text, for a shared store to keep if it has none yet.
 pub fn generate_text() -> Result<String, crate::store::StoreError> {
-    generate().map_err(|e| crate::store::StoreError::Storage(format!("{e:#}")))
+    generate().map_err(|e| crate::store::StoreError::File {
+        what: "edge token",
+        source: e.into(),
+    })
 }
 
 /// Temp file (0600 from birth), fsync, rename, fsync the directory.

@@ -275,9 +275,10 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, End> {
     match tokio::task::spawn_blocking(f).await {
         Ok(result) => result.map_err(End::Store),
-        Err(e) => Err(End::Store(StoreError::Storage(format!(
-            "store task failed: {e}"
-        )))),
+        Err(e) => Err(End::Store(StoreError::Task {
+            what: "store task",
+            source: Box::new(e),
+        })),
     }
 }
 

@@ -111,8 +111,10 @@ impl Fleet {
         let Some(entry) = self.lock().get(engine).cloned() else {
             return Ok(());
         };
-        let text = serde_json::to_string(&entry)
-            .map_err(|e| StoreError::Storage(format!("fleet entry: {e}")))?;
+        let text = serde_json::to_string(&entry).map_err(|e| StoreError::Corrupt {
+            what: "fleet entry".into(),
+            detail: e.to_string(),
+        })?;
         shared.put_edge(engine, &text, entry.received_ms)
     }
 

@@ -38,7 +38,10 @@ pub fn build_snapshot(
         };
         writer
             .add(s.link.code.as_bytes(), url, s.state.expires_at_ms)
-            .map_err(|e| StoreError::Storage(format!("snapshot writer: {e}")))
+            .map_err(|e| StoreError::File {
+                what: "snapshot writer",
+                source: Box::new(e),
+            })
     })?;
     Ok((sequence, writer.seal()?))
 }

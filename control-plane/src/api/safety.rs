@@ -854,7 +854,10 @@ pub async fn revoke_key(
         st.0.keys
             .revoke(&key_id)
             .map(Some)
-            .map_err(|e| StoreError::Storage(format!("{e:#}")))
+            .map_err(|e| StoreError::File {
+                what: "revoking the API key",
+                source: e.into(),
+            })
     })
     .await?;
     match outcome {

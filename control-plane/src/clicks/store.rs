@@ -71,7 +71,7 @@ pub enum StoreError {
     },
     /// redb or the disk failed.
     #[error("rollup store: {0}")]
-    Storage(String),
+    Storage(#[source] crate::store::Cause),
     /// A stored rollup does not decode. It is never treated as absent (that would count from
     /// zero and overwrite it); recomputing its day replaces it.
     #[error("unreadable rollup of {code} on {day}: {reason} (recompute the day to repair it)")]
@@ -85,8 +85,8 @@ pub enum StoreError {
     },
 }
 
-fn storage(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Storage(e.to_string())
+fn storage(e: impl Into<crate::store::Cause>) -> StoreError {
+    StoreError::Storage(e.into())
 }
 
 /// One flush's writes, committed together.

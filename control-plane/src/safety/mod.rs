@@ -324,7 +324,7 @@ impl Safety {
         let _one_at_a_time = self
             .owner_writes
             .lock()
-            .map_err(|_| StoreError::Storage("owner updates poisoned".into()))?;
+            .map_err(|_| StoreError::NotApplied("owner updates poisoned by a panic"))?;
         // The stored record, not the cache: another control plane on a shared store may have
         // changed it since.
         let before = self.store.owner(owner)?.unwrap_or(OwnerRecord {

@@ -501,12 +501,51 @@ pub struct Suspension {
     pub takedown_reason: String,
 }
 
+/// A failure's cause, kept whole (with its own `source` chain) for the log.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Storage failures. Logical outcomes (alias taken, not found) are not errors.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    #[error("storage: {0}")]
-    Storage(String),
+    /// The embedded database (redb) failed.
+    #[error("embedded store: {0}")]
+    Embedded(#[source] Cause),
+    /// PostgreSQL failed: `what` says where (a statement, the pool, migrations, the client's
+    /// runtime).
+    #[error("postgres {what}: {source}")]
+    Postgres {
+        what: &'static str,
+        #[source]
+        source: Cause,
+    },
+    /// A file kept beside the store (an export, the API keys, a snapshot, the edge token).
+    #[error("{what}: {source}")]
+    File {
+        what: &'static str,
+        #[source]
+        source: Cause,
+    },
+    /// A record could not be encoded.
+    #[error("encoding a record: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// The store's own rules refuse the operation: another permutation key, an import into a
+    /// store that holds links.
+    #[error("{0}")]
+    Refused(String),
+    /// The batch an operation was in did not commit; `cause` is the commit's error.
+    #[error("commit failed: {cause}")]
+    CommitFailed { cause: String },
+    /// The writer ended before it applied the operation.
+    #[error("not applied ({0})")]
+    NotApplied(&'static str),
+    /// A worker thread or task the store relies on panicked or could not run.
+    #[error("{what}: {source}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: Cause,
+    },
     #[error("corrupt record for {what}: {detail}")]
     Corrupt { what: String, detail: String },
     #[error("the counter range of region {region} is exhausted")]

@@ -218,11 +218,14 @@ impl<W: Write> Writer<W> {
             }
             _ => self.records += 1,
         }
-        serde_json::to_writer(&mut self.out, record)
-            .map_err(|e| StoreError::Storage(format!("writing the export: {e}")))?;
-        self.out
-            .write_all(b"\n")
-            .map_err(|e| StoreError::Storage(format!("writing the export: {e}")))
+        serde_json::to_writer(&mut self.out, record).map_err(|e| StoreError::File {
+            what: "writing the export",
+            source: Box::new(e),
+        })?;
+        self.out.write_all(b"\n").map_err(|e| StoreError::File {
+            what: "writing the export",
+            source: Box::new(e),
+        })
     }
 
     /// The `end` line, then a flush.
@@ -233,9 +236,10 @@ impl<W: Write> Writer<W> {
             records: self.records,
         };
         self.write(&Record::End(end.clone()))?;
-        self.out
-            .flush()
-            .map_err(|e| StoreError::Storage(format!("writing the export: {e}")))?;
+        self.out.flush().map_err(|e| StoreError::File {
+            what: "writing the export",
+            source: Box::new(e),
+        })?;
         Ok(end)
     }
 }
@@ -322,7 +326,10 @@ impl<R: BufRead> Reader<R> {
         self.buf.clear();
         let n = std::io::Read::take(self.input.by_ref(), MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut self.buf)
-            .map_err(|e| StoreError::Storage(format!("reading the export: {e}")))?;
+            .map_err(|e| StoreError::File {
+                what: "reading the export",
+                source: Box::new(e),
+            })?;
         if n == 0 {
             return Ok(None);
         }

@@ -98,8 +98,8 @@ const COUNTER_PREFIX: &str = "counter_next/";
 /// Idempotency records purged per commit, so a purge never makes one batch slow.
 const PURGE_PER_COMMIT: usize = 256;
 
-fn storage<E: std::fmt::Display>(e: E) -> StoreError {
-    StoreError::Storage(e.to_string())
+fn storage<E: Into<crate::store::Cause>>(e: E) -> StoreError {
+    StoreError::Embedded(e.into())
 }
 
 fn corrupt<E: std::fmt::Display>(what: &str, e: E) -> StoreError {
@@ -250,7 +250,7 @@ impl EmbeddedStore {
                 let stored = meta.get(META_KEY_ID).map_err(storage)?.map(|g| g.value());
                 match stored {
                     Some(id) if id != key_id => {
-                        return Err(StoreError::Storage(format!(
+                        return Err(StoreError::Refused(format!(
                             "store was created under permutation key {id:08x}, not {key_id:08x}: \
                              refusing to mint codes under another key"
                         )))
@@ -1049,7 +1049,9 @@ type Finish = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 fn finish<T: Send + 'static>(reply: Reply<T>, outcome: Result<T, StoreError>) -> Finish {
     Box::new(move |commit_error| {
         let answer = match (commit_error, outcome) {
-            (Some(e), Ok(_)) => Err(StoreError::Storage(format!("commit failed: {e}"))),
+            (Some(e), Ok(_)) => Err(StoreError::CommitFailed {
+                cause: e.to_string(),
+            }),
             (_, outcome) => outcome,
         };
         // The caller may have gone away (timeout, disconnect); nothing to do then.
@@ -1263,8 +1265,9 @@ impl Writer {
 
         let (code, key) = match &req.alias {
             Some(alias) => {
-                let key = record_key(&self.scheme, alias).ok_or_else(|| {
-                    StoreError::Storage(format!("alias {alias:?} has an invalid length"))
+                let key = record_key(&self.scheme, alias).ok_or_else(|| StoreError::Corrupt {
+                    what: format!("alias {alias:?}"),
+                    detail: "invalid length".into(),
                 })?;
                 if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
                     return Ok(CreateOutcome::AliasTaken);

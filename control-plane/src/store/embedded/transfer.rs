@@ -157,7 +157,7 @@ pub fn import<R: BufRead>(
     reader: &mut Reader<R>,
 ) -> Result<(Imported, Vec<crate::store::keys::KeyRecord>), StoreError> {
     if let Some(why) = not_empty(&config.path)? {
-        return Err(StoreError::Storage(format!(
+        return Err(StoreError::Refused(format!(
             "{} cannot take an import: {why} (import writes only into an empty store)",
             config.path.display()
         )));

@@ -113,7 +113,10 @@ impl PgKeys {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| StoreError::Storage(format!("runtime: {e}")))?;
+            .map_err(|e| StoreError::Postgres {
+                what: "runtime",
+                source: Box::new(e),
+            })?;
         let client = rt.block_on(async {
             let mut client = super::connect(&config).await?;
             super::migrate(&mut client).await?;

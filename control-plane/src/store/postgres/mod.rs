@@ -88,11 +88,17 @@ impl PgStoreConfig {
 }
 
 pub(crate) fn pg(e: tokio_postgres::Error) -> StoreError {
-    StoreError::Storage(format!("postgres: {e}"))
+    StoreError::Postgres {
+        what: "statement",
+        source: Box::new(e),
+    }
 }
 
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
-    StoreError::Storage(format!("postgres pool: {e}"))
+    StoreError::Postgres {
+        what: "pool",
+        source: Box::new(e),
+    }
 }
 
 pub(crate) fn corrupt<E: std::fmt::Display>(what: &str, e: E) -> StoreError {
@@ -105,7 +111,10 @@ pub(crate) fn corrupt<E: std::fmt::Display>(what: &str, e: E) -> StoreError {
 /// Parses a connection string (`postgres://…` or `host=… port=…`).
 pub fn parse_config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     url.parse::<tokio_postgres::Config>()
-        .map_err(|e| StoreError::Storage(format!("the store URL does not parse: {e}")))
+        .map_err(|e| StoreError::Postgres {
+            what: "store URL",
+            source: Box::new(e),
+        })
 }
 
 /// One connection, its connection task spawned on the current runtime.
@@ -211,7 +220,10 @@ impl PgStore {
             .thread_name("postgres")
             .enable_all()
             .build()
-            .map_err(|e| StoreError::Storage(format!("runtime: {e}")))?;
+            .map_err(|e| StoreError::Postgres {
+                what: "runtime",
+                source: Box::new(e),
+            })?;
         let pg_config = parse_config(&config.url)?;
         let key_id = i64::from(config.scheme.key_id());
         let (last_seq, pool) = rt.block_on(async {
@@ -230,7 +242,7 @@ impl PgStore {
                 .map_err(pg)?
                 .get(0);
             if stored != key_id {
-                return Err(StoreError::Storage(format!(
+                return Err(StoreError::Refused(format!(
                     "store was created under permutation key {stored:08x}, not {key_id:08x}: \
                      refusing to mint codes under another key"
                 )));
@@ -246,7 +258,10 @@ impl PgStore {
             let pool = Pool::builder(manager)
                 .max_size(config.pool_size.max(1))
                 .build()
-                .map_err(|e| StoreError::Storage(format!("postgres pool: {e}")))?;
+                .map_err(|e| StoreError::Postgres {
+                    what: "pool",
+                    source: Box::new(e),
+                })?;
             Ok::<_, StoreError>((last, pool))
         })?;
         let (commits_tx, commits) = watch::channel(last_seq);
@@ -381,7 +396,10 @@ pub fn migrate_only(url: &str) -> Result<usize, StoreError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| StoreError::Storage(format!("runtime: {e}")))?;
+        .map_err(|e| StoreError::Postgres {
+            what: "runtime",
+            source: Box::new(e),
+        })?;
     rt.block_on(async {
         let mut client = connect(&config).await?;
         migrate(&mut client).await

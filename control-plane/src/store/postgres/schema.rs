@@ -135,7 +135,10 @@ ALTER TABLE snapshot_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
 
 /// Applies every migration the database has not had yet; returns how many ran.
 pub async fn migrate(client: &mut Client) -> Result<usize, StoreError> {
-    let err = |e: tokio_postgres::Error| StoreError::Storage(format!("migrations: {e}"));
+    let err = |e: tokio_postgres::Error| StoreError::Postgres {
+        what: "migrations",
+        source: Box::new(e),
+    };
     client
         .batch_execute(
             "CREATE TABLE IF NOT EXISTS lasthop_migrations (

@@ -39,7 +39,10 @@ impl Lead for PgLead {
 }
 
 fn io(e: std::io::Error) -> StoreError {
-    StoreError::Storage(format!("snapshot file: {e}"))
+    StoreError::File {
+        what: "snapshot file",
+        source: Box::new(e),
+    }
 }
 
 impl Shared for PgStore {

@@ -160,7 +160,7 @@ pub fn import<R: BufRead>(
             let (links, counters, free, changes): (i64, i64, i64, i64) =
                 (row.get(0), row.get(1), row.get(2), row.get(3));
             if links + counters + free + changes > 0 {
-                return Err(StoreError::Storage(format!(
+                return Err(StoreError::Refused(format!(
                     "the database cannot take an import: it holds {links} links, {counters} \
                      leased regions and {changes} changes (import writes only into an empty store)"
                 )));
@@ -183,7 +183,7 @@ pub fn import<R: BufRead>(
                         return Ok(state.done);
                     }
                     // The reader failed: the transaction rolls back.
-                    None => return Err(StoreError::Storage("import abandoned".into())),
+                    None => return Err(StoreError::NotApplied("import abandoned")),
                 }
             }
         }
@@ -245,7 +245,7 @@ fn i64_of(n: u64) -> Result<i64, StoreError> {
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Storage(e.to_string()))
+    Ok(serde_json::to_string(v)?)
 }
 
 impl ImportState {

@@ -67,12 +67,14 @@ fn pending<T: Send + 'static>(reply: Reply<T>, finishes: &mut Vec<Finish>) -> Sl
     let outcome = Arc::clone(&slot);
     finishes.push(Box::new(move |commit_error| {
         let answer = match commit_error {
-            Some(e) => Err(StoreError::Storage(format!("commit failed: {e}"))),
+            Some(e) => Err(StoreError::CommitFailed {
+                cause: e.to_string(),
+            }),
             None => outcome
                 .lock()
                 .ok()
                 .and_then(|mut o| o.take())
-                .unwrap_or_else(|| Err(StoreError::Storage("not applied".into()))),
+                .unwrap_or_else(|| Err(StoreError::NotApplied("the writer stopped"))),
         };
         let _ = reply.send(answer);
     }));
@@ -97,7 +99,7 @@ enum Work {
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Storage(e.to_string()))
+    Ok(serde_json::to_string(v)?)
 }
 
 fn i64_of(n: u64) -> i64 {
@@ -230,7 +232,7 @@ impl Writer {
         commits: Arc<watch::Sender<u64>>,
     ) -> Result<Writer, StoreError> {
         let counter_range = region_range(config.region, config.regions)
-            .map_err(|e| StoreError::Storage(e.to_string()))?;
+            .map_err(|e| StoreError::Refused(e.to_string()))?;
         Ok(Writer {
             pg,
             client: None,
@@ -272,7 +274,7 @@ impl Writer {
         }
         self.client
             .as_mut()
-            .ok_or_else(|| StoreError::Storage("no postgres connection".into()))
+            .ok_or(StoreError::NotApplied("no postgres connection"))
     }
 
     /// Applies and commits one batch; true when a shutdown was in it.
@@ -671,9 +673,10 @@ async fn apply_creates(
                 alias.clone()
             }
             None => match counters.next(txn).await {
-                Ok(n) => scheme
-                    .encode_string(n)
-                    .map_err(|e| StoreError::Storage(e.to_string()))?,
+                Ok(n) => scheme.encode_string(n).map_err(|e| StoreError::Corrupt {
+                    what: format!("counter {n}"),
+                    detail: e.to_string(),
+                })?,
                 Err(e @ StoreError::CounterExhausted { .. }) => {
                     outcomes[i] = Some(Err(e));
                     continue;
@@ -802,7 +805,7 @@ async fn apply_creates(
     all(pending).await?;
     Ok(outcomes
         .into_iter()
-        .map(|o| o.unwrap_or_else(|| Err(StoreError::Storage("create not applied".into()))))
+        .map(|o| o.unwrap_or_else(|| Err(StoreError::NotApplied("create"))))
         .collect())
 }
 
