@@ -1,0 +1,287 @@
+//! The engine's flags (each with its environment variable where operators set one), parsed by
+//! clap into [`Args`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{ArgAction, Parser, ValueEnum};
+use lasthop_core::feed::valid_name;
+use lasthop_engine::control;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum Io {
+    /// io_uring where the kernel allows it, else epoll.
+    Auto,
+    Uring,
+    Epoll,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum SnapshotMemory {
+    /// Copied into transparent-huge-page memory.
+    Huge,
+    /// The file mapped in place.
+    Map,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum SafeMode {
+    Confirm,
+    Off,
+}
+
+/// The `Strict-Transport-Security` line for HTTPS answers (empty when `max_age` is 0).
+pub(crate) fn hsts_header(max_age: u64, preload: bool) -> Vec<u8> {
+    if max_age == 0 {
+        return Vec::new();
+    }
+    let tail = if preload {
+        "; includeSubDomains; preload"
+    } else {
+        ""
+    };
+    format!("Strict-Transport-Security: max-age={max_age}{tail}\r\n").into_bytes()
+}
+
+/// `hostname:port` of the redirect listener.
+pub(crate) fn default_engine_id(listen: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| valid_name(h))
+        .unwrap_or_else(|| "engine".into());
+    format!("{host}:{}", listen.port())
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lasthop-engine",
+    version,
+    about = "lasthop edge redirect server"
+)]
+pub(crate) struct Args {
+    /// Snapshot file to serve (SIGHUP re-opens this path and swaps it in). Optional with
+    /// `--control`: the engine then starts from the newest verified snapshot in `--data-dir`,
+    /// or downloads the control plane's newest.
+    #[arg(long, env = "LASTHOP_SNAPSHOT")]
+    pub(crate) snapshot: Option<PathBuf>,
+    /// Permutation key file (the control plane's; never sent over the network).
+    #[arg(long, env = "LASTHOP_KEY_FILE")]
+    pub(crate) key_file: PathBuf,
+    /// Redirect listener.
+    #[arg(long, env = "LASTHOP_LISTEN", default_value = "0.0.0.0:8080")]
+    pub(crate) listen: SocketAddr,
+    /// Admin listener: /metrics, /healthz, /readyz, /debug/top.
+    #[arg(long, env = "LASTHOP_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
+    pub(crate) admin_listen: SocketAddr,
+    /// A control plane's edge listener (`http://host:port`): the feed (new links, state
+    /// changes, snapshots), origin read-through on misses, and status reports. Repeat it (or
+    /// give a comma-separated list) for control planes sharing one store: the engine uses the
+    /// first that answers, stays on it while it works, and fails over to the next when it
+    /// fails (round-robin, backing off after a full round).
+    #[arg(
+        long,
+        env = "LASTHOP_CONTROL",
+        action = ArgAction::Append,
+        value_delimiter = ',',
+        value_parser = parse_control_url
+    )]
+    pub(crate) control: Vec<String>,
+    /// File holding the control plane's edge token (its `DATA_DIR/edge.token`).
+    #[arg(long, env = "LASTHOP_EDGE_TOKEN_FILE")]
+    pub(crate) edge_token_file: Option<PathBuf>,
+    /// Where downloaded snapshots are kept (`DIR/snapshots/`).
+    #[arg(
+        long,
+        env = "LASTHOP_ENGINE_DATA_DIR",
+        default_value = "lasthop-engine-data"
+    )]
+    pub(crate) data_dir: PathBuf,
+    /// This engine's id in status reports (default: hostname:port).
+    #[arg(long, env = "LASTHOP_ENGINE_ID")]
+    pub(crate) engine_id: Option<String>,
+    /// This engine's PoP name in status reports.
+    #[arg(long, env = "LASTHOP_POP", default_value = "default")]
+    pub(crate) pop: String,
+    /// Silence on the feed after which it counts as lost (heartbeats come every second).
+    #[arg(long, default_value_t = 3000)]
+    pub(crate) feed_timeout_ms: u64,
+    /// While the feed is lost or catching up: `confirm` each redirect's state at the origin
+    /// first (served from local tables, and counted, when the origin is unreachable too), or
+    /// `off` to serve local tables as they are.
+    #[arg(long, value_enum, default_value = "confirm")]
+    pub(crate) safe_mode: SafeMode,
+    /// Serving cores (default: every CPU this process may run on).
+    #[arg(long, env = "LASTHOP_CORES")]
+    pub(crate) cores: Option<usize>,
+    /// CPUs to pin the cores to, comma separated (default 0..cores).
+    #[arg(long, env = "LASTHOP_CPUS", value_delimiter = ',')]
+    pub(crate) cpus: Vec<usize>,
+    /// Where the snapshot lives: `map` maps the file itself (zero-copy, page cache shared);
+    /// `huge` reads it into anonymous memory backed by transparent huge pages (fewer TLB misses
+    /// in principle; no gain measured on the development VM, see engine/DESIGN.md).
+    #[arg(long, value_enum, default_value = "map")]
+    pub(crate) snapshot_memory: SnapshotMemory,
+    /// Socket backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(crate) io: Io,
+    /// Benchmark floor: answer every request with one fixed 302, no lookup.
+    #[arg(long)]
+    pub(crate) fixed_response: bool,
+    /// Close connections idle this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub(crate) idle_timeout: u64,
+    /// Close connections that take longer than this to send a request head (slowloris).
+    #[arg(long, default_value_t = 10)]
+    pub(crate) header_timeout: u64,
+    /// Most connections per core.
+    #[arg(long, default_value_t = 16_384)]
+    pub(crate) max_conns_per_core: u32,
+    /// Count one redirect in N in the `/debug/top` sketch (its counts are scaled back up). The
+    /// sketch's update is the request path's dearest step after the lookup when traffic is
+    /// spread thin; a hot code is hot in any sample.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub(crate) top_sample: u64,
+    /// HTTPS listener (TLS 1.3 and 1.2, ALPN http/1.1); needs `--cert` and `--key`. The plain
+    /// listener stays up for health checks and the HTTP→HTTPS hop.
+    #[arg(long, env = "LASTHOP_TLS_LISTEN", requires_all = ["cert", "key"])]
+    pub(crate) tls_listen: Option<SocketAddr>,
+    /// Certificate chain (PEM), leaf first. Re-read on SIGHUP.
+    #[arg(long, env = "LASTHOP_TLS_CERT")]
+    pub(crate) cert: Option<PathBuf>,
+    /// Private key (PEM: ECDSA P-256, Ed25519 or RSA). Re-read on SIGHUP.
+    #[arg(long, env = "LASTHOP_TLS_KEY")]
+    pub(crate) key: Option<PathBuf>,
+    /// 32+ random bytes (hex or raw) from which session-ticket keys derive, so every process
+    /// holding the file resumes the others' sessions (default: keys of this process only).
+    #[arg(long, env = "LASTHOP_TLS_TICKET_KEY_FILE")]
+    pub(crate) tls_ticket_key_file: Option<PathBuf>,
+    /// Ticket key rotation period in seconds (tickets of the previous period still resume).
+    #[arg(long, default_value_t = 3600)]
+    pub(crate) tls_ticket_lifetime_secs: u64,
+    /// Most 0-RTT early-data bytes accepted per connection (0: no 0-RTT).
+    #[arg(long, default_value_t = 16_384)]
+    pub(crate) tls_max_early_data: u32,
+    /// `Strict-Transport-Security` max-age on HTTPS answers (0: no header).
+    #[arg(long, default_value_t = 31_536_000)]
+    pub(crate) hsts_max_age: u64,
+    /// Add `includeSubDomains; preload` to the HSTS header.
+    #[arg(long)]
+    pub(crate) hsts_preload: bool,
+    /// Answer every request on the plain listener with a 301 to the same target on the HTTPS
+    /// listener (`https://HOST[:port]/...`), as HSTS preload requires. Needs `--tls-listen`.
+    #[arg(long, requires = "tls_listen")]
+    pub(crate) redirect_http_to_https: bool,
+    /// The control plane API's public address (or its `/v1/reports` URL): the preview and
+    /// interstitial pages then carry a "report this link" form posting there. No form without.
+    #[arg(long, env = "LASTHOP_REPORT_URL")]
+    pub(crate) report_url: Option<String>,
+    /// Drop TLS handshakes not finished in this many milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) tls_handshake_timeout_ms: u64,
+    /// Serve TLS through userspace rustls even where the kernel offers kTLS.
+    #[arg(long)]
+    pub(crate) no_ktls: bool,
+    /// Most TLS handshakes in flight per core; connections past it are closed at accept.
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) tls_max_handshakes_per_core: usize,
+    /// Seconds to wait for open connections on SIGTERM.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) drain_timeout: u64,
+    /// Where click events go: `spool` (segment files in `--click-spool`, read by the control
+    /// plane's processor on the same host), `kafka` (`--click-kafka`), or `off`.
+    #[arg(long, value_enum, env = "LASTHOP_CLICKS", default_value = "spool")]
+    pub(crate) clicks: ClicksSink,
+    /// The click spool directory (default `DATA_DIR/clicks/spool`).
+    #[arg(long, env = "LASTHOP_CLICK_SPOOL")]
+    pub(crate) click_spool: Option<PathBuf>,
+    /// Stop writing (drop and count) while the spool holds more than this many MiB.
+    #[arg(long, default_value_t = 2048)]
+    pub(crate) click_spool_max_mib: u64,
+    /// Kafka bootstrap servers for `--clicks kafka`.
+    #[arg(long, env = "LASTHOP_CLICK_KAFKA")]
+    pub(crate) click_kafka: Option<String>,
+    /// The click topic (messages keyed by code).
+    #[arg(long, env = "LASTHOP_CLICK_TOPIC", default_value = "lasthop.clicks")]
+    pub(crate) click_topic: String,
+    /// Extra librdkafka producer property, `key=value` (repeatable: security, tuning).
+    #[arg(long = "click-kafka-option", value_parser = parse_kv)]
+    pub(crate) click_kafka_options: Vec<(String, String)>,
+    /// Clicks queued for Kafka (broker slow or down) before new ones are dropped.
+    #[arg(long, default_value_t = 500_000)]
+    pub(crate) click_kafka_queue: u32,
+    /// Clicks not delivered to Kafka within this many milliseconds are dropped (and counted).
+    #[arg(long, default_value_t = 30_000)]
+    pub(crate) click_kafka_timeout_ms: u64,
+    /// Bytes of click events each core may hold between flushes (KiB).
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) click_buffer_kib: usize,
+    /// How often the cores' click buffers go to the sink.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) click_flush_ms: u64,
+    /// Secret (32+ bytes, hex or raw) from which the daily visitor salt derives; give every
+    /// engine of a fleet the same file, and keep it off the control-plane host (with it, an
+    /// archived event's address can be recovered). Created, random, if missing. Default
+    /// `DATA_DIR/visitor.key`.
+    #[arg(long, env = "LASTHOP_VISITOR_KEY_FILE")]
+    pub(crate) visitor_key_file: Option<PathBuf>,
+    /// A MaxMind-format country (or city) database for click countries.
+    #[arg(long, env = "LASTHOP_GEOIP_DB")]
+    pub(crate) geoip_db: Option<PathBuf>,
+    /// A request header a trusted upstream sets to the client's country (e.g. `CF-IPCountry`);
+    /// it wins over `--geoip-db`. Only set this behind a proxy that overwrites the header.
+    #[arg(long, env = "LASTHOP_COUNTRY_HEADER")]
+    pub(crate) country_header: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ClicksSink {
+    Spool,
+    Kafka,
+    Off,
+}
+
+pub(crate) fn parse_control_url(s: &str) -> Result<String, String> {
+    control::parse_url(s).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_kv(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected key=value, got {s:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(["lasthop-engine", "--key-file", "k"].iter().chain(extra))
+    }
+
+    #[test]
+    fn the_flags_hold_together() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn control_may_be_repeated_and_may_be_a_list() {
+        let a = parse(&[
+            "--control",
+            "http://a:1/",
+            "--control",
+            "http://b:2,http://c:3",
+        ])
+        .unwrap();
+        assert_eq!(a.control, ["http://a:1", "http://b:2", "http://c:3"]);
+        if std::env::var_os("LASTHOP_CONTROL").is_none() {
+            assert!(parse(&[]).unwrap().control.is_empty());
+        }
+        // Each URL is checked, wherever it stands in the list.
+        for bad in ["https://a:1", "http://a:1,b:2", "http://a:1,", "http://"] {
+            assert!(parse(&["--control", bad]).is_err(), "{bad}");
+        }
+    }
+}
