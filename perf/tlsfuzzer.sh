@@ -6,9 +6,8 @@
 # every case the engine fails and OpenSSL passes. Not a benchmark and never part of CI: it needs
 # checkouts that the repository does not carry.
 #
-# TLSFUZZER_DIR holds checkouts of the public tlsfuzzer and tlslite-ng repositories
-# (github.com/tlsfuzzer/tlsfuzzer and github.com/tlsfuzzer/tlslite-ng) as
-# $TLSFUZZER_DIR/tlsfuzzer and $TLSFUZZER_DIR/tlslite-ng, and Python 3 with `ecdsa` installed.
+# TLSFUZZER_DIR holds checkouts of the public tlsfuzzer and tlslite-ng projects (tlsfuzzer's own
+# repositories) as $TLSFUZZER_DIR/tlsfuzzer and $TLSFUZZER_DIR/tlslite-ng, and Python 3 with `ecdsa` installed.
 # Each script runs with `-n $N` (0: every case, so both servers see the same cases rather than
 # two random samples). A third column, PLAIN_RUSTLS=BINARY (invoked as `BINARY ADDR CERT KEY`,
 # a bare rustls server), tells rustls' own behaviour from the engine's glue around it.

@@ -18,6 +18,9 @@
 //! - `alias`: an alias in the snapshot → 302;
 //! - `fixed`: `render_fixed_with` (the 302 and the `Date` line) alone, the floor (the cost of emitting any response at all);
 //! - `part_*`: the pieces of `hit_*` alone, to see where the time goes;
+//! - `memory_floor`: one dependent load that misses every cache (a pointer chase over 256 MiB),
+//!   the physical floor under a cold `part_lookup`; the pure path's budget for a hit is
+//!   `part_decode` + `memory_floor` + 150 ns;
 //! - `part_click_record`: the click event of a browser's request (visitor hash, referrer host,
 //!   user agent, encode) appended to a buffer, cleared as the flusher would
 //!   (`lasthop_edge::click`; the engine adds an uncontended lock on its core's buffer).
@@ -254,6 +257,28 @@ fn request(c: &mut Criterion) {
             )
         })
     });
+    // The physical floor of a cold lookup: one dependent load from memory no cache holds (a
+    // pointer chase through a random cycle over 256 MiB, far past the last-level cache and the
+    // TLB's reach), the miss `part_lookup` pays at best.
+    let chase = {
+        const SLOTS: usize = 32 << 20;
+        let mut next: Vec<u32> = (0..SLOTS as u32).collect();
+        // Sattolo's shuffle: one cycle through every slot.
+        let mut st = 99;
+        for i in (1..SLOTS).rev() {
+            let j = (rng(&mut st) % i as u64) as usize;
+            next.swap(i, j);
+        }
+        next
+    };
+    let mut at = 0u32;
+    group.bench_function("memory_floor", |b| {
+        b.iter(|| {
+            at = chase[at as usize];
+            black_box(at)
+        })
+    });
+    drop(chase);
     let redirect = Answer::Redirect {
         url: b"https://www.example.org/spring/launch-webinar/abcdefghij0123456789?utm_source=x",
     };

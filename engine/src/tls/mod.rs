@@ -19,14 +19,16 @@
 //!   kernel class (no `CONFIG_TLS`) refuses it, so connections are served through userspace
 //!   rustls; the engine says so in its log and in `lasthop_engine_ktls_available`.
 //!
-//! Modules: [`config`] (the `ServerConfig`), [`tickets`] (the shared ticket keys), [`ktls`]
-//! (the probe and the hand-off), and here the counters.
+//! Modules: [`config`] (the `ServerConfig`), [`tickets`] (the shared ticket keys), [`conn`] (one
+//! connection on rustls, driven by any I/O loop), [`ktls`] (the probe and the hand-off), and
+//! here the counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::metrics::prom::{family, sample};
 
 pub mod config;
+pub mod conn;
 pub mod ktls;
 pub mod tickets;
 

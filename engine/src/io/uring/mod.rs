@@ -16,16 +16,16 @@ use std::time::Duration;
 use io_uring::types::{Fd, Fixed, TimeoutFlags, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
-use std::io::{Read as _, Write as _};
 use std::sync::{Arc, Mutex};
 
-use rustls::{ServerConfig, ServerConnection};
+use rustls::ServerConfig;
 
 use crate::origin::OriginInbox;
 
 mod bufring;
 use crate::session::{CoreCtx, Drive as _, Session};
-use crate::tls::{Handshake, TlsStats};
+use crate::tls::conn::{self, TlsConn};
+use crate::tls::TlsStats;
 use bufring::{BufRing, BGID};
 
 /// The HTTPS listener of a core and what its connections need.
@@ -48,94 +48,6 @@ impl std::fmt::Debug for TlsListen {
         f.debug_struct("TlsListen")
             .field("max_handshakes", &self.max_handshakes)
             .finish_non_exhaustive()
-    }
-}
-
-/// A TLS connection's userspace state.
-struct TlsConn {
-    conn: ServerConnection,
-    accepted_ms: i64,
-    /// Still counted among this core's handshakes in flight.
-    handshaking: bool,
-    /// A TLS error: close once the alert is out.
-    failed: bool,
-    /// A regular descriptor for the socket (installed from the fixed slot at accept when kTLS
-    /// is available), for the `setsockopt` calls of the hand-off.
-    raw_fd: Option<OwnedFd>,
-    /// Where the received byte stream stands in TLS records, so the kTLS hand-off happens only
-    /// between records (a half-read record in rustls would be lost to the kernel).
-    records: RecordTrack,
-}
-
-impl TlsConn {
-    /// A new connection's TLS state, or `None` when it must be refused: past this core's
-    /// handshake cap (`handshakes` in flight), or if rustls cannot set it up.
-    fn start(
-        listen: &TlsListen,
-        handshakes: usize,
-        now_ms: i64,
-    ) -> io::Result<Option<Box<TlsConn>>> {
-        if handshakes >= listen.max_handshakes {
-            listen.stats.failure(2); // handshake_cap
-            return Ok(None);
-        }
-        let config = listen
-            .config
-            .lock()
-            .map(|c| Arc::clone(&c))
-            .map_err(|_| io::Error::other("TLS config lock poisoned"))?;
-        let mut conn = match ServerConnection::new(config) {
-            Ok(conn) => conn,
-            Err(e) => {
-                tracing::warn!(error = %e, "TLS connection setup failed");
-                return Ok(None);
-            }
-        };
-        // The session already bounds its output (MAX_PENDING_OUT); rustls' own 64 KiB limit
-        // would make `write_all` fail past it.
-        conn.set_buffer_limit(None);
-        listen.stats.userspace_conn();
-        Ok(Some(Box::new(TlsConn {
-            conn,
-            accepted_ms: now_ms,
-            handshaking: true,
-            failed: false,
-            raw_fd: None,
-            records: RecordTrack::default(),
-        })))
-    }
-}
-
-/// Follows TLS record framing (5-byte header with a big-endian length) over a byte stream.
-#[derive(Default)]
-struct RecordTrack {
-    header: [u8; 5],
-    header_len: usize,
-    body_left: usize,
-}
-
-impl RecordTrack {
-    fn feed(&mut self, mut data: &[u8]) {
-        while !data.is_empty() {
-            if self.body_left > 0 {
-                let take = self.body_left.min(data.len());
-                self.body_left -= take;
-                data = &data[take..];
-            } else {
-                self.header[self.header_len] = data[0];
-                self.header_len += 1;
-                data = &data[1..];
-                if self.header_len == 5 {
-                    self.body_left =
-                        usize::from(u16::from_be_bytes([self.header[3], self.header[4]]));
-                    self.header_len = 0;
-                }
-            }
-        }
-    }
-
-    fn at_boundary(&self) -> bool {
-        self.header_len == 0 && self.body_left == 0
     }
 }
 
@@ -534,7 +446,13 @@ impl UringLoop {
         let mut session = Session::new(ctx.now_ms);
         let tls_conn = match (tls, &self.tls) {
             (true, Some(listen)) => {
-                let conn = TlsConn::start(listen, self.handshakes, ctx.now_ms)?;
+                let conn = TlsConn::start(
+                    &listen.config,
+                    &listen.stats,
+                    listen.max_handshakes,
+                    self.handshakes,
+                    ctx.now_ms,
+                )?;
                 if conn.is_some() {
                     self.handshakes += 1;
                     session.https = true;
@@ -603,7 +521,7 @@ impl UringLoop {
                     None => conn.session.receive(data, ctx, token),
                     Some(tls) => {
                         let stats = self.tls.as_ref().map(|t| &*t.stats);
-                        if tls_input(tls, &mut conn.session, data, ctx, token, stats).is_err() {
+                        if conn::input(tls, &mut conn.session, data, ctx, token, stats).is_err() {
                             tls.failed = true;
                             conn.session.close_after_send = true;
                         }
@@ -720,17 +638,7 @@ impl UringLoop {
             if let Some(tls) = conn.tls.as_mut() {
                 // Plaintext answers go through rustls; whatever records it has (handshake
                 // flights, answers, alerts) are sent as one buffer.
-                if !conn.session.out.is_empty() {
-                    if tls.conn.writer().write_all(&conn.session.out).is_err() {
-                        conn.session.close_after_send = true;
-                    }
-                    conn.session.out.clear();
-                }
-                while tls.conn.wants_write() {
-                    if tls.conn.write_tls(&mut conn.sending).is_err() {
-                        break;
-                    }
-                }
+                conn::output(tls, &mut conn.session, &mut conn.sending);
                 if !conn.sending.is_empty() {
                     conn.sent = 0;
                     self.send_rest(idx)?;
@@ -755,14 +663,14 @@ impl UringLoop {
                     let Some(t) = conn.tls.take() else {
                         continue;
                     };
-                    match hand_off(t, support.as_deref()) {
-                        HandOff::Kept(t) => conn.tls = Some(t),
-                        HandOff::Kernel => {
+                    match conn::hand_off(t, support.as_deref()) {
+                        conn::HandOff::Kept(t) => conn.tls = Some(t),
+                        conn::HandOff::Kernel => {
                             if let Some(s) = &stats {
                                 s.ktls_conn();
                             }
                         }
-                        HandOff::Failed(e) => {
+                        conn::HandOff::Failed(e) => {
                             // The secrets left rustls: the connection cannot go back.
                             tracing::debug!(error = %e, "kTLS hand-off failed; closing");
                             if let Some(s) = &stats {
@@ -860,142 +768,9 @@ impl UringLoop {
     }
 }
 
-/// How a kTLS hand-off went.
-enum HandOff {
-    /// The kernel does not take this connection's suite: it stays in userspace for good.
-    Kept(Box<TlsConn>),
-    /// The kernel has the record layer now.
-    Kernel,
-    /// The secrets left rustls but the kernel refused them: the connection must close.
-    Failed(io::Error),
-}
-
-/// Gives a finished, drained TLS connection's record layer to the kernel, if `support` says it
-/// takes the negotiated version and suite.
-fn hand_off(mut t: Box<TlsConn>, support: Option<&crate::tls::KtlsSupport>) -> HandOff {
-    let tls13 = t.conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
-    let takes = match (support, t.conn.negotiated_cipher_suite()) {
-        (Some(k), Some(suite)) => k.takes(tls13, suite.suite()),
-        _ => false,
-    };
-    if !takes {
-        t.raw_fd = None;
-        return HandOff::Kept(t);
-    }
-    let TlsConn {
-        conn: server,
-        raw_fd,
-        ..
-    } = *t;
-    let handed = match (server.dangerous_extract_secrets(), raw_fd) {
-        (Ok(secrets), Some(fd)) => crate::tls::ktls_install(&fd, tls13, secrets),
-        (Err(e), _) => Err(io::Error::other(e)),
-        (_, None) => Err(io::Error::other("no descriptor")),
-    };
-    match handed {
-        Ok(()) => HandOff::Kernel,
-        Err(e) => HandOff::Failed(e),
-    }
-}
-
 /// Keeps a removed connection's send buffer alive while its SEND is in flight.
 fn bury(graveyard: &mut Vec<(u64, Vec<u8>)>, idx: u32, conn: Conn) {
     if conn.in_flight {
         graveyard.push((user_data(SEND, conn.gen, idx), conn.sending));
-    }
-}
-
-/// Feeds received TLS bytes to rustls and the plaintext (early data included) to the session.
-/// An error means the connection must close (its alert, if any, is already queued in rustls).
-fn tls_input(
-    tls: &mut TlsConn,
-    session: &mut Session,
-    mut data: &[u8],
-    ctx: &CoreCtx,
-    token: u64,
-    stats: Option<&TlsStats>,
-) -> Result<(), ()> {
-    let was_handshaking = tls.conn.is_handshaking();
-    if tls.raw_fd.is_some() {
-        tls.records.feed(data);
-    }
-    while !data.is_empty() {
-        match tls.conn.read_tls(&mut data) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(_) => {
-                if let Some(s) = stats {
-                    s.failure(3); // io
-                }
-                return Err(());
-            }
-        }
-        if let Err(e) = tls.conn.process_new_packets() {
-            if let Some(s) = stats {
-                if tls.conn.is_handshaking() {
-                    s.failure(0); // alert
-                }
-            }
-            tracing::debug!(error = %e, "TLS error");
-            return Err(());
-        }
-        // 0-RTT: the resumed client's early flight, readable before the handshake ends.
-        if let Some(mut early) = tls.conn.early_data() {
-            let mut buf = Vec::new();
-            if early.read_to_end(&mut buf).is_ok() && !buf.is_empty() {
-                if let Some(s) = stats {
-                    s.early_data();
-                }
-                session.early = true;
-                session.receive(&buf, ctx, token);
-                session.early = false;
-            }
-        }
-        let mut plain = [0u8; 4096];
-        loop {
-            match tls.conn.reader().read(&mut plain) {
-                Ok(0) => {
-                    // close_notify: answer what is buffered, then close.
-                    session.close_after_send = true;
-                    break;
-                }
-                Ok(n) => session.receive(&plain[..n], ctx, token),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => return Err(()),
-            }
-        }
-    }
-    if was_handshaking && !tls.conn.is_handshaking() {
-        if let Some(s) = stats {
-            let kind = match tls.conn.handshake_kind() {
-                Some(rustls::HandshakeKind::Resumed) => Handshake::Resumed,
-                _ => Handshake::Full,
-            };
-            s.handshake(kind);
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::RecordTrack;
-
-    #[test]
-    fn record_boundaries_across_reads() {
-        let mut t = RecordTrack::default();
-        assert!(t.at_boundary());
-        // Two records (3 and 2 body bytes), fed in awkward pieces.
-        let stream = [23u8, 3, 3, 0, 3, 1, 2, 3, 23, 3, 3, 0, 2, 9, 9];
-        t.feed(&stream[..2]);
-        assert!(!t.at_boundary(), "inside a header");
-        t.feed(&stream[2..7]);
-        assert!(!t.at_boundary(), "inside a body");
-        t.feed(&stream[7..8]);
-        assert!(t.at_boundary());
-        t.feed(&stream[8..14]);
-        assert!(!t.at_boundary());
-        t.feed(&stream[14..]);
-        assert!(t.at_boundary());
     }
 }
