@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::link::DenyKind;
 use crate::link::{LinkState, LinkStatus};
 
 /// Longest frame line, without its newline.
@@ -76,16 +77,6 @@ pub fn denylist_frames(seq: u64, entries: Vec<DenyEntry>) -> Vec<Frame> {
 pub struct DenyEntry {
     pub code: String,
     pub deny: DenyKind,
-}
-
-/// What a standing denylist entry answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DenyKind {
-    /// Disabled or taken down: 410.
-    Gone,
-    /// Flagged: the warning interstitial.
-    Warn,
 }
 
 /// A link's whole current state, as `link_created` and `state_changed` carry it.

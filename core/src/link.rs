@@ -4,7 +4,6 @@
 //! code claimed). Everything that can change lives in [`LinkState`] and travels on its own
 //! channel. Times are Unix milliseconds, UTC.
 
-use crate::feed::DenyKind;
 use serde::{Deserialize, Serialize};
 
 /// The immutable mapping.
@@ -67,6 +66,16 @@ impl Hold {
             Hold::Velocity => "velocity",
         }
     }
+}
+
+/// What a standing denylist entry answers (the feed's `denylist` frames carry it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenyKind {
+    /// Disabled or taken down: 410.
+    Gone,
+    /// Flagged: the warning interstitial.
+    Warn,
 }
 
 /// What a link is, right now.

@@ -324,7 +324,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         (Some(cfg), Some(stats)) => Some(
             feed::start(
                 cfg,
-                Arc::clone(&shared),
+                shared.published(),
                 tables,
                 snapshot_id,
                 Arc::clone(&metrics),

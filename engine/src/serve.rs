@@ -40,7 +40,7 @@ impl Backend {
 /// generation swap) and the stop flag.
 #[derive(Debug)]
 pub struct Shared {
-    tables: Published,
+    tables: Arc<Published>,
     stop: AtomicBool,
     /// Cores whose loop has returned (drained or failed).
     finished: std::sync::atomic::AtomicUsize,
@@ -50,7 +50,7 @@ impl Shared {
     /// Shared state serving `tables`.
     pub fn new(tables: Tables) -> Arc<Self> {
         Arc::new(Shared {
-            tables: Published::new(tables),
+            tables: Arc::new(Published::new(tables)),
             stop: AtomicBool::new(false),
             finished: std::sync::atomic::AtomicUsize::new(0),
         })
@@ -59,6 +59,11 @@ impl Shared {
     /// Publishes new tables; every core picks them up at its next turn.
     pub fn publish(&self, tables: Tables) {
         self.tables.publish(tables);
+    }
+
+    /// The published tables, for a writer of its own (the feed's applier).
+    pub fn published(&self) -> Arc<Published> {
+        Arc::clone(&self.tables)
     }
 
     /// The tables now being served.

@@ -14,7 +14,7 @@
 //!   2 s, jittered), before the next round; a subscription that opens resets both.
 //! - **applier**: owns the engine's view (standing denylist, overlay, current snapshot, applied
 //!   sequence), applies frames in order, and publishes a new [`Tables`] generation through
-//!   [`Shared::publish`] after each burst (one generation per burst, not per frame). It spawns
+//!   [`Published::publish`] after each burst (one generation per burst, not per frame). It spawns
 //!   a snapshot download beside the serving one when a newer snapshot is announced (from the
 //!   control plane whose feed announced it, else from the others in turn: ids are shared), and
 //!   swaps it in once it has the announced size and SHA-256 and passes the reader's `verify`.
@@ -49,8 +49,7 @@ use lasthop_snapshot::{Snapshot, SnapshotError};
 use crate::control::ControlPlanes;
 use crate::metrics::prom::{family, sample};
 use crate::metrics::EngineMetrics;
-use crate::serve::Shared;
-use crate::tables::Tables;
+use crate::tables::{Published, Tables};
 
 mod download;
 mod reader;
@@ -337,7 +336,7 @@ impl std::fmt::Debug for Event {
 /// snapshot, if any, and marks); `snapshot_id` names that snapshot when it came from the feed.
 pub fn start(
     cfg: FeedConfig,
-    shared: Arc<Shared>,
+    published: Arc<Published>,
     base: Tables,
     snapshot_id: Option<String>,
     metrics: Arc<EngineMetrics>,
@@ -355,7 +354,7 @@ pub fn start(
     let (tx, rx) = mpsc::channel();
     let mut applier = Applier {
         cfg: Arc::clone(&cfg),
-        shared,
+        published,
         stats: Arc::clone(&stats),
         tx: tx.clone(),
         view,
@@ -391,7 +390,7 @@ pub fn start(
 /// cannot do itself: threads for downloads, the counters, the log, publishing.
 struct Applier {
     cfg: Arc<FeedConfig>,
-    shared: Arc<Shared>,
+    published: Arc<Published>,
     stats: Arc<FeedStats>,
     tx: Sender<Event>,
     view: FeedView,
@@ -588,7 +587,7 @@ impl Applier {
         stats
             .denylist_codes
             .store(tables.denylist.len() as u64, Ordering::Relaxed);
-        self.shared.publish(tables);
+        self.published.publish(tables);
         stats.publishes.fetch_add(1, Ordering::Relaxed);
         stats
             .caught_up

@@ -10,7 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::ServerSessionMemoryCache;
 use rustls::ServerConfig;
 
-use super::tickets::FileTicketer;
+use super::tickets::{FileTicketer, TicketKeyError};
 
 /// Sessions kept by the stateful cache (beside tickets).
 pub const SESSION_CACHE: usize = 16_384;
@@ -43,8 +43,8 @@ pub enum TlsError {
     NoCertificate { path: PathBuf },
     #[error("certificate and key: {0}")]
     Rustls(#[from] rustls::Error),
-    #[error("ticket key file {path}: {why}")]
-    TicketKey { path: PathBuf, why: String },
+    #[error(transparent)]
+    TicketKey(#[from] TicketKeyError),
 }
 
 /// Builds the server configuration from the PEM files (ECDSA P-256, Ed25519 and RSA keys work).

@@ -9,7 +9,13 @@ use ring::hkdf;
 use ring::rand::{SecureRandom, SystemRandom};
 use rustls::server::ProducesTickets;
 
-use super::config::TlsError;
+/// Why the ticket key file cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("ticket key file {}: {why}", path.display())]
+pub struct TicketKeyError {
+    pub path: std::path::PathBuf,
+    pub why: String,
+}
 
 /// Session-ticket keys derived from a master secret in a file: see the module docs.
 pub struct FileTicketer {
@@ -31,8 +37,8 @@ const TICKET_HEADER: usize = 8 + NONCE_LEN;
 
 impl FileTicketer {
     /// Reads the master (at least 32 bytes; hex or raw) from `path`.
-    pub fn load(path: &Path, lifetime: Duration) -> Result<FileTicketer, TlsError> {
-        let err = |why: String| TlsError::TicketKey {
+    pub fn load(path: &Path, lifetime: Duration) -> Result<FileTicketer, TicketKeyError> {
+        let err = |why: String| TicketKeyError {
             path: path.to_path_buf(),
             why,
         };
