@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::code::plausible;
 use crate::cursor::{Cursor, Truncated};
-use crate::feed::{plausible_code, valid_name};
+use crate::feed::valid_name;
 
 /// The event format version this build writes and reads.
 pub const EVENT_VERSION: u8 = 1;
@@ -294,7 +295,7 @@ impl<'a> ClickEvent<'a> {
             None
         };
         let code = str8(&mut c, "code")?;
-        if !plausible_code(code) {
+        if !plausible(code.as_bytes()) {
             return Err(EventError::Field("code"));
         }
         let pop = str8(&mut c, "pop")?;
@@ -694,7 +695,7 @@ mod tests {
             buf.truncate(cut.max(1).min(buf.len()));
             if let Ok((e, used)) = ClickEvent::decode(&buf) {
                 prop_assert!(used <= buf.len());
-                prop_assert!(plausible_code(e.code));
+                prop_assert!(plausible(e.code.as_bytes()));
                 prop_assert!(valid_referrer_host(e.referrer_host));
                 let mut again = Vec::new();
                 e.encode(&mut again);

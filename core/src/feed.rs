@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::code::plausible;
 pub use crate::link::DenyKind;
 use crate::link::{LinkState, LinkStatus};
 
@@ -142,7 +143,11 @@ impl LinkFrame {
     /// The standing denylist's entry for the state this frame carries
     /// ([`LinkState::deny_kind`]).
     pub fn deny_kind(&self) -> Option<DenyKind> {
-        self.state().deny_kind()
+        DenyKind::of(
+            self.deleted,
+            self.disabled || self.takedown_reason.is_some(),
+            self.warn,
+        )
     }
 }
 
@@ -258,13 +263,8 @@ pub fn valid_snapshot_id(s: &str) -> bool {
             .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f' | b'-'))
 }
 
-/// A code some namespace could hold ([`crate::code::plausible`]).
-pub fn plausible_code(s: &str) -> bool {
-    crate::code::plausible(s.as_bytes())
-}
-
 fn check_link(l: &LinkFrame) -> Result<(), FrameError> {
-    if !plausible_code(&l.code) {
+    if !plausible(l.code.as_bytes()) {
         return Err(FrameError::Field("code"));
     }
     // The engine re-checks servability at serve time; here only the bound matters.
@@ -302,7 +302,7 @@ pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
         .map_err(|e| FrameError::Json(e.to_string()))?;
     match &frame {
         Frame::Denylist { entries, .. } => {
-            if entries.iter().any(|e| !plausible_code(&e.code)) {
+            if entries.iter().any(|e| !plausible(e.code.as_bytes())) {
                 return Err(FrameError::Field("entries.code"));
             }
         }

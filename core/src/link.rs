@@ -78,6 +78,22 @@ pub enum DenyKind {
     Warn,
 }
 
+impl DenyKind {
+    /// The rule of [`LinkState::deny_kind`], from the facts it reads (so a feed frame, which
+    /// carries them, needs no `LinkState` built for it).
+    pub fn of(deleted: bool, disabled_or_taken_down: bool, interstitial: bool) -> Option<Self> {
+        if deleted {
+            None
+        } else if disabled_or_taken_down {
+            Some(DenyKind::Gone)
+        } else if interstitial {
+            Some(DenyKind::Warn)
+        } else {
+            None
+        }
+    }
+}
+
 /// What a link is, right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -113,15 +129,11 @@ impl LinkState {
     /// listed (the snapshot and the feed carry them), and expiry is each engine's own clock's
     /// business. The control plane lists links by this rule and engines apply feed frames by it.
     pub fn deny_kind(&self) -> Option<DenyKind> {
-        if self.deleted {
-            None
-        } else if self.disabled || self.takedown_reason.is_some() {
-            Some(DenyKind::Gone)
-        } else if self.interstitial() {
-            Some(DenyKind::Warn)
-        } else {
-            None
-        }
+        DenyKind::of(
+            self.deleted,
+            self.disabled || self.takedown_reason.is_some(),
+            self.interstitial(),
+        )
     }
 
     /// The status at `now_ms`; deletion outranks takedown outranks disablement outranks expiry.

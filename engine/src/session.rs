@@ -160,25 +160,28 @@ pub trait Drive {
     fn origin_replied(&mut self, reply: &OriginAnswer, ctx: &CoreCtx, token: u64);
 }
 
+impl<'a> CoreEffects<'a> {
+    /// The sink for `session`, the connection `token` names on this core.
+    #[inline]
+    fn new(ctx: &'a CoreCtx, token: u64, session: &Session) -> Self {
+        CoreEffects {
+            ctx,
+            token,
+            https: session.https,
+            peer: session.peer,
+        }
+    }
+}
+
 impl Drive for Session {
     #[inline]
     fn receive(&mut self, data: &[u8], ctx: &CoreCtx, token: u64) {
-        let mut fx = CoreEffects {
-            ctx,
-            token,
-            https: self.https,
-            peer: self.peer,
-        };
+        let mut fx = CoreEffects::new(ctx, token, self);
         Session::on_input(self, data, &ctx.env(), &mut fx);
     }
 
     fn origin_replied(&mut self, reply: &OriginAnswer, ctx: &CoreCtx, token: u64) {
-        let mut fx = CoreEffects {
-            ctx,
-            token,
-            https: self.https,
-            peer: self.peer,
-        };
+        let mut fx = CoreEffects::new(ctx, token, self);
         Session::on_origin(self, reply, &ctx.env(), &mut fx);
     }
 }

@@ -86,14 +86,7 @@ pub const MAX_LAYERS: usize = 8;
 /// The layer names of the request path in the order of docs/ARCHITECTURE.md, "The request path";
 /// `answer.rs` owns the indexes and passes its own list to [`EngineMetrics::new`]; this one is for
 /// tests and tools.
-pub const DEFAULT_LAYER_NAMES: [&str; 6] = [
-    "invalid",
-    "high_water",
-    "denylist",
-    "snapshot",
-    "overlay",
-    "origin",
-];
+pub const DEFAULT_LAYER_NAMES: [&str; 6] = crate::answer::Layer::NAMES;
 
 /// What an origin read-through told a core.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
