@@ -52,6 +52,34 @@ pub enum AuthError {
     Unavailable,
 }
 
+/// Why the keys could not be read or changed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeysError {
+    /// Appending to the keys file (or creating its directory) failed.
+    #[error(transparent)]
+    File(#[from] std::io::Error),
+    /// The system's random source failed. (getrandom 0.2 without its `std` feature does not
+    /// implement [`std::error::Error`], so the cause is only in the message.)
+    #[error("random: {0}")]
+    Random(getrandom::Error),
+    /// The owner of a new key is not a valid owner ([`valid_owner`]).
+    #[error("owner must be 1-64 characters of A-Z a-z 0-9 . _ @ -")]
+    InvalidOwner,
+    /// The shared store's `api_keys` table failed.
+    #[error("the key store: {0}")]
+    Store(#[source] crate::store::StoreError),
+    /// [`ApiKeys::from_store`] of a store that keeps no keys.
+    #[error("this store does not keep API keys")]
+    NotKept,
+    /// The shared store's keys could not be loaded when the keys were opened.
+    #[error("the key store cannot be read")]
+    Unreadable,
+    /// A thread panicked while holding the keys file's cache.
+    #[error("the keys cache is poisoned")]
+    Poisoned,
+}
+
 /// A key as `apikey list` and `GET /v1/admin/apikeys` show it: never the secret or its hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeyInfo {
@@ -81,7 +109,7 @@ fn hash_key(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
 
-fn append_line(data_dir: &Path, line: &str) -> anyhow::Result<()> {
+fn append_line(data_dir: &Path, line: &str) -> Result<(), KeysError> {
     std::fs::create_dir_all(data_dir)?;
     let mut file = std::fs::OpenOptions::new()
         .create(true)
@@ -92,18 +120,17 @@ fn append_line(data_dir: &Path, line: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn random_hex(bytes: usize) -> anyhow::Result<String> {
+fn random_hex(bytes: usize) -> Result<String, KeysError> {
     let mut raw = vec![0u8; bytes];
-    getrandom::getrandom(&mut raw).map_err(|e| anyhow::anyhow!("random: {e}"))?;
+    getrandom::getrandom(&mut raw).map_err(KeysError::Random)?;
     Ok(hex::encode(raw))
 }
 
 /// A fresh key for `owner`: the secret (shown once) and the record that stores its hash.
-fn new_key(owner: &str, admin: bool) -> anyhow::Result<(CreatedKey, KeyRecord)> {
-    anyhow::ensure!(
-        valid_owner(owner),
-        "owner must be 1-64 characters of A-Z a-z 0-9 . _ @ -"
-    );
+fn new_key(owner: &str, admin: bool) -> Result<(CreatedKey, KeyRecord), KeysError> {
+    if !valid_owner(owner) {
+        return Err(KeysError::InvalidOwner);
+    }
     let key = format!("lh_{}", random_hex(16)?);
     let id = format!("lhk_{}", random_hex(8)?);
     let record = KeyRecord {
@@ -118,7 +145,7 @@ fn new_key(owner: &str, admin: bool) -> anyhow::Result<(CreatedKey, KeyRecord)> 
 }
 
 /// Appends a new key for `owner` to the keys file and returns it (the secret is shown once).
-pub fn create_key(data_dir: &Path, owner: &str, admin: bool) -> anyhow::Result<CreatedKey> {
+pub fn create_key(data_dir: &Path, owner: &str, admin: bool) -> Result<CreatedKey, KeysError> {
     let (created, record) = new_key(owner, admin)?;
     let line = format!(
         "{}\t{}\t{}\t{}\t{}\n",
@@ -134,7 +161,7 @@ pub fn create_key(data_dir: &Path, owner: &str, admin: bool) -> anyhow::Result<C
 
 /// Adds keys from an export to the keys file in `data_dir` (with their revocations), skipping
 /// any whose hash is there already; how many were added.
-pub fn import_keys(data_dir: &Path, keys: &[KeyRecord]) -> anyhow::Result<usize> {
+pub fn import_keys(data_dir: &Path, keys: &[KeyRecord]) -> Result<usize, KeysError> {
     let present: std::collections::HashSet<[u8; 32]> = ApiKeys::open(data_dir)
         .records()?
         .iter()
@@ -163,7 +190,7 @@ pub fn import_keys(data_dir: &Path, keys: &[KeyRecord]) -> anyhow::Result<usize>
 }
 
 /// Appends a revocation of key `id`; false if no such key exists (or it was revoked before).
-pub fn revoke_key(data_dir: &Path, id: &str) -> anyhow::Result<bool> {
+pub fn revoke_key(data_dir: &Path, id: &str) -> Result<bool, KeysError> {
     let keys = ApiKeys::open(data_dir);
     keys.revoke(id)
 }
@@ -325,10 +352,6 @@ fn from_records(records: Vec<KeyRecord>) -> Loaded {
     loaded
 }
 
-fn store_error(e: crate::store::StoreError) -> anyhow::Error {
-    anyhow::anyhow!("the key store: {e}")
-}
-
 impl ApiKeys {
     /// Keys from `DATA_DIR/api-keys` (which may not exist yet).
     pub fn open(data_dir: &Path) -> Self {
@@ -344,23 +367,21 @@ impl ApiKeys {
     }
 
     /// Keys kept by `store` (which must hold keys: [`crate::store::Store::key_store`]).
-    pub fn from_store(store: Arc<dyn crate::store::Store>) -> anyhow::Result<Self> {
-        let keys = store
-            .key_store()
-            .ok_or_else(|| anyhow::anyhow!("this store does not keep API keys"))?;
+    pub fn from_store(store: Arc<dyn crate::store::Store>) -> Result<Self, KeysError> {
+        let keys = store.key_store().ok_or(KeysError::NotKept)?;
         Self::from_key_store(keys)
     }
 
     /// Keys kept by a [`KeyStore`] (the CLI's own connection to the store).
-    pub fn from_key_store(keys: Arc<dyn KeyStore>) -> anyhow::Result<Self> {
+    pub fn from_key_store(keys: Arc<dyn KeyStore>) -> Result<Self, KeysError> {
         let keys = ApiKeys {
             source: Source::Store {
                 keys,
                 cache: RwLock::new((None, Loaded::default())),
             },
         };
-        keys.refresh()
-            .map_err(|_| anyhow::anyhow!("the key store cannot be read"))?;
+        // `refresh` has logged the store's error; its only failure is `Unavailable`.
+        keys.refresh().map_err(|_| KeysError::Unreadable)?;
         Ok(keys)
     }
 
@@ -370,12 +391,12 @@ impl ApiKeys {
     }
 
     /// Creates a key for `owner` wherever these keys live.
-    pub fn create(&self, owner: &str, admin: bool) -> anyhow::Result<CreatedKey> {
+    pub fn create(&self, owner: &str, admin: bool) -> Result<CreatedKey, KeysError> {
         match &self.source {
             Source::File { data_dir, .. } => create_key(data_dir, owner, admin),
             Source::Store { keys, cache } => {
                 let (created, record) = new_key(owner, admin)?;
-                keys.add_key(&record).map_err(store_error)?;
+                keys.add_key(&record).map_err(KeysError::Store)?;
                 if let Ok(mut c) = cache.write() {
                     c.0 = None;
                 }
@@ -493,13 +514,11 @@ impl ApiKeys {
     }
 
     /// Every key as a record (hashes, never secrets), in creation order.
-    pub fn records(&self) -> anyhow::Result<Vec<KeyRecord>> {
+    pub fn records(&self) -> Result<Vec<KeyRecord>, KeysError> {
         match &self.source {
             Source::File { loaded, .. } => {
                 self.reload_if_changed();
-                let l = loaded
-                    .read()
-                    .map_err(|_| anyhow::anyhow!("the keys cache is poisoned"))?;
+                let l = loaded.read().map_err(|_| KeysError::Poisoned)?;
                 Ok(l.ids
                     .iter()
                     .filter_map(|(_, h)| l.by_hash.get(h).map(|e| (h, e)))
@@ -513,12 +532,12 @@ impl ApiKeys {
                     })
                     .collect())
             }
-            Source::Store { keys, .. } => keys.keys().map_err(store_error),
+            Source::Store { keys, .. } => keys.keys().map_err(KeysError::Store),
         }
     }
 
     /// Revokes key `id`; false if there is no such key or it was already revoked.
-    pub fn revoke(&self, id: &str) -> anyhow::Result<bool> {
+    pub fn revoke(&self, id: &str) -> Result<bool, KeysError> {
         let at = crate::clock::rfc3339(crate::clock::now_ms());
         match &self.source {
             Source::File {
@@ -533,7 +552,7 @@ impl ApiKeys {
                 Ok(true)
             }
             Source::Store { keys, cache } => {
-                let revoked = keys.revoke_key(id, &at).map_err(store_error)?;
+                let revoked = keys.revoke_key(id, &at).map_err(KeysError::Store)?;
                 // This control plane stops honouring it now, not when the notification lands.
                 if let Ok(mut c) = cache.write() {
                     c.0 = None;
@@ -566,7 +585,10 @@ mod tests {
         assert!(keys.authenticate(&admin.key).unwrap().admin);
         let text = std::fs::read_to_string(dir.path().join(KEYS_FILE)).unwrap();
         assert!(!text.contains(&k.key), "keys are stored hashed");
-        assert!(create_key(dir.path(), "bad owner", false).is_err());
+        assert!(matches!(
+            create_key(dir.path(), "bad owner", false),
+            Err(KeysError::InvalidOwner)
+        ));
     }
 
     #[test]

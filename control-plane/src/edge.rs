@@ -41,6 +41,7 @@ use serde_json::json;
 
 use crate::clock::now_ms;
 use crate::edge_token::EdgeToken;
+use crate::error_chain::ErrorChain;
 use crate::feed::Feed;
 use crate::fleet::{Fleet, FleetError};
 use crate::publish::Publisher;
@@ -291,7 +292,7 @@ async fn download_snapshot(
         Ok(Ok(Some(path))) => path,
         Ok(Ok(None)) => return Err(unknown_snapshot()),
         Ok(Err(e)) => {
-            tracing::error!(%id, error = %format!("{e:#}"), "copying a snapshot from the store");
+            tracing::error!(%id, error = %ErrorChain(&e), "copying a snapshot from the store");
             return Err(EdgeError::unavailable());
         }
         Err(e) => {

@@ -11,7 +11,6 @@ use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 
 /// The token file's name in the data directory.
@@ -20,6 +19,56 @@ pub const TOKEN_FILE: &str = "edge.token";
 pub const SECRET_NAME: &str = "edge_token";
 /// Random bytes in a token (256 bits).
 const TOKEN_BYTES: usize = 32;
+
+/// Why the edge token could not be read, written or made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EdgeTokenError {
+    /// The token file exists but could not be read.
+    #[error("reading {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token file does not hold a token.
+    #[error("reading {}", path.display())]
+    Malformed {
+        path: PathBuf,
+        #[source]
+        source: MalformedToken,
+    },
+    /// The token the shared store holds is not one.
+    #[error("the store's edge token")]
+    MalformedShared(#[source] MalformedToken),
+    /// A new token could not be written to the missing token file.
+    #[error("writing a new edge token to {}", path.display())]
+    WriteNew {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The shared store's token could not be written to the token file.
+    #[error("writing the shared edge token to {}", path.display())]
+    WriteShared {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The system's random source failed. (getrandom 0.2 without its `std` feature does not
+    /// implement [`std::error::Error`], so the cause is only in the message.)
+    #[error("random: {0}")]
+    Random(getrandom::Error),
+}
+
+/// A token that is not 64 lowercase hex characters.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the edge token must be {} lowercase hex characters (delete the file to get a new one)",
+    2 * TOKEN_BYTES
+)]
+#[non_exhaustive]
+pub struct MalformedToken;
 
 /// The edge token, held only as its SHA-256.
 #[derive(Clone)]
@@ -42,33 +91,35 @@ impl EdgeToken {
     }
 
     /// Reads `DATA_DIR/edge.token`, writing a new random token there first if it is missing.
-    pub fn load_or_create(data_dir: &Path) -> anyhow::Result<EdgeToken> {
+    pub fn load_or_create(data_dir: &Path) -> Result<EdgeToken, EdgeTokenError> {
         let path = data_dir.join(TOKEN_FILE);
         match std::fs::read_to_string(&path) {
-            Ok(text) => parse(&text).with_context(|| format!("reading {}", path.display())),
+            Ok(text) => parse(&text).map_err(|source| EdgeTokenError::Malformed { path, source }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let token = generate()?;
-                write_new(&path, &token)
-                    .with_context(|| format!("writing a new edge token to {}", path.display()))?;
+                if let Err(source) = write_new(&path, &token) {
+                    return Err(EdgeTokenError::WriteNew { path, source });
+                }
                 tracing::info!(path = %path.display(), "wrote a new edge token");
                 Ok(EdgeToken::new(&token))
             }
-            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+            Err(source) => Err(EdgeTokenError::Read { path, source }),
         }
     }
 
     /// The token a shared store holds (the same for every control plane on it), also written
     /// to `DATA_DIR/edge.token` for the engines on this host when the file is missing or holds
     /// another.
-    pub fn from_shared(data_dir: &Path, token: &str) -> anyhow::Result<EdgeToken> {
-        let shared = parse(token).context("the store's edge token")?;
+    pub fn from_shared(data_dir: &Path, token: &str) -> Result<EdgeToken, EdgeTokenError> {
+        let shared = parse(token).map_err(EdgeTokenError::MalformedShared)?;
         let path = data_dir.join(TOKEN_FILE);
         let on_disk = std::fs::read_to_string(&path)
             .ok()
             .and_then(|t| parse(&t).ok());
         if on_disk.is_none_or(|t| t.digest != shared.digest) {
-            write_new(&path, token.trim_end())
-                .with_context(|| format!("writing the shared edge token to {}", path.display()))?;
+            if let Err(source) = write_new(&path, token.trim_end()) {
+                return Err(EdgeTokenError::WriteShared { path, source });
+            }
             tracing::info!(path = %path.display(), "wrote the store's edge token");
         }
         Ok(shared)
@@ -86,22 +137,21 @@ impl EdgeToken {
     }
 }
 
-fn parse(text: &str) -> anyhow::Result<EdgeToken> {
+fn parse(text: &str) -> Result<EdgeToken, MalformedToken> {
     let token = text.trim_end_matches(['\n', '\r']);
-    anyhow::ensure!(
-        token.len() == 2 * TOKEN_BYTES
-            && token
-                .bytes()
-                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
-        "the edge token must be {} lowercase hex characters (delete the file to get a new one)",
-        2 * TOKEN_BYTES
-    );
+    let well_formed = token.len() == 2 * TOKEN_BYTES
+        && token
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !well_formed {
+        return Err(MalformedToken);
+    }
     Ok(EdgeToken::new(token))
 }
 
-fn generate() -> anyhow::Result<String> {
+fn generate() -> Result<String, EdgeTokenError> {
     let mut raw = [0u8; TOKEN_BYTES];
-    getrandom::getrandom(&mut raw).map_err(|e| anyhow::anyhow!("random: {e}"))?;
+    getrandom::getrandom(&mut raw).map_err(EdgeTokenError::Random)?;
     Ok(hex::encode(raw))
 }
 
@@ -109,7 +159,7 @@ fn generate() -> anyhow::Result<String> {
 pub fn generate_text() -> Result<String, crate::store::StoreError> {
     generate().map_err(|e| crate::store::StoreError::File {
         what: "edge token",
-        source: e.into(),
+        source: Box::new(e),
     })
 }
 
@@ -168,6 +218,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(TOKEN_FILE), "short\n").unwrap();
         let err = EdgeToken::load_or_create(dir.path()).unwrap_err();
-        assert!(format!("{err:#}").contains("64 lowercase hex"), "{err:#}");
+        assert!(
+            matches!(&err, EdgeTokenError::Malformed { path, .. } if path.ends_with(TOKEN_FILE)),
+            "{err:?}"
+        );
+        let line = crate::error_chain::ErrorChain(&err).to_string();
+        assert!(line.contains("64 lowercase hex"), "{line}");
     }
 }

@@ -8,6 +8,7 @@
 //! - [`edge`]: the internal edge listener engines use: origin lookups, the feed, snapshot
 //!   downloads, status reports;
 //! - [`edge_token`]: the shared secret the edge listener requires;
+//! - `error_chain`: an error and its causes on one log line;
 //! - [`feed`]: the edge feed stream (core/FEED.md);
 //! - [`publish`]: publishing, serving and garbage-collecting snapshots in `serve`;
 //! - [`fleet`]: engines' status reports, their lag and the lag alarm;
@@ -30,6 +31,7 @@ pub mod clicks;
 pub mod clock;
 pub mod edge;
 pub mod edge_token;
+mod error_chain;
 pub mod feed;
 pub mod fleet;
 pub mod metrics;

@@ -372,7 +372,7 @@ impl KeysAt {
             Some(url) if is_postgres(url) => {
                 let keys = lasthop_control::store::postgres::keys::PgKeys::connect(url)
                     .context("connecting to the store")?;
-                ApiKeys::from_key_store(Arc::new(keys))
+                Ok(ApiKeys::from_key_store(Arc::new(keys))?)
             }
             Some("embedded") | None => {
                 let dir = self

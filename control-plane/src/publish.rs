@@ -30,14 +30,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anyhow::Context as _;
 use lasthop_core::feed::{snapshot_id, valid_snapshot_id, SnapshotFrame, SNAPSHOT_PATH};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::clock::now_ms;
+use crate::error_chain::ErrorChain;
 use crate::fleet::Fleet;
-use crate::store::{Lead, News, Shared, Store};
+use crate::snapshot::SnapshotBuildError;
+use crate::store::{Lead, News, Shared, Store, StoreError};
 
 /// Snapshots kept whatever engines report.
 const KEEP_NEWEST: usize = 2;
@@ -52,6 +53,89 @@ const LEAD_WAIT: Duration = Duration::from_secs(120);
 /// How often a control plane on a shared store checks for news of snapshots (the news itself
 /// comes by `NOTIFY`; this is how soon it is acted on).
 const NEWS_POLL: Duration = Duration::from_millis(200);
+
+/// Why a snapshot could not be published, copied, loaded or collected.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// A file or directory operation failed: `op` is what was being done to `path`
+    /// (`creating`, `listing`, `opening`, `reading`, `renaming the snapshot to`, `deleting`).
+    #[error("{op} {}", path.display())]
+    File {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An operation on the snapshot directory that names no path failed: reading it at start,
+    /// reading an entry, its fsync, deleting a snapshot that does not match its name.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Building the snapshot failed.
+    #[error(transparent)]
+    Build(#[from] SnapshotBuildError),
+    /// The shared store failed at `op` (`storing the snapshot`, `listing stored snapshots`,
+    /// `the snapshot lock`).
+    #[error("{op}: {source}")]
+    Store {
+        op: &'static str,
+        #[source]
+        source: StoreError,
+    },
+    /// The shared store failed at `op` (`fetching`, `dropping`) on snapshot `id`.
+    #[error("{op} snapshot {id}: {source}")]
+    Stored {
+        op: &'static str,
+        id: String,
+        #[source]
+        source: StoreError,
+    },
+    /// The shared store no longer has the snapshot being copied.
+    #[error("snapshot {id} is no longer in the store")]
+    NoLongerStored { id: String },
+    /// The copy of a stored snapshot does not have the hash and length its frame announces.
+    #[error("snapshot {id} from the store does not match its frame")]
+    Mismatch { id: String },
+    /// An on-demand publish waited two minutes for another control plane's build in vain.
+    #[error("another control plane held the snapshot lock too long")]
+    LockHeld,
+    /// A task on the blocking pool panicked or was cancelled: `what` names it.
+    #[error("{what}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+impl PublishError {
+    fn file<'a>(
+        op: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(std::io::Error) -> PublishError + 'a {
+        move |source| PublishError::File {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn task(what: &'static str) -> impl FnOnce(tokio::task::JoinError) -> PublishError {
+        move |source| PublishError::Task { what, source }
+    }
+
+    fn store(op: &'static str) -> impl FnOnce(StoreError) -> PublishError {
+        move |source| PublishError::Store { op, source }
+    }
+
+    fn stored<'a>(op: &'static str, id: &'a str) -> impl FnOnce(StoreError) -> PublishError + 'a {
+        move |source| PublishError::Stored {
+            op,
+            id: id.to_string(),
+            source,
+        }
+    }
+}
 
 /// Publishing settings.
 #[derive(Debug, Clone)]
@@ -108,9 +192,9 @@ impl Publisher {
         store: Arc<dyn Store>,
         fleet: Arc<Fleet>,
         config: PublishConfig,
-    ) -> anyhow::Result<Arc<Publisher>> {
+    ) -> Result<Arc<Publisher>, PublishError> {
         std::fs::create_dir_all(&config.dir)
-            .with_context(|| format!("creating {}", config.dir.display()))?;
+            .map_err(PublishError::file("creating", &config.dir))?;
         for entry in std::fs::read_dir(&config.dir)? {
             let entry = entry?;
             let name = entry.file_name();
@@ -148,10 +232,8 @@ impl Publisher {
 
     /// Builds and publishes a snapshot now (waiting for a build in progress first, here or on
     /// another control plane of the store).
-    pub async fn publish(self: &Arc<Self>) -> anyhow::Result<SnapshotFrame> {
-        self.publish_if(None)
-            .await?
-            .context("another control plane held the snapshot lock too long")
+    pub async fn publish(self: &Arc<Self>) -> Result<SnapshotFrame, PublishError> {
+        self.publish_if(None).await?.ok_or(PublishError::LockHeld)
     }
 
     /// Publishes unless the newest snapshot (here or in the shared store) is within
@@ -160,7 +242,7 @@ impl Publisher {
     async fn publish_if(
         self: &Arc<Self>,
         threshold: Option<u64>,
-    ) -> anyhow::Result<Option<SnapshotFrame>> {
+    ) -> Result<Option<SnapshotFrame>, PublishError> {
         let _one_at_a_time = self.building.lock().await;
         let lead = match &self.shared {
             None => None,
@@ -173,7 +255,7 @@ impl Publisher {
                 };
                 let lead = tokio::task::spawn_blocking(move || take_lead(&*shared, wait))
                     .await
-                    .context("snapshot lock task")??;
+                    .map_err(PublishError::task("snapshot lock task"))??;
                 let Some(lead) = lead else {
                     return Ok(None);
                 };
@@ -181,7 +263,7 @@ impl Publisher {
                 let this = Arc::clone(self);
                 tokio::task::spawn_blocking(move || this.adopt_newest())
                     .await
-                    .context("snapshot adoption task")??;
+                    .map_err(PublishError::task("snapshot adoption task"))??;
                 if let Some(threshold) = threshold {
                     let last = *self.store.commits().borrow();
                     if !self.due(last, threshold) {
@@ -198,17 +280,17 @@ impl Publisher {
                 let path = this.config.dir.join(format!("{}{SUFFIX}", frame.id));
                 shared
                     .put_snapshot(&frame, &path)
-                    .map_err(|e| anyhow::anyhow!("storing the snapshot: {e}"))?;
+                    .map_err(PublishError::store("storing the snapshot"))?;
             }
-            anyhow::Ok(frame)
+            Ok::<_, PublishError>(frame)
         })
         .await
-        .context("snapshot build task")??;
+        .map_err(PublishError::task("snapshot build task"))??;
         self.latest.send_replace(Some(frame.clone()));
         let this = Arc::clone(self);
         match tokio::task::spawn_blocking(move || this.collect_garbage()).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "snapshot garbage collection"),
+            Ok(Err(e)) => tracing::warn!(error = %ErrorChain(&e), "snapshot garbage collection"),
             Err(e) => tracing::warn!(error = %e, "snapshot garbage collection task"),
         }
         drop(lead);
@@ -217,7 +299,7 @@ impl Publisher {
 
     /// A local copy of snapshot `id` to serve, fetched from the shared store when this control
     /// plane has none (blocking); `None` for an unknown id.
-    pub fn local_copy(&self, id: &str) -> anyhow::Result<Option<PathBuf>> {
+    pub fn local_copy(&self, id: &str) -> Result<Option<PathBuf>, PublishError> {
         let Some(path) = self.path_of(id) else {
             return Ok(None);
         };
@@ -229,7 +311,7 @@ impl Publisher {
         };
         let Some(frame) = shared
             .snapshots()
-            .map_err(|e| anyhow::anyhow!("listing stored snapshots: {e}"))?
+            .map_err(PublishError::store("listing stored snapshots"))?
             .into_iter()
             .find(|f| f.id == id)
         else {
@@ -241,7 +323,7 @@ impl Publisher {
 
     /// Copies a stored snapshot into the directory: a hidden temporary file, its hash and
     /// length checked against the frame, fsynced, then renamed to its id (blocking).
-    fn fetch(&self, shared: &dyn Shared, frame: &SnapshotFrame) -> anyhow::Result<()> {
+    fn fetch(&self, shared: &dyn Shared, frame: &SnapshotFrame) -> Result<(), PublishError> {
         let _one_at_a_time = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
         let path = self.config.dir.join(format!("{}{SUFFIX}", frame.id));
         if path.exists() {
@@ -255,16 +337,20 @@ impl Publisher {
         let result = (|| {
             let found = shared
                 .fetch_snapshot(&frame.id, &temp)
-                .map_err(|e| anyhow::anyhow!("fetching snapshot {}: {e}", frame.id))?;
-            anyhow::ensure!(found, "snapshot {} is no longer in the store", frame.id);
+                .map_err(PublishError::stored("fetching", &frame.id))?;
+            if !found {
+                return Err(PublishError::NoLongerStored {
+                    id: frame.id.clone(),
+                });
+            }
             let (sha256, size) = sha256_file(&temp)?;
-            anyhow::ensure!(
-                sha256 == frame.sha256 && size == frame.size,
-                "snapshot {} from the store does not match its frame",
-                frame.id
-            );
+            if sha256 != frame.sha256 || size != frame.size {
+                return Err(PublishError::Mismatch {
+                    id: frame.id.clone(),
+                });
+            }
             std::fs::rename(&temp, &path)
-                .with_context(|| format!("renaming the snapshot to {}", path.display()))?;
+                .map_err(PublishError::file("renaming the snapshot to", &path))?;
             std::fs::File::open(&self.config.dir)?.sync_all()?;
             tracing::info!(id = %frame.id, seq = frame.seq, "copied a snapshot from the store");
             Ok(())
@@ -278,13 +364,13 @@ impl Publisher {
     /// Catches up with the shared store (blocking): its newest snapshot, if newer than ours,
     /// is copied here and becomes the latest (the feed announces it); copies of snapshots the
     /// store no longer has are deleted.
-    fn adopt_newest(&self) -> anyhow::Result<()> {
+    fn adopt_newest(&self) -> Result<(), PublishError> {
         let Some(shared) = &self.shared else {
             return Ok(());
         };
         let stored = shared
             .snapshots()
-            .map_err(|e| anyhow::anyhow!("listing stored snapshots: {e}"))?;
+            .map_err(PublishError::store("listing stored snapshots"))?;
         if let Some(newest) = stored.first() {
             let ours = self.latest();
             let newer = ours.as_ref().is_none_or(|o| {
@@ -322,7 +408,7 @@ impl Publisher {
             }
             Ok(Ok(None)) => {}
             Ok(Err(e)) => {
-                tracing::warn!(error = %format!("{e:#}"), "reading the snapshot directory")
+                tracing::warn!(error = %ErrorChain(&e), "reading the snapshot directory")
             }
             Err(e) => tracing::warn!(error = %e, "reading the snapshot directory"),
         }
@@ -385,7 +471,7 @@ impl Publisher {
         match tokio::task::spawn_blocking(move || this.adopt_newest()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                tracing::warn!(error = %format!("{e:#}"), "catching up with stored snapshots")
+                tracing::warn!(error = %ErrorChain(&e), "catching up with stored snapshots")
             }
             Err(e) => tracing::warn!(error = %e, "catching up with stored snapshots: task"),
         }
@@ -415,13 +501,13 @@ impl Publisher {
             }
             Err(e) => {
                 *retry_at = tokio::time::Instant::now() + RETRY_AFTER;
-                tracing::error!(why, error = %format!("{e:#}"), "snapshot build failed");
+                tracing::error!(why, error = %ErrorChain(&e), "snapshot build failed");
             }
         }
     }
 
     /// Builds, hashes and names one snapshot (blocking).
-    fn build(&self) -> anyhow::Result<SnapshotFrame> {
+    fn build(&self) -> Result<SnapshotFrame, PublishError> {
         let temp = self
             .config
             .dir
@@ -438,9 +524,9 @@ impl Publisher {
             let id = snapshot_id(seq, &sha256);
             let path = self.config.dir.join(format!("{id}{SUFFIX}"));
             std::fs::rename(&temp, &path)
-                .with_context(|| format!("renaming the snapshot to {}", path.display()))?;
+                .map_err(PublishError::file("renaming the snapshot to", &path))?;
             std::fs::File::open(&self.config.dir)?.sync_all()?;
-            anyhow::Ok(SnapshotFrame {
+            Ok::<_, PublishError>(SnapshotFrame {
                 url: format!("{SNAPSHOT_PATH}{id}"),
                 id,
                 seq,
@@ -456,7 +542,7 @@ impl Publisher {
 
     /// The newest intact snapshot on disk (blocking). One whose hash no longer matches its
     /// name is deleted.
-    fn load_newest(&self) -> anyhow::Result<Option<SnapshotFrame>> {
+    fn load_newest(&self) -> Result<Option<SnapshotFrame>, PublishError> {
         for file in list(&self.config.dir)? {
             let (sha256, size) = sha256_file(&file.path)?;
             if snapshot_id(file.seq, &sha256) == file.id {
@@ -477,7 +563,7 @@ impl Publisher {
     /// Keeps the newest [`KEEP_NEWEST`] and every snapshot in use; deletes the rest (blocking).
     /// On a shared store (under the lock) the store's are collected too, with the engines of
     /// every control plane counted.
-    fn collect_garbage(&self) -> anyhow::Result<()> {
+    fn collect_garbage(&self) -> Result<(), PublishError> {
         if let Err(e) = self.fleet.refresh(now_ms()) {
             tracing::warn!(error = %e, "reading the shared fleet before garbage collection");
         }
@@ -486,14 +572,14 @@ impl Publisher {
         if let Some(shared) = &self.shared {
             let stored = shared
                 .snapshots()
-                .map_err(|e| anyhow::anyhow!("listing stored snapshots: {e}"))?;
+                .map_err(PublishError::store("listing stored snapshots"))?;
             for frame in stored.into_iter().skip(KEEP_NEWEST) {
                 if in_use.contains(&frame.id) || latest.as_ref() == Some(&frame.id) {
                     continue;
                 }
                 shared
                     .drop_snapshot(&frame.id)
-                    .map_err(|e| anyhow::anyhow!("dropping snapshot {}: {e}", frame.id))?;
+                    .map_err(PublishError::stored("dropping", &frame.id))?;
                 tracing::info!(id = %frame.id, "dropped an old snapshot from the store");
             }
         }
@@ -504,8 +590,12 @@ impl Publisher {
             match std::fs::remove_file(&file.path) {
                 Ok(()) => tracing::info!(id = %file.id, "deleted an old snapshot"),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(e).with_context(|| format!("deleting {}", file.path.display()))
+                Err(source) => {
+                    return Err(PublishError::File {
+                        op: "deleting",
+                        path: file.path,
+                        source,
+                    })
                 }
             }
         }
@@ -514,12 +604,12 @@ impl Publisher {
 }
 
 /// Takes leader lock [`LOCK`], trying for up to `wait` (blocking).
-fn take_lead(shared: &dyn Shared, wait: Duration) -> anyhow::Result<Option<Box<dyn Lead>>> {
+fn take_lead(shared: &dyn Shared, wait: Duration) -> Result<Option<Box<dyn Lead>>, PublishError> {
     let deadline = std::time::Instant::now() + wait;
     loop {
         if let Some(lead) = shared
             .try_lead(LOCK)
-            .map_err(|e| anyhow::anyhow!("the snapshot lock: {e}"))?
+            .map_err(PublishError::store("the snapshot lock"))?
         {
             return Ok(Some(lead));
         }
@@ -531,9 +621,9 @@ fn take_lead(shared: &dyn Shared, wait: Duration) -> anyhow::Result<Option<Box<d
 }
 
 /// Every `<id>.snap` in `dir`, newest first (by sequence, then modification time).
-fn list(dir: &Path) -> anyhow::Result<Vec<OnDisk>> {
+fn list(dir: &Path) -> Result<Vec<OnDisk>, PublishError> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+    for entry in std::fs::read_dir(dir).map_err(PublishError::file("listing", dir))? {
         let entry = entry?;
         let name = entry.file_name();
         let Some(id) = name.to_str().and_then(|n| n.strip_suffix(SUFFIX)) else {
@@ -570,16 +660,15 @@ fn sequence_of(id: &str) -> Option<u64> {
 }
 
 /// SHA-256 (lowercase hex) and length of a file, read in 1 MiB blocks.
-fn sha256_file(path: &Path) -> anyhow::Result<(String, u64)> {
-    let mut file =
-        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+fn sha256_file(path: &Path) -> Result<(String, u64), PublishError> {
+    let mut file = std::fs::File::open(path).map_err(PublishError::file("opening", path))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut len = 0u64;
     loop {
         let n = file
             .read(&mut buf)
-            .with_context(|| format!("reading {}", path.display()))?;
+            .map_err(PublishError::file("reading", path))?;
         if n == 0 {
             break;
         }

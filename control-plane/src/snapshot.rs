@@ -6,10 +6,26 @@
 
 use std::path::Path;
 
-use lasthop_core::{HighWater, LinkStatus};
+use lasthop_core::{HighWater, LinkStatus, RegionError};
 use lasthop_snapshot::{SealedInfo, SnapshotMeta, SnapshotWriter};
 
 use crate::store::{Store, StoreError};
+
+/// Why a snapshot could not be built from the store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotBuildError {
+    /// The region count and reserve, or a region's high-water mark, do not fit.
+    #[error(transparent)]
+    Regions(#[from] RegionError),
+    /// Reading the store failed (or adding a link to the writer did, as
+    /// [`StoreError::File`] `"snapshot writer"`).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Creating or sealing the snapshot file failed.
+    #[error(transparent)]
+    Writer(#[from] lasthop_snapshot::BuildError),
+}
 
 /// Writes a snapshot of everything in `store` to `out` (temp name, fsync, rename); returns the
 /// change-log sequence it is complete up to, and what the writer sealed.
@@ -19,7 +35,7 @@ pub fn build_snapshot(
     regions: u32,
     reserve: u64,
     out: &Path,
-) -> anyhow::Result<(u64, SealedInfo)> {
+) -> Result<(u64, SealedInfo), SnapshotBuildError> {
     let mut high_water = HighWater::new(regions, reserve)?;
     for (region, mark) in store.high_water_marks()? {
         high_water.raise(region, mark)?;

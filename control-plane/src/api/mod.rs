@@ -31,6 +31,7 @@ use sha2::{Digest, Sha256};
 use crate::auth::{ApiKeys, AuthError, Principal};
 use crate::clicks::{ClicksHandle, Day, RecomputeError};
 use crate::clock::{now_ms, parse_rfc3339, rfc3339};
+use crate::error_chain::ErrorChain;
 use crate::fleet::{summarize, Fleet};
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
@@ -845,7 +846,7 @@ async fn publish_snapshot(
             Ok((StatusCode::CREATED, Json(frame)).into_response())
         }
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "on-demand snapshot failed");
+            tracing::error!(error = %ErrorChain(&e), "on-demand snapshot failed");
             Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "snapshot_failed",

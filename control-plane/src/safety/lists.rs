@@ -17,15 +17,47 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
-use anyhow::Context;
 use lasthop_trust::{parse_list, Added, Destination, ReputationIndex};
 
+use crate::error_chain::ErrorChain;
 use crate::metrics::Metrics;
 
 /// Largest list file read (the public feeds are a few hundred MB at most).
 const MAX_LIST_BYTES: u64 = 2 << 30;
 /// Malformed lines logged one by one per load; the rest are only counted.
 const LOGGED_MALFORMED: usize = 20;
+
+/// Why a list could not be loaded or reloaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListError {
+    /// The list file could not be read.
+    #[error("reading {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The list file is larger than the most that is read (2 GiB).
+    #[error("{} is larger than {MAX_LIST_BYTES} bytes", path.display())]
+    TooLarge { path: PathBuf, len: u64 },
+    /// Two list files have the same name ([`list_name`]).
+    #[error("two reputation lists are named {name:?} (from their file names); rename one")]
+    DuplicateName { name: String },
+    /// A reload found the file gone or unreadable (the log line names the file).
+    #[error(transparent)]
+    Stat(std::io::Error),
+    /// A reload parsed to no entries a list that had some.
+    #[error("it has no entries now (it had {had}): a truncated or failed download?")]
+    Emptied { had: usize },
+}
+
+fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> ListError + '_ {
+    move |source| ListError::Read {
+        path: path.to_path_buf(),
+        source,
+    }
+}
 
 /// One loaded list.
 #[derive(Debug)]
@@ -100,16 +132,15 @@ fn stamp(path: &Path) -> std::io::Result<Stamp> {
 }
 
 /// Reads and parses one list file.
-fn read_list(name: &str, path: &Path) -> anyhow::Result<LoadedList> {
-    let len = std::fs::metadata(path)
-        .with_context(|| format!("reading {}", path.display()))?
-        .len();
-    anyhow::ensure!(
-        len <= MAX_LIST_BYTES,
-        "{} is larger than {MAX_LIST_BYTES} bytes",
-        path.display()
-    );
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+fn read_list(name: &str, path: &Path) -> Result<LoadedList, ListError> {
+    let len = std::fs::metadata(path).map_err(read_error(path))?.len();
+    if len > MAX_LIST_BYTES {
+        return Err(ListError::TooLarge {
+            path: path.to_path_buf(),
+            len,
+        });
+    }
+    let bytes = std::fs::read(path).map_err(read_error(path))?;
     let parsed = parse_list(&bytes);
     for m in parsed.malformed.iter().take(LOGGED_MALFORMED) {
         tracing::warn!(list = name, file = %path.display(), line = m.line, reason = m.reason, "skipping a malformed list line");
@@ -135,16 +166,15 @@ fn read_list(name: &str, path: &Path) -> anyhow::Result<LoadedList> {
 
 impl ListSet {
     /// Loads every list; any that cannot be read is an error.
-    pub fn load(paths: &[PathBuf], metrics: Metrics) -> anyhow::Result<ListSet> {
+    pub fn load(paths: &[PathBuf], metrics: Metrics) -> Result<ListSet, ListError> {
         let mut watched = Vec::new();
         let mut loaded = Vec::new();
         for path in paths {
             let name = list_name(path);
-            anyhow::ensure!(
-                !watched.iter().any(|w: &Watched| w.name == name),
-                "two reputation lists are named {name:?} (from their file names); rename one"
-            );
-            let st = stamp(path).with_context(|| format!("reading {}", path.display()))?;
+            if watched.iter().any(|w: &Watched| w.name == name) {
+                return Err(ListError::DuplicateName { name });
+            }
+            let st = stamp(path).map_err(read_error(path))?;
             let list = read_list(&name, path)?;
             tracing::info!(list = %name, file = %path.display(), format = list.format, entries = list.index.len(), malformed = list.malformed_lines, "loaded a reputation list");
             watched.push(Watched {
@@ -233,14 +263,14 @@ impl ListSet {
             };
             let seen = st.as_ref().ok().cloned();
             let fresh = st
-                .map_err(anyhow::Error::from)
+                .map_err(ListError::Stat)
                 .and_then(|s| read_list(&w.name, &w.path).map(|l| (s, l)))
                 .and_then(|(s, l)| {
-                    anyhow::ensure!(
-                        !l.index.is_empty() || old.index.is_empty(),
-                        "it has no entries now (it had {}): a truncated or failed download?",
-                        old.index.len()
-                    );
+                    if l.index.is_empty() && !old.index.is_empty() {
+                        return Err(ListError::Emptied {
+                            had: old.index.len(),
+                        });
+                    }
                     Ok((s, l))
                 });
             match fresh {
@@ -262,7 +292,7 @@ impl ListSet {
                     if seen.is_some() {
                         w.stamp = seen;
                     }
-                    tracing::error!(list = %w.name, file = %w.path.display(), error = %format!("{e:#}"), entries = old.index.len(), "cannot reload a reputation list; keeping its previous version");
+                    tracing::error!(list = %w.name, file = %w.path.display(), error = %ErrorChain(&e), entries = old.index.len(), "cannot reload a reputation list; keeping its previous version");
                     self.metrics
                         .reputation_list_load_failures
                         .with_label_values(&[w.name.as_str()])

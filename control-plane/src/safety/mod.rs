@@ -28,7 +28,7 @@ use url::Url;
 use crate::metrics::Metrics;
 use crate::store::{OwnerFlag, OwnerRecord, Store, StoreError};
 
-pub use lists::{ListHit, ListSet};
+pub use lists::{ListError, ListHit, ListSet};
 
 /// Settings of the create-time checks.
 #[derive(Debug, Clone)]

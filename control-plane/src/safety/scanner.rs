@@ -33,6 +33,7 @@ use serde::Deserialize;
 use url::Url;
 
 use super::Safety;
+use crate::error_chain::ErrorChain;
 use crate::store::{
     Actor, Batch, BatchUpdate, StateUpdate, StoreError, StoredLink, Verdict, RESCAN_POSITION,
     SCAN_POSITION,
@@ -278,6 +279,18 @@ impl std::fmt::Debug for Scanner {
     }
 }
 
+/// Why the scanner could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScannerError {
+    /// Reading the first scans' position, or the change log's end, from the store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A scanner thread could not be started.
+    #[error(transparent)]
+    Thread(#[from] std::io::Error),
+}
+
 /// Running scanner threads; stop them with [`ScannerThreads::stop`].
 #[derive(Debug)]
 pub struct ScannerThreads {
@@ -320,7 +333,7 @@ impl LeadingScanner {
         safety: Arc<Safety>,
         config: ScannerConfig,
         shared: Arc<dyn crate::store::Shared>,
-    ) -> anyhow::Result<LeadingScanner> {
+    ) -> Result<LeadingScanner, ScannerError> {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let stop = Arc::clone(&stop);
@@ -359,7 +372,7 @@ impl LeadingScanner {
                                 safety.metrics().scanner_leader.set(0);
                             }
                             Err(e) => {
-                                tracing::error!(error = %format!("{e:#}"), "scanner: starting");
+                                tracing::error!(error = %ErrorChain(&e), "scanner: starting");
                                 Scanner::sleep_until(
                                     &stop,
                                     Instant::now() + Duration::from_secs(2),
@@ -396,7 +409,10 @@ fn strictest(a: Evaluation, b: Evaluation) -> Evaluation {
 
 impl Scanner {
     /// Starts the first-scan and re-scan threads.
-    pub fn spawn(safety: Arc<Safety>, config: ScannerConfig) -> anyhow::Result<ScannerThreads> {
+    pub fn spawn(
+        safety: Arc<Safety>,
+        config: ScannerConfig,
+    ) -> Result<ScannerThreads, ScannerError> {
         let scanner = Arc::new(Scanner {
             heuristics: Heuristics::new(lasthop_core::alias::brands().iter().copied()),
             webhook: config.webhook.clone().map(Webhook::new),
