@@ -1,5 +1,6 @@
 //! Untrusted request bytes through the whole pure path: `http::parse`, then `decide` and
-//! `render_for` for every pipelined request, `render` for every parse error. Nothing may
+//! `render_for` for every pipelined request, `render` for every parse error; the parse is held
+//! to the `httparse` path (`parse_general`) on every input. Nothing may
 //! panic, and every response must be one well-framed HTTP/1.1 message whose `Location`, if
 //! any, is a servable URL.
 #![no_main]
@@ -9,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use lasthop_core::{is_servable, CodeScheme, HighWater, PermutationKey};
 use lasthop_edge::answer::{decide, Answer};
 use lasthop_edge::denylist::{Deny, Denylist};
-use lasthop_edge::http::{parse, Limits, Method, Parse};
+use lasthop_edge::http::{parse, parse_general, Limits, Method, Parse};
 use lasthop_edge::overlay::{Overlay, OverlayLink};
 use lasthop_edge::render::{render, render_for};
 use lasthop_edge::tables::Tables;
@@ -108,7 +109,10 @@ fuzz_target!(|data: &[u8]| {
     while at < buf.len() {
         let rest = &buf[at..];
         out.clear();
-        match parse(rest, &limits) {
+        let parsed = parse(rest, &limits);
+        // The fast path answers only as `httparse`'s path would.
+        assert_eq!(parsed, parse_general(rest, &limits));
+        match parsed {
             Parse::Complete { req, consumed } => {
                 assert!(consumed > 0 && consumed <= rest.len());
                 let start = (req.path.as_ptr() as usize).wrapping_sub(rest.as_ptr() as usize);

@@ -6,8 +6,12 @@
 //! over pipelined requests), need more bytes ([`Parse::Partial`]), or can never become a request
 //! we serve ([`Parse::Error`]; answer it with [`crate::answer::Answer::BadRequest`] and close).
 //!
-//! `httparse` does the syntax (SIMD where the CPU has it) into a stack array of header slots;
-//! nothing here allocates. What we add on top is policy:
+//! The head nearly every client sends (`GET`/`HEAD`, an origin-form ASCII target, HTTP/1.x,
+//! CRLF, printable values) goes through `fast`, one pass with SWAR scans; every other head,
+//! and every head the fast path is unsure of, through `httparse` (SIMD where the CPU has it)
+//! into a stack array of header slots. Both feed one policy (`Head`), so they answer alike,
+//! and the fast path is held to `httparse`'s by property tests and the `request` fuzz target.
+//! Nothing here allocates. What we add on top of the syntax is policy:
 //!
 //! - limits on the request line, the header count and the whole head, enforced on partial input
 //!   too, so a client dribbling bytes (slowloris) is cut off at a byte limit, not only by the
@@ -27,6 +31,8 @@
 //!   every byte a code may hold is unreserved, so a client has no reason to encode one.
 
 use std::mem::MaybeUninit;
+
+mod fast;
 
 /// Header slots on the stack: the most [`Limits::max_headers`] can usefully be.
 pub const HEADER_SLOTS: usize = 128;
@@ -201,6 +207,16 @@ pub enum Parse<'a> {
 /// that says `HTTP/1.2` or later (a copy that says 1.1, parsed in its place).
 #[inline]
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
+    if let Some(done) = fast::parse(buf, limits) {
+        return done;
+    }
+    parse_general(buf, limits)
+}
+
+/// [`parse`] without the fast path: `httparse` for the syntax of every request. Public so
+/// that the fuzz target and the property tests can hold the fast path to it.
+#[doc(hidden)]
+pub fn parse_general<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
     match parse_exact(buf, limits) {
         Parse::Error(HttpError::VersionNotSupported) => match later_minor(buf) {
             Some(at) => {
@@ -287,28 +303,56 @@ fn parse_exact<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
         "HEAD" => Method::Head,
         _ => Method::Other,
     };
-    let http10 = version == 0;
-
-    let mut out = Request {
-        method,
-        path: path_of(target),
-        accept_json: false,
-        keep_alive: !http10,
-        user_agent: b"",
-        referer: b"",
-        country: b"",
-        http10,
-        host: b"",
-        target,
-    };
-    let (mut hosts, mut body, mut close, mut keep) = (0u32, false, false, false);
+    let mut head = Head::new(method, target, path_of(target), version == 0);
     for h in req.headers.iter() {
-        let name = h.name.as_bytes();
-        let value = h.value;
+        if let Err(e) = head.header(h.name.as_bytes(), h.value, limits) {
+            return Parse::Error(e);
+        }
+    }
+    head.finish(consumed)
+}
+
+/// What the header fields of a request head say, gathered one field at a time: the policy on
+/// top of the syntax, shared by [`fast`] and `httparse`'s path so both answer alike.
+struct Head<'a> {
+    req: Request<'a>,
+    hosts: u32,
+    body: bool,
+    close: bool,
+    keep: bool,
+}
+
+impl<'a> Head<'a> {
+    #[inline]
+    fn new(method: Method, target: &'a [u8], path: &'a [u8], http10: bool) -> Head<'a> {
+        Head {
+            req: Request {
+                method,
+                path,
+                accept_json: false,
+                keep_alive: !http10,
+                user_agent: b"",
+                referer: b"",
+                country: b"",
+                http10,
+                host: b"",
+                target,
+            },
+            hosts: 0,
+            body: false,
+            close: false,
+            keep: false,
+        }
+    }
+
+    /// One header field; `name` is token characters, `value` trimmed as `httparse` trims it.
+    #[inline]
+    fn header(&mut self, name: &[u8], value: &'a [u8], limits: &Limits) -> Result<(), HttpError> {
+        let out = &mut self.req;
         // Dispatch on length first: one compare rules out most names.
         match name.len() {
             4 if eq_lower(name, b"host") => {
-                hosts += 1;
+                self.hosts += 1;
                 out.host = value;
             }
             6 if eq_lower(name, b"accept") => {
@@ -318,17 +362,17 @@ fn parse_exact<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
             10 if eq_lower(name, b"connection") => {
                 for token in value.split(|&b| b == b',') {
                     let token = trim(token);
-                    close |= token.eq_ignore_ascii_case(b"close");
-                    keep |= token.eq_ignore_ascii_case(b"keep-alive");
+                    self.close |= token.eq_ignore_ascii_case(b"close");
+                    self.keep |= token.eq_ignore_ascii_case(b"keep-alive");
                 }
             }
             10 if eq_lower(name, b"user-agent") => out.user_agent = value,
             14 if eq_lower(name, b"content-length") => match parse_length(value) {
                 Some(0) => {}
-                Some(_) => body = true,
-                None => return Parse::Error(HttpError::Malformed),
+                Some(_) => self.body = true,
+                None => return Err(HttpError::Malformed),
             },
-            17 if eq_lower(name, b"transfer-encoding") => body = true,
+            17 if eq_lower(name, b"transfer-encoding") => self.body = true,
             n if limits.country_header.as_ref().is_some_and(|want| {
                 let want = want.as_bytes();
                 want.len() == n && name.eq_ignore_ascii_case(want)
@@ -338,18 +382,25 @@ fn parse_exact<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
             }
             _ => {}
         }
+        Ok(())
     }
-    if body {
-        return Parse::Error(match method {
-            Method::Other => HttpError::MethodWithBody,
-            Method::Get | Method::Head => HttpError::BodyNotAllowed,
-        });
+
+    /// The head ended after `consumed` bytes.
+    #[inline]
+    fn finish(self, consumed: usize) -> Parse<'a> {
+        let mut req = self.req;
+        if self.body {
+            return Parse::Error(match req.method {
+                Method::Other => HttpError::MethodWithBody,
+                Method::Get | Method::Head => HttpError::BodyNotAllowed,
+            });
+        }
+        if self.hosts > 1 || (!req.http10 && self.hosts == 0) {
+            return Parse::Error(HttpError::Malformed);
+        }
+        req.keep_alive = !self.close && (self.keep || !req.http10);
+        Parse::Complete { req, consumed }
     }
-    if hosts > 1 || (!http10 && hosts == 0) {
-        return Parse::Error(HttpError::Malformed);
-    }
-    out.keep_alive = !close && (keep || !http10);
-    Parse::Complete { req: out, consumed }
 }
 
 /// An incomplete head: fine while it is within the limits.
@@ -460,23 +511,36 @@ fn starts_with_ignore_case(s: &[u8], prefix: &[u8]) -> bool {
 }
 
 /// An `Accept` value names the media type `application/json` (any case, any parameters; a
-/// `q=0` is not honoured: nobody sends one for JSON). Jumps from `/` to `/` rather than
-/// comparing at every offset: a browser's `Accept` is ~100 bytes with five slashes.
+/// `q=0` is not honoured: nobody sends one for JSON). Jumps from `/` to `/` (found eight bytes
+/// at a time) and looks for `json` after one before `application` in front of it: a
+/// browser's `Accept` is ~100 bytes with five slashes.
 fn names_json(value: &[u8]) -> bool {
     const TYPE: &[u8] = b"application";
-    value.iter().enumerate().any(|(slash, &b)| {
-        b == b'/'
+    let mut from = 0;
+    while let Some(slash) = value
+        .get(from..)
+        .and_then(|rest| fast::find_byte(rest, b'/'))
+        .map(|i| from + i)
+    {
+        from = slash + 1;
+        let json = value
+            .get(slash + 1..)
+            .and_then(|rest| rest.first_chunk::<4>())
+            // OR-ing 0x20 lower-cases a letter and maps no other byte onto one of these.
+            .is_some_and(|s| u32::from_le_bytes(*s) | 0x2020_2020 == u32::from_le_bytes(*b"json"));
+        if json
+            && value
+                .get(slash + 5)
+                .is_none_or(|&end| matches!(end, b';' | b',' | b' ' | b'\t'))
             && slash
                 .checked_sub(TYPE.len())
                 .and_then(|start| value.get(start..slash))
                 .is_some_and(|t| t.eq_ignore_ascii_case(TYPE))
-            && value
-                .get(slash + 1..slash + 5)
-                .is_some_and(|s| s.eq_ignore_ascii_case(b"json"))
-            && value
-                .get(slash + 5)
-                .is_none_or(|&end| matches!(end, b';' | b',' | b' ' | b'\t'))
-    })
+        {
+            return true;
+        }
+    }
+    false
 }
 
 fn trim(s: &[u8]) -> &[u8] {
@@ -568,6 +632,29 @@ mod tests {
         assert_eq!(req.method, Method::Other);
         let (req, _) = complete(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
         assert_eq!(req.method, Method::Other);
+    }
+
+    proptest! {
+        #[test]
+        fn names_json_agrees_with_a_plain_scan(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    Just("application/json"), Just("APPLICATION/JSON"), Just("application/jsonp"),
+                    Just("/json"), Just("text/html"), Just(";q=0.9"), Just(","), Just(" "),
+                    Just("\t"), Just("*/*"), Just("/"), Just("application"), Just("json"),
+                ],
+                0..8,
+            ),
+        ) {
+            let value = parts.concat();
+            let v = value.as_bytes();
+            const WANT: &[u8] = b"application/json";
+            let plain = (0..v.len()).any(|i| {
+                v.get(i..i + WANT.len()).is_some_and(|s| s.eq_ignore_ascii_case(WANT))
+                    && v.get(i + WANT.len()).is_none_or(|e| matches!(e, b';' | b',' | b' ' | b'\t'))
+            });
+            prop_assert_eq!(names_json(v), plain, "{:?}", value);
+        }
     }
 
     #[test]
