@@ -79,7 +79,10 @@ fn zeros(w: u64) -> u64 {
     w.wrapping_sub(LOW) & !w & HIGH
 }
 
-/// Where `byte` first occurs in `hay`, eight bytes at a time.
+/// Where `byte` first occurs in `hay`, eight bytes at a time. (This loop and the two in
+/// [`parse`] are written out rather than shared through one helper taking the mark function
+/// as a closure: that version measured 12 % more instructions on a curl head and 19 % more on
+/// a browser's, callgrind over `benches/examples/parse_loop.rs`.)
 #[inline]
 pub(super) fn find_byte(hay: &[u8], byte: u8) -> Option<usize> {
     let pattern = LOW * u64::from(byte);
