@@ -1,11 +1,17 @@
-//! What the criterion suites in `benches/` share: the key, the synthetic snapshot files they
-//! build once and reuse (the `snapshot` and `request` suites read the same file), and the
-//! generator that picks codes.
+//! What the criterion suites in `benches/` (and the loops in `examples/`) share: the key, the
+//! synthetic snapshot files they build once and reuse (the `snapshot` and `request` suites read
+//! the same file), the generator that picks codes, and the request path's fixtures (the
+//! requests clients send, the tables with their denylist, one request served).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use lasthop_core::region::DEFAULT_RESERVE;
 use lasthop_core::{CodeScheme, HighWater, PermutationKey};
+use lasthop_edge::answer::decide;
+use lasthop_edge::denylist::{Deny, Denylist};
+use lasthop_edge::http::{parse, Limits, Parse};
+use lasthop_edge::tables::Tables;
 use lasthop_snapshot::{Snapshot, SnapshotMeta, SnapshotWriter, Synth};
 
 /// Hash seed of every bench snapshot (fixed, so files are reproducible and reusable).
@@ -65,4 +71,70 @@ pub fn rng(state: &mut u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// Links in the request path's snapshot (`snapshot_file(REQUEST_LINKS, "1M")`).
+pub const REQUEST_LINKS: u64 = 1_000_000;
+
+/// The request path's clock: before every synthetic expiry (they start at 1.8e12), so hits
+/// redirect.
+pub const NOW_MS: i64 = 1_700_000_000_000;
+
+/// What curl sends, `{}` where the code goes.
+pub const CURL: &str =
+    "GET /{} HTTP/1.1\r\nHost: lh.example\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n";
+/// What wrk sends.
+pub const WRK: &str = "GET /{} HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n";
+/// What a browser sends (~500 bytes).
+pub const BROWSER: &str = "GET /{} HTTP/1.1\r\nHost: lh.example\r\n\
+User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0\r\n\
+Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8\r\n\
+Accept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br, zstd\r\n\
+Referer: https://news.example.com/article/12345\r\nConnection: keep-alive\r\n\
+Upgrade-Insecure-Requests: 1\r\nSec-Fetch-Dest: document\r\nSec-Fetch-Mode: navigate\r\n\
+Sec-Fetch-Site: cross-site\r\nSec-Fetch-User: ?1\r\nPriority: u=0, i\r\n\r\n";
+
+/// A `Date` line as the engine's cores keep it (formatted once a second).
+pub const DATE: &[u8] = b"Date: Tue, 01 Dec 2026 14:00:00 GMT\r\n";
+
+/// The request path's tables: the 1M-link snapshot, mapped in place as the engine serves it by
+/// default (`--snapshot-memory map`), and a denylist of 10,000 codes above the mark (none a
+/// bench asks for), so its check is a real hash probe, not the empty-list shortcut. Draws the
+/// denylist from `state`.
+pub fn request_tables(state: &mut u64) -> Tables {
+    let (_, scheme) = scheme();
+    let snapshot = Arc::new(
+        Snapshot::open(snapshot_file(REQUEST_LINKS, "1M")).expect("open the bench snapshot"),
+    );
+    let deny: Denylist = (0..10_000)
+        .map(|_| {
+            let n = REQUEST_LINKS + DEFAULT_RESERVE + rng(state) % (1 << 30);
+            (scheme.encode(n).expect("in domain"), Deny::Gone)
+        })
+        .collect();
+    Tables::from_snapshot(scheme, snapshot, false)
+        .expect("same key")
+        .with_denylist(Arc::new(deny))
+}
+
+/// One request through the whole pure path (parse, decide, render with the `Date` line every
+/// answer carries, as the engine renders it); returns the response length.
+#[inline]
+pub fn serve(buf: &[u8], limits: &Limits, t: &Tables, out: &mut Vec<u8>) -> usize {
+    out.clear();
+    match parse(buf, limits) {
+        Parse::Complete { req, .. } => {
+            let (answer, layer) = decide(&req, t, NOW_MS);
+            std::hint::black_box(layer);
+            lasthop_edge::render::render_with(
+                &answer,
+                &req,
+                DATE,
+                &lasthop_edge::render::NO_PAGES,
+                out,
+            );
+        }
+        _ => unreachable!("bench requests are complete"),
+    }
+    out.len()
 }

@@ -28,37 +28,20 @@
 //! `cargo bench -p lasthop-benches --bench request`
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use lasthop_benches::{rng, scheme, snapshot_file, DATA_SEED};
-use lasthop_core::region::DEFAULT_RESERVE;
+use lasthop_benches::{
+    request_tables, rng, scheme, serve, BROWSER, CURL, DATA_SEED, DATE, NOW_MS,
+    REQUEST_LINKS as COUNT, WRK,
+};
 use lasthop_edge::answer::{decide, Answer, Layer};
-use lasthop_edge::denylist::{Deny, Denylist};
 use lasthop_edge::http::{parse, Limits, Parse};
-use lasthop_edge::tables::Tables;
-use lasthop_snapshot::{Snapshot, Synth};
+use lasthop_snapshot::Synth;
 
-const COUNT: u64 = 1_000_000;
-const LABEL: &str = "1M";
 const KEYS: usize = 1 << 16;
 /// Distinct codes of the `hit_hot_curl` case.
 const HOT: usize = 1 << 10;
-// The same key and seeds as benches/snapshot.rs, so both suites share one file.
-/// Before every synthetic expiry (they start at 1.8e12), so hits redirect.
-const NOW_MS: i64 = 1_700_000_000_000;
-
-const CURL: &str =
-    "GET /{} HTTP/1.1\r\nHost: lh.example\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n";
-const WRK: &str = "GET /{} HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n";
-const BROWSER: &str = "GET /{} HTTP/1.1\r\nHost: lh.example\r\n\
-User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0\r\n\
-Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8\r\n\
-Accept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br, zstd\r\n\
-Referer: https://news.example.com/article/12345\r\nConnection: keep-alive\r\n\
-Upgrade-Insecure-Requests: 1\r\nSec-Fetch-Dest: document\r\nSec-Fetch-Mode: navigate\r\n\
-Sec-Fetch-Site: cross-site\r\nSec-Fetch-User: ?1\r\nPriority: u=0, i\r\n\r\n";
 
 /// Codes stored back to back (no pointer per code to chase).
 struct Codes {
@@ -98,49 +81,14 @@ fn receive(inbuf: &mut Vec<u8>, template: (&str, &str), codes: &Codes, i: usize)
     inbuf.extend_from_slice(template.1.as_bytes());
 }
 
-/// A `Date` line as the engine's cores keep it (formatted once a second).
-const DATE: &[u8] = b"Date: Tue, 01 Dec 2026 14:00:00 GMT\r\n";
-
-/// One request through the whole pure path; returns the response length.
-#[inline]
-fn serve(buf: &[u8], limits: &Limits, t: &Tables, out: &mut Vec<u8>) -> usize {
-    out.clear();
-    match parse(buf, limits) {
-        Parse::Complete { req, .. } => {
-            let (answer, layer) = decide(&req, t, NOW_MS);
-            black_box(layer);
-            // As the engine renders it: with the `Date` line every answer carries.
-            lasthop_edge::render::render_with(
-                &answer,
-                &req,
-                DATE,
-                &lasthop_edge::render::NO_PAGES,
-                out,
-            );
-        }
-        _ => unreachable!("bench requests are complete"),
-    }
-    out.len()
-}
-
 fn split(template: &str) -> (&str, &str) {
     template.split_once("{}").expect("templates hold {}")
 }
 
 fn request(c: &mut Criterion) {
     let (_, scheme) = scheme();
-    let path = snapshot_file(COUNT, LABEL);
-    // Mapped in place, as the engine serves it by default (`--snapshot-memory map`).
-    let snapshot = Arc::new(Snapshot::open(&path).expect("open"));
-    let mut tables = Tables::from_snapshot(scheme.clone(), snapshot, false).expect("same key");
     let mut state = 11;
-    let deny: Denylist = (0..10_000)
-        .map(|_| {
-            let n = COUNT + DEFAULT_RESERVE + rng(&mut state) % (1 << 30);
-            (scheme.encode(n).expect("in domain"), Deny::Gone)
-        })
-        .collect();
-    tables = tables.with_denylist(Arc::new(deny));
+    let tables = request_tables(&mut state);
 
     let hits = Codes::new((0..KEYS).map(|_| {
         scheme

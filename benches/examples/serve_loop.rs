@@ -7,19 +7,9 @@
 //! target/release/examples/serve_loop 100000`
 
 use std::hint::black_box;
-use std::sync::Arc;
 
-use lasthop_benches::{rng, scheme, snapshot_file};
-use lasthop_core::region::DEFAULT_RESERVE;
-use lasthop_edge::answer::decide;
-use lasthop_edge::denylist::{Deny, Denylist};
-use lasthop_edge::http::{parse, Limits, Parse};
-use lasthop_edge::tables::Tables;
-use lasthop_snapshot::Snapshot;
-
-const COUNT: u64 = 1_000_000;
-const NOW_MS: i64 = 1_700_000_000_000;
-const DATE: &[u8] = b"Date: Tue, 01 Dec 2026 14:00:00 GMT\r\n";
+use lasthop_benches::{request_tables, rng, scheme, serve, CURL, REQUEST_LINKS};
+use lasthop_edge::http::Limits;
 
 fn main() {
     let n: usize = std::env::args()
@@ -27,26 +17,16 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
     let (_, scheme) = scheme();
-    let snapshot = Arc::new(Snapshot::open(snapshot_file(COUNT, "1M")).expect("open"));
+    // The same draws, in the same order, as `request/hit_hot_curl`.
     let mut state = 11;
-    let deny: Denylist = (0..10_000)
-        .map(|_| {
-            let n = COUNT + DEFAULT_RESERVE + rng(&mut state) % (1 << 30);
-            (scheme.encode(n).expect("in domain"), Deny::Gone)
-        })
-        .collect();
-    let tables = Tables::from_snapshot(scheme.clone(), snapshot, false)
-        .expect("same key")
-        .with_denylist(Arc::new(deny));
+    let tables = request_tables(&mut state);
     let requests: Vec<Vec<u8>> = (0..1024)
         .map(|_| {
-            let code = scheme.encode(rng(&mut state) % COUNT).expect("in domain");
-            let mut r = b"GET /".to_vec();
-            r.extend_from_slice(&code);
-            r.extend_from_slice(
-                b" HTTP/1.1\r\nHost: lh.example\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n",
-            );
-            r
+            let code = scheme
+                .encode(rng(&mut state) % REQUEST_LINKS)
+                .expect("in domain");
+            let code = std::str::from_utf8(&code).expect("codes are ASCII");
+            CURL.replace("{}", code).into_bytes()
         })
         .collect();
     let limits = Limits::default();
@@ -54,19 +34,12 @@ fn main() {
     let started = std::time::Instant::now();
     let mut acc = 0usize;
     for i in 0..n {
-        out.clear();
-        let Parse::Complete { req, .. } = parse(black_box(&requests[i & 1023]), &limits) else {
-            panic!("bench requests are complete");
-        };
-        let (answer, _) = decide(&req, &tables, NOW_MS);
-        lasthop_edge::render::render_with(
-            &answer,
-            &req,
-            DATE,
-            &lasthop_edge::render::NO_PAGES,
+        acc = acc.wrapping_add(serve(
+            black_box(&requests[i & 1023]),
+            &limits,
+            &tables,
             &mut out,
-        );
-        acc = acc.wrapping_add(out.len());
+        ));
     }
     let elapsed = started.elapsed();
     println!(

@@ -17,7 +17,7 @@
 //!
 //! In safe mode (the feed is lost, [`Tables::safe_mode`]) a link found locally is not served
 //! straight away: [`decide`] returns [`Answer::NeedOrigin`] so the origin confirms its state
-//! first, and [`decide_local`] gives the local answer if the origin cannot.
+//! first, and [`decide_unconfirmed`] gives the local answer if the origin cannot.
 //!
 //! The [`Layer`] returned beside each answer is the table that settled it, for metrics.
 
@@ -145,11 +145,6 @@ pub fn decide<'a>(req: &Request<'a>, t: &'a Tables, now_ms: i64) -> (Answer<'a>,
     decide_in(req, t, now_ms, t.safe_mode && t.has_origin, false)
 }
 
-/// [`decide`] as if safe mode were off: the local tables' answer.
-pub fn decide_local<'a>(req: &Request<'a>, t: &'a Tables, now_ms: i64) -> (Answer<'a>, Layer) {
-    decide_in(req, t, now_ms, false, false)
-}
-
 /// The local answer for a request that was parked to be confirmed in safe mode
 /// ([`Answer::NeedOrigin`] with `confirming`) and whose confirmation failed: redirect
 /// availability comes first (the caller counts it). Its code passed the high-water check when
@@ -177,28 +172,36 @@ fn decide_in<'a>(
         return (Answer::NotFound, Layer::Invalid);
     };
     let snapshot = t.snapshot.as_deref();
-    let (probe, cache_negative) = match classify(code) {
+    // `counter`: the decrypted counter of a generated code, when it was decrypted here.
+    let kind = classify(code);
+    let (probe, counter) = match kind {
         CodeKind::Generated => {
             // Start the snapshot bucket's memory fetch first: the decrypt's AES rounds then run
             // while the line is on its way (a hint only; the high-water check below still
             // decides whether the lookup happens).
             let probe = snapshot.map(|s| s.prefetch(code));
             if mark_checked {
-                (probe, false)
+                (probe, None)
             } else {
                 match t.scheme.decode(code) {
-                    Some(n) if t.high_water.may_be_issued(n) => (probe, t.high_water.below_mark(n)),
+                    Some(n) if t.high_water.may_be_issued(n) => (probe, Some(n)),
                     _ => return (Answer::NotFound, Layer::HighWater),
                 }
             }
         }
-        CodeKind::Alias => (None, true),
+        CodeKind::Alias => (None, None),
         CodeKind::Invalid => return (Answer::NotFound, Layer::Invalid),
     };
+    // Whether a 404 from the origin may be cached: an alias's always; a generated code's only
+    // below its region's mark (not in the reserve, which a fresh lease may fill), worked out
+    // only when the origin is asked (a hit never needs it).
     let need_origin = |confirming| Answer::NeedOrigin {
         code,
         preview,
-        cache_negative,
+        cache_negative: match counter {
+            Some(n) => t.high_water.below_mark(n),
+            None => kind == CodeKind::Alias,
+        },
         confirming,
     };
     let (warn, snapshot) = match t.denylist.check(code) {
@@ -322,7 +325,7 @@ fn serve<'a>(code: &'a [u8], preview: bool, found: Found<'a>, now_ms: i64) -> An
 
 /// `/<code>` or `/<code>+` → (code, preview).
 #[inline]
-fn code_of(path: &[u8]) -> Option<(&[u8], bool)> {
+pub(crate) fn code_of(path: &[u8]) -> Option<(&[u8], bool)> {
     let rest = path.strip_prefix(b"/")?;
     Some(match rest.strip_suffix(b"+") {
         Some(code) => (code, true),
@@ -490,7 +493,6 @@ pub(crate) mod tests {
         let Parse::Complete { req, .. } = parse(&buf, &Limits::default()) else {
             panic!()
         };
-        assert_eq!(decide_local(&req, &t, NOW).0.status(), 302);
         assert_eq!(decide_unconfirmed(&req, &t, NOW).0.status(), 302);
         // Denylisted codes and scanners are settled locally even in safe mode.
         let buf = get(&format!("/{}", f.code(3)));

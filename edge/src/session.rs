@@ -419,10 +419,9 @@ impl Session {
     }
 }
 
-/// The code part of a request path (`/abc1234+` → `abc1234`).
+/// The code part of a request path (`/abc1234+` → `abc1234`), by the decision's own rule.
 fn code_of(path: &[u8]) -> &[u8] {
-    let p = path.strip_prefix(b"/").unwrap_or(path);
-    p.strip_suffix(b"+").unwrap_or(p)
+    answer::code_of(path).map_or(path, |(code, _)| code)
 }
 
 #[cfg(test)]

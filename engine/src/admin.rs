@@ -231,11 +231,11 @@ fn top_n(query: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{StatusClass, DEFAULT_LAYER_NAMES};
+    use crate::metrics::StatusClass;
     use std::sync::atomic::Ordering;
 
     fn start() -> (String, Arc<AdminState>) {
-        let metrics = Arc::new(EngineMetrics::new(2, "epoll", &DEFAULT_LAYER_NAMES));
+        let metrics = Arc::new(EngineMetrics::new(2, "epoll"));
         let state = Arc::new(AdminState {
             metrics,
             sketches: vec![Arc::new(TopK::new()), Arc::new(TopK::new())],

@@ -13,7 +13,6 @@ use lasthop_core::feed::valid_name;
 use lasthop_core::HighWater;
 use lasthop_core::{CodeScheme, PermutationKey};
 use lasthop_engine::admin::{spawn_admin, AdminState};
-use lasthop_engine::answer::Layer;
 use lasthop_engine::clicks::{self, kafka, spool};
 use lasthop_engine::control::ControlPlanes;
 use lasthop_engine::feed::{self, FeedConfig, FeedStats, LoadFn};
@@ -31,6 +30,9 @@ use lasthop_snapshot::Snapshot;
 use crate::config::{
     default_engine_id, hsts_header, Args, ClicksSink, Io, SafeMode, SnapshotMemory,
 };
+
+/// What `--engine-id` and `--pop` may be.
+const NAMES_RULE: &str = "--engine-id and --pop must be 1-64 characters of [A-Za-z0-9._:-]";
 
 /// The `--snapshot` file, loaded the configured way and verified.
 fn open_snapshot(path: &Path, load: LoadFn) -> anyhow::Result<Arc<Snapshot>> {
@@ -91,10 +93,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let mut feed_cfg = controls.as_ref().map(|control| FeedConfig {
         control: Arc::clone(control),
         token: token.clone(),
-        engine_id: args
-            .engine_id
-            .clone()
-            .unwrap_or_else(|| default_engine_id(args.listen)),
+        // Named below, once the listener's port is known.
+        engine_id: String::new(),
         pop: args.pop.clone(),
         data_dir: args.data_dir.clone(),
         timeout: Duration::from_millis(args.feed_timeout_ms),
@@ -103,8 +103,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     });
     if let Some(cfg) = &feed_cfg {
         anyhow::ensure!(
-            valid_name(&cfg.engine_id) && valid_name(&cfg.pop),
-            "--engine-id and --pop must be 1-64 characters of [A-Za-z0-9._:-]"
+            // A default id (host name and port) is checked once the port is known, below.
+            args.engine_id.as_deref().is_none_or(valid_name) && valid_name(&cfg.pop),
+            "{NAMES_RULE}"
         );
     }
     // The snapshot to start from: the file given, else the newest verified one downloaded
@@ -165,7 +166,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         },
     };
 
-    let mut metrics = EngineMetrics::new(cores, backend.as_str(), &Layer::NAMES);
+    let mut metrics = EngineMetrics::new(cores, backend.as_str());
 
     metrics.control = controls.clone();
     let (origin, inboxes) = match &controls {
@@ -252,7 +253,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     ?support,
                     "kTLS available: connections go to the kernel after their handshake"
                 );
-                Some(Arc::new(support))
+                Some(support)
             }
             Err(e) => {
                 tracing::info!(error = %e, "kTLS unavailable (kernel without the TLS ULP): serving TLS through userspace rustls");
@@ -294,7 +295,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 stats: Arc::clone(stats),
                 max_handshakes: args.tls_max_handshakes_per_core,
                 handshake_timeout_ms: args.tls_handshake_timeout_ms as i64,
-                ktls: ktls.clone(),
+                ktls,
             });
         }
         tls_bound = Some(b);
@@ -318,6 +319,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| default_engine_id(bound));
     if let Some(cfg) = &mut feed_cfg {
+        anyhow::ensure!(valid_name(&engine_id), "{NAMES_RULE}");
         cfg.engine_id = engine_id.clone();
     }
     let feed = match (feed_cfg, &feed_stats) {

@@ -161,7 +161,6 @@ impl Loop {
     }
 }
 
-/// Starts one pinned glommio executor for this core; returns when the core has drained.
 /// Why a serving core could not start or stopped serving.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -174,6 +173,7 @@ pub enum CoreError {
     Io(#[from] std::io::Error),
 }
 
+/// Starts one pinned glommio executor for this core; returns when the core has drained.
 pub fn spawn_core(
     start: CoreStart,
     config: CoreConfig,
@@ -215,8 +215,10 @@ async fn run_core(
     shared: Arc<Shared>,
     origin: Option<Arc<Origin>>,
 ) -> Result<(), CoreError> {
-    let tables = shared.current().ok_or(CoreError::TablesPoisoned)?;
+    // The generation before the tables: a publish between the two reads then leaves this core
+    // with newer tables under an older number (taken again next turn), never the reverse.
     let mut generation = shared.tables.generation();
+    let tables = shared.current().ok_or(CoreError::TablesPoisoned)?;
     let mut ctx = CoreCtx {
         core: start.index,
         tables,

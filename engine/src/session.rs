@@ -15,7 +15,7 @@ use crate::render::Pages;
 use crate::tables::Tables;
 use crate::topk::TopK;
 
-pub use lasthop_edge::session::{Headers, Session, MAX_PENDING_OUT};
+pub use lasthop_edge::session::{Headers, Session};
 
 /// Everything a core reads or updates while answering.
 #[derive(Debug)]

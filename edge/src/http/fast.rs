@@ -18,7 +18,7 @@
 use super::{Limits, Method, Parse, HEADER_SLOTS};
 
 /// RFC 9110 §5.6.2 token characters (a header name), as `httparse` has them.
-const TOKEN: [bool; 256] = {
+pub(super) const TOKEN: [bool; 256] = {
     let mut t = [false; 256];
     let mut b = 0;
     while b < 256 {
@@ -129,13 +129,8 @@ pub(super) fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Option<Parse<'a>> {
             }
         }
     };
-    let len = at - start;
     let target = buf.get(start..at)?;
-    let path_len = target
-        .iter()
-        .position(|&b| b == b'?' || b == b'#')
-        .unwrap_or(len);
-    let path = target.get(..path_len)?;
+    let path = super::path_of(target);
     let http10 = match buf.get(at..at + 11)? {
         b" HTTP/1.1\r\n" => false,
         b" HTTP/1.0\r\n" => true,
@@ -162,7 +157,6 @@ pub(super) fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Option<Parse<'a>> {
             return None;
         }
         fields += 1;
-        // The name: one or more token characters, then the colon.
         // The name: one or more token characters, then the colon.
         let name_start = at;
         at += buf

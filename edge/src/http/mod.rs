@@ -80,7 +80,7 @@ impl HeaderName {
     /// (RFC 9110 §5.1).
     pub fn new(name: &str) -> Result<HeaderName, HeaderNameError> {
         let b = name.as_bytes();
-        let token = |c: &u8| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(c);
+        let token = |c: &u8| fast::TOKEN[usize::from(*c)];
         if b.is_empty() || b.len() > MAX_HEADER_NAME || !b.iter().all(token) {
             return Err(HeaderNameError(name.to_string()));
         }

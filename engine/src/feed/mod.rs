@@ -142,11 +142,6 @@ impl FeedStats {
         self.unconfirmed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Safe-mode redirects served unconfirmed so far.
-    pub fn unconfirmed(&self) -> u64 {
-        self.unconfirmed.load(Ordering::Relaxed)
-    }
-
     /// The first redirect of a link this engine learnt from the feed, `ms` after its creation.
     pub fn observe_first_redirect(&self, ms: i64) {
         let ms = u64::try_from(ms).unwrap_or(0);
@@ -303,7 +298,6 @@ enum Event {
 #[derive(Debug)]
 pub struct Feed {
     tx: Mutex<Sender<Event>>,
-    stats: Arc<FeedStats>,
 }
 
 impl Feed {
@@ -312,11 +306,6 @@ impl Feed {
         if let Ok(tx) = self.tx.lock() {
             let _ = tx.send(Event::Reload(snapshot));
         }
-    }
-
-    /// The shared counters.
-    pub fn stats(&self) -> Arc<FeedStats> {
-        Arc::clone(&self.stats)
     }
 }
 
@@ -380,10 +369,7 @@ pub fn start(
             .name("feed-report".into())
             .spawn(move || reporter::reporter(&cfg, &stats))?;
     }
-    Ok(Feed {
-        tx: Mutex::new(tx),
-        stats,
-    })
+    Ok(Feed { tx: Mutex::new(tx) })
 }
 
 /// The applier thread: a [`FeedView`] (what the frames do to the tables, pure) and what it

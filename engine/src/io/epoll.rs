@@ -8,6 +8,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use super::cvt;
 use crate::origin::OriginInbox;
 use crate::session::{CoreCtx, Drive as _, Session};
 
@@ -43,14 +44,6 @@ impl std::fmt::Debug for EpollLoop {
         f.debug_struct("EpollLoop")
             .field("conns", &self.conns.len())
             .finish_non_exhaustive()
-    }
-}
-
-fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
     }
 }
 

@@ -8,3 +8,12 @@ pub mod eventfd;
 pub mod signals;
 pub mod socket;
 pub mod uring;
+
+/// A libc return code as a `Result`: negative means `errno` says why.
+fn cvt(rc: libc::c_int) -> std::io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}

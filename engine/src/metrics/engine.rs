@@ -83,11 +83,6 @@ impl StatusClass {
 /// Most answer layers [`CoreMetrics::answer`] counts; higher indexes are ignored.
 pub const MAX_LAYERS: usize = 8;
 
-/// The layer names of the request path in the order of docs/ARCHITECTURE.md, "The request path";
-/// `answer.rs` owns the indexes and passes its own list to [`EngineMetrics::new`]; this one is for
-/// tests and tools.
-pub const DEFAULT_LAYER_NAMES: [&str; 6] = crate::answer::Layer::NAMES;
-
 /// What an origin read-through told a core.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
@@ -223,11 +218,6 @@ impl CoreMetrics {
         bump(&self.origin[outcome as usize], 1);
     }
 
-    /// Responses sent with `class` so far.
-    pub fn requests(&self, class: StatusClass) -> u64 {
-        self.requests[class as usize].load(Ordering::Relaxed)
-    }
-
     /// All responses sent so far.
     pub fn requests_total(&self) -> u64 {
         self.requests
@@ -278,8 +268,6 @@ pub struct EngineMetrics {
     pub cores: Vec<Arc<CoreMetrics>>,
     /// `"io_uring"` or `"epoll"`, chosen at start.
     pub io_backend: &'static str,
-    /// Names of the answer layers, by [`CoreMetrics::answer`] index.
-    pub layer_names: &'static [&'static str],
     /// Feed sequence of the snapshot being served.
     pub snapshot_sequence: AtomicU64,
     /// Links in that snapshot.
@@ -300,17 +288,11 @@ pub struct EngineMetrics {
 }
 
 impl EngineMetrics {
-    /// Metrics for `cores` serving cores. `layer_names[i]` names answer layer `i` (at most
-    /// [`MAX_LAYERS`] are shown).
-    pub fn new(
-        cores: usize,
-        io_backend: &'static str,
-        layer_names: &'static [&'static str],
-    ) -> EngineMetrics {
+    /// Metrics for `cores` serving cores.
+    pub fn new(cores: usize, io_backend: &'static str) -> EngineMetrics {
         EngineMetrics {
             cores: (0..cores).map(|_| Arc::new(CoreMetrics::new())).collect(),
             io_backend,
-            layer_names,
             snapshot_sequence: AtomicU64::new(0),
             snapshot_links: AtomicU64::new(0),
             snapshot_swaps: AtomicU64::new(0),
@@ -386,7 +368,12 @@ impl EngineMetrics {
             "counter",
             "Requests for a code, by the layer that decided the answer.",
         );
-        for (i, name) in self.layer_names.iter().enumerate().take(MAX_LAYERS) {
+        // Answer layer `i` is named `Layer::NAMES[i]`, the request path's order.
+        for (i, name) in crate::answer::Layer::NAMES
+            .iter()
+            .enumerate()
+            .take(MAX_LAYERS)
+        {
             let n = self.sum(|c| &c.answers[i]);
             sample(
                 o,
@@ -629,7 +616,7 @@ mod tests {
     #[test]
     fn core_metrics_are_line_aligned() {
         assert_eq!(std::mem::align_of::<CoreMetrics>(), 128);
-        let m = EngineMetrics::new(3, "epoll", &DEFAULT_LAYER_NAMES);
+        let m = EngineMetrics::new(3, "epoll");
         for c in &m.cores {
             assert_eq!(Arc::as_ptr(c) as usize % 128, 0);
         }
@@ -637,7 +624,7 @@ mod tests {
 
     #[test]
     fn renders_valid_prometheus_text() {
-        let m = EngineMetrics::new(2, "io_uring", &DEFAULT_LAYER_NAMES);
+        let m = EngineMetrics::new(2, "io_uring");
         let (a, b) = (&m.cores[0], &m.cores[1]);
         a.request(StatusClass::of(302));
         a.request(StatusClass::of(302));

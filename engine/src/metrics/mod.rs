@@ -5,7 +5,4 @@
 pub mod engine;
 pub mod prom;
 
-pub use engine::{
-    CoreMetrics, EngineMetrics, Health, OriginOutcome, StatusClass, DEFAULT_LAYER_NAMES,
-    LATENCY_BUCKETS, MAX_LAYERS,
-};
+pub use engine::{CoreMetrics, EngineMetrics, Health, OriginOutcome, StatusClass};

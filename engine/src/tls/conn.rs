@@ -9,7 +9,7 @@
 //! alert, the connection closes bare; `engine/DESIGN.md` ("HTTPS", conformance) lists the cases
 //! and shows a plain rustls server does the same.
 
-use std::io::{self, Read as _, Write as _};
+use std::io::{self, BufRead as _, Read as _, Write as _};
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
@@ -214,15 +214,20 @@ pub fn input(
                 session.early = false;
             }
         }
-        let mut plain = [0u8; 4096];
+        // The plaintext is handed over where rustls holds it (no copy).
         loop {
-            match tls.conn.reader().read(&mut plain) {
-                Ok(0) => {
+            let mut reader = tls.conn.reader();
+            match reader.fill_buf() {
+                Ok([]) => {
                     // close_notify: answer what is buffered, then close.
                     session.close_after_send = true;
                     break;
                 }
-                Ok(n) => session.receive(&plain[..n], ctx, token),
+                Ok(chunk) => {
+                    let n = chunk.len();
+                    session.receive(chunk, ctx, token);
+                    reader.consume(n);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(InputError::Io(e)),
             }

@@ -40,7 +40,7 @@ pub struct TlsListen {
     pub handshake_timeout_ms: i64,
     /// What the kernel's TLS ULP takes (None: no kTLS): a connection whose suite it takes is
     /// handed to it after the handshake.
-    pub ktls: Option<Arc<crate::tls::KtlsSupport>>,
+    pub ktls: Option<crate::tls::KtlsSupport>,
 }
 
 impl std::fmt::Debug for TlsListen {
@@ -659,11 +659,11 @@ impl UringLoop {
                     // Everything rustls had is on the wire and nothing is half-read: hand the
                     // record layer to the kernel, and serve the connection as plain from now.
                     let stats = self.tls.as_ref().map(|t| Arc::clone(&t.stats));
-                    let support = self.tls.as_ref().and_then(|t| t.ktls.clone());
+                    let support = self.tls.as_ref().and_then(|t| t.ktls);
                     let Some(t) = conn.tls.take() else {
                         continue;
                     };
-                    match conn::hand_off(t, support.as_deref()) {
+                    match conn::hand_off(t, support.as_ref()) {
                         conn::HandOff::Kept(t) => conn.tls = Some(t),
                         conn::HandOff::Kernel => {
                             if let Some(s) = &stats {
