@@ -45,9 +45,8 @@ trap 'stop_server; rm -rf "$work"' EXIT
 cd "$work"
 openssl req -x509 -nodes -days 2 -subj /CN=localhost -newkey rsa:2048 -keyout srv.key \
   -out srv.pem -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
-"$BIN/lasthop-control" keygen --out key >/dev/null
-"$BIN/lasthop-snapshot" synth --key-file key --count 100 --out links.snap --codes-out codes >/dev/null 2>&1
 cd - >/dev/null
+synth_links "$BIN" "$work" 100
 
 servers=(engine openssl)
 [ -n "$PLAIN_RUSTLS" ] && servers+=(rustls)

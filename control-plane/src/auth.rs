@@ -68,13 +68,10 @@ pub enum KeysError {
     InvalidOwner,
     /// The shared store's `api_keys` table failed.
     #[error("the key store: {0}")]
-    Store(#[source] crate::store::StoreError),
+    Store(crate::store::StoreError),
     /// [`ApiKeys::from_store`] of a store that keeps no keys.
     #[error("this store does not keep API keys")]
     NotKept,
-    /// The shared store's keys could not be loaded when the keys were opened.
-    #[error("the key store cannot be read")]
-    Unreadable,
     /// A thread panicked while holding the keys file's cache.
     #[error("the keys cache is poisoned")]
     Poisoned,
@@ -374,15 +371,15 @@ impl ApiKeys {
 
     /// Keys kept by a [`KeyStore`] (the CLI's own connection to the store).
     pub fn from_key_store(keys: Arc<dyn KeyStore>) -> Result<Self, KeysError> {
-        let keys = ApiKeys {
+        // Loaded here rather than by `refresh`, so a failure reaches the caller with its cause.
+        let generation = keys.keys_generation();
+        let records = keys.keys().map_err(KeysError::Store)?;
+        Ok(ApiKeys {
             source: Source::Store {
                 keys,
-                cache: RwLock::new((None, Loaded::default())),
+                cache: RwLock::new((Some(generation), from_records(records))),
             },
-        };
-        // `refresh` has logged the store's error; its only failure is `Unavailable`.
-        keys.refresh().map_err(|_| KeysError::Unreadable)?;
-        Ok(keys)
+        })
     }
 
     /// Whether the keys are the shared store's.

@@ -35,7 +35,7 @@ pub fn export_all(
             .records()
             .map_err(|e| StoreError::File {
                 what: "reading the api-keys file",
-                source: e.into(),
+                cause: e.into(),
             })?;
         for key in keys {
             w.write(&Record::ApiKey(KeyLine::from_record(&key)))?;
@@ -67,7 +67,7 @@ pub fn import_all(
         let (done, keys) = crate::store::embedded::transfer::import(&config, &mut reader)?;
         crate::auth::import_keys(dir, &keys).map_err(|e| StoreError::File {
             what: "writing the api-keys file",
-            source: e.into(),
+            cause: e.into(),
         })?;
         return Ok(done);
     }

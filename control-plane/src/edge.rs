@@ -93,7 +93,7 @@ impl EdgeState {
 }
 
 /// The edge's view of a stored link at `now_ms` (the wire type is core's, shared with engines).
-pub fn edge_link(s: &StoredLink, now_ms: i64) -> EdgeLink {
+fn edge_link(s: &StoredLink, now_ms: i64) -> EdgeLink {
     EdgeLink::new(&s.link.code, &s.link.long_url, &s.state, now_ms)
 }
 

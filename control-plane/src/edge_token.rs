@@ -159,7 +159,7 @@ fn generate() -> Result<String, EdgeTokenError> {
 pub fn generate_text() -> Result<String, crate::store::StoreError> {
     generate().map_err(|e| crate::store::StoreError::File {
         what: "edge token",
-        source: Box::new(e),
+        cause: Box::new(e),
     })
 }
 

@@ -2,9 +2,9 @@
 //!
 //! A library error's message says what failed and leaves the underlying failure to
 //! [`std::error::Error::source`], so a log line that showed only the message would lose it (the
-//! binary's `{:#}` of its error shows the same line). Some errors also repeat their cause in
-//! their own message ([`crate::store::StoreError`]'s `{what}: {source}`): a cause the line
-//! already ends with is not written again.
+//! binary's `{:#}` of its error shows the same line). An error that writes its cause into its
+//! own message does not also report it as its source ([`crate::store::StoreError`]), so no
+//! cause is written twice.
 
 use std::error::Error;
 use std::fmt;
@@ -15,17 +15,13 @@ pub(crate) struct ErrorChain<'a>(pub(crate) &'a (dyn Error + 'static));
 
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut line = self.0.to_string();
+        write!(f, "{}", self.0)?;
         let mut cause = self.0.source();
         while let Some(e) = cause {
-            let text = e.to_string();
-            if !line.ends_with(&text) {
-                line.push_str(": ");
-                line.push_str(&text);
-            }
+            write!(f, ": {e}")?;
             cause = e.source();
         }
-        f.write_str(&line)
+        Ok(())
     }
 }
 
@@ -37,20 +33,14 @@ mod tests {
     enum Outer {
         #[error("reading a file")]
         Context(#[source] std::io::Error),
-        #[error("the store: {0}")]
-        Repeats(#[source] std::io::Error),
     }
 
     #[test]
-    fn causes_follow_the_message_once() {
+    fn causes_follow_the_message() {
         let io = || std::io::Error::other("disk on fire");
         assert_eq!(
             ErrorChain(&Outer::Context(io())).to_string(),
             "reading a file: disk on fire"
-        );
-        assert_eq!(
-            ErrorChain(&Outer::Repeats(io())).to_string(),
-            "the store: disk on fire"
         );
         assert_eq!(ErrorChain(&io()).to_string(), "disk on fire");
     }

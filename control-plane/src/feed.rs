@@ -277,7 +277,7 @@ async fn blocking<T: Send + 'static>(
         Ok(result) => result.map_err(End::Store),
         Err(e) => Err(End::Store(StoreError::Task {
             what: "store task",
-            source: Box::new(e),
+            cause: Box::new(e),
         })),
     }
 }

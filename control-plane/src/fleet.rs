@@ -111,10 +111,7 @@ impl Fleet {
         let Some(entry) = self.lock().get(engine).cloned() else {
             return Ok(());
         };
-        let text = serde_json::to_string(&entry).map_err(|e| StoreError::Corrupt {
-            what: "fleet entry".into(),
-            detail: e.to_string(),
-        })?;
+        let text = serde_json::to_string(&entry)?;
         shared.put_edge(engine, &text, entry.received_ms)
     }
 

@@ -76,19 +76,14 @@ pub enum PublishError {
     Build(#[from] SnapshotBuildError),
     /// The shared store failed at `op` (`storing the snapshot`, `listing stored snapshots`,
     /// `the snapshot lock`).
-    #[error("{op}: {source}")]
-    Store {
-        op: &'static str,
-        #[source]
-        source: StoreError,
-    },
+    #[error("{op}: {cause}")]
+    Store { op: &'static str, cause: StoreError },
     /// The shared store failed at `op` (`fetching`, `dropping`) on snapshot `id`.
-    #[error("{op} snapshot {id}: {source}")]
+    #[error("{op} snapshot {id}: {cause}")]
     Stored {
         op: &'static str,
         id: String,
-        #[source]
-        source: StoreError,
+        cause: StoreError,
     },
     /// The shared store no longer has the snapshot being copied.
     #[error("snapshot {id} is no longer in the store")]
@@ -125,14 +120,14 @@ impl PublishError {
     }
 
     fn store(op: &'static str) -> impl FnOnce(StoreError) -> PublishError {
-        move |source| PublishError::Store { op, source }
+        move |cause| PublishError::Store { op, cause }
     }
 
     fn stored<'a>(op: &'static str, id: &'a str) -> impl FnOnce(StoreError) -> PublishError + 'a {
-        move |source| PublishError::Stored {
+        move |cause| PublishError::Stored {
             op,
             id: id.to_string(),
-            source,
+            cause,
         }
     }
 }

@@ -18,11 +18,10 @@ pub enum SnapshotBuildError {
     /// The region count and reserve, or a region's high-water mark, do not fit.
     #[error(transparent)]
     Regions(#[from] RegionError),
-    /// Reading the store failed (or adding a link to the writer did, as
-    /// [`StoreError::File`] `"snapshot writer"`).
+    /// Reading the store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Creating or sealing the snapshot file failed.
+    /// Creating, filling or sealing the snapshot file failed.
     #[error(transparent)]
     Writer(#[from] lasthop_snapshot::BuildError),
 }
@@ -47,17 +46,24 @@ pub fn build_snapshot(
     let meta = SnapshotMeta::new(sequence, key_id, high_water);
     let mut writer = SnapshotWriter::create(out, meta)?;
     let now = crate::clock::now_ms();
-    store.for_each_link(&mut |s| {
+    // The writer's own error, kept for the caller; the store's walk is stopped with a
+    // placeholder that is never returned.
+    let mut failed = None;
+    let walked = store.for_each_link(&mut |s| {
         let url: &[u8] = match s.state.status(now) {
             LinkStatus::Active | LinkStatus::Expired => s.link.long_url.as_bytes(),
             LinkStatus::Deleted | LinkStatus::Disabled | LinkStatus::TakenDown => b"",
         };
         writer
             .add(s.link.code.as_bytes(), url, s.state.expires_at_ms)
-            .map_err(|e| StoreError::File {
-                what: "snapshot writer",
-                source: Box::new(e),
+            .map_err(|e| {
+                failed = Some(e);
+                StoreError::NotApplied("the snapshot writer failed")
             })
-    })?;
+    });
+    if let Some(e) = failed {
+        return Err(SnapshotBuildError::Writer(e));
+    }
+    walked?;
     Ok((sequence, writer.seal()?))
 }

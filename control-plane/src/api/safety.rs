@@ -856,7 +856,7 @@ pub async fn revoke_key(
             .map(Some)
             .map_err(|e| StoreError::File {
                 what: "revoking the API key",
-                source: e.into(),
+                cause: e.into(),
             })
     })
     .await?;

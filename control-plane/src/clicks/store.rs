@@ -70,8 +70,8 @@ pub enum StoreError {
         path: PathBuf,
     },
     /// redb or the disk failed.
-    #[error("rollup store: {0}")]
-    Storage(#[source] crate::store::Cause),
+    #[error("rollup store: {}", crate::store::chain(.0))]
+    Storage(crate::store::Cause),
     /// A stored rollup does not decode. It is never treated as absent (that would count from
     /// zero and overwrite it); recomputing its day replaces it.
     #[error("unreadable rollup of {code} on {day}: {reason} (recompute the day to repair it)")]

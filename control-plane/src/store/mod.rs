@@ -18,6 +18,8 @@ use lasthop_trust::CanonicalHost;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::error_chain::ErrorChain;
+
 /// A link with its state and the change-log sequence that created it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredLink {
@@ -504,28 +506,29 @@ pub struct Suspension {
 /// A failure's cause, kept whole (with its own `source` chain) for the log.
 pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// A [`Cause`] and its own causes on one line (see [`ErrorChain`]).
+pub(crate) fn chain(cause: &Cause) -> ErrorChain<'_> {
+    ErrorChain(&**cause)
+}
+
 /// Storage failures. Logical outcomes (alias taken, not found) are not errors.
+///
+/// A variant that wraps a [`Cause`] writes it, with its whole chain, into its own message and
+/// does not also report it as its `source`: a log line shows the failure once, however it is
+/// printed (`%e`, `{:#}`, or the binary's `Caused by:` list).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The embedded database (redb) failed.
-    #[error("embedded store: {0}")]
-    Embedded(#[source] Cause),
+    #[error("embedded store: {}", chain(.0))]
+    Embedded(Cause),
     /// PostgreSQL failed: `what` says where (a statement, the pool, migrations, the client's
     /// runtime).
-    #[error("postgres {what}: {source}")]
-    Postgres {
-        what: &'static str,
-        #[source]
-        source: Cause,
-    },
+    #[error("postgres {what}: {}", chain(cause))]
+    Postgres { what: &'static str, cause: Cause },
     /// A file kept beside the store (an export, the API keys, a snapshot, the edge token).
-    #[error("{what}: {source}")]
-    File {
-        what: &'static str,
-        #[source]
-        source: Cause,
-    },
+    #[error("{what}: {}", chain(cause))]
+    File { what: &'static str, cause: Cause },
     /// A record could not be encoded.
     #[error("encoding a record: {0}")]
     Encode(#[from] serde_json::Error),
@@ -540,12 +543,8 @@ pub enum StoreError {
     #[error("not applied ({0})")]
     NotApplied(&'static str),
     /// A worker thread or task the store relies on panicked or could not run.
-    #[error("{what}: {source}")]
-    Task {
-        what: &'static str,
-        #[source]
-        source: Cause,
-    },
+    #[error("{what}: {}", chain(cause))]
+    Task { what: &'static str, cause: Cause },
     #[error("corrupt record for {what}: {detail}")]
     Corrupt { what: String, detail: String },
     #[error("the counter range of region {region} is exhausted")]
@@ -554,6 +553,14 @@ pub enum StoreError {
     BadCursor,
     #[error("the store is shutting down")]
     ShuttingDown,
+}
+
+/// A record that does not decode: `what` it is and why.
+pub(crate) fn corrupt<E: std::fmt::Display>(what: &str, e: E) -> StoreError {
+    StoreError::Corrupt {
+        what: what.to_string(),
+        detail: e.to_string(),
+    }
 }
 
 /// Observes each group commit: (operations, seconds from begin to durable).

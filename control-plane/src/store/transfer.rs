@@ -220,11 +220,11 @@ impl<W: Write> Writer<W> {
         }
         serde_json::to_writer(&mut self.out, record).map_err(|e| StoreError::File {
             what: "writing the export",
-            source: Box::new(e),
+            cause: Box::new(e),
         })?;
         self.out.write_all(b"\n").map_err(|e| StoreError::File {
             what: "writing the export",
-            source: Box::new(e),
+            cause: Box::new(e),
         })
     }
 
@@ -238,7 +238,7 @@ impl<W: Write> Writer<W> {
         self.write(&Record::End(end.clone()))?;
         self.out.flush().map_err(|e| StoreError::File {
             what: "writing the export",
-            source: Box::new(e),
+            cause: Box::new(e),
         })?;
         Ok(end)
     }
@@ -328,7 +328,7 @@ impl<R: BufRead> Reader<R> {
             .read_until(b'\n', &mut self.buf)
             .map_err(|e| StoreError::File {
                 what: "reading the export",
-                source: Box::new(e),
+                cause: Box::new(e),
             })?;
         if n == 0 {
             return Ok(None);

@@ -59,6 +59,7 @@ use super::{
     HostEntry, HostPage, LinkPage, OwnerRecord, Report, ReportFilter, ReportKind, ReportPage,
     Resolution, Store, StoreError, StoredLink,
 };
+use crate::store::corrupt;
 
 pub mod transfer;
 
@@ -100,13 +101,6 @@ const PURGE_PER_COMMIT: usize = 256;
 
 fn storage<E: Into<crate::store::Cause>>(e: E) -> StoreError {
     StoreError::Embedded(e.into())
-}
-
-fn corrupt<E: std::fmt::Display>(what: &str, e: E) -> StoreError {
-    StoreError::Corrupt {
-        what: what.to_string(),
-        detail: e.to_string(),
-    }
 }
 
 /// A link and its state inside a write transaction, `None` if the record does not exist.
@@ -1297,8 +1291,8 @@ impl Writer {
             held: req.hold,
             ..LinkState::default()
         };
-        let link_json = serde_json::to_vec(&LinkRow { link: &link, seq }).map_err(storage)?;
-        let state_json = serde_json::to_vec(&state).map_err(storage)?;
+        let link_json = serde_json::to_vec(&LinkRow { link: &link, seq })?;
+        let state_json = serde_json::to_vec(&state)?;
         t.links
             .insert(key.as_slice(), link_json.as_slice())
             .map_err(storage)?;
@@ -1314,7 +1308,7 @@ impl Writer {
             link: link.clone(),
             state: state.clone(),
         };
-        let change_json = serde_json::to_vec(&change).map_err(storage)?;
+        let change_json = serde_json::to_vec(&change)?;
         t.changes
             .insert(seq, change_json.as_slice())
             .map_err(storage)?;
@@ -1350,7 +1344,7 @@ impl Writer {
                 code: Some(stored.link.code.clone()),
                 answer: None,
             };
-            let raw = serde_json::to_vec(&record).map_err(storage)?;
+            let raw = serde_json::to_vec(&record)?;
             t.idem
                 .insert(key.as_str(), raw.as_slice())
                 .map_err(storage)?;
@@ -1390,7 +1384,7 @@ impl Writer {
             link: &link,
             seq: created.unwrap_or(0),
         };
-        let link_json = serde_json::to_vec(&row).map_err(storage)?;
+        let link_json = serde_json::to_vec(&row)?;
         t.links.insert(key, link_json.as_slice()).map_err(storage)?;
         self.write_state(t, key, code, &state)?;
         let record = AuditRecord {
@@ -1486,7 +1480,7 @@ impl Writer {
         record: &AuditRecord,
     ) -> Result<(), StoreError> {
         let key = audit_key(record_key, self.next_audit);
-        let json = serde_json::to_vec(record).map_err(storage)?;
+        let json = serde_json::to_vec(record)?;
         t.audit
             .insert(key.as_slice(), json.as_slice())
             .map_err(storage)?;
@@ -1508,7 +1502,7 @@ impl Writer {
         t.meta.insert(META_REPORT_NEXT, id + 1).map_err(storage)?;
         report.id = id;
         report.resolution = None;
-        let json = serde_json::to_vec(&report).map_err(storage)?;
+        let json = serde_json::to_vec(&report)?;
         t.reports.insert(id, json.as_slice()).map_err(storage)?;
         t.reports_open.insert(id, ()).map_err(storage)?;
         let (actor, action) = match report.kind {
@@ -1536,7 +1530,7 @@ impl Writer {
         code: &str,
         state: &LinkState,
     ) -> Result<(), StoreError> {
-        let state_json = serde_json::to_vec(state).map_err(storage)?;
+        let state_json = serde_json::to_vec(state)?;
         t.states
             .insert(key, state_json.as_slice())
             .map_err(storage)?;
@@ -1555,7 +1549,7 @@ impl Writer {
             code: code.to_string(),
             state: state.clone(),
         };
-        let change_json = serde_json::to_vec(&change).map_err(storage)?;
+        let change_json = serde_json::to_vec(&change)?;
         t.changes
             .insert(self.next_seq, change_json.as_slice())
             .map_err(storage)?;
@@ -1634,7 +1628,7 @@ fn scrub_creation(t: &mut Tables<'_>, seq: u64, code: &str) -> Result<(), StoreE
     if let Change::LinkCreated { link, .. } = &mut change {
         if link.code == code {
             link.long_url.clear();
-            let json = serde_json::to_vec(&change).map_err(storage)?;
+            let json = serde_json::to_vec(&change)?;
             t.changes.insert(seq, json.as_slice()).map_err(storage)?;
         }
     }
@@ -1659,7 +1653,7 @@ fn apply_resolve_report(
         return Ok(Some(Err(report)));
     }
     report.resolution = Some(resolution);
-    let json = serde_json::to_vec(&report).map_err(storage)?;
+    let json = serde_json::to_vec(&report)?;
     t.reports.insert(id, json.as_slice()).map_err(storage)?;
     t.reports_open.remove(id).map_err(storage)?;
     Ok(Some(Ok(report)))
@@ -1669,7 +1663,7 @@ fn apply_put_owner(t: &mut Tables<'_>, record: &OwnerRecord) -> Result<(), Store
     if record.flagged.is_none() && record.suspended.is_none() {
         t.owners.remove(record.owner.as_str()).map_err(storage)?;
     } else {
-        let json = serde_json::to_vec(record).map_err(storage)?;
+        let json = serde_json::to_vec(record)?;
         t.owners
             .insert(record.owner.as_str(), json.as_slice())
             .map_err(storage)?;

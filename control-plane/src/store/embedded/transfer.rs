@@ -261,12 +261,11 @@ fn write_all<R: BufRead>(
                         let row = serde_json::to_vec(&LinkRow {
                             link: &link,
                             seq: l.seq,
-                        })
-                        .map_err(storage)?;
+                        })?;
                         t.links
                             .insert(key.as_slice(), row.as_slice())
                             .map_err(storage)?;
-                        let state = serde_json::to_vec(&l.state).map_err(storage)?;
+                        let state = serde_json::to_vec(&l.state)?;
                         t.states
                             .insert(key.as_slice(), state.as_slice())
                             .map_err(storage)?;
@@ -306,8 +305,7 @@ fn write_all<R: BufRead>(
                             let change = serde_json::to_vec(&Change::LinkCreated {
                                 link,
                                 state: l.state,
-                            })
-                            .map_err(storage)?;
+                            })?;
                             t.changes
                                 .insert(l.seq, change.as_slice())
                                 .map_err(storage)?;
@@ -318,7 +316,7 @@ fn write_all<R: BufRead>(
                         let key = record_key(scheme, &a.code).ok_or_else(|| {
                             corrupt("import", format!("audit of {:?}: no valid code", a.code))
                         })?;
-                        let json = serde_json::to_vec(&a.record()).map_err(storage)?;
+                        let json = serde_json::to_vec(&a.record())?;
                         t.audit
                             .insert(audit_key(&key, next_audit).as_slice(), json.as_slice())
                             .map_err(storage)?;
@@ -344,7 +342,7 @@ fn write_all<R: BufRead>(
                                 format!("report id {} is 0 or twice", report.id),
                             ));
                         }
-                        let json = serde_json::to_vec(&report).map_err(storage)?;
+                        let json = serde_json::to_vec(&report)?;
                         t.reports
                             .insert(report.id, json.as_slice())
                             .map_err(storage)?;
@@ -403,8 +401,7 @@ fn write_all<R: BufRead>(
                     let row = serde_json::to_vec(&LinkRow {
                         link: &link,
                         seq: head,
-                    })
-                    .map_err(storage)?;
+                    })?;
                     t.links
                         .insert(key.as_slice(), row.as_slice())
                         .map_err(storage)?;
@@ -414,8 +411,7 @@ fn write_all<R: BufRead>(
                         .insert(index_key.as_slice(), link.code.as_str())
                         .map_err(storage)?;
                     highest = Some((head, link.code.clone(), state.clone()));
-                    let change = serde_json::to_vec(&Change::LinkCreated { link, state })
-                        .map_err(storage)?;
+                    let change = serde_json::to_vec(&Change::LinkCreated { link, state })?;
                     t.changes.insert(head, change.as_slice()).map_err(storage)?;
                 }
                 if let Some((seq, code, state)) = &highest {
@@ -423,8 +419,7 @@ fn write_all<R: BufRead>(
                         let change = serde_json::to_vec(&Change::StateChanged {
                             code: code.clone(),
                             state: state.clone(),
-                        })
-                        .map_err(storage)?;
+                        })?;
                         t.changes.insert(head, change.as_slice()).map_err(storage)?;
                     }
                 }

@@ -115,7 +115,7 @@ impl PgKeys {
             .build()
             .map_err(|e| StoreError::Postgres {
                 what: "runtime",
-                source: Box::new(e),
+                cause: Box::new(e),
             })?;
         let client = rt.block_on(async {
             let mut client = super::connect(&config).await?;

@@ -48,6 +48,7 @@ use super::{
     HostEntry, HostPage, LinkPage, OwnerRecord, Report, ReportFilter, ReportPage, Resolution,
     Store, StoreError, StoredLink,
 };
+pub(crate) use crate::store::corrupt;
 use writer::{Op, Writer};
 
 /// The channel every commit is announced on.
@@ -90,21 +91,14 @@ impl PgStoreConfig {
 pub(crate) fn pg(e: tokio_postgres::Error) -> StoreError {
     StoreError::Postgres {
         what: "statement",
-        source: Box::new(e),
+        cause: Box::new(e),
     }
 }
 
 fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     StoreError::Postgres {
         what: "pool",
-        source: Box::new(e),
-    }
-}
-
-pub(crate) fn corrupt<E: std::fmt::Display>(what: &str, e: E) -> StoreError {
-    StoreError::Corrupt {
-        what: what.to_string(),
-        detail: e.to_string(),
+        cause: Box::new(e),
     }
 }
 
@@ -113,7 +107,7 @@ pub fn parse_config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     url.parse::<tokio_postgres::Config>()
         .map_err(|e| StoreError::Postgres {
             what: "store URL",
-            source: Box::new(e),
+            cause: Box::new(e),
         })
 }
 
@@ -222,7 +216,7 @@ impl PgStore {
             .build()
             .map_err(|e| StoreError::Postgres {
                 what: "runtime",
-                source: Box::new(e),
+                cause: Box::new(e),
             })?;
         let pg_config = parse_config(&config.url)?;
         let key_id = i64::from(config.scheme.key_id());
@@ -260,7 +254,7 @@ impl PgStore {
                 .build()
                 .map_err(|e| StoreError::Postgres {
                     what: "pool",
-                    source: Box::new(e),
+                    cause: Box::new(e),
                 })?;
             Ok::<_, StoreError>((last, pool))
         })?;
@@ -398,7 +392,7 @@ pub fn migrate_only(url: &str) -> Result<usize, StoreError> {
         .build()
         .map_err(|e| StoreError::Postgres {
             what: "runtime",
-            source: Box::new(e),
+            cause: Box::new(e),
         })?;
     rt.block_on(async {
         let mut client = connect(&config).await?;

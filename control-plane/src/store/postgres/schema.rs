@@ -137,7 +137,7 @@ ALTER TABLE snapshot_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
 pub async fn migrate(client: &mut Client) -> Result<usize, StoreError> {
     let err = |e: tokio_postgres::Error| StoreError::Postgres {
         what: "migrations",
-        source: Box::new(e),
+        cause: Box::new(e),
     };
     client
         .batch_execute(

@@ -41,7 +41,7 @@ impl Lead for PgLead {
 fn io(e: std::io::Error) -> StoreError {
     StoreError::File {
         what: "snapshot file",
-        source: Box::new(e),
+        cause: Box::new(e),
     }
 }
 
