@@ -274,8 +274,8 @@ impl<'a> ClickEvent<'a> {
             return Err(EventError::Flags(flags));
         }
         let id = EventId(u128::from_le_bytes(c.array()?));
-        let at_ms = u64::from_le_bytes(c.array()?);
-        let visitor = u64::from_le_bytes(c.array()?);
+        let at_ms = c.u64()?;
+        let visitor = c.u64()?;
         let country = match c.array::<2>()? {
             [0, 0] => None,
             cc if valid_country(cc) => Some(cc),

@@ -37,6 +37,26 @@ pub enum OriginAnswer {
     Unavailable,
 }
 
+impl OriginAnswer {
+    /// The link a [`OriginAnswer::Found`] carries, as the decision takes it.
+    pub fn link(&self) -> Option<crate::answer::OriginLink<'_>> {
+        match self {
+            OriginAnswer::Found {
+                url,
+                expires_at_ms,
+                status,
+                warn,
+            } => Some(crate::answer::OriginLink {
+                url,
+                expires_at_ms: *expires_at_ms,
+                status: *status,
+                warn: *warn,
+            }),
+            OriginAnswer::NotFound | OriginAnswer::Unavailable => None,
+        }
+    }
+}
+
 /// The cache's settings (the engine's `OriginConfig` carries them).
 #[derive(Debug, Clone)]
 pub struct CacheConfig {

@@ -13,7 +13,7 @@
 //! Effects go through a sink ([`Effects`]) rather than a returned list: a request costs no
 //! allocation, and an effect can borrow the request's bytes (a click record reads its headers).
 
-use crate::answer::{self, Answer, Layer, OriginLink};
+use crate::answer::{self, Answer, Layer};
 use crate::http::{self, Limits, Method, Parse, Request};
 use crate::origin_cache::OriginAnswer;
 use crate::render::{self, Pages};
@@ -235,22 +235,8 @@ impl Session {
             let code = code_of(req.path);
             let t = env.tables;
             let (answer, layer) = match reply {
-                OriginAnswer::Found {
-                    url,
-                    expires_at_ms,
-                    status,
-                    warn,
-                } => {
-                    let link = OriginLink {
-                        url,
-                        expires_at_ms: *expires_at_ms,
-                        status: *status,
-                        warn: *warn,
-                    };
-                    answer::answer_from_origin(code, parked.preview, t, Some(link), env.now_ms)
-                }
-                OriginAnswer::NotFound => {
-                    answer::answer_from_origin(code, parked.preview, t, None, env.now_ms)
+                OriginAnswer::Found { .. } | OriginAnswer::NotFound => {
+                    answer::answer_from_origin(code, parked.preview, t, reply.link(), env.now_ms)
                 }
                 // Safe mode could not confirm: redirect availability comes first, so answer
                 // from the local tables (if they still know the code) and count it.

@@ -272,22 +272,22 @@ impl Header {
             .get(..FIXED_HEADER_LEN)
             .ok_or(short(FIXED_HEADER_LEN))?;
         let mut c = Cursor::new(fixed);
-        let truncated = || short(FIXED_HEADER_LEN);
-        let magic: [u8; 8] = c.array().map_err(|_| truncated())?;
+        let truncated = |_: lasthop_core::cursor::Truncated| short(FIXED_HEADER_LEN);
+        let magic: [u8; 8] = c.array().map_err(truncated)?;
         if magic != MAGIC {
             return Err(SnapshotError::BadMagic);
         }
-        let version = c.u32().map_err(|_| truncated())?;
+        let version = c.u32().map_err(truncated)?;
         if version != FORMAT_VERSION {
             return Err(SnapshotError::UnsupportedVersion {
                 found: version,
                 supported: FORMAT_VERSION,
             });
         }
-        let header_len = c.u32().map_err(|_| truncated())?;
-        let sequence = c.u64().map_err(|_| truncated())?;
-        let key_id = c.u32().map_err(|_| truncated())?;
-        let regions = c.u32().map_err(|_| truncated())?;
+        let header_len = c.u32().map_err(truncated)?;
+        let sequence = c.u64().map_err(truncated)?;
+        let key_id = c.u32().map_err(truncated)?;
+        let regions = c.u32().map_err(truncated)?;
         if regions == 0 || regions > MAX_REGIONS {
             return Err(bad("regions", regions.into(), "must be 1..=4096"));
         }
@@ -302,17 +302,17 @@ impl Header {
         let whole = file.get(..need).ok_or(short(need))?;
         let mut u64s = [0u64; 10];
         for v in &mut u64s {
-            *v = c.u64().map_err(|_| truncated())?;
+            *v = c.u64().map_err(truncated)?;
         }
         let [reserve, hash_seed, links, aliases, expiring, url_bytes, arena_len, index_offset, home_buckets, total_buckets] =
             u64s;
-        let max_probe = c.u32().map_err(|_| truncated())?;
-        let reserved = c.u32().map_err(|_| truncated())?;
-        let file_len = c.u64().map_err(|_| truncated())?;
-        let arena_checksum = c.u64().map_err(|_| truncated())?;
-        let index_checksum = c.u64().map_err(|_| truncated())?;
-        let reserved_wide = c.u64().map_err(|_| truncated())?;
-        let stored = c.u64().map_err(|_| truncated())?;
+        let max_probe = c.u32().map_err(truncated)?;
+        let reserved = c.u32().map_err(truncated)?;
+        let file_len = c.u64().map_err(truncated)?;
+        let arena_checksum = c.u64().map_err(truncated)?;
+        let index_checksum = c.u64().map_err(truncated)?;
+        let reserved_wide = c.u64().map_err(truncated)?;
+        let stored = c.u64().map_err(truncated)?;
         let computed = header_checksum(whole);
         if stored != computed {
             return Err(SnapshotError::Checksum {
@@ -323,7 +323,7 @@ impl Header {
         }
         let mut marks_cursor = Cursor::new(whole.get(FIXED_HEADER_LEN..).unwrap_or(&[]));
         let marks = (0..regions)
-            .map(|_| marks_cursor.u64().map_err(|_| truncated()))
+            .map(|_| marks_cursor.u64().map_err(truncated))
             .collect::<Result<Vec<_>, _>>()?;
         let header = Header {
             version,
