@@ -3,7 +3,8 @@
 //!
 //! Checked before any cache (docs/ARCHITECTURE.md, "The request path", step 3), so a takedown
 //! wins over the snapshot, the overlay and the origin alike. A [`Denylist`] is immutable once
-//! built: a new generation is built whole and published to the serving cores behind an `Arc`
+//! published: the next generation is the spare copy brought up to date with what changed
+//! ([`crate::generations`], left-right) and published to the serving cores behind an `Arc`
 //! ([`crate::tables::Published`], the seqlock-pattern swap), so a reader never blocks and never
 //! sees half a list.
 //!
@@ -12,6 +13,8 @@
 //! probes come from the internet.
 
 use hashbrown::HashMap;
+
+use crate::generations::Patch;
 
 /// What a denylisted code answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +30,8 @@ pub enum Deny {
     Changed,
 }
 
-/// An immutable set of denylisted codes (generated codes and aliases alike).
-#[derive(Debug, Clone, Default)]
+/// A set of denylisted codes (generated codes and aliases alike), immutable once published.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Denylist {
     codes: HashMap<Box<[u8]>, Deny>,
 }
@@ -77,6 +80,34 @@ impl Denylist {
     }
 }
 
+impl Patch for Denylist {
+    type Value = Deny;
+
+    /// Lists `code` as `deny` (whatever it was), or unlists it.
+    fn patch(&mut self, code: &[u8], deny: Option<&Deny>) {
+        match deny {
+            Some(&d) => match self.codes.get_mut(code) {
+                Some(slot) => *slot = d,
+                None => {
+                    self.codes.insert(Box::from(code), d);
+                }
+            },
+            None => {
+                self.codes.remove(code);
+            }
+        }
+    }
+}
+
+/// Which of two listings of one code is in force: `Gone` over `Changed` over `Warn`.
+pub fn stronger(a: Option<Deny>, b: Option<Deny>) -> Option<Deny> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if rank(b) > rank(a) { b } else { a }),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
 /// `Changed` outranks `Warn`: the overlay entry it points to carries the link's current
 /// `warn` flag too, while the snapshot a `Warn` entry reads may hold a stale tombstone.
 fn rank(d: Deny) -> u8 {
@@ -117,6 +148,29 @@ mod tests {
         assert_eq!(list.check(b"both-kinds"), Some(Deny::Gone));
         assert_eq!(list.check(b"abcDEF2"), None);
         assert_eq!(list.check(b""), None);
+    }
+
+    #[test]
+    fn patch_and_rank() {
+        let mut list = Denylist::new([(&b"abcDEF1"[..], Deny::Warn)]);
+        list.patch(b"abcDEF1", Some(&Deny::Gone));
+        list.patch(b"new-alias", Some(&Deny::Changed));
+        assert_eq!(list.check(b"abcDEF1"), Some(Deny::Gone));
+        assert_eq!(list.check(b"new-alias"), Some(Deny::Changed));
+        list.patch(b"abcDEF1", None);
+        list.patch(b"never-listed", None);
+        assert_eq!((list.check(b"abcDEF1"), list.len()), (None, 1));
+        assert_eq!(
+            stronger(Some(Deny::Warn), Some(Deny::Changed)),
+            Some(Deny::Changed)
+        );
+        assert_eq!(
+            stronger(Some(Deny::Gone), Some(Deny::Changed)),
+            Some(Deny::Gone)
+        );
+        assert_eq!(stronger(None, Some(Deny::Warn)), Some(Deny::Warn));
+        assert_eq!(stronger(Some(Deny::Warn), None), Some(Deny::Warn));
+        assert_eq!(stronger(None, None), None);
     }
 
     #[test]

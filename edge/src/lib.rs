@@ -11,7 +11,8 @@
 //! - [`session`]: one connection's protocol state machine, fed bytes, origin replies and `now`,
 //!   reporting effects (ask the origin, record a click, count an answer);
 //! - [`tables`]: what a core reads per request (scheme, high water, denylist, snapshot,
-//!   overlay); [`denylist`], [`overlay`]: the two changeable tables;
+//!   overlay); [`denylist`], [`overlay`]: the two changeable tables, published in
+//!   [`generations`] that cost what changed;
 //! - [`feed_apply`]: what the feed's frames do to the tables;
 //! - [`origin_cache`]: the read-through's decisions (singleflight, fresh, stale and negative
 //!   caches, breakers);
@@ -21,6 +22,7 @@ pub mod answer;
 pub mod click;
 pub mod denylist;
 pub mod feed_apply;
+pub mod generations;
 pub mod http;
 pub mod origin_cache;
 pub mod overlay;

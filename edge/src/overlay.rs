@@ -1,15 +1,17 @@
 //! The overlay: links created after the snapshot was built (docs/ARCHITECTURE.md, "The request
 //! path", step 5), streamed from the feed until the next snapshot covers them.
 //!
-//! An [`Overlay`] is immutable, like the snapshot and the denylist: a change builds a new one
-//! ([`Overlay::with_inserted`], copy-on-write) and publishes it behind an `Arc`. Copying is fine
-//! at the overlay's size (the links of the minutes between snapshots); if it ever is not, this is
-//! the one type to change.
+//! An [`Overlay`] is immutable once published, like the snapshot and the denylist: the feed
+//! brings its spare copy up to date with what changed and publishes that behind an `Arc`
+//! ([`crate::generations`]); [`Overlay::with_inserted`] and [`Overlay::with_all`] build a new
+//! one by copying (tests, the origin path's fixtures).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashMap;
+
+use crate::generations::Patch;
 
 /// A link the overlay knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,8 +63,8 @@ impl PartialEq for FirstServed {
 
 impl Eq for FirstServed {}
 
-/// An immutable map from code (generated or alias) to [`OverlayLink`].
-#[derive(Debug, Clone, Default)]
+/// A map from code (generated or alias) to [`OverlayLink`], immutable once published.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overlay {
     links: HashMap<Box<[u8]>, OverlayLink>,
 }
@@ -112,6 +114,25 @@ impl Overlay {
     /// True when the overlay holds no link.
     pub fn is_empty(&self) -> bool {
         self.links.is_empty()
+    }
+}
+
+impl Patch for Overlay {
+    type Value = OverlayLink;
+
+    /// Sets `code`'s link, or drops it.
+    fn patch(&mut self, code: &[u8], link: Option<&OverlayLink>) {
+        match link {
+            Some(l) => match self.links.get_mut(code) {
+                Some(slot) => *slot = l.clone(),
+                None => {
+                    self.links.insert(Box::from(code), l.clone());
+                }
+            },
+            None => {
+                self.links.remove(code);
+            }
+        }
     }
 }
 

@@ -120,6 +120,9 @@ pub struct FeedStats {
     overlay_links: AtomicU64,
     denylist_codes: AtomicU64,
     publishes: AtomicU64,
+    /// Denylist and overlay generations patched in place, and copied or rebuilt whole.
+    table_patches: AtomicU64,
+    table_copies: AtomicU64,
     /// Safe-mode redirects served from local tables because the origin could not confirm.
     unconfirmed: AtomicU64,
     first_redirect: [AtomicU64; FIRST_REDIRECT_BUCKETS.len() + 1],
@@ -229,6 +232,18 @@ impl FeedStats {
                 "counter",
                 "Table generations published by the feed.",
                 self.publishes.load(Ordering::Relaxed),
+            ),
+            (
+                "lasthop_engine_table_patches_total",
+                "counter",
+                "Denylist and overlay generations made by patching the spare copy with what changed.",
+                self.table_patches.load(Ordering::Relaxed),
+            ),
+            (
+                "lasthop_engine_table_copies_total",
+                "counter",
+                "Denylist and overlay generations made whole: a new standing list, a rewind, or a core still on the generation before last.",
+                self.table_copies.load(Ordering::Relaxed),
             ),
             (
                 "lasthop_engine_snapshot_downloads_total",
@@ -575,6 +590,11 @@ impl Applier {
             .store(tables.denylist.len() as u64, Ordering::Relaxed);
         self.published.publish(tables);
         stats.publishes.fetch_add(1, Ordering::Relaxed);
+        let made = self.view.publish_stats();
+        stats.table_patches.store(made.in_place, Ordering::Relaxed);
+        stats
+            .table_copies
+            .store(made.copied + made.rebuilt, Ordering::Relaxed);
         stats
             .caught_up
             .store(self.view.caught_up(), Ordering::Release);
