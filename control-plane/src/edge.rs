@@ -22,8 +22,10 @@
 //! the whole router (unknown paths included, so the listener reveals nothing to a caller without
 //! it); a missing or wrong token answers 401 `edge_unauthorized`. The token guards a listener
 //! that reveals any link's destination and state by code, which the public API only shows to
-//! owners: keep `--edge-listen` on a private network as well, since the token travels in clear
-//! over plain HTTP.
+//! owners: keep `--edge-listen` on a private network as well. Over plain HTTP the token and every
+//! answer travel in clear; `--edge-tls-cert`/`--edge-tls-key` serve the listener over TLS
+//! ([`crate::edge_tls`]), and `--edge-client-ca` makes a client certificate signed by that CA
+//! required and sufficient (the token is then optional).
 
 use std::io::Read as _;
 use std::sync::Arc;
@@ -59,6 +61,9 @@ struct Inner {
     feed: Feed,
     fleet: Arc<Fleet>,
     snapshots: Option<Arc<Publisher>>,
+    /// Every connection presented a client certificate our client CA signed
+    /// (`--edge-client-ca`): it stands in for the token.
+    client_certs: bool,
 }
 
 /// Shared state of the edge handlers.
@@ -88,7 +93,20 @@ impl EdgeState {
             feed,
             fleet,
             snapshots,
+            client_certs: false,
         }))
+    }
+
+    /// The same state for a listener whose TLS handshake requires a client certificate signed
+    /// by the client CA: requests without a token are admitted (a token presented is still
+    /// checked). Call before the state is cloned.
+    pub fn with_client_certificates(mut self) -> Self {
+        // Unshared right after `new`; were it shared, nothing changes, which fails closed (the
+        // token stays required).
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.client_certs = true;
+        }
+        self
     }
 }
 
@@ -369,6 +387,8 @@ async fn require_token(State(state): State<EdgeState>, req: Request, next: Next)
         .map(str::trim);
     match presented {
         Some(t) if state.0.token.matches(t) => next.run(req).await,
+        // Mutual TLS: the handshake already proved the client's certificate.
+        None if state.0.client_certs => next.run(req).await,
         Some(_) => EdgeError::new(
             StatusCode::UNAUTHORIZED,
             "edge_unauthorized",

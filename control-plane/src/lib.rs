@@ -8,6 +8,8 @@
 //! - [`edge`]: the internal edge listener engines use: origin lookups, the feed, snapshot
 //!   downloads, status reports;
 //! - [`edge_token`]: the shared secret the edge listener requires;
+//! - [`edge_tls`]: TLS on the edge listener, with client certificates optionally;
+//! - [`signing`]: the snapshot signing key;
 //! - `error_chain`: an error and its causes on one log line;
 //! - [`feed`]: the edge feed stream (core/FEED.md);
 //! - [`publish`]: publishing, serving and garbage-collecting snapshots in `serve`;
@@ -30,6 +32,7 @@ pub mod body_stream;
 pub mod clicks;
 pub mod clock;
 pub mod edge;
+pub mod edge_tls;
 pub mod edge_token;
 mod error_chain;
 pub mod feed;
@@ -38,6 +41,7 @@ pub mod metrics;
 pub mod publish;
 pub mod ratelimit;
 pub mod safety;
+pub mod signing;
 pub mod snapshot;
 pub mod store;
 

@@ -31,10 +31,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Write a new permutation key file (secret; install it on control-plane and PoP hosts).
+    /// Write a new permutation key file (secret; install it on control-plane and PoP hosts),
+    /// or with `--signing` a snapshot signing key (Ed25519, PKCS#8 PEM; secret, control-plane
+    /// hosts only), printing its public key for engines' `--snapshot-verify-key`.
     Keygen {
         #[arg(long)]
         out: PathBuf,
+        /// Write a snapshot signing key instead of a permutation key.
+        #[arg(long)]
+        signing: bool,
         /// AES key size: 128 (default, fastest decode at the edge) or 256.
         #[arg(long, default_value_t = 128)]
         bits: usize,
@@ -526,6 +531,21 @@ struct ServeArgs {
     /// reports. Requires the edge token; keep it off the public network all the same.
     #[arg(long, env = "LASTHOP_EDGE_LISTEN", default_value = "127.0.0.1:8082")]
     edge_listen: SocketAddr,
+    /// Serve the edge listener over TLS with this certificate chain (PEM, leaf first); with
+    /// `--edge-tls-key`. Without them it is plain HTTP, for loopback development.
+    #[arg(long, env = "LASTHOP_EDGE_TLS_CERT", requires = "edge_tls_key")]
+    edge_tls_cert: Option<PathBuf>,
+    /// The private key of `--edge-tls-cert` (PEM).
+    #[arg(long, env = "LASTHOP_EDGE_TLS_KEY", requires = "edge_tls_cert")]
+    edge_tls_key: Option<PathBuf>,
+    /// Require engines to present a client certificate signed by a CA in this PEM file (mutual
+    /// TLS; it then stands in for the edge token). Needs `--edge-tls-cert`.
+    #[arg(long, env = "LASTHOP_EDGE_CLIENT_CA", requires = "edge_tls_cert")]
+    edge_client_ca: Option<PathBuf>,
+    /// Sign every snapshot announced with this Ed25519 key (`keygen --signing`); engines pin
+    /// its public key with `--snapshot-verify-key`.
+    #[arg(long, env = "LASTHOP_SNAPSHOT_SIGNING_KEY")]
+    snapshot_signing_key: Option<PathBuf>,
     /// Base of every short_url.
     #[arg(
         long,
@@ -591,7 +611,27 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
-        Command::Keygen { out, bits, force } => {
+        Command::Keygen {
+            out,
+            force,
+            signing: true,
+            ..
+        } => {
+            let key = lasthop_control::signing::SigningKey::generate(&out, force)?;
+            let public = key.public_hex();
+            let pub_path = PathBuf::from(format!("{}.pub", out.display()));
+            std::fs::write(&pub_path, format!("{public}\n"))
+                .with_context(|| format!("writing {}", pub_path.display()))?;
+            println!(
+                "wrote {} (public key in {}; give it to engines as --snapshot-verify-key)\npublic key: {public}",
+                out.display(),
+                pub_path.display()
+            );
+            Ok(())
+        }
+        Command::Keygen {
+            out, bits, force, ..
+        } => {
             anyhow::ensure!(
                 force || !out.exists(),
                 "{} exists; pass --force to replace it (codes minted under it become unreadable)",
@@ -928,6 +968,24 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("listening for SIGHUP")?
     };
+    // Certificates and keys first: a bad file stops the start with its name, before any
+    // listener or store is opened.
+    let edge_tls = match (&args.edge_tls_cert, &args.edge_tls_key) {
+        (Some(cert), Some(key)) => Some(lasthop_control::edge_tls::EdgeTls::load(
+            cert,
+            key,
+            args.edge_client_ca.as_deref(),
+        )?),
+        _ => None,
+    };
+    let signing = args
+        .snapshot_signing_key
+        .as_deref()
+        .map(lasthop_control::signing::SigningKey::load)
+        .transpose()?;
+    if let Some(key) = &signing {
+        tracing::info!(public_key = %key.public_hex(), "signing snapshots");
+    }
     let key = PermutationKey::load(&args.key_file)?;
     let scheme = CodeScheme::new(&key)?;
     let metrics = Metrics::new()?;
@@ -984,6 +1042,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             reserve: args.reserve,
             interval: Duration::from_secs(args.snapshot_interval_secs.max(1)),
             max_overlay: args.snapshot_max_overlay,
+            signing: signing.map(Arc::new),
         },
     )?;
     let processor = match args.clicks.clicks {
@@ -1055,6 +1114,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("binding {}", args.edge_listen))?;
         let addr = listener.local_addr()?;
         let edge_addr = edge_listener.local_addr()?;
+        let edge_scheme = if edge_tls.is_some() { "https" } else { "http" };
+        match &edge_tls {
+            Some(tls) => tracing::info!(client_certificates = tls.client_auth(), "edge listener serves TLS"),
+            None => tracing::warn!("edge listener is plain HTTP: the edge token, every destination and every takedown travel in clear (loopback development only; --edge-tls-cert and --edge-tls-key serve TLS)"),
+        }
         tracing::info!(api = %addr, edge = %edge_addr, key_id = format_args!("{:08x}", key.id()), "control plane serving");
         // Machine-readable lines on stdout, so scripts and tests can use --api-listen :0 and
         // --edge-listen :0. The api line stays first; both go in one write, so a reader that
@@ -1063,7 +1127,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             use std::io::Write as _;
             let mut out = std::io::stdout().lock();
             out.write_all(
-                format!("api listening on http://{addr}\nedge listening on http://{edge_addr}\n")
+                format!("api listening on http://{addr}\nedge listening on {edge_scheme}://{edge_addr}\n")
                     .as_bytes(),
             )?;
             out.flush()?;
@@ -1079,7 +1143,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let feed = Feed::new(Arc::clone(&dyn_store), heartbeat)
             .with_snapshots(publisher.subscribe())
             .with_stop(stop_rx.clone());
-        let edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));
+        let mut edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));
+        if edge_tls.as_ref().is_some_and(|t| t.client_auth()) {
+            edge_state = edge_state.with_client_certificates();
+        }
         tokio::spawn(Arc::clone(&publisher).start(stop_rx.clone()));
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             // An Err means the sender is gone, which only happens after the signal.
@@ -1091,9 +1158,22 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             router(state).into_make_service_with_connect_info::<SocketAddr>(),
         )
         .with_graceful_shutdown(stopped(stop_rx.clone()));
-        let edge = axum::serve(edge_listener, lasthop_control::edge::router(edge_state))
-            .with_graceful_shutdown(stopped(stop_rx));
-        tokio::try_join!(async { api.await }, async { edge.await })?;
+        let edge_router = lasthop_control::edge::router(edge_state);
+        let edge = async {
+            match edge_tls {
+                Some(tls) => {
+                    axum::serve(tls.listen(edge_listener)?, edge_router)
+                        .with_graceful_shutdown(stopped(stop_rx))
+                        .await
+                }
+                None => {
+                    axum::serve(edge_listener, edge_router)
+                        .with_graceful_shutdown(stopped(stop_rx))
+                        .await
+                }
+            }
+        };
+        tokio::try_join!(async { api.await }, edge)?;
         anyhow::Ok(())
     })?;
     // Requests are drained: the scanner and the list watcher stop, the click processor

@@ -37,6 +37,7 @@ use tokio::sync::watch;
 use crate::clock::now_ms;
 use crate::error_chain::ErrorChain;
 use crate::fleet::Fleet;
+use crate::signing::SigningKey;
 use crate::snapshot::SnapshotBuildError;
 use crate::store::{Lead, News, Shared, Store, StoreError};
 
@@ -146,6 +147,8 @@ pub struct PublishConfig {
     pub interval: Duration,
     /// Publish as soon as more changes than this accumulated since the last snapshot.
     pub max_overlay: u64,
+    /// Signs every snapshot frame announced (`--snapshot-signing-key`).
+    pub signing: Option<Arc<SigningKey>>,
 }
 
 /// The publisher: builds, announces and collects snapshots.
@@ -208,6 +211,17 @@ impl Publisher {
             building: tokio::sync::Mutex::new(()),
             fetching: std::sync::Mutex::new(()),
         }))
+    }
+
+    /// Makes `frame` the newest snapshot, signed when there is a signing key; returns it as
+    /// announced.
+    fn announce(&self, frame: SnapshotFrame) -> SnapshotFrame {
+        let frame = match &self.config.signing {
+            Some(key) => key.sign(frame),
+            None => frame,
+        };
+        self.latest.send_replace(Some(frame.clone()));
+        frame
     }
 
     /// The newest published snapshot.
@@ -281,7 +295,7 @@ impl Publisher {
         })
         .await
         .map_err(PublishError::task("snapshot build task"))??;
-        self.latest.send_replace(Some(frame.clone()));
+        let frame = self.announce(frame);
         let this = Arc::clone(self);
         match tokio::task::spawn_blocking(move || this.collect_garbage()).await {
             Ok(Ok(())) => {}
@@ -373,7 +387,7 @@ impl Publisher {
             });
             if newer {
                 self.fetch(&**shared, newest)?;
-                self.latest.send_replace(Some(newest.clone()));
+                self.announce(newest.clone());
             }
         }
         let latest = self.latest().map(|s| s.id);
@@ -399,7 +413,7 @@ impl Publisher {
         match tokio::task::spawn_blocking(move || this.load_newest()).await {
             Ok(Ok(Some(frame))) => {
                 tracing::info!(id = %frame.id, seq = frame.seq, "newest snapshot on disk");
-                self.latest.send_replace(Some(frame));
+                self.announce(frame);
             }
             Ok(Ok(None)) => {}
             Ok(Err(e)) => {
@@ -522,6 +536,7 @@ impl Publisher {
                 .map_err(PublishError::file("renaming the snapshot to", &path))?;
             std::fs::File::open(&self.config.dir)?.sync_all()?;
             Ok::<_, PublishError>(SnapshotFrame {
+                signature: None,
                 url: format!("{SNAPSHOT_PATH}{id}"),
                 id,
                 seq,
@@ -542,6 +557,7 @@ impl Publisher {
             let (sha256, size) = sha256_file(&file.path)?;
             if snapshot_id(file.seq, &sha256) == file.id {
                 return Ok(Some(SnapshotFrame {
+                    signature: None,
                     url: format!("{SNAPSHOT_PATH}{}", file.id),
                     id: file.id,
                     seq: file.seq,

@@ -201,6 +201,24 @@ pub struct SnapshotFrame {
     pub sha256: String,
     /// Download path on the edge listener: `/edge/v1/snapshots/<id>`.
     pub url: String,
+    /// Ed25519 signature of [`SnapshotFrame::signed_message`] by the control plane's snapshot
+    /// signing key, lowercase hex (128 digits); absent when the control plane signs nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
+impl SnapshotFrame {
+    /// The bytes a snapshot signature covers: a domain-separation label, then `id`, `seq`,
+    /// `size` and `sha256` in that order, each ended by a newline. The SHA-256 binds the file's
+    /// bytes, the rest what the engine checks them against; `url` is not covered (it only says
+    /// where to fetch them).
+    pub fn signed_message(&self) -> Vec<u8> {
+        format!(
+            "lasthop snapshot signature v1\n{}\n{}\n{}\n{}\n",
+            self.id, self.seq, self.size, self.sha256
+        )
+        .into_bytes()
+    }
 }
 
 /// What an engine posts to `POST /edge/v1/status` about every second.
@@ -371,6 +389,7 @@ mod tests {
                 ..link(3)
             }),
             Frame::Snapshot(SnapshotFrame {
+                signature: Some("ab".repeat(64)),
                 url: format!("{SNAPSHOT_PATH}{id}"),
                 id,
                 seq: 3,

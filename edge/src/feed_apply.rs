@@ -601,6 +601,7 @@ mod tests {
             Applied::Nothing
         );
         let announced = SnapshotFrame {
+            signature: None,
             id: format!("{:016x}-00000000", 11),
             seq: 11,
             size: 1,

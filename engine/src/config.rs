@@ -74,7 +74,8 @@ pub(crate) struct Args {
     /// Admin listener: /metrics, /healthz, /readyz, /debug/top.
     #[arg(long, env = "LASTHOP_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     pub(crate) admin_listen: SocketAddr,
-    /// A control plane's edge listener (`http://host:port`): the feed (new links, state
+    /// A control plane's edge listener (`https://host:port`, or `http://` for loopback
+    /// development): the feed (new links, state
     /// changes, snapshots), origin read-through on misses, and status reports. Repeat it (or
     /// give a comma-separated list) for control planes sharing one store: the engine uses the
     /// first that answers, stays on it while it works, and fails over to the next when it
@@ -90,6 +91,30 @@ pub(crate) struct Args {
     /// File holding the control plane's edge token (its `DATA_DIR/edge.token`).
     #[arg(long, env = "LASTHOP_EDGE_TOKEN_FILE")]
     pub(crate) edge_token_file: Option<PathBuf>,
+    /// Verify `https://` control planes against the CA certificates in this PEM file (and
+    /// nothing else). Without it, `https://` is verified against the public web PKI.
+    #[arg(long, env = "LASTHOP_CONTROL_CA")]
+    pub(crate) control_ca: Option<PathBuf>,
+    /// This engine's client certificate (PEM, leaf first) for control planes that require
+    /// mutual TLS (`--edge-client-ca`); with `--control-client-key` and `--control-ca`.
+    #[arg(
+        long,
+        env = "LASTHOP_CONTROL_CLIENT_CERT",
+        requires_all = ["control_client_key", "control_ca"]
+    )]
+    pub(crate) control_client_cert: Option<PathBuf>,
+    /// The private key of `--control-client-cert` (PEM).
+    #[arg(
+        long,
+        env = "LASTHOP_CONTROL_CLIENT_KEY",
+        requires = "control_client_cert"
+    )]
+    pub(crate) control_client_key: Option<PathBuf>,
+    /// Accept only snapshots whose announcement is signed by this key (a file holding the 64
+    /// hex digits `lasthop-control keygen --signing` prints). Repeat it to accept several while
+    /// keys rotate. A snapshot that fails is refused, counted, and the one served is kept.
+    #[arg(long, env = "LASTHOP_SNAPSHOT_VERIFY_KEY", action = ArgAction::Append, value_delimiter = ',')]
+    pub(crate) snapshot_verify_key: Vec<PathBuf>,
     /// Where downloaded snapshots are kept (`DIR/snapshots/`).
     #[arg(
         long,
@@ -280,7 +305,11 @@ mod tests {
             assert!(parse(&[]).unwrap().control.is_empty());
         }
         // Each URL is checked, wherever it stands in the list.
-        for bad in ["https://a:1", "http://a:1,b:2", "http://a:1,", "http://"] {
+        assert_eq!(
+            parse(&["--control", "https://a:1/"]).unwrap().control,
+            ["https://a:1"]
+        );
+        for bad in ["ftp://a:1", "http://a:1,b:2", "http://a:1,", "http://"] {
             assert!(parse(&["--control", bad]).is_err(), "{bad}");
         }
     }

@@ -17,6 +17,7 @@
 //! read-through follows the feed back once an outage is over.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::metrics::prom::{family, sample};
 
@@ -24,17 +25,20 @@ use crate::metrics::prom::{family, sample};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ControlError {
-    #[error("control URL {url:?} must be http://host:port (the control plane's edge listener)")]
+    #[error("control URL {url:?} must be http://host:port or https://host:port (the control plane's edge listener)")]
     BadUrl { url: String },
     #[error("no control plane URL given")]
     Empty,
 }
 
-/// Checks one control-plane URL (`http://host:port`, the edge listener) and returns it without
-/// its trailing slashes.
+/// Checks one control-plane URL (`http://host:port` or `https://host:port`, the edge listener)
+/// and returns it without its trailing slashes.
 pub fn parse_url(url: &str) -> Result<String, ControlError> {
     let base = url.trim().trim_end_matches('/');
-    if !base.starts_with("http://") || base.len() <= "http://".len() {
+    let rest = base
+        .strip_prefix("https://")
+        .or_else(|| base.strip_prefix("http://"));
+    if rest.is_none_or(str::is_empty) {
         return Err(ControlError::BadUrl {
             url: url.to_string(),
         });
@@ -49,6 +53,9 @@ pub struct ControlPlanes {
     urls: Box<[String]>,
     current: AtomicUsize,
     failovers: AtomicU64,
+    /// How `https://` control planes are verified (`--control-ca`) and how this engine
+    /// authenticates itself to them (`--control-client-cert`); `None`: ureq's defaults.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl ControlPlanes {
@@ -67,7 +74,36 @@ impl ControlPlanes {
             urls,
             current: AtomicUsize::new(0),
             failovers: AtomicU64::new(0),
+            tls: None,
         })
+    }
+
+    /// The same list, reaching `https://` control planes with `tls`.
+    #[must_use]
+    pub fn with_tls(self, tls: Arc<rustls::ClientConfig>) -> ControlPlanes {
+        ControlPlanes {
+            tls: Some(tls),
+            ..self
+        }
+    }
+
+    /// URLs of the list that are plain `http://`.
+    pub fn plain(&self) -> impl Iterator<Item = &str> {
+        self.urls
+            .iter()
+            .filter(|u| u.starts_with("http://"))
+            .map(String::as_str)
+    }
+
+    /// An HTTP client builder for these control planes: with the `--control-ca` verification
+    /// and client certificate when given, and no redirects followed (an edge listener never
+    /// redirects; one that does is not one).
+    pub fn agent(&self) -> ureq::AgentBuilder {
+        let builder = ureq::AgentBuilder::new().redirects(0);
+        match &self.tls {
+            Some(tls) => builder.tls_config(Arc::clone(tls)),
+            None => builder,
+        }
     }
 
     /// How many there are (at least one).
@@ -180,14 +216,16 @@ mod tests {
 
     #[test]
     fn urls_are_checked_and_trimmed() {
-        let c = ControlPlanes::new(["http://a:1/", "http://b:2"]).unwrap();
+        let c = ControlPlanes::new(["http://a:1/", "https://b:2"]).unwrap();
         assert_eq!(
             (c.len(), c.url(0), c.url(1)),
-            (2, "http://a:1", "http://b:2")
+            (2, "http://a:1", "https://b:2")
         );
         assert_eq!(c.url(2), "http://a:1", "indexes wrap");
+        assert_eq!(c.plain().collect::<Vec<_>>(), ["http://a:1"]);
         for bad in [
-            "https://control:8082",
+            "ftp://control:8082",
+            "https://",
             "control:8082",
             "http://",
             "",

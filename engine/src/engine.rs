@@ -85,11 +85,30 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let controls = if args.control.is_empty() {
         None
     } else {
-        let c = Arc::new(ControlPlanes::new(&args.control)?);
+        let mut c = ControlPlanes::new(&args.control)?;
+        if let Some(ca) = &args.control_ca {
+            let client = args
+                .control_client_cert
+                .as_deref()
+                .zip(args.control_client_key.as_deref());
+            c = c.with_tls(lasthop_engine::tls::config::control_client_config(
+                ca, client,
+            )?);
+        }
         tracing::info!(control = ?args.control, using = c.url(0),
             "control planes: the first that answers is used, the next on failure");
-        Some(c)
+        for url in c.plain() {
+            tracing::warn!(control = url, "plain HTTP to a control plane: the edge token, every destination and every takedown travel in clear (loopback development only; use https:// with --control-ca)");
+        }
+        Some(Arc::new(c))
     };
+    let verify_keys = feed::SnapshotKeys::load(&args.snapshot_verify_key)?;
+    if !verify_keys.is_empty() {
+        tracing::info!(
+            keys = verify_keys.len(),
+            "snapshots must be signed by a pinned key"
+        );
+    }
     let mut feed_cfg = controls.as_ref().map(|control| FeedConfig {
         control: Arc::clone(control),
         token: token.clone(),
@@ -100,6 +119,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         timeout: Duration::from_millis(args.feed_timeout_ms),
         safe_mode: matches!(args.safe_mode, SafeMode::Confirm),
         load,
+        verify_keys: verify_keys.clone(),
     });
     if let Some(cfg) = &feed_cfg {
         anyhow::ensure!(

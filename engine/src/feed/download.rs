@@ -48,6 +48,10 @@ pub enum DownloadError {
     /// `/edge/v1/snapshots/latest` answered something that is not a snapshot's description.
     #[error("snapshot description: {0}")]
     Description(String),
+    /// The announcement is not signed by a pinned key (`--snapshot-verify-key`): the file is
+    /// not even fetched.
+    #[error("snapshot {id} refused: {source}")]
+    Signature { id: String, source: SignatureError },
     /// Every control plane failed; each one's reason, by its URL.
     #[error("{}", .0.iter().map(|(url, e)| format!("{url}: {e}")).collect::<Vec<_>>().join("; "))]
     Everywhere(Vec<(String, DownloadError)>),
@@ -86,6 +90,86 @@ impl DownloadError {
     }
 }
 
+/// Why a snapshot's announcement failed its signature check.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignatureError {
+    #[error("it is not signed, and this engine pins snapshot keys")]
+    Missing,
+    #[error("its signature is not 128 hex digits")]
+    Malformed,
+    #[error("its signature verifies with none of the {keys} pinned key(s)")]
+    NoKeyVerifies { keys: usize },
+}
+
+/// Why a `--snapshot-verify-key` file was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("snapshot verify key {}: {reason}", path.display())]
+pub struct VerifyKeyError {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// The public keys a snapshot's announcement must be signed by (`--snapshot-verify-key`,
+/// Ed25519 over `SnapshotFrame::signed_message`; `lasthop-control keygen --signing` makes the
+/// pair). No keys: nothing is checked (the default, and plain development set-ups).
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotKeys(Arc<[[u8; 32]]>);
+
+impl SnapshotKeys {
+    /// Reads each file: 64 hex digits (surrounding whitespace ignored).
+    pub fn load(paths: &[PathBuf]) -> Result<SnapshotKeys, VerifyKeyError> {
+        let keys = paths
+            .iter()
+            .map(|path| {
+                let err = |reason: String| VerifyKeyError {
+                    path: path.clone(),
+                    reason,
+                };
+                let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+                let bytes = hex::decode(text.trim())
+                    .map_err(|_| err("not hex (want the 64 hex digits keygen printed)".into()))?;
+                <[u8; 32]>::try_from(bytes.as_slice())
+                    .map_err(|_| err(format!("{} bytes, an Ed25519 key has 32", bytes.len())))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SnapshotKeys(keys.into()))
+    }
+
+    /// Keys pinned.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when nothing is pinned (every announcement passes).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Passes `frame` when nothing is pinned or one pinned key verifies its signature.
+    pub fn check(&self, frame: &SnapshotFrame) -> Result<(), SignatureError> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let sig = frame.signature.as_deref().ok_or(SignatureError::Missing)?;
+        let sig = hex::decode(sig)
+            .ok()
+            .filter(|s| s.len() == 64)
+            .ok_or(SignatureError::Malformed)?;
+        let message = frame.signed_message();
+        let verifies = self.0.iter().any(|key| {
+            ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, key)
+                .verify(&message, &sig)
+                .is_ok()
+        });
+        if verifies {
+            Ok(())
+        } else {
+            Err(SignatureError::NoKeyVerifies { keys: self.0.len() })
+        }
+    }
+}
+
 /// A snapshot file that does not open or verify.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {source}", path.display())]
@@ -101,14 +185,21 @@ pub(super) fn fetch_snapshot(
     s: &SnapshotFrame,
     from: usize,
 ) -> Result<Arc<Snapshot>, DownloadError> {
+    cfg.verify_keys
+        .check(s)
+        .map_err(|source| DownloadError::Signature {
+            id: s.id.clone(),
+            source,
+        })?;
     let dir = cfg.snapshot_dir();
     std::fs::create_dir_all(&dir).map_err(DownloadError::local("creating", &dir))?;
     let path = dir.join(format!("{}.snap", s.id));
     let partial = dir.join(format!(".{}.partial", s.id));
-    let agent = ureq::AgentBuilder::new()
+    let agent = cfg
+        .control
+        .agent()
         .timeout_connect(Duration::from_secs(2))
         .timeout_read(Duration::from_secs(30))
-        .redirects(0)
         .build();
     let mut failures = Vec::new();
     for control in cfg.control.order(from) {
@@ -247,10 +338,7 @@ pub fn newest_local(data_dir: &Path, load: LoadFn) -> Option<(Arc<Snapshot>, Str
 /// Asks the control planes for the newest snapshot and downloads it (start-up without one):
 /// the one in use first, then the others in turn.
 pub fn fetch_latest(cfg: &FeedConfig) -> Result<(Arc<Snapshot>, String), DownloadError> {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(5))
-        .redirects(0)
-        .build();
+    let agent = cfg.control.agent().timeout(Duration::from_secs(5)).build();
     let controls = &*cfg.control;
     let mut failures = Vec::new();
     for control in controls.order(controls.current()) {

@@ -55,7 +55,10 @@ mod download;
 mod reader;
 mod reporter;
 
-pub use download::{fetch_latest, newest_local, open_verified, DownloadError, OpenError};
+pub use download::{
+    fetch_latest, newest_local, open_verified, DownloadError, OpenError, SignatureError,
+    SnapshotKeys, VerifyKeyError,
+};
 use download::{fetch_snapshot, prune_snapshots};
 
 /// How a snapshot file becomes a [`Snapshot`] (`Snapshot::load` or `Snapshot::open`).
@@ -79,6 +82,8 @@ pub struct FeedConfig {
     pub safe_mode: bool,
     /// How a snapshot file is brought into memory.
     pub load: LoadFn,
+    /// Keys a snapshot's announcement must be signed by (none: not checked).
+    pub verify_keys: SnapshotKeys,
 }
 
 impl FeedConfig {
@@ -117,6 +122,7 @@ pub struct FeedStats {
     losses: AtomicU64,
     downloads_ok: AtomicU64,
     downloads_failed: AtomicU64,
+    signature_failures: AtomicU64,
     overlay_links: AtomicU64,
     denylist_codes: AtomicU64,
     publishes: AtomicU64,
@@ -232,6 +238,12 @@ impl FeedStats {
                 "counter",
                 "Table generations published by the feed.",
                 self.publishes.load(Ordering::Relaxed),
+            ),
+            (
+                "lasthop_engine_snapshot_signature_failures_total",
+                "counter",
+                "Snapshots refused because their announcement is not signed by a pinned key (--snapshot-verify-key).",
+                self.signature_failures.load(Ordering::Relaxed),
             ),
             (
                 "lasthop_engine_table_patches_total",
@@ -365,6 +377,7 @@ pub fn start(
         feed_control: cfg.control.current(),
         downloading: None,
         queued: None,
+        unreachable: None,
         metrics,
     };
     // The first generation already carries safe mode: nothing is confirmed yet.
@@ -402,6 +415,8 @@ struct Applier {
     downloading: Option<SnapshotFrame>,
     queued: Option<SnapshotFrame>,
     metrics: Arc<EngineMetrics>,
+    /// The last reason the feed could not be reached, as logged.
+    unreachable: Option<String>,
 }
 
 impl Applier {
@@ -438,9 +453,14 @@ impl Applier {
                 if self.view.lost() {
                     tracing::warn!(reason = %why, "feed lost; safe mode until it is back");
                     self.stats.losses.fetch_add(1, Ordering::Relaxed);
+                } else if self.unreachable.as_deref() != Some(why.as_str()) {
+                    // Once per distinct reason (a refused certificate, a refused connection),
+                    // so an engine that never subscribes says why without flooding the log.
+                    tracing::warn!(reason = %why, "feed unreachable");
                 } else {
                     tracing::debug!(reason = %why, "feed still unreachable");
                 }
+                self.unreachable = Some(why);
                 self.stats.connected.store(false, Ordering::Release);
                 false
             }
@@ -542,7 +562,14 @@ impl Applier {
             Ok(_) => false,
             Err(e) => {
                 self.stats.downloads_failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(id = %frame.id, error = %e, "snapshot download failed");
+                if matches!(e, DownloadError::Signature { .. }) {
+                    self.stats
+                        .signature_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(id = %frame.id, error = %e, "snapshot refused: its signature does not verify; serving the one we have");
+                } else {
+                    tracing::warn!(id = %frame.id, error = %e, "snapshot download failed");
+                }
                 // Every control plane was tried; retried when one announces it again (next
                 // subscription).
                 false

@@ -68,10 +68,11 @@ fn read_frames(body: impl Read, stats: &FeedStats, tx: &Sender<Event>) -> String
 }
 
 pub(super) fn reader(cfg: &FeedConfig, stats: &FeedStats, tx: &Sender<Event>) {
-    let agent = ureq::AgentBuilder::new()
+    let agent = cfg
+        .control
+        .agent()
         .timeout_connect(Duration::from_secs(2))
         .timeout_read(cfg.timeout)
-        .redirects(0)
         .build();
     let controls = &*cfg.control;
     let mut backoff = Duration::from_millis(50);

@@ -8,10 +8,7 @@ use lasthop_core::feed::StatusReport;
 use super::{FeedConfig, FeedStats};
 
 pub(super) fn reporter(cfg: &FeedConfig, stats: &FeedStats) {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(1))
-        .redirects(0)
-        .build();
+    let agent = cfg.control.agent().timeout(Duration::from_secs(1)).build();
     loop {
         // Whichever is in use: they share the store the reports land in.
         let url = format!("{}/edge/v1/status", cfg.control.url(cfg.control.current()));

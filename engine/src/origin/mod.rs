@@ -295,10 +295,10 @@ impl Origin {
             outboxes.push(outbox);
             inboxes.push(inbox);
         }
-        let agent = ureq::AgentBuilder::new()
+        let agent = controls
+            .agent()
             .timeout(cfg.timeout)
             .timeout_connect(cfg.timeout)
-            .redirects(0)
             .build();
         let cache = OriginCache::new(
             CacheConfig {

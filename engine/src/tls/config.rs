@@ -47,24 +47,58 @@ pub enum TlsError {
     TicketKey(#[from] TicketKeyError),
 }
 
-/// Builds the server configuration from the PEM files (ECDSA P-256, Ed25519 and RSA keys work).
-pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
-    fn pem(path: &Path) -> impl Fn(rustls::pki_types::pem::Error) -> TlsError + '_ {
-        move |source| TlsError::Pem {
-            path: path.to_path_buf(),
-            source,
-        }
+fn pem(path: &Path) -> impl Fn(rustls::pki_types::pem::Error) -> TlsError + '_ {
+    move |source| TlsError::Pem {
+        path: path.to_path_buf(),
+        source,
     }
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&s.cert)
-        .map_err(pem(&s.cert))?
+}
+
+/// The certificates in a PEM file (at least one).
+pub fn pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(pem(path))?
         .collect::<Result<_, _>>()
-        .map_err(pem(&s.cert))?;
+        .map_err(pem(path))?;
     if certs.is_empty() {
         return Err(TlsError::NoCertificate {
-            path: s.cert.clone(),
+            path: path.to_path_buf(),
         });
     }
-    let key = PrivateKeyDer::from_pem_file(&s.key).map_err(pem(&s.key))?;
+    Ok(certs)
+}
+
+/// The private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
+pub fn pem_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(pem(path))
+}
+
+/// The client configuration engines reach control planes with (`--control https://...`):
+/// the server is verified against the CAs in `ca`; with `client`, a certificate and key for
+/// control planes that require mutual TLS (`--edge-client-ca`).
+pub fn control_client_config(
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in pem_certs(ca)? {
+        roots.add(cert)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => builder.with_client_auth_cert(pem_certs(cert)?, pem_key(key)?)?,
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+/// Builds the server configuration from the PEM files (ECDSA P-256, Ed25519 and RSA keys work).
+pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
+    let certs = pem_certs(&s.cert)?;
+    let key = pem_key(&s.key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?

@@ -11,11 +11,14 @@
 //!   takedowns, restarts, a lost feed and safe mode, snapshot swaps under load, the token);
 //! - `safety`: trust and safety at the edge: a list reload's takedowns, an owner's suspension
 //!   across two engines, held links' interstitial until the first verdict, the report form;
+//! - `channel`: the edge channel secured: the feed, downloads and read-through over TLS with a
+//!   CA made at test time, mutual TLS in place of the token, signed snapshots, and each refusal;
 //! - `tls`: HTTPS with curl and openssl: handshakes, resumption, 0-RTT, HSTS, the kTLS hand-off
 //!   where the kernel has it (reported skipped where it does not);
 //! - `harness`: what the tests share: sites (key, snapshot), engines and control planes as real
 //!   processes, a raw HTTP client, load, a Kafka-protocol broker.
 
+mod channel;
 mod clicks;
 mod feed;
 mod harness;

@@ -16,7 +16,7 @@ struct Pki {
     key: PathBuf,
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
+pub(crate) fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
         .args(args)
         .current_dir(dir)
@@ -31,7 +31,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 /// A server certificate for `/CN=<cn>` (SAN from `san.ext`: lh.test and 127.0.0.1), signed by
 /// the test CA in `dir`, with its key of algorithm `alg`.
-fn server_cert(dir: &Path, alg: &[&str], cn: &str, key: &str, cert: &str) {
+pub(crate) fn server_cert(dir: &Path, alg: &[&str], cn: &str, key: &str, cert: &str) {
     let subject = format!("/CN={cn}");
     let mut csr = vec!["req", "-nodes", "-subj", &subject];
     csr.extend_from_slice(alg);

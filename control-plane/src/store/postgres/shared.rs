@@ -201,6 +201,7 @@ impl Shared for PgStore {
                 .map(|r| {
                     let id: String = r.get(0);
                     Ok(SnapshotFrame {
+                        signature: None,
                         url: format!("{SNAPSHOT_PATH}{id}"),
                         seq: u64::try_from(r.get::<_, i64>(1))
                             .map_err(|e| corrupt("snapshots", e))?,
