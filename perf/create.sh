@@ -66,7 +66,7 @@ run() {
     export LASTHOP_API_KEY=$($BIN apikey create --data-dir "$work/data" --owner perf 2>/dev/null)
   fi
   taskset -c ${SERVER_CPUS:-0} $BIN serve --data-dir "$work/data" --key-file "$work/key" "${store_args[@]}" \
-    --api-listen 127.0.0.1:$PORT --edge-listen 127.0.0.1:0 --create-rate 0 ${SERVE_ARGS:-} "$@" \
+    --api-listen 127.0.0.1:$PORT --edge-listen 127.0.0.1:0 --create-rate 0 --max-mint-rate 0 ${SERVE_ARGS:-} "$@" \
     2>"$work/server.log" >/dev/null &
   pid=$!
   for _ in $(seq 600); do curl -sf http://127.0.0.1:$PORT/healthz >/dev/null && break; sleep 0.1; done

@@ -47,6 +47,8 @@ pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Feed {
     store: Arc<dyn Store>,
     heartbeat: Duration,
+    /// Announced in hello and heartbeat frames (`--max-mint-rate`).
+    mint_rate: Option<u64>,
     snapshots: Option<watch::Receiver<Option<SnapshotFrame>>>,
     stop: Option<watch::Receiver<bool>>,
 }
@@ -65,9 +67,17 @@ impl Feed {
         Feed {
             store,
             heartbeat: heartbeat.max(Duration::from_millis(1)),
+            mint_rate: None,
             snapshots: None,
             stop: None,
         }
+    }
+
+    /// Announces `rate` (codes per second the region mints at most; `None` or 0: unbounded)
+    /// in hello and heartbeat frames.
+    pub fn with_mint_rate(mut self, rate: Option<u64>) -> Feed {
+        self.mint_rate = rate.filter(|&r| r > 0);
+        self
     }
 
     /// Published snapshots to announce (the newest on subscription, then each new one).
@@ -134,6 +144,7 @@ impl Feed {
         out.send(&Frame::Hello {
             last_seq,
             time_ms: now_ms(),
+            mint_rate: self.mint_rate,
         })
         .await?;
         let entries = denied
@@ -188,6 +199,7 @@ impl Feed {
                     out.send(&Frame::Heartbeat {
                         last_seq,
                         time_ms: now_ms(),
+                        mint_rate: self.mint_rate,
                     })
                     .await?;
                 }

@@ -567,6 +567,11 @@ struct ServeArgs {
     /// Burst of creates per owner.
     #[arg(long, env = "LASTHOP_CREATE_BURST", default_value_t = 1000.0)]
     create_burst: f64,
+    /// Creates per second this region accepts from everyone together (0: unbounded). Engines
+    /// are told it, and while their feed is lost they widen every region's window by it, so
+    /// links minted meanwhile are never rejected by arithmetic.
+    #[arg(long, env = "LASTHOP_MAX_MINT_RATE", default_value_t = lasthop_control::api::DEFAULT_MAX_MINT_RATE)]
+    max_mint_rate: u64,
     /// Longest destination URL in bytes.
     #[arg(long, env = "LASTHOP_MAX_URL_LEN", default_value_t = 4096)]
     max_url_len: usize,
@@ -1013,6 +1018,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         create_rate: args.create_rate,
         create_burst: args.create_burst,
+        max_mint_rate: args.max_mint_rate,
         edge_lag_alarm_secs: args.edge_lag_alarm_secs,
         report_rate: args.safety.report_rate,
         report_burst: args.safety.report_burst,
@@ -1141,6 +1147,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         });
         tokio::spawn(reload_on_sighup(hup, reload));
         let feed = Feed::new(Arc::clone(&dyn_store), heartbeat)
+            .with_mint_rate(Some(args.max_mint_rate))
             .with_snapshots(publisher.subscribe())
             .with_stop(stop_rx.clone());
         let mut edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));

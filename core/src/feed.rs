@@ -27,6 +27,11 @@ pub enum Frame {
     Hello {
         last_seq: u64,
         time_ms: i64,
+        /// The most codes a region mints per second (`--max-mint-rate`): while an engine's
+        /// feed is lost it widens every region's window by this much per second, so a link
+        /// minted meanwhile is never rejected by arithmetic. Absent: no bound is enforced.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mint_rate: Option<u64>,
     },
     /// The full standing denylist as of change `seq`, in parts of at most [`DENYLIST_PART`]
     /// entries so every line stays under [`MAX_FRAME_LEN`]: part 0 replaces the reader's list,
@@ -46,6 +51,9 @@ pub enum Frame {
     Heartbeat {
         last_seq: u64,
         time_ms: i64,
+        /// As in `hello`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mint_rate: Option<u64>,
     },
     #[serde(other)]
     Unknown,
@@ -373,6 +381,7 @@ mod tests {
             Frame::Hello {
                 last_seq: 1,
                 time_ms: 2,
+                mint_rate: Some(10_000),
             },
             Frame::Denylist {
                 seq: 1,
@@ -399,6 +408,7 @@ mod tests {
             Frame::Heartbeat {
                 last_seq: 3,
                 time_ms: 4,
+                mint_rate: None,
             },
         ];
         for f in &frames {
@@ -485,7 +495,8 @@ mod tests {
             f.unwrap(),
             Frame::Heartbeat {
                 last_seq: 5,
-                time_ms: 1
+                time_ms: 1,
+                mint_rate: None,
             }
         );
     }

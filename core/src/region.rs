@@ -85,6 +85,19 @@ impl HighWater {
         }
     }
 
+    /// The same marks with `extra` more counters of reserve above each: what may have been
+    /// issued by now when the marks were last confirmed a while ago (an edge that lost its feed
+    /// widens by the regions' mint rate × the time since). Marks, and so
+    /// [`HighWater::below_mark`], are unchanged: a code in the widened window is never a
+    /// cacheable "not found".
+    #[must_use]
+    pub fn widened(&self, extra: u64) -> HighWater {
+        HighWater {
+            reserve: self.reserve.saturating_add(extra),
+            ..self.clone()
+        }
+    }
+
     /// Region count.
     pub fn regions(&self) -> u32 {
         self.regions
@@ -157,6 +170,24 @@ mod tests {
         hw.note_issued(r1.start + 5);
         assert_eq!(hw.marks()[1], r1.start + 501, "marks never go down");
         hw.note_issued(CODE_SPACE);
+    }
+
+    #[test]
+    fn widening_lets_more_through_but_caches_nothing_more() {
+        let mut hw = HighWater::new(2, 1_000).unwrap();
+        hw.raise(0, 50_000).unwrap();
+        let wide = hw.widened(20_000);
+        assert!(!hw.may_be_issued(60_000));
+        assert!(wide.may_be_issued(70_999));
+        assert!(!wide.may_be_issued(71_000));
+        assert!(
+            wide.below_mark(49_999) && !wide.below_mark(50_000),
+            "marks unchanged"
+        );
+        assert_eq!((wide.marks(), wide.reserve()), (hw.marks(), 21_000));
+        let r1 = region_range(1, 2).unwrap();
+        assert!(wide.may_be_issued(r1.start + 20_999), "every region widens");
+        assert_eq!(hw.widened(u64::MAX).reserve(), u64::MAX);
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub struct FeedView {
     dirty: HashSet<Box<[u8]>>,
     /// The next generation rebuilds both tables whole.
     rebuild: bool,
+    /// The most codes a region mints per second, as the control plane last announced.
+    mint_rate: Option<u64>,
+    /// How long the marks have gone unconfirmed (not in sync), as the applier last said.
+    unconfirmed_ms: u64,
 }
 
 impl FeedView {
@@ -108,6 +112,8 @@ impl FeedView {
             links: Generations::new(Overlay::empty()),
             dirty: HashSet::new(),
             rebuild: false,
+            mint_rate: None,
+            unconfirmed_ms: 0,
         }
     }
 
@@ -154,7 +160,12 @@ impl FeedView {
     /// Applies one frame.
     pub fn apply(&mut self, frame: Frame) -> Applied {
         match frame {
-            Frame::Hello { last_seq, .. } => {
+            Frame::Hello {
+                last_seq,
+                mint_rate,
+                ..
+            } => {
+                self.mint_rate = mint_rate;
                 let rewound = last_seq < self.applied;
                 let applied = self.applied;
                 if rewound {
@@ -176,7 +187,12 @@ impl FeedView {
                     Applied::Nothing
                 }
             }
-            Frame::Heartbeat { last_seq, .. } => {
+            Frame::Heartbeat {
+                last_seq,
+                mint_rate,
+                ..
+            } => {
+                self.mint_rate = mint_rate;
                 self.note_target(last_seq);
                 Applied::Nothing
             }
@@ -298,7 +314,30 @@ impl FeedView {
             .with_denylist(Arc::clone(self.deny.front()))
             .with_overlay(Arc::clone(self.links.front()));
         tables.safe_mode = safe_mode && !self.in_sync();
+        let widening = self.widening();
+        if widening > 0 {
+            tables.high_water = tables.high_water.widened(widening);
+        }
         tables
+    }
+
+    /// The marks have gone unconfirmed for `ms` (0 once in sync again): returns whether the
+    /// published marks' widening changed (publish again).
+    pub fn set_unconfirmed(&mut self, ms: u64) -> bool {
+        let before = self.widening();
+        self.unconfirmed_ms = ms;
+        self.widening() != before
+    }
+
+    /// Counters added above every region's mark while out of sync: the mint rate × the time
+    /// unconfirmed, so a link minted during a partition is never rejected by arithmetic (a
+    /// code in the window that is not local goes to the origin, which answers 503 when it
+    /// is unreachable too, never 404). Nothing while in sync or without an announced rate.
+    pub fn widening(&self) -> u64 {
+        match self.mint_rate {
+            Some(rate) if !self.in_sync() => rate.saturating_mul(self.unconfirmed_ms) / 1000,
+            _ => 0,
+        }
     }
 
     /// How the denylist's and the overlay's generations were made, added up.
@@ -471,6 +510,7 @@ mod tests {
         Frame::Hello {
             last_seq,
             time_ms: 0,
+            mint_rate: None,
         }
     }
 
@@ -505,6 +545,7 @@ mod tests {
         v.apply(Frame::Heartbeat {
             last_seq: 4,
             time_ms: 0,
+            mint_rate: None,
         });
         assert!(!v.in_sync());
         assert!(!v.caught_up());
@@ -861,5 +902,44 @@ mod tests {
         );
         assert_eq!(t.overlay.len(), 3);
         assert_eq!(t.denylist.check(b"abcDE01"), Some(Deny::Gone));
+    }
+
+    #[test]
+    fn marks_widen_by_the_mint_rate_while_unconfirmed() {
+        let mut v = view(Some(snapshot(0, &[])));
+        let mark = v.tables(true).high_water.marks()[0];
+        let reserve = v.tables(true).high_water.reserve();
+        v.connected();
+        v.apply(Frame::Hello {
+            last_seq: 0,
+            time_ms: 0,
+            mint_rate: Some(1_000),
+        });
+        v.apply(denylist(0, &[]));
+        assert!(v.in_sync());
+        assert!(!v.set_unconfirmed(5_000), "in sync: nothing widens");
+        assert_eq!(v.tables(true).high_water.reserve(), reserve);
+        v.lost();
+        assert!(v.set_unconfirmed(2_500));
+        let t = v.tables(true);
+        // 2.5 s at 1,000 codes/s: 2,500 more counters may have been issued meanwhile.
+        assert_eq!(t.high_water.reserve(), reserve + 2_500);
+        assert!(t.high_water.may_be_issued(mark + reserve + 2_499));
+        assert!(!t.high_water.may_be_issued(mark + reserve + 2_500));
+        assert!(!t.high_water.below_mark(mark), "widening caches no 404");
+        assert!(
+            !v.set_unconfirmed(2_500),
+            "the same time: nothing new to publish"
+        );
+        // Back in sync: the truthful marks again.
+        v.connected();
+        v.apply(hello(0));
+        v.apply(denylist(0, &[]));
+        v.set_unconfirmed(0);
+        assert_eq!(v.tables(true).high_water.reserve(), reserve);
+        // A control plane that announces no rate: nothing widens.
+        v.lost();
+        v.set_unconfirmed(60_000);
+        assert_eq!(v.tables(true).high_water.reserve(), reserve);
     }
 }

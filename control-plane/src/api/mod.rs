@@ -52,6 +52,9 @@ const DEFAULT_PAGE: usize = 50;
 /// Longest takedown reason, in characters.
 pub const MAX_REASON_CHARS: usize = 200;
 
+/// Default `--max-mint-rate`: creates per second a region accepts, all owners together.
+pub const DEFAULT_MAX_MINT_RATE: u64 = 10_000;
+
 /// API settings.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
@@ -61,6 +64,10 @@ pub struct ApiConfig {
     /// Creates per second per owner (0: unlimited) and the bucket size.
     pub create_rate: f64,
     pub create_burst: f64,
+    /// Creates per second for everyone together (0: unbounded), with a bucket of one second's
+    /// worth: the bound the feed announces (`mint_rate`) and engines that lost their feed widen
+    /// their marks by.
+    pub max_mint_rate: u64,
     /// `lasthop_edge_lag_alarm` is 1 while an engine is more than this many seconds behind.
     pub edge_lag_alarm_secs: f64,
     /// Anonymous reports a second per client network (/24, /48), and the bucket size.
@@ -79,6 +86,7 @@ impl Default for ApiConfig {
             url_policy: UrlPolicy::default(),
             create_rate: 100.0,
             create_burst: 1000.0,
+            max_mint_rate: DEFAULT_MAX_MINT_RATE,
             edge_lag_alarm_secs: 30.0,
             report_rate: 0.1,
             report_burst: 10.0,
@@ -93,6 +101,8 @@ struct Inner {
     keys: ApiKeys,
     config: ApiConfig,
     limiter: RateLimiter,
+    /// Every create, whoever makes it (`max_mint_rate`).
+    mint_limiter: RateLimiter,
     metrics: Metrics,
     fleet: Arc<Fleet>,
     snapshots: Option<Arc<Publisher>>,
@@ -144,6 +154,8 @@ impl AppState {
         safety: Arc<Safety>,
     ) -> Self {
         let limiter = RateLimiter::new(config.create_rate, config.create_burst);
+        let rate = config.max_mint_rate as f64;
+        let mint_limiter = RateLimiter::new(rate, rate);
         let report_limiter = RateLimiter::new(config.report_rate, config.report_burst);
         let report_global = RateLimiter::new(config.report_global_rate, config.report_global_burst);
         AppState(Arc::new(Inner {
@@ -151,6 +163,7 @@ impl AppState {
             keys,
             config,
             limiter,
+            mint_limiter,
             metrics,
             fleet,
             snapshots,
@@ -495,6 +508,16 @@ async fn create_link(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 "too many creates for this owner; retry later",
+            )
+        });
+    }
+    if let Err(secs) = state.0.mint_limiter.check("", started) {
+        return Err(ApiError {
+            retry_after: Some(secs),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "this region is creating links at its --max-mint-rate; retry later",
             )
         });
     }

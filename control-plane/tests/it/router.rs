@@ -24,6 +24,13 @@ struct Api {
 
 impl Api {
     fn new() -> Api {
+        Api::with(ApiConfig {
+            short_base: "https://lh.test".into(),
+            ..ApiConfig::default()
+        })
+    }
+
+    fn with(config: ApiConfig) -> Api {
         let dir = tempfile::tempdir().unwrap();
         let key = PermutationKey::generate(16).unwrap();
         let scheme = CodeScheme::new(&key).unwrap();
@@ -45,10 +52,7 @@ impl Api {
         let state = AppState::with_edges(
             Arc::new(store) as Arc<dyn Store>,
             ApiKeys::open(dir.path()),
-            ApiConfig {
-                short_base: "https://lh.test".into(),
-                ..ApiConfig::default()
-            },
+            config,
             Metrics::new().unwrap(),
             Arc::clone(&fleet),
             None,
@@ -217,6 +221,34 @@ async fn get_tells_active_expired_deleted_and_never_existed_apart() {
         .map(|r| r["status"].as_str().unwrap())
         .collect();
     assert_eq!(statuses, ["expired", "deleted", "not_found"]);
+}
+
+#[tokio::test]
+async fn the_region_mints_at_most_its_max_mint_rate() {
+    let api = Api::with(ApiConfig {
+        max_mint_rate: 3,
+        ..ApiConfig::default()
+    });
+    let body = json!({"long_url": "https://example.com/"});
+    for key in [&api.alice, &api.bob, &api.alice] {
+        assert_eq!(
+            api.post("/v1/links", key, body.clone()).await.0,
+            StatusCode::CREATED
+        );
+    }
+    // A second's worth is spent, by every owner together: the next create waits, whoever asks.
+    let (status, v, headers) = api
+        .send(
+            "POST",
+            "/v1/links",
+            Some(&api.bob),
+            &[],
+            Some(body.to_string().into_bytes()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["error"]["code"], "rate_limited");
+    assert!(headers.get("retry-after").is_some());
 }
 
 #[tokio::test]

@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lasthop_core::feed::{Frame, SnapshotFrame};
 use lasthop_edge::feed_apply::{Applied, FeedView};
@@ -123,6 +123,8 @@ pub struct FeedStats {
     downloads_ok: AtomicU64,
     downloads_failed: AtomicU64,
     signature_failures: AtomicU64,
+    /// Since when the tables are unconfirmed (not in sync); `None` while in sync.
+    unconfirmed_since: Mutex<Option<Instant>>,
     overlay_links: AtomicU64,
     denylist_codes: AtomicU64,
     publishes: AtomicU64,
@@ -279,6 +281,20 @@ impl FeedStats {
             family(o, name, kind, help);
             sample(o, name, "", v);
         }
+        let name = "lasthop_engine_unconfirmed_seconds";
+        family(
+            o,
+            name,
+            "gauge",
+            "Seconds since the feed last confirmed the tables (lost or catching up); 0 while in sync.",
+        );
+        let unconfirmed = self
+            .unconfirmed_since
+            .lock()
+            .ok()
+            .and_then(|s| *s)
+            .map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let _ = std::fmt::Write::write_fmt(o, format_args!("{name} {unconfirmed:.3}\n"));
         let name = "lasthop_engine_first_redirect_seconds";
         family(
             o,
@@ -378,6 +394,7 @@ pub fn start(
         downloading: None,
         queued: None,
         unreachable: None,
+        unconfirmed_since: Some(Instant::now()),
         metrics,
     };
     // The first generation already carries safe mode: nothing is confirmed yet.
@@ -417,6 +434,9 @@ struct Applier {
     metrics: Arc<EngineMetrics>,
     /// The last reason the feed could not be reached, as logged.
     unreachable: Option<String>,
+    /// Since when the tables have not been confirmed by the feed (not in sync); `None` while
+    /// in sync.
+    unconfirmed_since: Option<Instant>,
 }
 
 impl Applier {
@@ -424,7 +444,12 @@ impl Applier {
         loop {
             let first = match rx.recv_timeout(Duration::from_secs(1)) {
                 Ok(ev) => ev,
-                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.tick() {
+                        self.publish();
+                    }
+                    continue;
+                }
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             let mut dirty = self.handle(first);
@@ -432,10 +457,28 @@ impl Applier {
             while let Ok(ev) = rx.try_recv() {
                 dirty |= self.handle(ev);
             }
+            dirty |= self.tick();
             if dirty {
                 self.publish();
             }
         }
+    }
+
+    /// Keeps the time unconfirmed (not in sync) and the marks' widening current; true when
+    /// the published marks must widen further.
+    fn tick(&mut self) -> bool {
+        match (self.view.in_sync(), self.unconfirmed_since) {
+            (true, Some(_)) => self.unconfirmed_since = None,
+            (false, None) => self.unconfirmed_since = Some(Instant::now()),
+            _ => {}
+        }
+        let ms = self.unconfirmed_since.map_or(0, |t| {
+            u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
+        });
+        if let Ok(mut since) = self.stats.unconfirmed_since.lock() {
+            *since = self.unconfirmed_since;
+        }
+        self.view.set_unconfirmed(ms)
     }
 
     /// Applies one event; true when the tables changed.

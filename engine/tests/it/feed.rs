@@ -385,3 +385,65 @@ fn with_a_list_a_killed_control_plane_means_safe_mode_until_it_is_back() {
     );
     assert_eq!(status_of(&engines[0].addr, &format!("/{live}")), 302);
 }
+
+/// Honest partitions: with the feed and the origin both lost, the engine widens every region's
+/// window by the announced mint rate × the time unconfirmed, so a code minted meanwhile is
+/// answered 503 (ask again), never 404; a scanner's code far above is still 404 by arithmetic,
+/// and `lasthop_engine_unconfirmed_seconds` says for how long. Back in sync, the window is
+/// the truthful one again.
+#[test]
+fn a_lost_feed_widens_the_marks_by_the_mint_rate() {
+    let site = Site::new();
+    // Small numbers so the widening shows within seconds: a 100-counter reserve, 100-counter
+    // blocks, at most 1,000 codes a second.
+    let mut control = Control::start(
+        &site,
+        &[
+            "--reserve",
+            "100",
+            "--block-size",
+            "100",
+            "--max-mint-rate",
+            "1000",
+        ],
+    );
+    let code = control.create("https://example.com/before");
+    let e = engine(&site, &control, &[]);
+    wait_until(Duration::from_secs(15), "in sync", || in_sync(&e));
+    assert_eq!(status_of(&e.addr, &format!("/{code}")), 302);
+    assert_eq!(e.metric("lasthop_engine_unconfirmed_seconds"), Some(0.0));
+    let scheme = site.scheme();
+    // Counter 1,500: far above the mark (at most 200 after one block) and its reserve.
+    let minted_meanwhile = scheme.encode_string(1_500).unwrap();
+    let scanner = scheme.encode_string(1_000_000_000).unwrap();
+    assert_eq!(
+        status_of(&e.addr, &format!("/{minted_meanwhile}")),
+        404,
+        "in sync: never issued"
+    );
+
+    control.kill();
+    // 1,000 codes/s: after 1.5 s or so counter 1,500 may have been minted.
+    wait_until(Duration::from_secs(10), "the window widens", || {
+        status_of(&e.addr, &format!("/{minted_meanwhile}")) == 503
+    });
+    assert_eq!(
+        status_of(&e.addr, &format!("/{scanner}")),
+        404,
+        "still arithmetic"
+    );
+    assert_eq!(
+        status_of(&e.addr, &format!("/{code}")),
+        302,
+        "redirects outrank freshness"
+    );
+    let unconfirmed = e.metric("lasthop_engine_unconfirmed_seconds").unwrap();
+    assert!(unconfirmed >= 1.0, "{unconfirmed}");
+
+    control.restart();
+    wait_until(Duration::from_secs(15), "back in sync", || in_sync(&e));
+    wait_until(Duration::from_secs(5), "the truthful window again", || {
+        status_of(&e.addr, &format!("/{minted_meanwhile}")) == 404
+    });
+    assert_eq!(e.metric("lasthop_engine_unconfirmed_seconds"), Some(0.0));
+}
