@@ -252,8 +252,17 @@ async fn status_report(
     })?;
     let last_seq = *state.0.store.commits().borrow();
     let engine = report.engine.clone();
-    match state.0.fleet.record(report, last_seq, now_ms()) {
-        Ok(()) => {
+    let now = now_ms();
+    match state.0.fleet.record(report, last_seq, now) {
+        Ok(recorded) => {
+            if state.0.fleet.save_due(recorded, now) {
+                let fleet = Arc::clone(&state.0.fleet);
+                match tokio::task::spawn_blocking(move || fleet.save(now)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "saving the fleet"),
+                    Err(e) => tracing::warn!(error = %e, "saving the fleet: task"),
+                }
+            }
             if state.0.fleet.is_shared() {
                 // Every control plane on the store lists this engine.
                 let fleet = Arc::clone(&state.0.fleet);

@@ -1037,7 +1037,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let dyn_store = Arc::clone(&store);
     let shared = Arc::clone(&store).shared();
-    let fleet = Arc::new(Fleet::with_shared(shared.clone()));
+    let fleet = Arc::new(match &shared {
+        Some(_) => Fleet::with_shared(shared.clone()),
+        // The embedded store's fleet survives restarts in a file beside it.
+        None => Fleet::with_file(args.data_dir.join("fleet.json")),
+    });
     let publisher = Publisher::new(
         Arc::clone(&dyn_store),
         Arc::clone(&fleet),

@@ -835,7 +835,29 @@ async fn patch_link(
     update_link(&state, &who, code, update).await
 }
 
-/// `GET /v1/edges`: every engine that reported in the last ten minutes (core/FEED.md).
+/// `DELETE /v1/edges/{engine}`: an admin takes an engine off the fleet (decommissioned): 204,
+/// or 404 `unknown_engine`. It stops counting for the lag alarm.
+async fn remove_edge(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(engine): Path<String>,
+) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    let fleet = Arc::clone(&state.0.fleet);
+    let name = engine.clone();
+    let known = blocking(move || fleet.remove(&name, now_ms())).await?;
+    if !known {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_engine",
+            "no engine by that id on the fleet",
+        ));
+    }
+    tracing::info!(%engine, by = %who.owner, "engine removed from the fleet");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /v1/edges`: every engine on the fleet, with its state (core/FEED.md).
 async fn list_edges(State(state): State<AppState>, Auth(who): Auth) -> Result<Response, ApiError> {
     require_admin(&who)?;
     let store = Arc::clone(&state.0.store);
@@ -846,7 +868,10 @@ async fn list_edges(State(state): State<AppState>, Auth(who): Auth) -> Result<Re
         store.last_seq()
     })
     .await?;
-    let edges = state.0.fleet.view(last_seq, now_ms());
+    let edges = state
+        .0
+        .fleet
+        .view(last_seq, now_ms(), state.0.config.edge_lag_alarm_secs);
     Ok(Json(json!({"last_seq": last_seq, "edges": edges})).into_response())
 }
 
@@ -1015,7 +1040,11 @@ async fn resolve(
 async fn metrics(State(state): State<AppState>) -> Response {
     // Lag grows with time alone, so the edge gauges are computed at each scrape.
     let last_seq = *state.0.store.commits().borrow();
-    let summary = summarize(&state.0.fleet.view(last_seq, now_ms()));
+    let summary = summarize(&state.0.fleet.view(
+        last_seq,
+        now_ms(),
+        state.0.config.edge_lag_alarm_secs,
+    ));
     let m = &state.0.metrics;
     m.edge_engines
         .set(i64::try_from(summary.engines).unwrap_or(i64::MAX));
@@ -1097,6 +1126,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/resolve", post(resolve))
         .route("/v1/edges", get(list_edges))
+        .route("/v1/edges/{engine}", axum::routing::delete(remove_edge))
         .route("/v1/admin/snapshots", post(publish_snapshot))
         .route("/v1/admin/clicks/recompute", post(recompute_clicks))
         .route("/metrics", get(metrics))

@@ -754,6 +754,8 @@ pub trait Shared: Send + Sync {
     fn put_edge(&self, engine: &str, entry: &str, received_ms: i64) -> Result<(), StoreError>;
     /// Every engine's entry received since `since_ms`.
     fn edges(&self, since_ms: i64) -> Result<Vec<String>, StoreError>;
+    /// Forgets `engine`'s entry (an admin removed it from the fleet); false when there was none.
+    fn delete_edge(&self, engine: &str) -> Result<bool, StoreError>;
     /// Stores a published snapshot's bytes from `file` under its frame, and announces it.
     fn put_snapshot(
         &self,

@@ -777,6 +777,8 @@ async fn edges_and_the_lag_alarm() {
     let lag = v["edges"][0]["lag_seconds"].as_f64().unwrap();
     assert!((60.0..70.0).contains(&lag), "{v}");
     assert_eq!(v["edges"][0]["safe_mode"], true);
+    assert_eq!(v["edges"][0]["state"], "missing", "silent for a minute");
+    let alarm = |text: &str, line: &str| text.lines().any(|l| l == line);
     let (_, text, _) = api.send("GET", "/metrics", None, &[], None).await;
     let text = text.as_str().unwrap();
     for line in [
@@ -784,6 +786,22 @@ async fn edges_and_the_lag_alarm() {
         "lasthop_edge_lag_alarm 1",
         "lasthop_edge_worst_lag_sequences 0",
     ] {
-        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        assert!(alarm(text, line), "{line} in\n{text}");
     }
+
+    // Only an admin takes it off the fleet, and the alarm goes with it.
+    let path = "/v1/edges/e1";
+    let (s, _, _) = api.send("DELETE", path, Some(&api.alice), &[], None).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _, _) = api.send("DELETE", path, Some(&api.admin), &[], None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, v, _) = api.send("DELETE", path, Some(&api.admin), &[], None).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("unknown_engine"))
+    );
+    let (_, v) = api.get("/v1/edges", &api.admin).await;
+    assert_eq!(v["edges"], json!([]));
+    let (_, text, _) = api.send("GET", "/metrics", None, &[], None).await;
+    assert!(alarm(text.as_str().unwrap(), "lasthop_edge_lag_alarm 0"));
 }

@@ -447,3 +447,42 @@ fn a_lost_feed_widens_the_marks_by_the_mint_rate() {
     });
     assert_eq!(e.metric("lasthop_engine_unconfirmed_seconds"), Some(0.0));
 }
+
+/// The fleet the control plane expects survives its restart (embedded store: `fleet.json`),
+/// and only an admin's `DELETE /v1/edges/{engine}` takes an engine off it.
+#[test]
+fn the_fleet_list_survives_a_control_plane_restart() {
+    let site = Site::new();
+    let mut control = Control::start(&site, &[]);
+    let e = engine(&site, &control, &["--engine-id", "pop1-host7", "--pop", "ams"]);
+    let listed = |c: &Control| -> Vec<(String, String)> {
+        c.edges()["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                (
+                    x["engine"].as_str().unwrap().to_string(),
+                    x["state"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    wait_until(Duration::from_secs(15), "the engine reports", || {
+        listed(&control) == [("pop1-host7".to_string(), "connected".to_string())]
+    });
+    drop(e);
+    control.restart();
+    let after = listed(&control);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].0, "pop1-host7");
+    let (status, v) = control.call(
+        "DELETE",
+        "/v1/edges/pop1-host7",
+        &control.admin_key.clone(),
+        None,
+    );
+    assert_eq!(status, 204, "{v}");
+    control.restart();
+    assert!(listed(&control).is_empty(), "removed for good");
+}

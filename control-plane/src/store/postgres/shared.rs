@@ -81,10 +81,11 @@ impl Shared for PgStore {
             )
             .await
             .map_err(pg)?;
-            // Old reports go with the writes that would have replaced them.
+            // Engines silent for a week go with the writes that would have replaced them
+            // (the fleet forgets them too); silent ones before that stay listed as missing.
             c.execute(
                 "DELETE FROM edge_reports WHERE received_ms < $1",
-                &[&(received_ms - crate::fleet::REPORT_TTL_MS)],
+                &[&(received_ms - crate::fleet::FORGET_AFTER_MS)],
             )
             .await
             .map_err(pg)?;
@@ -102,6 +103,17 @@ impl Shared for PgStore {
                 .await
                 .map_err(pg)?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn delete_edge(&self, engine: &str) -> Result<bool, StoreError> {
+        let engine = engine.to_string();
+        self.with_client(move |c| async move {
+            let n = c
+                .execute("DELETE FROM edge_reports WHERE engine = $1", &[&engine])
+                .await
+                .map_err(pg)?;
+            Ok(n > 0)
         })
     }
 
