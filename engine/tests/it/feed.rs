@@ -454,7 +454,11 @@ fn a_lost_feed_widens_the_marks_by_the_mint_rate() {
 fn the_fleet_list_survives_a_control_plane_restart() {
     let site = Site::new();
     let mut control = Control::start(&site, &[]);
-    let e = engine(&site, &control, &["--engine-id", "pop1-host7", "--pop", "ams"]);
+    let e = engine(
+        &site,
+        &control,
+        &["--engine-id", "pop1-host7", "--pop", "ams"],
+    );
     let listed = |c: &Control| -> Vec<(String, String)> {
         c.edges()["edges"]
             .as_array()
