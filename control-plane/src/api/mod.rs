@@ -835,6 +835,97 @@ async fn patch_link(
     update_link(&state, &who, code, update).await
 }
 
+/// How far back `GET /v1/links/{code}/enforcement` looks for a link's last change.
+pub const ENFORCEMENT_WINDOW: u64 = 200_000;
+
+/// The most recent change to `code` among the last `window` changes of the log (up to
+/// `last_seq`): `(seq, state change?)`, or `None` when there is none in the window.
+fn last_change_of(
+    store: &dyn Store,
+    code: &str,
+    last_seq: u64,
+    window: u64,
+) -> Result<Option<(u64, bool)>, StoreError> {
+    let mut cursor = last_seq.saturating_sub(window);
+    let mut found = None;
+    loop {
+        let page = store.changes_since(cursor, 1_000)?;
+        let Some(&(last, _)) = page.last() else {
+            return Ok(found);
+        };
+        for (seq, change) in page {
+            if seq > last_seq {
+                return Ok(found);
+            }
+            match change {
+                lasthop_core::Change::StateChanged { code: c, .. } if c == code => {
+                    found = Some((seq, true))
+                }
+                lasthop_core::Change::LinkCreated { link, .. } if link.code == code => {
+                    found = Some((seq, false))
+                }
+                _ => {}
+            }
+        }
+        cursor = last;
+    }
+}
+
+/// `GET /v1/links/{code}/enforcement` (admin): "is the takedown we issued enforced?" For the
+/// link's last change (a state change, else its creation), the engines whose reported
+/// sequence has reached it and those whose has not (missing ones included: nobody knows what
+/// they serve). A change older than the last [`ENFORCEMENT_WINDOW`] changes is not located
+/// exactly; then `change_seq` is null, `at_or_before` bounds it, and an engine counts as having
+/// applied it when it reached that bound.
+async fn enforcement(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(code): Path<String>,
+) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    let store = Arc::clone(&state.0.store);
+    let fleet = Arc::clone(&state.0.fleet);
+    let lookup = code.clone();
+    let (link, last_seq, change) = blocking(move || {
+        fleet.refresh(now_ms())?;
+        let Some(link) = store.get(&lookup)? else {
+            return Ok::<_, StoreError>(None);
+        };
+        let last_seq = store.last_seq()?;
+        let change = last_change_of(&*store, &lookup, last_seq, ENFORCEMENT_WINDOW)?;
+        Ok(Some((link, last_seq, change)))
+    })
+    .await?
+    .ok_or_else(ApiError::not_found)?;
+    // Not in the window: the creation if that is inside it's impossible (it would have been
+    // found), so the change lies at or before the window's start.
+    let window_start = last_seq.saturating_sub(ENFORCEMENT_WINDOW).max(link.seq);
+    let (need, change_seq, kind) = match change {
+        Some((seq, true)) => (seq, Some(seq), "state_changed"),
+        Some((seq, false)) => (seq, Some(seq), "created"),
+        None => (window_start, None, "before_window"),
+    };
+    let now = now_ms();
+    let edges = state
+        .0
+        .fleet
+        .view(last_seq, now, state.0.config.edge_lag_alarm_secs);
+    let entry = |e: &crate::fleet::EdgeView| json!({"engine": e.engine, "pop": e.pop, "state": e.state, "applied_seq": e.applied_seq});
+    let (applied, pending): (Vec<_>, Vec<_>) = edges.iter().partition(|e| e.applied_seq >= need);
+    Ok(Json(json!({
+        "code": code,
+        "status": api_status(&link.state, now),
+        "change": kind,
+        "change_seq": change_seq,
+        "at_or_before": if change_seq.is_none() { Some(need) } else { None },
+        "last_seq": last_seq,
+        "enforced": pending.is_empty(),
+        "applied": applied.into_iter().map(entry).collect::<Vec<_>>(),
+        "pending": pending.into_iter().map(entry).collect::<Vec<_>>(),
+    }))
+    .into_response())
+}
+
 /// `DELETE /v1/edges/{engine}`: an admin takes an engine off the fleet (decommissioned): 204,
 /// or 404 `unknown_engine`. It stops counting for the lag alarm.
 async fn remove_edge(
@@ -1099,6 +1190,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/links/{code}/unpin", post(safety::unpin_link))
         .route("/v1/links/{code}/appeal", post(safety::appeal))
         .route("/v1/links/{code}/history", get(safety::history))
+        .route("/v1/links/{code}/enforcement", get(enforcement))
         .route("/v1/links/{code}/stats", get(link_stats))
         .route("/v1/reports", post(safety::report))
         .route("/v1/reports/thanks", get(safety::thanks))

@@ -490,3 +490,65 @@ fn the_fleet_list_survives_a_control_plane_restart() {
     control.restart();
     assert!(listed(&control).is_empty(), "removed for good");
 }
+
+/// "Is the takedown we issued enforced?": `GET /v1/links/{code}/enforcement` lists the engines
+/// whose reported sequence reached the link's last change and those whose has not, a stopped
+/// engine among the latter.
+#[test]
+fn enforcement_names_the_engines_that_have_not_applied_a_takedown() {
+    let site = Site::new();
+    let control = Control::start(&site, &[]);
+    let code = control.create("https://example.com/phish");
+    let a = engine(&site, &control, &["--engine-id", "ams-1", "--pop", "ams"]);
+    let b = engine(&site, &control, &["--engine-id", "fra-1", "--pop", "fra"]);
+    wait_until(Duration::from_secs(15), "both in sync", || {
+        in_sync(&a) && in_sync(&b)
+    });
+    let enforcement = || {
+        let (status, v) = control.call(
+            "GET",
+            &format!("/v1/links/{code}/enforcement"),
+            &control.admin_key,
+            None,
+        );
+        assert_eq!(status, 200, "{v}");
+        v
+    };
+    let names = |v: &serde_json::Value, key: &str| -> Vec<String> {
+        v[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["engine"].as_str().unwrap().to_string())
+            .collect()
+    };
+    wait_until(Duration::from_secs(5), "both report the creation", || {
+        let v = enforcement();
+        v["change"] == "created" && names(&v, "applied").len() == 2
+    });
+
+    drop(b);
+    control.takedown(&code, "phishing");
+    wait_until(Duration::from_secs(5), "ams-1 applied the takedown", || {
+        let v = enforcement();
+        v["change"] == "state_changed" && names(&v, "applied") == ["ams-1"]
+    });
+    let v = enforcement();
+    assert_eq!(v["status"], "taken_down");
+    assert_eq!(names(&v, "pending"), ["fra-1"], "{v}");
+    assert_eq!(v["enforced"], false);
+    assert!(v["change_seq"].as_u64().unwrap() <= v["last_seq"].as_u64().unwrap());
+    assert_eq!(status_of(&a.addr, &format!("/{code}")), 410);
+
+    // Decommissioned: off the fleet, and the takedown counts as enforced everywhere it runs.
+    let (status, _) = control.call("DELETE", "/v1/edges/fra-1", &control.admin_key, None);
+    assert_eq!(status, 204);
+    assert_eq!(enforcement()["enforced"], true);
+    let (status, v) = control.call(
+        "GET",
+        &format!("/v1/links/{code}/enforcement"),
+        &control.key,
+        None,
+    );
+    assert_eq!(status, 403, "admins only: {v}");
+}
