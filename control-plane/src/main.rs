@@ -15,6 +15,7 @@ use lasthop_control::edge_token::EdgeToken;
 use lasthop_control::feed::Feed;
 use lasthop_control::fleet::Fleet;
 use lasthop_control::publish::{PublishConfig, Publisher};
+use lasthop_control::snapshot::HotSet;
 use lasthop_control::store::CommitObserver;
 use lasthop_control::{
     metrics::Metrics, router, ApiConfig, ApiKeys, AppState, EmbeddedStore, EmbeddedStoreConfig,
@@ -346,8 +347,9 @@ enum StoreCommand {
 
 #[derive(Subcommand)]
 enum SnapshotCommand {
-    /// Build a snapshot of every link in the store (for the embedded store, run while `serve`
-    /// is stopped: the store file has one owner at a time; PostgreSQL is read while it serves).
+    /// Build a snapshot of every link in the store, or with `--hot` the hot set `serve`
+    /// publishes (for the embedded store, run while `serve` is stopped: the store file has one
+    /// owner at a time; PostgreSQL is read while it serves).
     Build {
         #[command(flatten)]
         store: StoreArgs,
@@ -356,7 +358,38 @@ enum SnapshotCommand {
         /// Counters above a region's mark that an edge still treats as possibly issued.
         #[arg(long, default_value_t = lasthop_core::region::DEFAULT_RESERVE)]
         reserve: u64,
+        /// The hot set within the budget below (popular links from DATA_DIR/clicks/rollups.redb
+        /// when it exists), instead of every link.
+        #[arg(long)]
+        hot: bool,
+        #[command(flatten)]
+        budget: HotSetArgs,
     },
+}
+
+/// What a hot-set snapshot may hold (control-plane/src/snapshot.rs has the ranking).
+#[derive(Args, Clone, Copy)]
+struct HotSetArgs {
+    /// Most links in a snapshot: links created in the last --snapshot-recent-days first, newest
+    /// first, then the most clicked over 30 days; engines ask the origin for the rest.
+    #[arg(long, env = "LASTHOP_SNAPSHOT_MAX_LINKS", default_value_t = HotSet::default().max_links)]
+    snapshot_max_links: u64,
+    /// Most bytes of entries in a snapshot (key and URL plus 20 bytes a link).
+    #[arg(long, env = "LASTHOP_SNAPSHOT_MAX_BYTES", default_value_t = HotSet::default().max_bytes)]
+    snapshot_max_bytes: u64,
+    /// Links created within this many days are in the snapshot (within the budget).
+    #[arg(long, env = "LASTHOP_SNAPSHOT_RECENT_DAYS", default_value_t = HotSet::default().recent_days)]
+    snapshot_recent_days: u32,
+}
+
+impl HotSetArgs {
+    fn hot_set(self) -> HotSet {
+        HotSet {
+            max_links: self.snapshot_max_links,
+            max_bytes: self.snapshot_max_bytes,
+            recent_days: self.snapshot_recent_days,
+        }
+    }
 }
 
 /// Where `apikey` finds the keys.
@@ -588,6 +621,8 @@ struct ServeArgs {
     /// (the overlay every engine holds in memory until then).
     #[arg(long, env = "LASTHOP_SNAPSHOT_MAX_OVERLAY", default_value_t = 100_000)]
     snapshot_max_overlay: u64,
+    #[command(flatten)]
+    hot: HotSetArgs,
     /// Counters above a region's mark that snapshots tell edges may still be issued.
     #[arg(long, env = "LASTHOP_RESERVE", default_value_t = lasthop_core::region::DEFAULT_RESERVE)]
     reserve: u64,
@@ -661,17 +696,36 @@ fn main() -> anyhow::Result<()> {
                     store,
                     out,
                     reserve,
+                    hot,
+                    budget,
                 },
         } => {
             let (key, opened) = store.open()?;
             let started = std::time::Instant::now();
-            let (seq, info) = lasthop_control::snapshot::build_snapshot(
-                &*opened,
-                key.id(),
-                store.regions,
-                reserve,
-                &out,
-            )?;
+            let (seq, info) = if hot {
+                let hot = budget.hot_set();
+                let popular = offline_popular(&store, &hot);
+                let (seq, info, stats) = lasthop_control::snapshot::build_hot_snapshot(
+                    &*opened,
+                    key.id(),
+                    store.regions,
+                    reserve,
+                    &out,
+                    &hot,
+                    &popular,
+                    lasthop_control::clock::now_ms(),
+                )?;
+                eprintln!("hot set: {stats:?}");
+                (seq, info)
+            } else {
+                lasthop_control::snapshot::build_snapshot(
+                    &*opened,
+                    key.id(),
+                    store.regions,
+                    reserve,
+                    &out,
+                )?
+            };
             eprintln!("built in {:.3} s", started.elapsed().as_secs_f64());
             let store = opened;
             store.shutdown()?;
@@ -1053,6 +1107,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             interval: Duration::from_secs(args.snapshot_interval_secs.max(1)),
             max_overlay: args.snapshot_max_overlay,
             signing: signing.map(Arc::new),
+            hot: args.hot.hot_set(),
         },
     )?;
     let processor = match args.clicks.clicks {
@@ -1109,6 +1164,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Some(p) => {
             let handle = p.handle();
             state.set_clicks(handle.clone());
+            publisher.set_rollups(Arc::clone(handle.store()));
             Some((handle, p.spawn()?))
         }
         None => None,
@@ -1206,6 +1262,35 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     store.shutdown()?;
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// Popular links for an offline hot-set build: the rollups in `DATA_DIR/clicks/rollups.redb`
+/// when there is one and no server holds it; none otherwise (said on stderr).
+fn offline_popular(store: &StoreArgs, hot: &HotSet) -> Vec<(String, u64)> {
+    use lasthop_control::clicks::{day::Day, store::RollupStore};
+    let Some(path) = store
+        .data_dir
+        .as_ref()
+        .map(|d| d.join("clicks").join("rollups.redb"))
+        .filter(|p| p.exists())
+    else {
+        return Vec::new();
+    };
+    let today = Day::today();
+    let n = usize::try_from(hot.max_links).unwrap_or(usize::MAX);
+    match RollupStore::open(&path).and_then(|r| {
+        r.top_codes(
+            today.minus(lasthop_control::snapshot::POPULAR_DAYS - 1),
+            today,
+            n,
+        )
+    }) {
+        Ok(top) => top,
+        Err(e) => {
+            eprintln!("no popular links ({e}); the recent ones alone");
+            Vec::new()
+        }
+    }
 }
 
 /// On a shared store, keeps this control plane's caches of what the others change: owners'

@@ -34,11 +34,14 @@ use lasthop_core::feed::{snapshot_id, valid_snapshot_id, SnapshotFrame, SNAPSHOT
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
+use crate::clicks::day::Day;
+use crate::clicks::store::RollupStore;
 use crate::clock::now_ms;
 use crate::error_chain::ErrorChain;
 use crate::fleet::Fleet;
 use crate::signing::SigningKey;
 use crate::snapshot::SnapshotBuildError;
+use crate::snapshot::{HotSet, POPULAR_DAYS};
 use crate::store::{Lead, News, Shared, Store, StoreError};
 
 /// Snapshots kept whatever engines report.
@@ -149,6 +152,9 @@ pub struct PublishConfig {
     pub max_overlay: u64,
     /// Signs every snapshot frame announced (`--snapshot-signing-key`).
     pub signing: Option<Arc<SigningKey>>,
+    /// What a snapshot holds (`--snapshot-max-links`, `--snapshot-max-bytes`,
+    /// `--snapshot-recent-days`).
+    pub hot: HotSet,
 }
 
 /// The publisher: builds, announces and collects snapshots.
@@ -164,6 +170,8 @@ pub struct Publisher {
     /// One copy from the store at a time, so a download and a catch-up that want the same
     /// snapshot never write one temporary file together (the second finds the copy made).
     fetching: std::sync::Mutex<()>,
+    /// The click rollups, where popular links come from (set once the processor runs).
+    rollups: std::sync::OnceLock<Arc<RollupStore>>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -210,7 +218,31 @@ impl Publisher {
             latest,
             building: tokio::sync::Mutex::new(()),
             fetching: std::sync::Mutex::new(()),
+            rollups: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Popular links come from these rollups from now on (the click processor's).
+    pub fn set_rollups(&self, rollups: Arc<RollupStore>) {
+        let _ = self.rollups.set(rollups);
+    }
+
+    /// The codes with the most human clicks over the last [`POPULAR_DAYS`] days, most first, as
+    /// many as the budget could hold; none without rollups (or when they cannot be read: the
+    /// snapshot then holds the recent links alone, and says so in the log).
+    fn popular(&self, hot: &HotSet) -> Vec<(String, u64)> {
+        let Some(rollups) = self.rollups.get() else {
+            return Vec::new();
+        };
+        let today = Day::today();
+        let n = usize::try_from(hot.max_links).unwrap_or(usize::MAX);
+        match rollups.top_codes(today.minus(POPULAR_DAYS - 1), today, n) {
+            Ok(top) => top,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the click rollups for popular links; building with the recent ones alone");
+                Vec::new()
+            }
+        }
     }
 
     /// Makes `frame` the newest snapshot, signed when there is a signing key; returns it as
@@ -522,13 +554,28 @@ impl Publisher {
             .dir
             .join(format!(".building-{}{SUFFIX}", std::process::id()));
         let result = (|| {
-            let (seq, _info) = crate::snapshot::build_snapshot(
+            let started = std::time::Instant::now();
+            let hot = &self.config.hot;
+            let popular = self.popular(hot);
+            let (seq, info, stats) = crate::snapshot::build_hot_snapshot(
                 &*self.store,
                 self.config.key_id,
                 self.config.regions,
                 self.config.reserve,
                 &temp,
+                hot,
+                &popular,
+                now_ms(),
             )?;
+            tracing::info!(
+                links = info.links,
+                recent = stats.recent,
+                popular = stats.popular,
+                left_out = stats.left_out,
+                changes_read = stats.changes_read,
+                ms = started.elapsed().as_millis() as u64,
+                "built a hot-set snapshot"
+            );
             let (sha256, size) = sha256_file(&temp)?;
             let id = snapshot_id(seq, &sha256);
             let path = self.config.dir.join(format!("{id}{SUFFIX}"));

@@ -1,15 +1,73 @@
-//! Building an edge snapshot from the store (`lasthop-control snapshot build`).
+//! Building an edge snapshot from the store.
 //!
-//! Every link goes in: live ones with their URL and expiry, and deleted, disabled or taken-down
-//! ones with an empty URL, which the engine answers 410 locally (an empty URL is never
-//! servable) instead of asking the origin about a code it already knows is gone.
+//! Two shapes, one entry format: live links with their URL and expiry, deleted, disabled or
+//! taken-down ones with an empty URL, which the engine answers 410 locally (an empty URL is
+//! never servable) instead of asking the origin about a code it already knows is gone.
+//!
+//! - [`build_snapshot`]: every link (`lasthop-control snapshot build` without a budget): a full
+//!   walk of the store.
+//! - [`build_hot_snapshot`]: the hot set, what an edge should answer locally, inside a budget
+//!   ([`HotSet`]: `--snapshot-max-links`, `--snapshot-max-bytes`, `--snapshot-recent-days`),
+//!   which `serve` publishes. Everything else is answered by the engines' origin read-through.
+//!   Its cost grows with the hot set, not with the store: the recent links come from the tail of
+//!   the change log (a binary search by creation time finds where "recent" starts; the log is
+//!   the store's index by creation time), the popular ones from the click rollups' top codes,
+//!   and each candidate's current state is one keyed read.
+//!
+//! The ranking (documented in core/FEED.md, "Snapshot publishing"): first every link created in
+//! the last `recent_days`, newest first (a new link is the likeliest to be clicked, and the one
+//! no origin cache holds yet); then the links with the most human clicks over the last
+//! [`POPULAR_DAYS`] days, most first; both cut where the budget ends.
 
+use std::collections::HashSet;
 use std::path::Path;
 
-use lasthop_core::{HighWater, LinkStatus, RegionError};
+use lasthop_core::{Change, HighWater, LinkStatus, RegionError};
 use lasthop_snapshot::{SealedInfo, SnapshotMeta, SnapshotWriter};
 
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoredLink};
+
+/// Days of clicks that make a link popular.
+pub const POPULAR_DAYS: u32 = 30;
+
+/// What a hot-set snapshot may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotSet {
+    /// Most links (codes and aliases).
+    pub max_links: u64,
+    /// Most bytes of entries: key and URL plus [`ENTRY_OVERHEAD`] each (the file's own
+    /// overhead is about 20 bytes a link; the header is not counted).
+    pub max_bytes: u64,
+    /// Links created within this many days are in, newest first.
+    pub recent_days: u32,
+}
+
+impl Default for HotSet {
+    /// 10M links or 2 GiB, a week of new links: a PoP host's memory holds it many times over.
+    fn default() -> Self {
+        HotSet {
+            max_links: 10_000_000,
+            max_bytes: 2 << 30,
+            recent_days: 7,
+        }
+    }
+}
+
+/// Bytes counted per entry beyond its key and URL (index slot and entry head).
+pub const ENTRY_OVERHEAD: u64 = 20;
+
+/// What went into a hot-set snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HotStats {
+    /// Links created within the recent days.
+    pub recent: u64,
+    /// Links in for their clicks.
+    pub popular: u64,
+    /// Candidates read and left out because the budget was spent (the rest are not read).
+    pub left_out: u64,
+    /// Changes of the log read to find the recent links.
+    pub changes_read: u64,
+}
 
 /// Why a snapshot could not be built from the store.
 #[derive(Debug, thiserror::Error)]
@@ -66,4 +124,295 @@ pub fn build_snapshot(
     }
     walked?;
     Ok((sequence, writer.seal()?))
+}
+
+/// Writes the hot set of `store` to `out` within `hot` (see the module docs): the links created
+/// since `now_ms` − `hot.recent_days`, then `popular` (codes with their clicks, most first; the
+/// caller reads them from the rollups), cut at the budget. Returns the change-log sequence it is
+/// complete up to (for every link it holds), what the writer sealed, and what went in.
+#[allow(clippy::too_many_arguments)]
+pub fn build_hot_snapshot(
+    store: &dyn Store,
+    key_id: u32,
+    regions: u32,
+    reserve: u64,
+    out: &Path,
+    hot: &HotSet,
+    popular: &[(String, u64)],
+    now_ms: i64,
+) -> Result<(u64, SealedInfo, HotStats), SnapshotBuildError> {
+    let mut high_water = HighWater::new(regions, reserve)?;
+    for (region, mark) in store.high_water_marks()? {
+        high_water.raise(region, mark)?;
+    }
+    // Taken before the reads, as for a full build.
+    let sequence = store.last_seq()?;
+    let mut stats = HotStats::default();
+    let cutoff = now_ms.saturating_sub(i64::from(hot.recent_days) * 86_400_000);
+    let recent = recent_codes(store, cutoff, sequence, &mut stats)?;
+    let meta = SnapshotMeta::new(sequence, key_id, high_water);
+    let mut writer = SnapshotWriter::create(out, meta)?;
+    let mut taken: HashSet<String> = HashSet::new();
+    let (mut links, mut bytes) = (0u64, 0u64);
+    let candidates = recent
+        .iter()
+        .rev()
+        .map(|c| (c.as_str(), true))
+        .chain(popular.iter().map(|(c, _)| (c.as_str(), false)));
+    let mut batch: Vec<(String, bool)> = Vec::with_capacity(BATCH);
+    let mut full = false;
+    let mut flush = |batch: &mut Vec<(String, bool)>,
+                     writer: &mut SnapshotWriter,
+                     stats: &mut HotStats,
+                     full: &mut bool|
+     -> Result<(), SnapshotBuildError> {
+        let codes: Vec<String> = batch.iter().map(|(c, _)| c.clone()).collect();
+        let found = store.get_many(&codes)?;
+        for ((code, recent), link) in batch.drain(..).zip(found) {
+            let Some(link) = link else { continue };
+            if *full {
+                stats.left_out += 1;
+                continue;
+            }
+            let url = servable_url(&link, now_ms);
+            let size = (code.len() + url.len()) as u64 + ENTRY_OVERHEAD;
+            if links + 1 > hot.max_links || bytes + size > hot.max_bytes {
+                *full = true;
+                stats.left_out += 1;
+                continue;
+            }
+            writer.add(code.as_bytes(), url, link.state.expires_at_ms)?;
+            links += 1;
+            bytes += size;
+            if recent {
+                stats.recent += 1;
+            } else {
+                stats.popular += 1;
+            }
+        }
+        Ok(())
+    };
+    for (code, recent) in candidates {
+        if !taken.insert(code.to_string()) {
+            continue;
+        }
+        batch.push((code.to_string(), recent));
+        if batch.len() == BATCH {
+            flush(&mut batch, &mut writer, &mut stats, &mut full)?;
+            if full {
+                // The rest is not even read.
+                break;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        flush(&mut batch, &mut writer, &mut stats, &mut full)?;
+    }
+    Ok((sequence, writer.seal()?, stats))
+}
+
+/// Candidates read from the store at a time.
+const BATCH: usize = 1_000;
+
+/// What an entry holds for `link`: its URL while it may redirect, else empty (410 at the edge).
+fn servable_url(link: &StoredLink, now_ms: i64) -> &[u8] {
+    match link.state.status(now_ms) {
+        LinkStatus::Active | LinkStatus::Expired => link.link.long_url.as_bytes(),
+        LinkStatus::Deleted | LinkStatus::Disabled | LinkStatus::TakenDown => b"",
+    }
+}
+
+/// The codes created at or after `cutoff_ms`, in change-log order (oldest first), from the log's
+/// tail up to `last_seq`.
+fn recent_codes(
+    store: &dyn Store,
+    cutoff_ms: i64,
+    last_seq: u64,
+    stats: &mut HotStats,
+) -> Result<Vec<String>, StoreError> {
+    let start = first_created_since(store, cutoff_ms, last_seq, stats)?;
+    let mut out = Vec::new();
+    let mut cursor = start.saturating_sub(1);
+    loop {
+        let page = store.changes_since(cursor, 10_000)?;
+        let Some(&(last, _)) = page.last() else {
+            return Ok(out);
+        };
+        stats.changes_read += page.len() as u64;
+        for (seq, change) in page {
+            if seq > last_seq {
+                return Ok(out);
+            }
+            if let Change::LinkCreated { link, .. } = change {
+                if link.created_at_ms >= cutoff_ms {
+                    out.push(link.code);
+                }
+            }
+        }
+        cursor = last;
+    }
+}
+
+/// The first change-log sequence at or after which links are created at or after `cutoff_ms`:
+/// a binary search over the log (creation times rise with the sequence, give or take one
+/// group commit; the caller filters by time anyway), each probe reading the first creation at or
+/// after its sequence.
+fn first_created_since(
+    store: &dyn Store,
+    cutoff_ms: i64,
+    last_seq: u64,
+    stats: &mut HotStats,
+) -> Result<u64, StoreError> {
+    // Changes at or before `lo` are older than the cutoff; at or after `hi`, not.
+    let (mut lo, mut hi) = (0u64, last_seq.saturating_add(1));
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        let page = store.changes_since(mid - 1, 64)?;
+        stats.changes_read += page.len() as u64;
+        let created = page.iter().find_map(|(seq, c)| match c {
+            Change::LinkCreated { link, .. } => Some((*seq, link.created_at_ms)),
+            Change::StateChanged { .. } => None,
+        });
+        match created {
+            Some((_, at)) if at >= cutoff_ms => hi = mid,
+            // Older, or a run of state changes: what was created before it is older.
+            _ => lo = mid,
+        }
+    }
+    // Back off by one page so creations committed slightly out of time order are not missed.
+    Ok(hi.saturating_sub(64).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Actor, CreateRequest, StateUpdate};
+    use crate::{EmbeddedStore, EmbeddedStoreConfig};
+    use lasthop_core::{CodeScheme, PermutationKey};
+    use lasthop_snapshot::Snapshot;
+
+    fn store(dir: &Path) -> EmbeddedStore {
+        let key = PermutationKey::from_bytes(&[9; 16]).unwrap();
+        let scheme = CodeScheme::new(&key).unwrap();
+        EmbeddedStore::open(
+            EmbeddedStoreConfig::new(dir.join("links.redb"), scheme),
+            None,
+        )
+        .unwrap()
+    }
+
+    fn create(s: &EmbeddedStore, url: &str, now_ms: i64) -> String {
+        let req = CreateRequest {
+            owner: "o".into(),
+            long_url: url.into(),
+            alias: None,
+            expires_at_ms: None,
+            idempotency: None,
+            now_ms,
+            hold: None,
+            actor: Actor::System,
+            destination: None,
+        };
+        match s.create(req).unwrap() {
+            crate::store::CreateOutcome::Created(l) | crate::store::CreateOutcome::Replayed(l) => {
+                l.link.code
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    const DAY: i64 = 86_400_000;
+
+    #[test]
+    fn the_hot_set_is_recent_links_then_popular_ones_within_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let now = 100 * DAY;
+        // Forty old links (created 30 days ago), then ten recent ones (one a day... ago).
+        let old: Vec<String> = (0..40)
+            .map(|i| create(&s, &format!("https://old.example/{i}"), now - 30 * DAY + i))
+            .collect();
+        let recent: Vec<String> = (0..10)
+            .map(|i| create(&s, &format!("https://new.example/{i}"), now - DAY + i))
+            .collect();
+        // A recent link taken down: in, with an empty URL (410 at the edge).
+        s.update_state(
+            &recent[0],
+            StateUpdate::Takedown {
+                reason: "phishing".into(),
+                warn: false,
+            },
+            &Actor::System,
+        )
+        .unwrap();
+        let popular = vec![
+            (old[7].clone(), 500),
+            (recent[3].clone(), 90),
+            (old[2].clone(), 40),
+        ];
+        let out = dir.path().join("hot.snap");
+        let hot = HotSet {
+            max_links: 12,
+            max_bytes: 1 << 20,
+            recent_days: 7,
+        };
+        let (_, _, stats) = build_hot_snapshot(&s, 1, 1, 100, &out, &hot, &popular, now).unwrap();
+        assert_eq!(
+            (stats.recent, stats.popular, stats.left_out),
+            (10, 2, 0),
+            "{stats:?}"
+        );
+        let snap = Snapshot::open(&out).unwrap();
+        for code in &recent[1..] {
+            assert!(snap.lookup(code.as_bytes()).is_some(), "recent {code}");
+        }
+        assert_eq!(
+            snap.lookup(recent[0].as_bytes()).map(|e| e.url().len()),
+            Some(0)
+        );
+        assert!(snap.lookup(old[7].as_bytes()).is_some(), "popular");
+        assert!(snap.lookup(old[2].as_bytes()).is_some(), "popular");
+        assert!(
+            snap.lookup(old[5].as_bytes()).is_none(),
+            "neither: the origin's"
+        );
+
+        // A tighter budget: the newest first, popular ones left out.
+        let hot = HotSet {
+            max_links: 4,
+            ..hot
+        };
+        let (_, _, stats) = build_hot_snapshot(&s, 1, 1, 100, &out, &hot, &popular, now).unwrap();
+        assert_eq!((stats.recent, stats.popular), (4, 0), "{stats:?}");
+        let snap = Snapshot::open(&out).unwrap();
+        assert!(snap.lookup(recent[9].as_bytes()).is_some(), "the newest");
+        assert!(snap.lookup(recent[1].as_bytes()).is_none());
+        // Bytes bound it too.
+        let hot = HotSet {
+            max_links: 100,
+            max_bytes: 3 * (7 + 24 + ENTRY_OVERHEAD),
+            recent_days: 7,
+        };
+        let (_, info, _) = build_hot_snapshot(&s, 1, 1, 100, &out, &hot, &popular, now).unwrap();
+        assert_eq!(info.links, 3, "{info:?}");
+    }
+
+    #[test]
+    fn finding_the_recent_links_reads_the_log_tail_not_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let now = 100 * DAY;
+        for i in 0..3_000 {
+            create(&s, "https://old.example/", now - 60 * DAY + i);
+        }
+        for i in 0..5 {
+            create(&s, "https://new.example/", now - DAY + i);
+        }
+        let out = dir.path().join("hot.snap");
+        let (_, _, stats) =
+            build_hot_snapshot(&s, 1, 1, 100, &out, &HotSet::default(), &[], now).unwrap();
+        assert_eq!(stats.recent, 5);
+        // A binary search (12 probes of at most 64 changes) and one page of margin, not 3,005.
+        assert!(stats.changes_read < 1_000, "{stats:?}");
+    }
 }

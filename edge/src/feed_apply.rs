@@ -68,6 +68,8 @@ pub struct FeedView {
     /// `links`.
     base: Tables,
     snapshot_seq: u64,
+    /// The id of the snapshot served, when it came from the feed.
+    snapshot_id: Option<String>,
     applied: u64,
     standing: HashMap<Box<[u8]>, DenyKind>,
     /// A standing list arriving in parts.
@@ -100,6 +102,7 @@ impl FeedView {
         FeedView {
             base,
             snapshot_seq,
+            snapshot_id: None,
             applied: snapshot_seq,
             standing: HashMap::new(),
             pending_denylist: None,
@@ -155,6 +158,11 @@ impl FeedView {
     /// The sequence of the snapshot served.
     pub fn snapshot_seq(&self) -> u64 {
         self.snapshot_seq
+    }
+
+    /// Names the snapshot the view started from (a downloaded one found on disk).
+    pub fn set_snapshot_id(&mut self, id: Option<String>) {
+        self.snapshot_id = id;
     }
 
     /// Applies one frame.
@@ -249,23 +257,32 @@ impl FeedView {
                 }
                 Applied::Changed
             }
-            Frame::Snapshot(s) if self.wants_snapshot(s.seq) => Applied::Download(s),
+            Frame::Snapshot(s) if self.wants_snapshot(s.seq, &s.id) => Applied::Download(s),
             Frame::Snapshot(_) | Frame::Unknown => Applied::Nothing,
         }
     }
 
-    /// Whether a snapshot complete up to `seq` would be news: newer than the one served, or
-    /// any at all when none is (a fresh control plane's first snapshot has sequence 0).
-    pub fn wants_snapshot(&self, seq: u64) -> bool {
-        self.base.snapshot.is_none() || seq > self.snapshot_seq
+    /// Whether snapshot `id`, complete up to `seq`, would be news: newer than the one served,
+    /// another build of the same sequence (a hot set re-ranked by clicks), or any at all when
+    /// none is served (a fresh control plane's first snapshot has sequence 0).
+    pub fn wants_snapshot(&self, seq: u64, id: &str) -> bool {
+        self.base.snapshot.is_none()
+            || seq > self.snapshot_seq
+            || (seq == self.snapshot_seq && self.snapshot_id.as_deref() != Some(id))
     }
 
-    /// Serves `snapshot` from now on: the overlay entries it covers are dropped and its
-    /// sequence counts as applied. Refuses a snapshot built under another key.
-    pub fn swap_snapshot(&mut self, snapshot: Arc<Snapshot>) -> Result<(), TablesError> {
+    /// Serves `snapshot` (named `id` when it came from the feed) from now on: the overlay
+    /// entries it covers are dropped and its sequence counts as applied. Refuses a snapshot
+    /// built under another key.
+    pub fn swap_snapshot(
+        &mut self,
+        snapshot: Arc<Snapshot>,
+        id: Option<&str>,
+    ) -> Result<(), TablesError> {
         let seq = snapshot.sequence();
         self.base = self.base.with_snapshot(snapshot)?;
         self.snapshot_seq = seq;
+        self.snapshot_id = id.map(str::to_owned);
         let dirty = &mut self.dirty;
         self.overlay.retain(|code, e| {
             let keep = e.seq > seq;
@@ -651,16 +668,23 @@ mod tests {
         };
         assert_eq!(
             v.apply(Frame::Snapshot(announced.clone())),
-            Applied::Download(announced)
+            Applied::Download(announced.clone())
         );
-        v.swap_snapshot(snapshot(11, &[("first-alias", "https://1/")]))
-            .unwrap();
+        v.swap_snapshot(
+            snapshot(11, &[("first-alias", "https://1/")]),
+            Some(&announced.id),
+        )
+        .unwrap();
         assert_eq!(v.snapshot_seq(), 11);
         let t = v.tables(true);
         assert!(t.overlay.get(b"first-alias").is_none(), "covered");
         assert!(t.overlay.get(b"second-alias").is_some(), "newer");
-        // An older or equal snapshot is not news.
-        assert!(!v.wants_snapshot(11) && v.wants_snapshot(12));
+        // An older snapshot, or the same one, is not news; a newer one is, and so is another
+        // build at the same sequence (the hot set re-ranked by clicks).
+        assert!(!v.wants_snapshot(10, "0000000000000010-00000000"));
+        assert!(!v.wants_snapshot(11, &announced.id));
+        assert!(v.wants_snapshot(11, "000000000000000b-11111111"));
+        assert!(v.wants_snapshot(12, "000000000000000c-00000000"));
         // Nor a snapshot under another key.
         let other = CodeScheme::new(&PermutationKey::from_bytes(&[4; 16]).unwrap()).unwrap();
         let mut w = SnapshotWriter::in_memory(SnapshotMeta::new(
@@ -671,7 +695,7 @@ mod tests {
         .unwrap();
         w.add(b"x-alias-1", b"https://x/", None).unwrap();
         let foreign = Arc::new(Snapshot::from_vec(w.seal().unwrap().1).unwrap());
-        assert!(v.swap_snapshot(foreign).is_err());
+        assert!(v.swap_snapshot(foreign, None).is_err());
         assert_eq!(v.snapshot_seq(), 11);
     }
 
@@ -698,7 +722,7 @@ mod tests {
             v.apply(Frame::LinkCreated(link(41, "new-alias", "https://new/"))),
             Applied::Changed
         );
-        assert!(v.wants_snapshot(45));
+        assert!(v.wants_snapshot(45, "000000000000002d-00000000"));
     }
 
     #[test]
@@ -839,7 +863,7 @@ mod tests {
                         v.apply(denylist(seq, &refs));
                     }
                     Step::Snapshot => {
-                        v.swap_snapshot(snapshot(seq, &[])).unwrap();
+                        v.swap_snapshot(snapshot(seq, &[]), None).unwrap();
                     }
                     Step::Rewind(to) => {
                         v.apply(hello(to.min(seq)));

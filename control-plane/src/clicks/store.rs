@@ -188,6 +188,35 @@ impl RollupStore {
         Ok(out)
     }
 
+    /// The `n` codes with the most human clicks from `from` to `to` (inclusive), most first
+    /// (ties by code): what makes a link popular for the edge's hot-set snapshot. Reads every
+    /// rollup of those days once, so its cost follows the codes clicked, not the links stored.
+    pub fn top_codes(
+        &self,
+        from: Day,
+        to: Day,
+        n: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(ROLLUPS).map_err(storage)?;
+        let mut clicks: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+        for row in table.range((from.0, "")..).map_err(storage)? {
+            let (k, v) = row.map_err(storage)?;
+            let (day, code) = k.value();
+            if day > to.0 {
+                break;
+            }
+            let rollup = decode(Day(day), code, v.value())?;
+            if rollup.human > 0 {
+                *clicks.entry(code.to_owned()).or_default() += rollup.human;
+            }
+        }
+        let mut top: Vec<(String, u64)> = clicks.into_iter().collect();
+        top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        top.truncate(n);
+        Ok(top)
+    }
+
     /// Every stored source position whose key starts with `prefix`.
     pub fn offsets(&self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
         let txn = self.db.begin_read().map_err(storage)?;
@@ -356,6 +385,19 @@ mod tests {
         assert_eq!(
             store.offsets("spool/").unwrap(),
             vec![("spool/w.0000000000".to_string(), 99)]
+        );
+        // Human clicks (half of each rollup_of) summed over the days asked, most first.
+        assert_eq!(
+            store.top_codes(d, d.next(), 10).unwrap(),
+            vec![("abc".to_string(), 3), ("other".to_string(), 1)]
+        );
+        assert_eq!(
+            store.top_codes(d.next(), d.next(), 10).unwrap(),
+            vec![("abc".to_string(), 1)]
+        );
+        assert_eq!(
+            store.top_codes(d, d, 1).unwrap(),
+            vec![("abc".to_string(), 2)]
         );
 
         // Close the first day, forget the offset.

@@ -375,7 +375,8 @@ pub fn start(
     stats: Arc<FeedStats>,
 ) -> std::io::Result<Feed> {
     let cfg = Arc::new(cfg);
-    let view = FeedView::new(base);
+    let mut view = FeedView::new(base);
+    view.set_snapshot_id(snapshot_id.clone());
     let snapshot_seq = view.snapshot_seq();
     stats.applied_seq.store(snapshot_seq, Ordering::Release);
     stats.snapshot_seq.store(snapshot_seq, Ordering::Relaxed);
@@ -598,7 +599,7 @@ impl Applier {
     ) -> bool {
         self.downloading = None;
         let changed = match result {
-            Ok(snapshot) if self.view.wants_snapshot(frame.seq) => {
+            Ok(snapshot) if self.view.wants_snapshot(frame.seq, &frame.id) => {
                 self.stats.downloads_ok.fetch_add(1, Ordering::Relaxed);
                 self.swap_snapshot(snapshot, Some(frame.id.clone()))
             }
@@ -619,7 +620,7 @@ impl Applier {
             }
         };
         if let Some(next) = self.queued.take() {
-            if self.view.wants_snapshot(next.seq) {
+            if self.view.wants_snapshot(next.seq, &next.id) {
                 self.announce(next);
             }
         }
@@ -627,7 +628,10 @@ impl Applier {
     }
 
     fn swap_snapshot(&mut self, snapshot: Arc<Snapshot>, id: Option<String>) -> bool {
-        if let Err(e) = self.view.swap_snapshot(Arc::clone(&snapshot)) {
+        if let Err(e) = self
+            .view
+            .swap_snapshot(Arc::clone(&snapshot), id.as_deref())
+        {
             tracing::error!(error = %e, "refusing snapshot");
             return false;
         }

@@ -9,6 +9,8 @@
 //!   control plane's processor into stats;
 //! - `feed`: the edge feed with a real control plane and several engines (new links,
 //!   takedowns, restarts, a lost feed and safe mode, snapshot swaps under load, the token);
+//! - `hotset`: hot-set snapshots: a link outside the budget read through, a clicked one
+//!   promoted into the next snapshot;
 //! - `safety`: trust and safety at the edge: a list reload's takedowns, an owner's suspension
 //!   across two engines, held links' interstitial until the first verdict, the report form;
 //! - `channel`: the edge channel secured: the feed, downloads and read-through over TLS with a
@@ -22,6 +24,7 @@ mod channel;
 mod clicks;
 mod feed;
 mod harness;
+mod hotset;
 mod lifecycle;
 mod origin;
 mod safety;
