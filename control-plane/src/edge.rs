@@ -13,7 +13,8 @@
 //!   mistakes its 404s for "no such link".
 //! - `GET /edge/v1/feed?after=SEQ&engine=ID&pop=NAME`: the feed ([`crate::feed`]).
 //! - `GET /edge/v1/snapshots/latest` and `GET /edge/v1/snapshots/{id}`: the newest snapshot's
-//!   frame, and any kept snapshot's bytes ([`crate::publish`]).
+//!   frame, and any kept snapshot's bytes ([`crate::publish`]); `{id}.zst` is its zstd copy.
+//!   Both answer single `Range` requests (206, 416), so an engine resumes a broken download.
 //! - `POST /edge/v1/status`: an engine's status report ([`crate::fleet`]).
 //! - `/healthz`.
 //!
@@ -32,7 +33,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -310,20 +311,33 @@ async fn latest_snapshot(State(state): State<EdgeState>) -> Result<Response, Edg
 async fn download_snapshot(
     State(state): State<EdgeState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, EdgeError> {
     let publisher = state.0.snapshots.clone().ok_or_else(unknown_snapshot)?;
-    // On a shared store a snapshot another control plane published may not be copied here
-    // yet: it is fetched from the store first.
-    let wanted = id.clone();
-    let path = match tokio::task::spawn_blocking(move || publisher.local_copy(&wanted)).await {
+    // `<id>.zst`: the zstd copy (made on first demand if publishing did not make it). On a
+    // shared store a snapshot another control plane published may not be copied here yet: it
+    // is fetched from the store first.
+    let (wanted, compressed) = match id.strip_suffix(".zst") {
+        Some(base) => (base.to_string(), true),
+        None => (id.clone(), false),
+    };
+    let found = tokio::task::spawn_blocking(move || {
+        if compressed {
+            publisher.compressed_copy(&wanted)
+        } else {
+            publisher.local_copy(&wanted)
+        }
+    })
+    .await;
+    let path = match found {
         Ok(Ok(Some(path))) => path,
         Ok(Ok(None)) => return Err(unknown_snapshot()),
         Ok(Err(e)) => {
-            tracing::error!(%id, error = %ErrorChain(&e), "copying a snapshot from the store");
+            tracing::error!(%id, error = %ErrorChain(&e), "preparing a snapshot download");
             return Err(EdgeError::unavailable());
         }
         Err(e) => {
-            tracing::error!(%id, error = %e, "copying a snapshot: task failed");
+            tracing::error!(%id, error = %e, "preparing a snapshot download: task failed");
             return Err(EdgeError::unavailable());
         }
     };
@@ -349,34 +363,136 @@ async fn download_snapshot(
             return Err(EdgeError::unavailable());
         }
     };
-    let (tx, body) = crate::body_stream::channel(DOWNLOAD_AHEAD);
-    tokio::task::spawn_blocking(move || loop {
-        let mut buf = vec![0u8; DOWNLOAD_CHUNK];
-        let chunk = match file.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => {
-                buf.truncate(n);
-                Ok(Bytes::from(buf))
+    // Both files are immutable under their name, so the id is a strong validator.
+    let etag = HeaderValue::from_str(&format!("\"{id}\"")).map_err(|_| unknown_snapshot())?;
+    let content_type = HeaderValue::from_static(if compressed {
+        "application/zstd"
+    } else {
+        "application/octet-stream"
+    });
+    let (status, start, count) = match byte_range(headers.get(header::RANGE), len) {
+        RangeAnswer::Whole => (StatusCode::OK, 0, len),
+        RangeAnswer::Part { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
+        RangeAnswer::Unsatisfiable => {
+            let mut resp = EdgeError::new(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "range_not_satisfiable",
+                format!("the snapshot has {len} bytes"),
+            )
+            .into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+                resp.headers_mut().insert(header::CONTENT_RANGE, v);
             }
-            Err(e) => Err(e),
-        };
-        let failed = chunk.is_err();
-        // A send error means the client went away.
-        if tx.blocking_send(chunk).is_err() || failed {
+            return Ok(resp);
+        }
+    };
+    let (tx, body) = crate::body_stream::channel(DOWNLOAD_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Seek as _;
+        if let Err(e) = file.seek(std::io::SeekFrom::Start(start)) {
+            let _ = tx.blocking_send(Err(e));
             return;
         }
+        let mut file = file.take(count);
+        loop {
+            let mut buf = vec![0u8; DOWNLOAD_CHUNK];
+            let chunk = match file.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Ok(Bytes::from(buf))
+                }
+                Err(e) => Err(e),
+            };
+            let failed = chunk.is_err();
+            // A send error means the client went away.
+            if tx.blocking_send(chunk).is_err() || failed {
+                return;
+            }
+        }
     });
-    Ok((
+    let mut resp = (
+        status,
         [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/octet-stream"),
-            ),
-            (header::CONTENT_LENGTH, HeaderValue::from(len)),
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_LENGTH, HeaderValue::from(count)),
+            (header::ACCEPT_RANGES, HeaderValue::from_static("bytes")),
+            (header::ETAG, etag),
         ],
         body,
     )
-        .into_response())
+        .into_response();
+    if status == StatusCode::PARTIAL_CONTENT {
+        if let Ok(v) = HeaderValue::from_str(&format!("bytes {start}-{}/{len}", start + count - 1))
+        {
+            resp.headers_mut().insert(header::CONTENT_RANGE, v);
+        }
+    }
+    Ok(resp)
+}
+
+/// What a `Range` header asks of a `len`-byte representation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeAnswer {
+    /// No range, or one this server ignores (several ranges, another unit, bad syntax): 200.
+    Whole,
+    /// Bytes `start..=end`: 206.
+    Part { start: u64, end: u64 },
+    /// A well-formed range that starts past the end: 416.
+    Unsatisfiable,
+}
+
+/// Reads a `Range` header (RFC 9110 §14.2) for a `len`-byte representation: one `bytes=`
+/// range, `first-`, `first-last` or `-suffix`; anything else is ignored (the whole
+/// representation), as the RFC allows. Bytes from the network: never panics.
+pub fn byte_range(value: Option<&HeaderValue>, len: u64) -> RangeAnswer {
+    let Some(spec) = value
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().strip_prefix("bytes="))
+    else {
+        return RangeAnswer::Whole;
+    };
+    if spec.contains(',') {
+        return RangeAnswer::Whole;
+    }
+    let Some((first, last)) = spec.trim().split_once('-') else {
+        return RangeAnswer::Whole;
+    };
+    let number = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    match (first.trim(), last.trim()) {
+        ("", suffix) => match number(suffix) {
+            Some(0) => RangeAnswer::Unsatisfiable,
+            Some(_) if len == 0 => RangeAnswer::Unsatisfiable,
+            Some(n) => RangeAnswer::Part {
+                start: len.saturating_sub(n),
+                end: len - 1,
+            },
+            None => RangeAnswer::Whole,
+        },
+        (first, last) => {
+            let Some(start) = number(first) else {
+                return RangeAnswer::Whole;
+            };
+            let end = match last {
+                "" => None,
+                l => match number(l) {
+                    Some(e) if e >= start => Some(e),
+                    _ => return RangeAnswer::Whole,
+                },
+            };
+            if start >= len {
+                return RangeAnswer::Unsatisfiable;
+            }
+            RangeAnswer::Part {
+                start,
+                end: end.map_or(len - 1, |e| e.min(len - 1)),
+            }
+        }
+    }
 }
 
 async fn fallback() -> EdgeError {
@@ -523,5 +639,49 @@ mod tests {
         assert!(!plausible_code("dot.dot"));
         assert!(!plausible_code(&"a".repeat(65)));
         assert!(plausible_code(&"a".repeat(64)));
+    }
+
+    fn range(v: &str, len: u64) -> RangeAnswer {
+        byte_range(Some(&HeaderValue::from_str(v).unwrap()), len)
+    }
+
+    #[test]
+    fn ranges() {
+        use RangeAnswer::*;
+        assert_eq!(byte_range(None, 10), Whole);
+        assert_eq!(range("bytes=0-", 10), Part { start: 0, end: 9 });
+        assert_eq!(range("bytes=4-", 10), Part { start: 4, end: 9 });
+        assert_eq!(range("bytes=2-5", 10), Part { start: 2, end: 5 });
+        assert_eq!(range("bytes=2-500", 10), Part { start: 2, end: 9 });
+        assert_eq!(range("bytes=-3", 10), Part { start: 7, end: 9 });
+        assert_eq!(range("bytes=-30", 10), Part { start: 0, end: 9 });
+        assert_eq!(range("bytes=10-", 10), Unsatisfiable);
+        assert_eq!(range("bytes=-0", 10), Unsatisfiable);
+        assert_eq!(range("bytes=0-", 0), Unsatisfiable);
+        for ignored in [
+            "bytes=5-2",
+            "bytes=0-1,4-5",
+            "items=0-1",
+            "bytes=a-",
+            "bytes=-",
+            "bytes=1",
+        ] {
+            assert_eq!(range(ignored, 10), Whole, "{ignored}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the header, the answer is whole, unsatisfiable, or a range inside the file.
+        #[test]
+        fn any_range_header_stays_inside_the_file(v in "[ -~]{0,40}", len in 0u64..1_000) {
+            if let Ok(h) = HeaderValue::from_str(&v) {
+                match byte_range(Some(&h), len) {
+                    RangeAnswer::Part { start, end } => {
+                        proptest::prop_assert!(start <= end && end < len);
+                    }
+                    RangeAnswer::Whole | RangeAnswer::Unsatisfiable => {}
+                }
+            }
+        }
     }
 }

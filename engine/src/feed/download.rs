@@ -26,9 +26,12 @@ pub enum DownloadError {
         what: String,
         source: Box<ureq::Error>,
     },
-    /// The transfer broke off.
+    /// The transfer broke off (after the resumes allowed).
     #[error("downloading: {0}")]
     Transfer(std::io::Error),
+    /// The control plane answered 404 for the file (garbage-collected since it was announced).
+    #[error("GET {url}: 404, the snapshot is no longer kept")]
+    Gone { url: String },
     /// This host could not write or rename the file.
     #[error("{op} {}: {source}", path.display())]
     Local {
@@ -217,8 +220,12 @@ pub(super) fn fetch_snapshot(
     Err(DownloadError::Everywhere(failures))
 }
 
-/// The body of [`fetch_snapshot`] for one control plane: download into `partial`, check, then
-/// rename to `path`.
+/// How many times one download resumes after a broken transfer before it gives up.
+const RESUMES: u32 = 5;
+
+/// The body of [`fetch_snapshot`] for one control plane: download the zstd copy (`<url>.zst`,
+/// resuming a broken transfer with `Range`) and decompress it into `partial`, or the file
+/// itself from a control plane without copies; check, then rename to `path`.
 fn download_to(
     cfg: &FeedConfig,
     s: &SnapshotFrame,
@@ -229,41 +236,46 @@ fn download_to(
     path: &Path,
 ) -> Result<Arc<Snapshot>, DownloadError> {
     let started = Instant::now();
-    let resp = cfg
-        .get(agent, control, &s.url)
-        .call()
-        .map_err(|e| DownloadError::request(format!("GET {}", s.url), e))?;
-    let mut body = resp.into_reader().take(s.size.saturating_add(1));
-    let mut file = File::create(partial).map_err(DownloadError::local("creating", partial))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut got: u64 = 0;
-    loop {
-        let n = body.read(&mut buf).map_err(DownloadError::Transfer)?;
-        if n == 0 {
-            break;
+    let zpartial = dir.join(format!(".{}.zst.partial", s.id));
+    let compressed = fetch_resumable(cfg, agent, control, &format!("{}.zst", s.url), &zpartial);
+    let (got, sha, wire) = match compressed {
+        Ok(wire) => {
+            let unpacked = decompress(&zpartial, partial, s.size);
+            let _ = std::fs::remove_file(&zpartial);
+            let (got, sha) = unpacked?;
+            (got, sha, wire)
         }
-        hasher.update(&buf[..n]);
-        file.write_all(&buf[..n])
-            .map_err(DownloadError::local("writing", partial))?;
-        got += n as u64;
-    }
+        // A control plane that serves no zstd copies: the file itself.
+        Err(Fetched::NotFound) => {
+            let _ = std::fs::remove_file(&zpartial);
+            let wire = match fetch_resumable(cfg, agent, control, &s.url, partial) {
+                Ok(wire) => wire,
+                Err(Fetched::NotFound) => return Err(DownloadError::Gone { url: s.url.clone() }),
+                Err(Fetched::Failed(e)) => return Err(e),
+            };
+            let (got, sha) = hash_file(partial)?;
+            (got, sha, wire)
+        }
+        Err(Fetched::Failed(e)) => {
+            let _ = std::fs::remove_file(&zpartial);
+            return Err(e);
+        }
+    };
     if got != s.size {
         return Err(DownloadError::Size {
             got,
             announced: s.size,
         });
     }
-    let sha = hex::encode(hasher.finalize());
     if sha != s.sha256 {
         return Err(DownloadError::Digest {
             got: sha,
             announced: s.sha256.clone(),
         });
     }
-    file.sync_all()
+    File::open(partial)
+        .and_then(|f| f.sync_all())
         .map_err(DownloadError::local("fsync", partial))?;
-    drop(file);
     // Checked before it takes its final name, so a start-up never finds a bad `<id>.snap`.
     let snapshot = open_verified(cfg.load, partial)?;
     if snapshot.sequence() != s.seq {
@@ -276,9 +288,158 @@ fn download_to(
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
-    tracing::info!(id = %s.id, bytes = got, ms = started.elapsed().as_millis() as u64,
+    tracing::info!(id = %s.id, bytes = got, transferred = wire, ms = started.elapsed().as_millis() as u64,
         control = cfg.control.url(control), "snapshot downloaded");
     Ok(Arc::new(snapshot))
+}
+
+/// Why [`fetch_resumable`] got nothing.
+enum Fetched {
+    /// The control plane has no such file (404).
+    NotFound,
+    Failed(DownloadError),
+}
+
+impl From<DownloadError> for Fetched {
+    fn from(e: DownloadError) -> Fetched {
+        Fetched::Failed(e)
+    }
+}
+
+/// Downloads `url` (a path on control plane `control`) into `dest`, resuming from the bytes
+/// it holds with `Range: bytes=N-` after a broken transfer, up to [`RESUMES`] times; a server
+/// that answers 200 to a range starts the file over. Returns the bytes transferred.
+fn fetch_resumable(
+    cfg: &FeedConfig,
+    agent: &ureq::Agent,
+    control: usize,
+    url: &str,
+    dest: &Path,
+) -> Result<u64, Fetched> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dest)
+        .map_err(DownloadError::local("creating", dest))?;
+    let mut have = file
+        .metadata()
+        .map_err(DownloadError::local("reading", dest))?
+        .len();
+    let mut transferred = 0u64;
+    let mut resumes = 0u32;
+    loop {
+        let mut req = cfg.get(agent, control, url);
+        if have > 0 {
+            req = req.set("Range", &format!("bytes={have}-"));
+        }
+        let resp = match req.call() {
+            Ok(resp) => resp,
+            Err(ureq::Error::Status(404, _)) => return Err(Fetched::NotFound),
+            // What we hold is not a prefix of the file (it cannot be, ids are immutable, but
+            // a stray partial could be): start over, once.
+            Err(ureq::Error::Status(416, _)) if have > 0 && resumes < RESUMES => {
+                file.set_len(0)
+                    .map_err(DownloadError::local("truncating", dest))?;
+                have = 0;
+                resumes += 1;
+                continue;
+            }
+            Err(e) => return Err(DownloadError::request(format!("GET {url}"), e).into()),
+        };
+        let expected = resp
+            .header("Content-Length")
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        match resp.status() {
+            206 => {
+                let from = resp
+                    .header("Content-Range")
+                    .and_then(|v| v.strip_prefix("bytes "))
+                    .and_then(|v| v.split('-').next())
+                    .and_then(|v| v.parse::<u64>().ok());
+                if from != Some(have) {
+                    return Err(DownloadError::Description(format!(
+                        "GET {url}: asked from byte {have}, got {:?}",
+                        resp.header("Content-Range")
+                    ))
+                    .into());
+                }
+            }
+            _ if have > 0 => {
+                // The whole file again: start over.
+                file.set_len(0)
+                    .map_err(DownloadError::local("truncating", dest))?;
+                have = 0;
+            }
+            _ => {}
+        }
+        let mut body = resp.into_reader();
+        let copied = std::io::copy(&mut body, &mut file);
+        let now_have = file
+            .metadata()
+            .map_err(DownloadError::local("reading", dest))?
+            .len();
+        transferred += now_have - have;
+        let short = expected.is_some_and(|n| now_have - have < n);
+        have = now_have;
+        match copied {
+            Ok(_) if !short => return Ok(transferred),
+            outcome => {
+                let e = match outcome {
+                    Err(e) => e,
+                    Ok(_) => std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short body"),
+                };
+                if resumes >= RESUMES {
+                    return Err(DownloadError::Transfer(e).into());
+                }
+                resumes += 1;
+                tracing::info!(url, have, resumes, error = %e, "snapshot transfer broke; resuming");
+            }
+        }
+    }
+}
+
+/// Decompresses the zstd file `from` into `to` (at most `limit` + 1 bytes: more is a wrong
+/// file, not a reason to fill the disk); returns the bytes written and their SHA-256.
+fn decompress(from: &Path, to: &Path, limit: u64) -> Result<(u64, String), DownloadError> {
+    let input = File::open(from).map_err(DownloadError::local("opening", from))?;
+    let decoder = zstd::stream::read::Decoder::new(input).map_err(DownloadError::Transfer)?;
+    let mut decoder = decoder.take(limit.saturating_add(1));
+    let mut out = File::create(to).map_err(DownloadError::local("creating", to))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0u64;
+    loop {
+        // A corrupt stream is the transfer's fault (the copy's SHA-256 is not announced; the
+        // decompressed bytes' is, and is checked by the caller).
+        let n = decoder.read(&mut buf).map_err(DownloadError::Transfer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])
+            .map_err(DownloadError::local("writing", to))?;
+        got += n as u64;
+    }
+    Ok((got, hex::encode(hasher.finalize())))
+}
+
+/// The length and SHA-256 of a downloaded file.
+fn hash_file(path: &Path) -> Result<(u64, String), DownloadError> {
+    let mut file = File::open(path).map_err(DownloadError::local("opening", path))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0u64;
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(DownloadError::local("reading", path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        got += n as u64;
+    }
+    Ok((got, hex::encode(hasher.finalize())))
 }
 
 /// Loads the snapshot at `path` with `load` and checks every byte of it (`verify`).
@@ -405,6 +566,80 @@ mod tests {
         assert_eq!(
             left,
             [2u64, 3, 4].map(|s| format!("{s:016x}-aa.snap")).to_vec()
+        );
+    }
+
+    /// A one-file HTTP server on a real socket: the first GET gets the headers of the whole
+    /// file and half its bytes, then the connection drops; later GETs honour `Range`. Returns
+    /// its base URL and the Range headers it saw.
+    fn breaking_server(body: Vec<u8>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use std::io::{BufRead, BufReader};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = std::sync::Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for (n, conn) in listener.incoming().enumerate() {
+                let mut conn = conn.unwrap();
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut range = None;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
+                        range = v.trim().trim_end_matches('-').parse::<usize>().ok();
+                    }
+                }
+                log.lock().unwrap().push(format!("{range:?}"));
+                let len = body.len();
+                let head = match range {
+                    Some(from) => format!(
+                        "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {from}-{}/{len}\r\nConnection: close\r\n\r\n",
+                        len - from,
+                        len - 1
+                    ),
+                    None => format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+                    ),
+                };
+                conn.write_all(head.as_bytes()).unwrap();
+                let from = range.unwrap_or(0);
+                let to = if n == 0 { len / 2 } else { len };
+                conn.write_all(&body[from..to]).unwrap();
+            }
+        });
+        (base, seen)
+    }
+
+    #[test]
+    fn a_broken_transfer_resumes_where_it_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let body: Vec<u8> = (0..200_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let (base, seen) = breaking_server(body.clone());
+        let cfg = FeedConfig {
+            control: Arc::new(crate::control::ControlPlanes::new([base]).unwrap()),
+            token: None,
+            engine_id: "e".into(),
+            pop: "p".into(),
+            data_dir: dir.path().to_path_buf(),
+            timeout: Duration::from_secs(5),
+            safe_mode: false,
+            load: |p| Snapshot::open(p),
+            verify_keys: SnapshotKeys::default(),
+        };
+        let agent = cfg.control.agent().build();
+        let dest = dir.path().join("x.partial");
+        let got = match fetch_resumable(&cfg, &agent, 0, "/x.zst", &dest) {
+            Ok(n) => n,
+            Err(_) => panic!("the download resumes"),
+        };
+        assert_eq!(std::fs::read(&dest).unwrap(), body);
+        assert_eq!(got, body.len() as u64, "every byte once");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            ["None".to_string(), format!("Some({})", body.len() / 2)]
         );
     }
 }
