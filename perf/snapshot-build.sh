@@ -35,7 +35,7 @@ awk -F'\t' -v counters="$LINKS" -v total="$total" -v t0="$(date +%s)000" '
   BEGIN { printf "{\"type\":\"counter\",\"region\":0,\"high_water\":%d}\n", counters }
   {
     url = $2; gsub(/\\/, "\\\\", url); gsub(/"/, "\\\"", url)
-    printf "{\"type\":\"link\",\"code\":\"%s\",\"long_url\":\"%s\",\"owner\":\"perf\",\"created_at_ms\":%d,\"seq\":%d,\"state\":{}}\n", $1, url, t0 + NR, NR
+    printf "{\"type\":\"link\",\"code\":\"%s\",\"long_url\":\"%s\",\"owner\":\"perf\",\"created_at_ms\":%.0f,\"seq\":%d,\"state\":{}}\n", $1, url, t0 + NR, NR
   }
   END { printf "{\"type\":\"end\",\"last_seq\":%d,\"links\":%d,\"records\":%d}\n", total, total, total + 1 }
 ' "$work/links.tsv" >>"$work/links.ndjson"

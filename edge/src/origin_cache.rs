@@ -14,6 +14,12 @@
 //!   is, lookups are answered (stale or `Unavailable`) without a fetch.
 //! - Both caches hold at most `max_entries` codes; at most `max_pending` codes are queued or
 //!   being fetched, past which a miss is answered from the stale cache or as `Unavailable`.
+//! - **Cold codes are shed first** (seeds, S2: a code nobody asked for recently is more likely a
+//!   scanner's): when the queue is full, a lookup of a *warm* code (one answered before, asked
+//!   within [`WARM_WINDOW`], or already wanted by a second waiter) takes the place of the newest
+//!   queued fetch of a cold code, whose waiters are answered `Unavailable` (503, ask again),
+//!   instead of being refused itself. Codes in the engine's local tables never come here
+//!   (safe mode's confirmations fall back to the local answer when the origin cannot say).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -106,9 +112,20 @@ pub enum Lookup<W> {
     },
     /// Joined the fetch of this code already under way.
     Joined,
-    /// A fetch was queued; [`OriginCache::next_fetch`] hands it out.
-    Queued,
+    /// A fetch was queued; [`OriginCache::next_fetch`] hands it out. `shed`: a cold code's
+    /// fetch dropped to make room (answer its waiters `Unavailable`).
+    Queued { shed: Option<Shed<W>> },
 }
+
+/// A queued fetch dropped for a warmer one.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Shed<W> {
+    pub code: Box<[u8]>,
+    pub waiters: Vec<W>,
+}
+
+/// How long a code counts as warm after it was asked for.
+pub const WARM_WINDOW: Duration = Duration::from_secs(60);
 
 /// What a fetch's outcome settles: every waiter gets `answer`.
 #[derive(Debug, PartialEq, Eq)]
@@ -125,6 +142,8 @@ struct Flight<W> {
     waiters: Vec<W>,
     /// False as soon as one waiter forbids caching a 404.
     may_cache_negative: bool,
+    /// Known or asked for recently, or wanted by several waiters: not shed for another.
+    warm: bool,
 }
 
 /// The read-through's state: queued and in-flight fetches with their waiters (of type `W`,
@@ -139,6 +158,8 @@ pub struct OriginCache<W> {
     positive: HashMap<Box<[u8]>, (OriginAnswer, Instant)>,
     /// 404s and when they stop counting.
     negative: HashMap<Box<[u8]>, Instant>,
+    /// Codes asked for, and when (what makes a code warm).
+    asked: HashMap<Box<[u8]>, Instant>,
     /// Per control plane (by index): until when it is not tried.
     down_until: Vec<Option<Instant>>,
 }
@@ -152,6 +173,7 @@ impl<W> OriginCache<W> {
             inflight: HashMap::new(),
             positive: HashMap::new(),
             negative: HashMap::new(),
+            asked: HashMap::new(),
             down_until: vec![None; controls.max(1)],
         }
     }
@@ -203,18 +225,38 @@ impl<W> OriginCache<W> {
         if let Some(flight) = self.inflight.get_mut(code) {
             flight.waiters.push(waiter);
             flight.may_cache_negative &= may_cache_negative;
+            flight.warm = true;
             return Lookup::Joined;
         }
+        let warm = self.positive.contains_key(code)
+            || self
+                .asked
+                .get(code)
+                .is_some_and(|at| now.saturating_duration_since(*at) < WARM_WINDOW);
+        bounded_insert(
+            &mut self.asked,
+            code.into(),
+            now,
+            self.cfg.max_entries,
+            |at| now.saturating_duration_since(*at) < WARM_WINDOW,
+        );
+        let mut shed = None;
         if self.inflight.len() >= self.cfg.max_pending {
-            let stale = self.stale(code, now);
-            let via = Shortcut::Overflow {
-                stale: stale.is_some(),
-            };
-            return Lookup::Answered {
-                waiter,
-                answer: stale.unwrap_or(OriginAnswer::Unavailable),
-                via,
-            };
+            let room = if warm { self.shed_cold() } else { None };
+            match room {
+                Some(dropped) => shed = Some(dropped),
+                None => {
+                    let stale = self.stale(code, now);
+                    let via = Shortcut::Overflow {
+                        stale: stale.is_some(),
+                    };
+                    return Lookup::Answered {
+                        waiter,
+                        answer: stale.unwrap_or(OriginAnswer::Unavailable),
+                        via,
+                    };
+                }
+            }
         }
         let key: Box<[u8]> = code.into();
         self.inflight.insert(
@@ -222,10 +264,23 @@ impl<W> OriginCache<W> {
             Flight {
                 waiters: vec![waiter],
                 may_cache_negative,
+                warm,
             },
         );
         self.queue.push_back(key);
-        Lookup::Queued
+        Lookup::Queued { shed }
+    }
+
+    /// Drops the newest queued (not yet fetching) fetch of a cold code. Looks at the queue
+    /// only when it is full, so this linear scan is bounded by `max_pending`.
+    fn shed_cold(&mut self) -> Option<Shed<W>> {
+        let at = self
+            .queue
+            .iter()
+            .rposition(|k| self.inflight.get(k).is_some_and(|f| !f.warm))?;
+        let code = self.queue.remove(at)?;
+        let waiters = self.inflight.remove(&code)?.waiters;
+        Some(Shed { code, waiters })
     }
 
     /// The next code to fetch, oldest first.
@@ -381,7 +436,7 @@ mod tests {
 
     /// Looks `code` up for waiter `w` and expects a queued fetch, which it takes.
     fn fetch_needed(c: &mut OriginCache<u32>, code: &[u8], w: u32, neg: bool, now: Instant) {
-        assert_eq!(c.lookup(code, w, neg, now), Lookup::Queued);
+        assert_eq!(c.lookup(code, w, neg, now), Lookup::Queued { shed: None });
         assert_eq!(c.next_fetch().as_deref(), Some(code));
     }
 
@@ -567,7 +622,10 @@ mod tests {
             .iter()
             .enumerate()
         {
-            assert_eq!(c.lookup(*code, i as u32, true, t0), Lookup::Queued);
+            assert_eq!(
+                c.lookup(*code, i as u32, true, t0),
+                Lookup::Queued { shed: None }
+            );
         }
         assert_eq!(
             c.lookup(b"aaa0005", 9, true, t0),
@@ -581,7 +639,71 @@ mod tests {
         assert_eq!(c.lookup(b"aaa0001", 10, true, t0), Lookup::Joined);
         let code = c.next_fetch().unwrap();
         c.settle(&code, Fetched::NotFound, 0, None, t0);
-        assert_eq!(c.lookup(b"aaa0005", 11, true, t0), Lookup::Queued);
+        assert_eq!(
+            c.lookup(b"aaa0005", 11, true, t0),
+            Lookup::Queued { shed: None }
+        );
+    }
+
+    #[test]
+    fn a_full_queue_sheds_cold_codes_for_warm_ones() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(cfg(), 1);
+        // A known link, answered a while ago (stale for reuse, but warm).
+        fetch_needed(&mut c, b"known01", 1, true, t0);
+        c.settle(b"known01", Fetched::Found(found("https://k/")), 0, None, t0);
+        let t1 = t0 + Duration::from_secs(5);
+        // A scanner burst fills the queue with codes nobody asked for before.
+        for (i, code) in [b"scan001", b"scan002", b"scan003", b"scan004"]
+            .iter()
+            .enumerate()
+        {
+            assert_eq!(
+                c.lookup(*code, 10 + i as u32, true, t1),
+                Lookup::Queued { shed: None }
+            );
+        }
+        // Another cold code is refused, as before.
+        assert!(matches!(
+            c.lookup(b"scan005", 20, true, t1),
+            Lookup::Answered {
+                via: Shortcut::Overflow { .. },
+                ..
+            }
+        ));
+        // The known link takes the newest cold fetch's place; its waiter is answered.
+        assert_eq!(
+            c.lookup(b"known01", 2, true, t1),
+            Lookup::Queued {
+                shed: Some(Shed {
+                    code: b"scan004"[..].into(),
+                    waiters: vec![13]
+                })
+            }
+        );
+        // A code asked a moment ago is warm too (a client retrying after a 503).
+        assert_eq!(
+            c.lookup(b"scan005", 21, true, t1),
+            Lookup::Queued {
+                shed: Some(Shed {
+                    code: b"scan003"[..].into(),
+                    waiters: vec![12]
+                })
+            }
+        );
+        // A cold fetch wanted by a second client is warm: not shed.
+        assert_eq!(c.lookup(b"scan001", 22, true, t1), Lookup::Joined);
+        assert_eq!(c.lookup(b"scan002", 23, true, t1), Lookup::Joined);
+        assert!(matches!(c.lookup(b"known01", 24, true, t1), Lookup::Joined));
+        // Nothing cold left queued: a warm newcomer (scan004, shed above and asked again) is
+        // refused like anyone.
+        assert!(matches!(
+            c.lookup(b"scan004", 25, true, t1),
+            Lookup::Answered {
+                via: Shortcut::Overflow { .. },
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -133,6 +133,8 @@ pub struct OriginStats {
     fresh_hits: AtomicU64,
     /// Submits answered without a fetch because every control plane's last fetch failed.
     breaker_open: AtomicU64,
+    /// Queued fetches of cold codes dropped for warm ones when the queue was full.
+    shed: AtomicU64,
 }
 
 const FETCH_OUTCOMES: [&str; 4] = ["found", "not_found", "error", "timeout"];
@@ -191,6 +193,11 @@ impl OriginStats {
                 "lasthop_engine_origin_overflow_total",
                 "Origin lookups refused because too many codes were pending.",
                 &self.overflow,
+            ),
+            (
+                "lasthop_engine_origin_shed_total",
+                "Waiting requests answered 503 because their cold code's queued fetch made room for a warm one (queue full).",
+                &self.shed,
             ),
             (
                 "lasthop_engine_origin_fresh_hits_total",
@@ -371,7 +378,17 @@ impl Origin {
             Lookup::Joined => {
                 stats.coalesced.fetch_add(1, Ordering::Relaxed);
             }
-            Lookup::Queued => shared.work.notify_one(),
+            Lookup::Queued { shed } => {
+                // A cold code's fetch dropped for this warm one: its waiters get a 503 (ask
+                // again).
+                if let Some(shed) = shed {
+                    for (core, token) in shed.waiters {
+                        stats.shed.fetch_add(1, Ordering::Relaxed);
+                        shared.deliver(core, token, shed.code.clone(), OriginAnswer::Unavailable);
+                    }
+                }
+                shared.work.notify_one()
+            }
         }
     }
 
