@@ -627,7 +627,7 @@ impl Publisher {
                 links = info.links,
                 recent = stats.recent,
                 popular = stats.popular,
-                left_out = stats.left_out,
+                budget_spent = stats.full,
                 changes_read = stats.changes_read,
                 ms = started.elapsed().as_millis() as u64,
                 "built a hot-set snapshot"

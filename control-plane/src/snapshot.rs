@@ -11,8 +11,9 @@
 //!   which `serve` publishes. Everything else is answered by the engines' origin read-through.
 //!   Its cost grows with the hot set, not with the store: the recent links come from the tail of
 //!   the change log (a binary search by creation time finds where "recent" starts; the log is
-//!   the store's index by creation time), the popular ones from the click rollups' top codes,
-//!   and each candidate's current state is one keyed read.
+//!   the store's index by creation time), with their current state (the log holds each
+//!   creation and every later state change), the popular ones from the click rollups' top codes
+//!   with one keyed read each.
 //!
 //! The ranking (documented in core/FEED.md, "Snapshot publishing"): first every link created in
 //! the last `recent_days`, newest first (a new link is the likeliest to be clicked, and the one
@@ -63,8 +64,8 @@ pub struct HotStats {
     pub recent: u64,
     /// Links in for their clicks.
     pub popular: u64,
-    /// Candidates read and left out because the budget was spent (the rest are not read).
-    pub left_out: u64,
+    /// The budget was spent before the candidates were (the rest are not read).
+    pub full: bool,
     /// Changes of the log read to find the recent links.
     pub changes_read: u64,
 }
@@ -149,65 +150,52 @@ pub fn build_hot_snapshot(
     let sequence = store.last_seq()?;
     let mut stats = HotStats::default();
     let cutoff = now_ms.saturating_sub(i64::from(hot.recent_days) * 86_400_000);
-    let recent = recent_codes(store, cutoff, sequence, &mut stats)?;
+    let recent = recent_links(store, cutoff, sequence, &mut stats)?;
     let meta = SnapshotMeta::new(sequence, key_id, high_water);
     let mut writer = SnapshotWriter::create(out, meta)?;
-    let mut taken: HashSet<String> = HashSet::new();
-    let (mut links, mut bytes) = (0u64, 0u64);
-    let candidates = recent
-        .iter()
-        .rev()
-        .map(|c| (c.as_str(), true))
-        .chain(popular.iter().map(|(c, _)| (c.as_str(), false)));
-    let mut batch: Vec<(String, bool)> = Vec::with_capacity(BATCH);
-    let mut full = false;
-    let mut flush = |batch: &mut Vec<(String, bool)>,
-                     writer: &mut SnapshotWriter,
-                     stats: &mut HotStats,
-                     full: &mut bool|
-     -> Result<(), SnapshotBuildError> {
-        let codes: Vec<String> = batch.iter().map(|(c, _)| c.clone()).collect();
-        let found = store.get_many(&codes)?;
-        for ((code, recent), link) in batch.drain(..).zip(found) {
-            let Some(link) = link else { continue };
-            if *full {
-                stats.left_out += 1;
-                continue;
-            }
-            let url = servable_url(&link, now_ms);
-            let size = (code.len() + url.len()) as u64 + ENTRY_OVERHEAD;
-            if links + 1 > hot.max_links || bytes + size > hot.max_bytes {
-                *full = true;
-                stats.left_out += 1;
-                continue;
-            }
-            writer.add(code.as_bytes(), url, link.state.expires_at_ms)?;
-            links += 1;
-            bytes += size;
-            if recent {
-                stats.recent += 1;
-            } else {
-                stats.popular += 1;
-            }
-        }
-        Ok(())
+    let mut taken: HashSet<&str> = HashSet::new();
+    let mut budget = Budget {
+        hot,
+        links: 0,
+        bytes: 0,
+        full: false,
     };
-    for (code, recent) in candidates {
-        if !taken.insert(code.to_string()) {
+    // Recent links, newest first, as the log left them.
+    for code in recent.order.iter().rev() {
+        let Some(entry) = recent.state.get(code.as_str()) else {
+            continue;
+        };
+        if !taken.insert(code.as_str()) {
             continue;
         }
-        batch.push((code.to_string(), recent));
-        if batch.len() == BATCH {
-            flush(&mut batch, &mut writer, &mut stats, &mut full)?;
-            if full {
-                // The rest is not even read.
+        let url = entry.url(now_ms);
+        if !budget.admit(code, url) {
+            break;
+        }
+        writer.add(code.as_bytes(), url, entry.state.expires_at_ms)?;
+        stats.recent += 1;
+    }
+    // Then the popular ones, read by key, a batch at a time.
+    let mut rest = popular
+        .iter()
+        .map(|(c, _)| c.as_str())
+        .filter(|c| !taken.contains(c));
+    while !budget.full {
+        let batch: Vec<String> = rest.by_ref().take(BATCH).map(str::to_owned).collect();
+        if batch.is_empty() {
+            break;
+        }
+        for (code, link) in batch.iter().zip(store.get_many(&batch)?) {
+            let Some(link) = link else { continue };
+            let url = servable_url(&link, now_ms);
+            if !budget.admit(code, url) {
                 break;
             }
+            writer.add(code.as_bytes(), url, link.state.expires_at_ms)?;
+            stats.popular += 1;
         }
     }
-    if !batch.is_empty() {
-        flush(&mut batch, &mut writer, &mut stats, &mut full)?;
-    }
+    stats.full = budget.full;
     Ok((sequence, writer.seal()?, stats))
 }
 
@@ -222,31 +210,93 @@ fn servable_url(link: &StoredLink, now_ms: i64) -> &[u8] {
     }
 }
 
-/// The codes created at or after `cutoff_ms`, in change-log order (oldest first), from the log's
-/// tail up to `last_seq`.
-fn recent_codes(
+/// What the budget has taken so far.
+struct Budget<'a> {
+    hot: &'a HotSet,
+    links: u64,
+    bytes: u64,
+    full: bool,
+}
+
+impl Budget<'_> {
+    /// Takes `code` with `url` if it fits; once something does not, nothing more is taken.
+    fn admit(&mut self, code: &str, url: &[u8]) -> bool {
+        let size = (code.len() + url.len()) as u64 + ENTRY_OVERHEAD;
+        if self.full
+            || self.links + 1 > self.hot.max_links
+            || self.bytes + size > self.hot.max_bytes
+        {
+            self.full = true;
+            return false;
+        }
+        self.links += 1;
+        self.bytes += size;
+        true
+    }
+}
+
+/// A recent link as the change log leaves it.
+struct RecentLink {
+    long_url: String,
+    state: lasthop_core::LinkState,
+}
+
+impl RecentLink {
+    fn url(&self, now_ms: i64) -> &[u8] {
+        match self.state.status(now_ms) {
+            LinkStatus::Active | LinkStatus::Expired => self.long_url.as_bytes(),
+            LinkStatus::Deleted | LinkStatus::Disabled | LinkStatus::TakenDown => b"",
+        }
+    }
+}
+
+/// The links created at or after a cutoff: codes in creation order, and each one's state after
+/// every later change in the log.
+struct Recent {
+    order: Vec<String>,
+    state: std::collections::HashMap<String, RecentLink>,
+}
+
+/// The links created at or after `cutoff_ms`, read from the log's tail up to `last_seq`.
+fn recent_links(
     store: &dyn Store,
     cutoff_ms: i64,
     last_seq: u64,
     stats: &mut HotStats,
-) -> Result<Vec<String>, StoreError> {
+) -> Result<Recent, StoreError> {
     let start = first_created_since(store, cutoff_ms, last_seq, stats)?;
-    let mut out = Vec::new();
+    let mut recent = Recent {
+        order: Vec::new(),
+        state: std::collections::HashMap::new(),
+    };
     let mut cursor = start.saturating_sub(1);
     loop {
         let page = store.changes_since(cursor, 10_000)?;
         let Some(&(last, _)) = page.last() else {
-            return Ok(out);
+            return Ok(recent);
         };
         stats.changes_read += page.len() as u64;
         for (seq, change) in page {
             if seq > last_seq {
-                return Ok(out);
+                return Ok(recent);
             }
-            if let Change::LinkCreated { link, .. } = change {
-                if link.created_at_ms >= cutoff_ms {
-                    out.push(link.code);
+            match change {
+                Change::LinkCreated { link, state } if link.created_at_ms >= cutoff_ms => {
+                    recent.order.push(link.code.clone());
+                    recent.state.insert(
+                        link.code,
+                        RecentLink {
+                            long_url: link.long_url,
+                            state,
+                        },
+                    );
                 }
+                Change::StateChanged { code, state } => {
+                    if let Some(entry) = recent.state.get_mut(&code) {
+                        entry.state = state;
+                    }
+                }
+                Change::LinkCreated { .. } => {}
             }
         }
         cursor = last;
@@ -358,8 +408,8 @@ mod tests {
         };
         let (_, _, stats) = build_hot_snapshot(&s, 1, 1, 100, &out, &hot, &popular, now).unwrap();
         assert_eq!(
-            (stats.recent, stats.popular, stats.left_out),
-            (10, 2, 0),
+            (stats.recent, stats.popular, stats.full),
+            (10, 2, false),
             "{stats:?}"
         );
         let snap = Snapshot::open(&out).unwrap();
@@ -383,7 +433,11 @@ mod tests {
             ..hot
         };
         let (_, _, stats) = build_hot_snapshot(&s, 1, 1, 100, &out, &hot, &popular, now).unwrap();
-        assert_eq!((stats.recent, stats.popular), (4, 0), "{stats:?}");
+        assert_eq!(
+            (stats.recent, stats.popular, stats.full),
+            (4, 0, true),
+            "{stats:?}"
+        );
         let snap = Snapshot::open(&out).unwrap();
         assert!(snap.lookup(recent[9].as_bytes()).is_some(), "the newest");
         assert!(snap.lookup(recent[1].as_bytes()).is_none());
