@@ -356,6 +356,45 @@ fn snapshots_publish_download_and_collect() {
     assert_eq!(len, Some(published.size.to_string()));
     assert_eq!(bytes.len() as u64, published.size);
     assert_eq!(hex::encode(Sha256::digest(&bytes)), published.sha256);
+    // The zstd copy decompresses to the same bytes; both answer a Range.
+    let (status, packed, _) =
+        get_bytes(&format!("{}.zst", server.edge_url(&published.url)), &token);
+    assert_eq!(status, 200);
+    assert!(
+        packed.len() < bytes.len(),
+        "{} of {}",
+        packed.len(),
+        bytes.len()
+    );
+    assert_eq!(zstd::decode_all(&packed[..]).expect("a zstd stream"), bytes);
+    let ranged = |suffix: &str, range: &str| {
+        let resp = ureq::get(&format!("{}{suffix}", server.edge_url(&published.url)))
+            .set("Authorization", &format!("Bearer {token}"))
+            .set("Range", range)
+            .call();
+        let resp = match resp {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{e}"),
+        };
+        let status = resp.status();
+        let content_range = resp.header("Content-Range").map(str::to_owned);
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut resp.into_reader(), &mut body).unwrap();
+        (status, content_range, body)
+    };
+    let (status, content_range, tail) = ranged("", "bytes=100-");
+    assert_eq!(status, 206);
+    assert_eq!(
+        content_range,
+        Some(format!("bytes 100-{}/{}", bytes.len() - 1, bytes.len()))
+    );
+    assert_eq!(tail, bytes[100..]);
+    let (status, _, part) = ranged(".zst", "bytes=10-19");
+    assert_eq!((status, part.as_slice()), (206, &packed[10..20]));
+    let (status, content_range, _) = ranged("", &format!("bytes={}-", bytes.len()));
+    assert_eq!(status, 416);
+    assert_eq!(content_range, Some(format!("bytes */{}", bytes.len())));
     let snap = lasthop_snapshot::Snapshot::from_vec(bytes).expect("snapshot opens");
     snap.verify().expect("snapshot verifies");
     assert_eq!(snap.sequence(), 1);
@@ -400,23 +439,26 @@ fn snapshots_publish_download_and_collect() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
+    // Each kept snapshot with its zstd copy; a collected one's copy goes with it.
     let want: HashSet<String> = [&startup.id, &newest[1], &newest[2]]
         .iter()
-        .map(|id| format!("{id}.snap"))
+        .flat_map(|id| [format!("{id}.snap"), format!("{id}.snap.zst")])
         .collect();
     assert_eq!(on_disk, want);
     for gone in [&published.id, &newest[0]] {
-        let (status, body) = call(
-            "GET",
-            &server.edge_url(&format!("/edge/v1/snapshots/{gone}")),
-            Some(&token),
-            None,
-        )
-        .unwrap();
-        assert_eq!(
-            (status, json(&body)["error"]["code"].as_str()),
-            (404, Some("unknown_snapshot"))
-        );
+        for suffix in ["", ".zst"] {
+            let (status, body) = call(
+                "GET",
+                &server.edge_url(&format!("/edge/v1/snapshots/{gone}{suffix}")),
+                Some(&token),
+                None,
+            )
+            .unwrap();
+            assert_eq!(
+                (status, json(&body)["error"]["code"].as_str()),
+                (404, Some("unknown_snapshot"))
+            );
+        }
     }
     let (status, body) = call(
         "GET",
