@@ -3,8 +3,8 @@
 //! destination, every takedown and every snapshot to the engines.
 //!
 //! rustls with ring, TLS 1.3 and 1.2, `http/1.1` over ALPN. Handshakes run in tasks of their
-//! own (bounded by [`HANDSHAKE_TIMEOUT`]) so a slow or hostile client never holds up the accept
-//! loop; finished ones are handed to `axum::serve` through [`TlsListener`]. A failed handshake
+//! own (each bounded by [`HANDSHAKE_TIMEOUT`], at most [`MAX_HANDSHAKES`] at once) so a slow or
+//! hostile client never holds up the accept loop; finished ones are handed to `axum::serve` through [`TlsListener`]. A failed handshake
 //! (a client that does not trust our certificate, a client certificate our CA did not sign, a
 //! port scanner) is logged with its peer and reason and counts nothing else.
 //!
@@ -28,6 +28,9 @@ use tokio_rustls::TlsAcceptor;
 
 /// The longest a TLS handshake may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most handshakes in progress at once: past it, new connections wait in the kernel's accept
+/// queue, so a flood of idle connections cannot use up descriptors and memory.
+pub const MAX_HANDSHAKES: usize = 256;
 
 /// Why the edge listener's TLS could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +150,15 @@ async fn accept_loop(
     acceptor: TlsAcceptor,
     tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
 ) {
+    let handshakes = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     loop {
+        let permit = tokio::select! {
+            () = tx.closed() => return,
+            permit = Arc::clone(&handshakes).acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
         let (stream, peer) = tokio::select! {
             // The server stopped and dropped its end: stop accepting.
             () = tx.closed() => return,
@@ -165,6 +176,7 @@ async fn accept_loop(
         let acceptor = acceptor.clone();
         let tx = tx.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => {
                     let _ = tx.send((tls, peer)).await;

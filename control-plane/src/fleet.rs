@@ -103,8 +103,11 @@ pub struct Fleet {
     shared: Option<Arc<dyn Shared>>,
     /// Where the list is saved (the embedded store's `DATA_DIR/fleet.json`).
     file: Option<PathBuf>,
-    /// When it was last saved (control-plane clock); 0: must be saved.
+    /// When a save was last claimed (control-plane clock).
     saved_ms: AtomicI64,
+    /// One save at a time, so saves never interleave on the file and a later list is never
+    /// replaced by an earlier one.
+    saving: Mutex<()>,
 }
 
 /// Whether a recorded report calls for saving the list.
@@ -170,10 +173,21 @@ impl Fleet {
     }
 
     /// Whether the list should be saved now (there is a file, and an engine joined or left,
-    /// or the last save is [`SAVE_EVERY_MS`] old).
+    /// or the last save is [`SAVE_EVERY_MS`] old). A timed save is claimed by the one caller
+    /// that gets `true`, so concurrent reports start one save, not one each.
     pub fn save_due(&self, recorded: Recorded, now_ms: i64) -> bool {
-        self.file.is_some()
-            && (recorded.joined || now_ms - self.saved_ms.load(Ordering::Relaxed) >= SAVE_EVERY_MS)
+        if self.file.is_none() {
+            return false;
+        }
+        if recorded.joined {
+            return true;
+        }
+        let last = self.saved_ms.load(Ordering::Relaxed);
+        now_ms - last >= SAVE_EVERY_MS
+            && self
+                .saved_ms
+                .compare_exchange(last, now_ms, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// Writes the list to its file (blocking; nothing to do without one).
@@ -181,7 +195,9 @@ impl Fleet {
         let Some(path) = &self.file else {
             return Ok(());
         };
-        self.saved_ms.store(now_ms, Ordering::Relaxed);
+        let _one_at_a_time = self.saving.lock().unwrap_or_else(|p| p.into_inner());
+        self.saved_ms.fetch_max(now_ms, Ordering::AcqRel);
+        // Read under the save lock: the list written last is the newest.
         let list: Vec<Entry> = self.lock().values().cloned().collect();
         let bytes = serde_json::to_vec(&list).map_err(std::io::Error::other)?;
         write_atomically(path, &bytes)

@@ -725,6 +725,16 @@ impl Publisher {
                 tracing::info!(id = %frame.id, "dropped an old snapshot from the store");
             }
         }
+        // A zstd copy whose snapshot is gone (a copy finished just after its collection).
+        for entry in std::fs::read_dir(&self.config.dir)?.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(ZSTD_SUFFIX)) else {
+                continue;
+            };
+            if !self.config.dir.join(format!("{id}{SUFFIX}")).exists() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         for file in list(&self.config.dir)?.into_iter().skip(KEEP_NEWEST) {
             if in_use.contains(&file.id) || latest.as_ref() == Some(&file.id) {
                 continue;

@@ -3,8 +3,12 @@
 //! Ed25519 signature of [`SnapshotFrame::signed_message`] (its id, sequence, size and SHA-256),
 //! and engines that pin the public key (`--snapshot-verify-key`) refuse a snapshot whose frame
 //! does not verify. The file's SHA-256, which the engine checks after the download, ties the
-//! bytes to the signed frame, so neither a tampered file nor a forged frame is served, whatever
-//! the channel.
+//! bytes to the signed frame, so neither a tampered file nor a forged snapshot frame is served,
+//! whatever the channel. Only snapshots are signed: the feed's link and state frames and the
+//! read-through's answers are as trustworthy as the channel, which is why it should be TLS
+//! (`--edge-tls-cert`, engines' `--control-ca`). A signature has no expiry: an old, validly
+//! signed snapshot can be replayed to an engine starting without one (it then catches up from
+//! the feed, and marks never go down).
 //!
 //! The key file is PKCS#8 in PEM (`-----BEGIN PRIVATE KEY-----`), as `openssl genpkey
 //! -algorithm ed25519` writes it too; the public key is 32 bytes, shown and pinned as 64 hex

@@ -150,7 +150,8 @@ pub fn build_hot_snapshot(
     let sequence = store.last_seq()?;
     let mut stats = HotStats::default();
     let cutoff = now_ms.saturating_sub(i64::from(hot.recent_days) * 86_400_000);
-    let recent = recent_links(store, cutoff, sequence, &mut stats)?;
+    let keep = usize::try_from(hot.max_links).unwrap_or(usize::MAX);
+    let recent = recent_links(store, cutoff, sequence, keep, &mut stats)?;
     let meta = SnapshotMeta::new(sequence, key_id, high_water);
     let mut writer = SnapshotWriter::create(out, meta)?;
     let mut taken: HashSet<&str> = HashSet::new();
@@ -253,20 +254,23 @@ impl RecentLink {
 /// The links created at or after a cutoff: codes in creation order, and each one's state after
 /// every later change in the log.
 struct Recent {
-    order: Vec<String>,
+    order: std::collections::VecDeque<String>,
     state: std::collections::HashMap<String, RecentLink>,
 }
 
-/// The links created at or after `cutoff_ms`, read from the log's tail up to `last_seq`.
+/// The newest `keep` links created at or after `cutoff_ms`, read from the log's tail up to
+/// `last_seq`.
 fn recent_links(
     store: &dyn Store,
     cutoff_ms: i64,
     last_seq: u64,
+    keep: usize,
     stats: &mut HotStats,
 ) -> Result<Recent, StoreError> {
+    let keep = keep.max(1);
     let start = first_created_since(store, cutoff_ms, last_seq, stats)?;
     let mut recent = Recent {
-        order: Vec::new(),
+        order: std::collections::VecDeque::new(),
         state: std::collections::HashMap::new(),
     };
     let mut cursor = start.saturating_sub(1);
@@ -282,7 +286,14 @@ fn recent_links(
             }
             match change {
                 Change::LinkCreated { link, state } if link.created_at_ms >= cutoff_ms => {
-                    recent.order.push(link.code.clone());
+                    // Only the newest `keep` can make the cut: memory follows the budget,
+                    // not the week's creations.
+                    if recent.order.len() == keep {
+                        if let Some(oldest) = recent.order.pop_front() {
+                            recent.state.remove(&oldest);
+                        }
+                    }
+                    recent.order.push_back(link.code.clone());
                     recent.state.insert(
                         link.code,
                         RecentLink {
@@ -324,9 +335,10 @@ fn first_created_since(
             Change::StateChanged { .. } => None,
         });
         match created {
-            Some((_, at)) if at >= cutoff_ms => hi = mid,
-            // Older, or a run of state changes: what was created before it is older.
-            _ => lo = mid,
+            Some((_, at)) if at < cutoff_ms => lo = mid,
+            // Recent, or a run of state changes that says nothing (a bulk takedown): look
+            // earlier. Erring this way reads more of the log, never leaves a recent link out.
+            _ => hi = mid,
         }
     }
     // Back off by one page so creations committed slightly out of time order are not missed.

@@ -15,8 +15,8 @@
 //! - Both caches hold at most `max_entries` codes; at most `max_pending` codes are queued or
 //!   being fetched, past which a miss is answered from the stale cache or as `Unavailable`.
 //! - **Cold codes are shed first** (seeds, S2: a code nobody asked for recently is more likely a
-//!   scanner's): when the queue is full, a lookup of a *warm* code (one answered before, asked
-//!   within [`WARM_WINDOW`], or already wanted by a second waiter) takes the place of the newest
+//!   scanner's): when the queue is full, a lookup of a *warm* code (one answered before, queued
+//!   for a fetch within [`WARM_WINDOW`], or already wanted by a second waiter) takes the place of the newest
 //!   queued fetch of a cold code, whose waiters are answered `Unavailable` (503, ask again),
 //!   instead of being refused itself. Codes in the engine's local tables never come here
 //!   (safe mode's confirmations fall back to the local answer when the origin cannot say).
@@ -233,13 +233,6 @@ impl<W> OriginCache<W> {
                 .asked
                 .get(code)
                 .is_some_and(|at| now.saturating_duration_since(*at) < WARM_WINDOW);
-        bounded_insert(
-            &mut self.asked,
-            code.into(),
-            now,
-            self.cfg.max_entries,
-            |at| now.saturating_duration_since(*at) < WARM_WINDOW,
-        );
         let mut shed = None;
         if self.inflight.len() >= self.cfg.max_pending {
             let room = if warm { self.shed_cold() } else { None };
@@ -259,6 +252,15 @@ impl<W> OriginCache<W> {
             }
         }
         let key: Box<[u8]> = code.into();
+        // Only a lookup that got a fetch counts as asked: a refused one retried at once must
+        // not make itself warm (a scanner would shed everyone's fetches by asking twice).
+        bounded_insert(
+            &mut self.asked,
+            key.clone(),
+            now,
+            self.cfg.max_entries,
+            |at| now.saturating_duration_since(*at) < WARM_WINDOW,
+        );
         self.inflight.insert(
             key.clone(),
             Flight {
@@ -681,9 +683,17 @@ mod tests {
                 })
             }
         );
-        // A code asked a moment ago is warm too (a client retrying after a 503).
-        assert_eq!(
+        // A refused code retried at once is still cold: refused again.
+        assert!(matches!(
             c.lookup(b"scan005", 21, true, t1),
+            Lookup::Answered {
+                via: Shortcut::Overflow { .. },
+                ..
+            }
+        ));
+        // A code whose fetch was queued a moment ago (then shed) is warm when asked again.
+        assert_eq!(
+            c.lookup(b"scan004", 22, true, t1),
             Lookup::Queued {
                 shed: Some(Shed {
                     code: b"scan003"[..].into(),
@@ -692,13 +702,12 @@ mod tests {
             }
         );
         // A cold fetch wanted by a second client is warm: not shed.
-        assert_eq!(c.lookup(b"scan001", 22, true, t1), Lookup::Joined);
-        assert_eq!(c.lookup(b"scan002", 23, true, t1), Lookup::Joined);
-        assert!(matches!(c.lookup(b"known01", 24, true, t1), Lookup::Joined));
-        // Nothing cold left queued: a warm newcomer (scan004, shed above and asked again) is
-        // refused like anyone.
+        assert_eq!(c.lookup(b"scan001", 23, true, t1), Lookup::Joined);
+        assert_eq!(c.lookup(b"scan002", 24, true, t1), Lookup::Joined);
+        // Nothing cold left queued: a warm newcomer (scan003, queued before) is refused like
+        // anyone.
         assert!(matches!(
-            c.lookup(b"scan004", 25, true, t1),
+            c.lookup(b"scan003", 25, true, t1),
             Lookup::Answered {
                 via: Shortcut::Overflow { .. },
                 ..

@@ -237,7 +237,16 @@ fn download_to(
 ) -> Result<Arc<Snapshot>, DownloadError> {
     let started = Instant::now();
     let zpartial = dir.join(format!(".{}.zst.partial", s.id));
-    let compressed = fetch_resumable(cfg, agent, control, &format!("{}.zst", s.url), &zpartial);
+    // zstd never grows data by more than a small fraction; a longer copy is not this file's.
+    let zmax = s.size.saturating_add(s.size / 64).saturating_add(64 * 1024);
+    let compressed = fetch_resumable(
+        cfg,
+        agent,
+        control,
+        &format!("{}.zst", s.url),
+        &zpartial,
+        zmax,
+    );
     let (got, sha, wire) = match compressed {
         Ok(wire) => {
             let unpacked = decompress(&zpartial, partial, s.size);
@@ -248,7 +257,7 @@ fn download_to(
         // A control plane that serves no zstd copies: the file itself.
         Err(Fetched::NotFound) => {
             let _ = std::fs::remove_file(&zpartial);
-            let wire = match fetch_resumable(cfg, agent, control, &s.url, partial) {
+            let wire = match fetch_resumable(cfg, agent, control, &s.url, partial, s.size) {
                 Ok(wire) => wire,
                 Err(Fetched::NotFound) => return Err(DownloadError::Gone { url: s.url.clone() }),
                 Err(Fetched::Failed(e)) => return Err(e),
@@ -308,13 +317,15 @@ impl From<DownloadError> for Fetched {
 
 /// Downloads `url` (a path on control plane `control`) into `dest`, resuming from the bytes
 /// it holds with `Range: bytes=N-` after a broken transfer, up to [`RESUMES`] times; a server
-/// that answers 200 to a range starts the file over. Returns the bytes transferred.
+/// that answers 200 to a range starts the file over. A file longer than `max_len` is refused
+/// (a wrong or hostile answer must not fill the disk). Returns the bytes transferred.
 fn fetch_resumable(
     cfg: &FeedConfig,
     agent: &ureq::Agent,
     control: usize,
     url: &str,
     dest: &Path,
+    max_len: u64,
 ) -> Result<u64, Fetched> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
@@ -372,12 +383,21 @@ fn fetch_resumable(
             }
             _ => {}
         }
-        let mut body = resp.into_reader();
+        let mut body = resp
+            .into_reader()
+            .take(max_len.saturating_add(1).saturating_sub(have));
         let copied = std::io::copy(&mut body, &mut file);
         let now_have = file
             .metadata()
             .map_err(DownloadError::local("reading", dest))?
             .len();
+        if now_have > max_len {
+            return Err(DownloadError::Size {
+                got: now_have,
+                announced: max_len,
+            }
+            .into());
+        }
         transferred += now_have - have;
         let short = expected.is_some_and(|n| now_have - have < n);
         have = now_have;
@@ -631,7 +651,7 @@ mod tests {
         };
         let agent = cfg.control.agent().build();
         let dest = dir.path().join("x.partial");
-        let got = match fetch_resumable(&cfg, &agent, 0, "/x.zst", &dest) {
+        let got = match fetch_resumable(&cfg, &agent, 0, "/x.zst", &dest, 1 << 20) {
             Ok(n) => n,
             Err(_) => panic!("the download resumes"),
         };
