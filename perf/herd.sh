@@ -17,6 +17,9 @@ DURATION=${DURATION:-3}
 CONNS=${CONNS:-32}
 BASE_PORT=${BASE_PORT:-19280}
 SCANNERS=${SCANNERS:-100000}
+# The read-through's queue (engines' --origin-max-pending): small, so the scanners' connections
+# fill it on this machine the way a slow or distant origin would fill the default 4096.
+MAX_PENDING=${MAX_PENDING:-16}
 command -v wrk >/dev/null || { echo "herd.sh: needs wrk" >&2; exit 1; }
 if [ -z "${BIN:-}" ]; then
   cargo build --release -q -p lasthop-control -p lasthop-engine -p lasthop-snapshot
@@ -51,7 +54,8 @@ for i in $(seq "$ENGINES"); do
   $BIN/lasthop-engine --key-file "$work/key" --control "http://$edge" \
     --edge-token-file "$work/data/edge.token" --data-dir "$work/engine-$i" \
     --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$((port + 1))" --cores 1 \
-    --engine-id "herd-$i" --pop "pop$i" >/dev/null 2>"$work/engine-$i.log" &
+    --engine-id "herd-$i" --pop "pop$i" --origin-max-pending "$MAX_PENDING" \
+    >/dev/null 2>"$work/engine-$i.log" &
   pids+=($!)
   addrs+=("127.0.0.1:$port")
   admins+=("127.0.0.1:$((port + 1))")
@@ -68,7 +72,7 @@ for a in "${admins[@]}"; do
     sleep 0.05
   done
 done
-echo "herd.sh: $ENGINES engines (1 core each), one control plane, $(nproc) CPUs; link $code outside the hot set (snapshot seq $seq); ${DURATION}s phases, $CONNS connections per engine"
+echo "herd.sh: $ENGINES engines (1 core each, --origin-max-pending $MAX_PENDING), one control plane, $(nproc) CPUs; link $code outside the hot set (snapshot seq $seq); ${DURATION}s phases, $CONNS connections per engine and client"
 
 counters=(lasthop_engine_origin_coalesced_total lasthop_engine_origin_fresh_hits_total
   lasthop_engine_origin_negative_hits_total lasthop_engine_origin_overflow_total lasthop_engine_origin_shed_total)

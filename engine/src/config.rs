@@ -88,6 +88,11 @@ pub(crate) struct Args {
         value_parser = parse_control_url
     )]
     pub(crate) control: Vec<String>,
+    /// Most distinct codes the origin read-through queues or fetches at once; past it a warm
+    /// code sheds the newest queued cold one and a cold one is answered 503 (`perf/herd.sh`
+    /// sets it low to stand in for a slow origin).
+    #[arg(long, env = "LASTHOP_ORIGIN_MAX_PENDING", default_value_t = lasthop_engine::origin::MAX_PENDING)]
+    pub(crate) origin_max_pending: usize,
     /// File holding the control plane's edge token (its `DATA_DIR/edge.token`).
     #[arg(long, env = "LASTHOP_EDGE_TOKEN_FILE")]
     pub(crate) edge_token_file: Option<PathBuf>,

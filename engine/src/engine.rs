@@ -193,6 +193,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         Some(c) => {
             let cfg = OriginConfig {
                 token: token.clone(),
+                max_pending: args.origin_max_pending,
                 ..OriginConfig::default()
             };
             let (origin, inboxes) = Origin::start(Arc::clone(c), cfg, cores)?;

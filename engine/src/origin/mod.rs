@@ -56,7 +56,7 @@ pub use inbox::OriginInbox;
 use inbox::Outbox;
 pub use lasthop_edge::origin_cache::{Fetched, OriginAnswer};
 
-/// Most distinct codes queued or being fetched at once.
+/// Default of [`OriginConfig::max_pending`]: most distinct codes queued or being fetched at once.
 pub const MAX_PENDING: usize = 4096;
 
 /// Read-through settings.
@@ -81,6 +81,8 @@ pub struct OriginConfig {
     pub breaker: Duration,
     /// The edge token (`Authorization: Bearer`), when the control plane wants one.
     pub token: Option<String>,
+    /// Most distinct codes queued or being fetched at once (`--origin-max-pending`).
+    pub max_pending: usize,
 }
 
 impl Default for OriginConfig {
@@ -94,6 +96,7 @@ impl Default for OriginConfig {
             fresh_ttl: Duration::from_secs(1),
             breaker: Duration::from_secs(1),
             token: None,
+            max_pending: MAX_PENDING,
         }
     }
 }
@@ -314,7 +317,7 @@ impl Origin {
                 negative_ttl: cfg.negative_ttl,
                 breaker: cfg.breaker,
                 max_entries: cfg.max_entries,
-                max_pending: MAX_PENDING,
+                max_pending: cfg.max_pending.max(1),
             },
             controls.len(),
         );
