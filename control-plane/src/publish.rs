@@ -652,20 +652,6 @@ impl Publisher {
                 Ok(None) => {}
                 Err(e) => tracing::warn!(%id, error = %ErrorChain(&e), "compressing the snapshot"),
             }
-            // The copy engines download, made now rather than by the first download (best
-            // effort: a download makes it if this fails).
-            let zstarted = std::time::Instant::now();
-            match self.compressed_copy(&id) {
-                Ok(Some(zst)) => tracing::info!(
-                    %id,
-                    bytes = size,
-                    compressed = zst.metadata().map_or(0, |m| m.len()),
-                    ms = zstarted.elapsed().as_millis() as u64,
-                    "compressed the snapshot for download"
-                ),
-                Ok(None) => {}
-                Err(e) => tracing::warn!(%id, error = %ErrorChain(&e), "compressing the snapshot"),
-            }
             Ok::<_, PublishError>(SnapshotFrame {
                 signature: None,
                 url: format!("{SNAPSHOT_PATH}{id}"),

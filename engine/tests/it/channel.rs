@@ -65,6 +65,22 @@ fn signing_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     (key, public)
 }
 
+/// A control plane serving its edge listener with `pki`'s `edge` certificate and signing
+/// snapshots with `sign`.
+fn signed_tls_control(site: &Site, pki: &Path, sign: &Path) -> Control {
+    Control::start(
+        site,
+        &[
+            "--edge-tls-cert",
+            s(&pki.join("edge.pem")),
+            "--edge-tls-key",
+            s(&pki.join("edge.key")),
+            "--snapshot-signing-key",
+            s(sign),
+        ],
+    )
+}
+
 /// An engine subscribed to `control` with exactly these channel flags (no token unless given).
 fn engine(site: &Site, control: &Control, flags: &[&str]) -> Engine {
     let mut args = vec!["--control", control.edge.as_str()];
@@ -78,17 +94,7 @@ fn feed_downloads_and_read_through_over_tls_with_signed_snapshots() {
     let pki = site.dir.path().join("pki");
     ca_with(&pki, "lasthop edge CA", &["edge"]);
     let (sign, public) = signing_key(site.dir.path(), "signing.key");
-    let control = Control::start(
-        &site,
-        &[
-            "--edge-tls-cert",
-            s(&pki.join("edge.pem")),
-            "--edge-tls-key",
-            s(&pki.join("edge.key")),
-            "--snapshot-signing-key",
-            s(&sign),
-        ],
-    );
+    let control = signed_tls_control(&site, &pki, &sign);
     assert!(control.edge.starts_with("https://"), "{}", control.edge);
     let token = control.token_file();
     let e = engine(
@@ -150,17 +156,7 @@ fn a_wrong_ca_or_an_unpinned_signing_key_is_refused_cleanly() {
     ca_with(&other, "someone else's CA", &[]);
     let (sign, _) = signing_key(site.dir.path(), "signing.key");
     let (_, unpinned) = signing_key(site.dir.path(), "another.key");
-    let control = Control::start(
-        &site,
-        &[
-            "--edge-tls-cert",
-            s(&pki.join("edge.pem")),
-            "--edge-tls-key",
-            s(&pki.join("edge.key")),
-            "--snapshot-signing-key",
-            s(&sign),
-        ],
-    );
+    let control = signed_tls_control(&site, &pki, &sign);
     let token = control.token_file();
     let code = control.create("https://example.com/kept-safe");
 
