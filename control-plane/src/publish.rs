@@ -348,13 +348,16 @@ impl Publisher {
 
     /// A local copy of snapshot `id` to serve, fetched from the shared store when this control
     /// plane has none (blocking); `None` for an unknown id.
+    /// Where snapshot `id`'s zstd copy is (or would be).
+    fn zst_path(&self, id: &str) -> PathBuf {
+        self.config.dir.join(format!("{id}{ZSTD_SUFFIX}"))
+    }
+
     /// The zstd copy of snapshot `id` (`<id>.snap.zst`), made from the local copy if there is
     /// none yet (blocking; one at a time, so two downloads never write it together); `None`
     /// when there is no such snapshot.
     pub fn compressed_copy(&self, id: &str) -> Result<Option<PathBuf>, PublishError> {
-        let Some(zst) =
-            valid_snapshot_id(id).then(|| self.config.dir.join(format!("{id}{ZSTD_SUFFIX}")))
-        else {
+        let Some(zst) = valid_snapshot_id(id).then(|| self.zst_path(id)) else {
             return Ok(None);
         };
         if zst.exists() {
@@ -480,8 +483,7 @@ impl Publisher {
         for file in list(&self.config.dir)? {
             let kept = stored.iter().any(|s| s.id == file.id) || latest.as_ref() == Some(&file.id);
             if !kept {
-                let _ =
-                    std::fs::remove_file(self.config.dir.join(format!("{}{ZSTD_SUFFIX}", file.id)));
+                let _ = std::fs::remove_file(self.zst_path(&file.id));
                 match std::fs::remove_file(&file.path) {
                     Ok(()) => {
                         tracing::info!(id = %file.id, "deleted a copy the store no longer has")
@@ -726,7 +728,7 @@ impl Publisher {
                 continue;
             }
             // Its zstd copy first: a copy never outlives its snapshot.
-            let _ = std::fs::remove_file(self.config.dir.join(format!("{}{ZSTD_SUFFIX}", file.id)));
+            let _ = std::fs::remove_file(self.zst_path(&file.id));
             match std::fs::remove_file(&file.path) {
                 Ok(()) => tracing::info!(id = %file.id, "deleted an old snapshot"),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

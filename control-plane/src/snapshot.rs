@@ -273,45 +273,38 @@ fn recent_links(
         order: std::collections::VecDeque::new(),
         state: std::collections::HashMap::new(),
     };
-    let mut cursor = start.saturating_sub(1);
-    loop {
-        let page = store.changes_since(cursor, 10_000)?;
-        let Some(&(last, _)) = page.last() else {
-            return Ok(recent);
-        };
-        stats.changes_read += page.len() as u64;
-        for (seq, change) in page {
-            if seq > last_seq {
-                return Ok(recent);
-            }
-            match change {
-                Change::LinkCreated { link, state } if link.created_at_ms >= cutoff_ms => {
-                    // Only the newest `keep` can make the cut: memory follows the budget,
-                    // not the week's creations.
-                    if recent.order.len() == keep {
-                        if let Some(oldest) = recent.order.pop_front() {
-                            recent.state.remove(&oldest);
-                        }
-                    }
-                    recent.order.push_back(link.code.clone());
-                    recent.state.insert(
-                        link.code,
-                        RecentLink {
-                            long_url: link.long_url,
-                            state,
-                        },
-                    );
-                }
-                Change::StateChanged { code, state } => {
-                    if let Some(entry) = recent.state.get_mut(&code) {
-                        entry.state = state;
+    stats.changes_read += crate::store::walk_changes(
+        store,
+        start.saturating_sub(1),
+        last_seq,
+        10_000,
+        &mut |_, change| match change {
+            Change::LinkCreated { link, state } if link.created_at_ms >= cutoff_ms => {
+                // Only the newest `keep` can make the cut: memory follows the budget, not the
+                // week's creations.
+                if recent.order.len() == keep {
+                    if let Some(oldest) = recent.order.pop_front() {
+                        recent.state.remove(&oldest);
                     }
                 }
-                Change::LinkCreated { .. } => {}
+                recent.order.push_back(link.code.clone());
+                recent.state.insert(
+                    link.code,
+                    RecentLink {
+                        long_url: link.long_url,
+                        state,
+                    },
+                );
             }
-        }
-        cursor = last;
-    }
+            Change::StateChanged { code, state } => {
+                if let Some(entry) = recent.state.get_mut(&code) {
+                    entry.state = state;
+                }
+            }
+            Change::LinkCreated { .. } => {}
+        },
+    )?;
+    Ok(recent)
 }
 
 /// The first change-log sequence at or after which links are created at or after `cutoff_ms`:

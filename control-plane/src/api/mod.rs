@@ -846,29 +846,23 @@ fn last_change_of(
     last_seq: u64,
     window: u64,
 ) -> Result<Option<(u64, bool)>, StoreError> {
-    let mut cursor = last_seq.saturating_sub(window);
     let mut found = None;
-    loop {
-        let page = store.changes_since(cursor, 1_000)?;
-        let Some(&(last, _)) = page.last() else {
-            return Ok(found);
-        };
-        for (seq, change) in page {
-            if seq > last_seq {
-                return Ok(found);
+    crate::store::walk_changes(
+        store,
+        last_seq.saturating_sub(window),
+        last_seq,
+        1_000,
+        &mut |seq, change| match change {
+            lasthop_core::Change::StateChanged { code: c, .. } if c == code => {
+                found = Some((seq, true))
             }
-            match change {
-                lasthop_core::Change::StateChanged { code: c, .. } if c == code => {
-                    found = Some((seq, true))
-                }
-                lasthop_core::Change::LinkCreated { link, .. } if link.code == code => {
-                    found = Some((seq, false))
-                }
-                _ => {}
+            lasthop_core::Change::LinkCreated { link, .. } if link.code == code => {
+                found = Some((seq, false))
             }
-        }
-        cursor = last;
-    }
+            _ => {}
+        },
+    )?;
+    Ok(found)
 }
 
 /// `GET /v1/links/{code}/enforcement` (admin): "is the takedown we issued enforced?" For the

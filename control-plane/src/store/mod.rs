@@ -107,6 +107,32 @@ pub struct CreateRequest {
     pub destination: Option<lasthop_trust::Destination>,
 }
 
+/// Calls `f` for every change after `after` up to `up_to`, in order, reading the log `page`
+/// changes at a time; returns how many changes it read.
+pub fn walk_changes(
+    store: &dyn Store,
+    after: u64,
+    up_to: u64,
+    page: usize,
+    f: &mut dyn FnMut(u64, Change),
+) -> Result<u64, StoreError> {
+    let (mut cursor, mut read) = (after, 0u64);
+    loop {
+        let changes = store.changes_since(cursor, page)?;
+        let Some(&(last, _)) = changes.last() else {
+            return Ok(read);
+        };
+        read += changes.len() as u64;
+        for (seq, change) in changes {
+            if seq > up_to {
+                return Ok(read);
+            }
+            f(seq, change);
+        }
+        cursor = last;
+    }
+}
+
 /// The code set of the links an owner's suspension took down (`suspension/<owner>`), so an
 /// unsuspension restores exactly those.
 pub fn suspension_set(owner: &str) -> String {

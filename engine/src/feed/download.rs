@@ -423,40 +423,42 @@ fn fetch_resumable(
 fn decompress(from: &Path, to: &Path, limit: u64) -> Result<(u64, String), DownloadError> {
     let input = File::open(from).map_err(DownloadError::local("opening", from))?;
     let decoder = zstd::stream::read::Decoder::new(input).map_err(DownloadError::Transfer)?;
-    let mut decoder = decoder.take(limit.saturating_add(1));
     let mut out = File::create(to).map_err(DownloadError::local("creating", to))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut got = 0u64;
-    loop {
-        // A corrupt stream is the transfer's fault (the copy's SHA-256 is not announced; the
-        // decompressed bytes' is, and is checked by the caller).
-        let n = decoder.read(&mut buf).map_err(DownloadError::Transfer)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])
-            .map_err(DownloadError::local("writing", to))?;
-        got += n as u64;
-    }
-    Ok((got, hex::encode(hasher.finalize())))
+    // A corrupt stream is the transfer's fault (the copy's SHA-256 is not announced; the
+    // decompressed bytes' is, and is checked by the caller).
+    hash_copy(
+        decoder.take(limit.saturating_add(1)),
+        Some((&mut out, to)),
+        DownloadError::Transfer,
+    )
 }
 
 /// The length and SHA-256 of a downloaded file.
 fn hash_file(path: &Path) -> Result<(u64, String), DownloadError> {
-    let mut file = File::open(path).map_err(DownloadError::local("opening", path))?;
+    let file = File::open(path).map_err(DownloadError::local("opening", path))?;
+    hash_copy(file, None, |e| DownloadError::local("reading", path)(e))
+}
+
+/// Reads `input` to its end, hashing it and writing it to `out` when given; returns the length
+/// and the SHA-256 (lowercase hex). `read_error` says whose fault a failed read is.
+fn hash_copy(
+    mut input: impl Read,
+    mut out: Option<(&mut File, &Path)>,
+    read_error: impl Fn(std::io::Error) -> DownloadError,
+) -> Result<(u64, String), DownloadError> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut got = 0u64;
     loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(DownloadError::local("reading", path))?;
+        let n = input.read(&mut buf).map_err(&read_error)?;
         if n == 0 {
             break;
         }
         hasher.update(&buf[..n]);
+        if let Some((file, path)) = out.as_mut() {
+            file.write_all(&buf[..n])
+                .map_err(DownloadError::local("writing", path))?;
+        }
         got += n as u64;
     }
     Ok((got, hex::encode(hasher.finalize())))
