@@ -418,6 +418,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         Some(c) => Some(start_click_sink(&args, c, &engine_id)?),
         None => None,
     };
+    // Every core serving before the engine says so: a core that never arms its listeners
+    // would leave its share of connections (the kernel hashes them to its socket) waiting.
+    shared
+        .wait_started(cores, Duration::from_secs(10))
+        .context("starting the serving cores")?;
     admin.set_ready(true);
     tracing::info!(listen = %bound, admin = %admin_addr, cores, io = backend.as_str(),
         snapshot_links = snapshot.as_ref().map_or(0, |s| s.links()),

@@ -44,6 +44,8 @@ pub struct Shared {
     stop: AtomicBool,
     /// Cores whose loop has returned (drained or failed).
     finished: std::sync::atomic::AtomicUsize,
+    /// Cores whose listeners are armed in their ring (or epoll set).
+    started: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -53,6 +55,7 @@ impl Shared {
             tables: Arc::new(Published::new(tables)),
             stop: AtomicBool::new(false),
             finished: std::sync::atomic::AtomicUsize::new(0),
+            started: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -79,6 +82,28 @@ impl Shared {
     /// Cores whose loop has returned.
     pub fn finished(&self) -> usize {
         self.finished.load(Ordering::Acquire)
+    }
+
+    /// Cores serving: their listeners are armed, so connections the kernel hashes to them are
+    /// accepted. The engine says it is listening only once every core is.
+    pub fn started(&self) -> usize {
+        self.started.load(Ordering::Acquire)
+    }
+
+    /// Waits until `cores` cores serve, or fails naming how many did within `limit`.
+    pub fn wait_started(&self, cores: usize, limit: Duration) -> Result<(), CoreError> {
+        let deadline = std::time::Instant::now() + limit;
+        while self.started() < cores {
+            if self.finished() > 0 || std::time::Instant::now() > deadline {
+                return Err(CoreError::NotStarted {
+                    started: self.started(),
+                    cores,
+                    waited: limit,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
     }
 }
 
@@ -169,9 +194,18 @@ pub enum CoreError {
     Executor { core: usize, source: std::io::Error },
     #[error("the published tables are unreadable (a writer panicked)")]
     TablesPoisoned,
+    #[error("{started} of {cores} serving cores started within {waited:?}")]
+    NotStarted {
+        started: usize,
+        cores: usize,
+        waited: Duration,
+    },
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
+
+/// glommio's preemption timer for the serving executors (see `spawn_core`).
+const PREEMPT_NEVER: Duration = Duration::from_secs(86_400);
 
 /// Starts one pinned glommio executor for this core; returns when the core has drained.
 pub fn spawn_core(
@@ -188,7 +222,13 @@ pub fn spawn_core(
     let handle = LocalExecutorBuilder::new(placement)
         .name(&format!("core-{}", start.index))
         .io_memory(config.glommio_io_memory)
-        .preempt_timer(Duration::from_millis(1))
+        // The core's one task never yields (see `run_core`), so glommio's preemption timer has
+        // nothing to preempt; it must only never fire before that task's first poll. A timer
+        // that expires while the thread waits for a CPU between glommio's installing it and
+        // running its queues makes glommio skip the queues and park with the task unrun, for
+        // good: a core that never accepts (with 1 ms, about 1 engine start in 50 on a loaded
+        // 2-CPU host; with 1 ns, every start). A day leaves no such window.
+        .preempt_timer(PREEMPT_NEVER)
         .spawn(move || async move {
             let index = start.index;
             let done = Arc::clone(&shared);
@@ -255,6 +295,7 @@ async fn run_core(
             config.uring.header_timeout_ms,
         )?)),
     };
+    shared.started.fetch_add(1, Ordering::AcqRel);
     let mut draining_since: Option<i64> = None;
     loop {
         shared.tables.refresh(&mut generation, &mut ctx.tables);

@@ -176,3 +176,64 @@ fn io_uring_backend_serves_the_contract() {
 fn epoll_backend_serves_the_same() {
     check_backend("epoll");
 }
+
+/// Every core serves from the engine's first line on: the kernel hashes connections across the
+/// cores' SO_REUSEPORT sockets, so a core that never armed its listener leaves its share
+/// waiting (it happened: a glommio executor parked before its first poll). 32 connections made
+/// the moment the engine says it listens are all answered within seconds, by both cores.
+fn every_core_answers_at_once(io: &str) {
+    use std::io::{Read, Write};
+    let f = fixture();
+    let engine = f.site.start(&["--io", io]);
+    let threads: Vec<_> = (0..32)
+        .map(|_| {
+            let (addr, live) = (engine.addr.clone(), f.live.clone());
+            std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+                s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                    .unwrap();
+                s.write_all(
+                    format!("GET /{live} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .unwrap();
+                let mut head = [0u8; 12];
+                s.read_exact(&mut head).map(|_| head.to_vec())
+            })
+        })
+        .collect();
+    for t in threads {
+        let head = t.join().unwrap();
+        assert!(
+            matches!(&head, Ok(h) if h.as_slice() == b"HTTP/1.1 302"),
+            "{io}: {head:?}\n{}",
+            engine.log()
+        );
+    }
+    let (_, _, metrics) = curl(&[&format!("http://{}/metrics", engine.admin)]);
+    for core in ["0", "1"] {
+        let served = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "lasthop_engine_core_requests_total{{core=\"{core}\"}} "
+                ))
+            })
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        assert!(
+            served >= 1.0,
+            "{io}: core {core} answered nothing\n{metrics}"
+        );
+    }
+}
+
+#[test]
+fn io_uring_every_core_answers_at_once() {
+    every_core_answers_at_once("uring");
+}
+
+#[test]
+fn epoll_every_core_answers_at_once() {
+    every_core_answers_at_once("epoll");
+}
