@@ -65,6 +65,9 @@ struct Inner {
     /// Every connection presented a client certificate our client CA signed
     /// (`--edge-client-ca`): it stands in for the token.
     client_certs: bool,
+    /// This region and the token peer regions present (`--peer-token-file`), with
+    /// `--peer`: the `/peer/` endpoints answer only to it, and it opens nothing else.
+    peer: Option<(u32, EdgeToken)>,
 }
 
 /// Shared state of the edge handlers.
@@ -95,7 +98,17 @@ impl EdgeState {
             fleet,
             snapshots,
             client_certs: false,
+            peer: None,
         }))
+    }
+
+    /// Serves the `/peer/` endpoints of `region` to callers presenting `token`. Call before
+    /// the state is cloned.
+    pub fn with_peers(mut self, region: u32, token: EdgeToken) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.peer = Some((region, token));
+        }
+        self
     }
 
     /// The same state for a listener whose TLS handshake requires a client certificate signed
@@ -495,11 +508,89 @@ pub fn byte_range(value: Option<&HeaderValue>, len: u64) -> RangeAnswer {
     }
 }
 
+#[derive(Debug, Deserialize)]
+struct ChangesQuery {
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    wait_ms: Option<u64>,
+}
+
+/// Most changes one `/peer/v1/changes` answer carries, and the longest it waits for one.
+const PEER_PAGE_MAX: usize = 5_000;
+const PEER_WAIT_MAX_MS: u64 = 25_000;
+
+/// `GET /peer/v1/changes?after=SEQ&limit=N&wait_ms=MS`: this region's own changes after `SEQ`
+/// (none it replicated from another region), for a peer region's replication
+/// ([`crate::peers`]). Waits up to `wait_ms` for one when there is none (a long poll).
+/// `{"region", "head", "high_water", "upto", "changes": [{"seq", "change"}]}`: `upto` is the
+/// sequence the page is complete up to (the next `after`).
+async fn peer_changes(
+    State(state): State<EdgeState>,
+    Query(q): Query<ChangesQuery>,
+) -> Result<Response, EdgeError> {
+    let Some((region, _)) = state.0.peer.as_ref().map(|(r, t)| (*r, t)) else {
+        return Err(EdgeError::not_found());
+    };
+    let limit = q.limit.unwrap_or(1_000).clamp(1, PEER_PAGE_MAX);
+    let deadline = tokio::time::Instant::now()
+        + std::time::Duration::from_millis(q.wait_ms.unwrap_or(0).min(PEER_WAIT_MAX_MS));
+    let mut commits = state.0.store.commits();
+    loop {
+        let store = Arc::clone(&state.0.store);
+        let read = tokio::task::spawn_blocking(move || {
+            let head = store.last_seq()?;
+            let (changes, upto) = store.own_changes_since(q.after, limit)?;
+            let marks = store.high_water_marks()?;
+            Ok::<_, crate::store::StoreError>((head, changes, upto, marks))
+        })
+        .await;
+        let (head, changes, upto, marks) = match read {
+            Ok(Ok(read)) => read,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "peer changes: store failure");
+                return Err(EdgeError::unavailable());
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "peer changes: task failed");
+                return Err(EdgeError::unavailable());
+            }
+        };
+        let waited_out = tokio::time::Instant::now() >= deadline;
+        if !changes.is_empty() || upto > q.after || waited_out {
+            let high_water = marks
+                .iter()
+                .find(|(r, _)| *r == region)
+                .map_or(0, |(_, m)| *m);
+            let changes: Vec<_> = changes
+                .into_iter()
+                .map(|(seq, change)| json!({"seq": seq, "change": change}))
+                .collect();
+            let body = json!({
+                "region": region,
+                "head": head,
+                "high_water": high_water,
+                "upto": upto.max(q.after),
+                "changes": changes,
+            });
+            return Ok((
+                [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+                Json(body),
+            )
+                .into_response());
+        }
+        // Nothing of ours yet: wait for the next commit (or the deadline), then read again.
+        let _ = tokio::time::timeout_at(deadline, commits.changed()).await;
+    }
+}
+
 async fn fallback() -> EdgeError {
     EdgeError::new(StatusCode::NOT_FOUND, "no_route", "no such endpoint")
 }
 
-/// Everything but `/healthz` needs the edge token.
+/// Everything but `/healthz` needs the edge token; `/peer/` needs the peer token instead.
 async fn require_token(State(state): State<EdgeState>, req: Request, next: Next) -> Response {
     if req.uri().path() == "/healthz" {
         return next.run(req).await;
@@ -510,6 +601,23 @@ async fn require_token(State(state): State<EdgeState>, req: Request, next: Next)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
+    if req.uri().path().starts_with("/peer/") {
+        return match (&state.0.peer, presented) {
+            (Some((_, token)), Some(t)) if token.matches(t) => next.run(req).await,
+            (None, _) => EdgeError::new(
+                StatusCode::NOT_FOUND,
+                "no_peers",
+                "this control plane replicates with no region (--peer, --peer-token-file)",
+            )
+            .into_response(),
+            _ => EdgeError::new(
+                StatusCode::UNAUTHORIZED,
+                "peer_unauthorized",
+                "missing or wrong Authorization: Bearer <peer token> (--peer-token-file)",
+            )
+            .into_response(),
+        };
+    }
     match presented {
         Some(t) if state.0.token.matches(t) => next.run(req).await,
         // Mutual TLS: the handshake already proved the client's certificate.
@@ -537,6 +645,7 @@ pub fn router(state: EdgeState) -> Router {
         .route("/edge/v1/snapshots/latest", get(latest_snapshot))
         .route("/edge/v1/snapshots/{id}", get(download_snapshot))
         .route("/edge/v1/status", post(status_report))
+        .route("/peer/v1/changes", get(peer_changes))
         .route("/healthz", get(|| async { "ok\n" }))
         .fallback(fallback)
         .layer(axum::middleware::from_fn_with_state(

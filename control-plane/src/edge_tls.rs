@@ -80,6 +80,21 @@ pub fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, EdgeTlsError> 
     })
 }
 
+/// A TLS client that trusts only the CAs in `ca` (a PEM file): how a region verifies its
+/// peers' edge listeners (`--peer-ca`).
+pub fn client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, EdgeTlsError> {
+    let mut roots = RootCertStore::empty();
+    for c in certs(ca)? {
+        roots.add(c)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 /// The edge listener's TLS settings.
 #[derive(Clone)]
 pub struct EdgeTls {

@@ -38,6 +38,7 @@ mod error_chain;
 pub mod feed;
 pub mod fleet;
 pub mod metrics;
+pub mod peers;
 pub mod publish;
 pub mod ratelimit;
 pub mod safety;

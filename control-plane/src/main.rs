@@ -629,6 +629,29 @@ struct ServeArgs {
     /// Raise `lasthop_edge_lag_alarm` while any engine is more than this many seconds behind.
     #[arg(long, env = "LASTHOP_EDGE_LAG_ALARM_SECS", default_value_t = 30.0)]
     edge_lag_alarm_secs: f64,
+    /// Another region's edge listener, `REGION=URL` (repeatable): this region replicates that
+    /// region's links and state changes into its store (docs/ARCHITECTURE.md, "Regions").
+    #[arg(
+        long = "peer",
+        env = "LASTHOP_PEERS",
+        value_delimiter = ',',
+        requires = "peer_token_file"
+    )]
+    peers: Vec<lasthop_control::peers::PeerSpec>,
+    /// The secret every region presents to the others (one file copied to every region, at
+    /// least 32 characters); the `/peer/` endpoints of this region's edge listener need it.
+    #[arg(long, env = "LASTHOP_PEER_TOKEN_FILE")]
+    peer_token_file: Option<PathBuf>,
+    /// Verify `https://` peers against the CAs in this PEM file.
+    #[arg(long, env = "LASTHOP_PEER_CA")]
+    peer_ca: Option<PathBuf>,
+    /// The region aliases belong to: their state is that region's to decide.
+    #[arg(long, env = "LASTHOP_ALIAS_HOME_REGION", default_value_t = 0)]
+    alias_home_region: u32,
+    /// Raise `lasthop_region_peer_lag_alarm` while a peer region is more than this many
+    /// seconds behind.
+    #[arg(long, env = "LASTHOP_PEER_LAG_ALARM_SECS", default_value_t = 30.0)]
+    peer_lag_alarm_secs: f64,
     /// Where the record lives: `embedded` (redb in DATA_DIR) or a PostgreSQL connection string
     /// (`postgres://user@host1,host2/db?target_session_attrs=read-write`), shared by every
     /// control plane on it.
@@ -1047,6 +1070,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let key = PermutationKey::load(&args.key_file)?;
     let scheme = CodeScheme::new(&key)?;
+    let peer_token = args
+        .peer_token_file
+        .as_deref()
+        .map(lasthop_control::peers::read_token)
+        .transpose()?;
+    let peer_agent = {
+        let builder = ureq::AgentBuilder::new().redirects(0);
+        match &args.peer_ca {
+            Some(ca) => builder.tls_config(lasthop_control::edge_tls::client_config(ca)?),
+            None => builder,
+        }
+        .build()
+    };
     let metrics = Metrics::new()?;
     let observer: CommitObserver = {
         let m = metrics.clone();
@@ -1058,7 +1094,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let store = open_store(
         &args.store,
         &args.data_dir,
-        scheme,
+        scheme.clone(),
         args.region,
         args.regions,
         args.block_size,
@@ -1169,6 +1205,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let peers = match (&peer_token, args.peers.is_empty()) {
+        (Some(token), false) => {
+            let peers = lasthop_control::peers::Peers::start(
+                lasthop_control::peers::PeersConfig {
+                    region: args.region,
+                    regions: args.regions,
+                    alias_home: args.alias_home_region,
+                    peers: args.peers.clone(),
+                    token: token.clone(),
+                    lag_alarm_secs: args.peer_lag_alarm_secs,
+                },
+                Arc::clone(&dyn_store),
+                scheme,
+                peer_agent,
+            )?;
+            state.set_peers(Arc::clone(&peers));
+            Some(peers)
+        }
+        _ => None,
+    };
     let heartbeat = Duration::from_millis(args.feed_heartbeat_ms.max(1));
     let reload = safety.reload.clone();
     runtime.block_on(async move {
@@ -1211,6 +1267,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_snapshots(publisher.subscribe())
             .with_stop(stop_rx.clone());
         let mut edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));
+        if let Some(t) = &peer_token {
+            edge_state = edge_state.with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t));
+        }
         if edge_tls.as_ref().is_some_and(|t| t.client_auth()) {
             edge_state = edge_state.with_client_certificates();
         }
@@ -1243,8 +1302,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::try_join!(async { api.await }, edge)?;
         anyhow::Ok(())
     })?;
-    // Requests are drained: the scanner and the list watcher stop, the click processor
-    // flushes what it read and stops.
+    // Requests are drained: replication, the scanner and the list watcher stop, the click
+    // processor flushes what it read and stops.
+    if let Some(p) = &peers {
+        p.stop();
+    }
     if let Some((stop, thread)) = follower {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if thread.join().is_err() {

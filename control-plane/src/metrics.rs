@@ -27,6 +27,15 @@ pub struct Metrics {
     pub edge_worst_lag_sequences: IntGauge,
     /// 1 while any engine is more than `--edge-lag-alarm-secs` behind.
     pub edge_lag_alarm: IntGauge,
+    /// Replication from each peer region (`--peer`), set at each scrape: 1 while its last
+    /// request succeeded.
+    pub peer_connected: IntGaugeVec,
+    /// Changes of a peer region's log not applied here (as of its last known head).
+    pub peer_lag_changes: IntGaugeVec,
+    /// Seconds since this region last had everything a peer region had.
+    pub peer_lag_seconds: GaugeVec,
+    /// 1 while a peer region's lag is past `--peer-lag-alarm-secs`.
+    pub peer_lag_alarm: IntGaugeVec,
     /// Click events by outcome: human, bot, duplicate, late, invalid; corrupt and torn count
     /// spool frames (or files) whose events are lost.
     pub clicks_events: IntCounterVec,
@@ -163,6 +172,46 @@ impl Metrics {
                 IntGauge::new(
                     "edge_lag_alarm",
                     "1 while any engine is more than --edge-lag-alarm-secs behind",
+                ),
+            )?,
+            peer_connected: registered(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "region_peer_connected",
+                        "1 while replication from the peer region is connected",
+                    ),
+                    &["region"],
+                ),
+            )?,
+            peer_lag_changes: registered(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "region_peer_lag_changes",
+                        "Changes of the peer region's log not applied here",
+                    ),
+                    &["region"],
+                ),
+            )?,
+            peer_lag_seconds: registered(
+                &registry,
+                GaugeVec::new(
+                    Opts::new(
+                        "region_peer_lag_seconds",
+                        "Seconds since this region last had everything the peer region had",
+                    ),
+                    &["region"],
+                ),
+            )?,
+            peer_lag_alarm: registered(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "region_peer_lag_alarm",
+                        "1 while the peer region's lag is past --peer-lag-alarm-secs",
+                    ),
+                    &["region"],
                 ),
             )?,
             clicks_events: registered(

@@ -33,6 +33,17 @@ pub fn region_range(region: u32, regions: u32) -> Result<std::ops::Range<u64>, R
     Ok(bound(region)..bound(region + 1))
 }
 
+/// The region of `regions` whose range holds counter `n` (the inverse of [`region_range`]);
+/// `None` for a counter outside the code space or no regions.
+pub fn region_of(n: u64, regions: u32) -> Option<u32> {
+    if regions == 0 || n >= CODE_SPACE {
+        return None;
+    }
+    let r = (u128::from(n) * u128::from(regions) / u128::from(CODE_SPACE)) as u32;
+    // The ranges' bounds round down: step to the one that holds n.
+    (r.saturating_sub(1)..regions).find(|&r| region_range(r, regions).is_ok_and(|g| g.contains(&n)))
+}
+
 /// Published high-water marks of every region, plus the reserve.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HighWater {
@@ -229,5 +240,24 @@ mod tests {
         hw.raise(3, start3 + 1).unwrap();
         assert!(hw.may_be_issued(start3));
         assert!(!hw.may_be_issued(start3 - 1));
+    }
+
+    #[test]
+    fn every_counter_has_the_region_whose_range_holds_it() {
+        for regions in [1u32, 2, 3, 7, 64] {
+            for r in 0..regions {
+                let g = region_range(r, regions).unwrap();
+                for n in [
+                    g.start,
+                    g.start + 1,
+                    g.end - 1,
+                    g.start + (g.end - g.start) / 2,
+                ] {
+                    assert_eq!(region_of(n, regions), Some(r), "{n} of {regions}");
+                }
+            }
+        }
+        assert_eq!(region_of(CODE_SPACE, 2), None);
+        assert_eq!(region_of(0, 0), None);
     }
 }

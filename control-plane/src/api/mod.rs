@@ -107,6 +107,8 @@ struct Inner {
     fleet: Arc<Fleet>,
     snapshots: Option<Arc<Publisher>>,
     clicks: OnceLock<ClicksHandle>,
+    /// Replication between regions, with `--peer`.
+    peers: OnceLock<Arc<crate::peers::Peers>>,
     safety: Arc<Safety>,
     report_limiter: RateLimiter,
     report_global: RateLimiter,
@@ -168,6 +170,7 @@ impl AppState {
             fleet,
             snapshots,
             clicks: OnceLock::new(),
+            peers: OnceLock::new(),
             safety,
             report_limiter,
             report_global,
@@ -184,6 +187,14 @@ impl AppState {
     pub fn set_clicks(&self, clicks: ClicksHandle) {
         if self.0.clicks.set(clicks).is_err() {
             tracing::warn!("the click processor was already set; keeping the first");
+        }
+    }
+
+    /// Shows replication between regions (`GET /v1/regions`, the peer gauges). Set once, at
+    /// start.
+    pub fn set_peers(&self, peers: Arc<crate::peers::Peers>) {
+        if self.0.peers.set(peers).is_err() {
+            tracing::warn!("the peers were already set; keeping the first");
         }
     }
 
@@ -942,6 +953,20 @@ async fn remove_edge(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// `GET /v1/regions`: this region and each peer region's replication (applied position, lag in
+/// changes and seconds, connected or not, the alarm). Without `--peer`: this region alone.
+async fn list_regions(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    let body = match state.0.peers.get() {
+        Some(peers) => peers.view(now_ms()),
+        None => json!({"peers": []}),
+    };
+    Ok(Json(body).into_response())
+}
+
 /// `GET /v1/edges`: every engine on the fleet, with its state (core/FEED.md).
 async fn list_edges(State(state): State<AppState>, Auth(who): Auth) -> Result<Response, ApiError> {
     require_admin(&who)?;
@@ -1139,6 +1164,23 @@ async fn metrics(State(state): State<AppState>) -> Response {
     m.edge_lag_alarm.set(i64::from(
         summary.worst_lag_seconds > state.0.config.edge_lag_alarm_secs,
     ));
+    if let Some(peers) = state.0.peers.get() {
+        for p in peers.status(now_ms()) {
+            let region = p.region.to_string();
+            m.peer_connected
+                .with_label_values(&[&region])
+                .set(i64::from(p.connected));
+            m.peer_lag_changes
+                .with_label_values(&[&region])
+                .set(i64::try_from(p.lag_changes).unwrap_or(i64::MAX));
+            m.peer_lag_seconds
+                .with_label_values(&[&region])
+                .set(p.lag_seconds);
+            m.peer_lag_alarm
+                .with_label_values(&[&region])
+                .set(i64::from(p.alarm));
+        }
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -1212,6 +1254,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/resolve", post(resolve))
         .route("/v1/edges", get(list_edges))
+        .route("/v1/regions", get(list_regions))
         .route("/v1/edges/{engine}", axum::routing::delete(remove_edge))
         .route("/v1/admin/snapshots", post(publish_snapshot))
         .route("/v1/admin/clicks/recompute", post(recompute_clicks))

@@ -50,6 +50,8 @@ pub enum Actor {
     Velocity,
     /// The control plane itself (e.g. an operator's CLI).
     System,
+    /// Another region, whose change this is (replication between regions).
+    Region(u32),
 }
 
 impl Actor {
@@ -67,6 +69,7 @@ impl std::fmt::Display for Actor {
             Actor::List(name) => write!(f, "list:{name}"),
             Actor::Velocity => f.write_str("velocity"),
             Actor::System => f.write_str("system"),
+            Actor::Region(r) => write!(f, "region:{r}"),
         }
     }
 }
@@ -105,6 +108,65 @@ pub struct CreateRequest {
     /// `long_url`'s destination, when the caller parsed it already (the store's writer then
     /// does not parse it again for the destination index).
     pub destination: Option<lasthop_trust::Destination>,
+}
+
+/// The saved position of the replication from region `region` ([`Store::position`]): the
+/// last of that region's change-log sequences applied here.
+pub fn peer_position(region: u32) -> String {
+    format!("peer/{region}")
+}
+
+/// One change another region originated, as it is applied here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicatedChange {
+    /// Its sequence in the originating region's change log.
+    pub origin_seq: u64,
+    pub change: Change,
+    /// The originating region is the link's home: its state replaces ours. Otherwise only
+    /// what it restricts is applied (a takedown, a flag, a disablement, a deletion issued
+    /// there applies here at once; lifting one is the home's to decide).
+    pub authoritative: bool,
+}
+
+/// A page of another region's own changes, applied in one transaction with the position it
+/// reaches, so a restart resumes exactly after it.
+#[derive(Debug, Clone)]
+pub struct Replicated {
+    /// The originating region.
+    pub region: u32,
+    pub changes: Vec<ReplicatedChange>,
+    /// That region's high-water mark: its codes below it are issued (edges must not 404 them).
+    pub high_water: u64,
+    /// The originating region's change-log sequence this page is complete up to.
+    pub position: u64,
+}
+
+/// What a replicated page did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicateOutcome {
+    /// Changes that changed something here.
+    pub applied: usize,
+    /// Changes already here (a page applied twice, a link we have) or not ours to apply.
+    pub skipped: usize,
+}
+
+/// `theirs` as far as it restricts `ours`: a takedown, a flag, a disablement or a deletion
+/// `theirs` has is added; nothing `ours` has is lifted.
+pub fn restrict(ours: &LinkState, theirs: &LinkState) -> LinkState {
+    let mut next = ours.clone();
+    if ours.deleted {
+        return next;
+    }
+    next.deleted |= theirs.deleted;
+    next.disabled |= theirs.disabled;
+    if next.takedown_reason.is_none() && theirs.takedown_reason.is_some() {
+        next.takedown_reason = theirs.takedown_reason.clone();
+        next.warn = false;
+    }
+    if next.takedown_reason.is_none() {
+        next.warn |= theirs.warn;
+    }
+    next
 }
 
 /// Calls `f` for every change after `after` up to `up_to`, in order, reading the log `page`
@@ -649,6 +711,28 @@ pub trait Store: Send + Sync + 'static {
     fn position(&self, name: &str) -> Result<Option<String>, StoreError>;
     /// Change-log entries with sequence > `after`, in order, at most `limit`.
     fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<(u64, Change)>, StoreError>;
+    /// The changes after `after` this region originated (not those replicated from another),
+    /// at most `limit`, and the sequence the read is complete up to (past the last change
+    /// returned when replicated ones follow it), for a peer region's replication.
+    fn own_changes_since(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<(u64, Change)>, u64), StoreError> {
+        let _ = (after, limit);
+        Err(StoreError::Refused(
+            "this store does not replicate between regions yet".into(),
+        ))
+    }
+    /// Applies a page of another region's own changes ([`Replicated`]) with its position, in
+    /// one transaction; the changes it writes here are marked as that region's, so they are
+    /// never sent back.
+    fn replicate(&self, page: Replicated) -> Result<ReplicateOutcome, StoreError> {
+        let _ = page;
+        Err(StoreError::Refused(
+            "this store does not replicate between regions yet".into(),
+        ))
+    }
     /// Highest committed change-log sequence (0 when empty).
     fn last_seq(&self) -> Result<u64, StoreError>;
     /// Every region's high-water mark: all counters ever leased there are below it.

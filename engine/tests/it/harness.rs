@@ -440,6 +440,12 @@ impl Control {
         self.spawn();
     }
 
+    /// Starts it again on the same ports and data with `extra` in place of its flags.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+        self.restart();
+    }
+
     pub fn token_file(&self) -> PathBuf {
         self.data.join("edge.token")
     }

@@ -17,6 +17,8 @@
 //!   CA made at test time, mutual TLS in place of the token, signed snapshots, and each refusal;
 //! - `tls`: HTTPS with curl and openssl: handshakes, resumption, 0-RTT, HSTS, the kTLS hand-off
 //!   where the kernel has it (reported skipped where it does not);
+//! - `regions`: two regions replicating each other's links and state changes: a link made in
+//!   one served by the other's engine, takedowns crossing regions, a region down and back;
 //! - `harness`: what the tests share: sites (key, snapshot), engines and control planes as real
 //!   processes, a raw HTTP client, load, a Kafka-protocol broker.
 
@@ -27,6 +29,7 @@ mod harness;
 mod hotset;
 mod lifecycle;
 mod origin;
+mod regions;
 mod safety;
 mod serving;
 mod tls;

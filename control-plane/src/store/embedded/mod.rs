@@ -56,8 +56,8 @@ use tokio::sync::watch;
 
 use super::{
     Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest, DeleteOutcome,
-    HostEntry, HostPage, LinkPage, OwnerRecord, Report, ReportFilter, ReportKind, ReportPage,
-    Resolution, Store, StoreError, StoredLink,
+    HostEntry, HostPage, LinkPage, OwnerRecord, ReplicateOutcome, Replicated, Report, ReportFilter,
+    ReportKind, ReportPage, Resolution, Store, StoreError, StoredLink,
 };
 use crate::store::corrupt;
 
@@ -84,6 +84,9 @@ const REPORTS_OPEN: TableDefinition<u64, ()> = TableDefinition::new("reports_ope
 const OWNERS: TableDefinition<&str, &[u8]> = TableDefinition::new("owners");
 /// name → position of a background walk ([`Store::position`]).
 const POSITIONS: TableDefinition<&str, &str> = TableDefinition::new("positions");
+/// Change-log entries another region originated (replicated here): sequence → that region.
+/// A peer's replication skips them, so nothing loops.
+const ORIGINS: TableDefinition<u64, u32> = TableDefinition::new("change_origins");
 
 /// `denied` values.
 const DENY_GONE: u8 = 0;
@@ -204,6 +207,7 @@ enum Op {
         reply: Reply<Option<Result<Report, Report>>>,
     },
     PutOwner(Box<OwnerRecord>, Reply<()>),
+    Replicate(Box<Replicated>, Reply<ReplicateOutcome>),
     Shutdown(Reply<()>),
 }
 
@@ -268,6 +272,7 @@ impl EmbeddedStore {
                 txn.open_table(REPORTS_OPEN).map_err(storage)?;
                 txn.open_table(OWNERS).map_err(storage)?;
                 txn.open_table(POSITIONS).map_err(storage)?;
+                txn.open_table(ORIGINS).map_err(storage)?;
                 let mut hosts = txn.open_table(DEST_HOSTS).map_err(storage)?;
                 if meta.get(META_DEST_INDEX).map_err(storage)?.is_none() {
                     let links = txn.open_table(LINKS).map_err(storage)?;
@@ -497,6 +502,39 @@ impl Store for EmbeddedStore {
             out.push((k.value(), change));
         }
         Ok(out)
+    }
+
+    fn own_changes_since(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<(u64, Change)>, u64), StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let changes = txn.open_table(CHANGES).map_err(storage)?;
+        let origins = txn.open_table(ORIGINS).map_err(storage)?;
+        let mut out = Vec::new();
+        let mut upto = after;
+        let Some(from) = after.checked_add(1) else {
+            return Ok((out, upto));
+        };
+        for item in changes.range(from..).map_err(storage)? {
+            let (k, v) = item.map_err(storage)?;
+            let seq = k.value();
+            if origins.get(seq).map_err(storage)?.is_none() {
+                if out.len() == limit {
+                    break;
+                }
+                let change =
+                    serde_json::from_slice(v.value()).map_err(|e| corrupt("changes", e))?;
+                out.push((seq, change));
+            }
+            upto = seq;
+        }
+        Ok((out, upto))
+    }
+
+    fn replicate(&self, page: Replicated) -> Result<ReplicateOutcome, StoreError> {
+        self.submit(|reply| Op::Replicate(Box::new(page), reply))
     }
 
     fn last_seq(&self) -> Result<u64, StoreError> {
@@ -1012,6 +1050,7 @@ struct Tables<'t> {
     reports_open: Table<'t, u64, ()>,
     owners: Table<'t, &'static str, &'static [u8]>,
     positions: Table<'t, &'static str, &'static str>,
+    origins: Table<'t, u64, u32>,
 }
 
 impl<'t> Tables<'t> {
@@ -1033,6 +1072,7 @@ impl<'t> Tables<'t> {
             reports_open: txn.open_table(REPORTS_OPEN).map_err(storage)?,
             owners: txn.open_table(OWNERS).map_err(storage)?,
             positions: txn.open_table(POSITIONS).map_err(storage)?,
+            origins: txn.open_table(ORIGINS).map_err(storage)?,
         })
     }
 }
@@ -1130,6 +1170,10 @@ impl Writer {
                         }
                         Op::PutOwner(record, reply) => {
                             let outcome = apply_put_owner(&mut t, &record);
+                            finishes.push(finish(reply, outcome));
+                        }
+                        Op::Replicate(page, reply) => {
+                            let outcome = self.apply_replicate(&mut t, &page);
                             finishes.push(finish(reply, outcome));
                         }
                         Op::Shutdown(reply) => {
@@ -1396,6 +1440,139 @@ impl Writer {
         };
         self.write_audit(t, key, &record)?;
         Ok(DeleteOutcome::Deleted)
+    }
+
+    /// Applies another region's own changes (see [`Replicated`]): links we lack are written
+    /// as they are there, states as the rule says; every change-log entry this writes is
+    /// marked as that region's.
+    fn apply_replicate(
+        &mut self,
+        t: &mut Tables<'_>,
+        page: &Replicated,
+    ) -> Result<ReplicateOutcome, StoreError> {
+        let mut outcome = ReplicateOutcome::default();
+        let actor = Actor::Region(page.region);
+        for c in &page.changes {
+            let first = self.next_seq;
+            let applied = match &c.change {
+                Change::LinkCreated { link, state } => self.replicate_link(t, link, state)?,
+                Change::StateChanged { code, state } => {
+                    let Some(key) = record_key(&self.scheme, code) else {
+                        outcome.skipped += 1;
+                        continue;
+                    };
+                    match read_record(t, &key, code)? {
+                        None => false,
+                        Some((_, ours)) => {
+                            let next = if c.authoritative {
+                                state.clone()
+                            } else {
+                                super::restrict(&ours, state)
+                            };
+                            if next == ours || ours.deleted {
+                                false
+                            } else if next.deleted {
+                                self.apply_delete(t, code, &actor)?;
+                                true
+                            } else {
+                                self.write_state(t, &key, code, &next)?;
+                                let record = AuditRecord {
+                                    at_ms: crate::clock::now_ms(),
+                                    actor: actor.to_string(),
+                                    action: "replicated".to_string(),
+                                    reason: next.takedown_reason.clone(),
+                                    undid: None,
+                                };
+                                self.write_audit(t, &key, &record)?;
+                                true
+                            }
+                        }
+                    }
+                }
+            };
+            for seq in first..self.next_seq {
+                t.origins.insert(seq, page.region).map_err(storage)?;
+            }
+            if applied {
+                outcome.applied += 1;
+            } else {
+                outcome.skipped += 1;
+            }
+        }
+        let mark = format!("{COUNTER_PREFIX}{}", page.region);
+        let known = t
+            .meta
+            .get(mark.as_str())
+            .map_err(storage)?
+            .map(|g| g.value());
+        if page.region != self.region && known.is_none_or(|k| k < page.high_water) {
+            t.meta
+                .insert(mark.as_str(), page.high_water)
+                .map_err(storage)?;
+        }
+        let position = page.position.to_string();
+        t.positions
+            .insert(
+                super::peer_position(page.region).as_str(),
+                position.as_str(),
+            )
+            .map_err(storage)?;
+        Ok(outcome)
+    }
+
+    /// Writes another region's link as it is there, unless we have it; true if written.
+    fn replicate_link(
+        &mut self,
+        t: &mut Tables<'_>,
+        link: &Link,
+        state: &LinkState,
+    ) -> Result<bool, StoreError> {
+        let Some(key) = record_key(&self.scheme, &link.code) else {
+            return Ok(false);
+        };
+        if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
+            return Ok(false);
+        }
+        let seq = self.next_seq;
+        let link_json = serde_json::to_vec(&LinkRow { link, seq })?;
+        t.links
+            .insert(key.as_slice(), link_json.as_slice())
+            .map_err(storage)?;
+        let state_json = serde_json::to_vec(state)?;
+        t.states
+            .insert(key.as_slice(), state_json.as_slice())
+            .map_err(storage)?;
+        let mut index_key = owner_prefix(&link.owner);
+        index_key.extend_from_slice(&(!seq).to_be_bytes());
+        t.owner_links
+            .insert(index_key.as_slice(), link.code.as_str())
+            .map_err(storage)?;
+        let change = Change::LinkCreated {
+            link: link.clone(),
+            state: state.clone(),
+        };
+        let change_json = serde_json::to_vec(&change)?;
+        t.changes
+            .insert(seq, change_json.as_slice())
+            .map_err(storage)?;
+        self.next_seq += 1;
+        match state.deny_kind() {
+            Some(DenyKind::Gone) => {
+                t.denied
+                    .insert(link.code.as_str(), DENY_GONE)
+                    .map_err(storage)?;
+            }
+            Some(DenyKind::Warn) => {
+                t.denied
+                    .insert(link.code.as_str(), DENY_WARN)
+                    .map_err(storage)?;
+            }
+            None => {}
+        }
+        if !state.deleted {
+            index_destination(&mut t.dest_hosts, &key, link, true)?;
+        }
+        Ok(true)
     }
 
     fn apply_batch(
@@ -1749,5 +1926,100 @@ mod tests {
         let store = open(dir.path(), &key);
         assert_eq!(all_by_host(&store, "old.example", 10), vec![code]);
         store.shutdown().unwrap();
+    }
+
+    /// Another region's page: written once however often it comes, marked as that region's
+    /// (never served back), its position and high-water mark kept; the home's state replaces
+    /// ours, another region's only restricts.
+    #[test]
+    fn replicated_pages_apply_once_and_never_loop() {
+        use crate::store::{peer_position, Replicated, ReplicatedChange};
+        let dir = tempfile::tempdir().unwrap();
+        let key = PermutationKey::from_bytes(&[3u8; 16]).unwrap();
+        let scheme = CodeScheme::new(&key).unwrap();
+        let store = open(dir.path(), &key);
+        let mine = create_url(&store, "alice", "https://example.com/mine");
+        let theirs = scheme
+            .encode_string(region_range(1, 2).unwrap().start + 5)
+            .unwrap();
+        let link = Link {
+            code: theirs.clone(),
+            long_url: "https://example.org/theirs".into(),
+            owner: "bob".into(),
+            created_at_ms: 7,
+        };
+        let taken = LinkState {
+            takedown_reason: Some("phishing".into()),
+            ..LinkState::default()
+        };
+        let page = |changes: Vec<(Change, bool)>, position| Replicated {
+            region: 1,
+            changes: changes
+                .into_iter()
+                .enumerate()
+                .map(|(i, (change, authoritative))| ReplicatedChange {
+                    origin_seq: i as u64 + 1,
+                    change,
+                    authoritative,
+                })
+                .collect(),
+            high_water: region_range(1, 2).unwrap().start + 10_000,
+            position,
+        };
+        let created = Change::LinkCreated {
+            link: link.clone(),
+            state: LinkState::default(),
+        };
+        let took_down = Change::StateChanged {
+            code: theirs.clone(),
+            state: taken.clone(),
+        };
+        let first = page(vec![(created.clone(), true), (took_down.clone(), true)], 2);
+        assert_eq!(store.replicate(first.clone()).unwrap().applied, 2);
+        assert_eq!(
+            store.replicate(first).unwrap().applied,
+            0,
+            "a page applied twice"
+        );
+        assert_eq!(store.get(&theirs).unwrap().unwrap().state, taken);
+        assert_eq!(
+            store.position(&peer_position(1)).unwrap().as_deref(),
+            Some("2")
+        );
+        assert!(store
+            .high_water_marks()
+            .unwrap()
+            .contains(&(1, region_range(1, 2).unwrap().start + 10_000)));
+        // Only our own changes are served to peers; the replicated ones are skipped past.
+        let (own, upto) = store.own_changes_since(0, 100).unwrap();
+        assert_eq!(upto, store.last_seq().unwrap());
+        assert_eq!(own.len(), 1);
+        assert!(matches!(&own[0].1, Change::LinkCreated { link, .. } if link.code == mine));
+        // From a region that is not the link's home, a restore lifts nothing; a flag adds.
+        let restored = Change::StateChanged {
+            code: theirs.clone(),
+            state: LinkState::default(),
+        };
+        store
+            .replicate(page(vec![(restored.clone(), false)], 3))
+            .unwrap();
+        assert_eq!(store.get(&theirs).unwrap().unwrap().state, taken);
+        let flagged = Change::StateChanged {
+            code: mine.clone(),
+            state: LinkState {
+                warn: true,
+                ..LinkState::default()
+            },
+        };
+        store.replicate(page(vec![(flagged, false)], 4)).unwrap();
+        assert!(store.get(&mine).unwrap().unwrap().state.warn);
+        // From its home, the restore applies.
+        store.replicate(page(vec![(restored, true)], 5)).unwrap();
+        assert_eq!(
+            store.get(&theirs).unwrap().unwrap().state,
+            LinkState::default()
+        );
+        let history = store.history(&theirs).unwrap();
+        assert!(history.iter().all(|r| r.actor == "region:1"), "{history:?}");
     }
 }

@@ -1,0 +1,447 @@
+//! Replication between regions (docs/ARCHITECTURE.md, "Regions").
+//!
+//! A region is the control planes on one store and the engines subscribed to them. Every
+//! region mints from its own counter range, so links never conflict: each region tails every
+//! other region's change log (`GET /peer/v1/changes` on the peer's edge listener, with the
+//! peer token) from the position it last applied, kept in its own store in the same
+//! transaction as what it applied, and writes what that region originated into its own store,
+//! and so into its own feed. A region serves only the changes it originated, so nothing loops,
+//! and applying a page twice changes nothing (a link we have is skipped, a state we have is not
+//! written again).
+//!
+//! The rule for state: a link's state is its **home** region's (the region whose range holds
+//! its counter; for an alias, `--alias-home-region`). From its home, a state change replaces
+//! ours. From any other region only what it restricts applies (a takedown, a flag, a
+//! disablement, a deletion issued there is in force here too); lifting one is the home's
+//! decision, which then flows here like any other of its changes.
+//!
+//! One thread per peer: a long poll (`wait_ms`), then one store transaction per page. While a
+//! peer is unreachable its thread retries with backoff and `GET /v1/regions` shows it
+//! disconnected, with the lag in changes (its last known head) and in seconds (since we last
+//! had everything it had).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lasthop_core::code::{classify, CodeKind};
+use lasthop_core::{Change, CodeScheme};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::now_ms;
+use crate::store::{peer_position, Replicated, ReplicatedChange, Store, StoreError};
+
+/// Changes asked for per page, and how long the peer may hold a request with none.
+const PAGE: usize = 1_000;
+const WAIT_MS: u64 = 10_000;
+/// Retry delays after a failure: doubling from the first to the last.
+const BACKOFF_FIRST: Duration = Duration::from_millis(200);
+const BACKOFF_LAST: Duration = Duration::from_secs(5);
+
+/// `--peer REGION=URL`: another region's edge listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerSpec {
+    pub region: u32,
+    pub url: String,
+}
+
+impl std::str::FromStr for PeerSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (region, url) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?}: expected REGION=URL (e.g. 1=https://cp.eu:8081)"))?;
+        let region = region
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: the region must be a number"))?;
+        let url = url.trim().trim_end_matches('/').to_string();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!(
+                "{s:?}: the URL must start with http:// or https://"
+            ));
+        }
+        Ok(PeerSpec { region, url })
+    }
+}
+
+/// Everything replication needs.
+#[derive(Debug, Clone)]
+pub struct PeersConfig {
+    /// This region, of `regions`.
+    pub region: u32,
+    pub regions: u32,
+    /// The region aliases belong to.
+    pub alias_home: u32,
+    pub peers: Vec<PeerSpec>,
+    /// The token every region presents to the others.
+    pub token: String,
+    /// A lag past this many seconds raises the alarm.
+    pub lag_alarm_secs: f64,
+}
+
+/// Bad replication settings.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeersError {
+    #[error("--peer {0}: that is this region (--region)")]
+    Myself(u32),
+    #[error("--peer {region}: regions are numbered below --regions {regions}")]
+    OutOfRange { region: u32, regions: u32 },
+    #[error("--peer {0} is named twice")]
+    Twice(u32),
+    #[error("the peer token file {path}: {cause}")]
+    Token { path: String, cause: String },
+    #[error("starting the replication thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Reads `--peer-token-file`: the secret every region presents to the others (at least 32
+/// characters; one file copied to every region).
+pub fn read_token(path: &std::path::Path) -> Result<String, PeersError> {
+    let bad = |cause: String| PeersError::Token {
+        path: path.display().to_string(),
+        cause,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let token = text.trim();
+    if token.len() < 32 || token.bytes().any(|b| !b.is_ascii_graphic()) {
+        return Err(bad(
+            "the token must be at least 32 printable characters, without spaces".into(),
+        ));
+    }
+    Ok(token.to_string())
+}
+
+/// One peer as `GET /v1/regions` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PeerStatus {
+    pub region: u32,
+    pub url: String,
+    /// Its change-log sequence we have applied everything up to.
+    pub applied_seq: u64,
+    /// Its change-log head when we last heard from it.
+    pub head_seq: u64,
+    /// Changes of its log not applied here yet (as of its last known head).
+    pub lag_changes: u64,
+    /// Seconds since we last had everything it had (0 while we do).
+    pub lag_seconds: f64,
+    pub connected: bool,
+    /// The lag is past the alarm.
+    pub alarm: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Track {
+    applied: u64,
+    head: u64,
+    connected: bool,
+    /// When we last had everything it had (ms); `None` before the first contact.
+    caught_up_ms: Option<i64>,
+    last_error: Option<String>,
+}
+
+struct Peer {
+    spec: PeerSpec,
+    track: Mutex<Track>,
+}
+
+/// The running replication: one thread per peer.
+pub struct Peers {
+    config: PeersConfig,
+    started_ms: i64,
+    peers: Vec<Arc<Peer>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peers")
+            .field("region", &self.config.region)
+            .field("peers", &self.peers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Peers {
+    /// Checks the settings and starts replicating from every peer into `store`; `agent` is
+    /// the HTTP client (with the peers' CA, `--peer-ca`).
+    pub fn start(
+        config: PeersConfig,
+        store: Arc<dyn Store>,
+        scheme: CodeScheme,
+        agent: ureq::Agent,
+    ) -> Result<Arc<Peers>, PeersError> {
+        let mut seen = std::collections::HashSet::new();
+        for p in &config.peers {
+            if p.region == config.region {
+                return Err(PeersError::Myself(p.region));
+            }
+            if p.region >= config.regions {
+                return Err(PeersError::OutOfRange {
+                    region: p.region,
+                    regions: config.regions,
+                });
+            }
+            if !seen.insert(p.region) {
+                return Err(PeersError::Twice(p.region));
+            }
+        }
+        let peers: Vec<Arc<Peer>> = config
+            .peers
+            .iter()
+            .map(|spec| {
+                Arc::new(Peer {
+                    spec: spec.clone(),
+                    track: Mutex::new(Track::default()),
+                })
+            })
+            .collect();
+        let this = Arc::new(Peers {
+            started_ms: now_ms(),
+            peers,
+            stop: Arc::new(AtomicBool::new(false)),
+            config,
+        });
+        for peer in &this.peers {
+            let puller = Puller {
+                peer: Arc::clone(peer),
+                store: Arc::clone(&store),
+                home: Home {
+                    scheme: scheme.clone(),
+                    regions: this.config.regions,
+                    alias_home: this.config.alias_home,
+                },
+                agent: agent.clone(),
+                token: this.config.token.clone(),
+                stop: Arc::clone(&this.stop),
+            };
+            std::thread::Builder::new()
+                .name(format!("peer-{}", peer.spec.region))
+                .spawn(move || puller.run())
+                .map_err(PeersError::Thread)?;
+        }
+        Ok(this)
+    }
+
+    /// This region.
+    pub fn region(&self) -> u32 {
+        self.config.region
+    }
+
+    /// Every peer's replication as of `now_ms`.
+    pub fn status(&self, now_ms: i64) -> Vec<PeerStatus> {
+        self.peers
+            .iter()
+            .map(|p| {
+                let t = p.track.lock().unwrap_or_else(|e| e.into_inner());
+                let behind = t.applied < t.head || !t.connected;
+                let since = t.caught_up_ms.unwrap_or(self.started_ms);
+                let lag_seconds = if behind {
+                    (now_ms - since).max(0) as f64 / 1000.0
+                } else {
+                    0.0
+                };
+                PeerStatus {
+                    region: p.spec.region,
+                    url: p.spec.url.clone(),
+                    applied_seq: t.applied,
+                    head_seq: t.head,
+                    lag_changes: t.head.saturating_sub(t.applied),
+                    lag_seconds,
+                    connected: t.connected,
+                    alarm: lag_seconds > self.config.lag_alarm_secs,
+                    last_error: t.last_error.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// `GET /v1/regions`' body.
+    pub fn view(&self, now_ms: i64) -> serde_json::Value {
+        serde_json::json!({
+            "region": self.config.region,
+            "regions": self.config.regions,
+            "alias_home_region": self.config.alias_home,
+            "peers": self.status(now_ms),
+        })
+    }
+
+    /// Stops the threads after their current request (a long poll ends within `WAIT_MS`).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whose a link's state is.
+#[derive(Clone)]
+struct Home {
+    scheme: CodeScheme,
+    regions: u32,
+    alias_home: u32,
+}
+
+impl Home {
+    /// The home region of `code`: the region whose range holds its counter, or the alias home.
+    fn of(&self, code: &str) -> Option<u32> {
+        match classify(code.as_bytes()) {
+            CodeKind::Generated => self
+                .scheme
+                .decode(code.as_bytes())
+                .and_then(|n| lasthop_core::region::region_of(n, self.regions)),
+            CodeKind::Alias => Some(self.alias_home),
+            CodeKind::Invalid => None,
+        }
+    }
+}
+
+/// One page of `GET /peer/v1/changes`.
+#[derive(Debug, Deserialize)]
+struct Page {
+    region: u32,
+    head: u64,
+    high_water: u64,
+    upto: u64,
+    changes: Vec<PageChange>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PageChange {
+    seq: u64,
+    change: Change,
+}
+
+struct Puller {
+    peer: Arc<Peer>,
+    store: Arc<dyn Store>,
+    home: Home,
+    agent: ureq::Agent,
+    token: String,
+    stop: Arc<AtomicBool>,
+}
+
+impl Puller {
+    fn run(self) {
+        let region = self.peer.spec.region;
+        let mut backoff = BACKOFF_FIRST;
+        while !self.stop.load(Ordering::Relaxed) {
+            match self.step() {
+                Ok(()) => backoff = BACKOFF_FIRST,
+                Err(e) => {
+                    let mut t = self.peer.track.lock().unwrap_or_else(|e| e.into_inner());
+                    if t.connected || t.last_error.is_none() {
+                        tracing::warn!(peer = region, url = %self.peer.spec.url, error = %e, "replication from a peer region failed; retrying");
+                    }
+                    t.connected = false;
+                    t.last_error = Some(e);
+                    drop(t);
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(BACKOFF_LAST);
+                }
+            }
+        }
+    }
+
+    /// One long poll and the store transaction for what it brought.
+    fn step(&self) -> Result<(), String> {
+        let region = self.peer.spec.region;
+        let after = self
+            .store
+            .position(&peer_position(region))
+            .map_err(|e| format!("reading the position: {e}"))?
+            .and_then(|p| p.parse::<u64>().ok())
+            .unwrap_or(0);
+        let url = format!(
+            "{}/peer/v1/changes?after={after}&limit={PAGE}&wait_ms={WAIT_MS}",
+            self.peer.spec.url
+        );
+        let page: Page = self
+            .agent
+            .get(&url)
+            .set("Authorization", &format!("Bearer {}", self.token))
+            .timeout(Duration::from_millis(WAIT_MS + 10_000))
+            .call()
+            .map_err(|e| match e {
+                ureq::Error::Status(code, resp) => {
+                    format!("{code}: {}", resp.into_string().unwrap_or_default())
+                }
+                other => other.to_string(),
+            })?
+            .into_json()
+            .map_err(|e| format!("reading the page: {e}"))?;
+        if page.region != region {
+            return Err(format!(
+                "the peer says it is region {}, not {region} (check --peer)",
+                page.region
+            ));
+        }
+        if page.upto > after || !page.changes.is_empty() {
+            let changes = page
+                .changes
+                .into_iter()
+                .map(|c| {
+                    let code = match &c.change {
+                        Change::LinkCreated { link, .. } => link.code.as_str(),
+                        Change::StateChanged { code, .. } => code.as_str(),
+                    };
+                    ReplicatedChange {
+                        origin_seq: c.seq,
+                        authoritative: self.home.of(code) == Some(region),
+                        change: c.change,
+                    }
+                })
+                .collect();
+            let outcome = self
+                .store
+                .replicate(Replicated {
+                    region,
+                    changes,
+                    high_water: page.high_water,
+                    position: page.upto.max(after),
+                })
+                .map_err(|e: StoreError| format!("applying the page: {e}"))?;
+            if outcome.applied > 0 {
+                tracing::debug!(
+                    peer = region,
+                    applied = outcome.applied,
+                    upto = page.upto,
+                    "replicated"
+                );
+            }
+        }
+        let mut t = self.peer.track.lock().unwrap_or_else(|e| e.into_inner());
+        if !t.connected {
+            tracing::info!(peer = region, url = %self.peer.spec.url, "replicating from the peer region");
+        }
+        t.connected = true;
+        t.last_error = None;
+        t.applied = page.upto.max(after);
+        t.head = page.head;
+        if t.applied >= t.head {
+            t.caught_up_ms = Some(now_ms());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_flags_parse_or_say_why() {
+        assert_eq!(
+            "1=https://cp.eu:8081/".parse::<PeerSpec>(),
+            Ok(PeerSpec {
+                region: 1,
+                url: "https://cp.eu:8081".into()
+            })
+        );
+        for bad in ["1", "x=http://a", "1=ftp://a", "=http://a"] {
+            assert!(bad.parse::<PeerSpec>().is_err(), "{bad}");
+        }
+    }
+}

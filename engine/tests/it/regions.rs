@@ -1,0 +1,168 @@
+//! Two regions on loopback, each a control plane (its own embedded store) with an engine,
+//! replicating each other (`--peer`, `--peer-token-file`): what one region creates or takes
+//! down reaches the other's engine through the other's own store and feed.
+
+use std::time::Duration;
+
+use crate::harness::{in_sync, status_of, subscribed_engine, wait_until, Control, Engine, Site};
+
+struct Region {
+    site: Site,
+    control: Control,
+    engine: Engine,
+}
+
+fn flags(region: u32, peer: &str, token: &str) -> Vec<String> {
+    let other = 1 - region;
+    [
+        "--region",
+        &region.to_string(),
+        "--regions",
+        "2",
+        "--peer",
+        &format!("{other}={peer}"),
+        "--peer-token-file",
+        token,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Regions 0 and 1, each peering with the other, each with an engine in sync.
+fn two_regions() -> (Region, Region, String) {
+    let (site_a, site_b) = (Site::new(), Site::new());
+    let token = site_a.dir.path().join("peer.token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
+    let token = token.to_string_lossy().into_owned();
+    // A first alone (its edge port is needed by B), then B peering with A, then A again on
+    // the same ports peering with B.
+    let mut a = Control::start(&site_a, &["--region", "0", "--regions", "2"]);
+    let b_flags = flags(1, &a.edge, &token);
+    let b_args: Vec<&str> = b_flags.iter().map(String::as_str).collect();
+    let b = Control::start(&site_b, &b_args);
+    let a_flags = flags(0, &b.edge, &token);
+    let a_args: Vec<&str> = a_flags.iter().map(String::as_str).collect();
+    a.restart_with(&a_args);
+    let engine_a = subscribed_engine(&site_a, &a, &[]);
+    let engine_b = subscribed_engine(&site_b, &b, &[]);
+    for e in [&engine_a, &engine_b] {
+        wait_until(Duration::from_secs(15), "engine in sync", || in_sync(e));
+    }
+    (
+        Region {
+            site: site_a,
+            control: a,
+            engine: engine_a,
+        },
+        Region {
+            site: site_b,
+            control: b,
+            engine: engine_b,
+        },
+        token,
+    )
+}
+
+fn regions_view(c: &Control) -> serde_json::Value {
+    let (status, v) = c.call("GET", "/v1/regions", &c.admin_key, None);
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+#[test]
+fn a_link_made_in_one_region_is_served_by_the_other_and_takedowns_cross() {
+    let (a, b, _) = two_regions();
+    let code = b.control.create("https://example.com/made-in-b");
+    let took = wait_until(Duration::from_secs(10), "B's link served at A", || {
+        status_of(&a.engine.addr, &format!("/{code}")) == 302
+    });
+    println!("a link created in region 1 answered 302 at region 0's engine after {took:?}");
+    // A takedown in the link's home region reaches the other region's engine.
+    b.control.takedown(&code, "phishing");
+    let took = wait_until(Duration::from_secs(5), "B's takedown at A", || {
+        status_of(&a.engine.addr, &format!("/{code}")) == 410
+    });
+    println!("a takedown in region 1 answered 410 at region 0's engine after {took:?}");
+    // A takedown issued in the other region applies there at once and reaches the home.
+    let other = b.control.create("https://example.com/also-made-in-b");
+    wait_until(Duration::from_secs(10), "second link at A", || {
+        status_of(&a.engine.addr, &format!("/{other}")) == 302
+    });
+    a.control.takedown(&other, "malware");
+    wait_until(Duration::from_secs(2), "A's own takedown at A", || {
+        status_of(&a.engine.addr, &format!("/{other}")) == 410
+    });
+    let took = wait_until(Duration::from_secs(5), "A's takedown at B", || {
+        status_of(&b.engine.addr, &format!("/{other}")) == 410
+    });
+    println!("a takedown in region 0 of a region-1 link answered 410 at region 1's engine after {took:?}");
+    // And A's own links reach B.
+    let mine = a.control.create("https://example.com/made-in-a");
+    wait_until(Duration::from_secs(10), "A's link at B", || {
+        status_of(&b.engine.addr, &format!("/{mine}")) == 302
+    });
+    // Both sides see the other connected and caught up.
+    for (c, peer) in [(&a.control, 1), (&b.control, 0)] {
+        wait_until(Duration::from_secs(5), "caught up", || {
+            let v = regions_view(c);
+            let p = &v["peers"][0];
+            p["region"] == peer && p["connected"] == true && p["lag_changes"] == 0
+        });
+    }
+    let _ = (&a.site, &b.site);
+}
+
+#[test]
+fn a_region_down_and_back_loses_and_doubles_nothing() {
+    let (a, mut b, _) = two_regions();
+    let before = b.control.create("https://example.com/before-the-outage");
+    wait_until(Duration::from_secs(10), "replicated", || {
+        status_of(&a.engine.addr, &format!("/{before}")) == 302
+    });
+    b.control.kill();
+    // A keeps creating and serving, B's links it has included.
+    let during = a.control.create("https://example.com/during-the-outage");
+    assert_eq!(status_of(&a.engine.addr, &format!("/{before}")), 302);
+    wait_until(Duration::from_secs(10), "A's own link", || {
+        status_of(&a.engine.addr, &format!("/{during}")) == 302
+    });
+    wait_until(Duration::from_secs(10), "B shown disconnected", || {
+        regions_view(&a.control)["peers"][0]["connected"] == false
+    });
+    b.control.restart();
+    let after: Vec<String> = (0..20)
+        .map(|i| b.control.create(&format!("https://example.com/after/{i}")))
+        .collect();
+    for code in &after {
+        wait_until(Duration::from_secs(15), "B's new links at A", || {
+            status_of(&a.engine.addr, &format!("/{code}")) == 302
+        });
+    }
+    // Everything B made, once each, in A's change log: B's head equals what A applied.
+    wait_until(Duration::from_secs(10), "A caught up with B", || {
+        let p = &regions_view(&a.control)["peers"][0];
+        p["connected"] == true && p["lag_changes"] == 0 && p["applied_seq"] == p["head_seq"]
+    });
+    let (status, listed) = a
+        .control
+        .call("GET", "/v1/links?limit=100", &a.control.key, None);
+    assert_eq!(status, 200, "{listed}");
+    let codes: Vec<&str> = listed["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .filter_map(|l| l["code"].as_str())
+        .collect();
+    for code in after.iter().chain([&before]) {
+        assert_eq!(
+            codes.iter().filter(|c| **c == code.as_str()).count(),
+            1,
+            "{code} in {codes:?}"
+        );
+    }
+    // And B got A's link made while it was down.
+    wait_until(Duration::from_secs(10), "A's link at B", || {
+        status_of(&b.engine.addr, &format!("/{during}")) == 302
+    });
+}
