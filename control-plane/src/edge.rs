@@ -68,6 +68,9 @@ struct Inner {
     /// This region and the token peer regions present (`--peer-token-file`), with
     /// `--peer`: the `/peer/` endpoints answer only to it, and it opens nothing else.
     peer: Option<(u32, EdgeToken)>,
+    /// The other regions (`--peer`): a code of another region's range not found here is
+    /// asked of that region before any 404.
+    peers: Option<Arc<crate::peers::Peers>>,
 }
 
 /// Shared state of the edge handlers.
@@ -99,14 +102,22 @@ impl EdgeState {
             snapshots,
             client_certs: false,
             peer: None,
+            peers: None,
         }))
     }
 
-    /// Serves the `/peer/` endpoints of `region` to callers presenting `token`. Call before
+    /// Serves the `/peer/` endpoints of `region` to callers presenting `token`, and reads
+    /// through to `peers` (the other regions) for codes of theirs not found here. Call before
     /// the state is cloned.
-    pub fn with_peers(mut self, region: u32, token: EdgeToken) -> Self {
+    pub fn with_peers(
+        mut self,
+        region: u32,
+        token: EdgeToken,
+        peers: Option<Arc<crate::peers::Peers>>,
+    ) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.0) {
             inner.peer = Some((region, token));
+            inner.peers = peers;
         }
         self
     }
@@ -179,7 +190,8 @@ async fn get_link(
         return Err(EdgeError::not_found());
     }
     let store = Arc::clone(&state.0.store);
-    let found = match tokio::task::spawn_blocking(move || store.get(&code)).await {
+    let asked = code.clone();
+    let found = match tokio::task::spawn_blocking(move || store.get(&asked)).await {
         Ok(Ok(found)) => found,
         Ok(Err(e)) => {
             tracing::error!(error = %e, "edge lookup: store failure");
@@ -192,7 +204,158 @@ async fn get_link(
     };
     match found {
         Some(s) => Ok(Json(edge_link(&s, now_ms()))),
-        None => Err(EdgeError::not_found()),
+        None => match read_through(&state, code).await? {
+            Some(s) => Ok(Json(edge_link(&s, now_ms()))),
+            None => Err(EdgeError::not_found()),
+        },
+    }
+}
+
+/// A code not found here whose home is another region: that region is asked (only the home
+/// may say a code does not exist), and 503 `home_region_unavailable` stands in for its answer
+/// while it cannot give one, never a 404.
+async fn read_through(state: &EdgeState, code: String) -> Result<Option<StoredLink>, EdgeError> {
+    let Some(peers) = state.0.peers.clone() else {
+        return Ok(None);
+    };
+    let home = match peers.home_of(&code) {
+        Some(h) if h != peers.region() => h,
+        _ => return Ok(None),
+    };
+    let asked = tokio::task::spawn_blocking(move || peers.fetch_link(home, &code)).await;
+    match asked {
+        Ok(Ok(found)) => Ok(found),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "read-through to the home region failed");
+            Err(home_unavailable(home))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "read-through: task failed");
+            Err(EdgeError::unavailable())
+        }
+    }
+}
+
+fn home_unavailable(region: u32) -> EdgeError {
+    EdgeError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "home_region_unavailable",
+        format!("the code's home region {region} cannot be reached; retry later"),
+    )
+}
+
+/// `GET /peer/v1/links/{code}`: the link as this region has it (its record and state), for a
+/// peer region's read-through; 404 `not_found` when this region has no such code.
+async fn peer_link(
+    State(state): State<EdgeState>,
+    Path(code): Path<String>,
+) -> Result<Json<StoredLink>, EdgeError> {
+    if !lasthop_core::code::plausible(code.as_bytes()) {
+        return Err(EdgeError::not_found());
+    }
+    let store = Arc::clone(&state.0.store);
+    match tokio::task::spawn_blocking(move || store.get(&code)).await {
+        Ok(Ok(Some(s))) => Ok(Json(s)),
+        Ok(Ok(None)) => Err(EdgeError::not_found()),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "peer lookup: store failure");
+            Err(EdgeError::unavailable())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "peer lookup: task failed");
+            Err(EdgeError::unavailable())
+        }
+    }
+}
+
+/// `POST /peer/v1/aliases`: another region forwards an alias create to this one, the alias
+/// home (`--alias-home-region`): created here (the one place aliases are claimed), it
+/// replicates to every region. `{"outcome", "link"}`.
+async fn peer_alias(
+    State(state): State<EdgeState>,
+    body: Body,
+) -> Result<Json<crate::peers::CreateAnswer>, EdgeError> {
+    use crate::store::CreateOutcome;
+    let bytes = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .map_err(|_| EdgeError::bad("invalid_body", "the body is unreadable or too large"))?;
+    let forwarded: crate::peers::ForwardedCreate = serde_json::from_slice(&bytes)
+        .map_err(|e| EdgeError::bad("invalid_body", format!("not a forwarded create: {e}")))?;
+    let req = forwarded
+        .request()
+        .map_err(|e| EdgeError::bad("invalid_body", e))?;
+    let store = Arc::clone(&state.0.store);
+    let outcome = match tokio::task::spawn_blocking(move || store.create(req)).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "forwarded alias create: store failure");
+            return Err(EdgeError::unavailable());
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "forwarded alias create: task failed");
+            return Err(EdgeError::unavailable());
+        }
+    };
+    let (outcome, link) = match outcome {
+        CreateOutcome::Created(s) => ("created", Some(s)),
+        CreateOutcome::Replayed(s) => ("replayed", Some(s)),
+        CreateOutcome::AliasTaken => ("alias_taken", None),
+        CreateOutcome::IdempotencyMismatch => ("idempotency_mismatch", None),
+    };
+    Ok(Json(crate::peers::CreateAnswer {
+        outcome: outcome.into(),
+        link,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+struct ForwardedUpdate {
+    update: crate::store::StateUpdate,
+    /// Who issued it in the forwarding region (for the audit trail).
+    actor: String,
+}
+
+/// `POST /peer/v1/links/{code}/state`: another region forwards a change of a link whose home
+/// is this region (a restore, an enable, an expiry: what only the home applies). Applied here
+/// as the forwarding region's actor; the link as it now is, which then replicates back.
+async fn peer_update(
+    State(state): State<EdgeState>,
+    Path(code): Path<String>,
+    body: Body,
+) -> Result<Json<StoredLink>, EdgeError> {
+    let Some(region) = state.0.peer.as_ref().map(|(r, _)| *r) else {
+        return Err(EdgeError::not_found());
+    };
+    let bytes = axum::body::to_bytes(body, MAX_STATUS_BODY)
+        .await
+        .map_err(|_| EdgeError::bad("invalid_body", "the body is unreadable or too large"))?;
+    let forwarded: ForwardedUpdate = serde_json::from_slice(&bytes)
+        .map_err(|e| EdgeError::bad("invalid_body", format!("not a forwarded update: {e}")))?;
+    if forwarded.actor.len() > 200 || forwarded.actor.chars().any(char::is_control) {
+        return Err(EdgeError::bad(
+            "invalid_body",
+            "actor: at most 200 printable characters",
+        ));
+    }
+    let store = Arc::clone(&state.0.store);
+    let actor = crate::store::Actor::Forwarded(forwarded.actor);
+    let applied =
+        tokio::task::spawn_blocking(move || store.update_state(&code, forwarded.update, &actor))
+            .await;
+    match applied {
+        Ok(Ok(Some(s))) => {
+            tracing::info!(code = %s.link.code, region, "applied a change forwarded by a peer region");
+            Ok(Json(s))
+        }
+        Ok(Ok(None)) => Err(EdgeError::not_found()),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "forwarded update: store failure");
+            Err(EdgeError::unavailable())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "forwarded update: task failed");
+            Err(EdgeError::unavailable())
+        }
     }
 }
 
@@ -646,6 +809,9 @@ pub fn router(state: EdgeState) -> Router {
         .route("/edge/v1/snapshots/{id}", get(download_snapshot))
         .route("/edge/v1/status", post(status_report))
         .route("/peer/v1/changes", get(peer_changes))
+        .route("/peer/v1/links/{code}", get(peer_link))
+        .route("/peer/v1/aliases", post(peer_alias))
+        .route("/peer/v1/links/{code}/state", post(peer_update))
         .route("/healthz", get(|| async { "ok\n" }))
         .fallback(fallback)
         .layer(axum::middleware::from_fn_with_state(

@@ -1225,6 +1225,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let edge_peers = peers.clone();
     let heartbeat = Duration::from_millis(args.feed_heartbeat_ms.max(1));
     let reload = safety.reload.clone();
     runtime.block_on(async move {
@@ -1268,7 +1269,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_stop(stop_rx.clone());
         let mut edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));
         if let Some(t) = &peer_token {
-            edge_state = edge_state.with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t));
+            edge_state = edge_state.with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t), edge_peers);
         }
         if edge_tls.as_ref().is_some_and(|t| t.client_auth()) {
             edge_state = edge_state.with_client_certificates();

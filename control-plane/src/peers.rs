@@ -29,7 +29,7 @@ use lasthop_core::{Change, CodeScheme};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::now_ms;
-use crate::store::{peer_position, Replicated, ReplicatedChange, Store, StoreError};
+use crate::store::{peer_position, Replicated, ReplicatedChange, Store, StoreError, StoredLink};
 
 /// Changes asked for per page, and how long the peer may hold a request with none.
 const PAGE: usize = 1_000;
@@ -155,7 +155,27 @@ pub struct Peers {
     started_ms: i64,
     peers: Vec<Arc<Peer>>,
     stop: Arc<AtomicBool>,
+    home: Home,
+    agent: ureq::Agent,
 }
+
+/// Why a peer region could not answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeerError {
+    #[error("no --peer names region {0}")]
+    Unknown(u32),
+    #[error("region {region} ({url}): {detail}")]
+    Failed {
+        region: u32,
+        url: String,
+        detail: String,
+    },
+}
+
+/// How long a request to a peer region may take (read-through and forwarded changes; the
+/// caller waits for it).
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Peers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -200,22 +220,25 @@ impl Peers {
                 })
             })
             .collect();
+        let home = Home {
+            scheme,
+            regions: config.regions,
+            alias_home: config.alias_home,
+        };
         let this = Arc::new(Peers {
             started_ms: now_ms(),
             peers,
             stop: Arc::new(AtomicBool::new(false)),
             config,
+            home,
+            agent,
         });
         for peer in &this.peers {
             let puller = Puller {
                 peer: Arc::clone(peer),
                 store: Arc::clone(&store),
-                home: Home {
-                    scheme: scheme.clone(),
-                    regions: this.config.regions,
-                    alias_home: this.config.alias_home,
-                },
-                agent: agent.clone(),
+                home: this.home.clone(),
+                agent: this.agent.clone(),
                 token: this.config.token.clone(),
                 stop: Arc::clone(&this.stop),
             };
@@ -230,6 +253,148 @@ impl Peers {
     /// This region.
     pub fn region(&self) -> u32 {
         self.config.region
+    }
+
+    /// The home region of `code` (see the module's rule); `None` for a code no namespace
+    /// holds.
+    pub fn home_of(&self, code: &str) -> Option<u32> {
+        self.home.of(code)
+    }
+
+    fn peer(&self, region: u32) -> Result<&Peer, PeerError> {
+        self.peers
+            .iter()
+            .find(|p| p.spec.region == region)
+            .map(|p| &**p)
+            .ok_or(PeerError::Unknown(region))
+    }
+
+    /// Asks region `region` for a link (`GET /peer/v1/links/{code}`): `Ok(None)` only when
+    /// that region says it never existed. Blocking.
+    pub fn fetch_link(&self, region: u32, code: &str) -> Result<Option<StoredLink>, PeerError> {
+        let peer = self.peer(region)?;
+        let failed = |detail: String| PeerError::Failed {
+            region,
+            url: peer.spec.url.clone(),
+            detail,
+        };
+        let url = format!("{}/peer/v1/links/{code}", peer.spec.url);
+        match self
+            .agent
+            .get(&url)
+            .set("Authorization", &format!("Bearer {}", self.config.token))
+            .timeout(ASK_TIMEOUT)
+            .call()
+        {
+            Ok(resp) => resp
+                .into_json::<StoredLink>()
+                .map(Some)
+                .map_err(|e| failed(format!("reading the link: {e}"))),
+            Err(ureq::Error::Status(404, resp)) => {
+                let body: serde_json::Value = resp.into_json().unwrap_or_default();
+                if body["error"]["code"] == "not_found" {
+                    Ok(None)
+                } else {
+                    Err(failed(format!("404 {body}")))
+                }
+            }
+            Err(ureq::Error::Status(code, resp)) => Err(failed(format!(
+                "{code}: {}",
+                resp.into_string().unwrap_or_default()
+            ))),
+            Err(e) => Err(failed(e.to_string())),
+        }
+    }
+
+    /// The region aliases belong to, when it is another: alias creates go there.
+    pub fn alias_home_elsewhere(&self) -> Option<u32> {
+        (self.config.alias_home != self.config.region).then_some(self.config.alias_home)
+    }
+
+    /// Has the alias home region create `req` (`POST /peer/v1/aliases`), synchronously: the
+    /// one place an alias is claimed, so the same alias claimed in two regions at once gets
+    /// exactly one link. Blocking.
+    pub fn forward_create(
+        &self,
+        region: u32,
+        req: &crate::store::CreateRequest,
+    ) -> Result<crate::store::CreateOutcome, PeerError> {
+        use crate::store::CreateOutcome;
+        let peer = self.peer(region)?;
+        let failed = |detail: String| PeerError::Failed {
+            region,
+            url: peer.spec.url.clone(),
+            detail,
+        };
+        let body = ForwardedCreate::of(req);
+        let url = format!("{}/peer/v1/aliases", peer.spec.url);
+        let answer: CreateAnswer = self
+            .agent
+            .post(&url)
+            .set("Authorization", &format!("Bearer {}", self.config.token))
+            .timeout(ASK_TIMEOUT)
+            .send_json(&body)
+            .map_err(|e| match e {
+                ureq::Error::Status(code, resp) => failed(format!(
+                    "{code}: {}",
+                    resp.into_string().unwrap_or_default()
+                )),
+                other => failed(other.to_string()),
+            })?
+            .into_json()
+            .map_err(|e| failed(format!("reading the answer: {e}")))?;
+        match (answer.outcome.as_str(), answer.link) {
+            ("created", Some(link)) => Ok(CreateOutcome::Created(link)),
+            ("replayed", Some(link)) => Ok(CreateOutcome::Replayed(link)),
+            ("alias_taken", _) => Ok(CreateOutcome::AliasTaken),
+            ("idempotency_mismatch", _) => Ok(CreateOutcome::IdempotencyMismatch),
+            (other, _) => Err(failed(format!("unexpected outcome {other:?}"))),
+        }
+    }
+
+    /// Has region `region` (the link's home) apply `update` as `actor` would
+    /// (`POST /peer/v1/links/{code}/state`): the link as the home now has it, `None` if the
+    /// home does not have the code. Blocking.
+    pub fn forward_update(
+        &self,
+        region: u32,
+        code: &str,
+        update: &crate::store::StateUpdate,
+        actor: &str,
+    ) -> Result<Option<StoredLink>, PeerError> {
+        let peer = self.peer(region)?;
+        let failed = |detail: String| PeerError::Failed {
+            region,
+            url: peer.spec.url.clone(),
+            detail,
+        };
+        let url = format!("{}/peer/v1/links/{code}/state", peer.spec.url);
+        let body = serde_json::json!({"update": update, "actor": actor});
+        match self
+            .agent
+            .post(&url)
+            .set("Authorization", &format!("Bearer {}", self.config.token))
+            .timeout(ASK_TIMEOUT)
+            .send_json(body)
+        {
+            Ok(resp) => resp
+                .into_json::<StoredLink>()
+                .map(Some)
+                .map_err(|e| failed(format!("reading the link: {e}"))),
+            Err(ureq::Error::Status(404, resp)) => {
+                let body: serde_json::Value = resp.into_json().unwrap_or_default();
+                if body["error"]["code"] == "not_found" {
+                    Ok(None)
+                } else {
+                    Err(failed(format!("404 {body}")))
+                }
+            }
+            Err(ureq::Error::Status(code, resp)) => Err(failed(format!(
+                "{code}: {}",
+                resp.into_string().unwrap_or_default()
+            ))),
+            Err(e) => Err(failed(e.to_string())),
+        }
     }
 
     /// Every peer's replication as of `now_ms`.
@@ -274,6 +439,82 @@ impl Peers {
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// An alias create forwarded to the alias home region: the caller's owner (trusted through
+/// the peer token), what it asked, and what the forwarding region decided (its velocity hold).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForwardedCreate {
+    pub owner: String,
+    pub long_url: String,
+    pub alias: String,
+    #[serde(default)]
+    pub expires_at_ms: Option<i64>,
+    pub now_ms: i64,
+    #[serde(default)]
+    pub hold: Option<lasthop_core::Hold>,
+    /// The creator as the forwarding region's audit trail names it.
+    pub actor: String,
+    /// `Idempotency-Key` and the SHA-256 of the request body (hex), when one was presented.
+    #[serde(default)]
+    pub idempotency: Option<(String, String)>,
+}
+
+impl ForwardedCreate {
+    fn of(req: &crate::store::CreateRequest) -> ForwardedCreate {
+        ForwardedCreate {
+            owner: req.owner.clone(),
+            long_url: req.long_url.clone(),
+            alias: req.alias.clone().unwrap_or_default(),
+            expires_at_ms: req.expires_at_ms,
+            now_ms: req.now_ms,
+            hold: req.hold,
+            actor: req.actor.to_string(),
+            idempotency: req
+                .idempotency
+                .as_ref()
+                .map(|c| (c.key.clone(), hex::encode(c.body_hash))),
+        }
+    }
+
+    /// The create the alias home performs, or why the body is refused.
+    pub fn request(self) -> Result<crate::store::CreateRequest, String> {
+        if classify(self.alias.as_bytes()) != CodeKind::Alias {
+            return Err(format!("{:?} is not an alias", self.alias));
+        }
+        if self.owner.is_empty() || self.owner.len() > 200 || self.actor.len() > 200 {
+            return Err("owner and actor: 1-200 characters".into());
+        }
+        let idempotency = match self.idempotency {
+            None => None,
+            Some((key, hash)) => {
+                let mut body_hash = [0u8; 32];
+                hex::decode_to_slice(&hash, &mut body_hash)
+                    .map_err(|_| "idempotency: the body hash must be 64 hex digits".to_string())?;
+                Some(crate::store::IdempotencyClaim { key, body_hash })
+            }
+        };
+        Ok(crate::store::CreateRequest {
+            owner: self.owner,
+            long_url: self.long_url,
+            alias: Some(self.alias),
+            expires_at_ms: self.expires_at_ms,
+            idempotency,
+            now_ms: self.now_ms,
+            hold: self.hold,
+            actor: crate::store::Actor::Forwarded(self.actor),
+            destination: None,
+        })
+    }
+}
+
+/// The alias home's answer to a forwarded create.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CreateAnswer {
+    /// `created`, `replayed`, `alias_taken` or `idempotency_mismatch`.
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<StoredLink>,
 }
 
 /// Whose a link's state is.

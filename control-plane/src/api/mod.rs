@@ -556,6 +556,13 @@ async fn create_link(
     let owner = who.owner;
     let scan = safety.scans();
     let req_alias = parsed.alias;
+    // Aliases have one home region: a create of one anywhere else is forwarded there.
+    let forward = match (&req_alias, state.0.peers.get()) {
+        (Some(_), Some(peers)) => peers
+            .alias_home_elsewhere()
+            .map(|home| (Arc::clone(peers), home)),
+        _ => None,
+    };
     let store = Arc::clone(&state.0.store);
     let outcome = blocking(move || {
         // Velocity is counted where the create happens: flagging an owner is a store write.
@@ -571,13 +578,33 @@ async fn create_link(
             actor,
             destination: Some(dest),
         };
-        let outcome = store.create(req)?;
+        let outcome = match &forward {
+            Some((peers, home)) => match peers.forward_create(*home, &req) {
+                Ok(outcome) => outcome,
+                Err(e) => return Ok(Err((*home, e))),
+            },
+            None => store.create(req)?,
+        };
         if let (Some(hold), CreateOutcome::Created(_)) = (hold, &outcome) {
             safety.count_hold(hold);
         }
-        Ok::<_, StoreError>(outcome)
+        Ok::<_, StoreError>(Ok(outcome))
     })
     .await?;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err((home, e)) => {
+            tracing::warn!(error = %e, "forwarding an alias create to its home region failed");
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "home_region_unavailable",
+                format!(
+                    "aliases are created in region {home} (--alias-home-region), which cannot \
+                     be reached; retry later (generated codes are not affected)"
+                ),
+            ));
+        }
+    };
     if scan && matches!(outcome, CreateOutcome::Created(_)) {
         state.0.safety.wake_scanner();
     }
@@ -775,8 +802,45 @@ async fn update_link(
             "this link was deleted; its state can no longer change",
         ));
     }
-    let store = Arc::clone(&state.0.store);
     let actor = who.actor();
+    // A change that lifts a restriction (or sets an expiry, a pin) is the link's home region's
+    // to apply: forwarded there, it comes back here by replication. One that only restricts
+    // applies here at once, and reaches the home the same way.
+    if let Some(peers) = state.0.peers.get() {
+        let home = peers.home_of(&code).filter(|h| *h != peers.region());
+        if let (Some(home), false) = (home, update.restricts_only(&current.state, &actor)) {
+            let peers = Arc::clone(peers);
+            let who = actor.to_string();
+            let forwarded = tokio::task::spawn_blocking(move || {
+                peers.forward_update(home, &code, &update, &who)
+            })
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "forwarding a change: task failed");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_unavailable",
+                    "the change could not be forwarded, retry later",
+                )
+            })?;
+            return match forwarded {
+                Ok(Some(updated)) => Ok(Json(link_json(state, &updated, now_ms())).into_response()),
+                Ok(None) => Err(ApiError::not_found()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "forwarding a change to the home region failed");
+                    Err(ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "home_region_unavailable",
+                        format!(
+                            "this change is region {home}'s to apply (the link's home) and it \
+                             cannot be reached; retry later"
+                        ),
+                    ))
+                }
+            };
+        }
+    }
+    let store = Arc::clone(&state.0.store);
     let updated = blocking(move || store.update_state(&code, update, &actor))
         .await?
         .ok_or_else(ApiError::not_found)?;

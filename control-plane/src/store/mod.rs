@@ -52,6 +52,8 @@ pub enum Actor {
     System,
     /// Another region, whose change this is (replication between regions).
     Region(u32),
+    /// A change another region forwarded to this one (the link's home), as its actor there.
+    Forwarded(String),
 }
 
 impl Actor {
@@ -70,6 +72,7 @@ impl std::fmt::Display for Actor {
             Actor::Velocity => f.write_str("velocity"),
             Actor::System => f.write_str("system"),
             Actor::Region(r) => write!(f, "region:{r}"),
+            Actor::Forwarded(who) => write!(f, "forwarded:{who}"),
         }
     }
 }
@@ -242,8 +245,10 @@ impl Verdict {
     }
 }
 
-/// A change to a link's state (`link_state`); the link itself never changes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A change to a link's state (`link_state`); the link itself never changes. It travels as
+/// JSON (`{"type": "restore"}`) when a region forwards it to the link's home region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum StateUpdate {
     /// An operator's takedown: blocked (410) with `reason`, or, with `warn`, served through the
     /// warning interstitial instead (the reason is then kept in the audit record only: a set
@@ -254,8 +259,14 @@ pub enum StateUpdate {
     Restore,
     /// The owner's settings; `None` leaves a field as it is.
     Settings {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         disabled: Option<bool>,
-        /// `Some(None)` clears the expiry.
+        /// `Some(None)` clears the expiry (`null` in JSON; absent leaves it).
+        #[serde(
+            default,
+            deserialize_with = "present",
+            skip_serializing_if = "Option::is_none"
+        )]
         expires_at_ms: Option<Option<i64>>,
     },
     /// An automatic verdict (scanner or list): `Block` takes the link down with `reason`,
@@ -275,7 +286,20 @@ pub enum StateUpdate {
     Unpin,
 }
 
+/// A field that is present (`null` included) is `Some`; an absent one is `None` (`default`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<i64>>, D::Error> {
+    Option::<i64>::deserialize(d).map(Some)
+}
+
 impl StateUpdate {
+    /// Whether this update, from `before`, only adds restrictions (a takedown, a flag, a
+    /// disablement): such a change applies in any region at once. Anything else (lifting one,
+    /// an expiry, a pin) is the home region's to apply.
+    pub fn restricts_only(&self, before: &LinkState, actor: &Actor) -> bool {
+        let after = self.apply(before, actor);
+        restrict(before, &after) == after
+    }
+
     /// The state after this update by `actor`. A deleted link's state is final and never
     /// changes; a pinned one ignores automatic actors.
     pub fn apply(&self, state: &LinkState, actor: &Actor) -> LinkState {

@@ -97,6 +97,16 @@ fn a_link_made_in_one_region_is_served_by_the_other_and_takedowns_cross() {
         status_of(&b.engine.addr, &format!("/{other}")) == 410
     });
     println!("a takedown in region 0 of a region-1 link answered 410 at region 1's engine after {took:?}");
+    // A restore issued in A for B's link is B's to apply: forwarded there, it takes effect
+    // at both engines.
+    a.control.restore(&other);
+    for (e, name) in [(&a.engine, "A"), (&b.engine, "B")] {
+        wait_until(
+            Duration::from_secs(5),
+            &format!("restore at {name}"),
+            || status_of(&e.addr, &format!("/{other}")) == 302,
+        );
+    }
     // And A's own links reach B.
     let mine = a.control.create("https://example.com/made-in-a");
     wait_until(Duration::from_secs(10), "A's link at B", || {
@@ -120,6 +130,14 @@ fn a_region_down_and_back_loses_and_doubles_nothing() {
     wait_until(Duration::from_secs(10), "replicated", || {
         status_of(&a.engine.addr, &format!("/{before}")) == 302
     });
+    // A code of B's range that B never issued: B says so through A's read-through (404);
+    // while B is down, A cannot know, and says 503, never 404.
+    let never = a
+        .site
+        .scheme()
+        .encode_string(lasthop_core::region_range(1, 2).unwrap().start + 9_999)
+        .unwrap();
+    assert_eq!(status_of(&a.engine.addr, &format!("/{never}")), 404);
     b.control.kill();
     // A keeps creating and serving, B's links it has included.
     let during = a.control.create("https://example.com/during-the-outage");
@@ -130,6 +148,12 @@ fn a_region_down_and_back_loses_and_doubles_nothing() {
     wait_until(Duration::from_secs(10), "B shown disconnected", || {
         regions_view(&a.control)["peers"][0]["connected"] == false
     });
+    let unseen = a
+        .site
+        .scheme()
+        .encode_string(lasthop_core::region_range(1, 2).unwrap().start + 9_998)
+        .unwrap();
+    assert_eq!(status_of(&a.engine.addr, &format!("/{unseen}")), 503);
     b.control.restart();
     let after: Vec<String> = (0..20)
         .map(|i| b.control.create(&format!("https://example.com/after/{i}")))
@@ -165,4 +189,55 @@ fn a_region_down_and_back_loses_and_doubles_nothing() {
     wait_until(Duration::from_secs(10), "A's link at B", || {
         status_of(&b.engine.addr, &format!("/{during}")) == 302
     });
+}
+
+#[test]
+fn an_alias_has_one_home_region() {
+    let (mut a, b, _) = two_regions();
+    // Claimed in both regions at the same moment: the home (region 0) decides, once.
+    for i in 0..20 {
+        let alias = format!("race-{i}-sale");
+        let body =
+            serde_json::json!({"long_url": format!("https://example.com/{i}"), "alias": alias});
+        let (sa, sb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| {
+                a.control
+                    .call("POST", "/v1/links", &a.control.key, Some(body.clone()))
+            });
+            let tb = s.spawn(|| {
+                b.control
+                    .call("POST", "/v1/links", &b.control.key, Some(body.clone()))
+            });
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        let mut statuses = [sa.0, sb.0];
+        statuses.sort();
+        assert_eq!(statuses, [201, 409], "{alias}: {} / {}", sa.1, sb.1);
+        let loser = if sa.0 == 409 { &sa.1 } else { &sb.1 };
+        assert_eq!(loser["error"]["code"], "alias_taken", "{loser}");
+    }
+    for e in [&a.engine, &b.engine] {
+        wait_until(
+            Duration::from_secs(10),
+            "the alias served in both regions",
+            || status_of(&e.addr, "/race-7-sale") == 302,
+        );
+    }
+    // The alias home down: aliases wait (503), generated codes do not.
+    a.control.kill();
+    let (status, v) = b.control.call(
+        "POST",
+        "/v1/links",
+        &b.control.key,
+        Some(
+            serde_json::json!({"long_url": "https://example.com/x", "alias": "while-home-is-down"}),
+        ),
+    );
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (503, Some("home_region_unavailable")),
+        "{v}"
+    );
+    b.control
+        .create("https://example.com/generated-while-home-is-down");
 }
