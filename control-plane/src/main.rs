@@ -1070,6 +1070,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let key = PermutationKey::load(&args.key_file)?;
     let scheme = CodeScheme::new(&key)?;
+    if (args.peer_token_file.is_some() || !args.peers.is_empty()) && args.store != "embedded" {
+        anyhow::bail!(
+            "--peer and --peer-token-file: replication between regions needs the embedded store \
+             for now (the PostgreSQL store does not replicate yet)"
+        );
+    }
     let peer_token = args
         .peer_token_file
         .as_deref()

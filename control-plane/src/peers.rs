@@ -595,8 +595,12 @@ impl Puller {
             .map_err(|e| format!("reading the position: {e}"))?
             .and_then(|p| p.parse::<u64>().ok())
             .unwrap_or(0);
+        // Not connected yet (a start, after a failure): ask without waiting, so the contact
+        // shows at once; then long-poll.
+        let connected = self.peer.track.lock().map(|t| t.connected).unwrap_or(false);
+        let wait = if connected { WAIT_MS } else { 0 };
         let url = format!(
-            "{}/peer/v1/changes?after={after}&limit={PAGE}&wait_ms={WAIT_MS}",
+            "{}/peer/v1/changes?after={after}&limit={PAGE}&wait_ms={wait}",
             self.peer.spec.url
         );
         let page: Page = self

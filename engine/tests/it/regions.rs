@@ -241,3 +241,175 @@ fn an_alias_has_one_home_region() {
     b.control
         .create("https://example.com/generated-while-home-is-down");
 }
+
+/// `--region r --regions n` and a `--peer` for every other region, at `urls[peer]`.
+fn mesh_flags(r: usize, urls: &[String], token: &str, extra: &[&str]) -> Vec<String> {
+    let mut f = vec![
+        "--region".to_string(),
+        r.to_string(),
+        "--regions".into(),
+        urls.len().to_string(),
+        "--peer-token-file".into(),
+        token.into(),
+    ];
+    for (peer, url) in urls.iter().enumerate() {
+        if peer != r {
+            f.push("--peer".into());
+            f.push(format!("{peer}={url}"));
+        }
+    }
+    f.extend(extra.iter().map(|s| s.to_string()));
+    f
+}
+
+fn peer_of(c: &Control, region: u64) -> serde_json::Value {
+    let v = regions_view(c);
+    v["peers"]
+        .as_array()
+        .expect("peers")
+        .iter()
+        .find(|p| p["region"] == region)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Three regions in a full mesh (no relaying) with the link from region 0 to region 2 through
+/// a proxy that is cut: region 0's lag alarm names region 2 (and only it), and everything
+/// catches up once the link is back.
+#[test]
+fn three_regions_a_cut_link_is_named_and_catches_up() {
+    let sites: Vec<Site> = (0..3).map(|_| Site::new()).collect();
+    let token = sites[0].dir.path().join("peer.token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
+    let token = token.to_string_lossy().into_owned();
+    let mut controls: Vec<Control> = sites
+        .iter()
+        .enumerate()
+        .map(|(r, s)| Control::start(s, &["--region", &r.to_string(), "--regions", "3"]))
+        .collect();
+    let edges: Vec<String> = controls.iter().map(|c| c.edge.clone()).collect();
+    let proxy = crate::harness::Proxy::start(&edges[2], Duration::ZERO);
+    for (r, c) in controls.iter_mut().enumerate() {
+        let mut urls = edges.clone();
+        if r == 0 {
+            urls[2] = proxy.url();
+        }
+        let f = mesh_flags(r, &urls, &token, &["--peer-lag-alarm-secs", "1"]);
+        let args: Vec<&str> = f.iter().map(String::as_str).collect();
+        c.restart_with(&args);
+    }
+    let engine0 = subscribed_engine(&sites[0], &controls[0], &[]);
+    wait_until(Duration::from_secs(15), "engine in sync", || {
+        in_sync(&engine0)
+    });
+    let first = controls[2].create("https://example.com/from-c");
+    wait_until(Duration::from_secs(10), "C's link at A", || {
+        status_of(&engine0.addr, &format!("/{first}")) == 302
+    });
+    proxy.cut();
+    let during: Vec<String> = (0..5)
+        .map(|i| controls[2].create(&format!("https://example.com/from-c/{i}")))
+        .collect();
+    let from_b = controls[1].create("https://example.com/from-b");
+    wait_until(Duration::from_secs(10), "the alarm names region 2", || {
+        let (cut, fine) = (peer_of(&controls[0], 2), peer_of(&controls[0], 1));
+        cut["alarm"] == true && cut["connected"] == false && fine["alarm"] == false
+    });
+    let (_, _, metrics) = crate::harness::curl(&[&format!("{}/metrics", controls[0].api)]);
+    assert!(
+        metrics.contains("lasthop_region_peer_lag_alarm{region=\"2\"} 1")
+            && metrics.contains("lasthop_region_peer_lag_alarm{region=\"1\"} 0"),
+        "{metrics}"
+    );
+    // B's links still arrive; C's wait for the link (no relaying through B), and a C code A
+    // has not seen answers 503 meanwhile, never 404.
+    wait_until(Duration::from_secs(10), "B's link at A", || {
+        status_of(&engine0.addr, &format!("/{from_b}")) == 302
+    });
+    assert_eq!(status_of(&engine0.addr, &format!("/{}", during[0])), 503);
+    proxy.mend();
+    for code in &during {
+        wait_until(
+            Duration::from_secs(15),
+            "C's links at A after the cut",
+            || status_of(&engine0.addr, &format!("/{code}")) == 302,
+        );
+    }
+    wait_until(Duration::from_secs(10), "alarm cleared", || {
+        let p = peer_of(&controls[0], 2);
+        p["alarm"] == false && p["connected"] == true && p["lag_changes"] == 0
+    });
+}
+
+/// A WAN between two regions: a proxy holding every byte `rtt / 2` each way. Prints the
+/// read-through latency at the far engine (a code of the other region, asked of its home) and
+/// how long a takedown in one region takes to answer 410 at the other's engine, against the
+/// goals (read-through within one round trip + 5 ms, a takedown within the one-way delay +
+/// 10 ms), with a round trip of 0 first: the floor of this host (the takedown's own commit,
+/// the other region's commit, its feed to the engine). Measured, not asserted.
+#[test]
+fn a_wan_between_regions_costs_one_round_trip() {
+    for rtt_ms in [0u64, 50, 150] {
+        let one_way = Duration::from_millis(rtt_ms / 2);
+        let (site_a, site_b) = (Site::new(), Site::new());
+        let token = site_a.dir.path().join("peer.token");
+        std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
+        let token = token.to_string_lossy().into_owned();
+        let mut a = Control::start(&site_a, &["--region", "0", "--regions", "2"]);
+        let mut b = Control::start(&site_b, &["--region", "1", "--regions", "2"]);
+        let (to_b, to_a) = (
+            crate::harness::Proxy::start(&b.edge, one_way),
+            crate::harness::Proxy::start(&a.edge, one_way),
+        );
+        let fa = mesh_flags(0, &[String::new(), to_b.url()], &token, &[]);
+        let fb = mesh_flags(1, &[to_a.url(), String::new()], &token, &[]);
+        a.restart_with(&fa.iter().map(String::as_str).collect::<Vec<_>>());
+        b.restart_with(&fb.iter().map(String::as_str).collect::<Vec<_>>());
+        let engine_a = subscribed_engine(&site_a, &a, &[]);
+        wait_until(Duration::from_secs(15), "engine in sync", || {
+            in_sync(&engine_a)
+        });
+        wait_until(Duration::from_secs(10), "replicating", || {
+            peer_of(&a, 1)["connected"] == true
+        });
+        // Read-through: codes of B's range A does not have (B says 404), each asked once.
+        let start = lasthop_core::region_range(1, 2).unwrap().start;
+        let mut reads: Vec<f64> = (0..9)
+            .map(|i| {
+                let code = site_a.scheme().encode_string(start + 50_000 + i).unwrap();
+                let t = std::time::Instant::now();
+                assert_eq!(status_of(&engine_a.addr, &format!("/{code}")), 404);
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        reads.sort_by(f64::total_cmp);
+        // Takedowns in B, timed to 410 at A's engine (the poll parked at B first).
+        let mut takedowns: Vec<f64> = (0..5)
+            .map(|i| {
+                let code = b.create(&format!("https://example.com/wan/{i}"));
+                wait_until(Duration::from_secs(10), "replicated", || {
+                    status_of(&engine_a.addr, &format!("/{code}")) == 302
+                });
+                std::thread::sleep(Duration::from_millis(rtt_ms * 2));
+                let t = std::time::Instant::now();
+                b.takedown(&code, "phishing");
+                // Polled every millisecond (wait_until's 10 ms would blur the number).
+                while status_of(&engine_a.addr, &format!("/{code}")) != 410 {
+                    assert!(t.elapsed() < Duration::from_secs(10), "takedown at A");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                t.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        takedowns.sort_by(f64::total_cmp);
+        println!(
+            "WAN rtt {rtt_ms} ms: read-through at the far engine median {:.1} ms (goal <= {} ms), \
+             takedown to 410 at the far engine median {:.1} ms (goal <= {} ms; includes the \
+             takedown call itself)",
+            reads[reads.len() / 2],
+            rtt_ms + 5,
+            takedowns[takedowns.len() / 2],
+            rtt_ms / 2 + 10
+        );
+    }
+}
