@@ -269,27 +269,42 @@ impl Peers {
             .ok_or(PeerError::Unknown(region))
     }
 
-    /// Asks region `region` for a link (`GET /peer/v1/links/{code}`): `Ok(None)` only when
-    /// that region says it never existed. Blocking.
-    pub fn fetch_link(&self, region: u32, code: &str) -> Result<Option<StoredLink>, PeerError> {
+    /// One request to region `region` (a GET, or a POST of `body`) under `path`: its JSON
+    /// answer, `None` for a 404 `not_found` (the one answer that says "no such link"). Blocking,
+    /// at most [`ASK_TIMEOUT`].
+    fn ask<T: serde::de::DeserializeOwned>(
+        &self,
+        region: u32,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<Option<T>, PeerError> {
         let peer = self.peer(region)?;
         let failed = |detail: String| PeerError::Failed {
             region,
             url: peer.spec.url.clone(),
             detail,
         };
-        let url = format!("{}/peer/v1/links/{code}", peer.spec.url);
-        match self
-            .agent
-            .get(&url)
-            .set("Authorization", &format!("Bearer {}", self.config.token))
-            .timeout(ASK_TIMEOUT)
-            .call()
-        {
+        let url = format!("{}{path}", peer.spec.url);
+        let auth = format!("Bearer {}", self.config.token);
+        let sent = match body {
+            None => self
+                .agent
+                .get(&url)
+                .set("Authorization", &auth)
+                .timeout(ASK_TIMEOUT)
+                .call(),
+            Some(body) => self
+                .agent
+                .post(&url)
+                .set("Authorization", &auth)
+                .timeout(ASK_TIMEOUT)
+                .send_json(body),
+        };
+        match sent {
             Ok(resp) => resp
-                .into_json::<StoredLink>()
+                .into_json::<T>()
                 .map(Some)
-                .map_err(|e| failed(format!("reading the link: {e}"))),
+                .map_err(|e| failed(format!("reading the answer: {e}"))),
             Err(ureq::Error::Status(404, resp)) => {
                 let body: serde_json::Value = resp.into_json().unwrap_or_default();
                 if body["error"]["code"] == "not_found" {
@@ -304,6 +319,12 @@ impl Peers {
             ))),
             Err(e) => Err(failed(e.to_string())),
         }
+    }
+
+    /// Asks region `region` for a link (`GET /peer/v1/links/{code}`): `Ok(None)` only when
+    /// that region says it never existed. Blocking.
+    pub fn fetch_link(&self, region: u32, code: &str) -> Result<Option<StoredLink>, PeerError> {
+        self.ask(region, &format!("/peer/v1/links/{code}"), None)
     }
 
     /// The region aliases belong to, when it is another: alias creates go there.
@@ -320,35 +341,23 @@ impl Peers {
         req: &crate::store::CreateRequest,
     ) -> Result<crate::store::CreateOutcome, PeerError> {
         use crate::store::CreateOutcome;
-        let peer = self.peer(region)?;
-        let failed = |detail: String| PeerError::Failed {
+        let body = serde_json::to_value(ForwardedCreate::of(req)).unwrap_or_default();
+        let answer: Option<CreateAnswer> = self.ask(region, "/peer/v1/aliases", Some(body))?;
+        let unexpected = |what: String| PeerError::Failed {
             region,
-            url: peer.spec.url.clone(),
-            detail,
+            url: self
+                .peer(region)
+                .map(|p| p.spec.url.clone())
+                .unwrap_or_default(),
+            detail: what,
         };
-        let body = ForwardedCreate::of(req);
-        let url = format!("{}/peer/v1/aliases", peer.spec.url);
-        let answer: CreateAnswer = self
-            .agent
-            .post(&url)
-            .set("Authorization", &format!("Bearer {}", self.config.token))
-            .timeout(ASK_TIMEOUT)
-            .send_json(&body)
-            .map_err(|e| match e {
-                ureq::Error::Status(code, resp) => failed(format!(
-                    "{code}: {}",
-                    resp.into_string().unwrap_or_default()
-                )),
-                other => failed(other.to_string()),
-            })?
-            .into_json()
-            .map_err(|e| failed(format!("reading the answer: {e}")))?;
+        let answer = answer.ok_or_else(|| unexpected("404 not_found".into()))?;
         match (answer.outcome.as_str(), answer.link) {
             ("created", Some(link)) => Ok(CreateOutcome::Created(link)),
             ("replayed", Some(link)) => Ok(CreateOutcome::Replayed(link)),
             ("alias_taken", _) => Ok(CreateOutcome::AliasTaken),
             ("idempotency_mismatch", _) => Ok(CreateOutcome::IdempotencyMismatch),
-            (other, _) => Err(failed(format!("unexpected outcome {other:?}"))),
+            (other, _) => Err(unexpected(format!("unexpected outcome {other:?}"))),
         }
     }
 
@@ -362,39 +371,8 @@ impl Peers {
         update: &crate::store::StateUpdate,
         actor: &str,
     ) -> Result<Option<StoredLink>, PeerError> {
-        let peer = self.peer(region)?;
-        let failed = |detail: String| PeerError::Failed {
-            region,
-            url: peer.spec.url.clone(),
-            detail,
-        };
-        let url = format!("{}/peer/v1/links/{code}/state", peer.spec.url);
         let body = serde_json::json!({"update": update, "actor": actor});
-        match self
-            .agent
-            .post(&url)
-            .set("Authorization", &format!("Bearer {}", self.config.token))
-            .timeout(ASK_TIMEOUT)
-            .send_json(body)
-        {
-            Ok(resp) => resp
-                .into_json::<StoredLink>()
-                .map(Some)
-                .map_err(|e| failed(format!("reading the link: {e}"))),
-            Err(ureq::Error::Status(404, resp)) => {
-                let body: serde_json::Value = resp.into_json().unwrap_or_default();
-                if body["error"]["code"] == "not_found" {
-                    Ok(None)
-                } else {
-                    Err(failed(format!("404 {body}")))
-                }
-            }
-            Err(ureq::Error::Status(code, resp)) => Err(failed(format!(
-                "{code}: {}",
-                resp.into_string().unwrap_or_default()
-            ))),
-            Err(e) => Err(failed(e.to_string())),
-        }
+        self.ask(region, &format!("/peer/v1/links/{code}/state"), Some(body))
     }
 
     /// Every peer's replication as of `now_ms`.

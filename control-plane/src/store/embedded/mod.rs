@@ -997,6 +997,16 @@ fn index_entry(
     Ok(())
 }
 
+/// A link's `denied` entry as its state says: gone, warn, or none.
+fn write_denied(t: &mut Tables<'_>, code: &str, state: &LinkState) -> Result<(), StoreError> {
+    match state.deny_kind() {
+        Some(DenyKind::Gone) => t.denied.insert(code, DENY_GONE).map_err(storage)?,
+        Some(DenyKind::Warn) => t.denied.insert(code, DENY_WARN).map_err(storage)?,
+        None => t.denied.remove(code).map_err(storage)?,
+    };
+    Ok(())
+}
+
 /// `record key ‖ 0x00 ‖ n`: a link's audit records are one key range, in order (aliases'
 /// record keys vary in length, so the separator keeps one alias's range from holding a longer
 /// one's).
@@ -1323,7 +1333,6 @@ impl Writer {
             },
         };
 
-        let seq = self.next_seq;
         let link = Link {
             code: code.clone(),
             long_url: req.long_url.clone(),
@@ -1335,31 +1344,7 @@ impl Writer {
             held: req.hold,
             ..LinkState::default()
         };
-        let link_json = serde_json::to_vec(&LinkRow { link: &link, seq })?;
-        let state_json = serde_json::to_vec(&state)?;
-        t.links
-            .insert(key.as_slice(), link_json.as_slice())
-            .map_err(storage)?;
-        t.states
-            .insert(key.as_slice(), state_json.as_slice())
-            .map_err(storage)?;
-        let mut index_key = owner_prefix(&req.owner);
-        index_key.extend_from_slice(&(!seq).to_be_bytes());
-        t.owner_links
-            .insert(index_key.as_slice(), code.as_str())
-            .map_err(storage)?;
-        let change = Change::LinkCreated {
-            link: link.clone(),
-            state: state.clone(),
-        };
-        let change_json = serde_json::to_vec(&change)?;
-        t.changes
-            .insert(seq, change_json.as_slice())
-            .map_err(storage)?;
-        self.next_seq += 1;
-        if state.deny_kind().is_some() {
-            t.denied.insert(code.as_str(), DENY_WARN).map_err(storage)?;
-        }
+        let seq = self.write_new_link(t, &key, &link, &state)?;
         match &req.destination {
             Some(dest) => index_entry(&mut t.dest_hosts, &key, &link.code, dest, true)?,
             None => {
@@ -1533,14 +1518,28 @@ impl Writer {
         if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
             return Ok(false);
         }
+        self.write_new_link(t, &key, link, state)?;
+        if !state.deleted {
+            index_destination(&mut t.dest_hosts, &key, link, true)?;
+        }
+        Ok(true)
+    }
+
+    /// Writes a new link under `key` as it is given: its row, state, owner index entry,
+    /// denylist entry and `LinkCreated` change; returns the change's sequence.
+    fn write_new_link(
+        &mut self,
+        t: &mut Tables<'_>,
+        key: &[u8],
+        link: &Link,
+        state: &LinkState,
+    ) -> Result<u64, StoreError> {
         let seq = self.next_seq;
         let link_json = serde_json::to_vec(&LinkRow { link, seq })?;
-        t.links
-            .insert(key.as_slice(), link_json.as_slice())
-            .map_err(storage)?;
+        t.links.insert(key, link_json.as_slice()).map_err(storage)?;
         let state_json = serde_json::to_vec(state)?;
         t.states
-            .insert(key.as_slice(), state_json.as_slice())
+            .insert(key, state_json.as_slice())
             .map_err(storage)?;
         let mut index_key = owner_prefix(&link.owner);
         index_key.extend_from_slice(&(!seq).to_be_bytes());
@@ -1556,23 +1555,8 @@ impl Writer {
             .insert(seq, change_json.as_slice())
             .map_err(storage)?;
         self.next_seq += 1;
-        match state.deny_kind() {
-            Some(DenyKind::Gone) => {
-                t.denied
-                    .insert(link.code.as_str(), DENY_GONE)
-                    .map_err(storage)?;
-            }
-            Some(DenyKind::Warn) => {
-                t.denied
-                    .insert(link.code.as_str(), DENY_WARN)
-                    .map_err(storage)?;
-            }
-            None => {}
-        }
-        if !state.deleted {
-            index_destination(&mut t.dest_hosts, &key, link, true)?;
-        }
-        Ok(true)
+        write_denied(t, &link.code, state)?;
+        Ok(seq)
     }
 
     fn apply_batch(
@@ -1711,17 +1695,7 @@ impl Writer {
         t.states
             .insert(key, state_json.as_slice())
             .map_err(storage)?;
-        match state.deny_kind() {
-            Some(DenyKind::Gone) => {
-                t.denied.insert(code, DENY_GONE).map_err(storage)?;
-            }
-            Some(DenyKind::Warn) => {
-                t.denied.insert(code, DENY_WARN).map_err(storage)?;
-            }
-            None => {
-                t.denied.remove(code).map_err(storage)?;
-            }
-        }
+        write_denied(t, code, state)?;
         let change = Change::StateChanged {
             code: code.to_string(),
             state: state.clone(),
