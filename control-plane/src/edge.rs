@@ -135,6 +135,25 @@ impl EdgeState {
     }
 }
 
+/// Runs a store call on the blocking pool: a store failure (or the task's) is logged as
+/// `what` and answers 503 `storage_unavailable`.
+async fn on_store<T: Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, EdgeError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "{what}: store failure");
+            Err(EdgeError::unavailable())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "{what}: task failed");
+            Err(EdgeError::unavailable())
+        }
+    }
+}
+
 /// The edge's view of a stored link at `now_ms` (the wire type is core's, shared with engines).
 fn edge_link(s: &StoredLink, now_ms: i64) -> EdgeLink {
     EdgeLink::new(&s.link.code, &s.link.long_url, &s.state, now_ms)
@@ -191,17 +210,7 @@ async fn get_link(
     }
     let store = Arc::clone(&state.0.store);
     let asked = code.clone();
-    let found = match tokio::task::spawn_blocking(move || store.get(&asked)).await {
-        Ok(Ok(found)) => found,
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "edge lookup: store failure");
-            return Err(EdgeError::unavailable());
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "edge lookup: task failed");
-            return Err(EdgeError::unavailable());
-        }
-    };
+    let found = on_store("edge lookup", move || store.get(&asked)).await?;
     match found {
         Some(s) => Ok(Json(edge_link(&s, now_ms()))),
         None => match read_through(&state, code).await? {
@@ -254,18 +263,10 @@ async fn peer_link(
         return Err(EdgeError::not_found());
     }
     let store = Arc::clone(&state.0.store);
-    match tokio::task::spawn_blocking(move || store.get(&code)).await {
-        Ok(Ok(Some(s))) => Ok(Json(s)),
-        Ok(Ok(None)) => Err(EdgeError::not_found()),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "peer lookup: store failure");
-            Err(EdgeError::unavailable())
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "peer lookup: task failed");
-            Err(EdgeError::unavailable())
-        }
-    }
+    on_store("peer lookup", move || store.get(&code))
+        .await?
+        .map(Json)
+        .ok_or_else(EdgeError::not_found)
 }
 
 /// `POST /peer/v1/aliases`: another region forwards an alias create to this one, the alias
@@ -285,17 +286,7 @@ async fn peer_alias(
         .request()
         .map_err(|e| EdgeError::bad("invalid_body", e))?;
     let store = Arc::clone(&state.0.store);
-    let outcome = match tokio::task::spawn_blocking(move || store.create(req)).await {
-        Ok(Ok(outcome)) => outcome,
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "forwarded alias create: store failure");
-            return Err(EdgeError::unavailable());
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "forwarded alias create: task failed");
-            return Err(EdgeError::unavailable());
-        }
-    };
+    let outcome = on_store("forwarded alias create", move || store.create(req)).await?;
     let (outcome, link) = match outcome {
         CreateOutcome::Created(s) => ("created", Some(s)),
         CreateOutcome::Replayed(s) => ("replayed", Some(s)),
@@ -339,24 +330,13 @@ async fn peer_update(
     }
     let store = Arc::clone(&state.0.store);
     let actor = crate::store::Actor::Forwarded(forwarded.actor);
-    let applied =
-        tokio::task::spawn_blocking(move || store.update_state(&code, forwarded.update, &actor))
-            .await;
-    match applied {
-        Ok(Ok(Some(s))) => {
-            tracing::info!(code = %s.link.code, region, "applied a change forwarded by a peer region");
-            Ok(Json(s))
-        }
-        Ok(Ok(None)) => Err(EdgeError::not_found()),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "forwarded update: store failure");
-            Err(EdgeError::unavailable())
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "forwarded update: task failed");
-            Err(EdgeError::unavailable())
-        }
-    }
+    let applied = on_store("forwarded update", move || {
+        store.update_state(&code, forwarded.update, &actor)
+    })
+    .await?
+    .ok_or_else(EdgeError::not_found)?;
+    tracing::info!(code = %applied.link.code, region, "applied a change forwarded by a peer region");
+    Ok(Json(applied))
 }
 
 #[derive(Debug, Deserialize)]
@@ -703,24 +683,12 @@ async fn peer_changes(
     let mut commits = state.0.store.commits();
     loop {
         let store = Arc::clone(&state.0.store);
-        let read = tokio::task::spawn_blocking(move || {
+        let (head, changes, upto, marks) = on_store("peer changes", move || {
             let head = store.last_seq()?;
             let (changes, upto) = store.own_changes_since(q.after, limit)?;
-            let marks = store.high_water_marks()?;
-            Ok::<_, crate::store::StoreError>((head, changes, upto, marks))
+            Ok((head, changes, upto, store.high_water_marks()?))
         })
-        .await;
-        let (head, changes, upto, marks) = match read {
-            Ok(Ok(read)) => read,
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "peer changes: store failure");
-                return Err(EdgeError::unavailable());
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "peer changes: task failed");
-                return Err(EdgeError::unavailable());
-            }
-        };
+        .await?;
         let waited_out = tokio::time::Instant::now() >= deadline;
         if !changes.is_empty() || upto > q.after || waited_out {
             let high_water = marks
