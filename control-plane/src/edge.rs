@@ -68,6 +68,8 @@ struct Inner {
     /// This region and the token peer regions present (`--peer-token-file`), with
     /// `--peer`: the `/peer/` endpoints answer only to it, and it opens nothing else.
     peer: Option<(u32, EdgeToken)>,
+    /// This region's `--max-mint-rate`, told to peer regions.
+    mint_rate: Option<u64>,
     /// The other regions (`--peer`): a code of another region's range not found here is
     /// asked of that region before any 404.
     peers: Option<Arc<crate::peers::Peers>>,
@@ -103,6 +105,7 @@ impl EdgeState {
             client_certs: false,
             peer: None,
             peers: None,
+            mint_rate: None,
         }))
     }
 
@@ -114,10 +117,12 @@ impl EdgeState {
         region: u32,
         token: EdgeToken,
         peers: Option<Arc<crate::peers::Peers>>,
+        mint_rate: u64,
     ) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.0) {
             inner.peer = Some((region, token));
             inner.peers = peers;
+            inner.mint_rate = Some(mint_rate).filter(|&r| r > 0);
         }
         self
     }
@@ -704,6 +709,7 @@ async fn peer_changes(
                 "head": head,
                 "high_water": high_water,
                 "upto": upto.max(q.after),
+                "mint_rate": state.0.mint_rate,
                 "changes": changes,
             });
             return Ok((

@@ -51,6 +51,9 @@ pub struct Feed {
     mint_rate: Option<u64>,
     snapshots: Option<watch::Receiver<Option<SnapshotFrame>>>,
     stop: Option<watch::Receiver<bool>>,
+    /// Peer regions (`--peer`): those out of touch widen their window (hello and heartbeat
+    /// `widen`).
+    peers: Option<Arc<crate::peers::Peers>>,
 }
 
 impl std::fmt::Debug for Feed {
@@ -70,7 +73,21 @@ impl Feed {
             mint_rate: None,
             snapshots: None,
             stop: None,
+            peers: None,
         }
+    }
+
+    /// Announces the windows of peer regions out of touch ([`crate::peers::Peers::windows`]).
+    pub fn with_peers(mut self, peers: Option<Arc<crate::peers::Peers>>) -> Feed {
+        self.peers = peers;
+        self
+    }
+
+    fn windows(&self) -> Vec<lasthop_core::feed::Window> {
+        self.peers
+            .as_ref()
+            .map(|p| p.windows(now_ms()))
+            .unwrap_or_default()
     }
 
     /// Announces `rate` (codes per second the region mints at most; `None` or 0: unbounded)
@@ -145,6 +162,7 @@ impl Feed {
             last_seq,
             time_ms: now_ms(),
             mint_rate: self.mint_rate,
+            widen: self.windows(),
         })
         .await?;
         let entries = denied
@@ -200,6 +218,7 @@ impl Feed {
                         last_seq,
                         time_ms: now_ms(),
                         mint_rate: self.mint_rate,
+                        widen: self.windows(),
                     })
                     .await?;
                 }

@@ -1271,11 +1271,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::spawn(reload_on_sighup(hup, reload));
         let feed = Feed::new(Arc::clone(&dyn_store), heartbeat)
             .with_mint_rate(Some(args.max_mint_rate))
+            .with_peers(edge_peers.clone())
             .with_snapshots(publisher.subscribe())
             .with_stop(stop_rx.clone());
         let mut edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));
         if let Some(t) = &peer_token {
-            edge_state = edge_state.with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t), edge_peers);
+            edge_state = edge_state.with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t), edge_peers, args.max_mint_rate);
         }
         if edge_tls.as_ref().is_some_and(|t| t.client_auth()) {
             edge_state = edge_state.with_client_certificates();

@@ -141,6 +141,9 @@ struct Track {
     connected: bool,
     /// When we last had everything it had (ms); `None` before the first contact.
     caught_up_ms: Option<i64>,
+    /// When it last answered (ms), and the most codes a second it said it mints.
+    contact_ms: Option<i64>,
+    mint_rate: Option<u64>,
     last_error: Option<String>,
 }
 
@@ -413,6 +416,28 @@ impl Peers {
         })
     }
 
+    /// The windows this region's engines should widen (feed `widen`): for each peer out of
+    /// touch whose mint rate is known, its rate × the time since it last answered, so links it
+    /// mints meanwhile are asked of the origin (503 while the peer cannot answer), never
+    /// rejected by arithmetic.
+    pub fn windows(&self, now_ms: i64) -> Vec<lasthop_core::feed::Window> {
+        self.peers
+            .iter()
+            .filter_map(|p| {
+                let t = p.track.lock().unwrap_or_else(|e| e.into_inner());
+                if t.connected {
+                    return None;
+                }
+                let (rate, since) = (t.mint_rate?, t.contact_ms?);
+                let ms = u64::try_from(now_ms - since).unwrap_or(0);
+                Some(lasthop_core::feed::Window {
+                    region: p.spec.region,
+                    extra: rate.saturating_mul(ms) / 1000,
+                })
+            })
+            .collect()
+    }
+
     /// Stops the threads after their current request (a long poll ends within `WAIT_MS`).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -525,6 +550,9 @@ struct Page {
     high_water: u64,
     upto: u64,
     changes: Vec<PageChange>,
+    /// The peer's `--max-mint-rate`.
+    #[serde(default)]
+    mint_rate: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -641,6 +669,8 @@ impl Puller {
         }
         t.connected = true;
         t.last_error = None;
+        t.contact_ms = Some(now_ms());
+        t.mint_rate = page.mint_rate;
         t.applied = page.upto.max(after);
         t.head = page.head;
         if t.applied >= t.head {

@@ -32,6 +32,11 @@ pub enum Frame {
         /// minted meanwhile is never rejected by arithmetic. Absent: no bound is enforced.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mint_rate: Option<u64>,
+        /// Regions this control plane's region has lost touch with (peer regions, `--peer`),
+        /// each with the counters it may have minted since: the engine widens that region's
+        /// window by as much, so its new links are asked of the origin, never 404'd.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        widen: Vec<Window>,
     },
     /// The full standing denylist as of change `seq`, in parts of at most [`DENYLIST_PART`]
     /// entries so every line stays under [`MAX_FRAME_LEN`]: part 0 replaces the reader's list,
@@ -54,9 +59,19 @@ pub enum Frame {
         /// As in `hello`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mint_rate: Option<u64>,
+        /// As in `hello`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        widen: Vec<Window>,
     },
     #[serde(other)]
     Unknown,
+}
+
+/// Counters to add above region `region`'s mark (see `Frame::Hello`'s `widen`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    pub region: u32,
+    pub extra: u64,
 }
 
 fn yes() -> bool {
@@ -382,6 +397,10 @@ mod tests {
                 last_seq: 1,
                 time_ms: 2,
                 mint_rate: Some(10_000),
+                widen: vec![Window {
+                    region: 1,
+                    extra: 20_000,
+                }],
             },
             Frame::Denylist {
                 seq: 1,
@@ -409,6 +428,7 @@ mod tests {
                 last_seq: 3,
                 time_ms: 4,
                 mint_rate: None,
+                widen: Vec::new(),
             },
         ];
         for f in &frames {
@@ -497,6 +517,7 @@ mod tests {
                 last_seq: 5,
                 time_ms: 1,
                 mint_rate: None,
+                widen: Vec::new(),
             }
         );
     }

@@ -53,6 +53,9 @@ pub struct HighWater {
     /// Absolute counter value per region: every issued counter of that region is below it.
     marks: Vec<u64>,
     reserve: u64,
+    /// Counters added above one region's mark + reserve (a peer region out of touch, see
+    /// [`HighWater::widened_region`]); zero for every region unless widened.
+    extra: Vec<u64>,
 }
 
 impl HighWater {
@@ -67,6 +70,7 @@ impl HighWater {
         Ok(HighWater {
             regions,
             marks: starts.clone(),
+            extra: vec![0; starts.len()],
             starts,
             reserve,
         })
@@ -109,6 +113,19 @@ impl HighWater {
         }
     }
 
+    /// The same marks with `extra` more counters above region `region`'s alone: what that
+    /// region may have minted since its mark was last confirmed (a region whose control plane
+    /// lost a peer region widens that region's window by its mint rate × the time since).
+    /// Marks, and so [`HighWater::below_mark`], are unchanged. A region out of range is ignored.
+    #[must_use]
+    pub fn widened_region(&self, region: u32, extra: u64) -> HighWater {
+        let mut wide = self.clone();
+        if let Some(slot) = wide.extra.get_mut(region as usize) {
+            *slot = slot.saturating_add(extra);
+        }
+        wide
+    }
+
     /// Region count.
     pub fn regions(&self) -> u32 {
         self.regions
@@ -127,8 +144,11 @@ impl HighWater {
     /// False only when `n` can never have been issued: at or above its region's mark + reserve.
     #[inline]
     pub fn may_be_issued(&self, n: u64) -> bool {
-        self.mark_of(n)
-            .is_some_and(|mark| n < mark.saturating_add(self.reserve))
+        self.region_index(n).is_some_and(|r| {
+            let mark = self.marks.get(r).copied().unwrap_or(0);
+            let extra = self.extra.get(r).copied().unwrap_or(0);
+            n < mark.saturating_add(self.reserve).saturating_add(extra)
+        })
     }
 
     /// True when `n` lies below its region's published mark (not in the reserve window above
@@ -140,12 +160,17 @@ impl HighWater {
 
     #[inline]
     fn mark_of(&self, n: u64) -> Option<u64> {
+        self.region_index(n)
+            .and_then(|r| self.marks.get(r).copied())
+    }
+
+    #[inline]
+    fn region_index(&self, n: u64) -> Option<usize> {
         if n >= CODE_SPACE {
             return None;
         }
         // starts[0] == 0, so at least one start is <= n.
-        let region = self.starts.partition_point(|&s| s <= n).saturating_sub(1);
-        self.marks.get(region).copied()
+        Some(self.starts.partition_point(|&s| s <= n).saturating_sub(1))
     }
 }
 
@@ -259,5 +284,18 @@ mod tests {
         }
         assert_eq!(region_of(CODE_SPACE, 2), None);
         assert_eq!(region_of(0, 0), None);
+    }
+
+    #[test]
+    fn one_region_widened_alone() {
+        let hw = HighWater::new(2, 100).unwrap();
+        let b = region_range(1, 2).unwrap().start;
+        let wide = hw.widened_region(1, 1_000);
+        assert!(!hw.may_be_issued(b + 500));
+        assert!(wide.may_be_issued(b + 500) && !wide.may_be_issued(b + 1_100));
+        assert!(!wide.below_mark(b + 500), "widening caches no 404");
+        // Region 0 is as it was.
+        assert!(!wide.may_be_issued(500));
+        assert_eq!(hw.widened_region(7, 5), hw);
     }
 }

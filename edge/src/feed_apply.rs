@@ -92,6 +92,9 @@ pub struct FeedView {
     mint_rate: Option<u64>,
     /// How long the marks have gone unconfirmed (not in sync), as the applier last said.
     unconfirmed_ms: u64,
+    /// Regions the control plane's region has lost touch with, and the counters each may
+    /// have minted since (hello and heartbeat `widen`).
+    peer_widen: Vec<lasthop_core::feed::Window>,
 }
 
 impl FeedView {
@@ -117,6 +120,7 @@ impl FeedView {
             rebuild: false,
             mint_rate: None,
             unconfirmed_ms: 0,
+            peer_widen: Vec::new(),
         }
     }
 
@@ -171,9 +175,11 @@ impl FeedView {
             Frame::Hello {
                 last_seq,
                 mint_rate,
+                widen,
                 ..
             } => {
                 self.mint_rate = mint_rate;
+                let widened = self.set_peer_widen(widen);
                 let rewound = last_seq < self.applied;
                 let applied = self.applied;
                 if rewound {
@@ -191,6 +197,8 @@ impl FeedView {
                         control: last_seq,
                         applied,
                     }
+                } else if widened {
+                    Applied::Changed
                 } else {
                     Applied::Nothing
                 }
@@ -198,11 +206,16 @@ impl FeedView {
             Frame::Heartbeat {
                 last_seq,
                 mint_rate,
+                widen,
                 ..
             } => {
                 self.mint_rate = mint_rate;
                 self.note_target(last_seq);
-                Applied::Nothing
+                if self.set_peer_widen(widen) {
+                    Applied::Changed
+                } else {
+                    Applied::Nothing
+                }
             }
             Frame::Denylist {
                 seq,
@@ -335,7 +348,17 @@ impl FeedView {
         if widening > 0 {
             tables.high_water = tables.high_water.widened(widening);
         }
+        for w in &self.peer_widen {
+            tables.high_water = tables.high_water.widened_region(w.region, w.extra);
+        }
         tables
+    }
+
+    /// Takes the control plane's latest per-region widening; true when it changed (publish).
+    fn set_peer_widen(&mut self, widen: Vec<lasthop_core::feed::Window>) -> bool {
+        let changed = widen != self.peer_widen;
+        self.peer_widen = widen;
+        changed
     }
 
     /// The marks have gone unconfirmed for `ms` (0 once in sync again): returns whether the
@@ -528,6 +551,7 @@ mod tests {
             last_seq,
             time_ms: 0,
             mint_rate: None,
+            widen: Vec::new(),
         }
     }
 
@@ -563,6 +587,7 @@ mod tests {
             last_seq: 4,
             time_ms: 0,
             mint_rate: None,
+            widen: Vec::new(),
         });
         assert!(!v.in_sync());
         assert!(!v.caught_up());
@@ -938,6 +963,7 @@ mod tests {
             last_seq: 0,
             time_ms: 0,
             mint_rate: Some(1_000),
+            widen: Vec::new(),
         });
         v.apply(denylist(0, &[]));
         assert!(v.in_sync());
@@ -965,5 +991,44 @@ mod tests {
         v.lost();
         v.set_unconfirmed(60_000);
         assert_eq!(v.tables(true).high_water.reserve(), reserve);
+    }
+
+    /// A peer region out of touch (announced in heartbeats): that region's window alone
+    /// widens, in sync or not, and narrows again when the control plane says so.
+    #[test]
+    fn a_lost_peer_region_widens_its_window_alone() {
+        use lasthop_core::feed::Window;
+        let mut v = view(Some(snapshot(0, &[])));
+        v.connected();
+        v.apply(hello(0));
+        v.apply(denylist(0, &[]));
+        assert!(v.in_sync());
+        let t = v.tables(true);
+        let (reserve, marks) = (t.high_water.reserve(), t.high_water.marks().to_vec());
+        let beat = |widen: Vec<Window>| Frame::Heartbeat {
+            last_seq: 0,
+            time_ms: 0,
+            mint_rate: None,
+            widen,
+        };
+        let wide = vec![Window {
+            region: 0,
+            extra: 3_000,
+        }];
+        assert_eq!(v.apply(beat(wide.clone())), Applied::Changed);
+        assert_eq!(
+            v.apply(beat(wide)),
+            Applied::Nothing,
+            "the same: no publish"
+        );
+        let t = v.tables(true);
+        assert!(t.high_water.may_be_issued(marks[0] + reserve + 2_999));
+        assert!(!t.high_water.may_be_issued(marks[0] + reserve + 3_000));
+        assert!(
+            !t.high_water.below_mark(marks[0] + 1),
+            "widening caches no 404"
+        );
+        assert_eq!(v.apply(beat(Vec::new())), Applied::Changed);
+        assert!(!v.tables(true).high_water.may_be_issued(marks[0] + reserve));
     }
 }

@@ -413,3 +413,62 @@ fn a_wan_between_regions_costs_one_round_trip() {
         );
     }
 }
+
+/// A peer region out of touch keeps minting: its codes past the mark this region last heard
+/// of (plus the reserve) are asked of the origin, 503 while the peer cannot answer, never
+/// rejected by arithmetic; the control plane widens that region's window in its feed by the
+/// peer's mint rate × the time since it last answered.
+#[test]
+fn a_region_out_of_touch_widens_its_window() {
+    let (site_a, site_b) = (Site::new(), Site::new());
+    let token = site_a.dir.path().join("peer.token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
+    let token = token.to_string_lossy().into_owned();
+    // A small reserve and small blocks, so a few dozen links pass the known mark + reserve.
+    let small = ["--reserve", "5", "--block-size", "10"];
+    // (From the first start: the snapshot published then carries the reserve.)
+    let mut a = Control::start(
+        &site_a,
+        &[&["--region", "0", "--regions", "2"][..], &small].concat(),
+    );
+    let mut b = Control::start(
+        &site_b,
+        &[&["--region", "1", "--regions", "2"][..], &small].concat(),
+    );
+    let to_b = crate::harness::Proxy::start(&b.edge, Duration::ZERO);
+    let fa = mesh_flags(0, &[String::new(), to_b.url()], &token, &small);
+    let fb = mesh_flags(1, &[a.edge.clone(), String::new()], &token, &small);
+    a.restart_with(&fa.iter().map(String::as_str).collect::<Vec<_>>());
+    b.restart_with(&fb.iter().map(String::as_str).collect::<Vec<_>>());
+    let engine_a = subscribed_engine(&site_a, &a, &[]);
+    wait_until(Duration::from_secs(15), "engine in sync", || {
+        in_sync(&engine_a)
+    });
+    let first = b.create("https://example.com/before");
+    wait_until(
+        Duration::from_secs(15),
+        "replicated (not read through)",
+        || {
+            let p = peer_of(&a, 1);
+            p["connected"] == true && p["applied_seq"].as_u64() > Some(0)
+        },
+    );
+    assert_eq!(status_of(&engine_a.addr, &format!("/{first}")), 302);
+    to_b.cut();
+    wait_until(Duration::from_secs(10), "B out of touch", || {
+        peer_of(&a, 1)["connected"] == false
+    });
+    let minted: Vec<String> = (0..40)
+        .map(|i| b.create(&format!("https://example.com/cut/{i}")))
+        .collect();
+    let last = minted.last().unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "B's new code asked of the origin",
+        || status_of(&engine_a.addr, &format!("/{last}")) == 503,
+    );
+    to_b.mend();
+    wait_until(Duration::from_secs(15), "served once B is back", || {
+        status_of(&engine_a.addr, &format!("/{last}")) == 302
+    });
+}
