@@ -56,6 +56,9 @@ pub struct HighWater {
     /// Counters added above one region's mark + reserve (a peer region out of touch, see
     /// [`HighWater::widened_region`]); zero for every region unless widened.
     extra: Vec<u64>,
+    /// Per region, mark + reserve + extra: the first counter that cannot have been issued
+    /// (kept with every change above, so the miss path reads one number).
+    limits: Vec<u64>,
 }
 
 impl HighWater {
@@ -67,13 +70,16 @@ impl HighWater {
         if starts.is_empty() {
             return Err(RegionError::NoRegions);
         }
-        Ok(HighWater {
+        let mut hw = HighWater {
             regions,
             marks: starts.clone(),
             extra: vec![0; starts.len()],
+            limits: Vec::new(),
             starts,
             reserve,
-        })
+        };
+        hw.relimit();
+        Ok(hw)
     }
 
     /// Raises region `region`'s mark to `mark` (marks never go down).
@@ -84,7 +90,18 @@ impl HighWater {
             .get_mut(region as usize)
             .ok_or(RegionError::OutOfRange { region, regions })?;
         *slot = (*slot).max(mark);
+        self.relimit();
         Ok(())
+    }
+
+    /// Recomputes `limits` from the marks, the reserve and the extras.
+    fn relimit(&mut self) {
+        self.limits = self
+            .marks
+            .iter()
+            .zip(&self.extra)
+            .map(|(&m, &e)| m.saturating_add(self.reserve).saturating_add(e))
+            .collect();
     }
 
     /// Raises the mark of the region holding counter `n` so that `n` counts as issued (the
@@ -97,6 +114,12 @@ impl HighWater {
         let region = self.starts.partition_point(|&s| s <= n).saturating_sub(1);
         if let Some(slot) = self.marks.get_mut(region) {
             *slot = (*slot).max(n.saturating_add(1));
+            let limit = slot
+                .saturating_add(self.reserve)
+                .saturating_add(self.extra.get(region).copied().unwrap_or(0));
+            if let Some(l) = self.limits.get_mut(region) {
+                *l = (*l).max(limit);
+            }
         }
     }
 
@@ -107,10 +130,12 @@ impl HighWater {
     /// cacheable "not found".
     #[must_use]
     pub fn widened(&self, extra: u64) -> HighWater {
-        HighWater {
+        let mut wide = HighWater {
             reserve: self.reserve.saturating_add(extra),
             ..self.clone()
-        }
+        };
+        wide.relimit();
+        wide
     }
 
     /// The same marks with `extra` more counters above region `region`'s alone: what that
@@ -123,6 +148,7 @@ impl HighWater {
         if let Some(slot) = wide.extra.get_mut(region as usize) {
             *slot = slot.saturating_add(extra);
         }
+        wide.relimit();
         wide
     }
 
@@ -144,11 +170,9 @@ impl HighWater {
     /// False only when `n` can never have been issued: at or above its region's mark + reserve.
     #[inline]
     pub fn may_be_issued(&self, n: u64) -> bool {
-        self.region_index(n).is_some_and(|r| {
-            let mark = self.marks.get(r).copied().unwrap_or(0);
-            let extra = self.extra.get(r).copied().unwrap_or(0);
-            n < mark.saturating_add(self.reserve).saturating_add(extra)
-        })
+        self.region_index(n)
+            .and_then(|r| self.limits.get(r))
+            .is_some_and(|&limit| n < limit)
     }
 
     /// True when `n` lies below its region's published mark (not in the reserve window above
