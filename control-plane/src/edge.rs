@@ -70,6 +70,8 @@ struct Inner {
     peer: Option<(u32, EdgeToken)>,
     /// This region's `--max-mint-rate`, told to peer regions.
     mint_rate: Option<u64>,
+    /// The API keys peer regions copy (`GET /peer/v1/keys`), where they are a file.
+    keys: Option<Arc<crate::auth::ApiKeys>>,
     /// The other regions (`--peer`): a code of another region's range not found here is
     /// asked of that region before any 404.
     peers: Option<Arc<crate::peers::Peers>>,
@@ -106,7 +108,17 @@ impl EdgeState {
             peer: None,
             peers: None,
             mint_rate: None,
+            keys: None,
         }))
+    }
+
+    /// Serves this region's API keys to peer regions (`GET /peer/v1/keys`). Call before the
+    /// state is cloned.
+    pub fn with_peer_keys(mut self, keys: Arc<crate::auth::ApiKeys>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.keys = Some(keys);
+        }
+        self
     }
 
     /// Serves the `/peer/` endpoints of `region` to callers presenting `token`, and reads
@@ -302,6 +314,34 @@ async fn peer_alias(
         outcome: outcome.into(),
         link,
     }))
+}
+
+/// `GET /peer/v1/keys`: every API key this region knows (hashes, never secrets), revocations
+/// included, for a peer region to copy: a key works in every region, and a revocation anywhere
+/// reaches every region. 404 `no_keys` where keys are not served (a shared store's keys).
+async fn peer_keys(
+    State(state): State<EdgeState>,
+) -> Result<Json<Vec<crate::store::transfer::KeyLine>>, EdgeError> {
+    let keys = state.0.keys.clone().ok_or_else(|| {
+        EdgeError::new(
+            StatusCode::NOT_FOUND,
+            "no_keys",
+            "this region serves no keys",
+        )
+    })?;
+    let records = tokio::task::spawn_blocking(move || keys.records())
+        .await
+        .map_err(|_| EdgeError::unavailable())?
+        .map_err(|e| {
+            tracing::error!(error = %e, "peer keys: cannot read the keys");
+            EdgeError::unavailable()
+        })?;
+    Ok(Json(
+        records
+            .iter()
+            .map(crate::store::transfer::KeyLine::from_record)
+            .collect(),
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -785,6 +825,7 @@ pub fn router(state: EdgeState) -> Router {
         .route("/peer/v1/changes", get(peer_changes))
         .route("/peer/v1/links/{code}", get(peer_link))
         .route("/peer/v1/aliases", post(peer_alias))
+        .route("/peer/v1/keys", get(peer_keys))
         .route("/peer/v1/links/{code}/state", post(peer_update))
         .route("/healthz", get(|| async { "ok\n" }))
         .fallback(fallback)

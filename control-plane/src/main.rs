@@ -1221,6 +1221,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     peers: args.peers.clone(),
                     token: token.clone(),
                     lag_alarm_secs: args.peer_lag_alarm_secs,
+                    keys_dir: Some(args.data_dir.clone()),
                 },
                 Arc::clone(&dyn_store),
                 scheme,
@@ -1275,6 +1276,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_snapshots(publisher.subscribe())
             .with_stop(stop_rx.clone());
         let mut edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));
+        if peer_token.is_some() {
+            edge_state = edge_state.with_peer_keys(Arc::new(ApiKeys::open(&args.data_dir)));
+        }
         if let Some(t) = &peer_token {
             edge_state = edge_state.with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t), edge_peers, args.max_mint_rate);
         }

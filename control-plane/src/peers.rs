@@ -79,6 +79,9 @@ pub struct PeersConfig {
     pub token: String,
     /// A lag past this many seconds raises the alarm.
     pub lag_alarm_secs: f64,
+    /// The data directory whose API keys file takes every peer's keys and revocations
+    /// (`None`: keys are not copied, e.g. a store that keeps them itself).
+    pub keys_dir: Option<std::path::PathBuf>,
 }
 
 /// Bad replication settings.
@@ -176,6 +179,9 @@ pub enum PeerError {
     },
 }
 
+/// How often each peer region's API keys are copied.
+const KEYS_EVERY: Duration = Duration::from_secs(1);
+
 /// How long a request to a peer region may take (read-through and forwarded changes; the
 /// caller waits for it).
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -249,6 +255,13 @@ impl Peers {
                 .name(format!("peer-{}", peer.spec.region))
                 .spawn(move || puller.run())
                 .map_err(PeersError::Thread)?;
+            if let Some(dir) = this.config.keys_dir.clone() {
+                let (peers, peer) = (Arc::clone(&this), Arc::clone(peer));
+                std::thread::Builder::new()
+                    .name(format!("peer-keys-{}", peer.spec.region))
+                    .spawn(move || peers.copy_keys(&peer, &dir))
+                    .map_err(PeersError::Thread)?;
+            }
         }
         Ok(this)
     }
@@ -436,6 +449,62 @@ impl Peers {
                 })
             })
             .collect()
+    }
+
+    /// Copies `peer`'s API keys into `dir`'s keys file every [`KEYS_EVERY`] until stopped: keys
+    /// we lack are added (with their revocation, if any), and a key live here but revoked there
+    /// is revoked here.
+    fn copy_keys(&self, peer: &Peer, dir: &std::path::Path) {
+        let region = peer.spec.region;
+        let mut failing = false;
+        while !self.stop.load(Ordering::Relaxed) {
+            match self.copy_keys_once(region, dir) {
+                Ok((added, revoked)) => {
+                    failing = false;
+                    if added + revoked > 0 {
+                        tracing::info!(
+                            peer = region,
+                            added,
+                            revoked,
+                            "copied API keys from a peer region"
+                        );
+                    }
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(peer = region, error = %e, "copying API keys from a peer region failed; retrying");
+                    }
+                    failing = true;
+                }
+            }
+            std::thread::sleep(KEYS_EVERY);
+        }
+    }
+
+    fn copy_keys_once(&self, region: u32, dir: &std::path::Path) -> Result<(usize, usize), String> {
+        let lines: Vec<crate::store::transfer::KeyLine> = self
+            .ask(region, "/peer/v1/keys", None)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        let theirs = lines
+            .iter()
+            .map(|l| l.to_record())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        let ours = crate::auth::ApiKeys::open(dir)
+            .records()
+            .map_err(|e| e.to_string())?;
+        let added = crate::auth::import_keys(dir, &theirs).map_err(|e| e.to_string())?;
+        let mut revoked = 0;
+        for k in theirs.iter().filter(|k| k.revoked_at.is_some()) {
+            let live_here = ours
+                .iter()
+                .any(|o| o.hash == k.hash && o.revoked_at.is_none());
+            if live_here && crate::auth::revoke_key(dir, &k.id).map_err(|e| e.to_string())? {
+                revoked += 1;
+            }
+        }
+        Ok((added, revoked))
     }
 
     /// Stops the threads after their current request (a long poll ends within `WAIT_MS`).

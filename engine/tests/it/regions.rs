@@ -472,3 +472,54 @@ fn a_region_out_of_touch_widens_its_window() {
         status_of(&engine_a.addr, &format!("/{last}")) == 302
     });
 }
+
+/// A key made in one region works in every region, and its revocation anywhere reaches
+/// every region.
+#[test]
+fn api_keys_and_revocations_cross_regions() {
+    let (a, b, _) = two_regions();
+    let out = std::process::Command::new(crate::harness::control_bin())
+        .args(["apikey", "create", "--owner", "carol", "--data-dir"])
+        .arg(&b.control.data)
+        .output()
+        .expect("apikey create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let create_at_a = || {
+        a.control.call(
+            "POST",
+            "/v1/links",
+            &key,
+            Some(serde_json::json!({"long_url": "https://example.com/carol"})),
+        )
+    };
+    let took = wait_until(Duration::from_secs(10), "B's key accepted at A", || {
+        create_at_a().0 == 201
+    });
+    println!("a key made in region 1 worked in region 0 after {took:?}");
+    let (status, listed) = b.control.call(
+        "GET",
+        "/v1/admin/apikeys?owner=carol",
+        &b.control.admin_key,
+        None,
+    );
+    assert_eq!(status, 200, "{listed}");
+    let id = listed["keys"][0]["id"]
+        .as_str()
+        .expect("key id")
+        .to_string();
+    let (status, v) = b.control.call(
+        "DELETE",
+        &format!("/v1/admin/apikeys/{id}"),
+        &b.control.admin_key,
+        None,
+    );
+    assert_eq!(status, 204, "{v}");
+    wait_until(Duration::from_secs(10), "the revocation at A", || {
+        create_at_a().0 == 401
+    });
+}
