@@ -737,7 +737,8 @@ pub trait Store: Send + Sync + 'static {
     fn changes_since(&self, after: u64, limit: usize) -> Result<Vec<(u64, Change)>, StoreError>;
     /// The changes after `after` this region originated (not those replicated from another),
     /// at most `limit`, and the sequence the read is complete up to (past the last change
-    /// returned when replicated ones follow it), for a peer region's replication.
+    /// returned when replicated ones follow it), for a peer region's replication. A read may
+    /// stop early (a long run of replicated entries): the caller continues from that sequence.
     fn own_changes_since(
         &self,
         after: u64,

@@ -517,7 +517,10 @@ impl Store for EmbeddedStore {
         let Some(from) = after.checked_add(1) else {
             return Ok((out, upto));
         };
-        for item in changes.range(from..).map_err(storage)? {
+        // A region that mostly replicates others' changes still answers in bounded time: the
+        // page ends after this many entries read, own or not (`upto` says how far it got).
+        let scan = limit.saturating_mul(10).max(1_000);
+        for item in changes.range(from..).map_err(storage)?.take(scan) {
             let (k, v) = item.map_err(storage)?;
             let seq = k.value();
             if origins.get(seq).map_err(storage)?.is_none() {
@@ -1995,5 +1998,31 @@ mod tests {
         );
         let history = store.history(&theirs).unwrap();
         assert!(history.iter().all(|r| r.actor == "region:1"), "{history:?}");
+        // A long run of replicated entries is read in bounded steps, each saying how far it got.
+        let many: Vec<(Change, bool)> = (0..1_500u64)
+            .map(|i| {
+                let code = scheme
+                    .encode_string(region_range(1, 2).unwrap().start + 100 + i)
+                    .unwrap();
+                let link = Link {
+                    code,
+                    ..link.clone()
+                };
+                (
+                    Change::LinkCreated {
+                        link,
+                        state: LinkState::default(),
+                    },
+                    true,
+                )
+            })
+            .collect();
+        let before = store.last_seq().unwrap();
+        store.replicate(page(many, 6)).unwrap();
+        let last = create_url(&store, "alice", "https://example.com/after-the-run");
+        let (own, upto) = store.own_changes_since(before, 10).unwrap();
+        assert!(own.is_empty() && upto > before && upto < store.last_seq().unwrap());
+        let (own, _) = store.own_changes_since(upto, 10).unwrap();
+        assert!(matches!(&own[..], [(_, Change::LinkCreated { link, .. })] if link.code == last));
     }
 }
