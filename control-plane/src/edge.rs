@@ -152,11 +152,11 @@ impl EdgeState {
     }
 }
 
-/// Runs a store call on the blocking pool: a store failure (or the task's) is logged as
-/// `what` and answers 503 `storage_unavailable`.
-async fn on_store<T: Send + 'static>(
+/// Runs a store (or keys file) call on the blocking pool: a failure, or the task's, is logged
+/// as `what` and answers 503 `storage_unavailable`.
+async fn on_store<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
     what: &'static str,
-    f: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, EdgeError> {
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(v)) => Ok(v),
@@ -244,9 +244,8 @@ async fn read_through(state: &EdgeState, code: String) -> Result<Option<StoredLi
     let Some(peers) = state.0.peers.clone() else {
         return Ok(None);
     };
-    let home = match peers.home_of(&code) {
-        Some(h) if h != peers.region() => h,
-        _ => return Ok(None),
+    let Some(home) = peers.home_elsewhere(&code) else {
+        return Ok(None);
     };
     let asked = tokio::task::spawn_blocking(move || peers.fetch_link(home, &code)).await;
     match asked {
@@ -294,11 +293,7 @@ async fn peer_alias(
     body: Body,
 ) -> Result<Json<crate::peers::CreateAnswer>, EdgeError> {
     use crate::store::CreateOutcome;
-    let bytes = axum::body::to_bytes(body, 16 * 1024)
-        .await
-        .map_err(|_| EdgeError::bad("invalid_body", "the body is unreadable or too large"))?;
-    let forwarded: crate::peers::ForwardedCreate = serde_json::from_slice(&bytes)
-        .map_err(|e| EdgeError::bad("invalid_body", format!("not a forwarded create: {e}")))?;
+    let forwarded: crate::peers::ForwardedCreate = peer_body(body, "a forwarded create").await?;
     let req = forwarded
         .request()
         .map_err(|e| EdgeError::bad("invalid_body", e))?;
@@ -329,19 +324,25 @@ async fn peer_keys(
             "this region serves no keys",
         )
     })?;
-    let records = tokio::task::spawn_blocking(move || keys.records())
-        .await
-        .map_err(|_| EdgeError::unavailable())?
-        .map_err(|e| {
-            tracing::error!(error = %e, "peer keys: cannot read the keys");
-            EdgeError::unavailable()
-        })?;
+    let records = on_store("peer keys", move || keys.records()).await?;
     Ok(Json(
         records
             .iter()
             .map(crate::store::transfer::KeyLine::from_record)
             .collect(),
     ))
+}
+
+/// Largest body a peer region posts (a forwarded create or change).
+const PEER_BODY_MAX: usize = 16 * 1024;
+
+/// A peer region's JSON body: `what` it should be, or 400 `invalid_body` saying why not.
+async fn peer_body<T: serde::de::DeserializeOwned>(body: Body, what: &str) -> Result<T, EdgeError> {
+    let bytes = axum::body::to_bytes(body, PEER_BODY_MAX)
+        .await
+        .map_err(|_| EdgeError::bad("invalid_body", "the body is unreadable or too large"))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| EdgeError::bad("invalid_body", format!("not {what}: {e}")))
 }
 
 #[derive(Debug, Deserialize)]
@@ -362,11 +363,7 @@ async fn peer_update(
     let Some(region) = state.0.peer.as_ref().map(|(r, _)| *r) else {
         return Err(EdgeError::not_found());
     };
-    let bytes = axum::body::to_bytes(body, MAX_STATUS_BODY)
-        .await
-        .map_err(|_| EdgeError::bad("invalid_body", "the body is unreadable or too large"))?;
-    let forwarded: ForwardedUpdate = serde_json::from_slice(&bytes)
-        .map_err(|e| EdgeError::bad("invalid_body", format!("not a forwarded update: {e}")))?;
+    let forwarded: ForwardedUpdate = peer_body(body, "a forwarded update").await?;
     if forwarded.actor.len() > 200 || forwarded.actor.chars().any(char::is_control) {
         return Err(EdgeError::bad(
             "invalid_body",
@@ -719,7 +716,7 @@ async fn peer_changes(
     State(state): State<EdgeState>,
     Query(q): Query<ChangesQuery>,
 ) -> Result<Response, EdgeError> {
-    let Some((region, _)) = state.0.peer.as_ref().map(|(r, t)| (*r, t)) else {
+    let Some(region) = state.0.peer.as_ref().map(|(r, _)| *r) else {
         return Err(EdgeError::not_found());
     };
     let limit = q.limit.unwrap_or(1_000).clamp(1, PEER_PAGE_MAX);
@@ -731,7 +728,7 @@ async fn peer_changes(
         let (head, changes, upto, marks) = on_store("peer changes", move || {
             let head = store.last_seq()?;
             let (changes, upto) = store.own_changes_since(q.after, limit)?;
-            Ok((head, changes, upto, store.high_water_marks()?))
+            Ok::<_, crate::store::StoreError>((head, changes, upto, store.high_water_marks()?))
         })
         .await?;
         let waited_out = tokio::time::Instant::now() >= deadline;

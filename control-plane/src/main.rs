@@ -1276,11 +1276,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_snapshots(publisher.subscribe())
             .with_stop(stop_rx.clone());
         let mut edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));
-        if peer_token.is_some() {
-            edge_state = edge_state.with_peer_keys(Arc::new(ApiKeys::open(&args.data_dir)));
-        }
         if let Some(t) = &peer_token {
-            edge_state = edge_state.with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t), edge_peers, args.max_mint_rate);
+            edge_state = edge_state
+                .with_peer_keys(Arc::new(ApiKeys::open(&args.data_dir)))
+                .with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t), edge_peers, args.max_mint_rate);
         }
         if edge_tls.as_ref().is_some_and(|t| t.client_auth()) {
             edge_state = edge_state.with_client_certificates();

@@ -243,17 +243,10 @@ impl Peers {
             agent,
         });
         for peer in &this.peers {
-            let puller = Puller {
-                peer: Arc::clone(peer),
-                store: Arc::clone(&store),
-                home: this.home.clone(),
-                agent: this.agent.clone(),
-                token: this.config.token.clone(),
-                stop: Arc::clone(&this.stop),
-            };
+            let (peers, pulled, store) = (Arc::clone(&this), Arc::clone(peer), Arc::clone(&store));
             std::thread::Builder::new()
                 .name(format!("peer-{}", peer.spec.region))
-                .spawn(move || puller.run())
+                .spawn(move || peers.pull(&pulled, &*store))
                 .map_err(PeersError::Thread)?;
             if let Some(dir) = this.config.keys_dir.clone() {
                 let (peers, peer) = (Arc::clone(&this), Arc::clone(peer));
@@ -271,10 +264,10 @@ impl Peers {
         self.config.region
     }
 
-    /// The home region of `code` (see the module's rule); `None` for a code no namespace
-    /// holds.
-    pub fn home_of(&self, code: &str) -> Option<u32> {
-        self.home.of(code)
+    /// The home region of `code` (see the module's rule) when it is another region; `None`
+    /// for one of ours, or a code no namespace holds.
+    pub fn home_elsewhere(&self, code: &str) -> Option<u32> {
+        self.home.of(code).filter(|&h| h != self.config.region)
     }
 
     fn peer(&self, region: u32) -> Result<&Peer, PeerError> {
@@ -283,6 +276,18 @@ impl Peers {
             .find(|p| p.spec.region == region)
             .map(|p| &**p)
             .ok_or(PeerError::Unknown(region))
+    }
+
+    /// A failure of a request to region `region`.
+    fn failed(&self, region: u32, detail: String) -> PeerError {
+        PeerError::Failed {
+            region,
+            url: self
+                .peer(region)
+                .map(|p| p.spec.url.clone())
+                .unwrap_or_default(),
+            detail,
+        }
     }
 
     /// One request to region `region` (a GET, or a POST of `body`) under `path`: its JSON
@@ -294,12 +299,19 @@ impl Peers {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> Result<Option<T>, PeerError> {
+        self.ask_within(region, path, body, ASK_TIMEOUT)
+    }
+
+    /// [`Peers::ask`] with its own time limit (a long poll's).
+    fn ask_within<T: serde::de::DeserializeOwned>(
+        &self,
+        region: u32,
+        path: &str,
+        body: Option<serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<Option<T>, PeerError> {
         let peer = self.peer(region)?;
-        let failed = |detail: String| PeerError::Failed {
-            region,
-            url: peer.spec.url.clone(),
-            detail,
-        };
+        let failed = |detail: String| self.failed(region, detail);
         let url = format!("{}{path}", peer.spec.url);
         let auth = format!("Bearer {}", self.config.token);
         let sent = match body {
@@ -307,13 +319,13 @@ impl Peers {
                 .agent
                 .get(&url)
                 .set("Authorization", &auth)
-                .timeout(ASK_TIMEOUT)
+                .timeout(timeout)
                 .call(),
             Some(body) => self
                 .agent
                 .post(&url)
                 .set("Authorization", &auth)
-                .timeout(ASK_TIMEOUT)
+                .timeout(timeout)
                 .send_json(body),
         };
         match sent {
@@ -359,14 +371,7 @@ impl Peers {
         use crate::store::CreateOutcome;
         let body = serde_json::to_value(ForwardedCreate::of(req)).unwrap_or_default();
         let answer: Option<CreateAnswer> = self.ask(region, "/peer/v1/aliases", Some(body))?;
-        let unexpected = |what: String| PeerError::Failed {
-            region,
-            url: self
-                .peer(region)
-                .map(|p| p.spec.url.clone())
-                .unwrap_or_default(),
-            detail: what,
-        };
+        let unexpected = |what: String| self.failed(region, what);
         let answer = answer.ok_or_else(|| unexpected("404 not_found".into()))?;
         match (answer.outcome.as_str(), answer.link) {
             ("created", Some(link)) => Ok(CreateOutcome::Created(link)),
@@ -590,7 +595,6 @@ pub struct CreateAnswer {
 }
 
 /// Whose a link's state is.
-#[derive(Clone)]
 struct Home {
     scheme: CodeScheme,
     regions: u32,
@@ -626,30 +630,22 @@ struct Page {
 
 #[derive(Debug, Deserialize)]
 struct PageChange {
-    seq: u64,
     change: Change,
 }
 
-struct Puller {
-    peer: Arc<Peer>,
-    store: Arc<dyn Store>,
-    home: Home,
-    agent: ureq::Agent,
-    token: String,
-    stop: Arc<AtomicBool>,
-}
-
-impl Puller {
-    fn run(self) {
-        let region = self.peer.spec.region;
+impl Peers {
+    /// Replicates from `peer` into `store` until stopped: a long poll, then one store
+    /// transaction per page; failures retry with backoff.
+    fn pull(&self, peer: &Peer, store: &dyn Store) {
+        let region = peer.spec.region;
         let mut backoff = BACKOFF_FIRST;
         while !self.stop.load(Ordering::Relaxed) {
-            match self.step() {
+            match self.pull_once(peer, store) {
                 Ok(()) => backoff = BACKOFF_FIRST,
                 Err(e) => {
-                    let mut t = self.peer.track.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut t = peer.track.lock().unwrap_or_else(|e| e.into_inner());
                     if t.connected || t.last_error.is_none() {
-                        tracing::warn!(peer = region, url = %self.peer.spec.url, error = %e, "replication from a peer region failed; retrying");
+                        tracing::warn!(peer = region, url = %peer.spec.url, error = %e, "replication from a peer region failed; retrying");
                     }
                     t.connected = false;
                     t.last_error = Some(e);
@@ -662,36 +658,22 @@ impl Puller {
     }
 
     /// One long poll and the store transaction for what it brought.
-    fn step(&self) -> Result<(), String> {
-        let region = self.peer.spec.region;
-        let after = self
-            .store
+    fn pull_once(&self, peer: &Peer, store: &dyn Store) -> Result<(), String> {
+        let region = peer.spec.region;
+        let after = store
             .position(&peer_position(region))
             .map_err(|e| format!("reading the position: {e}"))?
             .and_then(|p| p.parse::<u64>().ok())
             .unwrap_or(0);
         // Not connected yet (a start, after a failure): ask without waiting, so the contact
         // shows at once; then long-poll.
-        let connected = self.peer.track.lock().map(|t| t.connected).unwrap_or(false);
+        let connected = peer.track.lock().map(|t| t.connected).unwrap_or(false);
         let wait = if connected { WAIT_MS } else { 0 };
-        let url = format!(
-            "{}/peer/v1/changes?after={after}&limit={PAGE}&wait_ms={wait}",
-            self.peer.spec.url
-        );
+        let path = format!("/peer/v1/changes?after={after}&limit={PAGE}&wait_ms={wait}");
         let page: Page = self
-            .agent
-            .get(&url)
-            .set("Authorization", &format!("Bearer {}", self.token))
-            .timeout(Duration::from_millis(WAIT_MS + 10_000))
-            .call()
-            .map_err(|e| match e {
-                ureq::Error::Status(code, resp) => {
-                    format!("{code}: {}", resp.into_string().unwrap_or_default())
-                }
-                other => other.to_string(),
-            })?
-            .into_json()
-            .map_err(|e| format!("reading the page: {e}"))?;
+            .ask_within(region, &path, None, Duration::from_millis(wait + 10_000))
+            .map_err(|e| e.to_string())?
+            .ok_or("404 not_found")?;
         if page.region != region {
             return Err(format!(
                 "the peer says it is region {}, not {region} (check --peer)",
@@ -708,14 +690,12 @@ impl Puller {
                         Change::StateChanged { code, .. } => code.as_str(),
                     };
                     ReplicatedChange {
-                        origin_seq: c.seq,
                         authoritative: self.home.of(code) == Some(region),
                         change: c.change,
                     }
                 })
                 .collect();
-            let outcome = self
-                .store
+            let outcome = store
                 .replicate(Replicated {
                     region,
                     changes,
@@ -732,18 +712,19 @@ impl Puller {
                 );
             }
         }
-        let mut t = self.peer.track.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = peer.track.lock().unwrap_or_else(|e| e.into_inner());
         if !t.connected {
-            tracing::info!(peer = region, url = %self.peer.spec.url, "replicating from the peer region");
+            tracing::info!(peer = region, url = %peer.spec.url, "replicating from the peer region");
         }
+        let now = now_ms();
         t.connected = true;
         t.last_error = None;
-        t.contact_ms = Some(now_ms());
+        t.contact_ms = Some(now);
         t.mint_rate = page.mint_rate;
         t.applied = page.upto.max(after);
         t.head = page.head;
         if t.applied >= t.head {
-            t.caught_up_ms = Some(now_ms());
+            t.caught_up_ms = Some(now);
         }
         Ok(())
     }

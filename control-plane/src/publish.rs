@@ -276,7 +276,7 @@ impl Publisher {
 
     /// Where the snapshot `id` would be; `None` for a string that is not a snapshot id.
     pub fn path_of(&self, id: &str) -> Option<PathBuf> {
-        valid_snapshot_id(id).then(|| self.config.dir.join(format!("{id}{SUFFIX}")))
+        valid_snapshot_id(id).then(|| self.snap_path(id))
     }
 
     /// Builds and publishes a snapshot now (waiting for a build in progress first, here or on
@@ -326,7 +326,7 @@ impl Publisher {
         let frame = tokio::task::spawn_blocking(move || {
             let frame = this.build()?;
             if let Some(shared) = &this.shared {
-                let path = this.config.dir.join(format!("{}{SUFFIX}", frame.id));
+                let path = this.snap_path(&frame.id);
                 shared
                     .put_snapshot(&frame, &path)
                     .map_err(PublishError::store("storing the snapshot"))?;
@@ -349,6 +349,10 @@ impl Publisher {
     /// A local copy of snapshot `id` to serve, fetched from the shared store when this control
     /// plane has none (blocking); `None` for an unknown id.
     /// Where snapshot `id`'s zstd copy is (or would be).
+    fn snap_path(&self, id: &str) -> PathBuf {
+        self.config.dir.join(format!("{id}{SUFFIX}"))
+    }
+
     fn zst_path(&self, id: &str) -> PathBuf {
         self.config.dir.join(format!("{id}{ZSTD_SUFFIX}"))
     }
@@ -423,7 +427,7 @@ impl Publisher {
     /// length checked against the frame, fsynced, then renamed to its id (blocking).
     fn fetch(&self, shared: &dyn Shared, frame: &SnapshotFrame) -> Result<(), PublishError> {
         let _one_at_a_time = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
-        let path = self.config.dir.join(format!("{}{SUFFIX}", frame.id));
+        let path = self.snap_path(&frame.id);
         if path.exists() {
             return Ok(());
         }
@@ -636,7 +640,7 @@ impl Publisher {
             );
             let (sha256, size) = sha256_file(&temp)?;
             let id = snapshot_id(seq, &sha256);
-            let path = self.config.dir.join(format!("{id}{SUFFIX}"));
+            let path = self.snap_path(&id);
             std::fs::rename(&temp, &path)
                 .map_err(PublishError::file("renaming the snapshot to", &path))?;
             std::fs::File::open(&self.config.dir)?.sync_all()?;
@@ -719,7 +723,7 @@ impl Publisher {
             let Some(id) = name.to_str().and_then(|n| n.strip_suffix(ZSTD_SUFFIX)) else {
                 continue;
             };
-            if !self.config.dir.join(format!("{id}{SUFFIX}")).exists() {
+            if !self.snap_path(id).exists() {
                 let _ = std::fs::remove_file(entry.path());
             }
         }

@@ -96,12 +96,16 @@ impl HighWater {
 
     /// Recomputes `limits` from the marks, the reserve and the extras.
     fn relimit(&mut self) {
-        self.limits = self
-            .marks
-            .iter()
-            .zip(&self.extra)
-            .map(|(&m, &e)| m.saturating_add(self.reserve).saturating_add(e))
-            .collect();
+        self.limits = (0..self.marks.len()).map(|r| self.limit(r)).collect();
+    }
+
+    /// Region `r`'s mark + reserve + extra.
+    fn limit(&self, r: usize) -> u64 {
+        let (mark, extra) = (self.marks.get(r), self.extra.get(r));
+        mark.copied()
+            .unwrap_or(0)
+            .saturating_add(self.reserve)
+            .saturating_add(extra.copied().unwrap_or(0))
     }
 
     /// Raises the mark of the region holding counter `n` so that `n` counts as issued (the
@@ -114,11 +118,9 @@ impl HighWater {
         let region = self.starts.partition_point(|&s| s <= n).saturating_sub(1);
         if let Some(slot) = self.marks.get_mut(region) {
             *slot = (*slot).max(n.saturating_add(1));
-            let limit = slot
-                .saturating_add(self.reserve)
-                .saturating_add(self.extra.get(region).copied().unwrap_or(0));
+            let limit = self.limit(region);
             if let Some(l) = self.limits.get_mut(region) {
-                *l = (*l).max(limit);
+                *l = limit;
             }
         }
     }

@@ -807,22 +807,14 @@ async fn update_link(
     // to apply: forwarded there, it comes back here by replication. One that only restricts
     // applies here at once, and reaches the home the same way.
     if let Some(peers) = state.0.peers.get() {
-        let home = peers.home_of(&code).filter(|h| *h != peers.region());
+        let home = peers.home_elsewhere(&code);
         if let (Some(home), false) = (home, update.restricts_only(&current.state, &actor)) {
             let peers = Arc::clone(peers);
             let who = actor.to_string();
-            let forwarded = tokio::task::spawn_blocking(move || {
-                peers.forward_update(home, &code, &update, &who)
+            let forwarded = blocking(move || {
+                Ok::<_, StoreError>(peers.forward_update(home, &code, &update, &who))
             })
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "forwarding a change: task failed");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "storage_unavailable",
-                    "the change could not be forwarded, retry later",
-                )
-            })?;
+            .await?;
             return match forwarded {
                 Ok(Some(updated)) => Ok(Json(link_json(state, &updated, now_ms())).into_response()),
                 Ok(None) => Err(ApiError::not_found()),

@@ -12,36 +12,24 @@ struct Region {
     engine: Engine,
 }
 
-fn flags(region: u32, peer: &str, token: &str) -> Vec<String> {
-    let other = 1 - region;
-    [
-        "--region",
-        &region.to_string(),
-        "--regions",
-        "2",
-        "--peer",
-        &format!("{other}={peer}"),
-        "--peer-token-file",
-        token,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+/// The peer token file every region of a test shares, written in `site`; its path.
+fn peer_token(site: &Site) -> String {
+    let token = site.dir.path().join("peer.token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
+    token.to_string_lossy().into_owned()
 }
 
 /// Regions 0 and 1, each peering with the other, each with an engine in sync.
 fn two_regions() -> (Region, Region, String) {
     let (site_a, site_b) = (Site::new(), Site::new());
-    let token = site_a.dir.path().join("peer.token");
-    std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
-    let token = token.to_string_lossy().into_owned();
+    let token = peer_token(&site_a);
     // A first alone (its edge port is needed by B), then B peering with A, then A again on
     // the same ports peering with B.
     let mut a = Control::start(&site_a, &["--region", "0", "--regions", "2"]);
-    let b_flags = flags(1, &a.edge, &token);
+    let b_flags = mesh_flags(1, &[a.edge.clone(), String::new()], &token, &[]);
     let b_args: Vec<&str> = b_flags.iter().map(String::as_str).collect();
     let b = Control::start(&site_b, &b_args);
-    let a_flags = flags(0, &b.edge, &token);
+    let a_flags = mesh_flags(0, &[String::new(), b.edge.clone()], &token, &[]);
     let a_args: Vec<&str> = a_flags.iter().map(String::as_str).collect();
     a.restart_with(&a_args);
     let engine_a = subscribed_engine(&site_a, &a, &[]);
@@ -279,9 +267,7 @@ fn peer_of(c: &Control, region: u64) -> serde_json::Value {
 #[test]
 fn three_regions_a_cut_link_is_named_and_catches_up() {
     let sites: Vec<Site> = (0..3).map(|_| Site::new()).collect();
-    let token = sites[0].dir.path().join("peer.token");
-    std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
-    let token = token.to_string_lossy().into_owned();
+    let token = peer_token(&sites[0]);
     let mut controls: Vec<Control> = sites
         .iter()
         .enumerate()
@@ -352,9 +338,7 @@ fn a_wan_between_regions_costs_one_round_trip() {
     for rtt_ms in [0u64, 50, 150] {
         let one_way = Duration::from_millis(rtt_ms / 2);
         let (site_a, site_b) = (Site::new(), Site::new());
-        let token = site_a.dir.path().join("peer.token");
-        std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
-        let token = token.to_string_lossy().into_owned();
+        let token = peer_token(&site_a);
         let mut a = Control::start(&site_a, &["--region", "0", "--regions", "2"]);
         let mut b = Control::start(&site_b, &["--region", "1", "--regions", "2"]);
         let (to_b, to_a) = (
@@ -421,9 +405,7 @@ fn a_wan_between_regions_costs_one_round_trip() {
 #[test]
 fn a_region_out_of_touch_widens_its_window() {
     let (site_a, site_b) = (Site::new(), Site::new());
-    let token = site_a.dir.path().join("peer.token");
-    std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
-    let token = token.to_string_lossy().into_owned();
+    let token = peer_token(&site_a);
     // A small reserve and small blocks, so a few dozen links pass the known mark + reserve.
     let small = ["--reserve", "5", "--block-size", "10"];
     // (From the first start: the snapshot published then carries the reserve.)

@@ -1445,37 +1445,7 @@ impl Writer {
             let applied = match &c.change {
                 Change::LinkCreated { link, state } => self.replicate_link(t, link, state)?,
                 Change::StateChanged { code, state } => {
-                    let Some(key) = record_key(&self.scheme, code) else {
-                        outcome.skipped += 1;
-                        continue;
-                    };
-                    match read_record(t, &key, code)? {
-                        None => false,
-                        Some((_, ours)) => {
-                            let next = if c.authoritative {
-                                state.clone()
-                            } else {
-                                super::restrict(&ours, state)
-                            };
-                            if next == ours || ours.deleted {
-                                false
-                            } else if next.deleted {
-                                self.apply_delete(t, code, &actor)?;
-                                true
-                            } else {
-                                self.write_state(t, &key, code, &next)?;
-                                let record = AuditRecord {
-                                    at_ms: crate::clock::now_ms(),
-                                    actor: actor.to_string(),
-                                    action: "replicated".to_string(),
-                                    reason: next.takedown_reason.clone(),
-                                    undid: None,
-                                };
-                                self.write_audit(t, &key, &record)?;
-                                true
-                            }
-                        }
-                    }
+                    self.replicate_state(t, code, state, c.authoritative, &actor)?
                 }
             };
             for seq in first..self.next_seq {
@@ -1506,6 +1476,46 @@ impl Writer {
             )
             .map_err(storage)?;
         Ok(outcome)
+    }
+
+    /// Applies another region's state of `code` by the rule (its home's replaces ours, any
+    /// other's only restricts); true if it changed anything.
+    fn replicate_state(
+        &mut self,
+        t: &mut Tables<'_>,
+        code: &str,
+        theirs: &LinkState,
+        authoritative: bool,
+        actor: &Actor,
+    ) -> Result<bool, StoreError> {
+        let Some(key) = record_key(&self.scheme, code) else {
+            return Ok(false);
+        };
+        let Some((_, ours)) = read_record(t, &key, code)? else {
+            return Ok(false);
+        };
+        let next = if authoritative {
+            theirs.clone()
+        } else {
+            super::restrict(&ours, theirs)
+        };
+        if next == ours || ours.deleted {
+            return Ok(false);
+        }
+        if next.deleted {
+            self.apply_delete(t, code, actor)?;
+            return Ok(true);
+        }
+        self.write_state(t, &key, code, &next)?;
+        let record = AuditRecord {
+            at_ms: crate::clock::now_ms(),
+            actor: actor.to_string(),
+            action: "replicated".to_string(),
+            reason: next.takedown_reason.clone(),
+            undid: None,
+        };
+        self.write_audit(t, &key, &record)?;
+        Ok(true)
     }
 
     /// Writes another region's link as it is there, unless we have it; true if written.
@@ -1933,9 +1943,7 @@ mod tests {
             region: 1,
             changes: changes
                 .into_iter()
-                .enumerate()
-                .map(|(i, (change, authoritative))| ReplicatedChange {
-                    origin_seq: i as u64 + 1,
+                .map(|(change, authoritative)| ReplicatedChange {
                     change,
                     authoritative,
                 })

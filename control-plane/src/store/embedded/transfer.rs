@@ -9,13 +9,12 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 
 use super::{
     audit_key, corrupt, index_destination, owner_prefix, record_key, storage, EmbeddedStore,
-    EmbeddedStoreConfig, LinkRow, RowSeq, Tables, AUDIT, CHANGES, CODE_SETS, COUNTER_PREFIX,
-    DENY_GONE, DENY_WARN, LINKS, META, META_AUDIT_NEXT, META_DEST_INDEX, META_KEY_ID,
-    META_REPORT_NEXT, OWNERS, OWNER_LINKS, POSITIONS, REPORTS, STATES,
+    EmbeddedStoreConfig, LinkRow, RowSeq, Tables, AUDIT, CHANGES, CODE_SETS, COUNTER_PREFIX, LINKS,
+    META, META_AUDIT_NEXT, META_DEST_INDEX, META_KEY_ID, META_REPORT_NEXT, OWNERS, OWNER_LINKS,
+    POSITIONS, REPORTS, STATES,
 };
 use crate::store::transfer::{AuditLine, Imported, LinkRecord, Reader, Record};
 use crate::store::{OwnerRecord, Report, StoreError};
-use lasthop_core::feed::DenyKind;
 
 /// Records written per intermediate transaction (not fsynced; the last one is).
 const CHUNK: usize = 20_000;
@@ -269,19 +268,7 @@ fn write_all<R: BufRead>(
                         t.states
                             .insert(key.as_slice(), state.as_slice())
                             .map_err(storage)?;
-                        match l.state.deny_kind() {
-                            Some(DenyKind::Gone) => {
-                                t.denied
-                                    .insert(l.code.as_str(), DENY_GONE)
-                                    .map_err(storage)?;
-                            }
-                            Some(DenyKind::Warn) => {
-                                t.denied
-                                    .insert(l.code.as_str(), DENY_WARN)
-                                    .map_err(storage)?;
-                            }
-                            None => {}
-                        }
+                        super::write_denied(&mut t, &l.code, &l.state)?;
                         if !l.state.deleted {
                             index_destination(&mut t.dest_hosts, &key, &link, true)?;
                         }
