@@ -75,6 +75,9 @@ struct Inner {
     /// The other regions (`--peer`): a code of another region's range not found here is
     /// asked of that region before any 404.
     peers: Option<Arc<crate::peers::Peers>>,
+    /// The public API's state, whose click rollups peer regions read (`GET
+    /// /peer/v1/stats/{code}`).
+    api: Option<crate::api::AppState>,
 }
 
 /// Shared state of the edge handlers.
@@ -109,7 +112,17 @@ impl EdgeState {
             peers: None,
             mint_rate: None,
             keys: None,
+            api: None,
         }))
+    }
+
+    /// Serves `api`'s click rollups to peer regions (`GET /peer/v1/stats/{code}`). Call before
+    /// the state is cloned.
+    pub fn with_peer_stats(mut self, api: crate::api::AppState) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.api = Some(api);
+        }
+        self
     }
 
     /// Serves this region's API keys to peer regions (`GET /peer/v1/keys`). Call before the
@@ -331,6 +344,61 @@ async fn peer_keys(
             .map(crate::store::transfer::KeyLine::from_record)
             .collect(),
     ))
+}
+
+/// `GET /peer/v1/owners`: every owner this region ever suspended or unsuspended (its
+/// [`crate::store::OwnerRecord`], with when), for a peer region to copy: a suspension anywhere
+/// reaches every region ([`crate::safety::enforce::copy_suspension`]).
+async fn peer_owners(
+    State(state): State<EdgeState>,
+) -> Result<Json<Vec<crate::store::OwnerRecord>>, EdgeError> {
+    let store = Arc::clone(&state.0.store);
+    let mut owners = on_store("peer owners", move || store.owners()).await?;
+    owners.retain(|o| o.suspension_event_ms().is_some());
+    Ok(Json(owners))
+}
+
+#[derive(Debug, Deserialize)]
+struct StatsQuery {
+    from: String,
+    to: String,
+}
+
+/// `GET /peer/v1/stats/{code}?from=YYYY-MM-DD&to=YYYY-MM-DD`: this region's clicks of `code`
+/// by day ([`crate::clicks::stats::WireDay`]), for a peer region's stats answer to merge;
+/// 404 `no_stats` where this region runs no click processor.
+async fn peer_stats(
+    State(state): State<EdgeState>,
+    Path(code): Path<String>,
+    Query(q): Query<StatsQuery>,
+) -> Result<Json<Vec<crate::clicks::stats::WireDay>>, EdgeError> {
+    let rollups = state
+        .0
+        .api
+        .as_ref()
+        .and_then(|a| a.rollups())
+        .ok_or_else(|| {
+            EdgeError::new(
+                StatusCode::NOT_FOUND,
+                "no_stats",
+                "this region runs no click processor",
+            )
+        })?;
+    let (from, to) =
+        crate::clicks::stats::range(Some(&q.from), Some(&q.to), crate::clicks::Day::today())
+            .map_err(|e| EdgeError::bad(e.code(), e.to_string()))?;
+    let days = tokio::task::spawn_blocking(move || rollups.range(&code, from, to))
+        .await
+        .map_err(|e| EdgeError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+        .map_err(|e| {
+            tracing::error!(error = %e, "reading stats for a peer region");
+            EdgeError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage_unavailable",
+                "stats are unavailable, retry later",
+            )
+        })?;
+    Ok(Json(crate::clicks::stats::to_wire(&days)))
 }
 
 /// Largest body a peer region posts (a forwarded create or change).
@@ -710,7 +778,8 @@ const PEER_WAIT_MAX_MS: u64 = 25_000;
 /// `GET /peer/v1/changes?after=SEQ&limit=N&wait_ms=MS`: this region's own changes after `SEQ`
 /// (none it replicated from another region), for a peer region's replication
 /// ([`crate::peers`]). Waits up to `wait_ms` for one when there is none (a long poll).
-/// `{"region", "head", "high_water", "upto", "changes": [{"seq", "change"}]}`: `upto` is the
+/// `{"region", "head", "high_water", "upto", "changes": [{"seq", "change", "audit"?}]}` (`audit`:
+/// the audit records written with the change, [`crate::store::OwnChange`]): `upto` is the
 /// sequence the page is complete up to (the next `after`).
 async fn peer_changes(
     State(state): State<EdgeState>,
@@ -737,10 +806,6 @@ async fn peer_changes(
                 .iter()
                 .find(|(r, _)| *r == region)
                 .map_or(0, |(_, m)| *m);
-            let changes: Vec<_> = changes
-                .into_iter()
-                .map(|(seq, change)| json!({"seq": seq, "change": change}))
-                .collect();
             let body = json!({
                 "region": region,
                 "head": head,
@@ -823,6 +888,8 @@ pub fn router(state: EdgeState) -> Router {
         .route("/peer/v1/links/{code}", get(peer_link))
         .route("/peer/v1/aliases", post(peer_alias))
         .route("/peer/v1/keys", get(peer_keys))
+        .route("/peer/v1/owners", get(peer_owners))
+        .route("/peer/v1/stats/{code}", get(peer_stats))
         .route("/peer/v1/links/{code}/state", post(peer_update))
         .route("/healthz", get(|| async { "ok\n" }))
         .fallback(fallback)

@@ -1226,6 +1226,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 Arc::clone(&dyn_store),
                 scheme,
                 peer_agent,
+                Some(Arc::clone(&safety.safety)),
             )?;
             state.set_peers(Arc::clone(&peers));
             Some(peers)
@@ -1279,6 +1280,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if let Some(t) = &peer_token {
             edge_state = edge_state
                 .with_peer_keys(Arc::new(ApiKeys::open(&args.data_dir)))
+                .with_peer_stats(state.clone())
                 .with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t), edge_peers, args.max_mint_rate);
         }
         if edge_tls.as_ref().is_some_and(|t| t.client_auth()) {

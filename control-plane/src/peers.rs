@@ -182,6 +182,10 @@ pub enum PeerError {
 /// How often each peer region's API keys are copied.
 const KEYS_EVERY: Duration = Duration::from_secs(1);
 
+/// How long a stats answer waits for a peer region: past it, the answer leaves that region's
+/// clicks out and says so.
+const STATS_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// How long a request to a peer region may take (read-through and forwarded changes; the
 /// caller waits for it).
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -198,11 +202,13 @@ impl std::fmt::Debug for Peers {
 impl Peers {
     /// Checks the settings and starts replicating from every peer into `store`; `agent` is
     /// the HTTP client (with the peers' CA, `--peer-ca`).
+    /// With `safety`, every peer's suspensions are copied as well (each second, with the keys).
     pub fn start(
         config: PeersConfig,
         store: Arc<dyn Store>,
         scheme: CodeScheme,
         agent: ureq::Agent,
+        safety: Option<Arc<crate::safety::Safety>>,
     ) -> Result<Arc<Peers>, PeersError> {
         let mut seen = std::collections::HashSet::new();
         for p in &config.peers {
@@ -248,11 +254,12 @@ impl Peers {
                 .name(format!("peer-{}", peer.spec.region))
                 .spawn(move || peers.pull(&pulled, &*store))
                 .map_err(PeersError::Thread)?;
-            if let Some(dir) = this.config.keys_dir.clone() {
-                let (peers, peer) = (Arc::clone(&this), Arc::clone(peer));
+            let dir = this.config.keys_dir.clone();
+            if dir.is_some() || safety.is_some() {
+                let (peers, peer, safety) = (Arc::clone(&this), Arc::clone(peer), safety.clone());
                 std::thread::Builder::new()
                     .name(format!("peer-keys-{}", peer.spec.region))
-                    .spawn(move || peers.copy_keys(&peer, &dir))
+                    .spawn(move || peers.copy_accounts(&peer, dir.as_deref(), safety.as_deref()))
                     .map_err(PeersError::Thread)?;
             }
         }
@@ -347,6 +354,28 @@ impl Peers {
             ))),
             Err(e) => Err(failed(e.to_string())),
         }
+    }
+
+    /// Every peer region, in order.
+    pub fn regions(&self) -> Vec<u32> {
+        let mut regions: Vec<u32> = self.peers.iter().map(|p| p.spec.region).collect();
+        regions.sort_unstable();
+        regions
+    }
+
+    /// Asks region `region` for its clicks of `code` from `from` to `to` (`GET
+    /// /peer/v1/stats/{code}`), at most [`STATS_TIMEOUT`]: none when it has none. Blocking.
+    pub fn stats(
+        &self,
+        region: u32,
+        code: &str,
+        from: crate::clicks::Day,
+        to: crate::clicks::Day,
+    ) -> Result<Vec<crate::clicks::stats::WireDay>, PeerError> {
+        let path = format!("/peer/v1/stats/{code}?from={from}&to={to}");
+        Ok(self
+            .ask_within(region, &path, None, STATS_TIMEOUT)?
+            .unwrap_or_default())
     }
 
     /// Asks region `region` for a link (`GET /peer/v1/links/{code}`): `Ok(None)` only when
@@ -459,31 +488,63 @@ impl Peers {
     /// Copies `peer`'s API keys into `dir`'s keys file every [`KEYS_EVERY`] until stopped: keys
     /// we lack are added (with their revocation, if any), and a key live here but revoked there
     /// is revoked here.
-    fn copy_keys(&self, peer: &Peer, dir: &std::path::Path) {
+    /// Copies `peer`'s API keys into `dir` and its suspensions through `safety`, every
+    /// [`KEYS_EVERY`], until stopped.
+    fn copy_accounts(
+        &self,
+        peer: &Peer,
+        dir: Option<&std::path::Path>,
+        safety: Option<&crate::safety::Safety>,
+    ) {
         let region = peer.spec.region;
         let mut failing = false;
         while !self.stop.load(Ordering::Relaxed) {
-            match self.copy_keys_once(region, dir) {
-                Ok((added, revoked)) => {
+            let keys = dir.map_or(Ok((0, 0)), |dir| self.copy_keys_once(region, dir));
+            let owners = safety.map_or(Ok(0), |safety| self.copy_owners_once(region, safety));
+            match keys.and_then(|k| owners.map(|o| (k, o))) {
+                Ok(((added, revoked), owners)) => {
                     failing = false;
-                    if added + revoked > 0 {
+                    if added + revoked + owners > 0 {
                         tracing::info!(
                             peer = region,
                             added,
                             revoked,
-                            "copied API keys from a peer region"
+                            owners,
+                            "copied API keys and suspensions from a peer region"
                         );
                     }
                 }
                 Err(e) => {
                     if !failing {
-                        tracing::warn!(peer = region, error = %e, "copying API keys from a peer region failed; retrying");
+                        tracing::warn!(peer = region, error = %e, "copying API keys and suspensions from a peer region failed; retrying");
                     }
                     failing = true;
                 }
             }
             std::thread::sleep(KEYS_EVERY);
         }
+    }
+
+    /// Copies the suspensions and unsuspensions of `region` newer than ours; how many.
+    fn copy_owners_once(
+        &self,
+        region: u32,
+        safety: &crate::safety::Safety,
+    ) -> Result<usize, String> {
+        let theirs: Vec<crate::store::OwnerRecord> = self
+            .ask(region, "/peer/v1/owners", None)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        let mut copied = 0;
+        for record in &theirs {
+            let done = crate::safety::enforce::copy_suspension(safety, record, region)
+                .map_err(|e| format!("copying the suspension of {}: {e}", record.owner))?;
+            if let Some(what) = done {
+                tracing::warn!(owner = %record.owner, peer = region, what, "copied an owner's suspension from a peer region");
+                copied += 1;
+            }
+        }
+        Ok(copied)
     }
 
     fn copy_keys_once(&self, region: u32, dir: &std::path::Path) -> Result<(usize, usize), String> {
@@ -622,15 +683,10 @@ struct Page {
     head: u64,
     high_water: u64,
     upto: u64,
-    changes: Vec<PageChange>,
+    changes: Vec<crate::store::OwnChange>,
     /// The peer's `--max-mint-rate`.
     #[serde(default)]
     mint_rate: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-struct PageChange {
-    change: Change,
 }
 
 impl Peers {
@@ -689,9 +745,19 @@ impl Peers {
                         Change::LinkCreated { link, .. } => link.code.as_str(),
                         Change::StateChanged { code, .. } => code.as_str(),
                     };
+                    let authoritative = self.home.of(code) == Some(region);
+                    // The records are that region's, written with this change: say so, whatever
+                    // they claim.
+                    let origin = Some(crate::store::Origin { region, seq: c.seq });
+                    let audit = c
+                        .audit
+                        .into_iter()
+                        .map(|r| crate::store::AuditRecord { origin, ..r })
+                        .collect();
                     ReplicatedChange {
-                        authoritative: self.home.of(code) == Some(region),
+                        authoritative,
                         change: c.change,
+                        audit,
                     }
                 })
                 .collect();

@@ -190,6 +190,12 @@ impl AppState {
         }
     }
 
+    /// The click processor's rollups, where this server runs one (peer regions read them to
+    /// merge a link's stats).
+    pub fn rollups(&self) -> Option<Arc<crate::clicks::RollupStore>> {
+        self.0.clicks.get().map(|c| Arc::clone(c.store()))
+    }
+
     /// Shows replication between regions (`GET /v1/regions`, the peer gauges). Set once, at
     /// start.
     pub fn set_peers(&self, peers: Arc<crate::peers::Peers>) {
@@ -1081,7 +1087,10 @@ fn clicks(state: &AppState) -> Result<ClicksHandle, ApiError> {
 }
 
 /// `GET /v1/links/{code}/stats?from=&to=`: the owner's (or an admin's) view of a link's clicks,
-/// bots beside humans.
+/// bots beside humans. With peer regions (`--peer`), each is asked for its clicks of the link
+/// (they stay where they were counted) and the answers are merged; `regions` says which
+/// regions' numbers are in it (`answered`) and which could not be asked (`unavailable`, with
+/// why): a region that does not answer leaves its clicks out, never the whole answer.
 async fn link_stats(
     State(state): State<AppState>,
     Auth(who): Auth,
@@ -1097,7 +1106,42 @@ async fn link_stats(
     )
     .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
     let store = Arc::clone(clicks.store());
-    let body = blocking(move || crate::clicks::stats::stats(&store, &code, from, to)).await?;
+    let c = code.clone();
+    let mut days = blocking(move || store.range(&c, from, to)).await?;
+    let Some(peers) = state.0.peers.get().cloned() else {
+        return Ok(Json(crate::clicks::stats::render(&code, from, to, &days)).into_response());
+    };
+    let asks: Vec<_> = peers
+        .regions()
+        .into_iter()
+        .map(|region| {
+            let (peers, code) = (Arc::clone(&peers), code.clone());
+            let ask = tokio::task::spawn_blocking(move || peers.stats(region, &code, from, to));
+            (region, ask)
+        })
+        .collect();
+    let mut answered = vec![peers.region()];
+    let mut unavailable = Vec::new();
+    for (region, ask) in asks {
+        let theirs = match ask.await {
+            Ok(Ok(wire)) => crate::clicks::stats::from_wire(wire),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("the request failed: {e}")),
+        };
+        match theirs {
+            Ok(theirs) => {
+                crate::clicks::stats::merge(&mut days, theirs);
+                answered.push(region);
+            }
+            Err(error) => {
+                tracing::warn!(region, %code, %error, "a peer region's stats are missing from an answer");
+                unavailable.push(json!({"region": region, "error": error}));
+            }
+        }
+    }
+    answered.sort_unstable();
+    let mut body = crate::clicks::stats::render(&code, from, to, &days);
+    body["regions"] = json!({"answered": answered, "unavailable": unavailable});
     Ok(Json(body).into_response())
 }
 

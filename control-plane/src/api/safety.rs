@@ -164,6 +164,7 @@ pub async fn history(
                 action: "created".to_string(),
                 reason: None,
                 undid: None,
+                origin: None,
             },
         );
     }
@@ -176,6 +177,7 @@ pub async fn history(
                 "action": r.action,
                 "reason": r.reason,
                 "undid": r.undid,
+                "origin": r.origin,
             })
         })
         .collect();
@@ -748,7 +750,10 @@ pub async fn unsuspend(
             &actor,
             safety.lists(),
         )?;
-        safety.update_owner(&name, |record| record.suspended = None)?;
+        safety.update_owner(&name, |record| {
+            record.suspended = None;
+            record.unsuspended_at_ms = Some(now_ms());
+        })?;
         Ok::<_, StoreError>(restored)
     })
     .await?;

@@ -42,6 +42,16 @@ impl DayState {
         }
     }
 
+    /// [`as_str`](Self::as_str)'s inverse.
+    pub fn parse(s: &str) -> Option<DayState> {
+        match s {
+            "open" => Some(DayState::Open),
+            "closed" => Some(DayState::Closed),
+            "recomputed" => Some(DayState::Recomputed),
+            _ => None,
+        }
+    }
+
     fn to_u8(self) -> u8 {
         match self {
             DayState::Open => 0,

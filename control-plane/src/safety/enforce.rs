@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use lasthop_trust::{host_of_key, url_key_hash, Added, CanonicalHost, Destination};
 
 use crate::store::{
-    suspension_set, Actor, Batch, BatchUpdate, StateUpdate, Store, StoreError, Verdict,
+    suspension_set, Actor, Batch, BatchUpdate, OwnerRecord, StateUpdate, Store, StoreError, Verdict,
 };
 
 /// Codes per batch.
@@ -274,7 +274,10 @@ pub fn takedown_owner(
 /// Lifts the takedowns `owner`'s suspension made (those still carrying `takedown_reason`:
 /// a link taken down again since, for another reason, stays down), then checks the links it
 /// brought back against the lists (one listed meanwhile goes down again, as the list); returns
-/// how many came back.
+/// how many came back. Besides the links this region's suspension took down (its code set),
+/// every link of the owner still carrying `takedown_reason` is lifted: one another region's
+/// copy of the suspension took down and replicated here, which this region, its home, must
+/// lift for the lifting to reach every region.
 pub fn restore_owner(
     store: &dyn Store,
     owner: &str,
@@ -291,31 +294,118 @@ pub fn restore_owner(
         // Each batch removes its codes from the set, so the walk always starts at the front.
         let page = store.code_set(&set, None, PAGE)?;
         if page.codes.is_empty() {
-            return Ok(restored);
+            break;
         }
         let results = apply_results(store, page.codes, &update, actor, None, Some(set.clone()))?;
-        let mut by_list: Vec<(String, Vec<String>)> = Vec::new();
-        for r in results.into_iter().filter(|r| r.changed) {
-            restored += 1;
-            let Some(s) = r.link else { continue };
-            let Some(hit) = Destination::parse(&s.link.long_url).and_then(|d| lists.check(&d))
-            else {
-                continue;
-            };
-            match by_list.iter_mut().find(|(l, _)| *l == hit.list) {
-                Some((_, codes)) => codes.push(r.code),
-                None => by_list.push((hit.list, vec![r.code])),
-            }
+        restored += recheck_lists(store, results, lists)?;
+    }
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.list(owner, cursor.as_deref(), PAGE)?;
+        let codes: Vec<String> = page
+            .links
+            .iter()
+            .filter(|s| s.state.takedown_reason.as_deref() == Some(takedown_reason))
+            .map(|s| s.link.code.clone())
+            .collect();
+        if !codes.is_empty() {
+            let results = apply_results(store, codes, &update, actor, None, None)?;
+            restored += recheck_lists(store, results, lists)?;
         }
-        for (list, codes) in by_list {
-            apply(
-                store,
-                codes,
-                &list_verdict(&list),
-                &Actor::List(list.clone()),
-                None,
-                None,
-            )?;
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(restored),
+        }
+    }
+}
+
+/// Counts the links a lifting brought back, and takes down again (as the list) those a list
+/// matches meanwhile.
+fn recheck_lists(
+    store: &dyn Store,
+    results: Vec<crate::store::BatchResult>,
+    lists: &super::ListSet,
+) -> Result<u64, StoreError> {
+    let mut restored = 0;
+    let mut by_list: Vec<(String, Vec<String>)> = Vec::new();
+    for r in results.into_iter().filter(|r| r.changed) {
+        restored += 1;
+        let Some(s) = r.link else { continue };
+        let Some(hit) = Destination::parse(&s.link.long_url).and_then(|d| lists.check(&d)) else {
+            continue;
+        };
+        match by_list.iter_mut().find(|(l, _)| *l == hit.list) {
+            Some((_, codes)) => codes.push(r.code),
+            None => by_list.push((hit.list, vec![r.code])),
+        }
+    }
+    for (list, codes) in by_list {
+        apply(
+            store,
+            codes,
+            &list_verdict(&list),
+            &Actor::List(list.clone()),
+            None,
+            None,
+        )?;
+    }
+    Ok(restored)
+}
+
+/// Makes this region's record of `theirs.owner` follow another region's (`region`) when that
+/// one's latest suspension or unsuspension is newer than ours: a suspension is copied (with
+/// its takedown of every link the owner has here), an unsuspension lifts ours. What it did:
+/// `Some("suspended")`, `Some("unsuspended")`, or `None` when ours is as new.
+pub fn copy_suspension(
+    safety: &super::Safety,
+    theirs: &OwnerRecord,
+    region: u32,
+) -> Result<Option<&'static str>, StoreError> {
+    let Some(when) = theirs.suspension_event_ms() else {
+        return Ok(None);
+    };
+    let actor = Actor::Region(region);
+    let store = safety.store().as_ref();
+    match &theirs.suspended {
+        Some(suspension) => {
+            let newer = safety.update_owner(&theirs.owner, |ours| {
+                let newer = ours.suspension_event_ms().is_none_or(|o| o < when);
+                if newer {
+                    ours.suspended = Some(suspension.clone());
+                    ours.unsuspended_at_ms = theirs.unsuspended_at_ms;
+                }
+                newer
+            })?;
+            if !newer {
+                return Ok(None);
+            }
+            if suspension.takedown_links {
+                takedown_owner(store, &theirs.owner, &suspension.takedown_reason, &actor)?;
+            }
+            Ok(Some("suspended"))
+        }
+        None => {
+            let ours = safety.store().owner(&theirs.owner)?.unwrap_or_default();
+            if ours.suspension_event_ms().is_some_and(|o| o >= when) {
+                return Ok(None);
+            }
+            // The links first, then the record: a failure part-way is finished next time.
+            if let Some(s) = &ours.suspended {
+                restore_owner(
+                    store,
+                    &theirs.owner,
+                    &s.takedown_reason,
+                    &actor,
+                    safety.lists(),
+                )?;
+            }
+            safety.update_owner(&theirs.owner, |ours| {
+                if ours.suspension_event_ms().is_none_or(|o| o < when) {
+                    ours.suspended = None;
+                    ours.unsuspended_at_ms = Some(when);
+                }
+            })?;
+            Ok(Some("unsuspended"))
         }
     }
 }

@@ -129,7 +129,11 @@ impl Safety {
                 tracing::warn!(line, "skipping a malformed line of the shortener list");
             }
         }
-        let owners = owners.into_iter().map(|r| (r.owner.clone(), r)).collect();
+        let owners = owners
+            .into_iter()
+            .filter(acting)
+            .map(|r| (r.owner.clone(), r))
+            .collect();
         let safety = Safety {
             store,
             lists,
@@ -336,7 +340,7 @@ impl Safety {
         if record != before {
             self.store.put_owner(record.clone())?;
             if let Ok(mut owners) = self.owners.write() {
-                if record.flagged.is_none() && record.suspended.is_none() {
+                if !acting(&record) {
                     owners.remove(&record.owner);
                 } else {
                     owners.insert(record.owner.clone(), record);
@@ -354,6 +358,7 @@ impl Safety {
             .store
             .owners()?
             .into_iter()
+            .filter(acting)
             .map(|r| (r.owner.clone(), r))
             .collect();
         if let Ok(mut owners) = self.owners.write() {
@@ -391,4 +396,10 @@ impl Safety {
             }
         }
     }
+}
+
+/// Whether an owner's record says something the API acts on (a flag, a suspension), rather
+/// than only when a suspension was lifted.
+fn acting(record: &OwnerRecord) -> bool {
+    record.flagged.is_some() || record.suspended.is_some()
 }

@@ -93,6 +93,19 @@ pub struct AuditRecord {
     /// `held: velocity`), so the reason that was lifted is never lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undid: Option<String>,
+    /// The change this record was written with: the region that made it and that region's
+    /// change-log sequence. Replication between regions carries it, so a record is copied to
+    /// every region exactly once and a region's history shows where each action was taken.
+    /// Absent on records no change goes with (a report, an appeal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// Where an audit record comes from ([`AuditRecord::origin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub region: u32,
+    pub seq: u64,
 }
 
 /// Everything a create needs; URL and alias are already validated.
@@ -127,6 +140,19 @@ pub struct ReplicatedChange {
     /// what it restricts is applied (a takedown, a flag, a disablement, a deletion issued
     /// there applies here at once; lifting one is the home's to decide).
     pub authoritative: bool,
+    /// The audit records the originating region wrote with it (each with its
+    /// [`AuditRecord::origin`]), added to the link's history here whatever the rule does.
+    pub audit: Vec<AuditRecord>,
+}
+
+/// One change this region originated, with the audit records written with it: what a peer
+/// region reads ([`Store::own_changes_since`], `GET /peer/v1/changes`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnChange {
+    pub seq: u64,
+    pub change: Change,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<AuditRecord>,
 }
 
 /// A page of another region's own changes, applied in one transaction with the position it
@@ -435,6 +461,7 @@ impl StateUpdate {
             action: action.to_string(),
             reason,
             undid,
+            origin: None,
         }
     }
 }
@@ -588,6 +615,21 @@ pub struct OwnerRecord {
     pub flagged: Option<OwnerFlag>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspended: Option<Suspension>,
+    /// When the last suspension was lifted. With [`Suspension::at_ms`] it orders suspensions
+    /// between regions: each region copies a peer's record when the peer's latest suspension
+    /// event ([`OwnerRecord::suspension_event_ms`]) is newer than its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsuspended_at_ms: Option<i64>,
+}
+
+impl OwnerRecord {
+    /// The time of the latest suspension or unsuspension; `None` for an owner never suspended.
+    pub fn suspension_event_ms(&self) -> Option<i64> {
+        self.suspended
+            .as_ref()
+            .map(|s| s.at_ms)
+            .max(self.unsuspended_at_ms)
+    }
 }
 
 /// Flagged by the creation-velocity rule: new links are created held until an admin clears it.
@@ -741,7 +783,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         after: u64,
         limit: usize,
-    ) -> Result<(Vec<(u64, Change)>, u64), StoreError> {
+    ) -> Result<(Vec<OwnChange>, u64), StoreError> {
         let _ = (after, limit);
         Err(StoreError::Refused(
             "this store does not replicate between regions yet".into(),

@@ -9,7 +9,7 @@
 //! | `header` | `format` (`lasthop-export`), `version` (1), `key_id` (the permutation key's id, hex), `regions`, `source`, `exported_at_ms` | one, first |
 //! | `counter` | `region`, `high_water`: every counter ever leased there is below it | one per region |
 //! | `link` | `code`, `long_url` (empty once deleted), `owner`, `created_at_ms`, `seq` (its creation's change-log number), `state` | every link, deleted ones included |
-//! | `audit` | `code` and the record's fields (`at_ms`, `actor`, `action`, `reason`, `undid`) | oldest first per link |
+//! | `audit` | `code` and the record's fields (`at_ms`, `actor`, `action`, `reason`, `undid`, `origin`) | oldest first per link |
 //! | `code_set` | `set`, `code`: the scan queue and suspensions' takedowns | |
 //! | `report` | `report`: a report or appeal with its id and resolution | |
 //! | `owner` | `record`: an owner's flag or suspension | |
@@ -101,6 +101,8 @@ pub struct AuditLine {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<super::Origin>,
 }
 
 impl AuditLine {
@@ -112,6 +114,7 @@ impl AuditLine {
             action: r.action,
             reason: r.reason,
             undid: r.undid,
+            origin: r.origin,
         })
     }
 
@@ -122,6 +125,7 @@ impl AuditLine {
             action: self.action.clone(),
             reason: self.reason.clone(),
             undid: self.undid.clone(),
+            origin: self.origin,
         }
     }
 }
@@ -520,6 +524,7 @@ mod tests {
                     action: "takedown".into(),
                     reason: Some("phishing".into()),
                     undid: None,
+                    origin: None,
                 },
             ),
         ];

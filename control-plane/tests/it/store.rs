@@ -863,6 +863,7 @@ fn reports_and_owners(backend: &Backend) {
             limit: 5,
         }),
         suspended: None,
+        unsuspended_at_ms: None,
     };
     store.put_owner(flagged.clone()).unwrap();
     assert_eq!(store.owner("a").unwrap(), Some(flagged));
@@ -878,5 +879,13 @@ fn reports_and_owners(backend: &Backend) {
         None,
         "an empty record is removed"
     );
+    // A lifted suspension is kept: peer regions order suspensions by it.
+    let lifted = OwnerRecord {
+        owner: "a".into(),
+        unsuspended_at_ms: Some(7),
+        ..OwnerRecord::default()
+    };
+    store.put_owner(lifted.clone()).unwrap();
+    assert_eq!(store.owner("a").unwrap(), Some(lifted));
     store.shutdown().unwrap();
 }

@@ -21,19 +21,44 @@ fn peer_token(site: &Site) -> String {
 
 /// Regions 0 and 1, each peering with the other, each with an engine in sync.
 fn two_regions() -> (Region, Region, String) {
+    regions_of_two(false)
+}
+
+/// [`two_regions`], with `clicks`: each engine spools its clicks to its region's processor.
+fn regions_of_two(clicks: bool) -> (Region, Region, String) {
     let (site_a, site_b) = (Site::new(), Site::new());
     let token = peer_token(&site_a);
+    let extra: &[&str] = if clicks {
+        &["--clicks-flush-ms", "200"]
+    } else {
+        &[]
+    };
     // A first alone (its edge port is needed by B), then B peering with A, then A again on
     // the same ports peering with B.
-    let mut a = Control::start(&site_a, &["--region", "0", "--regions", "2"]);
-    let b_flags = mesh_flags(1, &[a.edge.clone(), String::new()], &token, &[]);
+    let mut a_first = vec!["--region", "0", "--regions", "2"];
+    a_first.extend(extra);
+    let mut a = Control::start(&site_a, &a_first);
+    let b_flags = mesh_flags(1, &[a.edge.clone(), String::new()], &token, extra);
     let b_args: Vec<&str> = b_flags.iter().map(String::as_str).collect();
     let b = Control::start(&site_b, &b_args);
-    let a_flags = mesh_flags(0, &[String::new(), b.edge.clone()], &token, &[]);
+    let a_flags = mesh_flags(0, &[String::new(), b.edge.clone()], &token, extra);
     let a_args: Vec<&str> = a_flags.iter().map(String::as_str).collect();
     a.restart_with(&a_args);
-    let engine_a = subscribed_engine(&site_a, &a, &[]);
-    let engine_b = subscribed_engine(&site_b, &b, &[]);
+    let spool = |c: &Control| {
+        let dir = c.data.join("clicks").join("spool");
+        vec![
+            "--click-spool".to_string(),
+            dir.to_string_lossy().into_owned(),
+            "--click-flush-ms".into(),
+            "50".into(),
+        ]
+    };
+    let engine_extra = |c: &Control| if clicks { spool(c) } else { Vec::new() };
+    let (ea, eb) = (engine_extra(&a), engine_extra(&b));
+    let ea: Vec<&str> = ea.iter().map(String::as_str).collect();
+    let eb: Vec<&str> = eb.iter().map(String::as_str).collect();
+    let engine_a = subscribed_engine(&site_a, &a, &ea);
+    let engine_b = subscribed_engine(&site_b, &b, &eb);
     for e in [&engine_a, &engine_b] {
         wait_until(Duration::from_secs(15), "engine in sync", || in_sync(e));
     }
@@ -504,4 +529,149 @@ fn api_keys_and_revocations_cross_regions() {
     wait_until(Duration::from_secs(10), "the revocation at A", || {
         create_at_a().0 == 401
     });
+}
+
+/// An API key of `owner`, made in `c`'s region.
+fn key_of(c: &Control, owner: &str) -> String {
+    let out = std::process::Command::new(crate::harness::control_bin())
+        .args(["apikey", "create", "--owner", owner, "--data-dir"])
+        .arg(&c.data)
+        .output()
+        .expect("apikey create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
+const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1";
+
+/// Stats stay where the clicks were counted, and either region's stats API merges every
+/// region's (saying which answered); an action's audit record reaches the other region's
+/// history with its origin; an owner suspended (with takedown) in one region is suspended in
+/// the other, its links there down too, and its unsuspension lifts both.
+#[test]
+fn stats_history_and_suspensions_cross_regions() {
+    let (a, mut b, _) = regions_of_two(true);
+    let dave = key_of(&b.control, "dave");
+    let create = |c: &Control, url: &str| {
+        let body = serde_json::json!({"long_url": url});
+        let (status, v) = c.call("POST", "/v1/links", &dave, Some(body));
+        (status, v["code"].as_str().unwrap_or_default().to_string())
+    };
+    let (status, code) = create(&b.control, "https://example.com/dave");
+    assert_eq!(status, 201);
+    wait_until(Duration::from_secs(10), "dave's link at A", || {
+        status_of(&a.engine.addr, &format!("/{code}")) == 302
+    });
+    // Three clicks counted in A, two in B, by two visitors.
+    for (engine, ua, n) in [(&a.engine, FIREFOX, 3), (&b.engine, IPHONE, 2)] {
+        for _ in 0..n {
+            let url = format!("http://{}/{code}", engine.addr);
+            assert_eq!(crate::harness::curl(&["-A", ua, &url]).0, 302);
+        }
+    }
+    let stats = |c: &Control| {
+        let (status, v) = c.call(
+            "GET",
+            &format!("/v1/links/{code}/stats"),
+            &c.admin_key,
+            None,
+        );
+        assert_eq!(status, 200, "{v}");
+        v
+    };
+    for c in [&a.control, &b.control] {
+        let mut last = serde_json::Value::Null;
+        wait_until(
+            Duration::from_secs(30),
+            "both regions' clicks merged",
+            || {
+                last = stats(c);
+                last["clicks"] == 5
+            },
+        );
+        assert_eq!(last["unique_visitors"], 2, "{last}");
+        assert_eq!(last["browsers"]["Firefox"], 3, "{last}");
+        assert_eq!(last["browsers"]["Safari"], 2, "{last}");
+        assert_eq!(
+            last["regions"]["answered"],
+            serde_json::json!([0, 1]),
+            "{last}"
+        );
+        assert_eq!(last["days"][0]["clicks"], 5, "{last}");
+    }
+    // A takedown issued in A: B's history of its link shows A's record, tagged with A.
+    a.control.takedown(&code, "phishing");
+    wait_until(Duration::from_secs(5), "A's record in B's history", || {
+        let (_, h) = b.control.call(
+            "GET",
+            &format!("/v1/links/{code}/history"),
+            &b.control.admin_key,
+            None,
+        );
+        h["history"].as_array().is_some_and(|h| {
+            h.iter()
+                .any(|r| r["action"] == "takedown" && r["origin"]["region"] == 0)
+        })
+    });
+    a.control.restore(&code);
+    wait_until(Duration::from_secs(5), "restored at B", || {
+        status_of(&b.engine.addr, &format!("/{code}")) == 302
+    });
+    // Suspended in A with takedown: B suspends dave too and takes down what it has of his,
+    // including a link A may not have yet.
+    let (status, late) = create(&b.control, "https://example.com/dave-late");
+    assert_eq!(status, 201);
+    let (status, v) = a.control.call(
+        "POST",
+        "/v1/admin/owners/dave/suspend",
+        &a.control.admin_key,
+        Some(serde_json::json!({"reason": "phishing kit", "takedown_links": true})),
+    );
+    assert_eq!(status, 200, "{v}");
+    let took = wait_until(Duration::from_secs(10), "the suspension at B", || {
+        [&code, &late]
+            .iter()
+            .all(|c| status_of(&b.engine.addr, &format!("/{c}")) == 410)
+    });
+    println!("a suspension in region 0 took dave's links down at region 1 after {took:?}");
+    let took = wait_until(Duration::from_secs(5), "dave's key suspended at B", || {
+        let (status, v) = b.control.call(
+            "POST",
+            "/v1/links",
+            &dave,
+            Some(serde_json::json!({"long_url": "https://example.com/more"})),
+        );
+        status == 401 && v["error"]["code"] == "key_suspended"
+    });
+    println!("dave's key answered key_suspended at region 1 after {took:?} more");
+    let (status, v) = a.control.call(
+        "POST",
+        "/v1/admin/owners/dave/unsuspend",
+        &a.control.admin_key,
+        None,
+    );
+    assert_eq!(status, 200, "{v}");
+    wait_until(
+        Duration::from_secs(10),
+        "the unsuspension everywhere",
+        || {
+            [&a.engine, &b.engine].iter().all(|e| {
+                [&code, &late]
+                    .iter()
+                    .all(|c| status_of(&e.addr, &format!("/{c}")) == 302)
+            })
+        },
+    );
+    assert_eq!(create(&b.control, "https://example.com/again").0, 201);
+    // B down: A's stats say so and keep A's own clicks.
+    b.control.kill();
+    let v = stats(&a.control);
+    assert_eq!(v["clicks"], 3, "{v}");
+    assert_eq!(v["regions"]["answered"], serde_json::json!([0]), "{v}");
+    assert_eq!(v["regions"]["unavailable"][0]["region"], 1, "{v}");
 }

@@ -56,8 +56,8 @@ use tokio::sync::watch;
 
 use super::{
     Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest, DeleteOutcome,
-    HostEntry, HostPage, LinkPage, OwnerRecord, ReplicateOutcome, Replicated, Report, ReportFilter,
-    ReportKind, ReportPage, Resolution, Store, StoreError, StoredLink,
+    HostEntry, HostPage, LinkPage, Origin, OwnChange, OwnerRecord, ReplicateOutcome, Replicated,
+    Report, ReportFilter, ReportKind, ReportPage, Resolution, Store, StoreError, StoredLink,
 };
 use crate::store::corrupt;
 
@@ -217,6 +217,8 @@ pub use super::CommitObserver;
 pub struct EmbeddedStore {
     db: Arc<Database>,
     scheme: CodeScheme,
+    /// This writer's region (the origin of the audit records it writes).
+    region: u32,
     tx: Mutex<Option<mpsc::Sender<Op>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     commits: watch::Receiver<u64>,
@@ -323,6 +325,7 @@ impl EmbeddedStore {
         Ok(EmbeddedStore {
             db,
             scheme: config.scheme,
+            region: config.region,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(handle)),
             commits,
@@ -508,10 +511,11 @@ impl Store for EmbeddedStore {
         &self,
         after: u64,
         limit: usize,
-    ) -> Result<(Vec<(u64, Change)>, u64), StoreError> {
+    ) -> Result<(Vec<OwnChange>, u64), StoreError> {
         let txn = self.db.begin_read().map_err(storage)?;
         let changes = txn.open_table(CHANGES).map_err(storage)?;
         let origins = txn.open_table(ORIGINS).map_err(storage)?;
+        let audit = txn.open_table(AUDIT).map_err(storage)?;
         let mut out = Vec::new();
         let mut upto = after;
         let Some(from) = after.checked_add(1) else {
@@ -527,9 +531,17 @@ impl Store for EmbeddedStore {
                 if out.len() == limit {
                     break;
                 }
-                let change =
+                let change: Change =
                     serde_json::from_slice(v.value()).map_err(|e| corrupt("changes", e))?;
-                out.push((seq, change));
+                let records = match record_key(&self.scheme, change_code(&change)) {
+                    Some(key) => audit_of(&audit, &key, self.region, seq)?,
+                    None => Vec::new(),
+                };
+                out.push(OwnChange {
+                    seq,
+                    change,
+                    audit: records,
+                });
             }
             upto = seq;
         }
@@ -1021,6 +1033,45 @@ fn audit_key(record_key: &[u8], n: u64) -> Vec<u8> {
     key
 }
 
+/// The audit records of the link under `record_key` written with our (`region`'s) change
+/// `seq`, oldest first: read from the newest back, so only the records since that change are
+/// read.
+fn audit_of(
+    audit: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    record_key: &[u8],
+    region: u32,
+    seq: u64,
+) -> Result<Vec<AuditRecord>, StoreError> {
+    let lo = audit_key(record_key, 0);
+    let mut hi = record_key.to_vec();
+    hi.push(1);
+    let mut out = Vec::new();
+    for item in audit
+        .range::<&[u8]>(lo.as_slice()..hi.as_slice())
+        .map_err(storage)?
+        .rev()
+    {
+        let (_, v) = item.map_err(storage)?;
+        let record: AuditRecord =
+            serde_json::from_slice(v.value()).map_err(|e| corrupt("audit", e))?;
+        match record.origin {
+            Some(o) if o.region == region && o.seq == seq => out.push(record),
+            Some(o) if o.region == region && o.seq < seq => break,
+            _ => {}
+        }
+    }
+    out.reverse();
+    Ok(out)
+}
+
+/// The code a change is about.
+fn change_code(change: &Change) -> &str {
+    match change {
+        Change::LinkCreated { link, .. } => &link.code,
+        Change::StateChanged { code, .. } => code,
+    }
+}
+
 /// Every region's high-water mark, from the `counter_next/<region>` keys of `meta`.
 fn marks(meta: &impl ReadableTable<&'static str, u64>) -> Result<Vec<(u32, u64)>, StoreError> {
     let mut out = Vec::new();
@@ -1364,8 +1415,9 @@ impl Writer {
                 action: "created".to_string(),
                 reason: Some(format!("held: {}", hold.as_str())),
                 undid: None,
+                origin: None,
             };
-            self.write_audit(t, &key, &record)?;
+            self.write_audit(t, &key, &record, Some(seq))?;
         }
 
         let stored = StoredLink { link, state, seq };
@@ -1393,6 +1445,18 @@ impl Writer {
         code: &str,
         actor: &Actor,
     ) -> Result<DeleteOutcome, StoreError> {
+        self.erase(t, code, actor, true)
+    }
+
+    /// Soft-deletes `code` (see [`Store::delete`]), with its audit record when `audit` (a
+    /// replicated deletion brings the record of the region that made it instead).
+    fn erase(
+        &mut self,
+        t: &mut Tables<'_>,
+        code: &str,
+        actor: &Actor,
+        audit: bool,
+    ) -> Result<DeleteOutcome, StoreError> {
         let Some(key) = record_key(&self.scheme, code) else {
             return Ok(DeleteOutcome::NotFound);
         };
@@ -1418,15 +1482,18 @@ impl Writer {
         };
         let link_json = serde_json::to_vec(&row)?;
         t.links.insert(key, link_json.as_slice()).map_err(storage)?;
-        self.write_state(t, key, code, &state)?;
-        let record = AuditRecord {
-            at_ms: crate::clock::now_ms(),
-            actor: actor.to_string(),
-            action: "delete".to_string(),
-            reason: None,
-            undid: None,
-        };
-        self.write_audit(t, key, &record)?;
+        let seq = self.write_state(t, key, code, &state)?;
+        if audit {
+            let record = AuditRecord {
+                at_ms: crate::clock::now_ms(),
+                actor: actor.to_string(),
+                action: "delete".to_string(),
+                reason: None,
+                undid: None,
+                origin: None,
+            };
+            self.write_audit(t, key, &record, Some(seq))?;
+        }
         Ok(DeleteOutcome::Deleted)
     }
 
@@ -1440,6 +1507,13 @@ impl Writer {
     ) -> Result<ReplicateOutcome, StoreError> {
         let mut outcome = ReplicateOutcome::default();
         let actor = Actor::Region(page.region);
+        // Records of changes up to the saved position are here already (a page sent twice).
+        let done: u64 = t
+            .positions
+            .get(super::peer_position(page.region).as_str())
+            .map_err(storage)?
+            .and_then(|p| p.value().parse().ok())
+            .unwrap_or(0);
         for c in &page.changes {
             let first = self.next_seq;
             let applied = match &c.change {
@@ -1448,6 +1522,19 @@ impl Writer {
                     self.replicate_state(t, code, state, c.authoritative, &actor)?
                 }
             };
+            // Their history of the link joins ours, once: the page and its position commit
+            // together.
+            if let Some(key) = record_key(&self.scheme, change_code(&c.change)) {
+                if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
+                    for record in c
+                        .audit
+                        .iter()
+                        .filter(|r| r.origin.is_some_and(|o| o.seq > done))
+                    {
+                        self.write_audit(t, &key, record, None)?;
+                    }
+                }
+            }
             for seq in first..self.next_seq {
                 t.origins.insert(seq, page.region).map_err(storage)?;
             }
@@ -1503,18 +1590,10 @@ impl Writer {
             return Ok(false);
         }
         if next.deleted {
-            self.apply_delete(t, code, actor)?;
+            self.erase(t, code, actor, false)?;
             return Ok(true);
         }
         self.write_state(t, &key, code, &next)?;
-        let record = AuditRecord {
-            at_ms: crate::clock::now_ms(),
-            actor: actor.to_string(),
-            action: "replicated".to_string(),
-            reason: next.takedown_reason.clone(),
-            undid: None,
-        };
-        self.write_audit(t, &key, &record)?;
         Ok(true)
     }
 
@@ -1601,9 +1680,9 @@ impl Writer {
             let next = u.update.apply(&state, &batch.actor);
             let changed = next != state;
             if changed {
-                self.write_state(t, &key, code, &next)?;
+                let seq = self.write_state(t, &key, code, &next)?;
                 let record = u.update.audit(&state, &next, &batch.actor, batch.now_ms);
-                self.write_audit(t, &key, &record)?;
+                self.write_audit(t, &key, &record, Some(seq))?;
                 if let Some(set) = &batch.mark_changed {
                     t.code_sets
                         .insert((set.as_str(), key.as_slice()), code)
@@ -1647,14 +1726,24 @@ impl Writer {
     }
 
     /// Appends an audit record to the trail of the link whose record key is `record_key`.
+    /// `change` is the sequence of our change it goes with (see [`AuditRecord::origin`]); a
+    /// record that has an origin (another region's) keeps it.
     fn write_audit(
         &mut self,
         t: &mut Tables<'_>,
         record_key: &[u8],
         record: &AuditRecord,
+        change: Option<u64>,
     ) -> Result<(), StoreError> {
         let key = audit_key(record_key, self.next_audit);
-        let json = serde_json::to_vec(record)?;
+        let mut record = record.clone();
+        if record.origin.is_none() {
+            record.origin = change.map(|seq| Origin {
+                region: self.region,
+                seq,
+            });
+        }
+        let json = serde_json::to_vec(&record)?;
         t.audit
             .insert(key.as_slice(), json.as_slice())
             .map_err(storage)?;
@@ -1689,9 +1778,10 @@ impl Writer {
             action: action.to_string(),
             reason: Some(format!("report {id}: {}", report.reason)),
             undid: None,
+            origin: None,
         };
         if let Some(key) = record_key(&self.scheme, &report.code) {
-            self.write_audit(t, &key, &record)?;
+            self.write_audit(t, &key, &record, None)?;
         }
         Ok(report)
     }
@@ -1703,7 +1793,7 @@ impl Writer {
         key: &[u8],
         code: &str,
         state: &LinkState,
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
         let state_json = serde_json::to_vec(state)?;
         t.states
             .insert(key, state_json.as_slice())
@@ -1714,11 +1804,12 @@ impl Writer {
             state: state.clone(),
         };
         let change_json = serde_json::to_vec(&change)?;
+        let seq = self.next_seq;
         t.changes
-            .insert(self.next_seq, change_json.as_slice())
+            .insert(seq, change_json.as_slice())
             .map_err(storage)?;
         self.next_seq += 1;
-        Ok(())
+        Ok(seq)
     }
 
     fn purge_idempotency(&mut self, t: &mut Tables<'_>) -> Result<(), StoreError> {
@@ -1824,7 +1915,8 @@ fn apply_resolve_report(
 }
 
 fn apply_put_owner(t: &mut Tables<'_>, record: &OwnerRecord) -> Result<(), StoreError> {
-    if record.flagged.is_none() && record.suspended.is_none() {
+    if record.flagged.is_none() && record.suspended.is_none() && record.unsuspended_at_ms.is_none()
+    {
         t.owners.remove(record.owner.as_str()).map_err(storage)?;
     } else {
         let json = serde_json::to_vec(record)?;
@@ -1917,10 +2009,10 @@ mod tests {
 
     /// Another region's page: written once however often it comes, marked as that region's
     /// (never served back), its position and high-water mark kept; the home's state replaces
-    /// ours, another region's only restricts.
+    /// ours, another region's only restricts; its audit records join the history once.
     #[test]
     fn replicated_pages_apply_once_and_never_loop() {
-        use crate::store::{peer_position, Replicated, ReplicatedChange};
+        use crate::store::{peer_position, Origin, Replicated, ReplicatedChange, StateUpdate};
         let dir = tempfile::tempdir().unwrap();
         let key = PermutationKey::from_bytes(&[3u8; 16]).unwrap();
         let scheme = CodeScheme::new(&key).unwrap();
@@ -1944,6 +2036,20 @@ mod tests {
             changes: changes
                 .into_iter()
                 .map(|(change, authoritative)| ReplicatedChange {
+                    audit: match &change {
+                        Change::StateChanged { .. } => vec![AuditRecord {
+                            at_ms: 9,
+                            actor: "lhk_there".into(),
+                            action: "takedown".into(),
+                            reason: None,
+                            undid: None,
+                            origin: Some(Origin {
+                                region: 1,
+                                seq: position,
+                            }),
+                        }],
+                        Change::LinkCreated { .. } => Vec::new(),
+                    },
                     change,
                     authoritative,
                 })
@@ -1979,7 +2085,7 @@ mod tests {
         let (own, upto) = store.own_changes_since(0, 100).unwrap();
         assert_eq!(upto, store.last_seq().unwrap());
         assert_eq!(own.len(), 1);
-        assert!(matches!(&own[0].1, Change::LinkCreated { link, .. } if link.code == mine));
+        assert!(matches!(&own[0].change, Change::LinkCreated { link, .. } if link.code == mine));
         // From a region that is not the link's home, a restore lifts nothing; a flag adds.
         let restored = Change::StateChanged {
             code: theirs.clone(),
@@ -2005,7 +2111,33 @@ mod tests {
             LinkState::default()
         );
         let history = store.history(&theirs).unwrap();
-        assert!(history.iter().all(|r| r.actor == "region:1"), "{history:?}");
+        let seqs: Vec<u64> = history
+            .iter()
+            .filter_map(|r| r.origin.filter(|o| o.region == 1).map(|o| o.seq))
+            .collect();
+        assert_eq!(seqs, [2, 3, 5], "{history:?}");
+        // Our own change goes out with the record written with it, tagged with its sequence.
+        let before = store.last_seq().unwrap();
+        store
+            .update_state(
+                &mine,
+                StateUpdate::Takedown {
+                    reason: "spam".into(),
+                    warn: false,
+                },
+                &Actor::System,
+            )
+            .unwrap();
+        let (own, _) = store.own_changes_since(before, 10).unwrap();
+        assert_eq!(own.len(), 1);
+        assert_eq!(
+            own[0].audit.iter().map(|r| r.origin).collect::<Vec<_>>(),
+            [Some(Origin {
+                region: 0,
+                seq: own[0].seq
+            })]
+        );
+        assert_eq!(own[0].audit[0].action, "takedown");
         // A long run of replicated entries is read in bounded steps, each saying how far it got.
         let many: Vec<(Change, bool)> = (0..1_500u64)
             .map(|i| {
@@ -2031,6 +2163,8 @@ mod tests {
         let (own, upto) = store.own_changes_since(before, 10).unwrap();
         assert!(own.is_empty() && upto > before && upto < store.last_seq().unwrap());
         let (own, _) = store.own_changes_since(upto, 10).unwrap();
-        assert!(matches!(&own[..], [(_, Change::LinkCreated { link, .. })] if link.code == last));
+        assert!(
+            matches!(&own[..], [OwnChange { change: Change::LinkCreated { link, .. }, .. }] if link.code == last)
+        );
     }
 }

@@ -714,6 +714,7 @@ async fn apply_creates(
                 action: "created".to_string(),
                 reason: Some(format!("held: {}", hold.as_str())),
                 undid: None,
+                origin: None,
             };
             appends.audit.push((code.clone(), json(&record)?));
         }
@@ -880,6 +881,7 @@ async fn apply_delete(
         action: "delete".to_string(),
         reason: None,
         undid: None,
+        origin: None,
     };
     appends.audit.push((code.to_string(), json(&record)?));
     Ok(DeleteOutcome::Deleted)
@@ -1034,6 +1036,7 @@ async fn add_report(
         action: action.to_string(),
         reason: Some(format!("report {}: {}", report.id, report.reason)),
         undid: None,
+        origin: None,
     };
     appends.audit.push((report.code.clone(), json(&record)?));
     Ok(report)
@@ -1071,7 +1074,8 @@ async fn resolve_report(
 }
 
 async fn put_owner(txn: &Transaction<'_>, record: &OwnerRecord) -> Result<(), StoreError> {
-    if record.flagged.is_none() && record.suspended.is_none() {
+    if record.flagged.is_none() && record.suspended.is_none() && record.unsuspended_at_ms.is_none()
+    {
         txn.execute("DELETE FROM owners WHERE owner = $1", &[&record.owner])
             .await
             .map_err(pg)?;
