@@ -533,6 +533,45 @@ impl ApiKeys {
         }
     }
 
+    /// Makes these keys follow another region's `theirs`: keys missing here are added (with
+    /// their revocations), and keys revoked there are revoked here. How many were added and
+    /// revoked.
+    pub fn copy_from(&self, theirs: &[KeyRecord]) -> Result<(usize, usize), KeysError> {
+        let ours = self.records()?;
+        let added = match &self.source {
+            Source::File { data_dir, .. } => {
+                let added = import_keys(data_dir, theirs)?;
+                self.reload_if_changed();
+                added
+            }
+            Source::Store { keys, cache } => {
+                let present: std::collections::HashSet<[u8; 32]> =
+                    ours.iter().map(|k| k.hash).collect();
+                let mut added = 0;
+                for k in theirs.iter().filter(|k| !present.contains(&k.hash)) {
+                    keys.add_key(k).map_err(KeysError::Store)?;
+                    added += 1;
+                }
+                if added > 0 {
+                    if let Ok(mut c) = cache.write() {
+                        c.0 = None;
+                    }
+                }
+                added
+            }
+        };
+        let mut revoked = 0;
+        for k in theirs.iter().filter(|k| k.revoked_at.is_some()) {
+            let live_here = ours
+                .iter()
+                .any(|o| o.hash == k.hash && o.revoked_at.is_none());
+            if live_here && self.revoke(&k.id)? {
+                revoked += 1;
+            }
+        }
+        Ok((added, revoked))
+    }
+
     /// Revokes key `id`; false if there is no such key or it was already revoked.
     pub fn revoke(&self, id: &str) -> Result<bool, KeysError> {
         let at = crate::clock::rfc3339(crate::clock::now_ms());

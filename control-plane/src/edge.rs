@@ -16,6 +16,10 @@
 //!   frame, and any kept snapshot's bytes ([`crate::publish`]); `{id}.zst` is its zstd copy.
 //!   Both answer single `Range` requests (206, 416), so an engine resumes a broken download.
 //! - `POST /edge/v1/status`: an engine's status report ([`crate::fleet`]).
+//! - `/peer/v1/...`: what other regions call ([`crate::peers`], docs/ARCHITECTURE.md,
+//!   "Regions"), with the peer token only: `changes` (own changes with their audit records),
+//!   `links/{code}` (read-through), `links/{code}/state` (a forwarded change), `aliases` (a
+//!   forwarded alias create), `keys`, `owners` (suspensions) and `stats/{code}` (rollups).
 //! - `/healthz`.
 //!
 //! AUTHENTICATION: every request but `/healthz` must carry `Authorization: Bearer <edge token>`
@@ -326,7 +330,7 @@ async fn peer_alias(
 
 /// `GET /peer/v1/keys`: every API key this region knows (hashes, never secrets), revocations
 /// included, for a peer region to copy: a key works in every region, and a revocation anywhere
-/// reaches every region. 404 `no_keys` where keys are not served (a shared store's keys).
+/// reaches every region. 404 `no_keys` where keys are not served.
 async fn peer_keys(
     State(state): State<EdgeState>,
 ) -> Result<Json<Vec<crate::store::transfer::KeyLine>>, EdgeError> {

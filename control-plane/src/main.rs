@@ -1070,12 +1070,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let key = PermutationKey::load(&args.key_file)?;
     let scheme = CodeScheme::new(&key)?;
-    if (args.peer_token_file.is_some() || !args.peers.is_empty()) && args.store != "embedded" {
-        anyhow::bail!(
-            "--peer and --peer-token-file: replication between regions needs the embedded store \
-             for now (the PostgreSQL store does not replicate yet)"
-        );
-    }
     let peer_token = args
         .peer_token_file
         .as_deref()
@@ -1172,27 +1166,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .clone()
         .map(|shared| follow_shared(shared, Arc::clone(&safety.safety), Arc::clone(&fleet)))
         .transpose()?;
-    // The shared store keeps the keys (every control plane sees a change at once); beside the
-    // embedded store they are the data directory's file.
-    let keys = match Arc::clone(&dyn_store).key_store() {
-        Some(shared) => {
-            if args
-                .data_dir
-                .join(lasthop_control::auth::KEYS_FILE)
-                .exists()
-            {
-                tracing::warn!(
-                    "{} is not read with a shared store: its keys live in the store \
-                     (`lasthop-control import` moves them, or create new ones with --store)",
-                    args.data_dir
-                        .join(lasthop_control::auth::KEYS_FILE)
-                        .display()
-                );
-            }
-            ApiKeys::from_key_store(shared)?
-        }
-        None => ApiKeys::open(&args.data_dir),
-    };
+    let keys = open_keys(&args, &dyn_store, true)?;
     let state = AppState::with_safety(
         Arc::clone(&dyn_store),
         keys,
@@ -1221,7 +1195,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     peers: args.peers.clone(),
                     token: token.clone(),
                     lag_alarm_secs: args.peer_lag_alarm_secs,
-                    keys_dir: Some(args.data_dir.clone()),
+                    keys: Some(Arc::new(open_keys(&args, &dyn_store, false)?)),
                 },
                 Arc::clone(&dyn_store),
                 scheme,
@@ -1276,10 +1250,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_peers(edge_peers.clone())
             .with_snapshots(publisher.subscribe())
             .with_stop(stop_rx.clone());
+        let store_for_keys = Arc::clone(&dyn_store);
         let mut edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));
         if let Some(t) = &peer_token {
             edge_state = edge_state
-                .with_peer_keys(Arc::new(ApiKeys::open(&args.data_dir)))
+                .with_peer_keys(Arc::new(open_keys(&args, &store_for_keys, false)?))
                 .with_peer_stats(state.clone())
                 .with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t), edge_peers, args.max_mint_rate);
         }
@@ -1411,6 +1386,30 @@ fn follow_shared(
 }
 
 /// Trust and safety's running parts.
+/// The API keys: the shared store keeps them (every control plane sees a change at once);
+/// beside the embedded store they are the data directory's file. `warn`: say so when a keys
+/// file is left beside a shared store.
+fn open_keys(
+    args: &ServeArgs,
+    store: &Arc<dyn lasthop_control::store::Store>,
+    warn: bool,
+) -> anyhow::Result<ApiKeys> {
+    Ok(match Arc::clone(store).key_store() {
+        Some(shared) => {
+            let file = args.data_dir.join(lasthop_control::auth::KEYS_FILE);
+            if warn && file.exists() {
+                tracing::warn!(
+                    "{} is not read with a shared store: its keys live in the store \
+                     (`lasthop-control import` moves them, or create new ones with --store)",
+                    file.display()
+                );
+            }
+            ApiKeys::from_key_store(shared)?
+        }
+        None => ApiKeys::open(&args.data_dir),
+    })
+}
+
 struct RunningSafety {
     safety: Arc<lasthop_control::safety::Safety>,
     /// SIGHUP sends here: the list watcher re-reads every list.

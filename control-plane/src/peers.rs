@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lasthop_core::code::{classify, CodeKind};
-use lasthop_core::{Change, CodeScheme};
+use lasthop_core::CodeScheme;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::now_ms;
@@ -79,9 +79,9 @@ pub struct PeersConfig {
     pub token: String,
     /// A lag past this many seconds raises the alarm.
     pub lag_alarm_secs: f64,
-    /// The data directory whose API keys file takes every peer's keys and revocations
-    /// (`None`: keys are not copied, e.g. a store that keeps them itself).
-    pub keys_dir: Option<std::path::PathBuf>,
+    /// The API keys that take every peer's keys and revocations (the data directory's file,
+    /// or the shared store's table); `None`: keys are not copied.
+    pub keys: Option<Arc<crate::auth::ApiKeys>>,
 }
 
 /// Bad replication settings.
@@ -254,12 +254,12 @@ impl Peers {
                 .name(format!("peer-{}", peer.spec.region))
                 .spawn(move || peers.pull(&pulled, &*store))
                 .map_err(PeersError::Thread)?;
-            let dir = this.config.keys_dir.clone();
-            if dir.is_some() || safety.is_some() {
+            let keys = this.config.keys.clone();
+            if keys.is_some() || safety.is_some() {
                 let (peers, peer, safety) = (Arc::clone(&this), Arc::clone(peer), safety.clone());
                 std::thread::Builder::new()
                     .name(format!("peer-keys-{}", peer.spec.region))
-                    .spawn(move || peers.copy_accounts(&peer, dir.as_deref(), safety.as_deref()))
+                    .spawn(move || peers.copy_accounts(&peer, keys.as_deref(), safety.as_deref()))
                     .map_err(PeersError::Thread)?;
             }
         }
@@ -488,18 +488,18 @@ impl Peers {
     /// Copies `peer`'s API keys into `dir`'s keys file every [`KEYS_EVERY`] until stopped: keys
     /// we lack are added (with their revocation, if any), and a key live here but revoked there
     /// is revoked here.
-    /// Copies `peer`'s API keys into `dir` and its suspensions through `safety`, every
+    /// Copies `peer`'s API keys into `keys` and its suspensions through `safety`, every
     /// [`KEYS_EVERY`], until stopped.
     fn copy_accounts(
         &self,
         peer: &Peer,
-        dir: Option<&std::path::Path>,
+        keys: Option<&crate::auth::ApiKeys>,
         safety: Option<&crate::safety::Safety>,
     ) {
         let region = peer.spec.region;
         let mut failing = false;
         while !self.stop.load(Ordering::Relaxed) {
-            let keys = dir.map_or(Ok((0, 0)), |dir| self.copy_keys_once(region, dir));
+            let keys = keys.map_or(Ok((0, 0)), |keys| self.copy_keys_once(region, keys));
             let owners = safety.map_or(Ok(0), |safety| self.copy_owners_once(region, safety));
             match keys.and_then(|k| owners.map(|o| (k, o))) {
                 Ok(((added, revoked), owners)) => {
@@ -547,7 +547,11 @@ impl Peers {
         Ok(copied)
     }
 
-    fn copy_keys_once(&self, region: u32, dir: &std::path::Path) -> Result<(usize, usize), String> {
+    fn copy_keys_once(
+        &self,
+        region: u32,
+        keys: &crate::auth::ApiKeys,
+    ) -> Result<(usize, usize), String> {
         let lines: Vec<crate::store::transfer::KeyLine> = self
             .ask(region, "/peer/v1/keys", None)
             .map_err(|e| e.to_string())?
@@ -557,20 +561,7 @@ impl Peers {
             .map(|l| l.to_record())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
-        let ours = crate::auth::ApiKeys::open(dir)
-            .records()
-            .map_err(|e| e.to_string())?;
-        let added = crate::auth::import_keys(dir, &theirs).map_err(|e| e.to_string())?;
-        let mut revoked = 0;
-        for k in theirs.iter().filter(|k| k.revoked_at.is_some()) {
-            let live_here = ours
-                .iter()
-                .any(|o| o.hash == k.hash && o.revoked_at.is_none());
-            if live_here && crate::auth::revoke_key(dir, &k.id).map_err(|e| e.to_string())? {
-                revoked += 1;
-            }
-        }
-        Ok((added, revoked))
+        keys.copy_from(&theirs).map_err(|e| e.to_string())
     }
 
     /// Stops the threads after their current request (a long poll ends within `WAIT_MS`).
@@ -741,11 +732,7 @@ impl Peers {
                 .changes
                 .into_iter()
                 .map(|c| {
-                    let code = match &c.change {
-                        Change::LinkCreated { link, .. } => link.code.as_str(),
-                        Change::StateChanged { code, .. } => code.as_str(),
-                    };
-                    let authoritative = self.home.of(code) == Some(region);
+                    let authoritative = self.home.of(c.change.code()) == Some(region);
                     // The records are that region's, written with this change: say so, whatever
                     // they claim.
                     let origin = Some(crate::store::Origin { region, seq: c.seq });
@@ -755,6 +742,7 @@ impl Peers {
                         .map(|r| crate::store::AuditRecord { origin, ..r })
                         .collect();
                     ReplicatedChange {
+                        seq: c.seq,
                         authoritative,
                         change: c.change,
                         audit,

@@ -161,6 +161,16 @@ pub enum Change {
     StateChanged { code: String, state: LinkState },
 }
 
+impl Change {
+    /// The code the change is about.
+    pub fn code(&self) -> &str {
+        match self {
+            Change::LinkCreated { link, .. } => &link.code,
+            Change::StateChanged { code, .. } => code,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -135,6 +135,9 @@ pub fn peer_position(region: u32) -> String {
 /// One change another region originated, as it is applied here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicatedChange {
+    /// Its sequence in the originating region's log: one at or below the saved position is
+    /// skipped (a page applied twice, or by two control planes of a region at once).
+    pub seq: u64,
     pub change: Change,
     /// The originating region is the link's home: its state replaces ours. Otherwise only
     /// what it restricts is applied (a takedown, a flag, a disablement, a deletion issued

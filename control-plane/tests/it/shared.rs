@@ -509,3 +509,159 @@ fn snapshots_fleet_suspensions_and_the_scanner_are_shared() {
     });
     println!("the scanner moved to another control plane in {took:?}");
 }
+
+/// A free loopback port (bound, then let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Two regions on PostgreSQL, each its own database: region 0 with two control planes (both
+/// replicating region 1 at once), region 1 with one. A link made in region 1 is in region 0's
+/// store once, whichever of its control planes applied it; a takedown issued in region 0 of
+/// region 1's link reaches region 1 with its audit record; a restore issued in region 0 is
+/// forwarded to region 1 and comes back; API keys made in region 0 work in region 1.
+#[test]
+fn regions_on_postgres_replicate_once_and_forward_to_the_home() {
+    let Some(pg) = Postgres::shared("shared::regions_on_postgres") else {
+        return;
+    };
+    let url_a = pg.database(&format!("ra{}", rand_u32()));
+    let url_b = pg.database(&format!("rb{}", rand_u32()));
+    let site_a = Site::shared(&url_a);
+    let site_b = Site::shared(&url_b);
+    // One permutation key for every region: any region decodes any code's counter.
+    std::fs::copy(site_a.key_file(), site_b.key_file()).unwrap();
+    let token = site_a.dir.path().join("peer.token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
+    let token = token.to_str().unwrap().to_string();
+    let (pa0, pa1, pb) = (free_port(), free_port(), free_port());
+    let region = |site: &Site, name: &str, r: &str, edge: u16, peer: String| {
+        let edge = format!("127.0.0.1:{edge}");
+        site.start_in(
+            name,
+            &[
+                "--scanner",
+                "off",
+                "--region",
+                r,
+                "--regions",
+                "2",
+                "--edge-listen",
+                &edge,
+                "--peer",
+                &peer,
+                "--peer-token-file",
+                &token,
+            ],
+        )
+    };
+    let a0 = region(&site_a, "a0", "0", pa0, format!("1=http://127.0.0.1:{pb}"));
+    let a1 = region(&site_a, "a1", "0", pa1, format!("1=http://127.0.0.1:{pb}"));
+    let b = region(&site_b, "b", "1", pb, format!("0=http://127.0.0.1:{pa0}"));
+    // Region 0's keys reach region 1 (copied each second).
+    let admin = site_a.new_key("ops", true);
+    let took = wait_until(
+        Duration::from_secs(10),
+        "region 0's keys at region 1",
+        || {
+            [&site_a.api_key, &admin]
+                .iter()
+                .all(|k| call("GET", &b.url("/v1/links"), Some(k), None).unwrap().0 == 200)
+        },
+    );
+    println!("a key of region 0 worked in region 1 after {took:?}");
+    let (status, body) = call(
+        "POST",
+        &b.url("/v1/links"),
+        Some(&site_a.api_key),
+        Some(r#"{"long_url":"https://example.com/made-in-1"}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let code = json(&body)["code"].as_str().unwrap().to_string();
+    let status_at = |cp: &Server| {
+        let (status, body) = call(
+            "GET",
+            &cp.url(&format!("/v1/links/{code}")),
+            Some(&admin),
+            None,
+        )
+        .unwrap();
+        if status == 404 {
+            return "not_here_yet".to_string();
+        }
+        assert_eq!(status, 200, "{body}");
+        json(&body)["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    for cp in [&a0, &a1] {
+        wait_until(
+            Duration::from_secs(10),
+            "region 1's link in region 0",
+            || status_at(cp) == "active",
+        );
+    }
+    let (status, body) = call(
+        "POST",
+        &a1.url(&format!("/v1/links/{code}/takedown")),
+        Some(&admin),
+        Some(r#"{"reason":"phishing"}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let took = wait_until(
+        Duration::from_secs(5),
+        "region 0's takedown at region 1",
+        || status_at(&b) == "taken_down",
+    );
+    println!("a takedown in region 0 reached region 1 (PostgreSQL) after {took:?}");
+    let (status, body) = call(
+        "GET",
+        &b.url(&format!("/v1/links/{code}/history")),
+        Some(&admin),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let history = json(&body)["history"].clone();
+    assert!(
+        history
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["action"] == "takedown" && r["origin"]["region"] == 0),
+        "{history}"
+    );
+    let (status, body) = call(
+        "POST",
+        &a0.url(&format!("/v1/links/{code}/restore")),
+        Some(&admin),
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    for cp in [&b, &a0, &a1] {
+        wait_until(Duration::from_secs(5), "the restore everywhere", || {
+            status_at(cp) == "active"
+        });
+    }
+    // Two control planes pulled region 1 into one store: each of its changes is there once.
+    let scheme = site_a.scheme();
+    let store = lasthop_control::store::postgres::PgStore::open(
+        lasthop_control::store::postgres::PgStoreConfig::new(url_a.clone(), scheme),
+    )
+    .unwrap();
+    use lasthop_control::store::Store as _;
+    let changes = store.changes_since(0, 10_000).unwrap();
+    let created = changes
+        .iter()
+        .filter(|(_, c)| matches!(c, lasthop_core::Change::LinkCreated { link, .. } if link.code == code))
+        .count();
+    assert_eq!(created, 1, "{changes:?}");
+}

@@ -56,17 +56,22 @@ impl Backend {
     }
 
     pub fn open(&self) -> Arc<dyn Store> {
+        self.open_in(0, 1)
+    }
+
+    /// The store of region `region` of `regions`.
+    pub fn open_in(&self, region: u32, regions: u32) -> Arc<dyn Store> {
         let scheme = CodeScheme::new(self.key()).unwrap();
         match self {
-            Backend::Embedded { dir, .. } => Arc::new(
-                EmbeddedStore::open(
-                    EmbeddedStoreConfig::new(dir.path().join("links.redb"), scheme),
-                    None,
-                )
-                .unwrap(),
-            ),
+            Backend::Embedded { dir, .. } => {
+                let mut config = EmbeddedStoreConfig::new(dir.path().join("links.redb"), scheme);
+                (config.region, config.regions) = (region, regions);
+                Arc::new(EmbeddedStore::open(config, None).unwrap())
+            }
             Backend::Postgres { url, .. } => {
-                Arc::new(PgStore::open(PgStoreConfig::new(url.clone(), scheme)).unwrap())
+                let mut config = PgStoreConfig::new(url.clone(), scheme);
+                (config.region, config.regions) = (region, regions);
+                Arc::new(PgStore::open(config).unwrap())
             }
         }
     }
@@ -111,6 +116,7 @@ suite!(
     creates_lease_counters_claim_aliases_and_replay_idempotent_answers,
     owners_pages_and_consistent_reads,
     api_keys_are_seen_by_every_reader_and_revocations_at_once,
+    replicated_pages_apply_once_and_never_loop,
 );
 
 impl Backend {
@@ -887,5 +893,174 @@ fn reports_and_owners(backend: &Backend) {
     };
     store.put_owner(lifted.clone()).unwrap();
     assert_eq!(store.owner("a").unwrap(), Some(lifted));
+    store.shutdown().unwrap();
+}
+
+/// Another region's page: written once however often it comes, marked as that region's
+/// (never served back), its position and high-water mark kept; the home's state replaces
+/// ours, another region's only restricts; its audit records join the history once.
+fn replicated_pages_apply_once_and_never_loop(backend: &Backend) {
+    use lasthop_control::store::{
+        peer_position, AuditRecord, Origin, OwnChange, Replicated, ReplicatedChange,
+    };
+    use lasthop_core::{region_range, Link};
+    let scheme = CodeScheme::new(backend.key()).unwrap();
+    let store = backend.open_in(0, 2);
+    let store = &*store;
+    let mine = create_url(store, "alice", "https://example.com/mine");
+    let theirs = scheme
+        .encode_string(region_range(1, 2).unwrap().start + 5)
+        .unwrap();
+    let link = Link {
+        code: theirs.clone(),
+        long_url: "https://example.org/theirs".into(),
+        owner: "bob".into(),
+        created_at_ms: 7,
+    };
+    let taken = LinkState {
+        takedown_reason: Some("phishing".into()),
+        ..LinkState::default()
+    };
+    // The changes of a page end at its position: sequences position-n+1..=position.
+    let page = |changes: Vec<(Change, bool)>, position: u64| Replicated {
+        region: 1,
+        changes: {
+            let n = changes.len() as u64;
+            changes
+                .into_iter()
+                .enumerate()
+                .map(|(i, (change, authoritative))| {
+                    let seq = position + 1 + i as u64 - n;
+                    ReplicatedChange {
+                        seq,
+                        audit: match &change {
+                            Change::StateChanged { .. } => vec![AuditRecord {
+                                at_ms: 9,
+                                actor: "lhk_there".into(),
+                                action: "takedown".into(),
+                                reason: None,
+                                undid: None,
+                                origin: Some(Origin { region: 1, seq }),
+                            }],
+                            Change::LinkCreated { .. } => Vec::new(),
+                        },
+                        change,
+                        authoritative,
+                    }
+                })
+                .collect()
+        },
+        high_water: region_range(1, 2).unwrap().start + 10_000,
+        position,
+    };
+    let created = Change::LinkCreated {
+        link: link.clone(),
+        state: LinkState::default(),
+    };
+    let took_down = Change::StateChanged {
+        code: theirs.clone(),
+        state: taken.clone(),
+    };
+    let first = page(vec![(created.clone(), true), (took_down.clone(), true)], 2);
+    assert_eq!(store.replicate(first.clone()).unwrap().applied, 2);
+    assert_eq!(
+        store.replicate(first).unwrap().applied,
+        0,
+        "a page applied twice"
+    );
+    assert_eq!(store.get(&theirs).unwrap().unwrap().state, taken);
+    assert_eq!(
+        store.position(&peer_position(1)).unwrap().as_deref(),
+        Some("2")
+    );
+    assert!(store
+        .high_water_marks()
+        .unwrap()
+        .contains(&(1, region_range(1, 2).unwrap().start + 10_000)));
+    // Only our own changes are served to peers; the replicated ones are skipped past.
+    let (own, upto) = store.own_changes_since(0, 100).unwrap();
+    assert_eq!(upto, store.last_seq().unwrap());
+    assert_eq!(own.len(), 1);
+    assert!(matches!(&own[0].change, Change::LinkCreated { link, .. } if link.code == mine));
+    // From a region that is not the link's home, a restore lifts nothing; a flag adds.
+    let restored = Change::StateChanged {
+        code: theirs.clone(),
+        state: LinkState::default(),
+    };
+    store
+        .replicate(page(vec![(restored.clone(), false)], 3))
+        .unwrap();
+    assert_eq!(store.get(&theirs).unwrap().unwrap().state, taken);
+    let flagged = Change::StateChanged {
+        code: mine.clone(),
+        state: LinkState {
+            warn: true,
+            ..LinkState::default()
+        },
+    };
+    store.replicate(page(vec![(flagged, false)], 4)).unwrap();
+    assert!(store.get(&mine).unwrap().unwrap().state.warn);
+    // From its home, the restore applies.
+    store.replicate(page(vec![(restored, true)], 5)).unwrap();
+    assert_eq!(
+        store.get(&theirs).unwrap().unwrap().state,
+        LinkState::default()
+    );
+    let history = store.history(&theirs).unwrap();
+    let seqs: Vec<u64> = history
+        .iter()
+        .filter_map(|r| r.origin.filter(|o| o.region == 1).map(|o| o.seq))
+        .collect();
+    assert_eq!(seqs, [2, 3, 5], "{history:?}");
+    // Our own change goes out with the record written with it, tagged with its sequence.
+    let before = store.last_seq().unwrap();
+    store
+        .update_state(
+            &mine,
+            StateUpdate::Takedown {
+                reason: "spam".into(),
+                warn: false,
+            },
+            &Actor::System,
+        )
+        .unwrap();
+    let (own, _) = store.own_changes_since(before, 10).unwrap();
+    assert_eq!(own.len(), 1);
+    assert_eq!(
+        own[0].audit.iter().map(|r| r.origin).collect::<Vec<_>>(),
+        [Some(Origin {
+            region: 0,
+            seq: own[0].seq
+        })]
+    );
+    assert_eq!(own[0].audit[0].action, "takedown");
+    // A long run of replicated entries is read in bounded steps, each saying how far it got.
+    let many: Vec<(Change, bool)> = (0..1_500u64)
+        .map(|i| {
+            let code = scheme
+                .encode_string(region_range(1, 2).unwrap().start + 100 + i)
+                .unwrap();
+            let link = Link {
+                code,
+                ..link.clone()
+            };
+            (
+                Change::LinkCreated {
+                    link,
+                    state: LinkState::default(),
+                },
+                true,
+            )
+        })
+        .collect();
+    let before = store.last_seq().unwrap();
+    store.replicate(page(many, 1_505)).unwrap();
+    let last = create_url(store, "alice", "https://example.com/after-the-run");
+    let (own, upto) = store.own_changes_since(before, 10).unwrap();
+    assert!(own.is_empty() && upto > before && upto < store.last_seq().unwrap());
+    let (own, _) = store.own_changes_since(upto, 10).unwrap();
+    assert!(
+        matches!(&own[..], [OwnChange { change: Change::LinkCreated { link, .. }, .. }] if link.code == last)
+    );
     store.shutdown().unwrap();
 }

@@ -45,8 +45,8 @@ pub use schema::{migrate, MIGRATIONS};
 
 use super::{
     Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest, DeleteOutcome,
-    HostEntry, HostPage, LinkPage, OwnerRecord, Report, ReportFilter, ReportPage, Resolution,
-    Store, StoreError, StoredLink,
+    HostEntry, HostPage, LinkPage, OwnChange, OwnerRecord, ReplicateOutcome, Replicated, Report,
+    ReportFilter, ReportPage, Resolution, Store, StoreError, StoredLink,
 };
 pub(crate) use crate::store::corrupt;
 use writer::{Op, Writer};
@@ -179,6 +179,8 @@ impl StateNews {
 /// The PostgreSQL store. Cheap to share behind an `Arc`.
 pub struct PgStore {
     news: Arc<StateNews>,
+    /// This control plane's region (the origin of the audit records it writes).
+    region: u32,
     rt: tokio::runtime::Runtime,
     pool: Pool,
     config: tokio_postgres::Config,
@@ -275,6 +277,7 @@ impl PgStore {
         ));
         Ok(PgStore {
             news,
+            region: config.region,
             rt,
             pool,
             config: pg_config,
@@ -690,6 +693,76 @@ impl Store for PgStore {
                 })
                 .collect()
         })
+    }
+
+    fn own_changes_since(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<OwnChange>, u64), StoreError> {
+        let region = self.region;
+        // A region that mostly replicates others' changes still answers in bounded time: the
+        // page ends after this many entries read, own or not (`upto` says how far it got).
+        let scan = limit.saturating_mul(10).max(1_000);
+        let from = to_i64(after);
+        self.with_client(move |c| async move {
+            let rows = c
+                .query(
+                    "SELECT c.seq, c.change, o.region IS NULL FROM changes c \
+                     LEFT JOIN change_origins o ON o.seq = c.seq \
+                     WHERE c.seq > $1 ORDER BY c.seq LIMIT $2",
+                    &[&from, &limit_i64(scan)],
+                )
+                .await
+                .map_err(pg)?;
+            let mut out: Vec<OwnChange> = Vec::new();
+            let mut upto = after;
+            for r in &rows {
+                let seq = u64::try_from(r.get::<_, i64>(0)).unwrap_or(0);
+                if r.get::<_, bool>(2) {
+                    if out.len() == limit {
+                        break;
+                    }
+                    let text: String = r.get(1);
+                    let change = serde_json::from_str(&text).map_err(|e| corrupt("changes", e))?;
+                    out.push(OwnChange {
+                        seq,
+                        change,
+                        audit: Vec::new(),
+                    });
+                }
+                upto = seq;
+            }
+            // The records written with those changes: one read for the page.
+            let codes: Vec<String> = out.iter().map(|o| o.change.code().to_string()).collect();
+            if !codes.is_empty() {
+                let rows = c
+                    .query(
+                        "SELECT code, record FROM audit WHERE code = ANY($1) ORDER BY id",
+                        &[&codes],
+                    )
+                    .await
+                    .map_err(pg)?;
+                let at: std::collections::HashMap<u64, usize> =
+                    out.iter().enumerate().map(|(i, o)| (o.seq, i)).collect();
+                for r in &rows {
+                    let text: String = r.get(1);
+                    let record: AuditRecord =
+                        serde_json::from_str(&text).map_err(|e| corrupt("audit", e))?;
+                    let Some(o) = record.origin.filter(|o| o.region == region) else {
+                        continue;
+                    };
+                    if let Some(&i) = at.get(&o.seq) {
+                        out[i].audit.push(record);
+                    }
+                }
+            }
+            Ok((out, upto))
+        })
+    }
+
+    fn replicate(&self, page: Replicated) -> Result<ReplicateOutcome, StoreError> {
+        self.submit(|reply| Op::Replicate(Box::new(page), reply))
     }
 
     fn last_seq(&self) -> Result<u64, StoreError> {

@@ -131,6 +131,19 @@ CREATE TABLE snapshot_chunks (
 ALTER TABLE snapshot_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
 "#,
     ),
+    (
+        3,
+        "replication between regions: the change-log entries another region originated",
+        r#"
+-- Change-log entries written by replicating another region (`--peer`): never served back to
+-- a peer, so nothing loops. The last applied position of each peer is `positions.peer/<r>`;
+-- its high-water mark is its `counters` row.
+CREATE TABLE change_origins (
+    seq    bigint PRIMARY KEY,
+    region int NOT NULL
+);
+"#,
+    ),
 ];
 
 /// Applies every migration the database has not had yet; returns how many ran.

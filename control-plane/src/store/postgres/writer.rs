@@ -22,8 +22,9 @@ use tokio_postgres::{Client, Transaction};
 
 use super::{announce, connect, corrupt, pg, PgStoreConfig, CHANGES_CHANNEL};
 use crate::store::{
-    Actor, AuditRecord, Batch, BatchResult, CreateOutcome, CreateRequest, DeleteOutcome,
-    OwnerRecord, Report, ReportKind, Resolution, StoreError, StoredLink,
+    Actor, AuditRecord, Batch, BatchResult, CreateOutcome, CreateRequest, DeleteOutcome, Origin,
+    OwnerRecord, ReplicateOutcome, Replicated, Report, ReportKind, Resolution, StoreError,
+    StoredLink,
 };
 
 /// `denied.kind` values.
@@ -49,6 +50,7 @@ pub(crate) enum Op {
         reply: Reply<Option<Result<Report, Report>>>,
     },
     PutOwner(Box<OwnerRecord>, Reply<()>),
+    Replicate(Box<Replicated>, Reply<ReplicateOutcome>),
     Shutdown(Reply<()>),
 }
 
@@ -95,6 +97,7 @@ enum Work {
     AddReport(Box<Report>, Slot<Report>),
     ResolveReport(u64, Resolution, Slot<Option<Result<Report, Report>>>),
     PutOwner(Box<OwnerRecord>, Slot<()>),
+    Replicate(Box<Replicated>, Slot<ReplicateOutcome>),
     Shutdown(Slot<()>),
 }
 
@@ -128,12 +131,34 @@ fn deny_code(kind: DenyKind) -> i16 {
 /// one statement per table at the end.
 #[derive(Default)]
 struct Appends {
+    /// This region: the origin of the audit records written with its changes.
+    region: u32,
     changes: Vec<(i64, String)>,
     audit: Vec<(String, String)>,
     deny_set: HashMap<String, Option<i16>>,
 }
 
 impl Appends {
+    /// Appends an audit record of `code`; `change` is the sequence of our change it goes
+    /// with ([`AuditRecord::origin`]; a record with an origin already, another region's,
+    /// keeps it).
+    fn record(
+        &mut self,
+        code: &str,
+        record: &AuditRecord,
+        change: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let mut record = record.clone();
+        if record.origin.is_none() {
+            record.origin = change.map(|seq| Origin {
+                region: self.region,
+                seq: u64::try_from(seq).unwrap_or(0),
+            });
+        }
+        self.audit.push((code.to_string(), json(&record)?));
+        Ok(())
+    }
+
     /// The statements that write them, to be sent together (pipelined: one round trip for
     /// the lot, [`all`]).
     fn statements<'a>(self, txn: &'a Transaction<'a>) -> Vec<Pending<'a>> {
@@ -319,9 +344,12 @@ impl Writer {
         finishes: &mut Vec<Finish>,
         shutdown: &mut bool,
     ) -> Result<Option<u64>, StoreError> {
-        let writes_log = batch
-            .iter()
-            .any(|op| matches!(op, Op::Create(..) | Op::Delete { .. } | Op::Batch(..)));
+        let writes_log = batch.iter().any(|op| {
+            matches!(
+                op,
+                Op::Create(..) | Op::Delete { .. } | Op::Batch(..) | Op::Replicate(..)
+            )
+        });
         // Every reply registered first: whatever fails below, each caller hears of it.
         let work: Vec<Work> = batch
             .into_iter()
@@ -338,6 +366,7 @@ impl Writer {
                     reply,
                 } => Work::ResolveReport(id, resolution, pending(reply, finishes)),
                 Op::PutOwner(r, reply) => Work::PutOwner(r, pending(reply, finishes)),
+                Op::Replicate(page, reply) => Work::Replicate(page, pending(reply, finishes)),
                 Op::Shutdown(reply) => {
                     *shutdown = true;
                     Work::Shutdown(pending(reply, finishes))
@@ -364,7 +393,10 @@ impl Writer {
             0
         };
         let mut next_seq = first_seq;
-        let mut appends = Appends::default();
+        let mut appends = Appends {
+            region: counters.region,
+            ..Appends::default()
+        };
         let mut work = work.into_iter().peekable();
         while let Some(item) = work.next() {
             match item {
@@ -410,6 +442,12 @@ impl Writer {
                 Work::PutOwner(record, slot) => {
                     put_owner(&txn, &record).await?;
                     fill(&slot, Ok(()));
+                }
+                Work::Replicate(page, slot) => {
+                    let outcome =
+                        apply_replicate(&txn, &page, counters.region, &mut next_seq, &mut appends)
+                            .await?;
+                    fill(&slot, Ok(outcome));
                 }
                 Work::Shutdown(slot) => fill(&slot, Ok(())),
             }
@@ -716,7 +754,7 @@ async fn apply_creates(
                 undid: None,
                 origin: None,
             };
-            appends.audit.push((code.clone(), json(&record)?));
+            appends.record(&code, &record, Some(seq))?;
         }
         let dest = match &req.destination {
             Some(d) => Some(d.clone()),
@@ -841,12 +879,27 @@ async fn apply_delete(
     appends: &mut Appends,
 ) -> Result<DeleteOutcome, StoreError> {
     let mut found = read_for_update(txn, &[code.to_string()]).await?;
-    let Some(mut s) = found.remove(code) else {
+    let Some(s) = found.remove(code) else {
         return Ok(DeleteOutcome::NotFound);
     };
     if s.state.deleted {
         return Ok(DeleteOutcome::AlreadyDeleted);
     }
+    erase(txn, s, Some(actor), next_seq, appends).await?;
+    Ok(DeleteOutcome::Deleted)
+}
+
+/// Soft-deletes the link `s` (read for update, not deleted): its URL and index entries go,
+/// the code stays. With `actor`, its audit record is written (a replicated deletion brings
+/// the record of the region that made it instead).
+async fn erase(
+    txn: &Transaction<'_>,
+    mut s: StoredLink,
+    actor: Option<&Actor>,
+    next_seq: &mut i64,
+    appends: &mut Appends,
+) -> Result<(), StoreError> {
+    let code = s.link.code.clone();
     if let Some(dest) = Destination::parse(&s.link.long_url) {
         txn.execute(
             "DELETE FROM dest_hosts WHERE index_key = $1 AND code = $2",
@@ -870,21 +923,208 @@ async fn apply_delete(
     appends.changes.push((
         seq,
         json(&Change::StateChanged {
-            code: code.to_string(),
+            code: code.clone(),
             state: s.state.clone(),
         })?,
     ));
-    appends.deny_set.insert(code.to_string(), None);
-    let record = AuditRecord {
-        at_ms: crate::clock::now_ms(),
-        actor: actor.to_string(),
-        action: "delete".to_string(),
-        reason: None,
-        undid: None,
-        origin: None,
+    appends.deny_set.insert(code.clone(), None);
+    if let Some(actor) = actor {
+        let record = AuditRecord {
+            at_ms: crate::clock::now_ms(),
+            actor: actor.to_string(),
+            action: "delete".to_string(),
+            reason: None,
+            undid: None,
+            origin: None,
+        };
+        appends.record(&code, &record, Some(seq))?;
+    }
+    Ok(())
+}
+
+/// Applies another region's own changes (see [`Replicated`]) after the saved position: links
+/// we lack are written as they are there, states as the rule says ([`crate::store::restrict`]
+/// unless the region is the link's home), their audit records added; every change-log entry
+/// this writes is marked as that region's (`change_origins`), so it is never served back. The
+/// region's high-water mark and the position are saved in the same transaction, which holds
+/// the change-log lock: control planes of one region applying the same page take turns, and
+/// the second skips what the first applied.
+async fn apply_replicate(
+    txn: &Transaction<'_>,
+    page: &Replicated,
+    here: u32,
+    next_seq: &mut i64,
+    appends: &mut Appends,
+) -> Result<ReplicateOutcome, StoreError> {
+    let name = crate::store::peer_position(page.region);
+    let done: u64 = txn
+        .query_opt("SELECT value FROM positions WHERE name = $1", &[&name])
+        .await
+        .map_err(pg)?
+        .and_then(|r| r.get::<_, String>(0).parse().ok())
+        .unwrap_or(0);
+    let first = *next_seq;
+    let mut outcome = ReplicateOutcome::default();
+    for c in page.changes.iter().filter(|c| c.seq > done) {
+        let (applied, code) = match &c.change {
+            Change::LinkCreated { link, state } => (
+                replicate_link(txn, link, state, next_seq, appends).await?,
+                link.code.as_str(),
+            ),
+            Change::StateChanged { code, state } => (
+                replicate_state(txn, code, state, c.authoritative, next_seq, appends).await?,
+                code.as_str(),
+            ),
+        };
+        if applied {
+            outcome.applied += 1;
+        } else {
+            outcome.skipped += 1;
+        }
+        if !c.audit.is_empty() {
+            let here = txn
+                .query_opt("SELECT 1 FROM links WHERE code = $1", &[&code])
+                .await
+                .map_err(pg)?
+                .is_some();
+            if here {
+                for record in &c.audit {
+                    appends.record(code, record, None)?;
+                }
+            }
+        }
+    }
+    if *next_seq > first {
+        txn.execute(
+            "INSERT INTO change_origins (seq, region) \
+             SELECT generate_series($1::bigint, $2::bigint), $3",
+            &[&first, &(*next_seq - 1), &(page.region as i32)],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    if page.region != here {
+        txn.execute(
+            "INSERT INTO counters (region, next) VALUES ($1, $2) \
+             ON CONFLICT (region) DO UPDATE SET next = GREATEST(counters.next, excluded.next)",
+            &[&(page.region as i32), &i64_of(page.high_water)],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    txn.execute(
+        "INSERT INTO positions (name, value) VALUES ($1, $2) \
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        &[&name, &page.position.max(done).to_string()],
+    )
+    .await
+    .map_err(pg)?;
+    Ok(outcome)
+}
+
+/// Writes another region's link as it is there, unless we have it; true if written.
+async fn replicate_link(
+    txn: &Transaction<'_>,
+    link: &Link,
+    state: &LinkState,
+    next_seq: &mut i64,
+    appends: &mut Appends,
+) -> Result<bool, StoreError> {
+    let seq = *next_seq;
+    let written = txn
+        .execute(
+            "INSERT INTO links (code, long_url, owner, created_at_ms, created_seq, state) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (code) DO NOTHING",
+            &[
+                &link.code,
+                &link.long_url,
+                &link.owner,
+                &link.created_at_ms,
+                &seq,
+                &json(state)?,
+            ],
+        )
+        .await
+        .map_err(pg)?;
+    if written == 0 {
+        return Ok(false);
+    }
+    *next_seq += 1;
+    appends.changes.push((
+        seq,
+        json(&Change::LinkCreated {
+            link: link.clone(),
+            state: state.clone(),
+        })?,
+    ));
+    if let Some(kind) = state.deny_kind() {
+        appends
+            .deny_set
+            .insert(link.code.clone(), Some(deny_code(kind)));
+    }
+    if !state.deleted {
+        if let Some(dest) = Destination::parse(&link.long_url) {
+            txn.execute(
+                "INSERT INTO dest_hosts (index_key, code, url_hash) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+                &[
+                    &dest.host.index_key(),
+                    &link.code,
+                    &(dest.url_hash() as i64),
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        }
+    }
+    Ok(true)
+}
+
+/// Applies another region's state of `code` by the rule (its home's replaces ours, any
+/// other's only restricts); true if it changed anything.
+async fn replicate_state(
+    txn: &Transaction<'_>,
+    code: &str,
+    theirs: &LinkState,
+    authoritative: bool,
+    next_seq: &mut i64,
+    appends: &mut Appends,
+) -> Result<bool, StoreError> {
+    let mut found = read_for_update(txn, &[code.to_string()]).await?;
+    let Some(s) = found.remove(code) else {
+        return Ok(false);
     };
-    appends.audit.push((code.to_string(), json(&record)?));
-    Ok(DeleteOutcome::Deleted)
+    let next = if authoritative {
+        theirs.clone()
+    } else {
+        crate::store::restrict(&s.state, theirs)
+    };
+    if next == s.state || s.state.deleted {
+        return Ok(false);
+    }
+    if next.deleted {
+        erase(txn, s, None, next_seq, appends).await?;
+        return Ok(true);
+    }
+    txn.execute(
+        "UPDATE links SET state = $2 WHERE code = $1",
+        &[&code, &json(&next)?],
+    )
+    .await
+    .map_err(pg)?;
+    let seq = *next_seq;
+    *next_seq += 1;
+    appends.changes.push((
+        seq,
+        json(&Change::StateChanged {
+            code: code.to_string(),
+            state: next.clone(),
+        })?,
+    ));
+    appends
+        .deny_set
+        .insert(code.to_string(), next.deny_kind().map(deny_code));
+    Ok(true)
 }
 
 /// Rewrites the creation entry (sequence `seq`) of a deleted link without its URL.
@@ -941,9 +1181,9 @@ async fn apply_batch(
         let changed = next != s.state;
         if changed {
             let record = u.update.audit(&s.state, &next, &batch.actor, batch.now_ms);
-            appends.audit.push((u.code.clone(), json(&record)?));
             let seq = *next_seq;
             *next_seq += 1;
+            appends.record(&u.code, &record, Some(seq))?;
             appends.changes.push((
                 seq,
                 json(&Change::StateChanged {
