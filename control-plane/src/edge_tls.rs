@@ -83,15 +83,27 @@ pub fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, EdgeTlsError> 
 /// A TLS client that trusts only the CAs in `ca` (a PEM file): how a region verifies its
 /// peers' edge listeners (`--peer-ca`).
 pub fn client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, EdgeTlsError> {
+    client_config_with(ca, None)
+}
+
+/// [`client_config`], presenting `identity` (a certificate chain and its key, PEM files) to a
+/// listener that asks for one (`--edge-client-ca`).
+pub fn client_config_with(
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<Arc<rustls::ClientConfig>, EdgeTlsError> {
     let mut roots = RootCertStore::empty();
     for c in certs(ca)? {
         roots.add(c)?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let config = match identity {
+        Some((cert, key)) => builder.with_client_auth_cert(certs(cert)?, private_key(key)?)?,
+        None => builder.with_no_client_auth(),
+    };
     Ok(Arc::new(config))
 }
 

@@ -645,6 +645,17 @@ struct ServeArgs {
     /// Verify `https://` peers against the CAs in this PEM file.
     #[arg(long, env = "LASTHOP_PEER_CA")]
     peer_ca: Option<PathBuf>,
+    /// Present this certificate (PEM, chain first) to peers whose edge listener asks for one
+    /// (their `--edge-client-ca`), as engines do with `--control-client-cert`.
+    #[arg(
+        long,
+        env = "LASTHOP_PEER_CLIENT_CERT",
+        requires_all = ["peer_client_key", "peer_ca"]
+    )]
+    peer_client_cert: Option<PathBuf>,
+    /// The private key of `--peer-client-cert` (PEM).
+    #[arg(long, env = "LASTHOP_PEER_CLIENT_KEY", requires = "peer_client_cert")]
+    peer_client_key: Option<PathBuf>,
     /// The region aliases belong to: their state is that region's to decide.
     #[arg(long, env = "LASTHOP_ALIAS_HOME_REGION", default_value_t = 0)]
     alias_home_region: u32,
@@ -1078,7 +1089,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let peer_agent = {
         let builder = ureq::AgentBuilder::new().redirects(0);
         match &args.peer_ca {
-            Some(ca) => builder.tls_config(lasthop_control::edge_tls::client_config(ca)?),
+            Some(ca) => {
+                let identity = args
+                    .peer_client_cert
+                    .as_deref()
+                    .zip(args.peer_client_key.as_deref());
+                builder.tls_config(lasthop_control::edge_tls::client_config_with(ca, identity)?)
+            }
             None => builder,
         }
         .build()

@@ -15,7 +15,7 @@ use crate::tls::{openssl, server_cert};
 
 /// A CA in `dir` (`ca.pem`, `ca.key`) and, signed by it, a certificate `<name>.pem` /
 /// `<name>.key` for each name (SAN: lh.test and 127.0.0.1), P-256 keys.
-fn ca_with(dir: &Path, cn: &str, names: &[&str]) {
+pub(crate) fn ca_with(dir: &Path, cn: &str, names: &[&str]) {
     std::fs::create_dir_all(dir).unwrap();
     let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
     let subject = format!("/CN={cn}");
@@ -39,7 +39,7 @@ fn ca_with(dir: &Path, cn: &str, names: &[&str]) {
     }
 }
 
-fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 

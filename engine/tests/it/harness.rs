@@ -388,7 +388,10 @@ impl Control {
     }
 
     fn spawn(&mut self) {
-        let strip = |s: &str| s.trim_start_matches("http://").to_string();
+        let strip = |s: &str| {
+            let s = s.strip_prefix("https://").unwrap_or(s);
+            s.trim_start_matches("http://").to_string()
+        };
         let mut child = Command::new(control_bin())
             .arg("serve")
             .arg("--data-dir")
@@ -416,7 +419,13 @@ impl Control {
         self.api = a
             .trim()
             .strip_prefix("api listening on ")
-            .unwrap_or_else(|| panic!("control plane did not start: {a:?}"))
+            .unwrap_or_else(|| {
+                let log = std::fs::read_to_string(self.data.with_extension("log"));
+                panic!(
+                    "control plane did not start: {a:?}\n{}",
+                    log.unwrap_or_default()
+                )
+            })
             .to_string();
         self.edge = e
             .trim()

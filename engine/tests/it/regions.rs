@@ -26,13 +26,29 @@ fn two_regions() -> (Region, Region, String) {
 
 /// [`two_regions`], with `clicks`: each engine spools its clicks to its region's processor.
 fn regions_of_two(clicks: bool) -> (Region, Region, String) {
+    if !clicks {
+        return regions_with(&[], &|_| Vec::new());
+    }
+    let spool = |c: &Control| {
+        let dir = c.data.join("clicks").join("spool");
+        vec![
+            "--click-spool".to_string(),
+            dir.to_string_lossy().into_owned(),
+            "--click-flush-ms".into(),
+            "50".into(),
+        ]
+    };
+    regions_with(&["--clicks-flush-ms", "200"], &spool)
+}
+
+/// [`two_regions`] with `extra` flags for both control planes and `engine_extra` for the
+/// engine of each.
+fn regions_with(
+    extra: &[&str],
+    engine_extra: &dyn Fn(&Control) -> Vec<String>,
+) -> (Region, Region, String) {
     let (site_a, site_b) = (Site::new(), Site::new());
     let token = peer_token(&site_a);
-    let extra: &[&str] = if clicks {
-        &["--clicks-flush-ms", "200"]
-    } else {
-        &[]
-    };
     // A first alone (its edge port is needed by B), then B peering with A, then A again on
     // the same ports peering with B.
     let mut a_first = vec!["--region", "0", "--regions", "2"];
@@ -44,16 +60,6 @@ fn regions_of_two(clicks: bool) -> (Region, Region, String) {
     let a_flags = mesh_flags(0, &[String::new(), b.edge.clone()], &token, extra);
     let a_args: Vec<&str> = a_flags.iter().map(String::as_str).collect();
     a.restart_with(&a_args);
-    let spool = |c: &Control| {
-        let dir = c.data.join("clicks").join("spool");
-        vec![
-            "--click-spool".to_string(),
-            dir.to_string_lossy().into_owned(),
-            "--click-flush-ms".into(),
-            "50".into(),
-        ]
-    };
-    let engine_extra = |c: &Control| if clicks { spool(c) } else { Vec::new() };
     let (ea, eb) = (engine_extra(&a), engine_extra(&b));
     let ea: Vec<&str> = ea.iter().map(String::as_str).collect();
     let eb: Vec<&str> = eb.iter().map(String::as_str).collect();
@@ -674,4 +680,57 @@ fn stats_history_and_suspensions_cross_regions() {
     assert_eq!(v["clicks"], 3, "{v}");
     assert_eq!(v["regions"]["answered"], serde_json::json!([0]), "{v}");
     assert_eq!(v["regions"]["unavailable"][0]["region"], 1, "{v}");
+}
+
+/// Regions over mutual TLS: every edge listener serves TLS and asks for a client certificate
+/// (`--edge-client-ca`); each region verifies its peers (`--peer-ca`) and presents its own
+/// certificate (`--peer-client-cert`), as its engines do. Links and takedowns cross.
+#[test]
+fn regions_replicate_over_mutual_tls() {
+    use crate::channel::{ca_with, s};
+    let pki = tempfile::tempdir().unwrap();
+    let servers = pki.path().join("servers");
+    ca_with(&servers, "lasthop edge CA", &["edge"]);
+    let clients = pki.path().join("clients");
+    ca_with(&clients, "lasthop clients CA", &["region", "engine"]);
+    let p = |dir: &std::path::Path, f: &str| s(&dir.join(f)).to_string();
+    let flags = [
+        "--edge-tls-cert".to_string(),
+        p(&servers, "edge.pem"),
+        "--edge-tls-key".into(),
+        p(&servers, "edge.key"),
+        "--edge-client-ca".into(),
+        p(&clients, "ca.pem"),
+        "--peer-ca".into(),
+        p(&servers, "ca.pem"),
+        "--peer-client-cert".into(),
+        p(&clients, "region.pem"),
+        "--peer-client-key".into(),
+        p(&clients, "region.key"),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let engine_flags = |_: &Control| {
+        vec![
+            "--control-ca".to_string(),
+            p(&servers, "ca.pem"),
+            "--control-client-cert".into(),
+            p(&clients, "engine.pem"),
+            "--control-client-key".into(),
+            p(&clients, "engine.key"),
+        ]
+    };
+    let (a, b, _) = regions_with(&flags, &engine_flags);
+    assert!(a.control.edge.starts_with("https://"), "{}", a.control.edge);
+    let code = b.control.create("https://example.com/over-mtls");
+    wait_until(Duration::from_secs(10), "B's link served at A", || {
+        status_of(&a.engine.addr, &format!("/{code}")) == 302
+    });
+    a.control.takedown(&code, "phishing");
+    wait_until(Duration::from_secs(5), "A's takedown at B", || {
+        status_of(&b.engine.addr, &format!("/{code}")) == 410
+    });
+    for (c, peer) in [(&a.control, 1), (&b.control, 0)] {
+        let p = peer_of(c, peer);
+        assert_eq!(p["connected"], true, "{p}");
+    }
 }
