@@ -674,6 +674,31 @@ fn stats_history_and_suspensions_cross_regions() {
         },
     );
     assert_eq!(create(&b.control, "https://example.com/again").0, 201);
+    // Deleted in A, B's link is erased in B too: gone at its engine, its URL nowhere.
+    let (status, gone) = create(&b.control, "https://example.com/erase-me-everywhere");
+    assert_eq!(status, 201);
+    wait_until(Duration::from_secs(10), "the link at A", || {
+        status_of(&a.engine.addr, &format!("/{gone}")) == 302
+    });
+    let (status, v) = a
+        .control
+        .call("DELETE", &format!("/v1/links/{gone}"), &dave, None);
+    assert!(status == 204 || status == 200, "{status} {v}");
+    wait_until(Duration::from_secs(5), "the erasure at B", || {
+        status_of(&b.engine.addr, &format!("/{gone}")) == 410
+    });
+    let (status, v) = b.control.call(
+        "GET",
+        &format!("/v1/links/{gone}"),
+        &b.control.admin_key,
+        None,
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["status"], "deleted", "{v}");
+    assert!(
+        !v.to_string().contains("erase-me-everywhere"),
+        "the URL is erased in the home region too: {v}"
+    );
     // B down: A's stats say so and keep A's own clicks.
     b.control.kill();
     let v = stats(&a.control);
