@@ -418,15 +418,23 @@ async fn peer_body<T: serde::de::DeserializeOwned>(body: Body, what: &str) -> Re
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ForwardedUpdate {
-    update: crate::store::StateUpdate,
+    /// The change, or none with `delete`.
+    #[serde(default)]
+    update: Option<crate::store::StateUpdate>,
+    /// A deletion (of a link the forwarding region has not replicated yet).
+    #[serde(default)]
+    delete: bool,
     /// Who issued it in the forwarding region (for the audit trail).
     actor: String,
 }
 
-/// `POST /peer/v1/links/{code}/state`: another region forwards a change of a link whose home
-/// is this region (a restore, an enable, an expiry: what only the home applies). Applied here
-/// as the forwarding region's actor; the link as it now is, which then replicates back.
+/// `POST /peer/v1/links/{code}/state` `{"update", "actor"}` or `{"delete": true, "actor"}`:
+/// another region forwards a change of a link whose home is this region (a restore, an enable,
+/// an expiry: what only the home applies; or any change or a deletion of a link it has not
+/// replicated yet). Applied here as the forwarding region's actor; the link as it now is,
+/// which then replicates back.
 async fn peer_update(
     State(state): State<EdgeState>,
     Path(code): Path<String>,
@@ -444,10 +452,27 @@ async fn peer_update(
     }
     let store = Arc::clone(&state.0.store);
     let actor = crate::store::Actor::Forwarded(forwarded.actor);
-    let applied = on_store("forwarded update", move || {
-        store.update_state(&code, forwarded.update, &actor)
-    })
-    .await?
+    let applied = match (forwarded.update, forwarded.delete) {
+        (Some(update), false) => {
+            on_store("forwarded update", move || {
+                store.update_state(&code, update, &actor)
+            })
+            .await?
+        }
+        (None, true) => {
+            on_store("forwarded delete", move || {
+                store.delete(&code, &actor)?;
+                store.get(&code)
+            })
+            .await?
+        }
+        _ => {
+            return Err(EdgeError::bad(
+                "invalid_body",
+                "one of update and delete: true",
+            ))
+        }
+    }
     .ok_or_else(EdgeError::not_found)?;
     tracing::info!(code = %applied.link.code, region, "applied a change forwarded by a peer region");
     Ok(Json(applied))

@@ -40,6 +40,7 @@ pub mod fleet;
 pub mod metrics;
 pub mod peers;
 pub mod publish;
+pub mod qr;
 pub mod ratelimit;
 pub mod safety;
 pub mod signing;

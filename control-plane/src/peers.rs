@@ -425,6 +425,19 @@ impl Peers {
         self.ask(region, &format!("/peer/v1/links/{code}/state"), Some(body))
     }
 
+    /// Asks region `region`, the home of `code`, to delete it as `actor` did here (a link this
+    /// region has not replicated yet); the link as it now is there, `None` when it has no
+    /// such link. Blocking.
+    pub fn forward_delete(
+        &self,
+        region: u32,
+        code: &str,
+        actor: &str,
+    ) -> Result<Option<StoredLink>, PeerError> {
+        let body = serde_json::json!({"delete": true, "actor": actor});
+        self.ask(region, &format!("/peer/v1/links/{code}/state"), Some(body))
+    }
+
     /// Every peer's replication as of `now_ms`.
     pub fn status(&self, now_ms: i64) -> Vec<PeerStatus> {
         self.peers

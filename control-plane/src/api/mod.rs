@@ -717,10 +717,42 @@ async fn fetch_visible(
     who: &Principal,
     code: String,
 ) -> Result<StoredLink, ApiError> {
+    Ok(fetch_anywhere(state, who, code).await?.0)
+}
+
+/// [`fetch_visible`], read through to the code's home region when this region does not have
+/// it (yet): the link, and whether it is in this region's store. 503
+/// `home_region_unavailable` when the home cannot say.
+async fn fetch_anywhere(
+    state: &AppState,
+    who: &Principal,
+    code: String,
+) -> Result<(StoredLink, bool), ApiError> {
     check_code(&code)?;
     let store = Arc::clone(&state.0.store);
-    let found = blocking(move || store.get(&code)).await?;
-    let s = found.ok_or_else(ApiError::not_found)?;
+    let c = code.clone();
+    let found = match blocking(move || store.get(&c)).await? {
+        Some(s) => Some((s, true)),
+        None => match state.0.peers.get().cloned() {
+            Some(peers) => match peers.home_elsewhere(&code) {
+                Some(home) => {
+                    let asked =
+                        blocking(move || Ok::<_, StoreError>(peers.fetch_link(home, &code)))
+                            .await?;
+                    match asked {
+                        Ok(link) => link.map(|s| (s, false)),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reading through to the home region failed");
+                            return Err(home_unavailable(home));
+                        }
+                    }
+                }
+                None => None,
+            },
+            None => None,
+        },
+    };
+    let (s, local) = found.ok_or_else(ApiError::not_found)?;
     if !(who.admin || who.owner == s.link.owner) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -728,7 +760,18 @@ async fn fetch_visible(
             "this link belongs to another owner",
         ));
     }
-    Ok(s)
+    Ok((s, local))
+}
+
+/// 503 `home_region_unavailable`: region `home` holds the answer and cannot be reached.
+fn home_unavailable(home: u32) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "home_region_unavailable",
+        format!(
+            "this link's home region {home} holds the answer and cannot be reached; retry later"
+        ),
+    )
 }
 
 async fn get_link(
@@ -773,9 +816,27 @@ async fn delete_link(
     Auth(who): Auth,
     Path(code): Path<String>,
 ) -> Result<Response, ApiError> {
-    fetch_visible(&state, &who, code.clone()).await?;
-    let store = Arc::clone(&state.0.store);
+    let (_, local) = fetch_anywhere(&state, &who, code.clone()).await?;
     let actor = who.actor();
+    if !local {
+        // Not replicated here yet: the home deletes it, and the deletion comes back.
+        let peers = state.0.peers.get().cloned();
+        if let Some((peers, home)) = peers.and_then(|p| p.home_elsewhere(&code).map(|h| (p, h))) {
+            let who = actor.to_string();
+            let forwarded =
+                blocking(move || Ok::<_, StoreError>(peers.forward_delete(home, &code, &who)))
+                    .await?;
+            return match forwarded {
+                Ok(Some(_)) => Ok(StatusCode::NO_CONTENT.into_response()),
+                Ok(None) => Err(ApiError::not_found()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "forwarding a deletion to the home region failed");
+                    Err(home_unavailable(home))
+                }
+            };
+        }
+    }
+    let store = Arc::clone(&state.0.store);
     match blocking(move || store.delete(&code, &actor)).await? {
         DeleteOutcome::Deleted | DeleteOutcome::AlreadyDeleted => {
             Ok(StatusCode::NO_CONTENT.into_response())
@@ -800,7 +861,7 @@ async fn update_link(
     code: String,
     update: StateUpdate,
 ) -> Result<Response, ApiError> {
-    let current = fetch_visible(state, who, code.clone()).await?;
+    let (current, local) = fetch_anywhere(state, who, code.clone()).await?;
     if current.state.deleted {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -811,10 +872,12 @@ async fn update_link(
     let actor = who.actor();
     // A change that lifts a restriction (or sets an expiry, a pin) is the link's home region's
     // to apply: forwarded there, it comes back here by replication. One that only restricts
-    // applies here at once, and reaches the home the same way.
+    // applies here at once, and reaches the home the same way; unless this region has not
+    // replicated the link yet, when the home applies it too.
     if let Some(peers) = state.0.peers.get() {
         let home = peers.home_elsewhere(&code);
-        if let (Some(home), false) = (home, update.restricts_only(&current.state, &actor)) {
+        let forward = !local || !update.restricts_only(&current.state, &actor);
+        if let (Some(home), true) = (home, forward) {
             let peers = Arc::clone(peers);
             let who = actor.to_string();
             let forwarded = blocking(move || {
@@ -826,14 +889,7 @@ async fn update_link(
                 Ok(None) => Err(ApiError::not_found()),
                 Err(e) => {
                     tracing::warn!(error = %e, "forwarding a change to the home region failed");
-                    Err(ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "home_region_unavailable",
-                        format!(
-                            "this change is region {home}'s to apply (the link's home) and it \
-                             cannot be reached; retry later"
-                        ),
-                    ))
+                    Err(home_unavailable(home))
                 }
             };
         }
@@ -1145,6 +1201,72 @@ async fn link_stats(
     Ok(Json(body).into_response())
 }
 
+/// `GET /v1/links/{code}/qr.svg?size=N`: the short URL as a QR code, an SVG document of N×N
+/// pixels (64–2048, default 512), for the link's owner or an admin.
+async fn link_qr_svg(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(code): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let size = crate::qr::size(q.get("size").map(String::as_str)).map_err(qr_error)?;
+    let s = fetch_visible(&state, &who, code).await?;
+    let svg = crate::qr::svg(&short_url(&state, &s.link.code), size).map_err(qr_error)?;
+    Ok(qr_response("image/svg+xml", svg.into_bytes()))
+}
+
+/// `GET /v1/links/{code}/qr.png?size=N`: the short URL as a QR code, a PNG of exactly N×N
+/// pixels (64–2048, default 512), for the link's owner or an admin.
+async fn link_qr_png(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(code): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let size = crate::qr::size(q.get("size").map(String::as_str)).map_err(qr_error)?;
+    let s = fetch_visible(&state, &who, code).await?;
+    let url = short_url(&state, &s.link.code);
+    let png = blocking(move || crate::qr::png(&url, size)).await?;
+    Ok(qr_response("image/png", png))
+}
+
+impl From<crate::qr::QrError> for ApiError {
+    fn from(e: crate::qr::QrError) -> ApiError {
+        qr_error(e)
+    }
+}
+
+fn qr_error(e: crate::qr::QrError) -> ApiError {
+    match e {
+        crate::qr::QrError::BadSize => ApiError::bad("invalid_size", e.to_string()),
+        crate::qr::QrError::TooSmall { .. } => ApiError::bad("size_too_small", e.to_string()),
+        _ => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "qr_failed",
+            e.to_string(),
+        ),
+    }
+}
+
+/// A QR image: its type, cacheable by the caller alone for a day (the short URL never changes).
+fn qr_response(content_type: &'static str, body: Vec<u8>) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, max-age=86400"),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 impl From<crate::clicks::RollupStoreError> for ApiError {
     fn from(e: crate::clicks::RollupStoreError) -> ApiError {
         tracing::error!(error = %e, "reading stats");
@@ -1328,6 +1450,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/links/{code}/history", get(safety::history))
         .route("/v1/links/{code}/enforcement", get(enforcement))
         .route("/v1/links/{code}/stats", get(link_stats))
+        .route("/v1/links/{code}/qr.svg", get(link_qr_svg))
+        .route("/v1/links/{code}/qr.png", get(link_qr_png))
         .route("/v1/reports", post(safety::report))
         .route("/v1/reports/thanks", get(safety::thanks))
         .route("/v1/admin/reports", get(safety::list_reports))

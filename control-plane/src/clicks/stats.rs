@@ -62,12 +62,16 @@ pub fn stats(store: &RollupStore, code: &str, from: Day, to: Day) -> Result<Valu
 }
 
 /// The stats answer for `code` from `from` to `to` out of `days` (one region's, or several
-/// merged by [`merge`]).
+/// merged by [`merge`]). Visitors are hashed with a salt that changes every day, so a day's
+/// `unique_visitors` is a distinct count but a range's is not: the range says `visitor_days`
+/// (the sum of its days' unique visitors), named for what it is.
 pub fn render(code: &str, from: Day, to: Day, days: &[DayRollup]) -> Value {
     let mut total = Rollup::default();
     let mut per_day = Vec::with_capacity(days.len());
+    let mut visitor_days = 0u64;
     for d in days {
         total.merge(&d.rollup);
+        visitor_days += d.rollup.uniques.estimate();
         per_day.push(json!({
             "day": d.day.to_string(),
             "clicks": d.rollup.human,
@@ -83,7 +87,7 @@ pub fn render(code: &str, from: Day, to: Day, days: &[DayRollup]) -> Value {
         "to": to.to_string(),
         "clicks": total.human,
         "bot_clicks": total.bot,
-        "unique_visitors": total.uniques.estimate(),
+        "visitor_days": visitor_days,
         "days": per_day,
         "countries": counts(&total.countries),
         "referrers": counts(&total.referrers),
@@ -222,7 +226,8 @@ mod tests {
             &ours,
         );
         assert_eq!(v["clicks"], 11);
-        assert_eq!(v["unique_visitors"], 5);
+        assert_eq!(v["visitor_days"], 5);
+        assert!(v.get("unique_visitors").is_none(), "{v}");
         assert_eq!(v["days"][0]["unique_visitors"], 3);
         assert_eq!(v["days"][0]["clicks"], 5);
         assert_eq!(v["days"][0]["state"], "open");

@@ -222,7 +222,7 @@ fn counts_dedup_and_bots() {
         started.elapsed()
     );
     assert_eq!(body["code"], code.as_str());
-    assert_eq!(body["unique_visitors"], 3, "{body}");
+    assert_eq!(body["visitor_days"], 3, "{body}");
     assert_eq!(body["bot_reasons"]["user_agent"], 1, "{body}");
     assert_eq!(body["bot_reasons"]["head"], 1, "{body}");
     assert_eq!(body["countries"]["DE"], 3, "{body}");

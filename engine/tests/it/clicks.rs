@@ -252,7 +252,7 @@ fn assert_mix_counted(control: &Control, code: &str) {
         last["clicks"] == 5 && last["bot_clicks"] == 2
     });
     let s = last;
-    assert_eq!(s["unique_visitors"], 2, "{s}");
+    assert_eq!(s["visitor_days"], 2, "{s}");
     assert_eq!(s["referrers"]["news.example.com"], 2, "{s}");
     assert_eq!(s["referrers"]["blog.example.org"], 1, "{s}");
     assert_eq!(s["browsers"]["Firefox"], 4, "{s}");

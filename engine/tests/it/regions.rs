@@ -600,7 +600,7 @@ fn stats_history_and_suspensions_cross_regions() {
                 last["clicks"] == 5
             },
         );
-        assert_eq!(last["unique_visitors"], 2, "{last}");
+        assert_eq!(last["visitor_days"], 2, "{last}");
         assert_eq!(last["browsers"]["Firefox"], 3, "{last}");
         assert_eq!(last["browsers"]["Safari"], 2, "{last}");
         assert_eq!(
@@ -757,5 +757,43 @@ fn regions_replicate_over_mutual_tls() {
     for (c, peer) in [(&a.control, 1), (&b.control, 0)] {
         let p = peer_of(c, peer);
         assert_eq!(p["connected"], true, "{p}");
+    }
+}
+
+/// A change issued in one region for a link of another that it may not have replicated yet
+/// (issued the moment the link is made): read through and forwarded to the home, it answers
+/// as for a local link and reaches both engines; so does a deletion.
+#[test]
+fn a_change_issued_before_replication_reaches_the_home() {
+    let (a, b, _) = two_regions();
+    for i in 0..10 {
+        let taken = b.control.create(&format!("https://example.com/early/{i}"));
+        let (status, v) = a.control.call(
+            "POST",
+            &format!("/v1/links/{taken}/takedown"),
+            &a.control.admin_key,
+            Some(serde_json::json!({"reason": "phishing"})),
+        );
+        assert_eq!(
+            (status, v["status"].as_str()),
+            (200, Some("taken_down")),
+            "{v}"
+        );
+        let gone = b
+            .control
+            .create(&format!("https://example.com/early-gone/{i}"));
+        let (status, v) = a.control.call(
+            "DELETE",
+            &format!("/v1/links/{gone}"),
+            &a.control.admin_key,
+            None,
+        );
+        assert_eq!(status, 204, "{v}");
+        for e in [&a.engine, &b.engine] {
+            wait_until(Duration::from_secs(5), "both at both engines", || {
+                status_of(&e.addr, &format!("/{taken}")) == 410
+                    && status_of(&e.addr, &format!("/{gone}")) == 410
+            });
+        }
     }
 }
