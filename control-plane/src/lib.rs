@@ -31,6 +31,7 @@ pub mod backup;
 pub mod body_stream;
 pub mod clicks;
 pub mod clock;
+pub mod dashboard;
 pub mod edge;
 pub mod edge_tls;
 pub mod edge_token;

@@ -560,6 +560,11 @@ struct ServeArgs {
     /// Public API listener.
     #[arg(long, env = "LASTHOP_API_LISTEN", default_value = "127.0.0.1:8081")]
     api_listen: SocketAddr,
+    /// The web console for link owners and operators (sign in with an API key). Off unless
+    /// given; keep it on a private network or behind a TLS proxy (it marks its cookies Secure
+    /// when the proxy says `X-Forwarded-Proto: https`).
+    #[arg(long, env = "LASTHOP_DASHBOARD_LISTEN")]
+    dashboard_listen: Option<SocketAddr>,
     /// Internal edge listener for engines: origin lookups, the feed, snapshot downloads, status
     /// reports. Requires the edge token; keep it off the public network all the same.
     #[arg(long, env = "LASTHOP_EDGE_LISTEN", default_value = "127.0.0.1:8082")]
@@ -1234,6 +1239,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let edge_listener = tokio::net::TcpListener::bind(args.edge_listen)
             .await
             .with_context(|| format!("binding {}", args.edge_listen))?;
+        let dashboard_listener = match args.dashboard_listen {
+            Some(a) => Some(
+                tokio::net::TcpListener::bind(a)
+                    .await
+                    .with_context(|| format!("binding {a}"))?,
+            ),
+            None => None,
+        };
         let addr = listener.local_addr()?;
         let edge_addr = edge_listener.local_addr()?;
         let edge_scheme = if edge_tls.is_some() { "https" } else { "http" };
@@ -1248,10 +1261,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         {
             use std::io::Write as _;
             let mut out = std::io::stdout().lock();
-            out.write_all(
-                format!("api listening on http://{addr}\nedge listening on {edge_scheme}://{edge_addr}\n")
-                    .as_bytes(),
-            )?;
+            let mut lines =
+                format!("api listening on http://{addr}\nedge listening on {edge_scheme}://{edge_addr}\n");
+            if let Some(d) = &dashboard_listener {
+                lines.push_str(&format!("dashboard listening on http://{}\n", d.local_addr()?));
+            }
+            out.write_all(lines.as_bytes())?;
             out.flush()?;
         }
         // One shutdown signal drains both listeners, ends feed streams (they never end by
@@ -1283,6 +1298,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             // An Err means the sender is gone, which only happens after the signal.
             let _ = rx.wait_for(|stop| *stop).await;
         };
+        let dashboard = dashboard_listener.map(|l| {
+            let app = lasthop_control::dashboard::router(
+                state.clone(),
+                args.short_base.trim_end_matches('/').to_string(),
+            );
+            axum::serve(l, app.into_make_service_with_connect_info::<SocketAddr>())
+                .with_graceful_shutdown(stopped(stop_rx.clone()))
+        });
         // The peer address reaches handlers (reports are rate-limited per client network).
         let api = axum::serve(
             listener,
@@ -1304,7 +1327,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 }
             }
         };
-        tokio::try_join!(async { api.await }, edge)?;
+        let dashboard = async {
+            match dashboard {
+                Some(d) => d.await,
+                None => Ok(()),
+            }
+        };
+        tokio::try_join!(async { api.await }, edge, dashboard)?;
         anyhow::Ok(())
     })?;
     // Requests are drained: replication, the scanner and the list watcher stop, the click

@@ -1085,6 +1085,12 @@ async fn list_regions(
     Ok(Json(body).into_response())
 }
 
+/// `GET /v1/me`: who the presented key is (`{owner, admin, key_id}`), so a client (the
+/// console's sign-in) can check a key and learn its role.
+async fn me(Auth(who): Auth) -> Response {
+    Json(json!({"owner": who.owner, "admin": who.admin, "key_id": who.key_id})).into_response()
+}
+
 /// `GET /v1/edges`: every engine on the fleet, with its state (core/FEED.md).
 async fn list_edges(State(state): State<AppState>, Auth(who): Auth) -> Result<Response, ApiError> {
     require_admin(&who)?;
@@ -1476,6 +1482,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/admin/apikeys/{id}",
             axum::routing::delete(safety::revoke_key),
         )
+        .route("/v1/me", get(me))
         .route("/v1/resolve", post(resolve))
         .route("/v1/edges", get(list_edges))
         .route("/v1/regions", get(list_regions))

@@ -607,6 +607,12 @@ fn regions_on_postgres_replicate_once_and_forward_to_the_home() {
             || status_at(cp) == "active",
         );
     }
+    // In region 0's own store (not only read through): replication caught up.
+    wait_until(Duration::from_secs(10), "region 0 caught up", || {
+        let (status, body) = call("GET", &a0.url("/v1/regions"), Some(&admin), None).unwrap();
+        let peer = &json(&body)["peers"][0];
+        status == 200 && peer["applied_seq"].as_u64() >= Some(1) && peer["lag_changes"] == 0
+    });
     let (status, body) = call(
         "POST",
         &a1.url(&format!("/v1/links/{code}/takedown")),
