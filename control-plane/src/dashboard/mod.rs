@@ -750,8 +750,18 @@ async fn link(
             qr: qr.as_deref(),
             stats: &stats,
             history: &history,
-            from: q.from.as_deref().unwrap_or_default(),
-            to: q.to.as_deref().unwrap_or_default(),
+            from: q
+                .from
+                .as_deref()
+                .filter(|f| !f.is_empty())
+                .or(stats.body["from"].as_str())
+                .unwrap_or_default(),
+            to: q
+                .to
+                .as_deref()
+                .filter(|t| !t.is_empty())
+                .or(stats.body["to"].as_str())
+                .unwrap_or_default(),
             notice,
         }),
     )

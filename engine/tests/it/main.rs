@@ -24,6 +24,7 @@
 
 mod channel;
 mod clicks;
+mod console;
 mod feed;
 mod harness;
 mod hotset;

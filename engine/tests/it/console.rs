@@ -1,0 +1,420 @@
+//! The web console in a real browser: Debian's Chromium, headless, driven over WebDriver
+//! (chromedriver, fantoccini) against a real control plane (`--dashboard-listen`) and engine.
+//! SKIPPED where chromium or chromium-driver is not installed (scripts/test installs both).
+//! Screenshots of the main pages go to `target/tmp/console-screenshots/`.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+
+use crate::harness::{curl, subscribed_engine, wait_until, Control, Site};
+
+const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
+const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1";
+const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// chromedriver on a loopback port, killed when dropped.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn installed(bin: &str) -> Option<PathBuf> {
+    ["/usr/bin", "/usr/local/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(bin))
+        .find(|p| p.exists())
+}
+
+impl Driver {
+    fn start() -> Option<Driver> {
+        let (Some(driver), Some(_)) = (installed("chromedriver"), installed("chromium")) else {
+            println!(
+                "SKIPPED console::a_browser_signs_in_creates_and_reads_its_clicks: chromium and \
+                 chromium-driver are not installed (apt-get install chromium chromium-driver)"
+            );
+            return None;
+        };
+        let port = free_port();
+        let child = Command::new(driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let d = Driver { child, port };
+        wait_until(Duration::from_secs(20), "chromedriver listening", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Some(d)
+    }
+
+    async fn browser(&self) -> Client {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": "/usr/bin/chromium",
+                // As root Chromium needs --no-sandbox; headless, no GPU, no /dev/shm limits.
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,2000"],
+            }),
+        );
+        // Plain HTTP to chromedriver on loopback: no TLS stack needed.
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{}", self.port))
+            .await
+            .expect("a Chromium session")
+    }
+}
+
+fn shots_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn shot(c: &Client, name: &str) {
+    let png = c.screenshot().await.expect("screenshot");
+    std::fs::write(shots_dir().join(format!("{name}.png")), png).unwrap();
+}
+
+async fn text_of(c: &Client, css: &str) -> String {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
+async fn sign_in(c: &Client, base: &str, key: &str) {
+    c.goto(&format!("{base}/signin")).await.unwrap();
+    c.find(Locator::Css("#key"))
+        .await
+        .unwrap()
+        .send_keys(key)
+        .await
+        .unwrap();
+    c.find(Locator::Css("main button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let url = c.current_url().await.unwrap();
+    assert_eq!(url.path(), "/links", "signed in");
+}
+
+async fn sign_out(c: &Client) {
+    c.find(Locator::Css("header form button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(c.current_url().await.unwrap().path(), "/signin");
+}
+
+/// Creates a link through the form; the page it lands on.
+async fn create(c: &Client, base: &str, url: &str, alias: &str) {
+    c.goto(&format!("{base}/links")).await.unwrap();
+    c.find(Locator::Css("#long_url"))
+        .await
+        .unwrap()
+        .send_keys(url)
+        .await
+        .unwrap();
+    if !alias.is_empty() {
+        c.find(Locator::Css("#alias"))
+            .await
+            .unwrap()
+            .send_keys(alias)
+            .await
+            .unwrap();
+    }
+    c.find(Locator::Css("#create"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+/// A form post with the session cookie: the status (redirects not followed).
+fn post_with_cookie(base: &str, path: &str, cookie: &str, form: &[(&str, &str)]) -> u16 {
+    let agent = ureq::AgentBuilder::new().redirects(0).build();
+    let resp = agent
+        .post(&format!("{base}{path}"))
+        .set("Cookie", &format!("lh_session={cookie}"))
+        .send_form(form);
+    match resp {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(s, _)) => s,
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+fn get_with_cookie(base: &str, path: &str, cookie: &str) -> (u16, String) {
+    let agent = ureq::AgentBuilder::new().redirects(0).build();
+    let resp = agent
+        .get(&format!("{base}{path}"))
+        .set("Cookie", &format!("lh_session={cookie}"))
+        .call();
+    match resp {
+        Ok(r) => (r.status(), r.header("location").unwrap_or("").to_string()),
+        Err(ureq::Error::Status(s, r)) => (s, r.header("location").unwrap_or("").to_string()),
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+#[test]
+fn a_browser_signs_in_creates_and_reads_its_clicks() {
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    let site = Site::new();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let control = Control::start(
+        &site,
+        &["--clicks-flush-ms", "200", "--dashboard-listen", &listen],
+    );
+    let spool = control.data.join("clicks").join("spool");
+    let engine = subscribed_engine(
+        &site,
+        &control,
+        &[
+            "--click-spool",
+            spool.to_str().unwrap(),
+            "--click-flush-ms",
+            "50",
+        ],
+    );
+    let base = format!("http://{listen}");
+    let other = {
+        let out = Command::new(crate::harness::control_bin())
+            .args(["apikey", "create", "--owner", "mallory", "--data-dir"])
+            .arg(&control.data)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let code = rt.block_on(async {
+        let c = driver.browser().await;
+        c.goto(&format!("{base}/links")).await.unwrap();
+        assert_eq!(
+            c.current_url().await.unwrap().path(),
+            "/signin",
+            "signed out, the console asks for a key"
+        );
+        shot(&c, "signin").await;
+        // A wrong key is refused in place.
+        c.find(Locator::Css("#key"))
+            .await
+            .unwrap()
+            .send_keys("lh_not_a_key")
+            .await
+            .unwrap();
+        c.find(Locator::Css("main button[type=submit]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        assert!(text_of(&c, ".error").await.contains("unknown api key"));
+        sign_in(&c, &base, &control.key).await;
+
+        // Create through the form; the link's page shows its short URL.
+        create(&c, &base, "https://example.com/from-the-browser", "").await;
+        let short = text_of(&c, "#short-url").await;
+        let code = short.rsplit('/').next().unwrap().to_string();
+        assert_eq!(
+            c.current_url().await.unwrap().path(),
+            format!("/links/{code}")
+        );
+        assert_eq!(
+            text_of(&c, "#destination").await,
+            "https://example.com/from-the-browser"
+        );
+        // It is in the list, and the search finds it by destination.
+        c.goto(&format!("{base}/links?q=FROM-THE-BROWSER"))
+            .await
+            .unwrap();
+        assert!(text_of(&c, "#links").await.contains(&code));
+
+        // The QR code on the page decodes to the short URL.
+        c.goto(&format!("{base}/links/{code}")).await.unwrap();
+        let qr = c
+            .find(Locator::Css(".qr svg"))
+            .await
+            .unwrap()
+            .screenshot()
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("qr.png");
+        std::fs::write(&file, qr).unwrap();
+        match Command::new("zbarimg")
+            .args(["--raw", "-q"])
+            .arg(&file)
+            .output()
+        {
+            Ok(out) => assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                short,
+                "the QR code on the page"
+            ),
+            Err(_) => {
+                println!("SKIPPED console QR decoding: zbarimg (zbar-tools) is not installed")
+            }
+        }
+
+        // Clicks at the engine with known user agents: 4 human, 2 bot.
+        let at_engine = format!("http://{}/{code}", engine.addr);
+        for ua in [FIREFOX, FIREFOX, FIREFOX, IPHONE, GOOGLEBOT, GOOGLEBOT] {
+            assert_eq!(curl(&["-A", ua, &at_engine]).0, 302);
+        }
+        let mut counted = false;
+        for _ in 0..60 {
+            c.goto(&format!("{base}/links/{code}")).await.unwrap();
+            if text_of(&c, "#human-clicks").await == "4" && text_of(&c, "#bot-clicks").await == "2"
+            {
+                counted = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert!(counted, "the page counts 4 human and 2 bot clicks");
+        assert_eq!(text_of(&c, "#visitor-days").await, "2");
+        let days = text_of(&c, "#days").await;
+        assert!(days.contains('4') && days.contains('2'), "{days}");
+        let page = c.source().await.unwrap();
+        assert!(
+            page.contains("Firefox") && page.contains("Safari"),
+            "browsers"
+        );
+        assert!(page.contains("user_agent"), "the bots' reason");
+        assert!(
+            c.find(Locator::Css("#chart svg rect")).await.is_ok(),
+            "the chart"
+        );
+        shot(&c, "link").await;
+
+        // A bad URL and a taken alias show the API's errors in place.
+        create(&c, &base, "ftp://example.com/file", "").await;
+        assert!(text_of(&c, "#form-error").await.contains("url_scheme"));
+        create(&c, &base, "https://example.com/one", "spring-sale").await;
+        assert_eq!(c.current_url().await.unwrap().path(), "/links/spring-sale");
+        create(&c, &base, "https://example.com/two", "spring-sale").await;
+        assert!(text_of(&c, "#form-error").await.contains("alias_taken"));
+        assert_eq!(
+            c.find(Locator::Css("#long_url"))
+                .await
+                .unwrap()
+                .prop("value")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("https://example.com/two"),
+            "the form keeps what was typed"
+        );
+        c.goto(&format!("{base}/links")).await.unwrap();
+        shot(&c, "links").await;
+
+        // A form post without the CSRF token is refused; with it, accepted.
+        let session = c
+            .get_named_cookie("lh_session")
+            .await
+            .unwrap()
+            .value()
+            .to_string();
+        assert_eq!(
+            post_with_cookie(
+                &base,
+                "/links",
+                &session,
+                &[("long_url", "https://example.com/csrf")]
+            ),
+            403
+        );
+        assert_eq!(
+            post_with_cookie(
+                &base,
+                &format!("/links/{code}/disable"),
+                &session,
+                &[("csrf", "0000")]
+            ),
+            403
+        );
+        // Sign out: the old cookie opens nothing.
+        sign_out(&c).await;
+        let (status, location) = get_with_cookie(&base, "/links", &session);
+        assert_eq!((status, location.as_str()), (303, "/signin"));
+
+        // Another owner cannot see the link.
+        sign_in(&c, &base, &other).await;
+        c.goto(&format!("{base}/links/{code}")).await.unwrap();
+        assert_eq!(text_of(&c, "h1").await, "Not your link");
+        sign_out(&c).await;
+
+        // An operator sees the fleet and can take the link down.
+        sign_in(&c, &base, &control.admin_key).await;
+        c.goto(&format!("{base}/ops")).await.unwrap();
+        assert!(text_of(&c, "#edges").await.contains("connected"));
+        shot(&c, "ops").await;
+        c.goto(&format!("{base}/links/{code}")).await.unwrap();
+        c.find(Locator::Css("#td-reason"))
+            .await
+            .unwrap()
+            .send_keys("phishing")
+            .await
+            .unwrap();
+        c.find(Locator::Css("form[action$='/takedown'] button"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        assert!(text_of(&c, ".status").await.contains("taken down"));
+        c.close().await.unwrap();
+        code
+    });
+    // Sign-in attempts are limited per client address: a run of them ends in 429.
+    let limited = (0..12).any(|_| {
+        match ureq::post(&format!("{base}/signin")).send_form(&[("key", "x"), ("csrf", "y")]) {
+            Err(ureq::Error::Status(429, r)) => r.header("retry-after").is_some(),
+            _ => false,
+        }
+    });
+    assert!(limited, "sign-ins are rate-limited");
+    wait_until(Duration::from_secs(5), "the takedown at the engine", || {
+        crate::harness::status_of(&engine.addr, &format!("/{code}")) == 410
+    });
+    println!("console screenshots in {}", shots_dir().display());
+}
