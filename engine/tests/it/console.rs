@@ -99,8 +99,11 @@ async fn shot(c: &Client, name: &str) {
     std::fs::write(shots_dir().join(format!("{name}.png")), png).unwrap();
 }
 
+/// The text of the element `css` finds, waiting up to 10 s for it to appear.
 async fn text_of(c: &Client, css: &str) -> String {
-    c.find(Locator::Css(css))
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(css))
         .await
         .unwrap_or_else(|e| panic!("{css}: {e}"))
         .text()
@@ -108,57 +111,64 @@ async fn text_of(c: &Client, css: &str) -> String {
         .unwrap()
 }
 
-async fn sign_in(c: &Client, base: &str, key: &str) {
-    c.goto(&format!("{base}/signin")).await.unwrap();
-    c.find(Locator::Css("#key"))
+/// Waits (up to 10 s) until the browser is at `path`: a form post's navigation may still be
+/// under way when its click returns.
+async fn wait_path(c: &Client, path: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let now = c.current_url().await.unwrap();
+        if now.path() == path {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "at {} waiting for {path}",
+            now.path()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Types `text` into the element `css` finds.
+async fn fill(c: &Client, css: &str, text: &str) {
+    c.find(Locator::Css(css))
         .await
-        .unwrap()
-        .send_keys(key)
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .send_keys(text)
         .await
         .unwrap();
-    c.find(Locator::Css("main button[type=submit]"))
+}
+
+/// Clicks the element `css` finds.
+async fn click(c: &Client, css: &str) {
+    c.find(Locator::Css(css))
         .await
-        .unwrap()
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
         .click()
         .await
         .unwrap();
-    let url = c.current_url().await.unwrap();
-    assert_eq!(url.path(), "/links", "signed in");
+}
+
+async fn sign_in(c: &Client, base: &str, key: &str) {
+    c.goto(&format!("{base}/signin")).await.unwrap();
+    fill(c, "#key", key).await;
+    click(c, "main button[type=submit]").await;
+    wait_path(c, "/links").await;
 }
 
 async fn sign_out(c: &Client) {
-    c.find(Locator::Css("header form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    assert_eq!(c.current_url().await.unwrap().path(), "/signin");
+    click(c, "header form button").await;
+    wait_path(c, "/signin").await;
 }
 
 /// Creates a link through the form; the page it lands on.
 async fn create(c: &Client, base: &str, url: &str, alias: &str) {
     c.goto(&format!("{base}/links")).await.unwrap();
-    c.find(Locator::Css("#long_url"))
-        .await
-        .unwrap()
-        .send_keys(url)
-        .await
-        .unwrap();
+    fill(c, "#long_url", url).await;
     if !alias.is_empty() {
-        c.find(Locator::Css("#alias"))
-            .await
-            .unwrap()
-            .send_keys(alias)
-            .await
-            .unwrap();
+        fill(c, "#alias", alias).await;
     }
-    c.find(Locator::Css("#create"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(c, "#create").await;
 }
 
 /// A form post with the session cookie: the status (redirects not followed).
@@ -228,25 +238,12 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
     let code = rt.block_on(async {
         let c = driver.browser().await;
         c.goto(&format!("{base}/links")).await.unwrap();
-        assert_eq!(
-            c.current_url().await.unwrap().path(),
-            "/signin",
-            "signed out, the console asks for a key"
-        );
+        // Signed out, the console asks for a key.
+        wait_path(&c, "/signin").await;
         shot(&c, "signin").await;
         // A wrong key is refused in place.
-        c.find(Locator::Css("#key"))
-            .await
-            .unwrap()
-            .send_keys("lh_not_a_key")
-            .await
-            .unwrap();
-        c.find(Locator::Css("main button[type=submit]"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        fill(&c, "#key", "lh_not_a_key").await;
+        click(&c, "main button[type=submit]").await;
         assert!(text_of(&c, ".error").await.contains("unknown api key"));
         sign_in(&c, &base, &control.key).await;
 
@@ -254,10 +251,7 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
         create(&c, &base, "https://example.com/from-the-browser", "").await;
         let short = text_of(&c, "#short-url").await;
         let code = short.rsplit('/').next().unwrap().to_string();
-        assert_eq!(
-            c.current_url().await.unwrap().path(),
-            format!("/links/{code}")
-        );
+        wait_path(&c, &format!("/links/{code}")).await;
         assert_eq!(
             text_of(&c, "#destination").await,
             "https://example.com/from-the-browser"
@@ -330,7 +324,7 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
         create(&c, &base, "ftp://example.com/file", "").await;
         assert!(text_of(&c, "#form-error").await.contains("url_scheme"));
         create(&c, &base, "https://example.com/one", "spring-sale").await;
-        assert_eq!(c.current_url().await.unwrap().path(), "/links/spring-sale");
+        wait_path(&c, "/links/spring-sale").await;
         create(&c, &base, "https://example.com/two", "spring-sale").await;
         assert!(text_of(&c, "#form-error").await.contains("alias_taken"));
         assert_eq!(
@@ -389,19 +383,16 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
         assert!(text_of(&c, "#edges").await.contains("connected"));
         shot(&c, "ops").await;
         c.goto(&format!("{base}/links/{code}")).await.unwrap();
-        c.find(Locator::Css("#td-reason"))
-            .await
-            .unwrap()
-            .send_keys("phishing")
-            .await
-            .unwrap();
-        c.find(Locator::Css("form[action$='/takedown'] button"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        assert!(text_of(&c, ".status").await.contains("taken down"));
+        fill(&c, "#td-reason", "phishing").await;
+        click(&c, "form[action$='/takedown'] button").await;
+        let start = std::time::Instant::now();
+        while !text_of(&c, ".status").await.contains("taken down") {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the takedown shown"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         c.close().await.unwrap();
         code
     });

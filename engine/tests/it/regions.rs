@@ -491,17 +491,7 @@ fn a_region_out_of_touch_widens_its_window() {
 #[test]
 fn api_keys_and_revocations_cross_regions() {
     let (a, b, _) = two_regions();
-    let out = std::process::Command::new(crate::harness::control_bin())
-        .args(["apikey", "create", "--owner", "carol", "--data-dir"])
-        .arg(&b.control.data)
-        .output()
-        .expect("apikey create");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let key = key_of(&b.control, "carol");
     let create_at_a = || {
         a.control.call(
             "POST",
