@@ -138,6 +138,10 @@ struct SynthArgs {
     events: u64,
     #[arg(long, default_value_t = 1000)]
     codes: u32,
+    /// Events for these codes (repeatable) instead of `--codes` generated ones: real links,
+    /// whose stats and console pages can then be read.
+    #[arg(long = "code")]
+    fixed_codes: Vec<String>,
     #[arg(long, default_value_t = 100_000)]
     visitors: u64,
     #[arg(long, default_value_t = 0.1)]
@@ -952,6 +956,7 @@ fn clicks(command: ClicksCommand) -> anyhow::Result<()> {
             let cfg = SynthConfig {
                 events: a.events,
                 codes: a.codes.max(1),
+                fixed_codes: a.fixed_codes.clone(),
                 visitors: a.visitors.max(1),
                 bot_share: a.bot_share,
                 days: a.days.max(1),

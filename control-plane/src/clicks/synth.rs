@@ -24,6 +24,8 @@ pub struct SynthConfig {
     pub events: u64,
     /// Distinct codes.
     pub codes: u32,
+    /// These codes instead of generated ones (real links' codes, so their stats can be read).
+    pub fixed_codes: Vec<String>,
     /// Distinct visitors.
     pub visitors: u64,
     /// Share of events from bots (crawler agents and HEAD requests).
@@ -239,7 +241,11 @@ pub struct Synth {
 impl Synth {
     /// A generator for `cfg`.
     pub fn new(cfg: SynthConfig) -> Synth {
-        let codes = (0..cfg.codes.max(1)).map(|i| code(cfg.seed, i)).collect();
+        let codes = if cfg.fixed_codes.is_empty() {
+            (0..cfg.codes.max(1)).map(|i| code(cfg.seed, i)).collect()
+        } else {
+            cfg.fixed_codes.clone()
+        };
         let today = Day::of_ms(cfg.now_ms);
         let start_ms = today.minus(cfg.days.max(1) - 1).start_ms();
         Synth {
@@ -454,6 +460,7 @@ mod tests {
         assert!((180..=230).contains(&agents.len()), "{}", agents.len());
         let now = 1_764_504_000_000;
         let mut s = Synth::new(SynthConfig {
+            fixed_codes: Vec::new(),
             events: 10_000,
             codes: 50,
             visitors: 1000,

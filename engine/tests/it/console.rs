@@ -94,7 +94,23 @@ fn shots_dir() -> PathBuf {
     dir
 }
 
+/// Screenshots the page into the output folder, after checking that every field on it has a
+/// label (a `<label for>` or an `aria-label`) for assistive technology.
 async fn shot(c: &Client, name: &str) {
+    let unlabelled = c
+        .execute(
+            "return Array.from(document.querySelectorAll('input:not([type=hidden]), select, textarea'))\
+               .filter(e => e.labels.length === 0 && !e.getAttribute('aria-label'))\
+               .map(e => e.name || e.id);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        unlabelled,
+        serde_json::json!([]),
+        "fields without a label on {name}"
+    );
     let png = c.screenshot().await.expect("screenshot");
     std::fs::write(shots_dir().join(format!("{name}.png")), png).unwrap();
 }
@@ -372,7 +388,14 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
         assert_eq!((status, location.as_str()), (303, "/signin"));
 
         // Another owner cannot see the link.
-        sign_in(&c, &base, &other).await;
+        // Keyboard only: the key field has the focus on arrival, Enter submits.
+        c.goto(&format!("{base}/signin")).await.unwrap();
+        let focused = c.active_element().await.unwrap();
+        focused
+            .send_keys(&format!("{other}\u{E007}"))
+            .await
+            .unwrap();
+        wait_path(&c, "/links").await;
         c.goto(&format!("{base}/links/{code}")).await.unwrap();
         assert_eq!(text_of(&c, "h1").await, "Not your link");
         sign_out(&c).await;
