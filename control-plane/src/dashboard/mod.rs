@@ -2,8 +2,8 @@
 //! operators, on a listener of its own (docs/ARCHITECTURE.md, "The console").
 //!
 //! Every page is HTML rendered here (maud: templates compiled into the binary, every value
-//! escaped); the one script (`/assets/app.js`) only adds a copy button, so everything works with
-//! JavaScript off. The console holds no data and no rules of its own: each page calls the public
+//! escaped); the one script (`/assets/app.js`) only adds a copy button and refreshes a link's
+//! clicks every 10 s, so everything but that refresh works with JavaScript off. The console holds no data and no rules of its own: each page calls the public
 //! API in-process (the same router, with the signed-in key as `Authorization`), so it shows
 //! exactly what the API allows and its errors (alias taken, blocked destination, rate limited)
 //! as the API words them.
@@ -58,7 +58,7 @@ const PAGE: usize = 25;
 const SEARCH_SCAN: usize = 5_000;
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-                   form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Who is signed in.
 #[derive(Debug, Clone)]

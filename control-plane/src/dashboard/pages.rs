@@ -319,6 +319,7 @@ fn stats(code: &str, stats: &Answer, from: &str, to: &str) -> Markup {
                 div { button.secondary type="submit" { "Show" } }
             }
         }
+        div #stats-live data-refresh="10" {
         @if !stats.ok() {
             p.error { "Stats unavailable: " (stats.error()) }
         } @else {
@@ -374,6 +375,7 @@ fn stats(code: &str, stats: &Answer, from: &str, to: &str) -> Markup {
                 (counts("Operating systems", &v["os"]))
                 (counts("Bot clicks by reason", &v["bot_reasons"]))
             }
+        }
         }
     }
 }

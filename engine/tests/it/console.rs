@@ -335,6 +335,16 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
             "the chart"
         );
         shot(&c, "link").await;
+        // Live refresh: one more click, and the open page shows it without a reload.
+        assert_eq!(curl(&["-A", FIREFOX, &at_engine]).0, 302);
+        let start = std::time::Instant::now();
+        while text_of(&c, "#human-clicks").await != "5" {
+            assert!(
+                start.elapsed() < Duration::from_secs(40),
+                "the page refreshes its clicks"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
 
         // A bad URL and a taken alias show the API's errors in place.
         create(&c, &base, "ftp://example.com/file", "").await;
