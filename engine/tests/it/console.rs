@@ -115,16 +115,26 @@ async fn shot(c: &Client, name: &str) {
     std::fs::write(shots_dir().join(format!("{name}.png")), png).unwrap();
 }
 
-/// The text of the element `css` finds, waiting up to 10 s for it to appear.
+/// The text of the element `css` finds, waiting up to 10 s for it to appear; found again when
+/// the page replaced it meanwhile (a navigation, or the live refresh swapping the stats).
 async fn text_of(c: &Client, css: &str) -> String {
-    c.wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .text()
-        .await
-        .unwrap()
+    let start = std::time::Instant::now();
+    loop {
+        let found = c
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await;
+        let error = match found {
+            Ok(el) => match el.text().await {
+                Ok(text) => return text,
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        assert!(start.elapsed() < Duration::from_secs(10), "{css}: {error}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Waits (up to 10 s) until the browser is at `path`: a form post's navigation may still be
