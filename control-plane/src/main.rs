@@ -1194,6 +1194,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .map(|shared| follow_shared(shared, Arc::clone(&safety.safety), Arc::clone(&fleet)))
         .transpose()?;
     let keys = open_keys(&args, &dyn_store, true)?;
+    // With regions, the keys peer regions read and copy into: one view, for replication and
+    // the edge listener.
+    let peer_keys = match &peer_token {
+        Some(_) => Some(Arc::new(open_keys(&args, &dyn_store, false)?)),
+        None => None,
+    };
     let state = AppState::with_safety(
         Arc::clone(&dyn_store),
         keys,
@@ -1222,7 +1228,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     peers: args.peers.clone(),
                     token: token.clone(),
                     lag_alarm_secs: args.peer_lag_alarm_secs,
-                    keys: Some(Arc::new(open_keys(&args, &dyn_store, false)?)),
+                    keys: peer_keys.clone(),
                 },
                 Arc::clone(&dyn_store),
                 scheme,
@@ -1287,11 +1293,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_peers(edge_peers.clone())
             .with_snapshots(publisher.subscribe())
             .with_stop(stop_rx.clone());
-        let store_for_keys = Arc::clone(&dyn_store);
         let mut edge_state = EdgeState::new(dyn_store, token, feed, fleet, Some(Arc::clone(&publisher)));
-        if let Some(t) = &peer_token {
+        if let (Some(t), Some(keys)) = (&peer_token, &peer_keys) {
             edge_state = edge_state
-                .with_peer_keys(Arc::new(open_keys(&args, &store_for_keys, false)?))
+                .with_peer_keys(Arc::clone(keys))
                 .with_peer_stats(state.clone())
                 .with_peers(args.region, lasthop_control::edge_token::EdgeToken::new(t), edge_peers, args.max_mint_rate);
         }

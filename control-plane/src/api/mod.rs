@@ -1210,47 +1210,55 @@ async fn link_stats(
 /// `GET /v1/links/{code}/qr.svg?size=N`: the short URL as a QR code, an SVG document of N×N
 /// pixels (64–2048, default 512), for the link's owner or an admin.
 async fn link_qr_svg(
-    State(state): State<AppState>,
-    Auth(who): Auth,
-    Path(code): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    state: State<AppState>,
+    who: Auth,
+    code: Path<String>,
+    q: Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let size = crate::qr::size(q.get("size").map(String::as_str)).map_err(qr_error)?;
-    let s = fetch_visible(&state, &who, code).await?;
-    let svg = crate::qr::svg(&short_url(&state, &s.link.code), size).map_err(qr_error)?;
-    Ok(qr_response("image/svg+xml", svg.into_bytes()))
+    link_qr(state, who, code, q, false).await
 }
 
 /// `GET /v1/links/{code}/qr.png?size=N`: the short URL as a QR code, a PNG of exactly N×N
 /// pixels (64–2048, default 512), for the link's owner or an admin.
 async fn link_qr_png(
+    state: State<AppState>,
+    who: Auth,
+    code: Path<String>,
+    q: Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    link_qr(state, who, code, q, true).await
+}
+
+/// The QR image of a link's short URL, PNG or SVG.
+async fn link_qr(
     State(state): State<AppState>,
     Auth(who): Auth,
     Path(code): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    png: bool,
 ) -> Result<Response, ApiError> {
-    let size = crate::qr::size(q.get("size").map(String::as_str)).map_err(qr_error)?;
+    let size = crate::qr::size(q.get("size").map(String::as_str))?;
     let s = fetch_visible(&state, &who, code).await?;
     let url = short_url(&state, &s.link.code);
-    let png = blocking(move || crate::qr::png(&url, size)).await?;
-    Ok(qr_response("image/png", png))
+    Ok(if png {
+        let png = blocking(move || crate::qr::png(&url, size)).await?;
+        qr_response("image/png", png)
+    } else {
+        qr_response("image/svg+xml", crate::qr::svg(&url, size)?.into_bytes())
+    })
 }
 
 impl From<crate::qr::QrError> for ApiError {
     fn from(e: crate::qr::QrError) -> ApiError {
-        qr_error(e)
-    }
-}
-
-fn qr_error(e: crate::qr::QrError) -> ApiError {
-    match e {
-        crate::qr::QrError::BadSize => ApiError::bad("invalid_size", e.to_string()),
-        crate::qr::QrError::TooSmall { .. } => ApiError::bad("size_too_small", e.to_string()),
-        _ => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "qr_failed",
-            e.to_string(),
-        ),
+        match e {
+            crate::qr::QrError::BadSize => ApiError::bad("invalid_size", e.to_string()),
+            crate::qr::QrError::TooSmall { .. } => ApiError::bad("size_too_small", e.to_string()),
+            _ => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "qr_failed",
+                e.to_string(),
+            ),
+        }
     }
 }
 

@@ -102,18 +102,11 @@ pub fn render(code: &str, from: Day, to: Day, days: &[DayRollup]) -> Value {
 /// sketches merged, so a visitor counted in both regions counts once), and is `open` while
 /// either region's is, `closed` while either is closed, else `recomputed`.
 pub fn merge(days: &mut Vec<DayRollup>, more: Vec<DayRollup>) {
-    let rank = |s: DayState| match s {
-        DayState::Open => 0,
-        DayState::Closed => 1,
-        DayState::Recomputed => 2,
-    };
     for d in more {
         match days.binary_search_by_key(&d.day, |x| x.day) {
             Ok(i) => {
                 days[i].rollup.merge(&d.rollup);
-                if rank(d.state) < rank(days[i].state) {
-                    days[i].state = d.state;
-                }
+                days[i].state = days[i].state.min(d.state);
             }
             Err(i) => days.insert(i, d),
         }

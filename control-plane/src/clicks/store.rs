@@ -21,8 +21,9 @@ const ROLLUPS: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("rollu
 const OFFSETS: TableDefinition<&str, u64> = TableDefinition::new("source_offsets");
 const DAYS: TableDefinition<u32, u8> = TableDefinition::new("days");
 
-/// Where a day's numbers stand.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a day's numbers stand, in the order a day goes through them (so the least final of
+/// several is their `min`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DayState {
     /// Streaming: late events still count (even after a recompute of the day).
     Open,

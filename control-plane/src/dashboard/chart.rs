@@ -75,26 +75,17 @@ fn draw(bars: &[Bar<'_>]) -> Result<String, String> {
             .draw()
             .map_err(|e| err(&e))?;
         // Totals in grey, humans over them in blue: the grey left showing is the bots.
-        chart
-            .draw_series(
-                Histogram::vertical(&chart)
-                    .style(BOT.filled())
-                    .margin(1)
-                    .data(
-                        bars.iter()
-                            .enumerate()
-                            .map(|(i, b)| (i as u32, b.human + b.bot)),
-                    ),
-            )
-            .map_err(|e| err(&e))?;
-        chart
-            .draw_series(
-                Histogram::vertical(&chart)
-                    .style(HUMAN.filled())
-                    .margin(1)
-                    .data(bars.iter().enumerate().map(|(i, b)| (i as u32, b.human))),
-            )
-            .map_err(|e| err(&e))?;
+        for (color, with_bots) in [(BOT, true), (HUMAN, false)] {
+            let height = |b: &Bar<'_>| b.human + if with_bots { b.bot } else { 0 };
+            chart
+                .draw_series(
+                    Histogram::vertical(&chart)
+                        .style(color.filled())
+                        .margin(1)
+                        .data(bars.iter().enumerate().map(|(i, b)| (i as u32, height(b)))),
+                )
+                .map_err(|e| err(&e))?;
+        }
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)

@@ -155,6 +155,45 @@ pub fn enforce_added(store: &dyn Store, added: &[Added]) -> Result<u64, StoreErr
     Ok(down)
 }
 
+/// Takes down, as each list's verdict, those of `links` a loaded list matches; returns how
+/// many changed.
+fn takedown_listed<'a>(
+    store: &dyn Store,
+    lists: &super::ListSet,
+    links: impl Iterator<Item = &'a lasthop_core::Link>,
+) -> Result<u64, StoreError> {
+    let mut by_list: Vec<(String, Vec<String>)> = Vec::new();
+    for link in links {
+        let Some(hit) = Destination::parse(&link.long_url).and_then(|d| lists.check(&d)) else {
+            continue;
+        };
+        match by_list.iter_mut().find(|(l, _)| *l == hit.list) {
+            Some((_, codes)) => codes.push(link.code.clone()),
+            None => by_list.push((hit.list, vec![link.code.clone()])),
+        }
+    }
+    let mut down = 0;
+    for (list, codes) in by_list {
+        let changed = apply(
+            store,
+            codes,
+            &list_verdict(&list),
+            &Actor::List(list.clone()),
+            None,
+            None,
+        )?;
+        if changed > 0 {
+            tracing::warn!(
+                list,
+                links = changed,
+                "took down existing links the list matches"
+            );
+        }
+        down += changed;
+    }
+    Ok(down)
+}
+
 /// Takes down every live link some loaded list matches, walking the store: at start, when the
 /// store holds fewer links than the lists hold entries, cheaper than looking every entry up.
 /// Returns the links taken down.
@@ -170,38 +209,14 @@ pub fn sweep_links(
             return Ok(down);
         }
         let (links, next) = store.scan_links(after.as_deref(), PAGE)?;
-        let mut by_list: Vec<(String, Vec<String>)> = Vec::new();
-        for s in links
-            .iter()
-            .filter(|s| !s.state.deleted && s.state.takedown_reason.is_none())
-        {
-            let Some(hit) = Destination::parse(&s.link.long_url).and_then(|d| lists.check(&d))
-            else {
-                continue;
-            };
-            match by_list.iter_mut().find(|(l, _)| *l == hit.list) {
-                Some((_, codes)) => codes.push(s.link.code.clone()),
-                None => by_list.push((hit.list, vec![s.link.code.clone()])),
-            }
-        }
-        for (list, codes) in by_list {
-            let changed = apply(
-                store,
-                codes,
-                &list_verdict(&list),
-                &Actor::List(list.clone()),
-                None,
-                None,
-            )?;
-            if changed > 0 {
-                tracing::warn!(
-                    list,
-                    links = changed,
-                    "took down existing links the list matches"
-                );
-            }
-            down += changed;
-        }
+        down += takedown_listed(
+            store,
+            lists,
+            links
+                .iter()
+                .filter(|s| !s.state.deleted && s.state.takedown_reason.is_none())
+                .map(|s| &s.link),
+        )?;
         match next {
             Some(n) => after = Some(n),
             None => return Ok(down),
@@ -326,30 +341,13 @@ fn recheck_lists(
     results: Vec<crate::store::BatchResult>,
     lists: &super::ListSet,
 ) -> Result<u64, StoreError> {
-    let mut restored = 0;
-    let mut by_list: Vec<(String, Vec<String>)> = Vec::new();
-    for r in results.into_iter().filter(|r| r.changed) {
-        restored += 1;
-        let Some(s) = r.link else { continue };
-        let Some(hit) = Destination::parse(&s.link.long_url).and_then(|d| lists.check(&d)) else {
-            continue;
-        };
-        match by_list.iter_mut().find(|(l, _)| *l == hit.list) {
-            Some((_, codes)) => codes.push(r.code),
-            None => by_list.push((hit.list, vec![r.code])),
-        }
-    }
-    for (list, codes) in by_list {
-        apply(
-            store,
-            codes,
-            &list_verdict(&list),
-            &Actor::List(list.clone()),
-            None,
-            None,
-        )?;
-    }
-    Ok(restored)
+    let back: Vec<_> = results.into_iter().filter(|r| r.changed).collect();
+    takedown_listed(
+        store,
+        lists,
+        back.iter().filter_map(|r| r.link.as_ref()).map(|s| &s.link),
+    )?;
+    Ok(back.len() as u64)
 }
 
 /// Makes this region's record of `theirs.owner` follow another region's (`region`) when that

@@ -199,6 +199,22 @@ pub fn restrict(ours: &LinkState, theirs: &LinkState) -> LinkState {
     next
 }
 
+/// Another region's state of a link as this region applies it: the link's home region's
+/// (`authoritative`) replaces ours, any other's only restricts it ([`restrict`]). `None` when
+/// that changes nothing, or ours is deleted (final).
+pub fn replicated_state(
+    ours: &LinkState,
+    theirs: &LinkState,
+    authoritative: bool,
+) -> Option<LinkState> {
+    let next = if authoritative {
+        theirs.clone()
+    } else {
+        restrict(ours, theirs)
+    };
+    (next != *ours && !ours.deleted).then_some(next)
+}
+
 /// Calls `f` for every change after `after` up to `up_to`, in order, reading the log `page`
 /// changes at a time; returns how many changes it read.
 pub fn walk_changes(

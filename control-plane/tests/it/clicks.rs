@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use lasthop_core::click::{spool, ClickEvent, EventId, Method, Net};
 use serde_json::Value;
 
-use crate::harness::{call, json, Server, Site, BIN};
+use crate::harness::{call, free_port, json, Server, Site, BIN};
 
 const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
 const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
@@ -637,14 +637,6 @@ fn tansu() -> Option<PathBuf> {
             .map(|p| p.join("tansu"))
             .find(|p| p.exists())
     })
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A tansu broker on a free port, with the clicks topic.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lasthop_core::feed::Frame;
 
-use crate::harness::{call, json, wait_until, FeedClient, Postgres, Server, Site, BIN};
+use crate::harness::{call, free_port, json, wait_until, FeedClient, Postgres, Server, Site, BIN};
 
 fn shared_site(test: &str) -> Option<(Arc<Postgres>, Site)> {
     let pg = Postgres::shared(test)?;
@@ -508,15 +508,6 @@ fn snapshots_fleet_suspensions_and_the_scanner_are_shared() {
         leaders(&cps).len() == 1
     });
     println!("the scanner moved to another control plane in {took:?}");
-}
-
-/// A free loopback port (bound, then let go).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Two regions on PostgreSQL, each its own database: region 0 with two control planes (both

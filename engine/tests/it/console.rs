@@ -10,19 +10,11 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 
-use crate::harness::{curl, subscribed_engine, wait_until, Control, Site};
+use crate::harness::{curl, free_port, spool_to, subscribed_engine, wait_until, Control, Site};
 
 const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
 const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1";
 const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// chromedriver on a loopback port, killed when dropped.
 struct Driver {
@@ -236,17 +228,9 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
         &site,
         &["--clicks-flush-ms", "200", "--dashboard-listen", &listen],
     );
-    let spool = control.data.join("clicks").join("spool");
-    let engine = subscribed_engine(
-        &site,
-        &control,
-        &[
-            "--click-spool",
-            spool.to_str().unwrap(),
-            "--click-flush-ms",
-            "50",
-        ],
-    );
+    let spool = spool_to(&control);
+    let spool: Vec<&str> = spool.iter().map(String::as_str).collect();
+    let engine = subscribed_engine(&site, &control, &spool);
     let base = format!("http://{listen}");
     let other = {
         let out = Command::new(crate::harness::control_bin())

@@ -577,6 +577,22 @@ pub fn subscribed_engine(site: &Site, control: &Control, extra: &[&str]) -> Engi
     Engine::launch(Command::new(ENGINE), site, &args)
 }
 
+/// The flags that make an engine spool its clicks to `control`'s processor
+/// (`DATA_DIR/clicks/spool`), flushed every 50 ms.
+pub fn spool_to(control: &Control) -> Vec<String> {
+    vec![
+        "--click-spool".into(),
+        control
+            .data
+            .join("clicks")
+            .join("spool")
+            .to_string_lossy()
+            .into_owned(),
+        "--click-flush-ms".into(),
+        "50".into(),
+    ]
+}
+
 /// Subscribed, caught up, and serving a snapshot (the control plane publishes one at start; an
 /// engine that started before it existed downloads it when the feed announces it).
 pub fn in_sync(e: &Engine) -> bool {
@@ -693,10 +709,7 @@ impl Tansu {
             );
             return None;
         };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        let port = free_port();
         let mut t = Tansu {
             bin,
             port,
@@ -879,4 +892,12 @@ fn pump(
         let _ = to.shutdown(std::net::Shutdown::Both);
         let _ = watched.shutdown(std::net::Shutdown::Both);
     });
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }

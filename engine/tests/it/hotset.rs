@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use crate::harness::{curl, in_sync, subscribed_engine, wait_until, Control, Engine, Site};
+use crate::harness::{
+    curl, in_sync, spool_to, subscribed_engine, wait_until, Control, Engine, Site,
+};
 
 const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
 
@@ -50,17 +52,9 @@ fn a_cold_link_reads_through_and_a_clicked_one_is_promoted() {
     );
     let cold = control.create("https://example.com/cold");
     let hot = control.create("https://example.com/hot");
-    let spool = control.data.join("clicks").join("spool");
-    let e = subscribed_engine(
-        &site,
-        &control,
-        &[
-            "--click-spool",
-            spool.to_str().unwrap(),
-            "--click-flush-ms",
-            "50",
-        ],
-    );
+    let spool = spool_to(&control);
+    let spool: Vec<&str> = spool.iter().map(String::as_str).collect();
+    let e = subscribed_engine(&site, &control, &spool);
     wait_until(Duration::from_secs(15), "in sync", || in_sync(&e));
     // The budget holds neither link: the snapshot is empty and covers both creations, so the
     // overlay forgets them too.

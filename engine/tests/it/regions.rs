@@ -29,16 +29,7 @@ fn regions_of_two(clicks: bool) -> (Region, Region, String) {
     if !clicks {
         return regions_with(&[], &|_| Vec::new());
     }
-    let spool = |c: &Control| {
-        let dir = c.data.join("clicks").join("spool");
-        vec![
-            "--click-spool".to_string(),
-            dir.to_string_lossy().into_owned(),
-            "--click-flush-ms".into(),
-            "50".into(),
-        ]
-    };
-    regions_with(&["--clicks-flush-ms", "200"], &spool)
+    regions_with(&["--clicks-flush-ms", "200"], &crate::harness::spool_to)
 }
 
 /// [`two_regions`] with `extra` flags for both control planes and `engine_extra` for the

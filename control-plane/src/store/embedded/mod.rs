@@ -1205,7 +1205,7 @@ impl Writer {
                             finishes.push(finish(reply, outcome));
                         }
                         Op::Delete { code, actor, reply } => {
-                            let outcome = self.apply_delete(&mut t, &code, &actor);
+                            let outcome = self.erase(&mut t, &code, Some(&actor));
                             finishes.push(finish(reply, outcome));
                         }
                         Op::Batch(batch, reply) => {
@@ -1409,7 +1409,7 @@ impl Writer {
                 undid: None,
                 origin: None,
             };
-            self.write_audit(t, &key, &record, Some(seq))?;
+            self.write_audit(t, &key, record, Some(seq))?;
         }
 
         let stored = StoredLink { link, state, seq };
@@ -1431,23 +1431,13 @@ impl Writer {
         Ok(CreateOutcome::Created(stored))
     }
 
-    fn apply_delete(
-        &mut self,
-        t: &mut Tables<'_>,
-        code: &str,
-        actor: &Actor,
-    ) -> Result<DeleteOutcome, StoreError> {
-        self.erase(t, code, actor, true)
-    }
-
-    /// Soft-deletes `code` (see [`Store::delete`]), with its audit record when `audit` (a
-    /// replicated deletion brings the record of the region that made it instead).
+    /// Soft-deletes `code` (see [`Store::delete`]), with `actor`'s audit record (a replicated
+    /// deletion, without one, brings the record of the region that made it instead).
     fn erase(
         &mut self,
         t: &mut Tables<'_>,
         code: &str,
-        actor: &Actor,
-        audit: bool,
+        actor: Option<&Actor>,
     ) -> Result<DeleteOutcome, StoreError> {
         let Some(key) = record_key(&self.scheme, code) else {
             return Ok(DeleteOutcome::NotFound);
@@ -1475,7 +1465,7 @@ impl Writer {
         let link_json = serde_json::to_vec(&row)?;
         t.links.insert(key, link_json.as_slice()).map_err(storage)?;
         let seq = self.write_state(t, key, code, &state)?;
-        if audit {
+        if let Some(actor) = actor {
             let record = AuditRecord {
                 at_ms: crate::clock::now_ms(),
                 actor: actor.to_string(),
@@ -1484,7 +1474,7 @@ impl Writer {
                 undid: None,
                 origin: None,
             };
-            self.write_audit(t, key, &record, Some(seq))?;
+            self.write_audit(t, key, record, Some(seq))?;
         }
         Ok(DeleteOutcome::Deleted)
     }
@@ -1498,7 +1488,6 @@ impl Writer {
         page: &Replicated,
     ) -> Result<ReplicateOutcome, StoreError> {
         let mut outcome = ReplicateOutcome::default();
-        let actor = Actor::Region(page.region);
         // Changes up to the saved position are applied already (a page sent twice).
         let done: u64 = t
             .positions
@@ -1511,19 +1500,15 @@ impl Writer {
             let applied = match &c.change {
                 Change::LinkCreated { link, state } => self.replicate_link(t, link, state)?,
                 Change::StateChanged { code, state } => {
-                    self.replicate_state(t, code, state, c.authoritative, &actor)?
+                    self.replicate_state(t, code, state, c.authoritative)?
                 }
             };
             // Their history of the link joins ours, once: the page and its position commit
             // together.
             if let Some(key) = record_key(&self.scheme, c.change.code()) {
                 if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
-                    for record in c
-                        .audit
-                        .iter()
-                        .filter(|r| r.origin.is_some_and(|o| o.seq > done))
-                    {
-                        self.write_audit(t, &key, record, None)?;
+                    for record in &c.audit {
+                        self.write_audit(t, &key, record.clone(), None)?;
                     }
                 }
             }
@@ -1557,15 +1542,14 @@ impl Writer {
         Ok(outcome)
     }
 
-    /// Applies another region's state of `code` by the rule (its home's replaces ours, any
-    /// other's only restricts); true if it changed anything.
+    /// Applies another region's state of `code` by the rule ([`super::replicated_state`]);
+    /// true if it changed anything.
     fn replicate_state(
         &mut self,
         t: &mut Tables<'_>,
         code: &str,
         theirs: &LinkState,
         authoritative: bool,
-        actor: &Actor,
     ) -> Result<bool, StoreError> {
         let Some(key) = record_key(&self.scheme, code) else {
             return Ok(false);
@@ -1573,19 +1557,14 @@ impl Writer {
         let Some((_, ours)) = read_record(t, &key, code)? else {
             return Ok(false);
         };
-        let next = if authoritative {
-            theirs.clone()
-        } else {
-            super::restrict(&ours, theirs)
-        };
-        if next == ours || ours.deleted {
+        let Some(next) = super::replicated_state(&ours, theirs, authoritative) else {
             return Ok(false);
-        }
+        };
         if next.deleted {
-            self.erase(t, code, actor, false)?;
-            return Ok(true);
+            self.erase(t, code, None)?;
+        } else {
+            self.write_state(t, &key, code, &next)?;
         }
-        self.write_state(t, &key, code, &next)?;
         Ok(true)
     }
 
@@ -1674,7 +1653,7 @@ impl Writer {
             if changed {
                 let seq = self.write_state(t, &key, code, &next)?;
                 let record = u.update.audit(&state, &next, &batch.actor, batch.now_ms);
-                self.write_audit(t, &key, &record, Some(seq))?;
+                self.write_audit(t, &key, record, Some(seq))?;
                 if let Some(set) = &batch.mark_changed {
                     t.code_sets
                         .insert((set.as_str(), key.as_slice()), code)
@@ -1724,11 +1703,10 @@ impl Writer {
         &mut self,
         t: &mut Tables<'_>,
         record_key: &[u8],
-        record: &AuditRecord,
+        mut record: AuditRecord,
         change: Option<u64>,
     ) -> Result<(), StoreError> {
         let key = audit_key(record_key, self.next_audit);
-        let mut record = record.clone();
         if record.origin.is_none() {
             record.origin = change.map(|seq| Origin {
                 region: self.region,
@@ -1773,7 +1751,7 @@ impl Writer {
             origin: None,
         };
         if let Some(key) = record_key(&self.scheme, &report.code) {
-            self.write_audit(t, &key, &record, None)?;
+            self.write_audit(t, &key, record, None)?;
         }
         Ok(report)
     }

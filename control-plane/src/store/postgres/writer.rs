@@ -139,16 +139,37 @@ struct Appends {
 }
 
 impl Appends {
+    /// Appends `code`'s new `state` to the log (the next sequence, which it returns) and its
+    /// denylist entry.
+    fn state_changed(
+        &mut self,
+        next_seq: &mut i64,
+        code: &str,
+        state: &LinkState,
+    ) -> Result<i64, StoreError> {
+        let seq = *next_seq;
+        *next_seq += 1;
+        self.changes.push((
+            seq,
+            json(&Change::StateChanged {
+                code: code.to_string(),
+                state: state.clone(),
+            })?,
+        ));
+        self.deny_set
+            .insert(code.to_string(), state.deny_kind().map(deny_code));
+        Ok(seq)
+    }
+
     /// Appends an audit record of `code`; `change` is the sequence of our change it goes
     /// with ([`AuditRecord::origin`]; a record with an origin already, another region's,
     /// keeps it).
     fn record(
         &mut self,
         code: &str,
-        record: &AuditRecord,
+        mut record: AuditRecord,
         change: Option<i64>,
     ) -> Result<(), StoreError> {
-        let mut record = record.clone();
         if record.origin.is_none() {
             record.origin = change.map(|seq| Origin {
                 region: self.region,
@@ -754,7 +775,7 @@ async fn apply_creates(
                 undid: None,
                 origin: None,
             };
-            appends.record(&code, &record, Some(seq))?;
+            appends.record(&code, record, Some(seq))?;
         }
         let dest = match &req.destination {
             Some(d) => Some(d.clone()),
@@ -918,16 +939,7 @@ async fn erase(
     .map_err(pg)?;
     // Erasure: the creation's log entry carried the URL; it keeps the code, not the URL.
     scrub_creation(txn, &s.link, s.seq).await?;
-    let seq = *next_seq;
-    *next_seq += 1;
-    appends.changes.push((
-        seq,
-        json(&Change::StateChanged {
-            code: code.clone(),
-            state: s.state.clone(),
-        })?,
-    ));
-    appends.deny_set.insert(code.clone(), None);
+    let seq = appends.state_changed(next_seq, &code, &s.state)?;
     if let Some(actor) = actor {
         let record = AuditRecord {
             at_ms: crate::clock::now_ms(),
@@ -937,7 +949,7 @@ async fn erase(
             undid: None,
             origin: None,
         };
-        appends.record(&code, &record, Some(seq))?;
+        appends.record(&code, record, Some(seq))?;
     }
     Ok(())
 }
@@ -989,7 +1001,7 @@ async fn apply_replicate(
                 .is_some();
             if here {
                 for record in &c.audit {
-                    appends.record(code, record, None)?;
+                    appends.record(code, record.clone(), None)?;
                 }
             }
         }
@@ -1012,14 +1024,20 @@ async fn apply_replicate(
         .await
         .map_err(pg)?;
     }
+    save_position(txn, &name, &page.position.max(done).to_string()).await?;
+    Ok(outcome)
+}
+
+/// Saves a position (`positions`), as [`crate::store::Store::position`] reads it.
+async fn save_position(txn: &Transaction<'_>, name: &str, value: &str) -> Result<(), StoreError> {
     txn.execute(
         "INSERT INTO positions (name, value) VALUES ($1, $2) \
          ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-        &[&name, &page.position.max(done).to_string()],
+        &[&name, &value],
     )
     .await
     .map_err(pg)?;
-    Ok(outcome)
+    Ok(())
 }
 
 /// Writes another region's link as it is there, unless we have it; true if written.
@@ -1080,8 +1098,8 @@ async fn replicate_link(
     Ok(true)
 }
 
-/// Applies another region's state of `code` by the rule (its home's replaces ours, any
-/// other's only restricts); true if it changed anything.
+/// Applies another region's state of `code` by the rule ([`crate::store::replicated_state`]);
+/// true if it changed anything.
 async fn replicate_state(
     txn: &Transaction<'_>,
     code: &str,
@@ -1094,14 +1112,9 @@ async fn replicate_state(
     let Some(s) = found.remove(code) else {
         return Ok(false);
     };
-    let next = if authoritative {
-        theirs.clone()
-    } else {
-        crate::store::restrict(&s.state, theirs)
-    };
-    if next == s.state || s.state.deleted {
+    let Some(next) = crate::store::replicated_state(&s.state, theirs, authoritative) else {
         return Ok(false);
-    }
+    };
     if next.deleted {
         erase(txn, s, None, next_seq, appends).await?;
         return Ok(true);
@@ -1112,18 +1125,7 @@ async fn replicate_state(
     )
     .await
     .map_err(pg)?;
-    let seq = *next_seq;
-    *next_seq += 1;
-    appends.changes.push((
-        seq,
-        json(&Change::StateChanged {
-            code: code.to_string(),
-            state: next.clone(),
-        })?,
-    ));
-    appends
-        .deny_set
-        .insert(code.to_string(), next.deny_kind().map(deny_code));
+    appends.state_changed(next_seq, code, &next)?;
     Ok(true)
 }
 
@@ -1181,19 +1183,8 @@ async fn apply_batch(
         let changed = next != s.state;
         if changed {
             let record = u.update.audit(&s.state, &next, &batch.actor, batch.now_ms);
-            let seq = *next_seq;
-            *next_seq += 1;
-            appends.record(&u.code, &record, Some(seq))?;
-            appends.changes.push((
-                seq,
-                json(&Change::StateChanged {
-                    code: u.code.clone(),
-                    state: next.clone(),
-                })?,
-            ));
-            appends
-                .deny_set
-                .insert(u.code.clone(), next.deny_kind().map(deny_code));
+            let seq = appends.state_changed(next_seq, &u.code, &next)?;
+            appends.record(&u.code, record, Some(seq))?;
             states.insert(u.code.clone(), json(&next)?);
             if batch.mark_changed.is_some() {
                 marked.push(u.code.clone());
@@ -1237,13 +1228,7 @@ async fn apply_batch(
         .map_err(pg)?;
     }
     for (name, value) in &batch.positions {
-        txn.execute(
-            "INSERT INTO positions (name, value) VALUES ($1, $2) \
-             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-            &[name, value],
-        )
-        .await
-        .map_err(pg)?;
+        save_position(txn, name, value).await?;
     }
     Ok(out)
 }
