@@ -562,16 +562,25 @@ pub fn ops(
                             @let name = text(o, "owner");
                             tr {
                                 td { (name) }
-                                td { @if o["flagged"].is_object() { (o["flagged"]["reason"].as_str().unwrap_or("yes")) } @else { "no" } }
-                                td { @if o["suspended"].is_object() { (o["suspended"]["reason"].as_str().unwrap_or("yes")) } @else { "no" } }
+                                td { @if o["flagged"] == true { (o["flag"]["reason"].as_str().unwrap_or("yes")) } @else { "no" } }
+                                td { @if o["suspended"] == true { (o["suspension"]["reason"].as_str().unwrap_or("yes")) } @else { "no" } }
                                 td { div.actions {
-                                    @if o["suspended"].is_object() {
+                                    @if o["suspended"] == true {
                                         form method="post" action={"/ops/owners/" (name) "/unsuspend"} {
                                             input type="hidden" name="csrf" value=(s.csrf);
                                             button.secondary type="submit" { "Unsuspend" }
                                         }
+                                    } @else {
+                                        form method="post" action={"/ops/owners/" (name) "/suspend"} {
+                                            input type="hidden" name="csrf" value=(s.csrf);
+                                            label for={"suspend-why-" (name)} class="visually-hidden" { "Reason to suspend " (name) }
+                                            input id={"suspend-why-" (name)} type="text" name="reason" required placeholder="reason";
+                                            input id={"suspend-links-" (name)} type="checkbox" name="takedown_links" value="1";
+                                            label.inline for={"suspend-links-" (name)} { " their links too " }
+                                            button.danger type="submit" { "Suspend" }
+                                        }
                                     }
-                                    @if o["flagged"].is_object() {
+                                    @if o["flagged"] == true {
                                         form method="post" action={"/ops/owners/" (name) "/unflag"} {
                                             input type="hidden" name="csrf" value=(s.csrf);
                                             button.secondary type="submit" { "Clear flag" }

@@ -409,6 +409,23 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
         c.goto(&format!("{base}/ops")).await.unwrap();
         assert!(text_of(&c, "#edges").await.contains("connected"));
         shot(&c, "ops").await;
+        // Suspend an owner from the page, see it listed, lift it from its row.
+        fill(&c, "#suspend-owner", "mallory").await;
+        fill(&c, "#suspend-reason", "phishing kit").await;
+        click(&c, "#suspend-form button").await;
+        assert!(text_of(&c, ".notice").await.contains("mallory: suspend"));
+        let owners = text_of(&c, "#owners").await;
+        assert!(owners.contains("phishing kit"), "{owners}");
+        click(&c, "form[action='/ops/owners/mallory/unsuspend'] button").await;
+        assert!(text_of(&c, ".notice").await.contains("mallory: unsuspend"));
+        // A report anyone filed is in the review queue and resolved from it.
+        let filed = ureq::post(&format!("{}/v1/reports", control.api))
+            .send_json(serde_json::json!({"code": code, "reason": "phishing"}));
+        assert!(filed.is_ok(), "{filed:?}");
+        c.goto(&format!("{base}/ops")).await.unwrap();
+        assert!(text_of(&c, "#reports").await.contains(&code));
+        click(&c, "#reports button").await;
+        assert!(text_of(&c, ".notice").await.contains("resolved (takedown)"));
         c.goto(&format!("{base}/links/{code}")).await.unwrap();
         fill(&c, "#td-reason", "phishing").await;
         click(&c, "form[action$='/takedown'] button").await;
