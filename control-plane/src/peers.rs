@@ -498,11 +498,9 @@ impl Peers {
             .collect()
     }
 
-    /// Copies `peer`'s API keys into `dir`'s keys file every [`KEYS_EVERY`] until stopped: keys
-    /// we lack are added (with their revocation, if any), and a key live here but revoked there
-    /// is revoked here.
     /// Copies `peer`'s API keys into `keys` and its suspensions through `safety`, every
-    /// [`KEYS_EVERY`], until stopped.
+    /// [`KEYS_EVERY`], until stopped: keys we lack are added (with their revocation, if any),
+    /// and a key live here but revoked there is revoked here.
     fn copy_accounts(
         &self,
         peer: &Peer,
