@@ -102,10 +102,18 @@ pub const DATE: &[u8] = b"Date: Tue, 01 Dec 2026 14:00:00 GMT\r\n";
 /// bench asks for), so its check is a real hash probe, not the empty-list shortcut. Draws the
 /// denylist from `state`.
 pub fn request_tables(state: &mut u64) -> Tables {
+    request_tables_in(state, Snapshot::open)
+}
+
+/// [`request_tables`] with the snapshot opened by `open` (`Snapshot::load` for the engine's
+/// `--snapshot-memory huge`).
+pub fn request_tables_in(
+    state: &mut u64,
+    open: fn(PathBuf) -> Result<Snapshot, lasthop_snapshot::SnapshotError>,
+) -> Tables {
     let (_, scheme) = scheme();
-    let snapshot = Arc::new(
-        Snapshot::open(snapshot_file(REQUEST_LINKS, "1M")).expect("open the bench snapshot"),
-    );
+    let snapshot =
+        Arc::new(open(snapshot_file(REQUEST_LINKS, "1M")).expect("open the bench snapshot"));
     let deny: Denylist = (0..10_000)
         .map(|_| {
             let n = REQUEST_LINKS + DEFAULT_RESERVE + rng(state) % (1 << 30);
@@ -122,6 +130,7 @@ pub fn request_tables(state: &mut u64) -> Tables {
 #[inline]
 pub fn serve(buf: &[u8], limits: &Limits, t: &Tables, out: &mut Vec<u8>) -> usize {
     out.clear();
+    lasthop_edge::answer::prefetch(buf, t);
     match parse(buf, limits) {
         Parse::Complete { req, .. } => {
             let (answer, layer) = decide(&req, t, NOW_MS);

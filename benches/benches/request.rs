@@ -11,6 +11,8 @@
 //!
 //! - `hit_curl`, `hit_wrk`, `hit_browser`: a generated code in the snapshot → 302, with the
 //!   headers each client really sends (the browser's are ~500 bytes);
+//! - `hit_curl_huge`: `hit_curl` with the snapshot copied into transparent huge pages
+//!   (`Snapshot::load`, the engine's `--snapshot-memory huge`);
 //! - `hit_hot_curl`: the same over 1,024 codes, whose entries stay in cache (the head of real,
 //!   skewed traffic);
 //! - `never_issued`: random well-formed codes above the high-water mark → 404 by arithmetic
@@ -18,9 +20,11 @@
 //! - `alias`: an alias in the snapshot → 302;
 //! - `fixed`: `render_fixed_with` (the 302 and the `Date` line) alone, the floor (the cost of emitting any response at all);
 //! - `part_*`: the pieces of `hit_*` alone, to see where the time goes;
-//! - `memory_floor`: one dependent load that misses every cache (a pointer chase over 256 MiB),
-//!   the physical floor under a cold `part_lookup`; the pure path's budget for a hit is
-//!   `part_decode` + `memory_floor` + 150 ns;
+//! - `memory_floor`, `memory_floor_huge`: one dependent load that misses every cache (a
+//!   pointer chase over 128 MiB, on small pages and on huge pages), the physical floor under a
+//!   cold `part_lookup`; the pure path's budget for a hit is `part_decode` + the floor of its
+//!   page size + 150 ns (`hit_curl` against `memory_floor`, `hit_curl_huge` against
+//!   `memory_floor_huge`);
 //! - `part_click_record`: the click event of a browser's request (visitor hash, referrer host,
 //!   user agent, encode) appended to a buffer, cleared as the flusher would
 //!   (`lasthop_edge::click`; the engine adds an uncontended lock on its core's buffer).
@@ -32,12 +36,12 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use lasthop_benches::{
-    request_tables, rng, scheme, serve, BROWSER, CURL, DATA_SEED, DATE, NOW_MS,
+    request_tables, request_tables_in, rng, scheme, serve, BROWSER, CURL, DATA_SEED, DATE, NOW_MS,
     REQUEST_LINKS as COUNT, WRK,
 };
 use lasthop_edge::answer::{decide, Answer, Layer};
 use lasthop_edge::http::{parse, Limits, Parse};
-use lasthop_snapshot::Synth;
+use lasthop_snapshot::{Snapshot, Synth};
 
 const KEYS: usize = 1 << 16;
 /// Distinct codes of the `hit_hot_curl` case.
@@ -72,6 +76,41 @@ impl Codes {
     }
 }
 
+/// A random cycle through every slot of an anonymous map (Sattolo's shuffle), optionally on
+/// transparent huge pages: each step one dependent load no cache holds.
+struct Chase {
+    map: memmap2::MmapMut,
+}
+
+impl Chase {
+    fn new(slots: usize, huge: bool) -> Chase {
+        let mut map = memmap2::MmapOptions::new()
+            .len(slots * 4)
+            .map_anon()
+            .expect("anonymous map");
+        if huge {
+            // Advisory, as in `Snapshot::load`.
+            let _ = map.advise(memmap2::Advice::HugePage);
+        }
+        let mut next: Vec<u32> = (0..slots as u32).collect();
+        let mut st = 99;
+        for i in (1..slots).rev() {
+            let j = (rng(&mut st) % i as u64) as usize;
+            next.swap(i, j);
+        }
+        for (slot, n) in map.chunks_exact_mut(4).zip(next) {
+            slot.copy_from_slice(&n.to_le_bytes());
+        }
+        Chase { map }
+    }
+
+    #[inline]
+    fn next(&self, at: u32) -> u32 {
+        let i = at as usize * 4;
+        u32::from_le_bytes(self.map[i..i + 4].try_into().expect("four bytes"))
+    }
+}
+
 /// Writes request `i` of a case into `inbuf`, as recv would: a hot buffer, fresh bytes.
 #[inline]
 fn receive(inbuf: &mut Vec<u8>, template: (&str, &str), codes: &Codes, i: usize) {
@@ -89,6 +128,8 @@ fn request(c: &mut Criterion) {
     let (_, scheme) = scheme();
     let mut state = 11;
     let tables = request_tables(&mut state);
+    // The same tables with the snapshot copied into huge pages (`--snapshot-memory huge`).
+    let huge = request_tables_in(&mut 11, Snapshot::load);
 
     let hits = Codes::new((0..KEYS).map(|_| {
         scheme
@@ -120,10 +161,18 @@ fn request(c: &mut Criterion) {
     // A hot set: real traffic is skewed, and its head stays in cache.
     let hot = Codes::new((0..HOT).map(|i| hits.get(i).to_vec()));
     let limits = Limits::default();
+    let tables_of = |name: &str| {
+        if name.ends_with("_huge") {
+            &huge
+        } else {
+            &tables
+        }
+    };
     // (name, request template split at the code, codes, expected layer, expected status)
     type Case<'a> = (&'a str, (&'a str, &'a str), &'a Codes, Layer, u16);
-    let cases: [Case<'_>; 6] = [
+    let cases: [Case<'_>; 7] = [
         ("hit_curl", split(CURL), &hits, Layer::Snapshot, 302),
+        ("hit_curl_huge", split(CURL), &hits, Layer::Snapshot, 302),
         ("hit_hot_curl", split(CURL), &hot, Layer::Snapshot, 302),
         ("hit_wrk", split(WRK), &hits, Layer::Snapshot, 302),
         ("hit_browser", split(BROWSER), &hits, Layer::Snapshot, 302),
@@ -133,12 +182,13 @@ fn request(c: &mut Criterion) {
     // Every prepared request gets the answer its case is named for.
     let mut inbuf = Vec::with_capacity(4096);
     for (name, template, codes, layer, status) in &cases {
+        let tables = tables_of(name);
         for i in 0..codes.len() {
             receive(&mut inbuf, *template, codes, i);
             let Parse::Complete { req, .. } = parse(&inbuf, &limits) else {
                 panic!("{name}: incomplete request");
             };
-            let (answer, got) = decide(&req, &tables, NOW_MS);
+            let (answer, got) = decide(&req, tables, NOW_MS);
             assert_eq!((answer.status(), got), (*status, *layer), "{name}");
         }
     }
@@ -151,6 +201,7 @@ fn request(c: &mut Criterion) {
         .throughput(Throughput::Elements(1));
     let mut out = Vec::with_capacity(4096);
     for (name, template, codes, _, _) in &cases {
+        let tables = tables_of(name);
         let mut i = 0usize;
         group.bench_function(*name, |b| {
             b.iter(|| {
@@ -159,7 +210,7 @@ fn request(c: &mut Criterion) {
                     i = 0;
                 }
                 receive(&mut inbuf, *template, codes, i);
-                black_box(serve(black_box(&inbuf), &limits, &tables, &mut out))
+                black_box(serve(black_box(&inbuf), &limits, tables, &mut out))
             })
         });
     }
@@ -206,27 +257,19 @@ fn request(c: &mut Criterion) {
         })
     });
     // The physical floor of a cold lookup: one dependent load from memory no cache holds (a
-    // pointer chase through a random cycle over 256 MiB, far past the last-level cache and the
-    // TLB's reach), the miss `part_lookup` pays at best.
-    let chase = {
-        const SLOTS: usize = 32 << 20;
-        let mut next: Vec<u32> = (0..SLOTS as u32).collect();
-        // Sattolo's shuffle: one cycle through every slot.
-        let mut st = 99;
-        for i in (1..SLOTS).rev() {
-            let j = (rng(&mut st) % i as u64) as usize;
-            next.swap(i, j);
-        }
-        next
-    };
-    let mut at = 0u32;
-    group.bench_function("memory_floor", |b| {
-        b.iter(|| {
-            at = chase[at as usize];
-            black_box(at)
-        })
-    });
-    drop(chase);
+    // pointer chase through a random cycle over 128 MiB, far past the last-level cache and the
+    // TLB's reach), the miss `part_lookup` pays at best; on small pages as the mapped snapshot,
+    // and on transparent huge pages as `--snapshot-memory huge` (`memory_floor_huge`).
+    for (name, huge) in [("memory_floor", false), ("memory_floor_huge", true)] {
+        let chase = Chase::new(32 << 20, huge);
+        let mut at = 0u32;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                at = chase.next(at);
+                black_box(at)
+            })
+        });
+    }
     let redirect = Answer::Redirect {
         url: b"https://www.example.org/spring/launch-webinar/abcdefghij0123456789?utm_source=x",
     };

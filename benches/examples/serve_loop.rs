@@ -4,7 +4,8 @@
 //! (`valgrind --tool=callgrind`) that stay meaningful on a noisy machine.
 //!
 //! `cargo build --release -p lasthop-benches --example serve_loop && valgrind --tool=callgrind
-//! target/release/examples/serve_loop 100000`
+//! target/release/examples/serve_loop 100000`; with `cold` after the count, 65,536 codes as
+//! `request/hit_curl` serves them (each lookup a cache miss), for `perf record`.
 
 use std::hint::black_box;
 
@@ -19,12 +20,25 @@ fn main() {
     let (_, scheme) = scheme();
     // The same draws, in the same order, as `request/hit_hot_curl`.
     let mut state = 11;
-    let tables = request_tables(&mut state);
-    let requests: Vec<Vec<u8>> = (0..1024)
+    let tables = if std::env::args().nth(3).as_deref() == Some("huge") {
+        lasthop_benches::request_tables_in(&mut state, lasthop_snapshot::Snapshot::load)
+    } else {
+        request_tables(&mut state)
+    };
+    let distinct = if std::env::args().nth(2).as_deref() == Some("cold") {
+        1 << 16
+    } else {
+        1 << 10
+    };
+    let requests: Vec<Vec<u8>> = (0..distinct)
         .map(|_| {
-            let code = scheme
-                .encode(rng(&mut state) % REQUEST_LINKS)
-                .expect("in domain");
+            // `never` after the mode: codes far above the mark (`request/never_issued`).
+            let n = if std::env::args().nth(4).as_deref() == Some("never") {
+                REQUEST_LINKS * 4 + rng(&mut state) % (1 << 30)
+            } else {
+                rng(&mut state) % REQUEST_LINKS
+            };
+            let code = scheme.encode(n).expect("in domain");
             let code = std::str::from_utf8(&code).expect("codes are ASCII");
             CURL.replace("{}", code).into_bytes()
         })
@@ -35,7 +49,7 @@ fn main() {
     let mut acc = 0usize;
     for i in 0..n {
         acc = acc.wrapping_add(serve(
-            black_box(&requests[i & 1023]),
+            black_box(&requests[i & (distinct - 1)]),
             &limits,
             &tables,
             &mut out,

@@ -346,9 +346,15 @@ impl Ff1Domain {
     }
 
     #[inline]
-    fn decrypt_fast(&self, f: &FastPath, x: u64) -> u64 {
+    fn decrypt_fast(&self, f: &FastPath, x: u64, midway: impl FnOnce()) -> u64 {
         let (mut a, mut b) = StrengthReducedU64::div_rem(x, f.pow_v);
+        let mut midway = Some(midway);
         for i in (0..ROUNDS).rev() {
+            if i == ROUNDS / 2 {
+                if let Some(m) = midway.take() {
+                    m();
+                }
+            }
             let m = if i % 2 == 0 { f.pow_u } else { f.pow_v };
             let y = self.round_fast(i, a) % m;
             let c = if b >= y { b - y } else { b + m.get() - y };
@@ -395,10 +401,20 @@ impl Ff1Domain {
     /// FF1.Decrypt on `x` in `0..radix^len`.
     #[inline]
     pub fn decrypt(&self, x: u128) -> Result<u128, Ff1Error> {
+        self.decrypt_with(x, || {})
+    }
+
+    /// [`Ff1Domain::decrypt`], running `midway` once between two of its rounds (halfway on
+    /// the fast path, before the first on the general one): work that waits on memory (a
+    /// prefetched cache line) overlaps the remaining AES rounds. `midway` cannot change the
+    /// result.
+    #[inline]
+    pub fn decrypt_with(&self, x: u128, midway: impl FnOnce()) -> Result<u128, Ff1Error> {
         self.check(x)?;
         if let Some(f) = &self.fast {
-            return Ok(u128::from(self.decrypt_fast(f, x as u64)));
+            return Ok(u128::from(self.decrypt_fast(f, x as u64, midway)));
         }
+        midway();
         let mut a = x / self.radix_pow_v;
         let mut b = x % self.radix_pow_v;
         for i in (0..ROUNDS).rev() {

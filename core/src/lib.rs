@@ -31,7 +31,7 @@ pub mod region;
 
 pub use alias::{validate_alias, AliasError};
 pub use code::{classify, CodeKind, CodeScheme, CODE_LEN, CODE_SPACE};
-pub use destination::{is_servable, normalize_destination, UrlError, UrlPolicy};
+pub use destination::{is_servable, normalize_destination, visible_ascii, UrlError, UrlPolicy};
 pub use ff1::{Ff1, Ff1Domain, Ff1Error};
 pub use key::{KeyError, PermutationKey};
 pub use link::{Change, Hold, Link, LinkState, LinkStatus};

@@ -21,7 +21,7 @@
 //!
 //! The [`Layer`] returned beside each answer is the table that settled it, for metrics.
 
-use lasthop_core::{classify, is_servable, CodeKind, LinkStatus};
+use lasthop_core::{classify, is_servable, CodeKind, LinkStatus, CODE_LEN};
 
 use crate::denylist::Deny;
 use crate::http::{HttpError, Method, Request};
@@ -139,6 +139,31 @@ impl Answer<'_> {
     }
 }
 
+/// Starts the memory fetch of the snapshot bucket for the code a request's raw bytes seem to
+/// ask for (`GET /` or `HEAD /`, then seven code characters), before the request is parsed:
+/// the parse then runs while the line is on its way, and [`decide`] finds it in cache. A hint
+/// only: it reads nothing but `buf`, and garbage costs one wasted prefetch.
+#[inline]
+pub fn prefetch(buf: &[u8], t: &Tables) {
+    let Some(snapshot) = t.snapshot.as_deref() else {
+        return;
+    };
+    let Some(rest) = buf
+        .strip_prefix(b"GET /")
+        .or_else(|| buf.strip_prefix(b"HEAD /"))
+    else {
+        return;
+    };
+    if let Some(code) = rest.get(..CODE_LEN) {
+        if rest
+            .get(CODE_LEN)
+            .is_some_and(|&b| matches!(b, b' ' | b'+' | b'?'))
+        {
+            snapshot.prefetch(code);
+        }
+    }
+}
+
 /// Decides the answer to `req` from the tables at `now_ms` (Unix milliseconds). Never
 /// allocates, never blocks.
 pub fn decide<'a>(req: &Request<'a>, t: &'a Tables, now_ms: i64) -> (Answer<'a>, Layer) {
@@ -179,11 +204,18 @@ fn decide_in<'a>(
             // Start the snapshot bucket's memory fetch first: the decrypt's AES rounds then run
             // while the line is on its way (a hint only; the high-water check below still
             // decides whether the lookup happens).
-            let probe = snapshot.map(|s| s.prefetch(code));
+            let probe = snapshot.map(|s| (s, s.prefetch(code)));
+            let midway = || {
+                if let Some((s, probe)) = probe {
+                    s.prefetch_entry(probe);
+                }
+            };
+            let probe = probe.map(|(_, p)| p);
             if mark_checked {
+                midway();
                 (probe, None)
             } else {
-                match t.scheme.decode(code) {
+                match t.scheme.decode_with(code, midway) {
                     Some(n) if t.high_water.may_be_issued(n) => (probe, Some(n)),
                     _ => return (Answer::NotFound, Layer::HighWater),
                 }
@@ -813,6 +845,9 @@ pub(crate) mod tests {
         fn decide_total(path in "/[A-Za-z0-9_+.-]{0,70}") {
             let f = fixture(true);
             let buf = get(&path);
+            // The pre-parse hint reads the raw bytes and never changes an answer.
+            prefetch(&buf, &f.tables);
+            prefetch(&buf[..buf.len() / 2], &f.tables);
             if let Parse::Complete { req, .. } = parse(&buf, &Limits::default()) {
                 let (a, _) = decide(&req, &f.tables, NOW);
                 if let Answer::Redirect { url } | Answer::Warn { url, .. } | Answer::Preview { url, .. } = a {

@@ -162,6 +162,10 @@ proptest! {
         prop_assert_eq!(s.high_water().regions(), regions);
         prop_assert_eq!(s.high_water().marks()[0], 1234);
         for (k, (url, exp)) in &links {
+            // The two-step hint (bucket, then the entry's lines) changes no answer.
+            let probe = s.prefetch(k);
+            s.prefetch_entry(probe);
+            prop_assert_eq!(s.lookup_probe(k, probe), s.lookup(k));
             let e = s.lookup(k);
             prop_assert!(e.is_some(), "missing {:?}", k);
             let e = e.unwrap();
@@ -193,6 +197,8 @@ proptest! {
                 let verified = s.verify();
                 let _ = s.audit();
                 for k in links.keys().chain(&probes) {
+                    // Hints over a corrupt (even resealed) index never panic.
+                    s.prefetch_entry(s.prefetch(k));
                     if let Some(e) = s.lookup(k) {
                         let _ = (e.url().len(), e.expires_at_ms());
                     }
