@@ -37,7 +37,8 @@ start_server() { # name -> sets pids
     engine|floor)
       local extra=(); [ "$1" = floor ] && extra=(--fixed-response)
       taskset -c 0 "$BIN/lasthop-engine" --snapshot "$work/links.snap" --key-file "$work/key" \
-        --listen 127.0.0.1:$PORT --admin-listen 127.0.0.1:0 --cores 1 --cpus 0 "${extra[@]}" \
+        --listen 127.0.0.1:$PORT --admin-listen 127.0.0.1:0 --cores 1 --cpus 0 \
+        --data-dir "$work/engine-data" "${extra[@]}" \
         >"$work/$1.out" 2>"$work/$1.err" &
       pids=($!) ;;
     nginx)

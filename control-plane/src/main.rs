@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use lasthop_control::clicks::kafka::KafkaConfig;
 use lasthop_control::clicks::synth::SynthConfig;
 use lasthop_control::clicks::{Day, Processor, ProcessorConfig, SourceConfig};
@@ -96,6 +96,10 @@ enum Command {
         #[arg(long, env = "LASTHOP_STORE")]
         store: String,
     },
+    /// Write the man pages, shell completions and `serve`'s example config into DIR
+    /// (`scripts/package`).
+    #[command(hide = true)]
+    Generate { dir: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -681,6 +685,16 @@ struct ServeArgs {
     clicks: ServeClicks,
     #[command(flatten)]
     safety: ServeSafety,
+    /// A config file (TOML) whose keys are these flags' long names (`api-listen =
+    /// "0.0.0.0:8081"`, `peer = ["1=https://..."]`); flags and environment variables override
+    /// it. SIGHUP re-reads it (and the lists) and logs what changed; a changed setting takes
+    /// effect at the next restart.
+    #[arg(long, env = "LASTHOP_CONFIG")]
+    config: Option<PathBuf>,
+    /// Check the configuration (flags, environment, config file, and the key, certificate,
+    /// token and list files it names) and exit: 0 when `serve` would start with it.
+    #[arg(long)]
+    check_config: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -693,7 +707,31 @@ fn main() -> anyhow::Result<()> {
         // Colour only for a terminal: log files and the journal get plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match Cli::parse().command {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let (cli, file) =
+        lasthop_cli::parse::<Cli>(Cli::command(), argv.clone()).unwrap_or_else(|e| e.exit());
+    match cli.command {
+        Command::Generate { dir } => {
+            let cmd = Cli::command();
+            let serve = cmd
+                .find_subcommand("serve")
+                .cloned()
+                .context("the serve subcommand")?;
+            for path in lasthop_cli::generate(cmd, &serve, &dir)? {
+                println!("{}", path.display());
+            }
+            Ok(())
+        }
+        Command::Serve(args) if args.check_config => match check_serve(&args) {
+            Ok(()) => {
+                println!("lasthop-control: configuration OK");
+                Ok(())
+            }
+            Err(e) => {
+                eprintln!("lasthop-control: configuration invalid: {e:#}");
+                std::process::exit(1);
+            }
+        },
         Command::Keygen {
             out,
             force,
@@ -732,7 +770,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Apikey { command } => apikey(command),
-        Command::Serve(args) => serve(*args),
+        Command::Serve(args) => serve(*args, ConfigReload { argv, file }),
         Command::Snapshot {
             command:
                 SnapshotCommand::Build {
@@ -1058,7 +1096,76 @@ fn restrict_permissions(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// What SIGHUP needs to read `serve`'s configuration again.
+struct ConfigReload {
+    argv: Vec<std::ffi::OsString>,
+    file: Option<lasthop_cli::FileConfig>,
+}
+
+impl ConfigReload {
+    /// Re-reads the config file under the same command line and logs what changed (every
+    /// setting of `serve` is read at start, so changes wait for a restart) or why the file is
+    /// refused; the running configuration is never touched.
+    fn reread(&mut self) {
+        let Some(running) = &self.file else {
+            return;
+        };
+        match lasthop_cli::reload::<Cli>(Cli::command(), self.argv.clone()) {
+            Ok((_, Some(next))) => {
+                let changed = running.changed_keys(&next);
+                if changed.is_empty() {
+                    tracing::info!(file = %next.path.display(), "SIGHUP: configuration unchanged");
+                } else {
+                    tracing::warn!(keys = ?changed, "SIGHUP: configuration changes that need a restart (running with the old values)");
+                }
+                self.file = Some(next);
+            }
+            Ok((_, None)) => {}
+            Err(e) => tracing::error!(error = %e, "SIGHUP: keeping the running configuration"),
+        }
+    }
+}
+
+/// `serve --check-config`: what `serve` reads before it opens the store or binds a listener,
+/// read the same way.
+fn check_serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let key = PermutationKey::load(&args.key_file)?;
+    CodeScheme::new(&key)?;
+    match (&args.edge_tls_cert, &args.edge_tls_key) {
+        (Some(cert), Some(key)) => {
+            lasthop_control::edge_tls::EdgeTls::load(cert, key, args.edge_client_ca.as_deref())?;
+        }
+        (None, None) => {}
+        _ => anyhow::bail!("--edge-tls-cert and --edge-tls-key go together"),
+    }
+    if let Some(ca) = &args.peer_ca {
+        let identity = args
+            .peer_client_cert
+            .as_deref()
+            .zip(args.peer_client_key.as_deref());
+        lasthop_control::edge_tls::client_config_with(ca, identity)?;
+    }
+    let files = [
+        ("--peer-token-file", args.peer_token_file.as_ref()),
+        ("--snapshot-signing-key", args.snapshot_signing_key.as_ref()),
+        ("--shortener-list", args.safety.shortener_list.as_ref()),
+    ];
+    for (flag, path) in files
+        .into_iter()
+        .filter_map(|(f, p)| p.map(|p| (f, p)))
+        .chain(
+            args.safety
+                .reputation_lists
+                .iter()
+                .map(|p| ("--reputation-list", p)),
+        )
+    {
+        std::fs::metadata(path).with_context(|| format!("{flag} {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn serve(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("api")
@@ -1280,6 +1387,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             out.write_all(lines.as_bytes())?;
             out.flush()?;
         }
+        notify(&[sd_notify::NotifyState::Ready]);
         // One shutdown signal drains both listeners, ends feed streams (they never end by
         // themselves, and draining waits for open responses) and stops the publisher.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -1287,7 +1395,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             shutdown_signal().await;
             let _ = stop_tx.send(true);
         });
-        tokio::spawn(reload_on_sighup(hup, reload));
+        tokio::spawn(reload_on_sighup(hup, reload, config));
         let feed = Feed::new(Arc::clone(&dyn_store), heartbeat)
             .with_mint_rate(Some(args.max_mint_rate))
             .with_peers(edge_peers.clone())
@@ -1577,16 +1685,29 @@ fn start_safety(
     })
 }
 
-/// SIGHUP: re-read the reputation lists now.
+/// SIGHUP: re-read the config file and the reputation lists now.
 async fn reload_on_sighup(
     mut hup: tokio::signal::unix::Signal,
     reload: std::sync::mpsc::Sender<()>,
+    mut config: ConfigReload,
 ) {
+    let mut lists = true;
     while hup.recv().await.is_some() {
-        tracing::info!("SIGHUP: re-reading the reputation lists");
-        if reload.send(()).is_err() {
-            return;
+        notify(&[sd_notify::NotifyState::Reloading]);
+        config.reread();
+        if lists {
+            tracing::info!("SIGHUP: re-reading the reputation lists");
+            // The list watcher has stopped (the server is stopping): the config is still read.
+            lists = reload.send(()).is_ok();
         }
+        notify(&[sd_notify::NotifyState::Ready]);
+    }
+}
+
+/// Tells systemd (`Type=notify`) where `serve` stands; a no-op when not run by it.
+fn notify(state: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(false, state) {
+        tracing::debug!(error = %e, "sd_notify");
     }
 }
 
@@ -1604,4 +1725,5 @@ async fn shutdown_signal() {
         _ = term.recv() => tracing::info!("SIGTERM: draining"),
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
     }
+    notify(&[sd_notify::NotifyState::Stopping]);
 }

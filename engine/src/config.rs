@@ -66,8 +66,8 @@ pub(crate) struct Args {
     #[arg(long, env = "LASTHOP_SNAPSHOT")]
     pub(crate) snapshot: Option<PathBuf>,
     /// Permutation key file (the control plane's; never sent over the network).
-    #[arg(long, env = "LASTHOP_KEY_FILE")]
-    pub(crate) key_file: PathBuf,
+    #[arg(long, env = "LASTHOP_KEY_FILE", required_unless_present = "generate")]
+    pub(crate) key_file: Option<PathBuf>,
     /// Redirect listener.
     #[arg(long, env = "LASTHOP_LISTEN", default_value = "0.0.0.0:8080")]
     pub(crate) listen: SocketAddr,
@@ -120,12 +120,10 @@ pub(crate) struct Args {
     /// keys rotate. A snapshot that fails is refused, counted, and the one served is kept.
     #[arg(long, env = "LASTHOP_SNAPSHOT_VERIFY_KEY", action = ArgAction::Append, value_delimiter = ',')]
     pub(crate) snapshot_verify_key: Vec<PathBuf>,
-    /// Where downloaded snapshots are kept (`DIR/snapshots/`).
-    #[arg(
-        long,
-        env = "LASTHOP_ENGINE_DATA_DIR",
-        default_value = "lasthop-engine-data"
-    )]
+    /// The engine's state: downloaded snapshots (`DIR/snapshots/`), the visitor key and the
+    /// click spool. Default: systemd's `$STATE_DIRECTORY` when it sets one, else
+    /// `/var/lib/lasthop/engine`.
+    #[arg(long, env = "LASTHOP_ENGINE_DATA_DIR", default_value_os_t = default_data_dir())]
     pub(crate) data_dir: PathBuf,
     /// This engine's id in status reports (default: hostname:port).
     #[arg(long, env = "LASTHOP_ENGINE_ID")]
@@ -262,6 +260,19 @@ pub(crate) struct Args {
     /// it wins over `--geoip-db`. Only set this behind a proxy that overwrites the header.
     #[arg(long, env = "LASTHOP_COUNTRY_HEADER")]
     pub(crate) country_header: Option<String>,
+    /// A config file (TOML) whose keys are these flags' long names (`listen = "0.0.0.0:80"`,
+    /// `cpus = [0, 1]`); flags and environment variables override it. SIGHUP re-reads it,
+    /// applies what can change live and logs what needs a restart.
+    #[arg(long, env = "LASTHOP_CONFIG")]
+    pub(crate) config: Option<PathBuf>,
+    /// Check the configuration (flags, environment, config file, and the key, certificate,
+    /// snapshot and token files it names) and exit: 0 when the engine would start with it.
+    #[arg(long)]
+    pub(crate) check_config: bool,
+    /// Write the man page, shell completions and example config into this directory and
+    /// exit (`scripts/package`).
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub(crate) generate: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -269,6 +280,18 @@ pub(crate) enum ClicksSink {
     Spool,
     Kafka,
     Off,
+}
+
+/// `--data-dir`'s default: never relative to wherever the engine was started.
+fn default_data_dir() -> PathBuf {
+    std::env::var_os("STATE_DIRECTORY")
+        // systemd may list several, colon-separated: the first is the unit's own.
+        .and_then(|dirs| {
+            std::env::split_paths(&dirs)
+                .next()
+                .filter(|p| p.is_absolute())
+        })
+        .unwrap_or_else(|| PathBuf::from("/var/lib/lasthop/engine"))
 }
 
 pub(crate) fn parse_control_url(s: &str) -> Result<String, String> {

@@ -60,14 +60,127 @@ fn swap_in(shared: &Shared, metrics: &EngineMetrics, s: Arc<Snapshot>) -> anyhow
     Ok(())
 }
 
+/// What SIGHUP needs to read the configuration again: the command line the engine started
+/// with and the config file as it was last applied.
+#[derive(Debug)]
+pub(crate) struct Reloads {
+    pub(crate) argv: Vec<std::ffi::OsString>,
+    pub(crate) file: Option<lasthop_cli::FileConfig>,
+}
+
+/// Config keys whose new values a SIGHUP applies: the files it re-reads anyway. Every other
+/// changed key is logged as needing a restart (listeners, cores and buffers are set up once).
+const LIVE_KEYS: &[&str] = &["cert", "key", "snapshot"];
+
+impl Reloads {
+    /// Re-reads the config file under the same command line: the new arguments when it
+    /// changed and is valid, after logging which changes apply now and which need a
+    /// restart. A bad file changes nothing (logged).
+    fn reread(&mut self) -> Option<Args> {
+        let running = self.file.as_ref()?;
+        let (args, file) = match lasthop_cli::reload::<Args>(
+            <Args as clap::CommandFactory>::command(),
+            self.argv.clone(),
+        ) {
+            Ok((args, Some(file))) => (args, file),
+            Ok((_, None)) => return None,
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: keeping the running configuration");
+                return None;
+            }
+        };
+        let changed = running.changed_keys(&file);
+        if changed.is_empty() {
+            return None;
+        }
+        let (live, restart): (Vec<&String>, Vec<&String>) = changed
+            .iter()
+            .partition(|k| LIVE_KEYS.contains(&k.as_str()));
+        if !live.is_empty() {
+            tracing::info!(keys = ?live, "SIGHUP: configuration changes applied");
+        }
+        if !restart.is_empty() {
+            tracing::warn!(keys = ?restart, "SIGHUP: configuration changes that need a restart (running with the old values)");
+        }
+        self.file = Some(file);
+        Some(args)
+    }
+}
+
+/// `--check-config`: what `run` reads before it binds anything, read the same way: the key
+/// file, the snapshot (verified), the TLS certificate and key, the control plane's CA and
+/// client certificate, the edge token and the snapshot-signing keys.
+pub(crate) fn check(args: &Args) -> anyhow::Result<()> {
+    let key = PermutationKey::load(key_file(args)?)?;
+    CodeScheme::new(&key)?;
+    if let Some(path) = &args.snapshot {
+        let load: LoadFn = match args.snapshot_memory {
+            SnapshotMemory::Map => |p| Snapshot::open(p),
+            SnapshotMemory::Huge => |p| Snapshot::load(p),
+        };
+        let s = open_snapshot(path, load)?;
+        anyhow::ensure!(
+            s.key_id() == key.id(),
+            "snapshot {} was built under key {:#x}, --key-file is {:#x}",
+            path.display(),
+            s.key_id(),
+            key.id()
+        );
+    }
+    match (&args.tls_listen, &args.cert, &args.key) {
+        (Some(_), Some(cert), Some(key)) => {
+            tls::server_config(&TlsSettings {
+                cert: cert.clone(),
+                key: key.clone(),
+                ticket_key_file: args.tls_ticket_key_file.clone(),
+                ticket_lifetime: Duration::from_secs(args.tls_ticket_lifetime_secs),
+                max_early_data: args.tls_max_early_data,
+                ktls: false,
+            })?;
+        }
+        (Some(_), _, _) => anyhow::bail!("--tls-listen needs --cert and --key"),
+        _ => {}
+    }
+    if let Some(ca) = &args.control_ca {
+        let client = args
+            .control_client_cert
+            .as_deref()
+            .zip(args.control_client_key.as_deref());
+        lasthop_engine::tls::config::control_client_config(ca, client)?;
+    }
+    if !args.control.is_empty() {
+        ControlPlanes::new(&args.control)?;
+    }
+    if let Some(path) = &args.edge_token_file {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("reading the edge token {}", path.display()))?;
+    }
+    feed::SnapshotKeys::load(&args.snapshot_verify_key)?;
+    Ok(())
+}
+
+/// `--key-file` (clap requires it unless `--generate` is given).
+fn key_file(args: &Args) -> anyhow::Result<&Path> {
+    args.key_file
+        .as_deref()
+        .ok_or_else(|| anyhow::anyhow!("--key-file is required"))
+}
+
+/// Tells systemd (`Type=notify`) where the engine stands; a no-op when not run by it.
+fn notify(state: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(false, state) {
+        tracing::debug!(error = %e, "sd_notify");
+    }
+}
+
 /// Runs the engine until SIGTERM has drained it (or a core fails).
-pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
     match lasthop_engine::io::socket::raise_nofile_limit() {
         Ok(n) => tracing::debug!(limit = n, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
     }
 
-    let key = PermutationKey::load(&args.key_file)?;
+    let key = PermutationKey::load(key_file(&args)?)?;
     let scheme = CodeScheme::new(&key)?;
     let load: LoadFn = match args.snapshot_memory {
         SnapshotMemory::Map => |p| Snapshot::open(p),
@@ -438,10 +551,23 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     use std::io::Write as _;
     std::io::stdout().flush()?;
+    notify(&[sd_notify::NotifyState::Ready]);
 
+    let mut tls_settings = tls_settings;
     loop {
         match signals::wait()? {
             Signal::Reload => {
+                notify(&[sd_notify::NotifyState::Reloading]);
+                if let Some(next) = reloads.reread() {
+                    // The live keys: the files SIGHUP re-reads below.
+                    if let Some(settings) = tls_settings.as_mut() {
+                        if let (Some(cert), Some(key)) = (&next.cert, &next.key) {
+                            settings.cert = cert.clone();
+                            settings.key = key.clone();
+                        }
+                    }
+                    args.snapshot = next.snapshot;
+                }
                 if let (Some(settings), Some(holder)) = (&tls_settings, &tls_config_holder) {
                     // New connections get the new certificate; open ones keep theirs.
                     match tls::server_config(settings) {
@@ -460,6 +586,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                     tracing::info!(
                         "SIGHUP: no --snapshot file to reload (the feed manages snapshots)"
                     );
+                    notify(&[sd_notify::NotifyState::Ready]);
                     continue;
                 };
                 let swapped = open_snapshot(path, load).and_then(|s| match &feed {
@@ -473,8 +600,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
                 if let Err(e) = swapped {
                     tracing::error!(error = %format!("{e:#}"), "SIGHUP: keeping the current snapshot");
                 }
+                notify(&[sd_notify::NotifyState::Ready]);
             }
             Signal::Stop => {
+                notify(&[sd_notify::NotifyState::Stopping]);
                 tracing::info!("SIGTERM: draining");
                 admin.set_ready(false);
                 shared.stop();

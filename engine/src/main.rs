@@ -1,7 +1,8 @@
-//! `lasthop-engine`: the edge redirect server PoP operators run. Flags are [`config`]'s;
-//! starting, serving and draining are [`engine`]'s.
+//! `lasthop-engine`: the edge redirect server PoP operators run. Flags are [`config`]'s, read
+//! through `lasthop_cli` so a `--config` file sits under them; starting, serving and draining
+//! are [`engine`]'s.
 
-use clap::Parser;
+use clap::CommandFactory;
 use lasthop_engine::io::signals;
 
 mod config;
@@ -20,6 +21,27 @@ fn main() -> anyhow::Result<()> {
         // Colour only for a terminal: log files and the journal get plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let args = config::Args::parse();
-    engine::run(args)
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let (args, file) = lasthop_cli::parse::<config::Args>(config::Args::command(), argv.clone())
+        .unwrap_or_else(|e| e.exit());
+    if let Some(dir) = &args.generate {
+        let cmd = config::Args::command();
+        for path in lasthop_cli::generate(cmd.clone(), &cmd, dir)? {
+            println!("{}", path.display());
+        }
+        return Ok(());
+    }
+    if args.check_config {
+        match engine::check(&args) {
+            Ok(()) => {
+                println!("lasthop-engine: configuration OK");
+                return Ok(());
+            }
+            Err(e) => {
+                eprintln!("lasthop-engine: configuration invalid: {e:#}");
+                std::process::exit(1);
+            }
+        }
+    }
+    engine::run(args, engine::Reloads { argv, file })
 }

@@ -340,6 +340,7 @@ pub fn control_bin() -> PathBuf {
 /// A running control plane (the real binary) with an owner key and an admin key.
 #[derive(Debug)]
 pub struct Control {
+    bin: PathBuf,
     child: Option<Child>,
     pub api: String,
     pub edge: String,
@@ -369,11 +370,22 @@ fn api_key(bin: &Path, data: &Path, owner: &str, admin: bool) -> String {
 impl Control {
     /// Starts a control plane for `site` (its key) on loopback ports of its choosing.
     pub fn start(site: &Site, extra: &[&str]) -> Control {
-        let bin = control_bin();
-        let data = site.dir.path().join("control");
+        Control::start_from(
+            &control_bin(),
+            site,
+            &site.dir.path().join("control"),
+            extra,
+        )
+    }
+
+    /// [`Control::start`] with the binary at `bin` (an installed one) and its state in `data`.
+    pub fn start_from(bin: &Path, site: &Site, data: &Path, extra: &[&str]) -> Control {
+        let bin = bin.to_path_buf();
+        let data = data.to_path_buf();
         let key = api_key(&bin, &data, "t", false);
         let admin_key = api_key(&bin, &data, "ops", true);
         let mut c = Control {
+            bin,
             child: None,
             api: "127.0.0.1:0".into(),
             edge: "127.0.0.1:0".into(),
@@ -392,7 +404,7 @@ impl Control {
             let s = s.strip_prefix("https://").unwrap_or(s);
             s.trim_start_matches("http://").to_string()
         };
-        let mut child = Command::new(control_bin())
+        let mut child = Command::new(&self.bin)
             .arg("serve")
             .arg("--data-dir")
             .arg(&self.data)
@@ -440,6 +452,22 @@ impl Control {
             }
         });
         self.child = Some(child);
+    }
+
+    /// Sends `sig` (`HUP`, `TERM`, ...) to the control plane.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// What the control plane logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data.with_extension("log")).unwrap_or_default()
     }
 
     /// SIGKILLs the control plane (engines lose their feed).

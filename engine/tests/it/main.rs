@@ -19,6 +19,9 @@
 //!   where the kernel has it (reported skipped where it does not);
 //! - `regions`: two regions replicating each other's links and state changes: a link made in
 //!   one served by the other's engine, takedowns crossing regions, a region down and back;
+//! - `packaging`: config files under the flags, SIGHUP re-reading one under wrk load, the
+//!   Debian package extracted and run from its paths, dashboards and alerts against the
+//!   exported metrics;
 //! - `harness`: what the tests share: sites (key, snapshot), engines and control planes as real
 //!   processes, a raw HTTP client, load, a Kafka-protocol broker.
 
@@ -30,6 +33,7 @@ mod harness;
 mod hotset;
 mod lifecycle;
 mod origin;
+mod packaging;
 mod regions;
 mod safety;
 mod serving;

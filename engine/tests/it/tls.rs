@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use crate::harness::{curl, Engine, Site};
 
 /// A test CA and a server certificate for `lh.test` and 127.0.0.1.
-struct Pki {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
+pub(crate) struct Pki {
+    pub(crate) ca: PathBuf,
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
 }
 
 pub(crate) fn openssl(dir: &Path, args: &[&str]) {
@@ -59,7 +59,7 @@ pub(crate) fn server_cert(dir: &Path, alg: &[&str], cn: &str, key: &str, cert: &
     );
 }
 
-fn pki(site: &Site, rsa: bool) -> Pki {
+pub(crate) fn pki(site: &Site, rsa: bool) -> Pki {
     let dir = site.dir.path();
     let alg: &[&str] = if rsa {
         &["-newkey", "rsa:2048"]
