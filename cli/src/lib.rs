@@ -108,7 +108,6 @@ pub fn parse<T: FromArgMatches>(
     argv: Vec<OsString>,
 ) -> Result<(T, Option<FileConfig>), ConfigError> {
     let (matches, file) = matches(cmd, argv)?;
-    // Descend to the subcommand that was run: that is where the derive's fields live too.
     let args = T::from_arg_matches(&matches)?;
     Ok((args, file))
 }

@@ -310,6 +310,22 @@ fn the_package_installs_and_runs_from_its_paths() {
     let at = tmp.path().join("root");
     let x = run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&at));
     assert!(x.status.success(), "{}", text(&x));
+    // The maintainer scripts (they create the user and directories on a real install, which
+    // this test never does): valid sh, executable.
+    let control = tmp.path().join("DEBIAN");
+    let e = run(Command::new("dpkg-deb").arg("-e").arg(&deb).arg(&control));
+    assert!(e.status.success(), "{}", text(&e));
+    for script in ["postinst", "prerm", "postrm"] {
+        let path = control.join(script);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o111, 0o111, "{script} is executable");
+        let n = run(Command::new("sh").arg("-n").arg(&path));
+        assert!(n.status.success(), "{script}: {}", text(&n));
+    }
+    let postinst = std::fs::read_to_string(control.join("postinst")).unwrap();
+    assert!(postinst.contains("adduser --system") && postinst.contains("/var/lib/lasthop/engine"));
     let bin = |p: &str| at.join("usr/bin").join(p);
     let etc = |p: &str| at.join("etc/lasthop").join(p);
 
