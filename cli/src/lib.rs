@@ -17,9 +17,9 @@
 //! was probably meant (the nearest by edit distance). Keys sit at the top level: there are no
 //! sections. `config` and `check-config` themselves cannot be keys.
 //!
-//! [`reload`] re-reads the file for a running program (SIGHUP): the program compares the
-//! [`FileConfig::values`] it runs with against the new ones, applies what it can and says what
-//! needs a restart.
+//! A running program re-reads the file (SIGHUP) by calling [`parse`] again with the command
+//! line it started with, then compares the [`FileConfig::values`] it runs with against the new
+//! ones ([`FileConfig::changed_keys`]), applies what it can and says what needs a restart.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -85,7 +85,7 @@ pub struct FileConfig {
     pub path: PathBuf,
     /// Key → the values written for it (one for a scalar; one per element for an array;
     /// `["true"]`/`["false"]` for a switch).
-    pub values: BTreeMap<String, Vec<String>>,
+    pub values: Values,
 }
 
 impl FileConfig {
@@ -110,14 +110,6 @@ pub fn parse<T: FromArgMatches>(
     let (matches, file) = matches(cmd, argv)?;
     let args = T::from_arg_matches(&matches)?;
     Ok((args, file))
-}
-
-/// [`parse`] for a running program: the same command line, the file read again.
-pub fn reload<T: FromArgMatches>(
-    cmd: Command,
-    argv: Vec<OsString>,
-) -> Result<(T, Option<FileConfig>), ConfigError> {
-    parse(cmd, argv)
 }
 
 /// The matches of `argv` with the config file's keys layered under it.
@@ -159,13 +151,15 @@ pub fn matches(
     Ok((matches, Some(FileConfig { path, values })))
 }
 
+/// Key → the values a file wrote for it ([`FileConfig::values`]).
+pub type Values = BTreeMap<String, Vec<String>>;
+
 /// The flags the file at `path` adds for `cmd` (whose matches so far are `m`), and what it set.
-#[allow(clippy::type_complexity)]
 fn file_args(
     cmd: &Command,
     m: &ArgMatches,
     path: &Path,
-) -> Result<(Vec<OsString>, BTreeMap<String, Vec<String>>), ConfigError> {
+) -> Result<(Vec<OsString>, Values), ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,

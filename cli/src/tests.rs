@@ -172,7 +172,7 @@ fn a_reload_sees_what_changed() {
     let (_, before) = run(&["prog", "--config", &path]).unwrap();
     f.as_file_mut().set_len(0).unwrap();
     std::fs::write(&path, "idle-timeout = 6\ncpus = [1]\nlisten = \"a:1\"\n").unwrap();
-    let (_, after) = reload::<Args>(
+    let (_, after) = parse::<Args>(
         Args::command(),
         ["prog", "--config", &path]
             .iter()

@@ -1110,7 +1110,7 @@ impl ConfigReload {
         let Some(running) = &self.file else {
             return;
         };
-        match lasthop_cli::reload::<Cli>(Cli::command(), self.argv.clone()) {
+        match lasthop_cli::parse::<Cli>(Cli::command(), self.argv.clone()) {
             Ok((_, Some(next))) => {
                 let changed = running.changed_keys(&next);
                 if changed.is_empty() {
@@ -1126,40 +1126,77 @@ impl ConfigReload {
     }
 }
 
-/// `serve --check-config`: what `serve` reads before it opens the store or binds a listener,
-/// read the same way.
-fn check_serve(args: &ServeArgs) -> anyhow::Result<()> {
-    let key = PermutationKey::load(&args.key_file)?;
-    CodeScheme::new(&key)?;
-    match (&args.edge_tls_cert, &args.edge_tls_key) {
-        (Some(cert), Some(key)) => {
-            lasthop_control::edge_tls::EdgeTls::load(cert, key, args.edge_client_ca.as_deref())?;
-        }
-        (None, None) => {}
-        _ => anyhow::bail!("--edge-tls-cert and --edge-tls-key go together"),
-    }
-    if let Some(ca) = &args.peer_ca {
-        let identity = args
-            .peer_client_cert
+/// What `serve` reads before it opens the store or binds a listener: certificates and keys
+/// first, so a bad file stops the start with its name. `--check-config` reads the same.
+struct ServeFiles {
+    edge_tls: Option<lasthop_control::edge_tls::EdgeTls>,
+    signing: Option<lasthop_control::signing::SigningKey>,
+    scheme: CodeScheme,
+    peer_token: Option<String>,
+    peer_agent: ureq::Agent,
+}
+
+impl ServeFiles {
+    fn read(args: &ServeArgs) -> anyhow::Result<ServeFiles> {
+        // clap requires --edge-tls-cert and --edge-tls-key together.
+        let edge_tls = match (&args.edge_tls_cert, &args.edge_tls_key) {
+            (Some(cert), Some(key)) => Some(lasthop_control::edge_tls::EdgeTls::load(
+                cert,
+                key,
+                args.edge_client_ca.as_deref(),
+            )?),
+            _ => None,
+        };
+        let signing = args
+            .snapshot_signing_key
             .as_deref()
-            .zip(args.peer_client_key.as_deref());
-        lasthop_control::edge_tls::client_config_with(ca, identity)?;
+            .map(lasthop_control::signing::SigningKey::load)
+            .transpose()?;
+        let key = PermutationKey::load(&args.key_file)?;
+        let scheme = CodeScheme::new(&key)?;
+        let peer_token = args
+            .peer_token_file
+            .as_deref()
+            .map(lasthop_control::peers::read_token)
+            .transpose()?;
+        let builder = ureq::AgentBuilder::new().redirects(0);
+        let peer_agent = match &args.peer_ca {
+            Some(ca) => {
+                let identity = args
+                    .peer_client_cert
+                    .as_deref()
+                    .zip(args.peer_client_key.as_deref());
+                builder.tls_config(lasthop_control::edge_tls::client_config_with(ca, identity)?)
+            }
+            None => builder,
+        }
+        .build();
+        Ok(ServeFiles {
+            edge_tls,
+            signing,
+            scheme,
+            peer_token,
+            peer_agent,
+        })
     }
-    let files = [
-        ("--peer-token-file", args.peer_token_file.as_ref()),
-        ("--snapshot-signing-key", args.snapshot_signing_key.as_ref()),
-        ("--shortener-list", args.safety.shortener_list.as_ref()),
-    ];
-    for (flag, path) in files
-        .into_iter()
-        .filter_map(|(f, p)| p.map(|p| (f, p)))
+}
+
+/// `serve --check-config`: the files [`ServeFiles`] reads, and the lists' files there (read
+/// in full only at start: big lists take seconds).
+fn check_serve(args: &ServeArgs) -> anyhow::Result<()> {
+    ServeFiles::read(args)?;
+    let lists = args
+        .safety
+        .shortener_list
+        .iter()
+        .map(|p| ("--shortener-list", p))
         .chain(
             args.safety
                 .reputation_lists
                 .iter()
                 .map(|p| ("--reputation-list", p)),
-        )
-    {
+        );
+    for (flag, path) in lists {
         std::fs::metadata(path).with_context(|| format!("{flag} {}", path.display()))?;
     }
     Ok(())
@@ -1178,45 +1215,17 @@ fn serve(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("listening for SIGHUP")?
     };
-    // Certificates and keys first: a bad file stops the start with its name, before any
-    // listener or store is opened.
-    let edge_tls = match (&args.edge_tls_cert, &args.edge_tls_key) {
-        (Some(cert), Some(key)) => Some(lasthop_control::edge_tls::EdgeTls::load(
-            cert,
-            key,
-            args.edge_client_ca.as_deref(),
-        )?),
-        _ => None,
-    };
-    let signing = args
-        .snapshot_signing_key
-        .as_deref()
-        .map(lasthop_control::signing::SigningKey::load)
-        .transpose()?;
+    let ServeFiles {
+        edge_tls,
+        signing,
+        scheme,
+        peer_token,
+        peer_agent,
+    } = ServeFiles::read(&args)?;
     if let Some(key) = &signing {
         tracing::info!(public_key = %key.public_hex(), "signing snapshots");
     }
-    let key = PermutationKey::load(&args.key_file)?;
-    let scheme = CodeScheme::new(&key)?;
-    let peer_token = args
-        .peer_token_file
-        .as_deref()
-        .map(lasthop_control::peers::read_token)
-        .transpose()?;
-    let peer_agent = {
-        let builder = ureq::AgentBuilder::new().redirects(0);
-        match &args.peer_ca {
-            Some(ca) => {
-                let identity = args
-                    .peer_client_cert
-                    .as_deref()
-                    .zip(args.peer_client_key.as_deref());
-                builder.tls_config(lasthop_control::edge_tls::client_config_with(ca, identity)?)
-            }
-            None => builder,
-        }
-        .build()
-    };
+    let key_id = scheme.key_id();
     let metrics = Metrics::new()?;
     let observer: CommitObserver = {
         let m = metrics.clone();
@@ -1271,7 +1280,7 @@ fn serve(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
         Arc::clone(&fleet),
         PublishConfig {
             dir: args.data_dir.join("snapshots"),
-            key_id: key.id(),
+            key_id,
             regions: args.regions,
             reserve: args.reserve,
             interval: Duration::from_secs(args.snapshot_interval_secs.max(1)),
@@ -1372,7 +1381,7 @@ fn serve(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
             Some(tls) => tracing::info!(client_certificates = tls.client_auth(), "edge listener serves TLS"),
             None => tracing::warn!("edge listener is plain HTTP: the edge token, every destination and every takedown travel in clear (loopback development only; --edge-tls-cert and --edge-tls-key serve TLS)"),
         }
-        tracing::info!(api = %addr, edge = %edge_addr, key_id = format_args!("{:08x}", key.id()), "control plane serving");
+        tracing::info!(api = %addr, edge = %edge_addr, key_id = format_args!("{:08x}", key_id), "control plane serving");
         // Machine-readable lines on stdout, so scripts and tests can use --api-listen :0 and
         // --edge-listen :0. The api line stays first; both go in one write, so a reader that
         // takes only the first line and closes the pipe cannot fail the second.

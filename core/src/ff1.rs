@@ -348,18 +348,19 @@ impl Ff1Domain {
     #[inline]
     fn decrypt_fast(&self, f: &FastPath, x: u64, midway: impl FnOnce()) -> u64 {
         let (mut a, mut b) = StrengthReducedU64::div_rem(x, f.pow_v);
-        let mut midway = Some(midway);
-        for i in (0..ROUNDS).rev() {
-            if i == ROUNDS / 2 {
-                if let Some(m) = midway.take() {
-                    m();
-                }
-            }
+        let mut round = |i: u8| {
             let m = if i % 2 == 0 { f.pow_u } else { f.pow_v };
             let y = self.round_fast(i, a) % m;
             let c = if b >= y { b - y } else { b + m.get() - y };
             b = a;
             a = c;
+        };
+        for i in (ROUNDS / 2..ROUNDS).rev() {
+            round(i);
+        }
+        midway();
+        for i in (0..ROUNDS / 2).rev() {
+            round(i);
         }
         a * f.pow_v.get() + b
     }

@@ -204,13 +204,13 @@ fn decide_in<'a>(
             // Start the snapshot bucket's memory fetch first: the decrypt's AES rounds then run
             // while the line is on its way (a hint only; the high-water check below still
             // decides whether the lookup happens).
-            let probe = snapshot.map(|s| (s, s.prefetch(code)));
+            let probe = snapshot.map(|s| s.prefetch(code));
+            // Halfway through the decrypt the bucket has arrived: fetch the entry's lines.
             let midway = || {
-                if let Some((s, probe)) = probe {
+                if let (Some(s), Some(probe)) = (snapshot, probe) {
                     s.prefetch_entry(probe);
                 }
             };
-            let probe = probe.map(|(_, p)| p);
             if mark_checked {
                 midway();
                 (probe, None)

@@ -78,7 +78,7 @@ impl Reloads {
     /// restart. A bad file changes nothing (logged).
     fn reread(&mut self) -> Option<Args> {
         let running = self.file.as_ref()?;
-        let (args, file) = match lasthop_cli::reload::<Args>(
+        let (args, file) = match lasthop_cli::parse::<Args>(
             <Args as clap::CommandFactory>::command(),
             self.argv.clone(),
         ) {
@@ -114,11 +114,7 @@ pub(crate) fn check(args: &Args) -> anyhow::Result<()> {
     let key = PermutationKey::load(key_file(args)?)?;
     CodeScheme::new(&key)?;
     if let Some(path) = &args.snapshot {
-        let load: LoadFn = match args.snapshot_memory {
-            SnapshotMemory::Map => |p| Snapshot::open(p),
-            SnapshotMemory::Huge => |p| Snapshot::load(p),
-        };
-        let s = open_snapshot(path, load)?;
+        let s = open_snapshot(path, snapshot_loader(args.snapshot_memory))?;
         anyhow::ensure!(
             s.key_id() == key.id(),
             "snapshot {} was built under key {:#x}, --key-file is {:#x}",
@@ -127,36 +123,68 @@ pub(crate) fn check(args: &Args) -> anyhow::Result<()> {
             key.id()
         );
     }
-    match (&args.tls_listen, &args.cert, &args.key) {
-        (Some(_), Some(cert), Some(key)) => {
-            tls::server_config(&TlsSettings {
-                cert: cert.clone(),
-                key: key.clone(),
-                ticket_key_file: args.tls_ticket_key_file.clone(),
-                ticket_lifetime: Duration::from_secs(args.tls_ticket_lifetime_secs),
-                max_early_data: args.tls_max_early_data,
-                ktls: false,
-            })?;
-        }
-        (Some(_), _, _) => anyhow::bail!("--tls-listen needs --cert and --key"),
-        _ => {}
+    if let Some(settings) = tls_settings(args, false) {
+        tls::server_config(&settings)?;
     }
+    control_planes(args)?;
+    edge_token(args)?;
+    feed::SnapshotKeys::load(&args.snapshot_verify_key)?;
+    Ok(())
+}
+
+/// How `--snapshot-memory` loads a snapshot file.
+fn snapshot_loader(memory: SnapshotMemory) -> LoadFn {
+    match memory {
+        SnapshotMemory::Map => |p| Snapshot::open(p),
+        SnapshotMemory::Huge => |p| Snapshot::load(p),
+    }
+}
+
+/// The HTTPS listener's settings, with `--tls-listen` (clap requires `--cert` and `--key`
+/// with it).
+fn tls_settings(args: &Args, ktls: bool) -> Option<TlsSettings> {
+    match (&args.tls_listen, &args.cert, &args.key) {
+        (Some(_), Some(cert), Some(key)) => Some(TlsSettings {
+            cert: cert.clone(),
+            key: key.clone(),
+            ticket_key_file: args.tls_ticket_key_file.clone(),
+            ticket_lifetime: Duration::from_secs(args.tls_ticket_lifetime_secs),
+            max_early_data: args.tls_max_early_data,
+            ktls,
+        }),
+        _ => None,
+    }
+}
+
+/// The control planes of `--control` (TLS with `--control-ca`), or `None` without any.
+fn control_planes(args: &Args) -> anyhow::Result<Option<ControlPlanes>> {
+    if args.control.is_empty() {
+        return Ok(None);
+    }
+    let mut c = ControlPlanes::new(&args.control)?;
     if let Some(ca) = &args.control_ca {
         let client = args
             .control_client_cert
             .as_deref()
             .zip(args.control_client_key.as_deref());
-        lasthop_engine::tls::config::control_client_config(ca, client)?;
+        c = c.with_tls(lasthop_engine::tls::config::control_client_config(
+            ca, client,
+        )?);
     }
-    if !args.control.is_empty() {
-        ControlPlanes::new(&args.control)?;
-    }
-    if let Some(path) = &args.edge_token_file {
-        std::fs::read_to_string(path)
-            .with_context(|| format!("reading the edge token {}", path.display()))?;
-    }
-    feed::SnapshotKeys::load(&args.snapshot_verify_key)?;
-    Ok(())
+    Ok(Some(c))
+}
+
+/// The token of `--edge-token-file`, if given.
+fn edge_token(args: &Args) -> anyhow::Result<Option<String>> {
+    args.edge_token_file
+        .as_deref()
+        .map(|path| {
+            Ok(std::fs::read_to_string(path)
+                .with_context(|| format!("reading the edge token {}", path.display()))?
+                .trim()
+                .to_string())
+        })
+        .transpose()
 }
 
 /// `--key-file` (clap requires it unless `--generate` is given).
@@ -182,39 +210,16 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
 
     let key = PermutationKey::load(key_file(&args)?)?;
     let scheme = CodeScheme::new(&key)?;
-    let load: LoadFn = match args.snapshot_memory {
-        SnapshotMemory::Map => |p| Snapshot::open(p),
-        SnapshotMemory::Huge => |p| Snapshot::load(p),
-    };
-    let token = match &args.edge_token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("reading the edge token {}", path.display()))?
-                .trim()
-                .to_string(),
-        ),
-        None => None,
-    };
-    let controls = if args.control.is_empty() {
-        None
-    } else {
-        let mut c = ControlPlanes::new(&args.control)?;
-        if let Some(ca) = &args.control_ca {
-            let client = args
-                .control_client_cert
-                .as_deref()
-                .zip(args.control_client_key.as_deref());
-            c = c.with_tls(lasthop_engine::tls::config::control_client_config(
-                ca, client,
-            )?);
-        }
+    let load = snapshot_loader(args.snapshot_memory);
+    let token = edge_token(&args)?;
+    let controls = control_planes(&args)?.map(|c| {
         tracing::info!(control = ?args.control, using = c.url(0),
             "control planes: the first that answers is used, the next on failure");
         for url in c.plain() {
             tracing::warn!(control = url, "plain HTTP to a control plane: the edge token, every destination and every takedown travel in clear (loopback development only; use https:// with --control-ca)");
         }
-        Some(Arc::new(c))
-    };
+        Arc::new(c)
+    });
     let verify_keys = feed::SnapshotKeys::load(&args.snapshot_verify_key)?;
     if !verify_keys.is_empty() {
         tracing::info!(
@@ -395,17 +400,7 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
             }
         },
     };
-    let tls_settings = match (&args.tls_listen, &args.cert, &args.key) {
-        (Some(_), Some(cert), Some(key)) => Some(TlsSettings {
-            cert: cert.clone(),
-            key: key.clone(),
-            ticket_key_file: args.tls_ticket_key_file.clone(),
-            ticket_lifetime: Duration::from_secs(args.tls_ticket_lifetime_secs),
-            max_early_data: args.tls_max_early_data,
-            ktls: ktls.is_some(),
-        }),
-        _ => None,
-    };
+    let mut tls_settings = tls_settings(&args, ktls.is_some());
     let mut tls_listeners: Vec<Option<lasthop_engine::io::uring::TlsListen>> =
         (0..cores).map(|_| None).collect();
     let mut tls_bound = None;
@@ -553,7 +548,6 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
     notify(&[sd_notify::NotifyState::Ready]);
 
-    let mut tls_settings = tls_settings;
     loop {
         match signals::wait()? {
             Signal::Reload => {

@@ -158,14 +158,12 @@ pub async fn history(
     if records.first().is_none_or(|r| r.action != "created") {
         records.insert(
             0,
-            crate::store::AuditRecord {
-                at_ms: link.link.created_at_ms,
-                actor: link.link.owner.clone(),
-                action: "created".to_string(),
-                reason: None,
-                undid: None,
-                origin: None,
-            },
+            crate::store::AuditRecord::new(
+                link.link.created_at_ms,
+                link.link.owner.clone(),
+                "created",
+                None,
+            ),
         );
     }
     let history: Vec<_> = records

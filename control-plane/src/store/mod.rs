@@ -101,6 +101,41 @@ pub struct AuditRecord {
     pub origin: Option<Origin>,
 }
 
+impl AuditRecord {
+    /// `action` by `actor` at `at_ms`, undoing nothing; its origin is set where it replicates.
+    pub fn new(at_ms: i64, actor: String, action: &str, reason: Option<String>) -> AuditRecord {
+        AuditRecord {
+            at_ms,
+            actor,
+            action: action.to_string(),
+            reason,
+            undid: None,
+            origin: None,
+        }
+    }
+
+    /// A link created held (the one creation that gets a record: it says more than the link).
+    pub fn created_held(at_ms: i64, actor: &Actor, hold: Hold) -> AuditRecord {
+        let reason = Some(format!("held: {}", hold.as_str()));
+        AuditRecord::new(at_ms, actor.to_string(), "created", reason)
+    }
+
+    /// A link erased by `actor`, now.
+    pub fn deleted(actor: &Actor) -> AuditRecord {
+        AuditRecord::new(crate::clock::now_ms(), actor.to_string(), "delete", None)
+    }
+
+    /// A report or an appeal filed about a link (`report.id` already assigned).
+    pub fn filed(report: &Report) -> AuditRecord {
+        let (actor, action) = match report.kind {
+            ReportKind::Report => ("public".to_string(), "reported"),
+            ReportKind::Appeal => (report.by.clone().unwrap_or_default(), "appeal"),
+        };
+        let reason = Some(format!("report {}: {}", report.id, report.reason));
+        AuditRecord::new(report.created_at_ms, actor, action, reason)
+    }
+}
+
 /// Where an audit record comes from ([`AuditRecord::origin`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Origin {
@@ -475,12 +510,8 @@ impl StateUpdate {
             _ => None,
         };
         AuditRecord {
-            at_ms,
-            actor: actor.to_string(),
-            action: action.to_string(),
-            reason,
             undid,
-            origin: None,
+            ..AuditRecord::new(at_ms, actor.to_string(), action, reason)
         }
     }
 }

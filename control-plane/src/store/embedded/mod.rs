@@ -57,7 +57,7 @@ use tokio::sync::watch;
 use super::{
     Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest, DeleteOutcome,
     HostEntry, HostPage, LinkPage, Origin, OwnChange, OwnerRecord, ReplicateOutcome, Replicated,
-    Report, ReportFilter, ReportKind, ReportPage, Resolution, Store, StoreError, StoredLink,
+    Report, ReportFilter, ReportPage, Resolution, Store, StoreError, StoredLink,
 };
 use crate::store::corrupt;
 
@@ -1401,14 +1401,7 @@ impl Writer {
         // (who owns it, when): a hold. An unconditional one cost ~15% of creates/s (its bytes
         // on every group commit's fsync); history shows the others from the link.
         if let Some(hold) = req.hold {
-            let record = AuditRecord {
-                at_ms: req.now_ms,
-                actor: req.actor.to_string(),
-                action: "created".to_string(),
-                reason: Some(format!("held: {}", hold.as_str())),
-                undid: None,
-                origin: None,
-            };
+            let record = AuditRecord::created_held(req.now_ms, &req.actor, hold);
             self.write_audit(t, &key, record, Some(seq))?;
         }
 
@@ -1466,15 +1459,7 @@ impl Writer {
         t.links.insert(key, link_json.as_slice()).map_err(storage)?;
         let seq = self.write_state(t, key, code, &state)?;
         if let Some(actor) = actor {
-            let record = AuditRecord {
-                at_ms: crate::clock::now_ms(),
-                actor: actor.to_string(),
-                action: "delete".to_string(),
-                reason: None,
-                undid: None,
-                origin: None,
-            };
-            self.write_audit(t, key, record, Some(seq))?;
+            self.write_audit(t, key, AuditRecord::deleted(actor), Some(seq))?;
         }
         Ok(DeleteOutcome::Deleted)
     }
@@ -1738,18 +1723,7 @@ impl Writer {
         let json = serde_json::to_vec(&report)?;
         t.reports.insert(id, json.as_slice()).map_err(storage)?;
         t.reports_open.insert(id, ()).map_err(storage)?;
-        let (actor, action) = match report.kind {
-            ReportKind::Report => ("public".to_string(), "reported"),
-            ReportKind::Appeal => (report.by.clone().unwrap_or_default(), "appeal"),
-        };
-        let record = AuditRecord {
-            at_ms: report.created_at_ms,
-            actor,
-            action: action.to_string(),
-            reason: Some(format!("report {id}: {}", report.reason)),
-            undid: None,
-            origin: None,
-        };
+        let record = AuditRecord::filed(&report);
         if let Some(key) = record_key(&self.scheme, &report.code) {
             self.write_audit(t, &key, record, None)?;
         }

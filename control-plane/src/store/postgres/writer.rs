@@ -23,8 +23,7 @@ use tokio_postgres::{Client, Transaction};
 use super::{announce, connect, corrupt, pg, PgStoreConfig, CHANGES_CHANNEL};
 use crate::store::{
     Actor, AuditRecord, Batch, BatchResult, CreateOutcome, CreateRequest, DeleteOutcome, Origin,
-    OwnerRecord, ReplicateOutcome, Replicated, Report, ReportKind, Resolution, StoreError,
-    StoredLink,
+    OwnerRecord, ReplicateOutcome, Replicated, Report, Resolution, StoreError, StoredLink,
 };
 
 /// `denied.kind` values.
@@ -767,14 +766,7 @@ async fn apply_creates(
             appends.deny_set.insert(code.clone(), Some(deny_code(kind)));
         }
         if let Some(hold) = req.hold {
-            let record = AuditRecord {
-                at_ms: req.now_ms,
-                actor: req.actor.to_string(),
-                action: "created".to_string(),
-                reason: Some(format!("held: {}", hold.as_str())),
-                undid: None,
-                origin: None,
-            };
+            let record = AuditRecord::created_held(req.now_ms, &req.actor, hold);
             appends.record(&code, record, Some(seq))?;
         }
         let dest = match &req.destination {
@@ -941,15 +933,7 @@ async fn erase(
     scrub_creation(txn, &s.link, s.seq).await?;
     let seq = appends.state_changed(next_seq, &code, &s.state)?;
     if let Some(actor) = actor {
-        let record = AuditRecord {
-            at_ms: crate::clock::now_ms(),
-            actor: actor.to_string(),
-            action: "delete".to_string(),
-            reason: None,
-            undid: None,
-            origin: None,
-        };
-        appends.record(&code, record, Some(seq))?;
+        appends.record(&code, AuditRecord::deleted(actor), Some(seq))?;
     }
     Ok(())
 }
@@ -1251,19 +1235,9 @@ async fn add_report(
     )
     .await
     .map_err(pg)?;
-    let (actor, action) = match report.kind {
-        ReportKind::Report => ("public".to_string(), "reported"),
-        ReportKind::Appeal => (report.by.clone().unwrap_or_default(), "appeal"),
-    };
-    let record = AuditRecord {
-        at_ms: report.created_at_ms,
-        actor,
-        action: action.to_string(),
-        reason: Some(format!("report {}: {}", report.id, report.reason)),
-        undid: None,
-        origin: None,
-    };
-    appends.audit.push((report.code.clone(), json(&record)?));
+    appends
+        .audit
+        .push((report.code.clone(), json(&AuditRecord::filed(&report))?));
     Ok(report)
 }
 
