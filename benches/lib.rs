@@ -12,7 +12,7 @@ use lasthop_edge::answer::decide;
 use lasthop_edge::denylist::{Deny, Denylist};
 use lasthop_edge::http::{parse, Limits, Parse};
 use lasthop_edge::tables::Tables;
-use lasthop_snapshot::{Snapshot, SnapshotMeta, SnapshotWriter, Synth};
+use lasthop_snapshot::{Layout, Snapshot, SnapshotMeta, SnapshotWriter, Synth};
 
 /// Hash seed of every bench snapshot (fixed, so files are reproducible and reusable).
 pub const HASH_SEED: u64 = 0x5eed;
@@ -37,10 +37,20 @@ pub fn bench_dir() -> PathBuf {
 }
 
 /// The snapshot of `count` synthetic codes (plus count/100 aliases) under [`scheme`], region 0
-/// marked issued up to `count`; built once, reused while its link count and key match.
+/// marked issued up to `count`, in the default (paged) layout; built once, reused while its
+/// link count and key match.
 pub fn snapshot_file(count: u64, label: &str) -> PathBuf {
+    snapshot_file_in(count, label, Layout::Paged)
+}
+
+/// [`snapshot_file`] in `layout`.
+pub fn snapshot_file_in(count: u64, label: &str, layout: Layout) -> PathBuf {
+    let shape = match layout {
+        Layout::Compact => "-compact",
+        _ => "",
+    };
     let path = bench_dir().join(format!(
-        "synth-{label}-v{}.snap",
+        "synth-{label}-v{}{shape}.snap",
         lasthop_snapshot::FORMAT_VERSION
     ));
     let (key, scheme) = scheme();
@@ -52,7 +62,9 @@ pub fn snapshot_file(count: u64, label: &str) -> PathBuf {
         eprintln!("building {} ({label} links, once)", path.display());
         let mut hw = HighWater::new(1, DEFAULT_RESERVE).expect("one region");
         hw.raise(0, count).expect("region 0 exists");
-        let meta = SnapshotMeta::new(1, key.id(), hw).with_hash_seed(HASH_SEED);
+        let meta = SnapshotMeta::new(1, key.id(), hw)
+            .with_hash_seed(HASH_SEED)
+            .with_layout(layout);
         let mut w = SnapshotWriter::create(&path, meta).expect("create");
         w.reserve(synth.total() as usize);
         while let Some(l) = synth.next_link() {
@@ -111,9 +123,18 @@ pub fn request_tables_in(
     state: &mut u64,
     open: fn(PathBuf) -> Result<Snapshot, lasthop_snapshot::SnapshotError>,
 ) -> Tables {
+    request_tables_with(state, open, Layout::Paged)
+}
+
+/// [`request_tables_in`] over the snapshot in `layout`.
+pub fn request_tables_with(
+    state: &mut u64,
+    open: fn(PathBuf) -> Result<Snapshot, lasthop_snapshot::SnapshotError>,
+    layout: Layout,
+) -> Tables {
     let (_, scheme) = scheme();
-    let snapshot =
-        Arc::new(open(snapshot_file(REQUEST_LINKS, "1M")).expect("open the bench snapshot"));
+    let file = snapshot_file_in(REQUEST_LINKS, "1M", layout);
+    let snapshot = Arc::new(open(file).expect("open the bench snapshot"));
     let deny: Denylist = (0..10_000)
         .map(|_| {
             let n = REQUEST_LINKS + DEFAULT_RESERVE + rng(state) % (1 << 30);
@@ -125,15 +146,24 @@ pub fn request_tables_in(
         .with_denylist(Arc::new(deny))
 }
 
-/// One request through the whole pure path (parse, decide, render with the `Date` line every
-/// answer carries, as the engine renders it); returns the response length.
+/// One request through the whole pure path as a connection's session serves it (the snapshot
+/// prefetch as the bytes arrive, parse, decide, render with the `Date` line every answer
+/// carries); returns the response length. `pf` is the connection's prefetch state: one per
+/// bench case, as one client's connection.
 #[inline]
-pub fn serve(buf: &[u8], limits: &Limits, t: &Tables, out: &mut Vec<u8>) -> usize {
+pub fn serve(
+    buf: &[u8],
+    limits: &Limits,
+    t: &Tables,
+    out: &mut Vec<u8>,
+    pf: &mut lasthop_edge::answer::Prefetcher,
+) -> usize {
     out.clear();
-    lasthop_edge::answer::prefetch(buf, t);
+    pf.prefetch(buf, t);
     match parse(buf, limits) {
         Parse::Complete { req, .. } => {
             let (answer, layer) = decide(&req, t, NOW_MS);
+            pf.answered(layer);
             std::hint::black_box(layer);
             lasthop_edge::render::render_with(
                 &answer,

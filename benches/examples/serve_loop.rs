@@ -5,7 +5,11 @@
 //!
 //! `cargo build --release -p lasthop-benches --example serve_loop && valgrind --tool=callgrind
 //! target/release/examples/serve_loop 100000`; with `cold` after the count, 65,536 codes as
-//! `request/hit_curl` serves them (each lookup a cache miss), for `perf record`.
+//! `request/hit_curl` serves them (each lookup a cache miss), for `perf record`. Then `map`,
+//! `huge`, `compact` or `compact-huge` (the snapshot mapped or in huge pages, in the paged or
+//! the compact layout),
+//! then `hit` or `never` (codes above the mark), then optionally `page` (never count the
+//! connection as scanning: every request fetches its whole page).
 
 use std::hint::black_box;
 
@@ -20,10 +24,22 @@ fn main() {
     let (_, scheme) = scheme();
     // The same draws, in the same order, as `request/hit_hot_curl`.
     let mut state = 11;
-    let tables = if std::env::args().nth(3).as_deref() == Some("huge") {
-        lasthop_benches::request_tables_in(&mut state, lasthop_snapshot::Snapshot::load)
-    } else {
-        request_tables(&mut state)
+    // `huge`: the snapshot in huge pages; `compact`: mapped, in the compact layout.
+    let tables = match std::env::args().nth(3).as_deref() {
+        Some("huge") => {
+            lasthop_benches::request_tables_in(&mut state, lasthop_snapshot::Snapshot::load)
+        }
+        Some("compact") => lasthop_benches::request_tables_with(
+            &mut state,
+            lasthop_snapshot::Snapshot::open,
+            lasthop_snapshot::Layout::Compact,
+        ),
+        Some("compact-huge") => lasthop_benches::request_tables_with(
+            &mut state,
+            lasthop_snapshot::Snapshot::load,
+            lasthop_snapshot::Layout::Compact,
+        ),
+        _ => request_tables(&mut state),
     };
     let distinct = if std::env::args().nth(2).as_deref() == Some("cold") {
         1 << 16
@@ -47,12 +63,20 @@ fn main() {
     let mut out = Vec::with_capacity(4096);
     let started = std::time::Instant::now();
     let mut acc = 0usize;
+    // One connection's prefetch state; `page` after the others fetches whole pages even for
+    // a scanner (what a scanner's first requests on a connection cost).
+    let mut pf = lasthop_edge::answer::Prefetcher::default();
+    let always_page = std::env::args().nth(5).as_deref() == Some("page");
     for i in 0..n {
+        if always_page {
+            pf = Default::default();
+        }
         acc = acc.wrapping_add(serve(
             black_box(&requests[i & (distinct - 1)]),
             &limits,
             &tables,
             &mut out,
+            &mut pf,
         ));
     }
     let elapsed = started.elapsed();

@@ -24,7 +24,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use lasthop_core::{Change, HighWater, LinkStatus, RegionError};
-use lasthop_snapshot::{SealedInfo, SnapshotMeta, SnapshotWriter};
+use lasthop_snapshot::{Layout, SealedInfo, SnapshotMeta, SnapshotWriter};
 
 use crate::store::{Store, StoreError, StoredLink};
 
@@ -36,11 +36,13 @@ pub const POPULAR_DAYS: u32 = 30;
 pub struct HotSet {
     /// Most links (codes and aliases).
     pub max_links: u64,
-    /// Most bytes of entries: key and URL plus [`ENTRY_OVERHEAD`] each (the file's own
-    /// overhead is about 20 bytes a link; the header is not counted).
+    /// Most bytes of links, each counted as [`Layout::link_cost`] estimates it for `layout`
+    /// (the header is not counted).
     pub max_bytes: u64,
     /// Links created within this many days are in, newest first.
     pub recent_days: u32,
+    /// How the file is laid out: memory against a cold hit's memory accesses.
+    pub layout: Layout,
 }
 
 impl Default for HotSet {
@@ -50,12 +52,10 @@ impl Default for HotSet {
             max_links: 10_000_000,
             max_bytes: 2 << 30,
             recent_days: 7,
+            layout: Layout::default(),
         }
     }
 }
-
-/// Bytes counted per entry beyond its key and URL (index slot and entry head).
-pub const ENTRY_OVERHEAD: u64 = 20;
 
 /// What went into a hot-set snapshot.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -93,6 +93,7 @@ pub fn build_snapshot(
     regions: u32,
     reserve: u64,
     out: &Path,
+    layout: Layout,
 ) -> Result<(u64, SealedInfo), SnapshotBuildError> {
     let mut high_water = HighWater::new(regions, reserve)?;
     for (region, mark) in store.high_water_marks()? {
@@ -102,7 +103,7 @@ pub fn build_snapshot(
     // more; an engine replaying the feed from `sequence` re-applies those changes, which is
     // harmless because applying a change is idempotent.
     let sequence = store.last_seq()?;
-    let meta = SnapshotMeta::new(sequence, key_id, high_water);
+    let meta = SnapshotMeta::new(sequence, key_id, high_water).with_layout(layout);
     let mut writer = SnapshotWriter::create(out, meta)?;
     let now = crate::clock::now_ms();
     // The writer's own error, kept for the caller; the store's walk is stopped with a
@@ -152,7 +153,7 @@ pub fn build_hot_snapshot(
     let cutoff = now_ms.saturating_sub(i64::from(hot.recent_days) * 86_400_000);
     let keep = usize::try_from(hot.max_links).unwrap_or(usize::MAX);
     let recent = recent_links(store, cutoff, sequence, keep, &mut stats)?;
-    let meta = SnapshotMeta::new(sequence, key_id, high_water);
+    let meta = SnapshotMeta::new(sequence, key_id, high_water).with_layout(hot.layout);
     let mut writer = SnapshotWriter::create(out, meta)?;
     let mut taken: HashSet<&str> = HashSet::new();
     let mut budget = Budget {
@@ -222,7 +223,7 @@ struct Budget<'a> {
 impl Budget<'_> {
     /// Takes `code` with `url` if it fits; once something does not, nothing more is taken.
     fn admit(&mut self, code: &str, url: &[u8]) -> bool {
-        let size = (code.len() + url.len()) as u64 + ENTRY_OVERHEAD;
+        let size = self.hot.layout.link_cost(code.len(), url.len());
         if self.full
             || self.links + 1 > self.hot.max_links
             || self.bytes + size > self.hot.max_bytes
@@ -410,6 +411,7 @@ mod tests {
             max_links: 12,
             max_bytes: 1 << 20,
             recent_days: 7,
+            layout: Layout::Paged,
         };
         let (_, _, stats) = build_hot_snapshot(&s, 1, 1, 100, &out, &hot, &popular, now).unwrap();
         assert_eq!(
@@ -449,11 +451,25 @@ mod tests {
         // Bytes bound it too.
         let hot = HotSet {
             max_links: 100,
-            max_bytes: 3 * (7 + 24 + ENTRY_OVERHEAD),
+            max_bytes: 3 * Layout::Paged.link_cost(7, 24),
             recent_days: 7,
+            layout: Layout::Paged,
         };
         let (_, info, _) = build_hot_snapshot(&s, 1, 1, 100, &out, &hot, &popular, now).unwrap();
         assert_eq!(info.links, 3, "{info:?}");
+        assert!(info.page_len > 64, "paged by default: {info:?}");
+        // The compact layout: the same links and answers, pages of the bucket line alone,
+        // and a budget that counts its smaller links (the same bytes take more of them).
+        let compact = HotSet {
+            layout: Layout::Compact,
+            ..hot
+        };
+        let (_, info, _) =
+            build_hot_snapshot(&s, 1, 1, 100, &out, &compact, &popular, now).unwrap();
+        assert_eq!(info.page_len, 64, "{info:?}");
+        assert!(info.links > 3, "{info:?}");
+        let snap = Snapshot::open(&out).unwrap();
+        assert!(snap.lookup(recent[9].as_bytes()).is_some(), "the newest");
     }
 
     #[test]

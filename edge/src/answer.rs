@@ -139,28 +139,68 @@ impl Answer<'_> {
     }
 }
 
-/// Starts the memory fetch of the snapshot bucket for the code a request's raw bytes seem to
-/// ask for (`GET /` or `HEAD /`, then seven code characters), before the request is parsed:
-/// the parse then runs while the line is on its way, and [`decide`] finds it in cache. A hint
-/// only: it reads nothing but `buf`, and garbage costs one wasted prefetch.
-#[inline]
-pub fn prefetch(buf: &[u8], t: &Tables) {
-    let Some(snapshot) = t.snapshot.as_deref() else {
-        return;
-    };
-    let Some(rest) = buf
-        .strip_prefix(b"GET /")
-        .or_else(|| buf.strip_prefix(b"HEAD /"))
-    else {
-        return;
-    };
-    if let Some(code) = rest.get(..CODE_LEN) {
-        if rest
-            .get(CODE_LEN)
-            .is_some_and(|&b| matches!(b, b' ' | b'+' | b'?'))
-        {
-            snapshot.prefetch(code);
+/// How much of the snapshot a request's arrival fetches: a connection's memory of what its
+/// requests turned out to be. A paged snapshot keeps each entry in its bucket's page, so
+/// fetching the whole page as a request arrives makes a cold hit wait for one memory access
+/// instead of two; but that fetch is made before the decrypt knows whether the code was ever
+/// issued, and a scanner's codes never were. So once a connection's last
+/// [`Prefetcher::SCANS`] answers were all settled by the high-water mark, its requests fetch
+/// the bucket line alone (what the decrypt's midway hint then builds on) until one is found
+/// somewhere again: a scanning flood costs memory bandwidth of one line a request, not a page.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prefetcher {
+    scans: u8,
+}
+
+impl Prefetcher {
+    /// Answers in a row settled by the high-water mark after which a connection counts as
+    /// scanning.
+    pub const SCANS: u8 = 2;
+
+    /// Starts the memory fetch for the code a request's raw bytes seem to ask for (`GET /`
+    /// or `HEAD /`, then seven code characters), before the request is parsed: the parse and
+    /// the decrypt then run while the lines are on their way, and [`decide`] finds the bucket
+    /// and (mostly) the entry in cache. A hint only: it reads nothing but `buf`, and garbage
+    /// costs one wasted prefetch.
+    #[inline]
+    pub fn prefetch(&self, buf: &[u8], t: &Tables) {
+        let Some(snapshot) = t.snapshot.as_deref() else {
+            return;
+        };
+        let Some(rest) = buf
+            .strip_prefix(b"GET /")
+            .or_else(|| buf.strip_prefix(b"HEAD /"))
+        else {
+            return;
+        };
+        if let Some(code) = rest.get(..CODE_LEN) {
+            if rest
+                .get(CODE_LEN)
+                .is_some_and(|&b| matches!(b, b' ' | b'+' | b'?'))
+            {
+                if self.scanning() {
+                    snapshot.probe(code);
+                } else {
+                    snapshot.prefetch(code);
+                }
+            }
         }
+    }
+
+    /// Records how a request was settled.
+    #[inline]
+    pub fn answered(&mut self, layer: Layer) {
+        match layer {
+            Layer::HighWater => self.scans = self.scans.saturating_add(1).min(Self::SCANS),
+            Layer::Denylist | Layer::Snapshot | Layer::Overlay | Layer::Origin => self.scans = 0,
+            // Not a code at all: says nothing either way.
+            Layer::Invalid => {}
+        }
+    }
+
+    /// Whether this connection's requests fetch the bucket line alone.
+    pub fn scanning(&self) -> bool {
+        self.scans >= Self::SCANS
     }
 }
 
@@ -201,10 +241,11 @@ fn decide_in<'a>(
     let kind = classify(code);
     let (probe, counter) = match kind {
         CodeKind::Generated => {
-            // Start the snapshot bucket's memory fetch first: the decrypt's AES rounds then run
-            // while the line is on its way (a hint only; the high-water check below still
-            // decides whether the lookup happens).
-            let probe = snapshot.map(|s| s.prefetch(code));
+            // The key's hash, and a hint for its bucket line (the page's lines were asked for
+            // by [`Prefetcher::prefetch`] as the request arrived; a caller that skipped it
+            // still gets the bucket fetched under the decrypt). The high-water check below
+            // decides whether the lookup happens.
+            let probe = snapshot.map(|s| s.probe(code));
             // Halfway through the decrypt the bucket has arrived: fetch the entry's lines.
             let midway = || {
                 if let (Some(s), Some(probe)) = (snapshot, probe) {
@@ -839,15 +880,44 @@ pub(crate) mod tests {
         );
     }
 
+    #[test]
+    fn a_connection_scanning_fetches_the_bucket_line_alone() {
+        let mut pf = Prefetcher::default();
+        assert!(!pf.scanning(), "a new connection fetches whole pages");
+        pf.answered(Layer::HighWater);
+        assert!(!pf.scanning(), "one miss is not a scan");
+        pf.answered(Layer::Invalid);
+        assert!(!pf.scanning(), "a path that is no code says nothing");
+        pf.answered(Layer::HighWater);
+        assert!(pf.scanning(), "two high-water answers in a row are");
+        for _ in 0..10 {
+            pf.answered(Layer::HighWater);
+        }
+        assert!(pf.scanning());
+        pf.answered(Layer::Snapshot);
+        assert!(!pf.scanning(), "a found code ends it at once");
+        pf.answered(Layer::HighWater);
+        pf.answered(Layer::HighWater);
+        pf.answered(Layer::Origin);
+        assert!(!pf.scanning());
+    }
+
     proptest::proptest! {
         /// Whatever the path, decide never panics, and a redirect's URL is always servable.
         #[test]
         fn decide_total(path in "/[A-Za-z0-9_+.-]{0,70}") {
             let f = fixture(true);
             let buf = get(&path);
-            // The pre-parse hint reads the raw bytes and never changes an answer.
-            prefetch(&buf, &f.tables);
-            prefetch(&buf[..buf.len() / 2], &f.tables);
+            // The pre-parse hint reads the raw bytes and never changes an answer, whole page
+            // or bucket line.
+            let mut pf = Prefetcher::default();
+            for _ in 0..2 {
+                pf.prefetch(&buf, &f.tables);
+                pf.prefetch(&buf[..buf.len() / 2], &f.tables);
+                pf.answered(Layer::HighWater);
+            }
+            proptest::prop_assert!(pf.scanning());
+            pf.prefetch(&buf, &f.tables);
             if let Parse::Complete { req, .. } = parse(&buf, &Limits::default()) {
                 let (a, _) = decide(&req, &f.tables, NOW);
                 if let Answer::Redirect { url } | Answer::Warn { url, .. } | Answer::Preview { url, .. } = a {

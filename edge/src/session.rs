@@ -142,6 +142,8 @@ pub struct Session {
     pub peer: Option<std::net::IpAddr>,
     /// Parked on an origin lookup for the request at the front of `inbuf`.
     parked: Option<Parked>,
+    /// How much of the snapshot this connection's requests fetch as they arrive.
+    prefetcher: answer::Prefetcher,
 }
 
 /// Without the peer address: a debug print must not put a client's address in a log.
@@ -304,8 +306,8 @@ impl Session {
 
     fn one(&mut self, buf: &[u8], env: &Env<'_>, fx: &mut impl Effects) -> Step {
         let extra = env.headers.lines(self.https);
-        // The snapshot bucket's fetch first, so the parse hides its memory miss.
-        answer::prefetch(buf, env.tables);
+        // The snapshot page's fetch first, so the parse and the decrypt hide its memory miss.
+        self.prefetcher.prefetch(buf, env.tables);
         match http::parse(buf, env.limits) {
             Parse::Partial => Step::Partial,
             Parse::Error(e) => {
@@ -345,6 +347,7 @@ impl Session {
                     return Step::Answered(consumed);
                 }
                 let (answer, layer) = answer::decide(&req, env.tables, env.now_ms);
+                self.prefetcher.answered(layer);
                 if let Answer::NeedOrigin {
                     code,
                     preview,

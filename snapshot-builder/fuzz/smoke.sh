@@ -15,9 +15,9 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
     exit 0
 fi
 
-# Seed the corpus with the checked-in fixture so the fuzzer starts from a valid file.
+# Seed the corpus with the checked-in fixtures so the fuzzer starts from valid files.
 mkdir -p corpus/open_lookup
-cp ../tests/fixtures/v1.snap corpus/open_lookup/v1.snap
+cp ../tests/fixtures/v1.snap ../tests/fixtures/v2.snap corpus/open_lookup/
 
 exec cargo +nightly fuzz run open_lookup corpus/open_lookup -- \
     -max_total_time="$secs" -max_len=65536

@@ -1,4 +1,4 @@
-//! Format version 1, in code: the header, the index slot word, the arena entry and the hash.
+//! Format versions 1 and 2, in code: the header, the index slot word, the entry and the hash.
 //! `FORMAT.md` beside this crate is the prose version and the reasons; keep the two in step.
 
 use lasthop_core::{region_range, HighWater};
@@ -11,15 +11,23 @@ use lasthop_core::cursor::Cursor;
 /// First eight bytes of every snapshot. The high byte and the trailing `\n` catch 7-bit and
 /// newline-mangling transfers, as PNG's magic does.
 pub const MAGIC: [u8; 8] = [0x89, b'L', b'H', b'S', b'N', b'A', b'P', b'\n'];
-/// The only version this reader reads and this writer writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The version this writer writes. The reader also reads [`OLDEST_FORMAT_VERSION`] and every
+/// version between.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this reader reads: an engine upgraded before its control plane keeps
+/// serving the snapshots it is sent.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
+/// Largest page (version 2): 64 cache lines. A lookup prefetches its key's whole home page, so
+/// pages stay a few lines long in practice (the writer sizes them from the data).
+pub const MAX_PAGE_LEN: u32 = 4096;
 /// Most regions a header may carry (bounds the allocation made on open).
 pub const MAX_REGIONS: u32 = 4096;
 /// Longest key: the longest alias.
 pub const MAX_KEY_LEN: usize = lasthop_core::code::ALIAS_MAX;
 /// Longest URL: what a three-byte LEB128 length can say.
 pub const MAX_URL_LEN: usize = (1 << 21) - 1;
-/// Largest arena: what the 40-bit slot offset can address (1 TiB).
+/// Largest arena (version 1), or pages plus overflow (version 2): what the 40-bit slot offset
+/// can address (1 TiB).
 pub const MAX_ARENA_LEN: u64 = 1 << 40;
 
 /// Length of the fixed part of the header; region marks follow it.
@@ -75,11 +83,70 @@ pub(crate) fn slot_tag(word: u64) -> u64 {
     (word >> TAG_SHIFT) & TAG_MASK
 }
 
-/// Home buckets for `links` keys: a load factor of 0.8 (`links / (8 · 0.8)`), at least one.
-/// Readers take the count from the header, so this can change without a format change.
-pub(crate) fn home_buckets_for(links: u64) -> u64 {
-    links.saturating_mul(5).div_ceil(32).max(1)
+/// How a version-2 writer lays out pages: the trade between memory and a hit's memory
+/// accesses. Readers take the page length and bucket count from the header, so both layouts
+/// are the same format and any reader serves either.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Layout {
+    /// Each page is its bucket line plus room for its keys' entries (5 keys a page on average,
+    /// a quarter more room than they need on average): about 95% of entries sit in the page
+    /// a lookup prefetches with the bucket, so a cold hit waits for one memory access
+    /// instead of two. About 75 bytes a link beyond the URL, 55 more than `Compact`.
+    #[default]
+    Paged,
+    /// Pages are the bucket line alone (6.4 keys a page, a slot load of 0.8) and every entry
+    /// is in the overflow, packed: format version 1's 19.5 bytes a link beyond the URL, and
+    /// two dependent memory accesses per cold hit.
+    Compact,
 }
+
+impl Layout {
+    /// Home pages for `links` keys: 5 a page (`Paged`), or 6.4 (`Compact`); at least one.
+    pub(crate) fn home_pages(self, links: u64) -> u64 {
+        match self {
+            Layout::Paged => links.div_ceil(PAGED_KEYS_PER_PAGE),
+            Layout::Compact => links.saturating_mul(5).div_ceil(32),
+        }
+        .max(1)
+    }
+
+    /// Page length for `links` entries of `entry_bytes` in all: the bucket line plus, when
+    /// `Paged`, an inline area of 1.25 average pages' worth of entries in whole lines (at most
+    /// [`MAX_PAGE_LEN`]). The slack takes the spread of keys per page (Poisson around 5) and of
+    /// URL lengths; what still does not fit goes to the overflow.
+    pub(crate) fn page_len(self, links: u64, entry_bytes: u64) -> u32 {
+        if self == Layout::Compact {
+            return BUCKET_LEN as u32;
+        }
+        let mean = entry_bytes.checked_div(links).unwrap_or(0);
+        let inline = mean
+            .saturating_mul(PAGED_KEYS_PER_PAGE * 5)
+            .div_ceil(4)
+            .next_multiple_of(BUCKET_LEN as u64);
+        let page = (BUCKET_LEN as u64).saturating_add(inline);
+        u32::try_from(page.min(u64::from(MAX_PAGE_LEN))).unwrap_or(MAX_PAGE_LEN)
+    }
+}
+
+impl Layout {
+    /// About how many file bytes a link with a `key_len`-byte key and a `url_len`-byte URL
+    /// costs in this layout, for budgets: `Compact`, the key and URL plus 20 (entry head and
+    /// slot); `Paged`, (key + URL + 10) · 1.4 + 13 (the entry head, the page's slack and the
+    /// link's share of the bucket line), which is 170 bytes for 1M synthetic links of 95-byte
+    /// URLs, as measured (`lasthop-snapshot synth --count 1000000` then `inspect`).
+    pub fn link_cost(self, key_len: usize, url_len: usize) -> u64 {
+        let entry = (key_len as u64).saturating_add(url_len as u64);
+        match self {
+            Layout::Compact => entry.saturating_add(20),
+            Layout::Paged => entry.saturating_add(10).saturating_mul(7).div_ceil(5) + 13,
+        }
+    }
+}
+
+/// Keys per home page in the `Paged` layout (a slot load of 0.625): few enough that most
+/// pages' entries fit and few buckets spill, which would cost a second fetch.
+const PAGED_KEYS_PER_PAGE: u64 = 5;
 
 pub(crate) fn align_up(x: u64, to: u64) -> Option<u64> {
     x.checked_next_multiple_of(to)
@@ -190,6 +257,8 @@ pub(crate) struct Header {
     pub(crate) home_buckets: u64,
     pub(crate) total_buckets: u64,
     pub(crate) max_probe: u32,
+    /// Version 2: the page length (bucket line plus inline entries); zero in version 1.
+    pub(crate) page_len: u32,
     pub(crate) file_len: u64,
     pub(crate) arena_checksum: u64,
     pub(crate) index_checksum: u64,
@@ -242,7 +311,7 @@ impl Header {
             out.extend_from_slice(&v.to_le_bytes());
         }
         out.extend_from_slice(&self.max_probe.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes()); // reserved
+        out.extend_from_slice(&self.page_len.to_le_bytes()); // reserved (zero) in version 1
         out.extend_from_slice(&self.file_len.to_le_bytes());
         out.extend_from_slice(&self.arena_checksum.to_le_bytes());
         out.extend_from_slice(&self.index_checksum.to_le_bytes());
@@ -278,7 +347,7 @@ impl Header {
             return Err(SnapshotError::BadMagic);
         }
         let version = c.u32().map_err(truncated)?;
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(SnapshotError::UnsupportedVersion {
                 found: version,
                 supported: FORMAT_VERSION,
@@ -307,7 +376,7 @@ impl Header {
         let [reserve, hash_seed, links, aliases, expiring, url_bytes, arena_len, index_offset, home_buckets, total_buckets] =
             u64s;
         let max_probe = c.u32().map_err(truncated)?;
-        let reserved = c.u32().map_err(truncated)?;
+        let page_len = c.u32().map_err(truncated)?;
         let file_len = c.u64().map_err(truncated)?;
         let arena_checksum = c.u64().map_err(truncated)?;
         let index_checksum = c.u64().map_err(truncated)?;
@@ -342,17 +411,14 @@ impl Header {
             home_buckets,
             total_buckets,
             max_probe,
+            page_len,
             file_len,
             arena_checksum,
             index_checksum,
             marks,
         };
-        if reserved != 0 || reserved_wide != 0 {
-            return Err(bad(
-                "reserved",
-                u64::from(reserved) | reserved_wide,
-                "must be zero in version 1",
-            ));
+        if reserved_wide != 0 {
+            return Err(bad("reserved", reserved_wide, "must be zero"));
         }
         header.check_layout(actual)?;
         Ok(header)
@@ -366,21 +432,6 @@ impl Header {
                 actual,
             });
         }
-        let arena_end = u64::from(self.header_len)
-            .checked_add(self.arena_len)
-            .filter(|&end| end <= actual && self.arena_len <= MAX_ARENA_LEN)
-            .ok_or(bad(
-                "arena_len",
-                self.arena_len,
-                "runs past the end of the file",
-            ))?;
-        if Some(self.index_offset) != align_up(arena_end, INDEX_ALIGN) {
-            return Err(bad(
-                "index_offset",
-                self.index_offset,
-                "must be the arena's end rounded up to 64",
-            ));
-        }
         if self.home_buckets == 0 || self.home_buckets > MAX_HOME_BUCKETS {
             return Err(bad("home_buckets", self.home_buckets, "must be 1..=2^32"));
         }
@@ -393,16 +444,10 @@ impl Header {
                 "must be home_buckets plus at most max_probe spill buckets",
             ));
         }
-        let index_end = self
-            .total_buckets
-            .checked_mul(BUCKET_LEN as u64)
-            .and_then(|len| len.checked_add(self.index_offset));
-        if index_end != Some(actual) {
-            return Err(bad(
-                "total_buckets",
-                self.total_buckets,
-                "index must end exactly at the end of the file",
-            ));
+        if self.version == 1 {
+            self.check_v1_sections(actual)?;
+        } else {
+            self.check_v2_sections(actual)?;
         }
         if u64::from(self.max_probe) >= self.total_buckets {
             return Err(bad(
@@ -420,12 +465,8 @@ impl Header {
         if self.expiring > self.links {
             return Err(bad("expiring", self.expiring, "more than links"));
         }
-        if self.url_bytes > self.arena_len {
-            return Err(bad(
-                "url_bytes",
-                self.url_bytes,
-                "more than the arena holds",
-            ));
+        if self.url_bytes > actual {
+            return Err(bad("url_bytes", self.url_bytes, "more than the file holds"));
         }
         for (region, &mark) in (0u32..).zip(&self.marks) {
             let range = region_range(region, self.regions)
@@ -433,6 +474,93 @@ impl Header {
             if mark < range.start || mark > range.end {
                 return Err(bad("high_water", mark, "mark outside its region's range"));
             }
+        }
+        Ok(())
+    }
+
+    /// Version 1: header, arena, zero padding to 64, index (`total_buckets` lines) to the end.
+    fn check_v1_sections(&self, actual: u64) -> Result<(), SnapshotError> {
+        if self.page_len != 0 {
+            return Err(bad(
+                "reserved",
+                self.page_len.into(),
+                "must be zero in version 1",
+            ));
+        }
+        let arena_end = u64::from(self.header_len)
+            .checked_add(self.arena_len)
+            .filter(|&end| end <= actual && self.arena_len <= MAX_ARENA_LEN)
+            .ok_or(bad(
+                "arena_len",
+                self.arena_len,
+                "runs past the end of the file",
+            ))?;
+        if Some(self.index_offset) != align_up(arena_end, INDEX_ALIGN) {
+            return Err(bad(
+                "index_offset",
+                self.index_offset,
+                "must be the arena's end rounded up to 64",
+            ));
+        }
+        let index_end = self
+            .total_buckets
+            .checked_mul(BUCKET_LEN as u64)
+            .and_then(|len| len.checked_add(self.index_offset));
+        if index_end != Some(actual) {
+            return Err(bad(
+                "total_buckets",
+                self.total_buckets,
+                "index must end exactly at the end of the file",
+            ));
+        }
+        if self.url_bytes > self.arena_len {
+            return Err(bad(
+                "url_bytes",
+                self.url_bytes,
+                "more than the arena holds",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Version 2: header, zero padding to 64, `total_buckets` pages of `page_len`, overflow
+    /// (`arena_len`) to the end; slot offsets count from the first page.
+    fn check_v2_sections(&self, actual: u64) -> Result<(), SnapshotError> {
+        if self.page_len < BUCKET_LEN as u32
+            || self.page_len > MAX_PAGE_LEN
+            || self.page_len % BUCKET_LEN as u32 != 0
+        {
+            return Err(bad(
+                "page_len",
+                self.page_len.into(),
+                "must be a multiple of 64 in 64..=4096",
+            ));
+        }
+        if Some(self.index_offset) != align_up(self.header_len.into(), INDEX_ALIGN) {
+            return Err(bad(
+                "index_offset",
+                self.index_offset,
+                "must be the header's end rounded up to 64",
+            ));
+        }
+        let pages_end = self
+            .total_buckets
+            .checked_mul(self.page_len.into())
+            .and_then(|len| len.checked_add(self.index_offset));
+        let end = pages_end.and_then(|e| e.checked_add(self.arena_len));
+        if end != Some(actual) {
+            return Err(bad(
+                "arena_len",
+                self.arena_len,
+                "pages and overflow must end exactly at the end of the file",
+            ));
+        }
+        if actual - self.index_offset > MAX_ARENA_LEN {
+            return Err(bad(
+                "file_len",
+                actual,
+                "pages and overflow past what a slot offset addresses",
+            ));
         }
         Ok(())
     }
@@ -462,8 +590,9 @@ mod tests {
         let arena_len = 100;
         let header_len = header_len_for(2) as u64;
         let index_offset = align_up(header_len + arena_len, 64).unwrap();
+        // A version-1 layout: header, arena, index.
         Header {
-            version: FORMAT_VERSION,
+            version: 1,
             header_len: header_len as u32,
             sequence: 42,
             key_id: 0xabcd,
@@ -479,6 +608,7 @@ mod tests {
             home_buckets: 1,
             total_buckets: 1,
             max_probe: 0,
+            page_len: 0,
             file_len: index_offset + 64,
             arena_checksum: 1,
             index_checksum: 2,
@@ -515,10 +645,20 @@ mod tests {
         f[0] ^= 1;
         assert!(matches!(Header::decode(&f), Err(SnapshotError::BadMagic)));
         let mut f = file.clone();
-        f[8] = 2;
+        f[8] = 3;
         assert!(matches!(
             Header::decode(&f),
-            Err(SnapshotError::UnsupportedVersion { found: 2, .. })
+            Err(SnapshotError::UnsupportedVersion { found: 3, .. })
+        ));
+        // Version 1 with a page length: the field is reserved there.
+        let mut paged_v1 = h.clone();
+        paged_v1.page_len = 64;
+        assert!(matches!(
+            Header::decode(&file_for(&paged_v1)),
+            Err(SnapshotError::BadField {
+                field: "reserved",
+                ..
+            })
         ));
         let mut f = file.clone();
         f[20] ^= 1; // sequence
@@ -584,7 +724,16 @@ mod tests {
         assert_eq!(tag(1 << 23), 1, "a zero tag becomes one");
         assert_eq!(home_bucket(u64::MAX, 1 << 32), (1 << 32) - 1);
         assert_eq!(home_bucket(0, 5), 0);
-        assert_eq!(home_buckets_for(0), 1);
-        assert_eq!(home_buckets_for(10_000_000), 1_562_500);
+        assert_eq!(Layout::Compact.home_pages(0), 1);
+        assert_eq!(Layout::Compact.home_pages(10_000_000), 1_562_500);
+        assert_eq!(Layout::Paged.home_pages(0), 1);
+        assert_eq!(Layout::Paged.home_pages(10_000_000), 2_000_000);
+        assert_eq!(Layout::Compact.page_len(1000, 100_000), 64);
+        // 100-byte entries: 5 a page need 500 bytes, 625 with the slack, 640 in lines.
+        assert_eq!(Layout::Paged.page_len(1000, 100_000), 64 + 640);
+        assert_eq!(Layout::Paged.page_len(0, 0), 64);
+        assert_eq!(Layout::Paged.page_len(1, 1 << 21), MAX_PAGE_LEN);
+        assert_eq!(Layout::Compact.link_cost(7, 95), 122);
+        assert_eq!(Layout::Paged.link_cost(7, 95), 170);
     }
 }

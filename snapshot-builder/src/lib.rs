@@ -4,8 +4,10 @@
 //! its URL and expiry, plus the per-region high-water marks at `S` and the id of the key the
 //! codes were minted under. The byte layout, and why it is that way, is in `FORMAT.md`.
 //!
-//! - `format`: version 1's constants, header, slots and entries;
-//! - [`reader`](Snapshot): [`Snapshot::open`] maps a file (one of the crate's two `unsafe` blocks; the other is the prefetch hint) and checks
+//! - `format`: versions 1 and 2's constants, header, slots and entries, and the writer's
+//!   [`Layout`] choice (pages with their entries inline, or compact);
+//! - [`reader`](Snapshot): [`Snapshot::open`] maps a file (the crate's `unsafe` blocks are the
+//!   maps, here and of the writer's staging file, and the prefetch hint) and checks
 //!   the header and every bound; [`Snapshot::lookup`] is O(1) and zero-copy;
 //!   [`Snapshot::verify`] checks the checksums; [`Snapshot::audit`] walks every entry;
 //! - [`writer`](SnapshotWriter): `SnapshotWriter::create(path, SnapshotMeta::new(seq, key_id,
@@ -36,7 +38,10 @@ mod varint;
 mod writer;
 
 pub use error::{BuildError, Section, SnapshotError};
-pub use format::{FORMAT_VERSION, MAGIC, MAX_ARENA_LEN, MAX_KEY_LEN, MAX_REGIONS, MAX_URL_LEN};
+pub use format::{
+    Layout, FORMAT_VERSION, MAGIC, MAX_ARENA_LEN, MAX_KEY_LEN, MAX_PAGE_LEN, MAX_REGIONS,
+    MAX_URL_LEN, OLDEST_FORMAT_VERSION,
+};
 pub use reader::{Entry, Probe, Snapshot};
 pub use synth::{Synth, SynthLink};
 pub use tsv::{parse_line, TsvError, TsvLink};

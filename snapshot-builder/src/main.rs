@@ -7,10 +7,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use lasthop_core::region::DEFAULT_RESERVE;
 use lasthop_core::{classify, region_range, CodeKind, CodeScheme, HighWater, PermutationKey};
-use lasthop_snapshot::{parse_line, SealedInfo, Snapshot, SnapshotMeta, SnapshotWriter, Synth};
+use lasthop_snapshot::{
+    parse_line, Layout, SealedInfo, Snapshot, SnapshotMeta, SnapshotWriter, Synth,
+};
 
 #[derive(Parser)]
 #[command(name = "lasthop-snapshot", version, about = "lasthop snapshot files")]
@@ -39,9 +41,8 @@ enum Cmd {
         /// Reserve above each high-water mark.
         #[arg(long, default_value_t = DEFAULT_RESERVE)]
         reserve: u64,
-        /// Fixed index hash seed (reproducible output); random by default.
-        #[arg(long)]
-        hash_seed: Option<u64>,
+        #[command(flatten)]
+        shape: Shape,
     },
     /// Synthesise a snapshot of N real codes (region 0 counters 0..N) plus N/100 aliases, and
     /// write every key to --codes-out, one per line, for load generators.
@@ -62,8 +63,8 @@ enum Cmd {
         /// Seed of the synthetic data.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        #[arg(long)]
-        hash_seed: Option<u64>,
+        #[command(flatten)]
+        shape: Shape,
     },
     /// Print the header, counts, sizes and bytes per link.
     Inspect { file: PathBuf },
@@ -71,6 +72,36 @@ enum Cmd {
     Verify { file: PathBuf },
     /// Look one code or alias up.
     Get { file: PathBuf, code: String },
+}
+
+/// How the file is laid out (any reader reads either layout).
+#[derive(Args)]
+struct Shape {
+    /// Fixed index hash seed (reproducible output); random by default.
+    #[arg(long)]
+    hash_seed: Option<u64>,
+    /// `paged`: each key's entry in the page its lookup prefetches (one memory access per
+    /// cold hit, about 75 bytes a link beyond the URL); `compact`: entries packed apart from
+    /// the index (two accesses, about 20 bytes a link).
+    #[arg(long, value_enum, default_value_t = LayoutArg::Paged)]
+    layout: LayoutArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LayoutArg {
+    Paged,
+    Compact,
+}
+
+impl Shape {
+    fn apply(&self, meta: SnapshotMeta) -> SnapshotMeta {
+        let mut meta = meta.with_layout(match self.layout {
+            LayoutArg::Paged => Layout::Paged,
+            LayoutArg::Compact => Layout::Compact,
+        });
+        meta.hash_seed = self.hash_seed;
+        meta
+    }
 }
 
 fn main() -> Result<()> {
@@ -82,10 +113,8 @@ fn main() -> Result<()> {
             sequence,
             regions,
             reserve,
-            hash_seed,
-        } => build(
-            &input, &out, &key_file, sequence, regions, reserve, hash_seed,
-        ),
+            shape,
+        } => build(&input, &out, &key_file, sequence, regions, reserve, &shape),
         Cmd::Synth {
             key_file,
             count,
@@ -94,7 +123,7 @@ fn main() -> Result<()> {
             tsv_out,
             sequence,
             seed,
-            hash_seed,
+            shape,
         } => synth(
             &key_file,
             count,
@@ -103,7 +132,7 @@ fn main() -> Result<()> {
             tsv_out.as_deref(),
             sequence,
             seed,
-            hash_seed,
+            &shape,
         ),
         Cmd::Inspect { file } => inspect(&file),
         Cmd::Verify { file } => verify(&file),
@@ -149,17 +178,19 @@ fn seal_reporting<S: lasthop_snapshot::Sink<Output = SealedInfo>>(
     started: Instant,
 ) -> Result<SealedInfo> {
     let links = writer.len();
-    eprintln!("  sealing {links} links (sort, index, fsync, rename)");
+    eprintln!("  sealing {links} links (sort, pages, overflow, fsync, rename)");
     let sealing = Instant::now();
     let info = writer.seal().context("sealing the snapshot")?;
     let total = started.elapsed().as_secs_f64();
     eprintln!(
-        "sealed {} links in {total:.2}s ({:.0} links/s; seal {:.2}s): {} bytes, {:.2} bytes/link beyond URLs",
+        "sealed {} links in {total:.2}s ({:.0} links/s; seal {:.2}s): {} bytes, {:.2} bytes/link beyond URLs, {:.1}% in their page ({}-byte pages)",
         info.links,
         info.links as f64 / total,
         sealing.elapsed().as_secs_f64(),
         info.file_len,
         info.overhead_per_link(),
+        100.0 * info.inline as f64 / info.links.max(1) as f64,
+        info.page_len,
     );
     Ok(info)
 }
@@ -171,7 +202,7 @@ fn build(
     sequence: u64,
     regions: u32,
     reserve: u64,
-    hash_seed: Option<u64>,
+    shape: &Shape,
 ) -> Result<()> {
     let started = Instant::now();
     let (key, scheme) = load_scheme(key_file)?;
@@ -179,8 +210,7 @@ fn build(
     let starts: Vec<u64> = (0..regions)
         .map(|r| region_range(r, regions).map(|range| range.start))
         .collect::<Result<_, _>>()?;
-    let mut meta = SnapshotMeta::new(sequence, key.id(), high_water);
-    meta.hash_seed = hash_seed;
+    let meta = shape.apply(SnapshotMeta::new(sequence, key.id(), high_water));
     let mut writer = SnapshotWriter::create(out, meta)?;
     let reader =
         BufReader::new(File::open(input).with_context(|| format!("opening {}", input.display()))?);
@@ -220,14 +250,13 @@ fn synth(
     tsv_out: Option<&Path>,
     sequence: u64,
     seed: u64,
-    hash_seed: Option<u64>,
+    shape: &Shape,
 ) -> Result<()> {
     let started = Instant::now();
     let (key, scheme) = load_scheme(key_file)?;
     let mut high_water = HighWater::new(1, DEFAULT_RESERVE)?;
     high_water.raise(0, count)?;
-    let mut meta = SnapshotMeta::new(sequence, key.id(), high_water);
-    meta.hash_seed = hash_seed;
+    let meta = shape.apply(SnapshotMeta::new(sequence, key.id(), high_water));
     let mut synth = Synth::new(scheme, count, seed);
     let total = synth.total();
     let mut writer = SnapshotWriter::create(out, meta)?;
@@ -296,18 +325,32 @@ fn inspect(file: &Path) -> Result<()> {
         s.url_bytes(),
         s.url_bytes() as f64 / links
     );
-    println!(
-        "arena            {} bytes ({:.2} per link beyond URLs)",
-        s.arena_len(),
-        (s.arena_len() - s.url_bytes()) as f64 / links
-    );
-    println!(
-        "index            {} bytes ({:.2} per link): {home} home + {} spill buckets, load {:.3}, max probe {max_probe}",
-        s.index_len(),
-        s.index_len() as f64 / links,
-        total - home,
-        s.links() as f64 / (total as f64 * 8.0),
-    );
+    let load = s.links() as f64 / (total as f64 * 8.0);
+    if s.format_version() == 1 {
+        println!(
+            "arena            {} bytes ({:.2} per link beyond URLs)",
+            s.arena_len(),
+            s.arena_len().saturating_sub(s.url_bytes()) as f64 / links
+        );
+        println!(
+            "index            {} bytes ({:.2} per link): {home} home + {} spill buckets, load {load:.3}, max probe {max_probe}",
+            s.index_len(),
+            s.index_len() as f64 / links,
+            total - home,
+        );
+    } else {
+        println!(
+            "pages            {} bytes ({:.2} per link): {total} of {} bytes ({home} home + {} spill), slot load {load:.3}, max probe {max_probe}",
+            s.index_len(),
+            s.index_len() as f64 / links,
+            s.page_len(),
+            total - home,
+        );
+        println!(
+            "overflow         {} bytes (entries that did not fit their page)",
+            s.arena_len()
+        );
+    }
     println!(
         "file             {} bytes ({:.2} per link)",
         s.file_len(),

@@ -66,8 +66,16 @@ pub struct Snapshot {
     bytes: Bytes,
     header: Header,
     high_water: HighWater,
+    /// Version 1: the arena; version 2: the overflow. Checked by `arena_checksum`.
     arena: Range<usize>,
+    /// Version 1: the index; version 2: the pages (bucket lines and inline entries). Checked
+    /// by `index_checksum`; bucket `b` starts at `b · stride` in it.
     index: Range<usize>,
+    /// Bytes from one bucket line to the next: 64 in version 1, the page length in version 2.
+    stride: usize,
+    /// What slot offsets count from: the arena in version 1, the pages and overflow together
+    /// in version 2.
+    entries: Range<usize>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -187,20 +195,43 @@ impl Snapshot {
         };
         let header = Header::decode(all)?;
         let high_water = header.high_water()?;
-        let arena_start = to_usize(header.arena_offset(), "header_len")?;
-        let arena_end = to_usize(header.arena_offset() + header.arena_len, "arena_len")?;
+        let file_len = to_usize(header.file_len, "file_len")?;
         let index_start = to_usize(header.index_offset, "index_offset")?;
-        let index_end = to_usize(header.file_len, "file_len")?;
-        // The padding between arena and index is covered by no checksum, so check it here
-        // (at most 63 bytes): then every byte of the file is either checked on open or covered
-        // by a checksum that `verify` checks.
-        let padding = all
-            .get(arena_end..index_start)
-            .ok_or(SnapshotError::BadField {
-                field: "index_offset",
-                value: header.index_offset,
-                why: "before the end of the arena",
-            })?;
+        let (arena, index, stride, entries, gap) = if header.version == 1 {
+            let arena_start = to_usize(header.arena_offset(), "header_len")?;
+            let arena_end = to_usize(header.arena_offset() + header.arena_len, "arena_len")?;
+            let arena = arena_start..arena_end;
+            // Between arena and index.
+            let gap = arena_end..index_start;
+            (arena.clone(), index_start..file_len, BUCKET_LEN, arena, gap)
+        } else {
+            let stride = header.page_len as usize;
+            let pages = to_usize(header.total_buckets, "total_buckets")?
+                .checked_mul(stride)
+                .and_then(|len| len.checked_add(index_start))
+                .ok_or(SnapshotError::BadField {
+                    field: "total_buckets",
+                    value: header.total_buckets,
+                    why: "does not fit this machine's address space",
+                })?;
+            // Between header and pages.
+            let gap = header.header_len as usize..index_start;
+            (
+                pages..file_len,
+                index_start..pages,
+                stride,
+                index_start..file_len,
+                gap,
+            )
+        };
+        // The padding before the index is covered by no checksum, so check it here (at most
+        // 63 bytes): then every byte of the file is either checked on open or covered by a
+        // checksum that `verify` checks.
+        let padding = all.get(gap).ok_or(SnapshotError::BadField {
+            field: "index_offset",
+            value: header.index_offset,
+            why: "before the end of the section it follows",
+        })?;
         if padding.iter().any(|&b| b != 0) {
             return Err(SnapshotError::BadField {
                 field: "index_offset",
@@ -212,8 +243,10 @@ impl Snapshot {
             bytes,
             header,
             high_water,
-            arena: arena_start..arena_end,
-            index: index_start..index_end,
+            arena,
+            index,
+            stride,
+            entries,
         })
     }
 
@@ -235,6 +268,19 @@ impl Snapshot {
         self.all().get(self.index.clone()).unwrap_or(&[])
     }
 
+    /// Where slot offsets point.
+    #[inline]
+    fn entries(&self) -> &[u8] {
+        self.all().get(self.entries.clone()).unwrap_or(&[])
+    }
+
+    /// Bucket `b`'s line (in version 2, the first line of its page).
+    #[inline]
+    fn bucket(&self, b: u64) -> Option<&[u8; BUCKET_LEN]> {
+        let start = usize::try_from(b).ok()?.checked_mul(self.stride)?;
+        self.index().get(start..)?.first_chunk::<BUCKET_LEN>()
+    }
+
     /// The entry for `key` (a generated code or an alias), or `None`. O(1): one bucket (one
     /// cache line, rarely the next) and, on a tag match, one arena entry. Never allocates.
     ///
@@ -249,21 +295,37 @@ impl Snapshot {
         self.lookup_hashed(key, h).map(|(e, _)| e)
     }
 
-    /// Starts the memory fetch of `key`'s home bucket and returns the [`Probe`] that
-    /// [`Snapshot::lookup_probe`] finishes. The engine calls this before the FF1 decrypt of a
-    /// generated code, so the ~240 ns of AES rounds hide the bucket's cache miss; the decrypt
-    /// still decides first whether the lookup happens at all. A prefetch is only a hint: it
-    /// never faults a page in and never changes an answer.
+    /// Starts the memory fetch of `key`'s home page (version 2: the bucket line and the
+    /// entries stored with it, which hold the key's entry unless it went to the overflow; in
+    /// version 1 the bucket line alone) and returns the [`Probe`] that
+    /// [`Snapshot::lookup_probe`] finishes. The engine calls this as a request arrives, before
+    /// parsing it and before the FF1 decrypt, so that work hides the memory access; the
+    /// page's lines come in parallel, so a hit waits for one access, not two. The decrypt
+    /// still decides whether the lookup happens at all. A prefetch is only a hint: it never
+    /// faults a page in and never changes an answer.
     #[inline]
     pub fn prefetch(&self, key: &[u8]) -> Probe {
-        let h = hash(key, self.header.hash_seed);
-        let home = home_bucket(h, self.header.home_buckets);
-        let at = usize::try_from(home)
+        let probe = self.probe(key);
+        let home = home_bucket(probe.hash, self.header.home_buckets);
+        let page = usize::try_from(home)
             .ok()
-            .and_then(|b| b.checked_mul(BUCKET_LEN))
-            .and_then(|start| self.index().get(start..));
-        if let Some(bucket) = at {
-            prefetch_line(bucket.as_ptr());
+            .and_then(|b| b.checked_mul(self.stride))
+            .and_then(|start| self.index().get(start..))
+            .and_then(|rest| rest.get(..self.stride));
+        for line in page.unwrap_or_default().chunks(BUCKET_LEN) {
+            prefetch_line(line.as_ptr());
+        }
+        probe
+    }
+
+    /// [`Snapshot::prefetch`]'s probe without the page: the hash, and a hint for the bucket
+    /// line alone, for a caller that prefetched the page already or does not know yet
+    /// whether it will look up.
+    #[inline]
+    pub fn probe(&self, key: &[u8]) -> Probe {
+        let h = hash(key, self.header.hash_seed);
+        if let Some(line) = self.bucket(home_bucket(h, self.header.home_buckets)) {
+            prefetch_line(line.as_ptr());
         }
         Probe { hash: h }
     }
@@ -277,12 +339,7 @@ impl Snapshot {
     pub fn prefetch_entry(&self, probe: Probe) {
         let want = tag(probe.hash);
         let home = home_bucket(probe.hash, self.header.home_buckets);
-        let Some(bucket) = usize::try_from(home)
-            .ok()
-            .and_then(|b| b.checked_mul(BUCKET_LEN))
-            .and_then(|start| self.index().get(start..))
-            .and_then(|rest| rest.first_chunk::<BUCKET_LEN>())
-        else {
+        let Some(bucket) = self.bucket(home) else {
             return;
         };
         // The first slot whose tag matches (a second match is a 1-in-8M tag collision, left
@@ -294,11 +351,12 @@ impl Snapshot {
         else {
             return;
         };
-        let arena = self.arena();
+        let entries = self.entries();
         let at = usize::try_from(word & OFFSET_MASK).unwrap_or(usize::MAX);
         // An entry (length bytes, key, URL, expiry) spans two or three lines for URLs of 60
-        // to 150 bytes, most of them; the lines come in parallel.
-        for line in arena.get(at..).unwrap_or_default().chunks(64).take(3) {
+        // to 150 bytes, most of them; the lines come in parallel (in version 2 they are
+        // usually the home page's, already asked for).
+        for line in entries.get(at..).unwrap_or_default().chunks(64).take(3) {
             prefetch_line(line.as_ptr());
         }
     }
@@ -315,8 +373,7 @@ impl Snapshot {
     /// The lookup proper; also returns the entry's arena offset (for `audit`).
     #[inline]
     fn lookup_hashed(&self, key: &[u8], h: u64) -> Option<(Entry<'_>, u64)> {
-        let index = self.index();
-        let arena = self.arena();
+        let entries = self.entries();
         let want = tag(h);
         let home = home_bucket(h, self.header.home_buckets);
         // Both bounds come from a header that passed open; `min` keeps a lying max_probe from
@@ -326,8 +383,7 @@ impl Snapshot {
             .min(self.header.total_buckets.saturating_sub(1));
         let mut bucket_no = home;
         loop {
-            let start = usize::try_from(bucket_no).ok()?.checked_mul(BUCKET_LEN)?;
-            let bucket = index.get(start..start.checked_add(BUCKET_LEN)?)?;
+            let bucket = self.bucket(bucket_no)?;
             let mut first = 0;
             for (i, chunk) in bucket.chunks_exact(8).enumerate() {
                 let Ok(word) = <[u8; 8]>::try_from(chunk) else {
@@ -343,7 +399,7 @@ impl Snapshot {
                 if slot_tag(word) == want {
                     let offset = word & OFFSET_MASK;
                     let at = usize::try_from(offset).ok()?;
-                    if let Some(e) = arena.get(at..).and_then(|b| entry_if_key(b, key)) {
+                    if let Some(e) = entries.get(at..).and_then(|b| entry_if_key(b, key)) {
                         let entry = Entry {
                             url: e.url,
                             expires_at_ms: e.expires_at_ms,
@@ -384,33 +440,52 @@ impl Snapshot {
     /// are the ones written; this proves the writer wrote a sound file (checksums are not
     /// signatures). About one lookup per link.
     pub fn audit(&self) -> Result<(), SnapshotError> {
-        let arena = self.arena();
-        let mut rest = arena;
+        let entries = self.entries();
         let (mut links, mut aliases, mut expiring, mut url_bytes) = (0u64, 0u64, 0u64, 0u64);
-        while !rest.is_empty() {
-            let offset = (arena.len() - rest.len()) as u64;
-            let fail = |why| SnapshotError::Structure { offset, why };
-            let (entry, after) = entry_at(rest).ok_or(fail("entry does not parse"))?;
-            match classify(entry.key) {
-                CodeKind::Generated => {}
-                CodeKind::Alias => aliases += 1,
-                CodeKind::Invalid => return Err(fail("key is neither a code nor an alias")),
+        // Walks the entries in `region` of the entry space back to back; in a page's inline
+        // area (`zero_tail`) a zero byte ends them and every byte after it must be zero too.
+        let mut walk = |region: Range<usize>, zero_tail: bool| -> Result<(), SnapshotError> {
+            let mut at = region.start;
+            while at < region.end {
+                let offset = at as u64;
+                let fail = |why| SnapshotError::Structure { offset, why };
+                let rest = entries.get(at..region.end).unwrap_or_default();
+                if zero_tail && rest.first() == Some(&0) {
+                    if rest.iter().any(|&b| b != 0) {
+                        return Err(fail("page padding is not zero"));
+                    }
+                    break;
+                }
+                let (entry, after) = entry_at(rest).ok_or(fail("entry does not parse"))?;
+                match classify(entry.key) {
+                    CodeKind::Generated => {}
+                    CodeKind::Alias => aliases += 1,
+                    CodeKind::Invalid => return Err(fail("key is neither a code nor an alias")),
+                }
+                let h = hash(entry.key, self.header.hash_seed);
+                match self.lookup_hashed(entry.key, h) {
+                    Some((_, found)) if found == offset => {}
+                    Some(_) => return Err(fail("key appears twice")),
+                    None => return Err(fail("entry is not reachable from the index")),
+                }
+                links += 1;
+                expiring += u64::from(entry.expires_at_ms.is_some());
+                url_bytes += entry.url.len() as u64;
+                at = region.end - after.len();
             }
-            let h = hash(entry.key, self.header.hash_seed);
-            match self.lookup_hashed(entry.key, h) {
-                Some((_, found)) if found == offset => {}
-                Some(_) => return Err(fail("key appears twice")),
-                None => return Err(fail("entry is not reachable from the index")),
+            Ok(())
+        };
+        let pages = self.index.len();
+        if self.header.version >= 2 {
+            for start in (0..pages).step_by(self.stride) {
+                walk(start + BUCKET_LEN..start + self.stride, true)?;
             }
-            links += 1;
-            expiring += u64::from(entry.expires_at_ms.is_some());
-            url_bytes += entry.url.len() as u64;
-            rest = after;
         }
-        let end = arena.len() as u64;
-        let slots = self
-            .index()
-            .chunks_exact(8)
+        walk(entries.len() - self.arena.len()..entries.len(), false)?;
+        let end = entries.len() as u64;
+        let slots = (0..self.header.total_buckets)
+            .filter_map(|b| self.bucket(b))
+            .flat_map(|line| line.chunks_exact(8))
             .filter(|c| c.iter().any(|&b| b != 0))
             .count() as u64;
         for (got, want, why) in [
@@ -447,7 +522,7 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Format version of the file (always [`crate::FORMAT_VERSION`] once open).
+    /// Format version of the file (1 or [`crate::FORMAT_VERSION`]).
     pub fn format_version(&self) -> u32 {
         self.header.version
     }
@@ -492,14 +567,22 @@ impl Snapshot {
         self.header.file_len
     }
 
-    /// Arena size in bytes.
+    /// Version 1: the arena's size in bytes; version 2: the overflow's (entries that did not
+    /// fit the page holding their slot).
     pub fn arena_len(&self) -> u64 {
         self.header.arena_len
     }
 
-    /// Index size in bytes.
+    /// Version 1: the index's size in bytes; version 2: the pages' (bucket lines and the
+    /// entries stored with them).
     pub fn index_len(&self) -> u64 {
         self.index.len() as u64
+    }
+
+    /// Version 2: bytes per page (a bucket line and the entries stored with it); 0 in
+    /// version 1.
+    pub fn page_len(&self) -> u32 {
+        self.header.page_len
     }
 
     /// Index geometry: (home buckets, total buckets including spill, longest probe).

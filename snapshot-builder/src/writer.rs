@@ -1,10 +1,13 @@
-//! The typestate writer: `SnapshotWriter::create` → `add`… → `seal` → an immutable file.
+//! The typestate writer: `SnapshotWriter::create` → `add`… → `seal` → an immutable file, in
+//! format version 2.
 //!
-//! Entries stream straight to the arena on disk as they are added; the writer keeps only 16
-//! bytes per link in memory (the key's hash and arena offset). `seal` sorts those by hash,
-//! which is also home-bucket order, so the index is written bucket by bucket without ever
-//! being held whole, then writes the header over the placeholder at the front, fsyncs, renames
-//! into place and fsyncs the directory.
+//! Entries stream to a staging area as they are added (an unlinked temporary file beside the
+//! destination, or memory for an in-memory writer); the writer keeps only 16 bytes per link in
+//! memory (the key's hash, and where and how long its staged entry is). `seal` sorts those by
+//! hash, which is also home-page order, so the pages are written one by one (the bucket line,
+//! then the entries that fit, copied from the staging area) without the file ever being held
+//! whole; the entries that did not fit follow as the overflow. Then it writes the header over
+//! the placeholder at the front, fsyncs, renames into place and fsyncs the directory.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -16,9 +19,9 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::BuildError;
 use crate::format::{
-    align_up, encode_entry_head, hash, header_len_for, home_bucket, home_buckets_for, slot_word,
-    tag, Header, BUCKET_LEN, CONTINUES, ENTRY_HEAD_MAX, FORMAT_VERSION, INDEX_ALIGN, MAX_ARENA_LEN,
-    MAX_KEY_LEN, MAX_REGIONS, MAX_URL_LEN, SLOTS_PER_BUCKET,
+    align_up, encode_entry_head, hash, header_len_for, home_bucket, slot_word, tag, Header, Layout,
+    BUCKET_LEN, CONTINUES, ENTRY_HEAD_MAX, FORMAT_VERSION, INDEX_ALIGN, MAX_ARENA_LEN, MAX_KEY_LEN,
+    MAX_REGIONS, MAX_URL_LEN, SLOTS_PER_BUCKET,
 };
 
 /// What a snapshot is about, fixed when the writer is created.
@@ -34,6 +37,8 @@ pub struct SnapshotMeta {
     /// Seed of the index hash; `None` draws a random one (the default: aliases are chosen by
     /// users, and a seed they cannot predict keeps them from crafting long probe chains).
     pub hash_seed: Option<u64>,
+    /// How pages are laid out: [`Layout::Paged`] (the default) or [`Layout::Compact`].
+    pub layout: Layout,
 }
 
 impl SnapshotMeta {
@@ -44,7 +49,14 @@ impl SnapshotMeta {
             key_id,
             high_water,
             hash_seed: None,
+            layout: Layout::default(),
         }
+    }
+
+    /// The page layout: memory against a hit's memory accesses.
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// A fixed hash seed: byte-for-byte reproducible builds (fixtures, tests).
@@ -69,6 +81,10 @@ pub struct SealedInfo {
     pub total_buckets: u64,
     pub max_probe: u32,
     pub hash_seed: u64,
+    /// Bytes per page: the bucket line and its inline entries.
+    pub page_len: u32,
+    /// Entries stored in the page that holds their slot (the rest are in the overflow).
+    pub inline: u64,
 }
 
 impl SealedInfo {
@@ -89,13 +105,96 @@ pub trait Sink: private::Sealed {
     #[doc(hidden)]
     fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
     #[doc(hidden)]
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
-    #[doc(hidden)]
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()>;
     #[doc(hidden)]
     fn finish(self, info: SealedInfo) -> io::Result<Self::Output>;
     #[doc(hidden)]
     fn path(&self) -> PathBuf;
+    #[doc(hidden)]
+    fn staging(&self) -> io::Result<Staging>;
+}
+
+/// Where added entries wait for `seal` to place them: memory, and for a file writer past
+/// [`STAGE_IN_MEMORY`] bytes a temporary file beside the destination, unlinked as soon as it is
+/// created (so nothing is left behind however the writer ends) and read back with `pread`.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Staging {
+    /// `spill`: where to move once `limit` bytes are staged (`None`: never, the in-memory
+    /// writer).
+    Memory {
+        bytes: Vec<u8>,
+        spill: Option<PathBuf>,
+        limit: usize,
+    },
+    File(BufWriter<File>),
+}
+
+/// Staged bytes a file writer keeps in memory before it moves them to a file: a snapshot of up
+/// to about 2M links is placed from memory (fast), a larger one from a file (its memory stays
+/// 16 bytes a link, however large the URLs).
+const STAGE_IN_MEMORY: usize = 256 << 20;
+
+impl Staging {
+    fn append(&mut self, more: &[u8]) -> io::Result<()> {
+        match self {
+            Staging::Memory {
+                bytes,
+                spill,
+                limit,
+            } => {
+                if let Some(path) = spill
+                    .as_deref()
+                    .filter(|_| bytes.len() + more.len() > *limit)
+                {
+                    let file = OpenOptions::new()
+                        .write(true)
+                        .read(true)
+                        .create_new(true)
+                        .open(path)?;
+                    fs::remove_file(path)?;
+                    let mut file = BufWriter::with_capacity(1 << 20, file);
+                    file.write_all(bytes)?;
+                    file.write_all(more)?;
+                    *self = Staging::File(file);
+                } else {
+                    bytes.extend_from_slice(more);
+                }
+                Ok(())
+            }
+            Staging::File(f) => f.write_all(more),
+        }
+    }
+
+    /// Everything staged, readable at random.
+    fn finish(self) -> io::Result<Staged> {
+        match self {
+            Staging::Memory { bytes, .. } => Ok(Staged::Memory(bytes)),
+            Staging::File(f) => Ok(Staged::File(f.into_inner().map_err(|e| e.into_error())?)),
+        }
+    }
+}
+
+/// The staging area once adding is over.
+enum Staged {
+    Memory(Vec<u8>),
+    File(File),
+}
+
+impl Staged {
+    /// Fills `dst` from staged offset `at`.
+    fn read(&self, at: usize, dst: &mut [u8]) -> io::Result<()> {
+        match self {
+            Staged::Memory(v) => {
+                let src = v
+                    .get(at..at + dst.len())
+                    .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+                dst.copy_from_slice(src);
+                Ok(())
+            }
+            Staged::File(f) => f.read_exact_at(dst, at as u64),
+        }
+    }
 }
 
 /// A temporary file beside the destination, renamed into place by `seal`; removed if the
@@ -152,11 +251,6 @@ impl Sink for FileSink {
         self.file.write_all(bytes)
     }
 
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.file.flush()?;
-        self.file.get_ref().read_at(buf, offset)
-    }
-
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
         self.file.flush()?;
         self.file.get_ref().write_all_at(bytes, offset)
@@ -179,6 +273,16 @@ impl Sink for FileSink {
     fn path(&self) -> PathBuf {
         self.path.clone()
     }
+
+    fn staging(&self) -> io::Result<Staging> {
+        let mut name = self.temp.clone().into_os_string();
+        name.push(".staging");
+        Ok(Staging::Memory {
+            bytes: Vec::new(),
+            spill: Some(PathBuf::from(name)),
+            limit: STAGE_IN_MEMORY,
+        })
+    }
 }
 
 /// An in-memory snapshot (tests, fuzzing, shipping bytes elsewhere).
@@ -197,18 +301,6 @@ impl Sink for MemorySink {
         Ok(())
     }
 
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let src = usize::try_from(offset)
-            .ok()
-            .and_then(|o| self.bytes.get(o..))
-            .unwrap_or(&[]);
-        let n = src.len().min(buf.len());
-        if let (Some(dst), Some(src)) = (buf.get_mut(..n), src.get(..n)) {
-            dst.copy_from_slice(src);
-        }
-        Ok(n)
-    }
-
     fn write_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
         let dst = usize::try_from(offset)
             .ok()
@@ -225,14 +317,74 @@ impl Sink for MemorySink {
     fn path(&self) -> PathBuf {
         PathBuf::from("<memory>")
     }
+
+    fn staging(&self) -> io::Result<Staging> {
+        Ok(Staging::Memory {
+            bytes: Vec::new(),
+            spill: None,
+            limit: usize::MAX,
+        })
+    }
 }
 
-/// One added key: its hash and where its entry starts in the arena. 16 bytes per link is all
-/// the writer holds in memory.
+/// One added key: its hash, and where its entry starts in the staging area and how long it is.
+/// 16 bytes per link is all the writer holds in memory.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     hash: u64,
-    offset: u64,
+    /// Bits 0–39 staged offset, 40–62 entry length (under 2^22), 63 "placed in the overflow".
+    staged: u64,
+}
+
+const STAGED_LEN_SHIFT: u32 = 40;
+const IN_OVERFLOW: u64 = 1 << 63;
+
+impl Pending {
+    fn new(hash: u64, offset: u64, len: usize) -> Pending {
+        Pending {
+            hash,
+            staged: offset | ((len as u64) << STAGED_LEN_SHIFT),
+        }
+    }
+
+    /// The staged entry's byte range.
+    fn range(&self) -> std::ops::Range<usize> {
+        let start = (self.staged & crate::format::OFFSET_MASK) as usize;
+        let len = ((self.staged & !IN_OVERFLOW) >> STAGED_LEN_SHIFT) as usize;
+        start..start + len
+    }
+
+    fn in_overflow(&self) -> bool {
+        self.staged & IN_OVERFLOW != 0
+    }
+}
+
+/// Gives each key (sorted by hash, so by home page) a slot: bucket by bucket, each takes the
+/// next pending keys whose home is at or before it, up to 8, and spills the rest forward
+/// (spill buckets after the last home bucket, so probing never wraps). `page` gets each
+/// bucket's number, its keys in slot order and whether keys homed at or before it follow (the
+/// continues bit). Returns the bucket count and the longest probe.
+fn assign_slots(
+    pending: &mut [Pending],
+    home_buckets: u64,
+    mut page: impl FnMut(u64, &mut [Pending], bool) -> Result<(), BuildError>,
+) -> Result<(u64, u64), BuildError> {
+    let home_of = |p: &Pending| home_bucket(p.hash, home_buckets);
+    let (mut next, mut bucket_no, mut max_probe) = (0usize, 0u64, 0u64);
+    while bucket_no < home_buckets || next < pending.len() {
+        let start = next;
+        while next - start < SLOTS_PER_BUCKET
+            && pending.get(next).is_some_and(|p| home_of(p) <= bucket_no)
+        {
+            max_probe = max_probe.max(bucket_no - home_of(&pending[next]));
+            next += 1;
+        }
+        let continues = next - start == SLOTS_PER_BUCKET
+            && pending.get(next).is_some_and(|p| home_of(p) <= bucket_no);
+        page(bucket_no, &mut pending[start..next], continues)?;
+        bucket_no += 1;
+    }
+    Ok((bucket_no, max_probe))
 }
 
 /// Builds one snapshot. Create it, [`add`](SnapshotWriter::add) every link once (any order),
@@ -243,8 +395,8 @@ pub struct SnapshotWriter<S: Sink = FileSink> {
     meta: SnapshotMeta,
     seed: u64,
     header_len: u64,
-    arena_len: u64,
-    arena_sum: Box<Xxh3>,
+    staging: Staging,
+    staged_len: u64,
     pending: Vec<Pending>,
     aliases: u64,
     expiring: u64,
@@ -257,7 +409,7 @@ impl<S: Sink> std::fmt::Debug for SnapshotWriter<S> {
             .field("path", &self.sink.path())
             .field("sequence", &self.meta.sequence)
             .field("links", &self.pending.len())
-            .field("arena_len", &self.arena_len)
+            .field("staged_len", &self.staged_len)
             .finish_non_exhaustive()
     }
 }
@@ -300,19 +452,21 @@ impl<S: Sink> SnapshotWriter<S> {
             });
         }
         let header_len = header_len_for(regions);
+        let path = sink.path();
+        let io = |source| BuildError::Io {
+            path: path.clone(),
+            source,
+        };
         // Placeholder; `seal` writes the real header here once the counts are known.
-        sink.append(&vec![0u8; header_len])
-            .map_err(|source| BuildError::Io {
-                path: sink.path(),
-                source,
-            })?;
+        sink.append(&vec![0u8; header_len]).map_err(io)?;
+        let staging = sink.staging().map_err(io)?;
         Ok(SnapshotWriter {
             sink,
             seed: meta.hash_seed.unwrap_or_else(random_seed),
             meta,
             header_len: header_len as u64,
-            arena_len: 0,
-            arena_sum: Box::new(Xxh3::new()),
+            staging,
+            staged_len: 0,
             pending: Vec::new(),
             aliases: 0,
             expiring: 0,
@@ -360,24 +514,20 @@ impl<S: Sink> SnapshotWriter<S> {
         let mut head = [0u8; ENTRY_HEAD_MAX];
         let n = encode_entry_head(key, url.len(), expires_at_ms, &mut head);
         let head = head.get(..n).unwrap_or(&[]);
-        let offset = self.arena_len;
+        let offset = self.staged_len;
         let end = offset + (n + url.len()) as u64;
-        // The slot's 40-bit offset must address the entry's start; keep the whole arena
-        // within that range so the header's arena_len is addressable too.
+        // Slot offsets are 40 bits, and the pages come before the overflow: entries past
+        // 1 TiB could never be addressed.
         if end > crate::format::OFFSET_MASK {
             return Err(BuildError::TooLarge {
-                what: "arena over 1 TiB",
+                what: "entries over 1 TiB",
             });
         }
-        self.sink.append(head).map_err(|e| self.io(e))?;
-        self.sink.append(url).map_err(|e| self.io(e))?;
-        self.arena_sum.update(head);
-        self.arena_sum.update(url);
-        self.arena_len = end;
-        self.pending.push(Pending {
-            hash: hash(key, self.seed),
-            offset,
-        });
+        self.staging.append(head).map_err(|e| self.io(e))?;
+        self.staging.append(url).map_err(|e| self.io(e))?;
+        self.staged_len = end;
+        self.pending
+            .push(Pending::new(hash(key, self.seed), offset, n + url.len()));
         self.aliases += u64::from(alias);
         self.expiring += u64::from(expires_at_ms.is_some());
         self.url_bytes += url.len() as u64;
@@ -404,34 +554,38 @@ impl<S: Sink> SnapshotWriter<S> {
         self.pending.is_empty()
     }
 
-    /// The key stored at arena `offset` (only used to confirm a full 64-bit hash collision).
-    fn key_at(&mut self, offset: u64) -> Result<Vec<u8>, BuildError> {
-        let mut buf = [0u8; 1 + MAX_KEY_LEN];
-        let n = self
-            .sink
-            .read_at(self.header_len + offset, &mut buf)
-            .map_err(|e| self.io(e))?;
-        let len = usize::from(buf[0] & 0x7f);
-        Ok(buf.get(1..(1 + len).min(n)).unwrap_or(&[]).to_vec())
-    }
-
     /// Sorts by hash and rejects duplicate keys: equal keys have equal hashes, so they end up
     /// adjacent; only runs of equal 64-bit hashes (rare) are read back and compared.
-    fn sort_and_check_duplicates(&mut self) -> Result<(), BuildError> {
-        self.pending.sort_unstable_by_key(|p| p.hash);
+    fn sort_and_check_duplicates(
+        pending: &mut [Pending],
+        staged: &Staged,
+        path: &Path,
+    ) -> Result<(), BuildError> {
+        // The key of a staged entry: its first byte holds the length (≤ 64).
+        let key_of = |p: &Pending| -> io::Result<Vec<u8>> {
+            let range = p.range();
+            let mut head = vec![0u8; range.len().min(1 + MAX_KEY_LEN)];
+            staged.read(range.start, &mut head)?;
+            let len = usize::from(head.first().copied().unwrap_or(0) & 0x7f);
+            Ok(head.get(1..1 + len).unwrap_or(&[]).to_vec())
+        };
+        pending.sort_unstable_by_key(|p| p.hash);
         let mut i = 0;
-        while i < self.pending.len() {
-            let h = self.pending[i].hash;
+        while i < pending.len() {
+            let h = pending[i].hash;
             let mut j = i + 1;
-            while j < self.pending.len() && self.pending[j].hash == h {
+            while j < pending.len() && pending[j].hash == h {
                 j += 1;
             }
             if j - i > 1 {
-                let offsets: Vec<u64> = self.pending[i..j].iter().map(|p| p.offset).collect();
-                let mut keys = offsets
+                let mut keys = pending[i..j]
                     .iter()
-                    .map(|&o| self.key_at(o))
-                    .collect::<Result<Vec<_>, _>>()?;
+                    .map(key_of)
+                    .collect::<io::Result<Vec<_>>>()
+                    .map_err(|source| BuildError::Io {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
                 keys.sort();
                 if let Some(pair) = keys.windows(2).find(|w| w[0] == w[1]) {
                     return Err(BuildError::DuplicateKey {
@@ -444,67 +598,111 @@ impl<S: Sink> SnapshotWriter<S> {
         Ok(())
     }
 
-    /// Writes the index and header and makes the snapshot durable: for a file, fsync, rename
-    /// into place, fsync the directory. Fails on duplicate keys.
+    /// Places every entry, writes the pages, the overflow and the header, and makes the
+    /// snapshot durable: for a file, fsync, rename into place, fsync the directory. Fails on
+    /// duplicate keys.
     pub fn seal(mut self) -> Result<S::Output, BuildError> {
         let links = self.pending.len() as u64;
-        let home_buckets = home_buckets_for(links);
+        let layout = self.meta.layout;
+        let home_buckets = layout.home_pages(links);
         if home_buckets > 1 << 32 {
             return Err(BuildError::TooLarge {
                 what: "more than 2^32 home buckets",
             });
         }
-        self.sort_and_check_duplicates()?;
-        let arena_end = self.header_len + self.arena_len;
-        let index_offset = align_up(arena_end, INDEX_ALIGN).ok_or(BuildError::TooLarge {
+        let staging = std::mem::replace(
+            &mut self.staging,
+            Staging::Memory {
+                bytes: Vec::new(),
+                spill: None,
+                limit: usize::MAX,
+            },
+        );
+        let staged = staging.finish().map_err(|e| self.io(e))?;
+        let mut pending = std::mem::take(&mut self.pending);
+        Self::sort_and_check_duplicates(&mut pending, &staged, &self.sink.path())?;
+        let index_offset = align_up(self.header_len, INDEX_ALIGN).ok_or(BuildError::TooLarge {
             what: "file length overflows",
         })?;
         let padding = [0u8; INDEX_ALIGN as usize];
         let pad = padding
-            .get(..(index_offset - arena_end) as usize)
+            .get(..(index_offset - self.header_len) as usize)
             .unwrap_or(&[]);
         self.sink.append(pad).map_err(|e| self.io(e))?;
 
-        let pending = std::mem::take(&mut self.pending);
+        // First pass: the bucket count, which fixes where the overflow starts.
+        let (total_buckets, _) = assign_slots(&mut pending, home_buckets, |_, _, _| Ok(()))?;
+        let page_len = layout.page_len(links, self.staged_len);
+        let pages_len = total_buckets
+            .checked_mul(page_len.into())
+            .filter(|len| len.saturating_add(self.staged_len) <= MAX_ARENA_LEN)
+            .ok_or(BuildError::TooLarge {
+                what: "pages and entries over 1 TiB",
+            })?;
+        // Second pass: each page is its bucket line, then the entries of its slots that fit
+        // (in slot order), then zeros; an entry that does not fit goes to the overflow.
         let mut index_sum = Xxh3::new();
-        let mut next = 0usize;
-        let mut bucket_no = 0u64;
-        let mut max_probe = 0u64;
-        let mut bucket = [0u8; BUCKET_LEN];
-        let home_of = |p: &Pending| home_bucket(p.hash, home_buckets);
-        while bucket_no < home_buckets || next < pending.len() {
-            let mut words = [0u64; SLOTS_PER_BUCKET];
-            let mut filled = 0;
-            for word in words.iter_mut() {
-                match pending.get(next) {
-                    Some(p) if home_of(p) <= bucket_no => {
-                        *word = slot_word(tag(p.hash), p.offset);
-                        max_probe = max_probe.max(bucket_no - home_of(p));
-                        filled += 1;
-                        next += 1;
+        let mut overflow_at = pages_len;
+        let mut inline = 0u64;
+        let mut page = vec![0u8; page_len as usize];
+        let sink = &mut self.sink;
+        let path = sink.path();
+        let (_, max_probe) =
+            assign_slots(&mut pending, home_buckets, |bucket_no, keys, continues| {
+                page.fill(0);
+                let mut used = BUCKET_LEN;
+                for (slot, p) in keys.iter_mut().enumerate() {
+                    let entry = p.range();
+                    let offset = match page.get_mut(used..used + entry.len()) {
+                        Some(dst) => {
+                            staged
+                                .read(entry.start, dst)
+                                .map_err(|source| BuildError::Io {
+                                    path: path.clone(),
+                                    source,
+                                })?;
+                            inline += 1;
+                            used += entry.len();
+                            bucket_no * u64::from(page_len) + (used - entry.len()) as u64
+                        }
+                        None => {
+                            p.staged |= IN_OVERFLOW;
+                            overflow_at += entry.len() as u64;
+                            overflow_at - entry.len() as u64
+                        }
+                    };
+                    let mut word = slot_word(tag(p.hash), offset);
+                    if slot == 0 && continues {
+                        word |= CONTINUES;
                     }
-                    _ => break,
+                    if let Some(dst) = page.get_mut(slot * 8..slot * 8 + 8) {
+                        dst.copy_from_slice(&word.to_le_bytes());
+                    }
                 }
-            }
-            if filled == SLOTS_PER_BUCKET
-                && pending.get(next).is_some_and(|p| home_of(p) <= bucket_no)
-            {
-                words[0] |= CONTINUES;
-            }
-            for (dst, word) in bucket.chunks_exact_mut(8).zip(words) {
-                dst.copy_from_slice(&word.to_le_bytes());
-            }
-            self.sink.append(&bucket).map_err(|e| self.io(e))?;
-            index_sum.update(&bucket);
-            bucket_no += 1;
+                index_sum.update(&page);
+                sink.append(&page).map_err(|source| BuildError::Io {
+                    path: path.clone(),
+                    source,
+                })
+            })?;
+        // Third pass: the overflow, in the order its offsets were given out.
+        let mut arena_sum = Xxh3::new();
+        let mut entry = Vec::new();
+        for p in pending.iter().filter(|p| p.in_overflow()) {
+            entry.resize(p.range().len(), 0);
+            staged
+                .read(p.range().start, &mut entry)
+                .map_err(|e| self.io(e))?;
+            arena_sum.update(&entry);
+            self.sink.append(&entry).map_err(|e| self.io(e))?;
         }
         drop(pending);
         let max_probe = u32::try_from(max_probe).map_err(|_| BuildError::TooLarge {
             what: "probe length over 2^32",
         })?;
-        let total_buckets = bucket_no;
-        let file_len = index_offset + total_buckets * BUCKET_LEN as u64;
-        debug_assert!(self.arena_len <= MAX_ARENA_LEN);
+        let arena_len = overflow_at - pages_len;
+        let file_len = index_offset + overflow_at;
+        debug_assert!(overflow_at <= MAX_ARENA_LEN);
 
         let hw = &self.meta.high_water;
         let header = Header {
@@ -520,13 +718,14 @@ impl<S: Sink> SnapshotWriter<S> {
             aliases: self.aliases,
             expiring: self.expiring,
             url_bytes: self.url_bytes,
-            arena_len: self.arena_len,
+            arena_len,
             index_offset,
             home_buckets,
             total_buckets,
             max_probe,
+            page_len,
             file_len,
-            arena_checksum: self.arena_sum.digest(),
+            arena_checksum: arena_sum.digest(),
             index_checksum: index_sum.digest(),
             marks: hw.marks().to_vec(),
         };
@@ -544,6 +743,8 @@ impl<S: Sink> SnapshotWriter<S> {
             total_buckets,
             max_probe,
             hash_seed: self.seed,
+            page_len,
+            inline,
         };
         let path = self.sink.path();
         self.sink
@@ -644,6 +845,39 @@ mod tests {
         drop(w);
         let left: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(left.len(), 1, "an unsealed writer leaves no temp file");
+    }
+
+    #[test]
+    fn a_large_build_stages_in_an_unlinked_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.snap");
+        let mut w = SnapshotWriter::create(&path, meta()).unwrap();
+        // Spill after a few entries, as a build past 256 MiB does.
+        if let Staging::Memory { limit, .. } = &mut w.staging {
+            *limit = 200;
+        }
+        let key = |i: u32| format!("alias-{i:06}");
+        for i in 0..500 {
+            let url = format!("https://e.example/{}", "x".repeat(i as usize % 90));
+            w.add(key(i).as_bytes(), url.as_bytes(), None).unwrap();
+        }
+        assert!(matches!(w.staging, Staging::File(_)), "spilled");
+        let left: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(
+            left.len(),
+            1,
+            "the staging file is unlinked: only the temp file shows"
+        );
+        w.seal().unwrap();
+        let s = Snapshot::open(&path).unwrap();
+        s.verify().unwrap();
+        s.audit().unwrap();
+        for i in 0..500 {
+            let url = format!("https://e.example/{}", "x".repeat(i as usize % 90));
+            assert_eq!(s.lookup(key(i).as_bytes()).unwrap().url(), url.as_bytes());
+        }
+        let left: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "only the snapshot");
     }
 
     #[test]

@@ -1,11 +1,11 @@
-//! Round trip: every inserted key comes back with its exact URL and expiry, absent keys do
-//! not. Corruption: truncation, bit flips, header rewrites (with and without a recomputed header
+//! Round trip (both layouts): every inserted key comes back with its exact URL and expiry,
+//! absent keys do not. Corruption: truncation, bit flips, header rewrites (with and without a recomputed header
 //! checksum) never panic on open, verify, audit or lookup, and a changed file never verifies.
 
 use std::collections::BTreeMap;
 
 use lasthop_core::HighWater;
-use lasthop_snapshot::{Snapshot, SnapshotMeta, SnapshotWriter};
+use lasthop_snapshot::{Layout, Snapshot, SnapshotMeta, SnapshotWriter};
 use proptest::prelude::*;
 
 type Links = BTreeMap<Vec<u8>, (Vec<u8>, Option<i64>)>;
@@ -33,10 +33,17 @@ fn links(max: usize) -> impl Strategy<Value = Links> {
     )
 }
 
-fn build(links: &Links, seed: u64, regions: u32) -> Vec<u8> {
+fn build(links: &Links, seed: u64, regions: u32, compact: bool) -> Vec<u8> {
     let mut hw = HighWater::new(regions, 77).unwrap();
     hw.raise(0, 1234).unwrap();
-    let meta = SnapshotMeta::new(99, 0xfeed, hw).with_hash_seed(seed);
+    let layout = if compact {
+        Layout::Compact
+    } else {
+        Layout::Paged
+    };
+    let meta = SnapshotMeta::new(99, 0xfeed, hw)
+        .with_hash_seed(seed)
+        .with_layout(layout);
     let mut w = SnapshotWriter::in_memory(meta).unwrap();
     for (k, (url, exp)) in links {
         w.add(k, url, *exp).unwrap();
@@ -151,8 +158,9 @@ proptest! {
         absent in proptest::collection::vec(key(), 0..50),
         seed in any::<u64>(),
         regions in 1u32..5,
+        compact in any::<bool>(),
     ) {
-        let bytes = build(&links, seed, regions);
+        let bytes = build(&links, seed, regions, compact);
         let s = Snapshot::from_vec(bytes).unwrap();
         s.verify().unwrap();
         s.audit().unwrap();
@@ -183,8 +191,9 @@ proptest! {
         seed in any::<u64>(),
         corruptions in proptest::collection::vec(corruption(), 1..3),
         probes in proptest::collection::vec(key(), 0..20),
+        compact in any::<bool>(),
     ) {
-        let original = build(&links, seed, 2);
+        let original = build(&links, seed, 2, compact);
         let mut bytes = original.clone();
         let mut resealed = false;
         for c in &corruptions {
@@ -212,7 +221,8 @@ proptest! {
     }
 }
 
-/// Spill buckets and continuation: many keys forced into a tiny table still all resolve.
+/// Spill buckets and continuation: many keys forced into a tiny table still all resolve, in
+/// both layouts; the paged one keeps most entries in their page.
 #[test]
 fn large_round_trip_with_spills() {
     let mut links = Links::new();
@@ -220,14 +230,30 @@ fn large_round_trip_with_spills() {
         let key = format!("alias-{i:08}").into_bytes();
         links.insert(key, (format!("https://e.example/{i}").into_bytes(), None));
     }
-    let bytes = build(&links, 3, 1);
-    let s = Snapshot::from_vec(bytes).unwrap();
-    s.verify().unwrap();
-    s.audit().unwrap();
-    let (_, _, max_probe) = s.buckets();
-    assert!(max_probe >= 1, "at load 0.8 some keys spill");
-    for (k, (url, _)) in &links {
-        assert_eq!(s.lookup(k).map(|e| e.url()), Some(&url[..]));
+    for compact in [false, true] {
+        let bytes = build(&links, 3, 1, compact);
+        let s = Snapshot::from_vec(bytes).unwrap();
+        s.verify().unwrap();
+        s.audit().unwrap();
+        let (_, _, max_probe) = s.buckets();
+        assert!(
+            max_probe >= 1,
+            "at slot loads of 0.625 and 0.8 some keys spill"
+        );
+        for (k, (url, _)) in &links {
+            assert_eq!(s.lookup(k).map(|e| e.url()), Some(&url[..]));
+        }
+        assert_eq!(s.lookup(b"alias-99999999"), None);
+        if compact {
+            assert_eq!(s.page_len(), 64, "compact pages are the bucket line alone");
+        } else {
+            // The overflow holds the entries that did not fit: a small share of them.
+            assert!(
+                s.arena_len() * 4 < s.url_bytes(),
+                "{} overflow bytes for {} URL bytes",
+                s.arena_len(),
+                s.url_bytes()
+            );
+        }
     }
-    assert_eq!(s.lookup(b"alias-99999999"), None);
 }

@@ -1,4 +1,5 @@
-//! Untrusted snapshot bytes: open, verify, audit and look keys up. None of it may panic or
+//! Untrusted snapshot bytes (either format version): open, verify, audit, prefetch and look
+//! keys up. None of it may panic or
 //! read out of bounds, whatever the input.
 #![no_main]
 
@@ -13,6 +14,10 @@ fuzz_target!(|data: &[u8]| {
         let _ = s.audit();
         for len in [7usize, 8, 12, 64] {
             if let Some(k) = keys.get(..len) {
+                // The hints (a version-2 page, a bucket line, an entry's lines) read only
+                // what open checked.
+                s.prefetch_entry(s.prefetch(k));
+                let _ = s.lookup_probe(k, s.probe(k));
                 let _ = s.lookup(k).map(|e| (e.url().len(), e.expires_at_ms()));
             }
         }
