@@ -6,8 +6,9 @@
 //! documents its format. A malformed line refuses the file with its path and line number: a
 //! processor quietly running with half its rules would count bots as people.
 //!
-//! **User agents** are matched case-insensitively as substrings with one Aho-Corasick automaton,
-//! so the cost does not grow with the number of rules. `allow` lines carve exceptions out of the
+//! **User agents** are matched case-insensitively, substrings with one Aho-Corasick automaton and
+//! regexes with one `RegexSet`, so the cost does not grow with the number of rules; a user agent
+//! that starts with none of the file's browser prefixes is automation. `allow` lines carve exceptions out of the
 //! generic rules (`bot` must not catch a "Cubot" phone): a rule's match that lies inside an allow
 //! match is ignored. Substrings rather than word boundaries, because the long tail of bots names
 //! itself `SomethingBot/1.0`, which a word-boundary `bot` would miss.
@@ -49,7 +50,7 @@ impl fmt::Debug for Rules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Rules")
             .field("max_codes_per_minute", &self.max_codes_per_minute)
-            .field("agent_rules", &self.agents.kinds.len())
+            .field("agent_rules", &self.agents.count)
             .field("crawler_ranges", &self.crawlers.count)
             .finish()
     }
@@ -173,7 +174,7 @@ impl Rules {
 
     /// How many user-agent rules (exceptions included) are loaded.
     pub fn agent_rules(&self) -> usize {
-        self.agents.kinds.len()
+        self.agents.count
     }
 
     /// How many crawler ranges are loaded.
@@ -216,91 +217,173 @@ fn line_error(path: &str, line: usize, why: impl Into<String>) -> RulesError {
     }
 }
 
-/// The user-agent substrings, compiled.
+/// The user-agent rules, compiled: substrings in one Aho-Corasick automaton, regexes in one
+/// `RegexSet`, each a single pass over the user agent; spans are asked for only of the
+/// patterns that matched.
 #[derive(Debug)]
 struct AgentRules {
     matcher: AhoCorasick,
-    /// Per pattern: the kind it names, `None` for an `allow` exception.
-    kinds: Vec<Option<AgentKind>>,
+    /// Per substring: its rule.
+    substrings: Vec<Rule>,
+    regexes: regex::bytes::RegexSet,
+    /// Per regex (the set's order): the same regex alone, for its spans, and its rule.
+    each: Vec<(regex::bytes::Regex, Rule)>,
+    /// Every real browser's user agent starts with one of these; empty: no such rule.
+    browser_prefixes: Vec<String>,
+    /// Rules and exceptions, the number the kinds report.
+    count: usize,
+}
+
+/// One line of the file: the kind it names (`None` for an `allow` exception) and its place in
+/// the file (the first matching rule names the kind).
+#[derive(Debug, Clone, Copy)]
+struct Rule {
+    kind: Option<AgentKind>,
+    line: usize,
 }
 
 impl AgentRules {
     fn parse(text: &[u8], path: &str) -> Result<AgentRules, RulesError> {
-        let mut patterns = Vec::new();
-        let mut kinds = Vec::new();
+        let (mut substrings, mut substring_rules) = (Vec::new(), Vec::new());
+        let (mut regexes, mut regex_rules) = (Vec::new(), Vec::new());
+        let mut browser_prefixes = Vec::new();
         for item in lines(text, path) {
             let (n, line) = item?;
             let (kind, pattern) = line
                 .split_once(|c: char| c.is_ascii_whitespace())
                 .ok_or_else(|| line_error(path, n, "expected `<kind> <substring>`"))?;
+            let pattern = pattern.trim();
+            if pattern.len() > MAX_PATTERN {
+                return Err(line_error(
+                    path,
+                    n,
+                    format!("pattern longer than {MAX_PATTERN} bytes"),
+                ));
+            }
+            if !pattern.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+                return Err(line_error(path, n, "pattern must be printable ASCII"));
+            }
             let kind = match kind {
                 "crawler" => Some(AgentKind::Crawler),
                 "preview" => Some(AgentKind::Preview),
                 "automation" => Some(AgentKind::Automation),
                 "monitor" => Some(AgentKind::Monitor),
                 "allow" => None,
+                "browser-prefix" => {
+                    browser_prefixes.push(pattern.to_owned());
+                    continue;
+                }
                 other => {
                     return Err(line_error(
                         path,
                         n,
                         format!(
-                            "unknown kind {other:?} (crawler, preview, automation, monitor, allow)"
+                            "unknown kind {other:?} (crawler, preview, automation, monitor, allow, browser-prefix)"
                         ),
                     ))
                 }
             };
-            let pattern = pattern.trim();
-            if pattern.len() > MAX_PATTERN {
-                return Err(line_error(
-                    path,
-                    n,
-                    format!("substring longer than {MAX_PATTERN} bytes"),
-                ));
+            let rule = Rule { kind, line: n };
+            match pattern.strip_prefix('~') {
+                Some(re) => {
+                    let one = regex_builder(re)
+                        .build()
+                        .map_err(|e| line_error(path, n, format!("regex: {e}")))?;
+                    regexes.push(re.to_owned());
+                    regex_rules.push((one, rule));
+                }
+                None => {
+                    substrings.push(pattern.to_owned());
+                    substring_rules.push(rule);
+                }
             }
-            if !pattern.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-                return Err(line_error(path, n, "substring must be printable ASCII"));
-            }
-            patterns.push(pattern);
-            kinds.push(kind);
         }
+        let build_error = |why: String| RulesError::Build {
+            path: path.to_owned(),
+            why,
+        };
         let matcher = AhoCorasick::builder()
             .ascii_case_insensitive(true)
             .match_kind(MatchKind::Standard)
-            .build(&patterns)
-            .map_err(|e| RulesError::Build {
-                path: path.to_owned(),
-                why: e.to_string(),
-            })?;
-        Ok(AgentRules { matcher, kinds })
+            .build(&substrings)
+            .map_err(|e| build_error(e.to_string()))?;
+        let set = regex::bytes::RegexSetBuilder::new(&regexes)
+            .case_insensitive(true)
+            .unicode(false)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .dfa_size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map_err(|e| build_error(e.to_string()))?;
+        Ok(AgentRules {
+            count: substring_rules.len() + regex_rules.len(),
+            matcher,
+            substrings: substring_rules,
+            regexes: set,
+            each: regex_rules,
+            browser_prefixes,
+        })
     }
 
-    /// The kind of the first rule, in file order, that matches outside every exception. File
-    /// order lets a specific rule (`Slackbot`, a preview) win over a generic one (`bot`) that
-    /// matches the same bytes. Exceptions need every match, overlapping ones included; user
-    /// agents are short and the classifier caches verdicts per user agent, so this runs once
-    /// per distinct string.
+    /// The kind of the first rule, in file order, that matches outside every exception; then,
+    /// if none does, automation for a user agent no browser would send (no browser prefix).
+    /// File order lets a specific rule (`Slackbot`, a preview) win over a generic one (`bot`)
+    /// that matches the same bytes. Exceptions need every match, overlapping ones included;
+    /// user agents are short and the classifier caches verdicts per user agent, so this runs
+    /// once per distinct string.
     fn find(&self, ua: &str) -> Option<AgentKind> {
+        let bytes = ua.as_bytes();
         let mut allowed: Vec<(usize, usize)> = Vec::new();
-        let mut best: Option<(usize, usize, usize)> = None;
         let mut hits: Vec<(usize, usize, usize)> = Vec::new();
+        let mut record = |rule: &Rule, start: usize, end: usize| match rule.kind {
+            Some(_) => hits.push((rule.line, start, end)),
+            None => allowed.push((start, end)),
+        };
         for m in self.matcher.find_overlapping_iter(ua) {
-            let pattern = m.pattern().as_usize();
-            match self.kinds.get(pattern) {
-                Some(Some(_)) => hits.push((pattern, m.start(), m.end())),
-                Some(None) => allowed.push((m.start(), m.end())),
-                None => {}
+            if let Some(rule) = self.substrings.get(m.pattern().as_usize()) {
+                record(rule, m.start(), m.end());
             }
         }
-        for hit in hits {
-            let (pattern, s, e) = hit;
-            let excepted = allowed.iter().any(|&(a, b)| a <= s && e <= b);
-            if !excepted && best.is_none_or(|(p, _, _)| pattern < p) {
-                best = Some(hit);
+        for i in self.regexes.matches(bytes).iter() {
+            if let Some((re, rule)) = self.each.get(i) {
+                for m in re.find_iter(bytes) {
+                    record(rule, m.start(), m.end());
+                }
             }
         }
-        best.and_then(|(pattern, _, _)| self.kinds.get(pattern).copied().flatten())
+        let best = hits
+            .iter()
+            .filter(|&&(_, s, e)| !allowed.iter().any(|&(a, b)| a <= s && e <= b))
+            .min_by_key(|&&(line, _, _)| line)
+            .map(|&(line, _, _)| line);
+        if let Some(line) = best {
+            return self
+                .substrings
+                .iter()
+                .chain(self.each.iter().map(|(_, r)| r))
+                .find(|r| r.line == line)
+                .and_then(|r| r.kind);
+        }
+        let browser = self.browser_prefixes.is_empty()
+            || self
+                .browser_prefixes
+                .iter()
+                .any(|p| ua.starts_with(p.as_str()));
+        (!browser).then_some(AgentKind::Automation)
     }
 }
+
+/// How a rules file's regex is compiled: case-insensitive, ASCII classes (`\w`, `\b`, `\d`
+/// as the maintained lists' JavaScript means them), over bytes.
+fn regex_builder(pattern: &str) -> regex::bytes::RegexBuilder {
+    let mut b = regex::bytes::RegexBuilder::new(pattern);
+    b.case_insensitive(true)
+        .unicode(false)
+        .size_limit(REGEX_SIZE_LIMIT);
+    b
+}
+
+/// Compiled-size ceiling for the rules' regexes (the shipped ~1,800 compile to a few MB).
+const REGEX_SIZE_LIMIT: usize = 256 << 20;
 
 /// Published crawler networks, keyed by the event-sized network (/24 or /48) they overlap.
 #[derive(Debug, Default)]
@@ -477,6 +560,62 @@ mod tests {
     }
 
     #[test]
+    fn regexes_exceptions_and_browser_prefixes() {
+        let rules = Rules::parse(
+            b"preview ~^Mail/\\d+ CFNetwork/\n\
+              crawler ~(?:^|[^g])news\n\
+              allow ~(?:^|[^g])newssapphire\n\
+              crawler ~google\n\
+              allow ~(?: channel/|google/)google\n\
+              allow ~google(?:app| pixel)\n\
+              automation ~Chrome/[1-4]?\\d\\.\n\
+              browser-prefix Mozilla/\n\
+              browser-prefix Opera/\n",
+            b"",
+        )
+        .unwrap();
+        let kind = |ua: &str| rules.match_agent(ua);
+        // Case-insensitive, and the first rule in the file names the kind.
+        assert_eq!(
+            kind("Mail/3445 CFNetwork/889 NEWS"),
+            Some(AgentKind::Preview)
+        );
+        assert_eq!(
+            kind("Mozilla/5.0 NewsBlur Feed Fetcher"),
+            Some(AgentKind::Crawler)
+        );
+        // The exceptions carry the lookarounds: Google's own apps and phones are people...
+        assert_eq!(
+            kind("Mozilla/5.0 (Linux; Android 14; Google Pixel 8)"),
+            None
+        );
+        assert_eq!(kind("Mozilla/5.0 GoogleApp/15.2"), None);
+        assert_eq!(kind("Mozilla/5.0 Newssapphire/2"), None);
+        assert_eq!(kind("Mozilla/5.0 x channel/google"), None);
+        // ...but a match outside them still counts.
+        assert_eq!(
+            kind("Mozilla/5.0 GoogleApp/15.2 Google-Read-Aloud"),
+            Some(AgentKind::Crawler)
+        );
+        // ASCII classes as JavaScript means them: Chrome 49 is retired, 131 is not.
+        assert_eq!(
+            kind("Mozilla/5.0 Chrome/49.0.2623.112"),
+            Some(AgentKind::Automation)
+        );
+        assert_eq!(kind("Mozilla/5.0 Chrome/131.0.0.0"), None);
+        // No browser prefix: a program; no prefix lines at all: no such rule.
+        assert_eq!(kind("Opera/9.80 (J2ME/MIDP; Opera Mini/9.80)"), None);
+        assert_eq!(
+            kind("VLC/3.0.20 LibVLC/3.0.20"),
+            Some(AgentKind::Automation)
+        );
+        assert_eq!(kind("mozilla/5.0 lower case"), Some(AgentKind::Automation));
+        let bare = Rules::parse(b"crawler x\n", b"").unwrap();
+        assert_eq!(bare.match_agent("VLC/3.0.20"), None);
+        assert_eq!(rules.agent_rules(), 7);
+    }
+
+    #[test]
     fn crawler_ranges_overlap_the_event_network() {
         let rules = Rules::parse(
             b"",
@@ -518,8 +657,11 @@ mod tests {
 
     #[test]
     fn malformed_lines_name_file_and_line() {
-        let cases: [(&[u8], &[u8], usize); 9] = [
+        let cases: [(&[u8], &[u8], usize); 11] = [
             (b"crawler Googlebot\nrobot x\n", b"", 2),
+            // A regex that does not compile, and one with a lookaround the engine lacks.
+            (b"crawler ~ok\ncrawler ~[\\w-.]\n", b"", 2),
+            (b"\n\nallow ~(?<!x)y\n", b"", 3),
             (b"# c\n\ncrawler\n", b"", 3),
             (b"crawler caf\xc3\xa9\n", b"", 1),
             (b"crawler \xff\n", b"", 1),
