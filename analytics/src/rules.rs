@@ -38,6 +38,19 @@ const MAX_PATTERN: usize = 256;
 /// The longest crawler name.
 const MAX_NAME: usize = 64;
 
+/// How a rules file's regexes are compiled, alone and as one set (two builder types with the
+/// same options): case-insensitive, ASCII classes (`\w`, `\b`, `\d` as the maintained
+/// lists' JavaScript means them), over bytes.
+macro_rules! regex_options {
+    ($builder:expr) => {
+        $builder
+            .case_insensitive(true)
+            .unicode(false)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .dfa_size_limit(REGEX_SIZE_LIMIT)
+    };
+}
+
 /// The rules a [`crate::Classifier`] applies.
 pub struct Rules {
     /// A visitor fetching more than this many distinct codes within one minute is a bot.
@@ -285,6 +298,13 @@ impl AgentRules {
             };
             let rule = Rule { kind, line: n };
             match pattern.strip_prefix('~') {
+                Some("") => {
+                    return Err(line_error(
+                        path,
+                        n,
+                        "empty regex (it would match everything)",
+                    ))
+                }
                 Some(re) => {
                     let one = regex_builder(re)
                         .build()
@@ -307,13 +327,9 @@ impl AgentRules {
             .match_kind(MatchKind::Standard)
             .build(&substrings)
             .map_err(|e| build_error(e.to_string()))?;
-        let set = regex::bytes::RegexSetBuilder::new(&regexes)
-            .case_insensitive(true)
-            .unicode(false)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .dfa_size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map_err(|e| build_error(e.to_string()))?;
+        let mut set = regex::bytes::RegexSetBuilder::new(&regexes);
+        regex_options!(set);
+        let set = set.build().map_err(|e| build_error(e.to_string()))?;
         Ok(AgentRules {
             count: substring_rules.len() + regex_rules.len(),
             matcher,
@@ -333,9 +349,10 @@ impl AgentRules {
     fn find(&self, ua: &str) -> Option<AgentKind> {
         let bytes = ua.as_bytes();
         let mut allowed: Vec<(usize, usize)> = Vec::new();
-        let mut hits: Vec<(usize, usize, usize)> = Vec::new();
+        // (line, kind, start, end) of each rule match.
+        let mut hits: Vec<(usize, AgentKind, usize, usize)> = Vec::new();
         let mut record = |rule: &Rule, start: usize, end: usize| match rule.kind {
-            Some(_) => hits.push((rule.line, start, end)),
+            Some(kind) => hits.push((rule.line, kind, start, end)),
             None => allowed.push((start, end)),
         };
         for m in self.matcher.find_overlapping_iter(ua) {
@@ -345,23 +362,24 @@ impl AgentRules {
         }
         for i in self.regexes.matches(bytes).iter() {
             if let Some((re, rule)) = self.each.get(i) {
-                for m in re.find_iter(bytes) {
+                // A match at every start, overlapping ones included (`find_at` keeps `^` and
+                // `\b` seeing the whole string), as the substrings' overlapping search does.
+                let mut at = 0;
+                while let Some(m) = re.find_at(bytes, at) {
                     record(rule, m.start(), m.end());
+                    at = m.start() + 1;
+                    if at > bytes.len() {
+                        break;
+                    }
                 }
             }
         }
         let best = hits
             .iter()
-            .filter(|&&(_, s, e)| !allowed.iter().any(|&(a, b)| a <= s && e <= b))
-            .min_by_key(|&&(line, _, _)| line)
-            .map(|&(line, _, _)| line);
-        if let Some(line) = best {
-            return self
-                .substrings
-                .iter()
-                .chain(self.each.iter().map(|(_, r)| r))
-                .find(|r| r.line == line)
-                .and_then(|r| r.kind);
+            .filter(|&&(_, _, s, e)| !allowed.iter().any(|&(a, b)| a <= s && e <= b))
+            .min_by_key(|&&(line, _, _, _)| line);
+        if let Some(&(_, kind, _, _)) = best {
+            return Some(kind);
         }
         let browser = self.browser_prefixes.is_empty()
             || self
@@ -372,13 +390,9 @@ impl AgentRules {
     }
 }
 
-/// How a rules file's regex is compiled: case-insensitive, ASCII classes (`\w`, `\b`, `\d`
-/// as the maintained lists' JavaScript means them), over bytes.
 fn regex_builder(pattern: &str) -> regex::bytes::RegexBuilder {
     let mut b = regex::bytes::RegexBuilder::new(pattern);
-    b.case_insensitive(true)
-        .unicode(false)
-        .size_limit(REGEX_SIZE_LIMIT);
+    regex_options!(b);
     b
 }
 
@@ -592,6 +606,8 @@ mod tests {
         assert_eq!(kind("Mozilla/5.0 GoogleApp/15.2"), None);
         assert_eq!(kind("Mozilla/5.0 Newssapphire/2"), None);
         assert_eq!(kind("Mozilla/5.0 x channel/google"), None);
+        // Every match counts, overlapping ones too: each `google` here follows `google/`.
+        assert_eq!(kind("Mozilla/5.0 x google/google/google"), None);
         // ...but a match outside them still counts.
         assert_eq!(
             kind("Mozilla/5.0 GoogleApp/15.2 Google-Read-Aloud"),
@@ -657,7 +673,8 @@ mod tests {
 
     #[test]
     fn malformed_lines_name_file_and_line() {
-        let cases: [(&[u8], &[u8], usize); 11] = [
+        let cases: [(&[u8], &[u8], usize); 12] = [
+            (b"crawler x\ncrawler ~\n", b"", 2),
             (b"crawler Googlebot\nrobot x\n", b"", 2),
             // A regex that does not compile, and one with a lookaround the engine lacks.
             (b"crawler ~ok\ncrawler ~[\\w-.]\n", b"", 2),

@@ -145,8 +145,9 @@ impl Answer<'_> {
 /// instead of two; but that fetch is made before the decrypt knows whether the code was ever
 /// issued, and a scanner's codes never were. So once a connection's last
 /// [`Prefetcher::SCANS`] answers were all settled by the high-water mark, its requests fetch
-/// the bucket line alone (what the decrypt's midway hint then builds on) until one is found
-/// somewhere again: a scanning flood costs memory bandwidth of one line a request, not a page.
+/// the bucket line alone (what the decrypt's midway hint then builds on) until one asks for a
+/// code that may exist (below the mark, or an alias: found or not, such a code may be hot):
+/// a scanning flood costs memory bandwidth of one line a request, not a page.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Prefetcher {
     scans: u8,
@@ -187,7 +188,8 @@ impl Prefetcher {
         }
     }
 
-    /// Records how a request was settled.
+    /// Records how a request was settled: a high-water answer counts towards scanning; an
+    /// answer from any table, or one handed to the origin, ends it.
     #[inline]
     pub fn answered(&mut self, layer: Layer) {
         match layer {

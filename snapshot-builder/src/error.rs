@@ -37,7 +37,9 @@ pub enum SnapshotError {
     TooShort { len: u64, need: u64 },
     #[error("not a lasthop snapshot (bad magic)")]
     BadMagic,
-    #[error("snapshot format version {found} is not supported (this reader reads {supported})")]
+    #[error(
+        "snapshot format version {found} is not supported (this reader reads 1 to {supported})"
+    )]
     UnsupportedVersion { found: u32, supported: u32 },
     #[error("snapshot is {actual} bytes but its header records {recorded}")]
     FileLength { recorded: u64, actual: u64 },
@@ -55,7 +57,7 @@ pub enum SnapshotError {
         stored: u64,
         computed: u64,
     },
-    #[error("snapshot structure is inconsistent at arena offset {offset}: {why}")]
+    #[error("snapshot structure is inconsistent at entry offset {offset}: {why}")]
     Structure { offset: u64, why: &'static str },
 }
 

@@ -42,7 +42,7 @@ pub(crate) const INDEX_ALIGN: u64 = 64;
 /// Home buckets may not exceed 2^32 (the bucket is taken from the hash's high 32 bits).
 const MAX_HOME_BUCKETS: u64 = 1 << 32;
 
-/// Slot word: bits 0–39 arena offset, bits 40–62 tag, bit 63 (slot 0 only) "continues".
+/// Slot word: bits 0–39 entry offset (v2: from the first page; v1: in the arena), bits 40–62 tag, bit 63 (slot 0 only) "continues".
 pub(crate) const OFFSET_MASK: u64 = MAX_ARENA_LEN - 1;
 const TAG_SHIFT: u32 = 40;
 pub(crate) const TAG_MASK: u64 = (1 << 23) - 1;
@@ -187,7 +187,7 @@ pub(crate) fn encode_entry_head(
 /// Longest entry head: flag byte, 64-byte key, 3-byte length, 8-byte expiry.
 pub(crate) const ENTRY_HEAD_MAX: usize = 1 + MAX_KEY_LEN + 3 + 8;
 
-/// One parsed arena entry, borrowed from the file.
+/// One parsed entry, borrowed from the file.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RawEntry<'a> {
     pub(crate) key: &'a [u8],
@@ -241,7 +241,7 @@ fn finish_entry<'a>(first: u8, key: &'a [u8], c: &mut Cursor<'a>) -> Option<RawE
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Header {
     pub(crate) version: u32,
-    /// Fixed part plus marks; the arena starts here.
+    /// Fixed part plus marks (in version 1 the arena starts here).
     pub(crate) header_len: u32,
     pub(crate) sequence: u64,
     pub(crate) key_id: u32,
@@ -330,7 +330,7 @@ impl Header {
 
     /// Decodes and checks the header at the front of `file`: magic, version, exact lengths,
     /// checksum, then every field against the file's real length. After this, every section
-    /// range is inside `file` and the layout is the one v1 writes, byte for byte.
+    /// range is inside `file` and the layout is the canonical one of the file's version.
     pub(crate) fn decode(file: &[u8]) -> Result<Header, SnapshotError> {
         let actual = file.len() as u64;
         let short = |need: usize| SnapshotError::TooShort {

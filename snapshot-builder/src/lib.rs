@@ -6,8 +6,8 @@
 //!
 //! - `format`: versions 1 and 2's constants, header, slots and entries, and the writer's
 //!   [`Layout`] choice (pages with their entries inline, or compact);
-//! - [`reader`](Snapshot): [`Snapshot::open`] maps a file (the crate's `unsafe` blocks are the
-//!   maps, here and of the writer's staging file, and the prefetch hint) and checks
+//! - [`reader`](Snapshot): [`Snapshot::open`] maps a file (the crate's `unsafe` blocks are that
+//!   map and the prefetch hint) and checks
 //!   the header and every bound; [`Snapshot::lookup`] is O(1) and zero-copy;
 //!   [`Snapshot::verify`] checks the checksums; [`Snapshot::audit`] walks every entry;
 //! - [`writer`](SnapshotWriter): `SnapshotWriter::create(path, SnapshotMeta::new(seq, key_id,

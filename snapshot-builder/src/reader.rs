@@ -282,7 +282,8 @@ impl Snapshot {
     }
 
     /// The entry for `key` (a generated code or an alias), or `None`. O(1): one bucket (one
-    /// cache line, rarely the next) and, on a tag match, one arena entry. Never allocates.
+    /// cache line, rarely the next) and, on a tag match, one entry (in version 2 usually in the
+    /// same page). Never allocates.
     ///
     /// On a file that opened but is corrupt (before `verify`), the answer may be wrong but the
     /// call is still bounded, panic-free and in bounds.
@@ -292,7 +293,7 @@ impl Snapshot {
             return None;
         }
         let h = hash(key, self.header.hash_seed);
-        self.lookup_hashed(key, h).map(|(e, _)| e)
+        self.lookup_hashed(key, h).map(|(e, _, _)| e)
     }
 
     /// Starts the memory fetch of `key`'s home page (version 2: the bucket line and the
@@ -312,7 +313,10 @@ impl Snapshot {
             .and_then(|b| b.checked_mul(self.stride))
             .and_then(|start| self.index().get(start..))
             .and_then(|rest| rest.get(..self.stride));
-        for line in page.unwrap_or_default().chunks(BUCKET_LEN) {
+        // At most 16 lines (1 KiB): the writer's pages are 12 lines for 95-byte URLs; a file
+        // of far longer URLs (pages up to 64 lines) pays a second fetch for the rest instead
+        // of a request's worth of memory bandwidth on every lookup.
+        for line in page.unwrap_or_default().chunks(BUCKET_LEN).take(16) {
             prefetch_line(line.as_ptr());
         }
         probe
@@ -331,9 +335,10 @@ impl Snapshot {
     }
 
     /// Reads `probe`'s home bucket (which [`Snapshot::prefetch`] asked for) and asks for the
-    /// arena lines of each entry whose tag matches: the second of a lookup's two memory
-    /// accesses, started before the caller's decrypt so the AES rounds hide it. A hint only:
-    /// it reads the index (already checked by open), never the arena, and never changes an
+    /// lines of the entry whose tag matches: the second of a lookup's two memory accesses in a
+    /// version-1 or compact file (or for an entry in the overflow), started halfway through
+    /// the caller's decrypt so the rest of the AES rounds hide it. A hint only:
+    /// it reads the bucket (already bounds-checked by open), never an entry, and never changes an
     /// answer.
     #[inline]
     pub fn prefetch_entry(&self, probe: Probe) {
@@ -367,12 +372,13 @@ impl Snapshot {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return None;
         }
-        self.lookup_hashed(key, probe.hash).map(|(e, _)| e)
+        self.lookup_hashed(key, probe.hash).map(|(e, _, _)| e)
     }
 
-    /// The lookup proper; also returns the entry's arena offset (for `audit`).
+    /// The lookup proper; also returns the entry's offset (from the arena in version 1, from
+    /// the first page in version 2) and the bucket whose slot led to it (for `audit`).
     #[inline]
-    fn lookup_hashed(&self, key: &[u8], h: u64) -> Option<(Entry<'_>, u64)> {
+    fn lookup_hashed(&self, key: &[u8], h: u64) -> Option<(Entry<'_>, u64, u64)> {
         let entries = self.entries();
         let want = tag(h);
         let home = home_bucket(h, self.header.home_buckets);
@@ -404,7 +410,7 @@ impl Snapshot {
                             url: e.url,
                             expires_at_ms: e.expires_at_ms,
                         };
-                        return Some((entry, offset));
+                        return Some((entry, offset, bucket_no));
                     }
                 }
             }
@@ -415,7 +421,8 @@ impl Snapshot {
         }
     }
 
-    /// Checks the arena and index checksums (xxh3-64): reads the whole file once. The header's
+    /// Checks the section checksums (xxh3-64: v2 pages and overflow, v1 index and arena): reads
+    /// the whole file once. The header's
     /// own checksum was checked by open. Run this before swapping a snapshot into service.
     pub fn verify(&self) -> Result<(), SnapshotError> {
         for (section, bytes, stored) in [
@@ -434,7 +441,7 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Walks every arena entry and checks the file is what the writer would have produced:
+    /// Walks every entry and checks the file is what the writer would have produced:
     /// entries parse back to back, every key is a valid code or alias and is found by
     /// `lookup` at its own offset, and the counts match the header. Checksums prove the bytes
     /// are the ones written; this proves the writer wrote a sound file (checksums are not
@@ -442,9 +449,12 @@ impl Snapshot {
     pub fn audit(&self) -> Result<(), SnapshotError> {
         let entries = self.entries();
         let (mut links, mut aliases, mut expiring, mut url_bytes) = (0u64, 0u64, 0u64, 0u64);
-        // Walks the entries in `region` of the entry space back to back; in a page's inline
-        // area (`zero_tail`) a zero byte ends them and every byte after it must be zero too.
-        let mut walk = |region: Range<usize>, zero_tail: bool| -> Result<(), SnapshotError> {
+        // Walks the entries in `region` of the entry space back to back. In page `page`'s inline
+        // area a zero byte ends them, every byte after it must be zero too, and each entry's
+        // slot must be in that page's bucket (where the writer puts it; a crafted file that
+        // hides an entry in another page is refused).
+        let mut walk = |region: Range<usize>, page: Option<u64>| -> Result<(), SnapshotError> {
+            let zero_tail = page.is_some();
             let mut at = region.start;
             while at < region.end {
                 let offset = at as u64;
@@ -464,7 +474,11 @@ impl Snapshot {
                 }
                 let h = hash(entry.key, self.header.hash_seed);
                 match self.lookup_hashed(entry.key, h) {
-                    Some((_, found)) if found == offset => {}
+                    Some((_, found, bucket)) if found == offset => {
+                        if page.is_some_and(|p| p != bucket) {
+                            return Err(fail("entry is not in the page of its bucket"));
+                        }
+                    }
                     Some(_) => return Err(fail("key appears twice")),
                     None => return Err(fail("entry is not reachable from the index")),
                 }
@@ -477,11 +491,11 @@ impl Snapshot {
         };
         let pages = self.index.len();
         if self.header.version >= 2 {
-            for start in (0..pages).step_by(self.stride) {
-                walk(start + BUCKET_LEN..start + self.stride, true)?;
+            for (page, start) in (0..pages).step_by(self.stride).enumerate() {
+                walk(start + BUCKET_LEN..start + self.stride, Some(page as u64))?;
             }
         }
-        walk(entries.len() - self.arena.len()..entries.len(), false)?;
+        walk(entries.len() - self.arena.len()..entries.len(), None)?;
         let end = entries.len() as u64;
         let slots = (0..self.header.total_buckets)
             .filter_map(|b| self.bucket(b))

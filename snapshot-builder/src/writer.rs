@@ -1,9 +1,9 @@
 //! The typestate writer: `SnapshotWriter::create` → `add`… → `seal` → an immutable file, in
 //! format version 2.
 //!
-//! Entries stream to a staging area as they are added (an unlinked temporary file beside the
-//! destination, or memory for an in-memory writer); the writer keeps only 16 bytes per link in
-//! memory (the key's hash, and where and how long its staged entry is). `seal` sorts those by
+//! Entries stream to a staging area as they are added (memory, and for a file writer past
+//! 256 MiB an unlinked temporary file beside the destination); the writer keeps 16 bytes per
+//! link in memory besides (the key's hash, and where and how long its staged entry is). `seal` sorts those by
 //! hash, which is also home-page order, so the pages are written one by one (the bucket line,
 //! then the entries that fit, copied from the staging area) without the file ever being held
 //! whole; the entries that did not fit follow as the overflow. Then it writes the header over
@@ -136,6 +136,15 @@ pub enum Staging {
 const STAGE_IN_MEMORY: usize = 256 << 20;
 
 impl Staging {
+    /// Memory only, never spilled (the in-memory writer's).
+    fn in_memory() -> Staging {
+        Staging::Memory {
+            bytes: Vec::new(),
+            spill: None,
+            limit: usize::MAX,
+        }
+    }
+
     fn append(&mut self, more: &[u8]) -> io::Result<()> {
         match self {
             Staging::Memory {
@@ -319,11 +328,15 @@ impl Sink for MemorySink {
     }
 
     fn staging(&self) -> io::Result<Staging> {
-        Ok(Staging::Memory {
-            bytes: Vec::new(),
-            spill: None,
-            limit: usize::MAX,
-        })
+        Ok(Staging::in_memory())
+    }
+}
+
+/// The error for an I/O failure on the snapshot at `path`.
+fn io_err(path: &Path) -> impl Fn(io::Error) -> BuildError + '_ {
+    move |source| BuildError::Io {
+        path: path.to_path_buf(),
+        source,
     }
 }
 
@@ -397,6 +410,8 @@ pub struct SnapshotWriter<S: Sink = FileSink> {
     header_len: u64,
     staging: Staging,
     staged_len: u64,
+    /// An `add` failed to stage its entry: `seal` refuses.
+    failed: bool,
     pending: Vec<Pending>,
     aliases: u64,
     expiring: u64,
@@ -427,10 +442,7 @@ impl SnapshotWriter<FileSink> {
     /// A writer that will seal into `path` (through a temporary file in the same directory).
     pub fn create(path: impl AsRef<Path>, meta: SnapshotMeta) -> Result<Self, BuildError> {
         let path = path.as_ref();
-        let sink = FileSink::create(path).map_err(|source| BuildError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let sink = FileSink::create(path).map_err(io_err(path))?;
         SnapshotWriter::with_sink(sink, meta)
     }
 }
@@ -453,12 +465,9 @@ impl<S: Sink> SnapshotWriter<S> {
         }
         let header_len = header_len_for(regions);
         let path = sink.path();
-        let io = |source| BuildError::Io {
-            path: path.clone(),
-            source,
-        };
+        let io = io_err(&path);
         // Placeholder; `seal` writes the real header here once the counts are known.
-        sink.append(&vec![0u8; header_len]).map_err(io)?;
+        sink.append(&vec![0u8; header_len]).map_err(&io)?;
         let staging = sink.staging().map_err(io)?;
         Ok(SnapshotWriter {
             sink,
@@ -467,6 +476,7 @@ impl<S: Sink> SnapshotWriter<S> {
             header_len: header_len as u64,
             staging,
             staged_len: 0,
+            failed: false,
             pending: Vec::new(),
             aliases: 0,
             expiring: 0,
@@ -480,10 +490,7 @@ impl<S: Sink> SnapshotWriter<S> {
     }
 
     fn io(&self, source: io::Error) -> BuildError {
-        BuildError::Io {
-            path: self.sink.path(),
-            source,
-        }
+        io_err(&self.sink.path())(source)
     }
 
     /// Adds one link. `key` is a generated code (7 base62 characters) or an alias (8–64
@@ -523,8 +530,16 @@ impl<S: Sink> SnapshotWriter<S> {
                 what: "entries over 1 TiB",
             });
         }
-        self.staging.append(head).map_err(|e| self.io(e))?;
-        self.staging.append(url).map_err(|e| self.io(e))?;
+        // A failure between the two appends would leave a head staged that no record points
+        // at, and every later offset wrong: such a writer refuses to seal.
+        if let Err(e) = self
+            .staging
+            .append(head)
+            .and_then(|()| self.staging.append(url))
+        {
+            self.failed = true;
+            return Err(self.io(e));
+        }
         self.staged_len = end;
         self.pending
             .push(Pending::new(hash(key, self.seed), offset, n + url.len()));
@@ -582,10 +597,7 @@ impl<S: Sink> SnapshotWriter<S> {
                     .iter()
                     .map(key_of)
                     .collect::<io::Result<Vec<_>>>()
-                    .map_err(|source| BuildError::Io {
-                        path: path.to_path_buf(),
-                        source,
-                    })?;
+                    .map_err(io_err(path))?;
                 keys.sort();
                 if let Some(pair) = keys.windows(2).find(|w| w[0] == w[1]) {
                     return Err(BuildError::DuplicateKey {
@@ -602,6 +614,11 @@ impl<S: Sink> SnapshotWriter<S> {
     /// snapshot durable: for a file, fsync, rename into place, fsync the directory. Fails on
     /// duplicate keys.
     pub fn seal(mut self) -> Result<S::Output, BuildError> {
+        if self.failed {
+            return Err(self.io(io::Error::other(
+                "an earlier add failed to stage its entry; the snapshot would be corrupt",
+            )));
+        }
         let links = self.pending.len() as u64;
         let layout = self.meta.layout;
         let home_buckets = layout.home_pages(links);
@@ -610,14 +627,7 @@ impl<S: Sink> SnapshotWriter<S> {
                 what: "more than 2^32 home buckets",
             });
         }
-        let staging = std::mem::replace(
-            &mut self.staging,
-            Staging::Memory {
-                bytes: Vec::new(),
-                spill: None,
-                limit: usize::MAX,
-            },
-        );
+        let staging = std::mem::replace(&mut self.staging, Staging::in_memory());
         let staged = staging.finish().map_err(|e| self.io(e))?;
         let mut pending = std::mem::take(&mut self.pending);
         Self::sort_and_check_duplicates(&mut pending, &staged, &self.sink.path())?;
@@ -655,12 +665,7 @@ impl<S: Sink> SnapshotWriter<S> {
                     let entry = p.range();
                     let offset = match page.get_mut(used..used + entry.len()) {
                         Some(dst) => {
-                            staged
-                                .read(entry.start, dst)
-                                .map_err(|source| BuildError::Io {
-                                    path: path.clone(),
-                                    source,
-                                })?;
+                            staged.read(entry.start, dst).map_err(io_err(&path))?;
                             inline += 1;
                             used += entry.len();
                             bucket_no * u64::from(page_len) + (used - entry.len()) as u64
@@ -680,10 +685,7 @@ impl<S: Sink> SnapshotWriter<S> {
                     }
                 }
                 index_sum.update(&page);
-                sink.append(&page).map_err(|source| BuildError::Io {
-                    path: path.clone(),
-                    source,
-                })
+                sink.append(&page).map_err(io_err(&path))
             })?;
         // Third pass: the overflow, in the order its offsets were given out.
         let mut arena_sum = Xxh3::new();
@@ -747,9 +749,7 @@ impl<S: Sink> SnapshotWriter<S> {
             inline,
         };
         let path = self.sink.path();
-        self.sink
-            .finish(info)
-            .map_err(|source| BuildError::Io { path, source })
+        self.sink.finish(info).map_err(io_err(&path))
     }
 }
 
@@ -888,11 +888,67 @@ mod tests {
             for &i in order {
                 w.add(keys[i], keys[i], None).unwrap();
             }
-            let s = Snapshot::from_vec(w.seal().unwrap().1).unwrap();
-            keys.iter()
+            let bytes = w.seal().unwrap().1;
+            let s = Snapshot::from_vec(bytes.clone()).unwrap();
+            let answers = keys
+                .iter()
                 .map(|k| s.lookup(k).map(|e| e.url().to_vec()))
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            (answers, bytes)
         };
+        // Placement follows the hash, not the order of adds: the same bytes.
         assert_eq!(build(&[0, 1, 2, 3]), build(&[3, 2, 1, 0]));
+    }
+
+    /// An entry moved into another page (its slot pointed at it there) still looks up, but
+    /// audit refuses the file: the writer keeps each inline entry in its own bucket's page.
+    #[test]
+    fn audit_refuses_an_entry_outside_its_page() {
+        let mut w = SnapshotWriter::in_memory(meta()).unwrap();
+        for i in 0..40u32 {
+            w.add(
+                format!("alias-{i:04}").as_bytes(),
+                b"https://e.example/",
+                None,
+            )
+            .unwrap();
+        }
+        let mut bytes = w.seal().unwrap().1;
+        let s = Snapshot::from_vec(bytes.clone()).unwrap();
+        s.audit().unwrap();
+        let (stride, pages) = (s.page_len() as usize, s.index_len() as usize);
+        let base = (bytes.len() as u64 - s.arena_len() - s.index_len()) as usize;
+        // Page 0's last inline entry (so the zeros left behind are its padding) and its slot;
+        // the last page's free tail.
+        let (slot, word) = (0..SLOTS_PER_BUCKET)
+            .map(|i| {
+                let w = &bytes[base + i * 8..base + i * 8 + 8];
+                (i, u64::from_le_bytes(w.try_into().unwrap()))
+            })
+            .filter(|&(_, w)| w != 0 && ((w & crate::format::OFFSET_MASK) as usize) < stride)
+            .max_by_key(|&(_, w)| w & crate::format::OFFSET_MASK)
+            .expect("page 0 holds an entry");
+        let at = (word & crate::format::OFFSET_MASK) as usize;
+        let key_len = usize::from(bytes[base + at] & 0x7f);
+        let len = 1 + key_len + 1 + b"https://e.example/".len();
+        let last = pages - stride;
+        let free = (last + BUCKET_LEN..last + stride)
+            .rev()
+            .take_while(|&i| bytes[base + i] == 0)
+            .last()
+            .unwrap();
+        assert!(last + stride - free > len, "room in the last page");
+        let entry = bytes[base + at..base + at + len].to_vec();
+        bytes[base + free..base + free + len].copy_from_slice(&entry);
+        bytes[base + at..base + at + len].fill(0);
+        let moved = (word & !crate::format::OFFSET_MASK) | (free as u64);
+        bytes[base + slot * 8..base + slot * 8 + 8].copy_from_slice(&moved.to_le_bytes());
+        let s = Snapshot::from_vec(bytes).unwrap();
+        assert!(
+            s.lookup(&entry[1..1 + key_len]).is_some(),
+            "it still looks up"
+        );
+        let err = s.audit().unwrap_err().to_string();
+        assert!(err.contains("not in the page of its bucket"), "{err}");
     }
 }

@@ -15,11 +15,9 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-#[test]
-fn v1_header() {
-    let s = Snapshot::open(fixture("v1.snap")).unwrap();
+/// What both fixtures say alike: the same input, key, sequence, seed and marks.
+fn common_header(s: &Snapshot) {
     let key = PermutationKey::load(&fixture("v1.key")).unwrap();
-    assert_eq!(s.format_version(), 1);
     assert_eq!(s.sequence(), 4242);
     assert_eq!(s.key_id(), 0x5d81_299f);
     assert_eq!(s.key_id(), key.id());
@@ -28,8 +26,6 @@ fn v1_header() {
         (s.links(), s.aliases(), s.expiring(), s.url_bytes()),
         (36, 6, 5, 1419)
     );
-    assert_eq!(s.file_len(), 2432);
-    assert_eq!(s.buckets(), (6, 6, 0));
     let hw = s.high_water();
     assert_eq!(hw.regions(), 2);
     assert_eq!(hw.reserve(), 1000);
@@ -39,26 +35,24 @@ fn v1_header() {
 }
 
 #[test]
+fn v1_header() {
+    let s = Snapshot::open(fixture("v1.snap")).unwrap();
+    assert_eq!(s.format_version(), 1);
+    assert_eq!(s.file_len(), 2432);
+    assert_eq!(s.buckets(), (6, 6, 0));
+    assert_eq!(s.page_len(), 0);
+    common_header(&s);
+}
+
+#[test]
 fn v2_header() {
     let s = Snapshot::open(fixture("v2.snap")).unwrap();
     assert_eq!(s.format_version(), 2);
-    assert_eq!(s.sequence(), 4242);
-    assert_eq!(s.key_id(), 0x5d81_299f);
-    assert_eq!(s.hash_seed(), 7);
-    assert_eq!(
-        (s.links(), s.aliases(), s.expiring(), s.url_bytes()),
-        (36, 6, 5, 1419)
-    );
     assert_eq!(s.file_len(), 3632);
     assert_eq!(s.buckets(), (8, 8, 0));
     assert_eq!(s.page_len(), 384);
     assert_eq!((s.index_len(), s.arena_len()), (8 * 384, 368));
-    let hw = s.high_water();
-    assert_eq!(hw.regions(), 2);
-    assert_eq!(hw.reserve(), 1000);
-    assert_eq!(hw.marks(), &[30, region_range(1, 2).unwrap().start]);
-    s.verify().unwrap();
-    s.audit().unwrap();
+    common_header(&s);
 }
 
 #[test]
