@@ -37,17 +37,21 @@ stop_server() {
 # nginx has, which is what wrk draws from for every server.
 synth_links() {
   local bin=$1 work=$2 links=$3
-  if [ -s "$work/links.snap" ] && [ "$(cat "$work/links.count" 2>/dev/null)" = "$links" ]; then
+  # LAYOUT=compact: the snapshot in the compact layout (default paged, the writer's default);
+  # the cached file is reused only for the same count, layout and format.
+  local layout=${LAYOUT:-paged}
+  local stamp="$links $layout v2"
+  if [ -s "$work/links.snap" ] && [ "$(cat "$work/links.count" 2>/dev/null)" = "$stamp" ]; then
     return 0
   fi
   rm -f "$work/key"
   "$bin/lasthop-control" keygen --out "$work/key" >/dev/null
   "$bin/lasthop-snapshot" synth --key-file "$work/key" --count "$links" --out "$work/links.snap" \
-    --codes-out "$work/codes" --tsv-out "$work/links.tsv" >/dev/null
+    --codes-out "$work/codes" --tsv-out "$work/links.tsv" --layout "$layout" >/dev/null
   awk -F'\t' 'BEGIN{print "map $uri $lh_dest {\n  default \"\";"}
     $2 !~ /[$"\\;{}]/ && !seen[tolower($1)]++ {printf "  \"/%s\" \"%s\";\n", $1, $2; print $1 >"'"$work/codes.common"'"}
     END{print "}"}' "$work/links.tsv" >"$work/map.conf"
-  echo "$links" >"$work/links.count"
+  echo "$stamp" >"$work/links.count"
 }
 
 # nginx_conf WORK PORT: WORK/nginx.conf, one worker pinned to CPU 0 answering 302 from
