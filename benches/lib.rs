@@ -37,16 +37,16 @@ pub fn bench_dir() -> PathBuf {
 }
 
 /// The snapshot of `count` synthetic codes (plus count/100 aliases) under [`scheme`], region 0
-/// marked issued up to `count`, in the default (paged) layout; built once, reused while its
+/// marked issued up to `count`, in the default (compact) layout; built once, reused while its
 /// link count and key match.
 pub fn snapshot_file(count: u64, label: &str) -> PathBuf {
-    snapshot_file_in(count, label, Layout::Paged)
+    snapshot_file_in(count, label, Layout::default())
 }
 
 /// [`snapshot_file`] in `layout`.
 pub fn snapshot_file_in(count: u64, label: &str, layout: Layout) -> PathBuf {
     let shape = match layout {
-        Layout::Compact => "-compact",
+        Layout::Paged => "-paged",
         _ => "",
     };
     let path = bench_dir().join(format!(
@@ -56,7 +56,11 @@ pub fn snapshot_file_in(count: u64, label: &str, layout: Layout) -> PathBuf {
     let (key, scheme) = scheme();
     let mut synth = Synth::new(scheme, count, DATA_SEED);
     let reusable = Snapshot::open(&path)
-        .map(|s| s.links() == synth.total() && s.key_id() == key.id())
+        .map(|s| {
+            s.links() == synth.total()
+                && s.key_id() == key.id()
+                && (s.page_len() == 64) == (layout == Layout::Compact)
+        })
         .unwrap_or(false);
     if !reusable {
         eprintln!("building {} ({label} links, once)", path.display());
@@ -123,7 +127,7 @@ pub fn request_tables_in(
     state: &mut u64,
     open: fn(PathBuf) -> Result<Snapshot, lasthop_snapshot::SnapshotError>,
 ) -> Tables {
-    request_tables_with(state, open, Layout::Paged)
+    request_tables_with(state, open, Layout::default())
 }
 
 /// [`request_tables_in`] over the snapshot in `layout`.

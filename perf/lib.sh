@@ -37,9 +37,9 @@ stop_server() {
 # nginx has, which is what wrk draws from for every server.
 synth_links() {
   local bin=$1 work=$2 links=$3
-  # LAYOUT=compact: the snapshot in the compact layout (default paged, the writer's default);
+  # LAYOUT=paged: the snapshot in the paged layout (default compact, the writer's default);
   # the cached file is reused only for the same count, layout and format.
-  local layout=${LAYOUT:-paged}
+  local layout=${LAYOUT:-compact}
   local stamp="$links $layout v2"
   if [ -s "$work/links.snap" ] && [ "$(cat "$work/links.count" 2>/dev/null)" = "$stamp" ]; then
     return 0

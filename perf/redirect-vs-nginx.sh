@@ -10,7 +10,7 @@
 # never-issued codes.
 #
 #   perf/redirect-vs-nginx.sh                   # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64
-#   LAYOUT=compact perf/redirect-vs-nginx.sh    # the snapshot in the compact layout
+#   LAYOUT=paged perf/redirect-vs-nginx.sh      # the snapshot in the paged layout
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LINKS=${LINKS:-1000000}

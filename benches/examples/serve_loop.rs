@@ -6,8 +6,8 @@
 //! `cargo build --release -p lasthop-benches --example serve_loop && valgrind --tool=callgrind
 //! target/release/examples/serve_loop 100000`; with `cold` after the count, 65,536 codes as
 //! `request/hit_curl` serves them (each lookup a cache miss), for `perf record`. Then `map`,
-//! `huge`, `compact` or `compact-huge` (the snapshot mapped or in huge pages, in the paged or
-//! the compact layout),
+//! `huge`, `paged` or `paged-huge` (the snapshot mapped or in huge pages, in the default
+//! compact layout or the paged one),
 //! then `hit` or `never` (codes above the mark), then optionally `page` (never count the
 //! connection as scanning: every request fetches its whole page).
 
@@ -24,20 +24,20 @@ fn main() {
     let (_, scheme) = scheme();
     // The same draws, in the same order, as `request/hit_hot_curl`.
     let mut state = 11;
-    // `huge`: the snapshot in huge pages; `compact`: mapped, in the compact layout.
+    // `huge`: the snapshot in huge pages; `paged`: mapped, in the paged layout.
     let tables = match std::env::args().nth(3).as_deref() {
         Some("huge") => {
             lasthop_benches::request_tables_in(&mut state, lasthop_snapshot::Snapshot::load)
         }
-        Some("compact") => lasthop_benches::request_tables_with(
+        Some("paged") => lasthop_benches::request_tables_with(
             &mut state,
             lasthop_snapshot::Snapshot::open,
-            lasthop_snapshot::Layout::Compact,
+            lasthop_snapshot::Layout::Paged,
         ),
-        Some("compact-huge") => lasthop_benches::request_tables_with(
+        Some("paged-huge") => lasthop_benches::request_tables_with(
             &mut state,
             lasthop_snapshot::Snapshot::load,
-            lasthop_snapshot::Layout::Compact,
+            lasthop_snapshot::Layout::Paged,
         ),
         _ => request_tables(&mut state),
     };

@@ -386,10 +386,11 @@ struct HotSetArgs {
     /// plus 20 bytes when compact, (key + URL + 10) · 1.4 + 13 when paged.
     #[arg(long, env = "LASTHOP_SNAPSHOT_MAX_BYTES", default_value_t = HotSet::default().max_bytes)]
     snapshot_max_bytes: u64,
+    /// `compact`: about 20 bytes a link beyond the URL, two memory accesses per cold hit;
     /// `paged`: each link's entry beside its index bucket, so an engine's cold hit waits for
-    /// one memory access instead of two, at about 75 bytes a link beyond the URL; `compact`:
-    /// about 20 bytes a link, two accesses (for a memory-bound PoP). Engines read either.
-    #[arg(long, env = "LASTHOP_SNAPSHOT_LAYOUT", value_enum, default_value_t = SnapshotLayout::Paged)]
+    /// one access instead of two, at about 75 bytes a link (faster on the pure request path,
+    /// not yet on the whole system; see engine/DESIGN.md). Engines read either.
+    #[arg(long, env = "LASTHOP_SNAPSHOT_LAYOUT", value_enum, default_value_t = SnapshotLayout::Compact)]
     snapshot_layout: SnapshotLayout,
     /// Links created within this many days are in the snapshot (within the budget).
     #[arg(long, env = "LASTHOP_SNAPSHOT_RECENT_DAYS", default_value_t = HotSet::default().recent_days)]

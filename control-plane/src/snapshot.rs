@@ -457,7 +457,7 @@ mod tests {
         };
         let (_, info, _) = build_hot_snapshot(&s, 1, 1, 100, &out, &hot, &popular, now).unwrap();
         assert_eq!(info.links, 3, "{info:?}");
-        assert!(info.page_len > 64, "paged by default: {info:?}");
+        assert!(info.page_len > 64, "paged: {info:?}");
         // The compact layout: the same links and answers, pages of the bucket line alone,
         // and a budget that counts its smaller links (the same bytes take more of them).
         let compact = HotSet {

@@ -92,12 +92,13 @@ pub enum Layout {
     /// Each page is its bucket line plus room for its keys' entries (5 keys a page on average,
     /// a quarter more room than they need on average): about 95% of entries sit in the page
     /// a lookup prefetches with the bucket, so a cold hit waits for one memory access
-    /// instead of two. About 75 bytes a link beyond the URL, 55 more than `Compact`.
-    #[default]
+    /// instead of two. About 75 bytes a link beyond the URL, 55 more than `Compact`. Faster
+    /// on the pure request path; not (yet) on the whole system here (`engine/DESIGN.md`).
     Paged,
-    /// Pages are the bucket line alone (6.4 keys a page, a slot load of 0.8) and every entry
-    /// is in the overflow, packed: format version 1's 19.5 bytes a link beyond the URL, and
-    /// two dependent memory accesses per cold hit.
+    /// The default. Pages are the bucket line alone (6.4 keys a page, a slot load of 0.8) and
+    /// every entry is in the overflow, packed: format version 1's 19.5 bytes a link beyond the
+    /// URL, and two dependent memory accesses per cold hit.
+    #[default]
     Compact,
 }
 

@@ -80,10 +80,10 @@ struct Shape {
     /// Fixed index hash seed (reproducible output); random by default.
     #[arg(long)]
     hash_seed: Option<u64>,
-    /// `paged`: each key's entry in the page its lookup prefetches (one memory access per
-    /// cold hit, about 75 bytes a link beyond the URL); `compact`: entries packed apart from
-    /// the index (two accesses, about 20 bytes a link).
-    #[arg(long, value_enum, default_value_t = LayoutArg::Paged)]
+    /// `compact`: entries packed apart from the index (two memory accesses per cold hit, about
+    /// 20 bytes a link beyond the URL); `paged`: each key's entry in the page its lookup
+    /// prefetches (one access, about 75 bytes a link).
+    #[arg(long, value_enum, default_value_t = LayoutArg::Compact)]
     layout: LayoutArg,
 }
 

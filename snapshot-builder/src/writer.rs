@@ -37,7 +37,7 @@ pub struct SnapshotMeta {
     /// Seed of the index hash; `None` draws a random one (the default: aliases are chosen by
     /// users, and a seed they cannot predict keeps them from crafting long probe chains).
     pub hash_seed: Option<u64>,
-    /// How pages are laid out: [`Layout::Paged`] (the default) or [`Layout::Compact`].
+    /// How pages are laid out: [`Layout::Compact`] (the default) or [`Layout::Paged`].
     pub layout: Layout,
 }
 
@@ -904,7 +904,7 @@ mod tests {
     /// audit refuses the file: the writer keeps each inline entry in its own bucket's page.
     #[test]
     fn audit_refuses_an_entry_outside_its_page() {
-        let mut w = SnapshotWriter::in_memory(meta()).unwrap();
+        let mut w = SnapshotWriter::in_memory(meta().with_layout(Layout::Paged)).unwrap();
         for i in 0..40u32 {
             w.add(
                 format!("alias-{i:04}").as_bytes(),

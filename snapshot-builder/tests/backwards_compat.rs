@@ -1,13 +1,13 @@
 //! A format is a promise: the current reader must read every released version's fixture.
 //! `fixtures/v1.snap` was built by format version 1's writer from `fixtures/v1.tsv` and
 //! `fixtures/v1.key` (the command is in the TSV's second line); `fixtures/v2.snap` by version
-//! 2's from the same input and command with `--out v2.snap` (the default, paged layout). Never
+//! 2's from the same input and command with `--out v2.snap --layout paged`. Never
 //! regenerate one to make this test pass; add a `v3.snap` beside them when the format changes.
 
 use std::path::PathBuf;
 
 use lasthop_core::{region_range, CodeScheme, HighWater, PermutationKey};
-use lasthop_snapshot::{parse_line, Snapshot, SnapshotMeta, SnapshotWriter};
+use lasthop_snapshot::{parse_line, Layout, Snapshot, SnapshotMeta, SnapshotWriter};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -163,7 +163,9 @@ fn v2_writer_is_stable() {
     let key = PermutationKey::load(&fixture("v1.key")).unwrap();
     let mut hw = HighWater::new(2, 1000).unwrap();
     hw.raise(0, 30).unwrap();
-    let meta = SnapshotMeta::new(4242, key.id(), hw).with_hash_seed(7);
+    let meta = SnapshotMeta::new(4242, key.id(), hw)
+        .with_hash_seed(7)
+        .with_layout(Layout::Paged);
     let mut w = SnapshotWriter::in_memory(meta).unwrap();
     let tsv = std::fs::read_to_string(fixture("v1.tsv")).unwrap();
     for line in tsv.lines() {
