@@ -8,8 +8,8 @@
 //!
 //! **User agents** are matched case-insensitively, substrings with one Aho-Corasick automaton and
 //! regexes with one `RegexSet`, so the cost does not grow with the number of rules; a user agent
-//! that starts with none of the file's browser prefixes is automation. `allow` lines carve exceptions out of the
-//! generic rules (`bot` must not catch a "Cubot" phone): a rule's match that lies inside an allow
+//! that starts with none of the file's browser prefixes is automation. `allow` lines carve
+//! exceptions out of the generic rules (`bot` must not catch a "Cubot" phone): a rule's match that lies inside an allow
 //! match is ignored. Substrings rather than word boundaries, because the long tail of bots names
 //! itself `SomethingBot/1.0`, which a word-boundary `bot` would miss.
 //!
@@ -63,7 +63,7 @@ impl fmt::Debug for Rules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Rules")
             .field("max_codes_per_minute", &self.max_codes_per_minute)
-            .field("agent_rules", &self.agents.count)
+            .field("agent_rules", &self.agent_rules())
             .field("crawler_ranges", &self.crawlers.count)
             .finish()
     }
@@ -187,7 +187,7 @@ impl Rules {
 
     /// How many user-agent rules (exceptions included) are loaded.
     pub fn agent_rules(&self) -> usize {
-        self.agents.count
+        self.agents.substrings.len() + self.agents.each.len()
     }
 
     /// How many crawler ranges are loaded.
@@ -243,8 +243,6 @@ struct AgentRules {
     each: Vec<(regex::bytes::Regex, Rule)>,
     /// Every real browser's user agent starts with one of these; empty: no such rule.
     browser_prefixes: Vec<String>,
-    /// Rules and exceptions, the number the kinds report.
-    count: usize,
 }
 
 /// One line of the file: the kind it names (`None` for an `allow` exception) and its place in
@@ -331,7 +329,6 @@ impl AgentRules {
         regex_options!(set);
         let set = set.build().map_err(|e| build_error(e.to_string()))?;
         Ok(AgentRules {
-            count: substring_rules.len() + regex_rules.len(),
             matcher,
             substrings: substring_rules,
             regexes: set,

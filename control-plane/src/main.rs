@@ -386,22 +386,14 @@ struct HotSetArgs {
     /// plus 20 bytes when compact, (key + URL + 10) · 1.4 + 13 when paged.
     #[arg(long, env = "LASTHOP_SNAPSHOT_MAX_BYTES", default_value_t = HotSet::default().max_bytes)]
     snapshot_max_bytes: u64,
-    /// `compact`: about 20 bytes a link beyond the URL, two memory accesses per cold hit;
-    /// `paged`: each link's entry beside its index bucket, so an engine's cold hit waits for
-    /// one access instead of two, at about 75 bytes a link (faster on the pure request path,
-    /// not yet on the whole system; see engine/DESIGN.md). Engines read either.
-    #[arg(long, env = "LASTHOP_SNAPSHOT_LAYOUT", value_enum, default_value_t = SnapshotLayout::Compact)]
-    snapshot_layout: SnapshotLayout,
+    /// The snapshot's layout: memory against an engine's cold-hit memory accesses (`paged` is
+    /// faster on the pure request path, not yet on the whole system; see engine/DESIGN.md).
+    /// Engines read either.
+    #[arg(long, env = "LASTHOP_SNAPSHOT_LAYOUT", value_enum, default_value_t = lasthop_snapshot::Layout::Compact)]
+    snapshot_layout: lasthop_snapshot::Layout,
     /// Links created within this many days are in the snapshot (within the budget).
     #[arg(long, env = "LASTHOP_SNAPSHOT_RECENT_DAYS", default_value_t = HotSet::default().recent_days)]
     snapshot_recent_days: u32,
-}
-
-/// `--snapshot-layout`.
-#[derive(Clone, Copy, ValueEnum)]
-enum SnapshotLayout {
-    Paged,
-    Compact,
 }
 
 impl HotSetArgs {
@@ -410,10 +402,7 @@ impl HotSetArgs {
             max_links: self.snapshot_max_links,
             max_bytes: self.snapshot_max_bytes,
             recent_days: self.snapshot_recent_days,
-            layout: match self.snapshot_layout {
-                SnapshotLayout::Paged => lasthop_snapshot::Layout::Paged,
-                SnapshotLayout::Compact => lasthop_snapshot::Layout::Compact,
-            },
+            layout: self.snapshot_layout,
         }
     }
 }
@@ -801,17 +790,16 @@ fn main() -> anyhow::Result<()> {
         } => {
             let (key, opened) = store.open()?;
             let started = std::time::Instant::now();
-            let shape = budget.hot_set();
+            let hot_set = budget.hot_set();
             let (seq, info) = if hot {
-                let hot = shape;
-                let popular = offline_popular(&store, &hot);
+                let popular = offline_popular(&store, &hot_set);
                 let (seq, info, stats) = lasthop_control::snapshot::build_hot_snapshot(
                     &*opened,
                     key.id(),
                     store.regions,
                     reserve,
                     &out,
-                    &hot,
+                    &hot_set,
                     &popular,
                     lasthop_control::clock::now_ms(),
                 )?;
@@ -824,7 +812,7 @@ fn main() -> anyhow::Result<()> {
                     store.regions,
                     reserve,
                     &out,
-                    shape.layout,
+                    hot_set.layout,
                 )?
             };
             eprintln!("built in {:.3} s", started.elapsed().as_secs_f64());

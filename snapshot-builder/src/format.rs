@@ -42,7 +42,8 @@ pub(crate) const INDEX_ALIGN: u64 = 64;
 /// Home buckets may not exceed 2^32 (the bucket is taken from the hash's high 32 bits).
 const MAX_HOME_BUCKETS: u64 = 1 << 32;
 
-/// Slot word: bits 0–39 entry offset (v2: from the first page; v1: in the arena), bits 40–62 tag, bit 63 (slot 0 only) "continues".
+/// Slot word: bits 0–39 entry offset (v2: from the first page; v1: in the arena), bits 40–62
+/// tag, bit 63 (slot 0 only) "continues".
 pub(crate) const OFFSET_MASK: u64 = MAX_ARENA_LEN - 1;
 const TAG_SHIFT: u32 = 40;
 pub(crate) const TAG_MASK: u64 = (1 << 23) - 1;
@@ -86,7 +87,8 @@ pub(crate) fn slot_tag(word: u64) -> u64 {
 /// How a version-2 writer lays out pages: the trade between memory and a hit's memory
 /// accesses. Readers take the page length and bucket count from the header, so both layouts
 /// are the same format and any reader serves either.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+/// Also the `--layout`/`--snapshot-layout` flag's values (`compact`, `paged`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
 #[non_exhaustive]
 pub enum Layout {
     /// Each page is its bucket line plus room for its keys' entries (5 keys a page on average,
@@ -94,11 +96,17 @@ pub enum Layout {
     /// a lookup prefetches with the bucket, so a cold hit waits for one memory access
     /// instead of two. About 75 bytes a link beyond the URL, 55 more than `Compact`. Faster
     /// on the pure request path; not (yet) on the whole system here (`engine/DESIGN.md`).
+    #[value(
+        help = "each entry beside its bucket: one memory access per cold hit, ~75 bytes a link beyond the URL"
+    )]
     Paged,
     /// The default. Pages are the bucket line alone (6.4 keys a page, a slot load of 0.8) and
     /// every entry is in the overflow, packed: format version 1's 19.5 bytes a link beyond the
     /// URL, and two dependent memory accesses per cold hit.
     #[default]
+    #[value(
+        help = "entries packed apart from the index: two memory accesses per cold hit, ~20 bytes a link (version 1's density)"
+    )]
     Compact,
 }
 
@@ -128,9 +136,7 @@ impl Layout {
         let page = (BUCKET_LEN as u64).saturating_add(inline);
         u32::try_from(page.min(u64::from(MAX_PAGE_LEN))).unwrap_or(MAX_PAGE_LEN)
     }
-}
 
-impl Layout {
     /// About how many file bytes a link with a `key_len`-byte key and a `url_len`-byte URL
     /// costs in this layout, for budgets: `Compact`, the key and URL plus 20 (entry head and
     /// slot); `Paged`, (key + URL + 10) · 1.4 + 13 (the entry head, the page's slack and the

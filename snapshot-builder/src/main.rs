@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use lasthop_core::region::DEFAULT_RESERVE;
 use lasthop_core::{classify, region_range, CodeKind, CodeScheme, HighWater, PermutationKey};
 use lasthop_snapshot::{
@@ -80,25 +80,14 @@ struct Shape {
     /// Fixed index hash seed (reproducible output); random by default.
     #[arg(long)]
     hash_seed: Option<u64>,
-    /// `compact`: entries packed apart from the index (two memory accesses per cold hit, about
-    /// 20 bytes a link beyond the URL); `paged`: each key's entry in the page its lookup
-    /// prefetches (one access, about 75 bytes a link).
-    #[arg(long, value_enum, default_value_t = LayoutArg::Compact)]
-    layout: LayoutArg,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LayoutArg {
-    Paged,
-    Compact,
+    /// Memory against a cold hit's memory accesses (`snapshot-builder/FORMAT.md`).
+    #[arg(long, value_enum, default_value_t = Layout::Compact)]
+    layout: Layout,
 }
 
 impl Shape {
     fn apply(&self, meta: SnapshotMeta) -> SnapshotMeta {
-        let mut meta = meta.with_layout(match self.layout {
-            LayoutArg::Paged => Layout::Paged,
-            LayoutArg::Compact => Layout::Compact,
-        });
+        let mut meta = meta.with_layout(self.layout);
         meta.hash_seed = self.hash_seed;
         meta
     }

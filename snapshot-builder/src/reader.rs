@@ -274,11 +274,17 @@ impl Snapshot {
         self.all().get(self.entries.clone()).unwrap_or(&[])
     }
 
-    /// Bucket `b`'s line (in version 2, the first line of its page).
+    /// Bucket `b`'s page: its line, and in version 2 the entries stored with it.
+    #[inline]
+    fn page(&self, b: u64) -> Option<&[u8]> {
+        let start = usize::try_from(b).ok()?.checked_mul(self.stride)?;
+        self.index().get(start..)?.get(..self.stride)
+    }
+
+    /// Bucket `b`'s line (the first of its page).
     #[inline]
     fn bucket(&self, b: u64) -> Option<&[u8; BUCKET_LEN]> {
-        let start = usize::try_from(b).ok()?.checked_mul(self.stride)?;
-        self.index().get(start..)?.first_chunk::<BUCKET_LEN>()
+        self.page(b)?.first_chunk::<BUCKET_LEN>()
     }
 
     /// The entry for `key` (a generated code or an alias), or `None`. O(1): one bucket (one
@@ -306,20 +312,15 @@ impl Snapshot {
     /// faults a page in and never changes an answer.
     #[inline]
     pub fn prefetch(&self, key: &[u8]) -> Probe {
-        let probe = self.probe(key);
-        let home = home_bucket(probe.hash, self.header.home_buckets);
-        let page = usize::try_from(home)
-            .ok()
-            .and_then(|b| b.checked_mul(self.stride))
-            .and_then(|start| self.index().get(start..))
-            .and_then(|rest| rest.get(..self.stride));
+        let h = hash(key, self.header.hash_seed);
+        let page = self.page(home_bucket(h, self.header.home_buckets));
         // At most 16 lines (1 KiB): the writer's pages are 12 lines for 95-byte URLs; a file
         // of far longer URLs (pages up to 64 lines) pays a second fetch for the rest instead
         // of a request's worth of memory bandwidth on every lookup.
         for line in page.unwrap_or_default().chunks(BUCKET_LEN).take(16) {
             prefetch_line(line.as_ptr());
         }
-        probe
+        Probe { hash: h }
     }
 
     /// [`Snapshot::prefetch`]'s probe without the page: the hash, and a hint for the bucket
