@@ -61,6 +61,14 @@ impl Dedup {
         self.current.insert(fp)
     }
 
+    /// Forgets `id`, so its next sighting counts: for an event whose counting was undone (a
+    /// processor dropped it unflushed when its partition moved to another processor).
+    pub fn forget(&mut self, id: EventId) {
+        let fp = fingerprint(id);
+        self.current.remove(&fp);
+        self.previous.remove(&fp);
+    }
+
     fn rotate(&mut self, now_ms: u64) {
         let started = *self.started_ms.get_or_insert(now_ms);
         let age = now_ms.saturating_sub(started);
@@ -116,6 +124,20 @@ mod tests {
         assert!(!d.first(id, 1_000 + W - 1));
         assert!(!d.first(id, 1_000 + W + 5));
         assert_eq!(d.len(), 2);
+    }
+
+    #[test]
+    fn a_forgotten_id_counts_again() {
+        let mut d = Dedup::new(W);
+        let (a, b) = (EventId::new(1, 1), EventId::new(1, 2));
+        assert!(d.first(a, 1_000));
+        // In the previous generation too.
+        assert!(d.first(b, 1_000 + W));
+        d.forget(a);
+        d.forget(b);
+        assert!(d.first(a, 1_000 + W + 1));
+        assert!(d.first(b, 1_000 + W + 2));
+        assert!(!d.first(b, 1_000 + W + 3));
     }
 
     #[test]

@@ -203,6 +203,15 @@ impl RuleArgs {
 /// Processor settings shared by `serve` and `clicks process`.
 #[derive(Args, Clone)]
 struct ClicksTuning {
+    /// Where rollups are kept: `embedded` (DATA_DIR/clicks/rollups.redb, one processor) or
+    /// `clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DB` (several processors may share it and one
+    /// Kafka consumer group).
+    #[arg(long, env = "LASTHOP_CLICKS_STORE", default_value = "embedded")]
+    clicks_store: lasthop_control::clicks::StoreLocation,
+    /// How long the Kafka group waits for a silent processor (killed, hung) before handing its
+    /// partitions to the others, milliseconds (librdkafka's session.timeout.ms).
+    #[arg(long, env = "LASTHOP_CLICKS_KAFKA_SESSION_MS", default_value_t = lasthop_control::clicks::kafka::DEFAULT_SESSION_TIMEOUT_MS)]
+    clicks_kafka_session_ms: u32,
     /// Dedup window for event ids, seconds (at least 600).
     #[arg(long, env = "LASTHOP_CLICKS_DEDUP_SECS", default_value_t = 600)]
     clicks_dedup_secs: u64,
@@ -227,8 +236,15 @@ impl ClicksTuning {
     fn config(
         &self,
         data_dir: &std::path::Path,
-        source: SourceConfig,
+        mut source: SourceConfig,
     ) -> anyhow::Result<ProcessorConfig> {
+        anyhow::ensure!(
+            (1000..=3_600_000).contains(&self.clicks_kafka_session_ms),
+            "--clicks-kafka-session-ms must be 1000..=3600000"
+        );
+        if let SourceConfig::Kafka(k) = &mut source {
+            k.session_timeout_ms = self.clicks_kafka_session_ms;
+        }
         anyhow::ensure!(
             self.clicks_dedup_secs >= 600,
             "--clicks-dedup-secs must be at least 600 (ten minutes)"
@@ -245,6 +261,7 @@ impl ClicksTuning {
         );
         Ok(ProcessorConfig {
             clicks_dir: data_dir.join("clicks"),
+            store: self.clicks_store.clone(),
             source,
             dedup_ms: self.clicks_dedup_secs * 1000,
             grace_ms: self.clicks_grace_secs.saturating_mul(1000),
@@ -294,6 +311,7 @@ fn source(
             brokers,
             topic: topic.to_owned(),
             group: group.to_owned(),
+            session_timeout_ms: lasthop_control::clicks::kafka::DEFAULT_SESSION_TIMEOUT_MS,
         }),
         None => SourceConfig::Spool(spool.unwrap_or_else(|| data_dir.join("clicks").join("spool"))),
     }
@@ -366,10 +384,14 @@ enum SnapshotCommand {
         /// Counters above a region's mark that an edge still treats as possibly issued.
         #[arg(long, default_value_t = lasthop_core::region::DEFAULT_RESERVE)]
         reserve: u64,
-        /// The hot set within the budget below (popular links from DATA_DIR/clicks/rollups.redb
-        /// when it exists), instead of every link.
+        /// The hot set within the budget below (popular links from the rollup store: by default
+        /// DATA_DIR/clicks/rollups.redb when it exists), instead of every link.
         #[arg(long)]
         hot: bool,
+        /// The rollup store the popular links come from (`embedded` or
+        /// `clickhouse://HOST:8123/DB`, as `serve --clicks-store`).
+        #[arg(long, env = "LASTHOP_CLICKS_STORE", default_value = "embedded")]
+        clicks_store: lasthop_control::clicks::StoreLocation,
         #[command(flatten)]
         budget: HotSetArgs,
     },
@@ -785,6 +807,7 @@ fn main() -> anyhow::Result<()> {
                     out,
                     reserve,
                     hot,
+                    clicks_store,
                     budget,
                 },
         } => {
@@ -792,7 +815,7 @@ fn main() -> anyhow::Result<()> {
             let started = std::time::Instant::now();
             let hot_set = budget.hot_set();
             let (seq, info) = if hot {
-                let popular = offline_popular(&store, &hot_set);
+                let popular = offline_popular(&store, &clicks_store, &hot_set);
                 let (seq, info, stats) = lasthop_control::snapshot::build_hot_snapshot(
                     &*opened,
                     key.id(),
@@ -1495,21 +1518,24 @@ fn serve(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Popular links for an offline hot-set build: the rollups in `DATA_DIR/clicks/rollups.redb`
-/// when there is one and no server holds it; none otherwise (said on stderr).
-fn offline_popular(store: &StoreArgs, hot: &HotSet) -> Vec<(String, u64)> {
-    use lasthop_control::clicks::{day::Day, store::RollupStore};
-    let Some(path) = store
-        .data_dir
-        .as_ref()
-        .map(|d| d.join("clicks").join("rollups.redb"))
-        .filter(|p| p.exists())
-    else {
-        return Vec::new();
+/// Popular links for an offline hot-set build: from ClickHouse, or the rollups in
+/// `DATA_DIR/clicks/rollups.redb` when there is one and no server holds it; none otherwise
+/// (said on stderr).
+fn offline_popular(
+    store: &StoreArgs,
+    rollups: &lasthop_control::clicks::StoreLocation,
+    hot: &HotSet,
+) -> Vec<(String, u64)> {
+    use lasthop_control::clicks::{day::Day, store::RollupStore, StoreLocation};
+    let clicks_dir = store.data_dir.as_ref().map(|d| d.join("clicks"));
+    let clicks_dir = match (rollups, clicks_dir) {
+        (StoreLocation::ClickHouse(_), dir) => dir.unwrap_or_default(),
+        (StoreLocation::Embedded, Some(dir)) if dir.join("rollups.redb").exists() => dir,
+        (StoreLocation::Embedded, _) => return Vec::new(),
     };
     let today = Day::today();
     let n = usize::try_from(hot.max_links).unwrap_or(usize::MAX);
-    match RollupStore::open(&path).and_then(|r| {
+    match RollupStore::open_at(rollups, &clicks_dir).and_then(|r| {
         r.top_codes(
             today.minus(lasthop_control::snapshot::POPULAR_DAYS - 1),
             today,

@@ -1325,6 +1325,11 @@ async fn recompute_clicks(
             "no_archive",
             e.to_string(),
         )),
+        Err(e @ RecomputeError::DayOpen(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "day_open",
+            e.to_string(),
+        )),
         Err(e) => {
             tracing::error!(error = %e, %day, "recompute failed");
             Err(ApiError::new(

@@ -10,17 +10,20 @@
 //! down is retried by librdkafka forever; errors are counted
 //! (`lasthop_clicks_kafka_errors_total`) and logged at most every few seconds.
 //!
-//! The stored offsets live in this processor's local store, so one processor (one store)
-//! consumes a topic: the consumer group gives failover, not sharding. Two processors in one
-//! group would split the partitions between two stores, and a rebalance between them replays up
-//! to a flush interval into the store that takes a partition over.
+//! With the embedded store the stored offsets live in this processor's local file, so one
+//! processor consumes a topic: the group gives failover, not sharding. With a shared store
+//! (ClickHouse) several processors split the partitions: at every rebalance a processor drops
+//! what it had not flushed of the partitions it lost (the processor is told with
+//! [`Input::Revoked`]) and starts each partition it gains from the position the store holds,
+//! whoever wrote it (see `clickhouse.rs` for the per-row half of exactly-once).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus::IntCounter;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message as _;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -28,6 +31,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use lasthop_core::click::ClickEvent;
 
 use super::spool::{Input, Polled};
+use super::store::{Pos, RollupStore};
 
 /// Most messages handed over per poll.
 const BATCH: usize = 65_536;
@@ -43,7 +47,13 @@ pub struct KafkaConfig {
     pub topic: String,
     /// The consumer group.
     pub group: String,
+    /// How long the group waits for a silent member (a killed processor) before handing its
+    /// partitions to the others (librdkafka's `session.timeout.ms`).
+    pub session_timeout_ms: u32,
 }
+
+/// librdkafka's default `session.timeout.ms`.
+pub const DEFAULT_SESSION_TIMEOUT_MS: u32 = 45_000;
 
 /// Why the consumer could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +68,7 @@ pub enum KafkaSourceError {
 struct Context {
     errors: IntCounter,
     last_log: std::sync::Mutex<Option<Instant>>,
+    changes: std::sync::Mutex<Vec<Change>>,
 }
 
 impl Context {
@@ -94,7 +105,44 @@ impl ClientContext for Context {
     }
 }
 
-impl ConsumerContext for Context {}
+impl ConsumerContext for Context {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(list) = rebalance {
+            self.push(Change::Revoked(partitions(list)));
+        }
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(list) = rebalance {
+            self.push(Change::Assigned(partitions(list)));
+        }
+    }
+}
+
+impl Context {
+    fn push(&self, change: Change) {
+        tracing::info!(?change, "kafka rebalance");
+        self.changes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(change);
+    }
+
+    fn take_changes(&self) -> Vec<Change> {
+        std::mem::take(&mut *self.changes.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+fn partitions(list: &TopicPartitionList) -> Vec<i32> {
+    list.elements().iter().map(|e| e.partition()).collect()
+}
+
+/// A rebalance, as the callbacks saw it (inside `poll`), handled before the next message.
+#[derive(Debug)]
+enum Change {
+    Revoked(Vec<i32>),
+    Assigned(Vec<i32>),
+}
 
 /// A consumer of the clicks topic.
 pub struct KafkaSource {
@@ -105,6 +153,8 @@ pub struct KafkaSource {
     next: BTreeMap<i32, i64>,
     /// `next` as of the last committed flush.
     committed: BTreeMap<i32, i64>,
+    /// A store several processors share: positions are read from it at every assignment.
+    shared: Option<Arc<RollupStore>>,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -124,10 +174,13 @@ pub fn key_prefix(topic: &str) -> String {
 impl KafkaSource {
     /// Subscribes to the topic; `stored` holds the positions from the rollup store (keys without
     /// [`key_prefix`], i.e. partition numbers). Needs no broker to be up.
+    /// With `shared`, rebalances split the partitions among several processors: see the
+    /// module notes.
     pub fn open(
         config: &KafkaConfig,
         stored: Vec<(String, u64)>,
         errors: IntCounter,
+        shared: Option<Arc<RollupStore>>,
     ) -> Result<KafkaSource, KafkaSourceError> {
         let consumer: BaseConsumer<Context> = ClientConfig::new()
             .set("bootstrap.servers", &config.brokers)
@@ -137,10 +190,16 @@ impl KafkaSource {
             .set("auto.offset.reset", "earliest")
             .set("queued.min.messages", "200000")
             .set("fetch.wait.max.ms", "100")
+            .set("session.timeout.ms", config.session_timeout_ms.to_string())
+            .set(
+                "heartbeat.interval.ms",
+                (config.session_timeout_ms / 3).clamp(100, 3000).to_string(),
+            )
             .set_log_level(RDKafkaLogLevel::Warning)
             .create_with_context(Context {
                 errors,
                 last_log: std::sync::Mutex::new(None),
+                changes: std::sync::Mutex::new(Vec::new()),
             })?;
         consumer.subscribe(&[config.topic.as_str()])?;
         let next: BTreeMap<i32, i64> = stored
@@ -153,6 +212,7 @@ impl KafkaSource {
             topic: config.topic.clone(),
             committed: next.clone(),
             next,
+            shared,
         })
     }
 
@@ -163,7 +223,18 @@ impl KafkaSource {
         // Partitions whose skipped messages were checked against the high watermark.
         let mut checked: Vec<i32> = Vec::new();
         for _ in 0..BATCH {
-            match self.consumer.poll(timeout) {
+            let got = self.consumer.poll(timeout);
+            if let Some(store) = &self.shared {
+                for change in self.consumer.context().take_changes() {
+                    let positions = Positions {
+                        next: &mut self.next,
+                        committed: &mut self.committed,
+                        key_prefix: &self.key_prefix,
+                    };
+                    positions.rebalanced(change, store, self.consumer.context(), &mut sink);
+                }
+            }
+            match got {
                 None => break,
                 Some(Err(e)) => {
                     self.consumer.context().error(e, "poll");
@@ -191,7 +262,11 @@ impl KafkaSource {
                     match ClickEvent::decode(payload) {
                         Ok((e, used)) if used == payload.len() => {
                             polled.events += 1;
-                            sink(Input::Event(e, payload));
+                            let at = Pos {
+                                part: p,
+                                next: u64::try_from(offset + 1).unwrap_or(0),
+                            };
+                            sink(Input::Event(e, payload, Some(at)));
                         }
                         _ => sink(Input::Invalid),
                     }
@@ -200,7 +275,69 @@ impl KafkaSource {
         }
         polled
     }
+}
 
+/// A source's positions, apart from its consumer (whose message is borrowed while a rebalance
+/// is handled).
+struct Positions<'a> {
+    next: &'a mut BTreeMap<i32, i64>,
+    committed: &'a mut BTreeMap<i32, i64>,
+    key_prefix: &'a str,
+}
+
+impl Positions<'_> {
+    /// A rebalance of a shared store's group. A lost partition is forgotten (its next owner
+    /// commits it). A gained one starts from the store's position, not from what this
+    /// processor counted before (it dropped that, unflushed, when the partition left it) nor
+    /// from the group's offset (committed after the store, so never ahead of it).
+    fn rebalanced(
+        self,
+        change: Change,
+        store: &RollupStore,
+        context: &Context,
+        sink: &mut impl FnMut(Input<'_>),
+    ) {
+        match change {
+            Change::Revoked(parts) => {
+                for p in parts {
+                    self.next.remove(&p);
+                    self.committed.remove(&p);
+                    sink(Input::Revoked(p));
+                }
+            }
+            Change::Assigned(parts) => {
+                let stored = match store.offsets(self.key_prefix) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // Counting from the group's offset instead: never ahead of the store's,
+                        // and the rows' own positions skip what they hold.
+                        context.error(
+                            KafkaError::Subscription(format!("reading stored positions: {e}")),
+                            "assign",
+                        );
+                        Vec::new()
+                    }
+                };
+                for p in parts {
+                    let key = format!("{}{p}", self.key_prefix);
+                    match stored.iter().find(|(k, _)| *k == key) {
+                        Some((_, o)) => {
+                            let o = i64::try_from(*o).unwrap_or(0);
+                            self.next.insert(p, o);
+                            self.committed.insert(p, o);
+                        }
+                        None => {
+                            self.next.remove(&p);
+                            self.committed.remove(&p);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl KafkaSource {
     /// Whether `stored` (partition `p`'s next offset) is above the partition's high watermark:
     /// the topic was recreated or truncated since it was stored. Logs and counts it.
     fn past_end(&self, p: i32, stored: i64) -> bool {

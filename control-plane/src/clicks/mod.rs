@@ -13,6 +13,7 @@
 //! `clicks/archive/<YYYY-MM-DD>/<part:06>.ndjson.zst`.
 
 pub mod archive;
+pub mod clickhouse;
 pub mod day;
 pub mod kafka;
 pub mod processor;
@@ -27,4 +28,4 @@ pub use processor::{
     ClicksHandle, Outcomes, Processor, ProcessorConfig, ProcessorError, RunSummary, SourceConfig,
 };
 pub use recompute::{RecomputeError, RecomputeReport};
-pub use store::{DayState, RollupStore, StoreError as RollupStoreError};
+pub use store::{DayState, RollupStore, StoreError as RollupStoreError, StoreLocation};

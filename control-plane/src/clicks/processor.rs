@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lasthop_analytics::{Classifier, Dedup, Rollup, Rules};
-use lasthop_core::click::ClickEvent;
+use lasthop_core::click::{ClickEvent, EventId};
 use prometheus::IntCounter;
 use serde::Serialize;
 
@@ -31,7 +31,7 @@ use super::archive::{self, ArchiveError, ArchiveWriter};
 use super::kafka::{self, KafkaConfig, KafkaSource, KafkaSourceError};
 use super::recompute::{self, RecomputeError, RecomputeReport};
 use super::spool::{self, Input, Polled, SpoolError, SpoolReader};
-use super::store::{FlushBatch, RollupStore, StoreError};
+use super::store::{FlushBatch, Pos, RollupRow, RollupStore, StoreError, StoreLocation};
 use super::Day;
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
@@ -55,8 +55,10 @@ pub enum SourceConfig {
 /// The processor's settings.
 #[derive(Debug, Clone)]
 pub struct ProcessorConfig {
-    /// `DATA_DIR/clicks`: the rollup store and the archive live here.
+    /// `DATA_DIR/clicks`: the archive (and the embedded rollup store) live here.
     pub clicks_dir: PathBuf,
+    /// Where rollups are kept.
+    pub store: StoreLocation,
     /// The source.
     pub source: SourceConfig,
     /// Dedup window (at least [`MIN_DEDUP_MS`]).
@@ -207,7 +209,14 @@ impl ClicksHandle {
 struct Slot {
     rollup: Rollup,
     dirty: bool,
+    /// In a shared store, where the rollup stands in its Kafka partition.
+    at: Option<Pos>,
 }
+
+/// The rollups in memory are keyed by day and partition (in a shared store, a Kafka
+/// partition's rows are its own and leave with it; otherwise always [`NO_PART`]).
+type Part = i32;
+const NO_PART: Part = -1;
 
 /// The per-event state, apart from the source so both can be borrowed at once.
 struct State {
@@ -217,10 +226,14 @@ struct State {
     classifier: Classifier,
     grace_ms: u64,
     archive_days: u32,
-    rollups: HashMap<Day, HashMap<Box<str>, Slot>>,
+    rollups: HashMap<(Day, Part), HashMap<Box<str>, Slot>>,
     /// Keys whose stored rollup does not decode: left alone until their day is recomputed.
     corrupt: HashMap<Day, HashSet<Box<str>>>,
-    dirty: Vec<(Day, Box<str>)>,
+    dirty: Vec<(Day, Part, Box<str>)>,
+    /// A shared store: the ids of each partition's events counted since the last flush, to
+    /// forget when the partition leaves (its next owner counts them again).
+    unflushed: HashMap<Part, Vec<EventId>>,
+    shared: bool,
     /// The interval's events for the archive, binary, per day.
     lines: HashMap<Day, Vec<u8>>,
     archive_failed: bool,
@@ -231,14 +244,28 @@ struct State {
 impl State {
     fn on_input(&mut self, input: Input<'_>, now: u64) {
         match input {
-            Input::Event(e, raw) => self.on_event(&e, raw, now),
+            Input::Event(e, raw, at) => self.on_event(&e, raw, at, now),
+            Input::Revoked(part) => self.revoked(part),
             Input::Invalid => self.out.invalid += 1,
             Input::Corrupt => self.out.corrupt += 1,
             Input::Torn => self.out.torn += 1,
         }
     }
 
-    fn on_event(&mut self, e: &ClickEvent<'_>, raw: &[u8], now: u64) {
+    /// Drops what partition `part` had not flushed; its next owner counts it from the
+    /// store's position.
+    fn revoked(&mut self, part: Part) {
+        self.rollups.retain(|(_, p), _| *p != part);
+        self.dirty.retain(|(_, p, _)| *p != part);
+        for id in self.unflushed.remove(&part).unwrap_or_default() {
+            self.dedup.forget(id);
+        }
+    }
+
+    fn on_event(&mut self, e: &ClickEvent<'_>, raw: &[u8], at: Option<Pos>, now: u64) {
+        // Only a shared store keeps partitions apart.
+        let at = at.filter(|_| self.shared);
+        let part = at.map_or(NO_PART, |a| a.part);
         self.out.events += 1;
         if e.at_ms > now.saturating_add(MAX_FUTURE_MS) {
             self.out.invalid += 1;
@@ -269,13 +296,18 @@ impl State {
             return;
         }
         let verdict = self.classifier.classify(e);
-        let codes = self.rollups.entry(day).or_default();
+        let codes = self.rollups.entry((day, part)).or_default();
         match codes.get_mut(e.code) {
             Some(slot) => {
+                if counted(slot.at, at) {
+                    self.out.duplicate += 1;
+                    return;
+                }
                 slot.rollup.add(e, &verdict);
+                slot.at = at.or(slot.at);
                 if !slot.dirty {
                     slot.dirty = true;
-                    self.dirty.push((day, e.code.into()));
+                    self.dirty.push((day, part, e.code.into()));
                 }
             }
             None => {
@@ -283,8 +315,10 @@ impl State {
                     self.out.corrupt_rollup += 1;
                     return;
                 }
-                let mut rollup = match self.store.rollup(day, e.code) {
-                    Ok(r) => r.unwrap_or_default(),
+                let stored = self.store.stored(day, e.code, at.map(|a| a.part));
+                let (mut rollup, stored_at) = match stored {
+                    Ok(Some(s)) => (s.rollup, s.at),
+                    Ok(None) => (Rollup::default(), None),
                     Err(err @ StoreError::Corrupt { .. }) => {
                         // Counting on top of nothing would overwrite the stored numbers at the
                         // next flush; the key is left alone until its day is recomputed.
@@ -299,16 +333,33 @@ impl State {
                         return;
                     }
                 };
+                if counted(stored_at, at) {
+                    // Another processor counted it before this one took the partition over.
+                    codes.insert(
+                        e.code.into(),
+                        Slot {
+                            rollup,
+                            dirty: false,
+                            at: stored_at,
+                        },
+                    );
+                    self.out.duplicate += 1;
+                    return;
+                }
                 rollup.add(e, &verdict);
                 codes.insert(
                     e.code.into(),
                     Slot {
                         rollup,
                         dirty: true,
+                        at: at.or(stored_at),
                     },
                 );
-                self.dirty.push((day, e.code.into()));
+                self.dirty.push((day, part, e.code.into()));
             }
+        }
+        if self.shared && at.is_some() {
+            self.unflushed.entry(part).or_default().push(e.id);
         }
         if verdict.bot.is_some() {
             self.out.bot += 1;
@@ -316,6 +367,12 @@ impl State {
             self.out.human += 1;
         }
     }
+}
+
+/// Whether the event at `event` is already in a rollup standing at `row` (same partition, an
+/// offset the row counted).
+fn counted(row: Option<Pos>, event: Option<Pos>) -> bool {
+    matches!((row, event), (Some(r), Some(e)) if r.part == e.part && e.next <= r.next)
 }
 
 enum Source {
@@ -367,7 +424,8 @@ impl Processor {
     /// Opens the store, the archive and the source. Fails with [`StoreError::Busy`] when another
     /// process holds the store.
     pub fn open(config: ProcessorConfig, metrics: Metrics) -> Result<Processor, ProcessorError> {
-        let store = Arc::new(RollupStore::open(&config.clicks_dir.join("rollups.redb"))?);
+        let store = Arc::new(RollupStore::open_at(&config.store, &config.clicks_dir)?);
+        let shared = store.shared();
         let archive_root = config.clicks_dir.join("archive");
         // No part is open before the writer starts.
         archive::prune(&archive_root, config.archive_days, Day::today(), |_| false)?;
@@ -392,6 +450,7 @@ impl Processor {
                     k,
                     stored,
                     metrics.clicks_kafka_errors.clone(),
+                    shared.then(|| Arc::clone(&store)),
                 )?))
             }
         };
@@ -405,6 +464,8 @@ impl Processor {
             rollups: HashMap::new(),
             corrupt: HashMap::new(),
             dirty: Vec::new(),
+            unflushed: HashMap::new(),
+            shared,
             lines: HashMap::new(),
             archive_failed: false,
             out: Outcomes::default(),
@@ -608,11 +669,11 @@ impl Processor {
             closed_through,
             ..FlushBatch::default()
         };
-        for (day, code) in &state.dirty {
-            if let Some(slot) = state.rollups.get(day).and_then(|c| c.get(code)) {
+        for (day, part, code) in &state.dirty {
+            if let Some(slot) = state.rollups.get(&(*day, *part)).and_then(|c| c.get(code)) {
                 batch
                     .rollups
-                    .push((*day, code.clone(), slot.rollup.to_bytes()));
+                    .push(RollupRow::new(*day, code.clone(), &slot.rollup, slot.at));
             }
             if batch.touched_days.last() != Some(day) && !batch.touched_days.contains(day) {
                 batch.touched_days.push(*day);
@@ -624,11 +685,16 @@ impl Processor {
         };
         batch.offsets = checkpoint.clone();
         self.store.commit(&batch).map_err(|e| e.to_string())?;
-        for (day, code) in state.dirty.drain(..) {
-            if let Some(slot) = state.rollups.get_mut(&day).and_then(|c| c.get_mut(&code)) {
+        for (day, part, code) in state.dirty.drain(..) {
+            if let Some(slot) = state
+                .rollups
+                .get_mut(&(day, part))
+                .and_then(|c| c.get_mut(&code))
+            {
                 slot.dirty = false;
             }
         }
+        state.unflushed.clear();
 
         // (3) Only now may the source forget what it handed over.
         match &mut self.source {
@@ -636,7 +702,7 @@ impl Processor {
             Source::Kafka(k) => k.committed(),
         }
         if let Some(last) = closed_through {
-            state.rollups.retain(|day, _| *day > last);
+            state.rollups.retain(|(day, _), _| *day > last);
             state.corrupt.retain(|day, _| *day > last);
         }
         Ok(())
@@ -654,7 +720,7 @@ impl Processor {
             recompute::recompute_into(&self.store, &root, day, Arc::clone(&self.config.rules))?;
         // Everything was clean after the flush: the day is reloaded from the store when touched
         // (its rows are all fresh, corrupt ones included).
-        self.state.rollups.remove(&day);
+        self.state.rollups.retain(|(d, _), _| *d != day);
         self.state.corrupt.remove(&day);
         Ok(report)
     }

@@ -62,6 +62,12 @@ pub enum RecomputeError {
     /// The processor is not running (or stopped mid-way).
     #[error("the click processor is not running")]
     Stopped,
+    /// A shared store's day still counts streaming events from several processors: rebuilding
+    /// it now would race them. It can be recomputed once past its grace.
+    #[error(
+        "{0} is still open (counting streaming events); recompute it once its grace has passed"
+    )]
+    DayOpen(Day),
     /// The flush before the recompute failed.
     #[error("flush before recompute failed: {0}")]
     Flush(String),
@@ -137,6 +143,9 @@ pub fn recompute_into(
     day: Day,
     rules: Arc<Rules>,
 ) -> Result<RecomputeReport, RecomputeError> {
+    if store.shared() && store.day_state(day)? == Some(super::DayState::Open) {
+        return Err(RecomputeError::DayOpen(day));
+    }
     let (mut report, rollups) = rebuild(root, day, rules)?;
     let state = store.replace_day(day, rollups.iter().map(|(c, r)| (&**c, r)))?;
     report.state = state.as_str().to_owned();

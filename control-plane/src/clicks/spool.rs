@@ -40,8 +40,11 @@ pub const KEY_PREFIX: &str = "spool/";
 #[derive(Debug)]
 pub enum Input<'a> {
     /// A decoded, checked event and the bytes it was decoded from, borrowing the source's
-    /// buffer.
-    Event(ClickEvent<'a>, &'a [u8]),
+    /// buffer; from Kafka, its partition and the offset after it.
+    Event(ClickEvent<'a>, &'a [u8], Option<super::store::Pos>),
+    /// A Kafka partition left this processor (a rebalance): what it had not flushed of it is
+    /// dropped, and the partition's next owner counts it from the stored position.
+    Revoked(i32),
     /// An event that does not decode (the rest of its frame or message is skipped).
     Invalid,
     /// A frame with a bad checksum or a file with a bad header (the rest of the file is skipped).
@@ -479,7 +482,7 @@ impl SpoolReader {
                         match ClickEvent::decode(rest) {
                             Ok((e, n)) => {
                                 events += 1;
-                                sink(Input::Event(e, &rest[..n]));
+                                sink(Input::Event(e, &rest[..n], None));
                                 rest = &rest[n..];
                             }
                             Err(_) => {
@@ -627,7 +630,8 @@ mod tests {
         loop {
             let p = r
                 .poll(|i| match i {
-                    Input::Event(e, _) => seen.ids.push(e.id.0 as u64),
+                    Input::Event(e, _, _) => seen.ids.push(e.id.0 as u64),
+                    Input::Revoked(_) => {}
                     Input::Invalid => seen.invalid += 1,
                     Input::Corrupt => seen.corrupt += 1,
                     Input::Torn => seen.torn += 1,

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use lasthop_analytics::Rollup;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
+use super::clickhouse::{ClickHouse, ClickHouseUrl};
 use super::Day;
 
 const ROLLUPS: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("rollups");
@@ -100,11 +101,64 @@ fn storage(e: impl Into<crate::store::Cause>) -> StoreError {
     StoreError::Storage(e.into())
 }
 
+/// Where a Kafka-sourced rollup stands in its partition: every event of its (code, day) in
+/// `part` below offset `next` is in it. A shared store keeps it with the row, so a processor
+/// that takes the partition over (after a rebalance or a crash) skips what the row already
+/// counts: the per-key half of exactly-once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pos {
+    /// The Kafka partition.
+    pub part: i32,
+    /// The next offset the row has not counted.
+    pub next: u64,
+}
+
+/// One (code, day) rollup to upsert.
+#[derive(Debug)]
+pub struct RollupRow {
+    /// The day.
+    pub day: Day,
+    /// The code.
+    pub code: Box<str>,
+    /// [`Rollup::to_bytes`].
+    pub bytes: Vec<u8>,
+    /// Human clicks (a copy of the rollup's, for stores that rank codes in a query).
+    pub human: u64,
+    /// Bot clicks (likewise).
+    pub bot: u64,
+    /// Where the rollup stands in its Kafka partition (`None` for a spool or an embedded store,
+    /// whose rows have one writer).
+    pub at: Option<Pos>,
+}
+
+impl RollupRow {
+    /// The row of `rollup`.
+    pub fn new(day: Day, code: Box<str>, rollup: &Rollup, at: Option<Pos>) -> RollupRow {
+        RollupRow {
+            day,
+            code,
+            bytes: rollup.to_bytes(),
+            human: rollup.human,
+            bot: rollup.bot,
+            at,
+        }
+    }
+}
+
+/// A stored rollup a processor counts on.
+#[derive(Debug)]
+pub struct Stored {
+    /// Its numbers.
+    pub rollup: Rollup,
+    /// Where it stands in its Kafka partition (shared stores only).
+    pub at: Option<Pos>,
+}
+
 /// One flush's writes, committed together.
 #[derive(Debug, Default)]
 pub struct FlushBatch {
-    /// (day, code, rollup bytes) to upsert.
-    pub rollups: Vec<(Day, Box<str>, Vec<u8>)>,
+    /// Rollups to upsert.
+    pub rollups: Vec<RollupRow>,
     /// Source positions: `Some` sets, `None` forgets (a consumed file that is gone).
     pub offsets: Vec<(String, Option<u64>)>,
     /// Days that counted events: marked open (a closed or recomputed day counting again, after a
@@ -125,23 +179,23 @@ pub struct DayRollup {
     pub state: DayState,
 }
 
-/// The rollup store.
-pub struct RollupStore {
+/// The embedded rollup store: a redb file with one writer process.
+pub struct Embedded {
     db: Database,
     path: PathBuf,
 }
 
-impl std::fmt::Debug for RollupStore {
+impl std::fmt::Debug for Embedded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RollupStore")
+        f.debug_struct("Embedded")
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
 }
 
-impl RollupStore {
+impl Embedded {
     /// Opens (or creates) the store at `path`; [`StoreError::Busy`] when another process has it.
-    pub fn open(path: &Path) -> Result<RollupStore, StoreError> {
+    pub fn open(path: &Path) -> Result<Embedded, StoreError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(storage)?;
         }
@@ -157,7 +211,7 @@ impl RollupStore {
         txn.open_table(OFFSETS).map_err(storage)?;
         txn.open_table(DAYS).map_err(storage)?;
         txn.commit().map_err(storage)?;
-        Ok(RollupStore {
+        Ok(Embedded {
             db,
             path: path.to_owned(),
         })
@@ -259,9 +313,9 @@ impl RollupStore {
         txn.set_durability(Durability::Immediate).map_err(storage)?;
         {
             let mut rollups = txn.open_table(ROLLUPS).map_err(storage)?;
-            for (day, code, bytes) in &batch.rollups {
+            for row in &batch.rollups {
                 rollups
-                    .insert((day.0, &**code), bytes.as_slice())
+                    .insert((row.day.0, &*row.code), row.bytes.as_slice())
                     .map_err(storage)?;
             }
             let mut offsets = txn.open_table(OFFSETS).map_err(storage)?;
@@ -329,6 +383,150 @@ impl RollupStore {
     }
 }
 
+/// Where rollups are kept: `--clicks-store embedded` (the default) or
+/// `--clicks-store clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DB`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// `DATA_DIR/clicks/rollups.redb`, one processor.
+    Embedded,
+    /// A ClickHouse database, shared by several processors.
+    ClickHouse(ClickHouseUrl),
+}
+
+impl std::str::FromStr for StoreLocation {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<StoreLocation, String> {
+        if s == "embedded" {
+            return Ok(StoreLocation::Embedded);
+        }
+        if s.starts_with("clickhouse://") {
+            return ClickHouseUrl::parse(s).map(StoreLocation::ClickHouse);
+        }
+        Err(format!(
+            "{s:?} is not a rollup store: use `embedded` or `clickhouse://HOST:8123/DB`"
+        ))
+    }
+}
+
+/// The rollup store, by [`StoreLocation`]: everything that reads or writes rollups (the
+/// processor, recompute, the stats API, the console, the hot-set ranking) goes through it.
+#[derive(Debug)]
+pub enum RollupStore {
+    /// The embedded redb file.
+    Embedded(Embedded),
+    /// ClickHouse.
+    ClickHouse(ClickHouse),
+}
+
+impl RollupStore {
+    /// Opens the embedded store at `path`; [`StoreError::Busy`] when another process has it.
+    pub fn open(path: &Path) -> Result<RollupStore, StoreError> {
+        Embedded::open(path).map(RollupStore::Embedded)
+    }
+
+    /// Opens the store `location` names (`clicks_dir` holds the embedded one).
+    pub fn open_at(location: &StoreLocation, clicks_dir: &Path) -> Result<RollupStore, StoreError> {
+        match location {
+            StoreLocation::Embedded => RollupStore::open(&clicks_dir.join("rollups.redb")),
+            StoreLocation::ClickHouse(url) => ClickHouse::open(url).map(RollupStore::ClickHouse),
+        }
+    }
+
+    /// Whether several processors may write it (each then keeps its rows' partition positions,
+    /// and drops what it had not flushed when a partition leaves it).
+    pub fn shared(&self) -> bool {
+        matches!(self, RollupStore::ClickHouse(_))
+    }
+
+    /// The stored rollup of `code` on `day` (all of it); `None` when there is none,
+    /// [`StoreError::Corrupt`] when it does not decode.
+    pub fn rollup(&self, day: Day, code: &str) -> Result<Option<Rollup>, StoreError> {
+        match self {
+            RollupStore::Embedded(s) => s.rollup(day, code),
+            RollupStore::ClickHouse(s) => Ok(s
+                .range(code, day, day)?
+                .into_iter()
+                .next()
+                .map(|d| d.rollup)),
+        }
+    }
+
+    /// What a processor counts on for `code` on `day` from Kafka partition `part` (`None`: a
+    /// spool): in a shared store that partition's row only, with its position; in the
+    /// embedded store the whole rollup.
+    pub fn stored(
+        &self,
+        day: Day,
+        code: &str,
+        part: Option<i32>,
+    ) -> Result<Option<Stored>, StoreError> {
+        match self {
+            RollupStore::Embedded(s) => Ok(s
+                .rollup(day, code)?
+                .map(|rollup| Stored { rollup, at: None })),
+            RollupStore::ClickHouse(s) => s.stored(day, code, part),
+        }
+    }
+
+    /// `code`'s rollups from `from` to `to` (inclusive), days with data only, in day order.
+    pub fn range(&self, code: &str, from: Day, to: Day) -> Result<Vec<DayRollup>, StoreError> {
+        match self {
+            RollupStore::Embedded(s) => s.range(code, from, to),
+            RollupStore::ClickHouse(s) => s.range(code, from, to),
+        }
+    }
+
+    /// The `n` codes with the most human clicks from `from` to `to`, most first (ties by code).
+    pub fn top_codes(
+        &self,
+        from: Day,
+        to: Day,
+        n: usize,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        match self {
+            RollupStore::Embedded(s) => s.top_codes(from, to, n),
+            RollupStore::ClickHouse(s) => s.top_codes(from, to, n),
+        }
+    }
+
+    /// Every stored source position whose key starts with `prefix`.
+    pub fn offsets(&self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        match self {
+            RollupStore::Embedded(s) => s.offsets(prefix),
+            RollupStore::ClickHouse(s) => s.offsets(prefix),
+        }
+    }
+
+    /// A day's state; `None` when the day never had events.
+    pub fn day_state(&self, day: Day) -> Result<Option<DayState>, StoreError> {
+        match self {
+            RollupStore::Embedded(s) => s.day_state(day),
+            RollupStore::ClickHouse(s) => s.day_state(day),
+        }
+    }
+
+    /// Commits one flush durably.
+    pub fn commit(&self, batch: &FlushBatch) -> Result<(), StoreError> {
+        match self {
+            RollupStore::Embedded(s) => s.commit(batch),
+            RollupStore::ClickHouse(s) => s.commit(batch),
+        }
+    }
+
+    /// Replaces every rollup of `day` with `rollups` and returns the day's state.
+    pub fn replace_day<'a>(
+        &self,
+        day: Day,
+        rollups: impl Iterator<Item = (&'a str, &'a Rollup)>,
+    ) -> Result<DayState, StoreError> {
+        match self {
+            RollupStore::Embedded(s) => s.replace_day(day, rollups),
+            RollupStore::ClickHouse(s) => s.replace_day(day, rollups),
+        }
+    }
+}
+
 fn decode(day: Day, code: &str, bytes: &[u8]) -> Result<Rollup, StoreError> {
     Rollup::from_bytes(bytes).map_err(|e| StoreError::Corrupt {
         day,
@@ -378,9 +576,9 @@ mod tests {
         let d = Day(20_000);
         let batch = FlushBatch {
             rollups: vec![
-                (d, "abc".into(), rollup_of(4).to_bytes()),
-                (d.next(), "abc".into(), rollup_of(2).to_bytes()),
-                (d, "other".into(), rollup_of(1).to_bytes()),
+                RollupRow::new(d, "abc".into(), &rollup_of(4), None),
+                RollupRow::new(d.next(), "abc".into(), &rollup_of(2), None),
+                RollupRow::new(d, "other".into(), &rollup_of(1), None),
             ],
             offsets: vec![("spool/w.0000000000".into(), Some(99))],
             touched_days: vec![d, d.next()],
@@ -472,8 +670,15 @@ mod tests {
         store
             .commit(&FlushBatch {
                 rollups: vec![
-                    (d, "abc".into(), b"\xffnot a rollup".to_vec()),
-                    (d.next(), "abc".into(), rollup_of(2).to_bytes()),
+                    RollupRow {
+                        day: d,
+                        code: "abc".into(),
+                        bytes: b"\xffnot a rollup".to_vec(),
+                        human: 0,
+                        bot: 0,
+                        at: None,
+                    },
+                    RollupRow::new(d.next(), "abc".into(), &rollup_of(2), None),
                 ],
                 touched_days: vec![d, d.next()],
                 ..FlushBatch::default()

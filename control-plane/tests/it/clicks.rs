@@ -487,7 +487,7 @@ fn garbage_and_corruption_are_skipped() {
 /// day repairs it.
 #[test]
 fn a_corrupt_rollup_is_reported_not_replaced() {
-    use lasthop_control::clicks::store::FlushBatch;
+    use lasthop_control::clicks::store::{FlushBatch, RollupRow};
     use lasthop_control::clicks::{Day, RollupStore};
     let site = Site::new();
     let admin = Site::create_key(site.dir.path(), "root", true);
@@ -499,7 +499,14 @@ fn a_corrupt_rollup_is_reported_not_replaced() {
     let store = RollupStore::open(&site.dir.path().join("data/clicks/rollups.redb")).unwrap();
     store
         .commit(&FlushBatch {
-            rollups: vec![(today, code.as_str().into(), b"\x01garbage".to_vec())],
+            rollups: vec![RollupRow {
+                day: today,
+                code: code.as_str().into(),
+                bytes: b"\x01garbage".to_vec(),
+                human: 0,
+                bot: 0,
+                at: None,
+            }],
             touched_days: vec![today],
             ..FlushBatch::default()
         })
@@ -647,6 +654,10 @@ struct Broker {
 
 impl Broker {
     fn start(tansu: &Path, topic: &str) -> Broker {
+        Broker::with_partitions(tansu, topic, 2)
+    }
+
+    fn with_partitions(tansu: &Path, topic: &str, partitions: u32) -> Broker {
         let port = free_port();
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(tansu)
@@ -674,7 +685,7 @@ impl Broker {
                     "create",
                     topic,
                     "--partitions",
-                    "2",
+                    &partitions.to_string(),
                     "--broker",
                     &url,
                 ])
@@ -796,5 +807,162 @@ fn kafka_broker_down_is_counted() {
     });
     let (status, body) = stats(&server, &site.api_key, &code, "");
     assert_eq!((status, body["clicks"].as_u64()), (200, Some(0)), "{body}");
+    server.terminate();
+}
+
+/// Sum of `clicks` over `codes` (stats over HTTP).
+fn total_clicks(server: &Server, key: &str, codes: &[String]) -> Option<Vec<u64>> {
+    codes
+        .iter()
+        .map(|c| {
+            let (status, body) = stats(server, key, c, "");
+            (status == 200).then(|| body["clicks"].as_u64()).flatten()
+        })
+        .collect()
+}
+
+/// (i) Several processors share one Kafka consumer group and one ClickHouse store: `serve` and
+/// two `clicks process`, six partitions split among them. One is SIGKILLed while clicks keep
+/// arriving (with what it had not flushed), and a replacement joins (as a supervisor restarts
+/// it); the rebalance moves partitions between the live processors too. Each counts a
+/// partition it gains from the positions in ClickHouse: every click is counted exactly once,
+/// and stays so. Stats (clicks, unique visitors) come from ClickHouse through the API.
+///
+/// The replacement is what makes the dead member's partitions move on this broker: tansu 0.6
+/// drops a member that stopped heartbeating but completes the next rebalance with the dead
+/// member's assignment still in it, so the survivors alone never take its partitions (a Kafka
+/// broker hands them over after `session.timeout.ms`; the processor's handling is the same).
+#[test]
+fn processors_share_a_group_into_clickhouse() {
+    let test = "processors_share_a_group_into_clickhouse";
+    let Some(tansu) = tansu() else {
+        println!("SKIPPED {test}: tansu is not installed (~/.cargo/bin/tansu or PATH)");
+        return;
+    };
+    let Some(ch) = crate::harness::ClickHouse::shared(test) else {
+        return;
+    };
+    let topic = "lasthop.clicks";
+    let broker = Broker::with_partitions(&tansu, topic, 6);
+    let store = ch.url("shared_group");
+    let tuning = [
+        "--clicks-flush-ms",
+        "300",
+        "--clicks-store",
+        store.as_str(),
+        "--clicks-kafka-session-ms",
+        "6000",
+    ];
+    let site = Site::new();
+    let admin = Site::create_key(site.dir.path(), "root", true);
+    let mut args = vec!["--clicks-kafka", broker.addr.as_str()];
+    args.extend(tuning);
+    let server = site.start(&args);
+    let codes: Vec<String> = (0..12)
+        .map(|_| create_link(&server, &site.api_key))
+        .collect();
+    let spawn = |name: &str| {
+        let log = site.dir.path().join(format!("{name}.log"));
+        let child = Command::new(BIN)
+            .args(["clicks", "process", "--data-dir"])
+            .arg(site.dir.path().join(name))
+            .args(["--kafka", broker.addr.as_str(), "--topic", topic])
+            .args(tuning)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("clicks process starts");
+        (child, log)
+    };
+    // The partitions a processor's log says it holds now.
+    let holds = |log: &str| -> Vec<u32> {
+        log.lines()
+            .rev()
+            .find(|l| l.contains("kafka rebalance") && l.contains("Assigned("))
+            .and_then(|l| l.split("Assigned([").nth(1))
+            .and_then(|rest| rest.split(']').next())
+            .map(|list| list.split(", ").filter_map(|p| p.parse().ok()).collect())
+            .unwrap_or_default()
+    };
+    let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+    let (mut p1, p1_log) = spawn("p1");
+    let (p2, p2_log) = spawn("p2");
+    // Each standalone processor holds partitions of its own before any click is sent.
+    wait_for(60, "both processors to hold partitions", || {
+        (!holds(&read(&p1_log)).is_empty() && !holds(&read(&p2_log)).is_empty()).then_some(())
+    });
+
+    let now = now_ms();
+    let batch = |from: u64, to: u64| -> Vec<Ev> {
+        (from..to)
+            .map(|i| Ev::human(i, &codes[(i % 12) as usize], now - 60_000 + i))
+            .collect()
+    };
+    let mut expected = [0u64; 12];
+    let mut send = |events: &[Ev], counted: bool| {
+        produce(&broker.addr, topic, events);
+        if counted {
+            for e in events {
+                expected[(e.id % 12) as usize] += 1;
+            }
+        }
+    };
+    send(&batch(0, 600), true);
+    send(&batch(0, 30), false); // duplicate deliveries
+    wait_for(60, "the first clicks counted", || {
+        let t = total_clicks(&server, &site.api_key, &codes)?;
+        (t.iter().sum::<u64>() == 600).then_some(())
+    });
+    // Clicks keep arriving while one processor is killed mid-interval, then replaced.
+    send(&batch(600, 1200), true);
+    std::thread::sleep(Duration::from_millis(150));
+    p1.kill().unwrap();
+    p1.wait().unwrap();
+    send(&batch(1200, 1500), true);
+    // Past the session timeout the broker has dropped the dead member; the replacement's join
+    // rebalances the live ones.
+    std::thread::sleep(Duration::from_secs(7));
+    let (p3, p3_log) = spawn("p3");
+    send(&batch(1500, 1800), true);
+    let done = wait_for(90, "every click counted after the kill", || {
+        let t = total_clicks(&server, &site.api_key, &codes)?;
+        (t.iter().sum::<u64>() >= 1800).then_some(t)
+    });
+    assert_eq!(done, expected, "per code, exactly once");
+    assert!(
+        !holds(&read(&p3_log)).is_empty(),
+        "the replacement took partitions"
+    );
+    // Several flush intervals later (the group settled), still exactly once.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        total_clicks(&server, &site.api_key, &codes).unwrap(),
+        expected
+    );
+    // Unique visitors (every click its own visitor) from the sketches in ClickHouse.
+    let (_, body) = stats(&server, &site.api_key, &codes[0], "");
+    let uniques = body["days"][0]["unique_visitors"].as_u64().unwrap();
+    assert!(
+        (uniques as f64 - 150.0).abs() <= 6.0,
+        "unique visitors {uniques} of 150: {body}"
+    );
+    assert!(body["visitor_days"].as_u64().unwrap() >= uniques, "{body}");
+    // The rows really are in ClickHouse, from more than one partition.
+    let parts = ch.query(
+        "SELECT uniqExact(part) FROM shared_group.rollups WHERE day > 0 FORMAT TabSeparated",
+    );
+    assert!(parts.trim().parse::<u32>().unwrap() >= 2, "{parts}");
+    // Today is still open, counted by three processors at once: a recompute would race them.
+    let (status, body) = recompute(
+        &server,
+        &admin,
+        &format!(r#"{{"day":"{}"}}"#, day_string(now)),
+    );
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(json(&body)["error"]["code"], "day_open", "{body}");
+    for mut p in [p2, p3] {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
     server.terminate();
 }

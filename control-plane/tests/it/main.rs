@@ -7,6 +7,8 @@
 //! - `erasure`: a deleted destination is found nowhere (store tables on both backends, API,
 //!   feed replay, idempotent replay, next snapshot);
 //! - `feed`: the edge feed, snapshot publishing and status reports, over real sockets;
+//! - `rollups`: the rollup store's contract, one suite run on the embedded store and on a real
+//!   ClickHouse;
 //! - `router`: every API call through the axum router without a socket, on a real store;
 //! - `process`: the real binary over real sockets (curl and an HTTP client crate): concurrent
 //!   alias claims, graceful and hard restarts, and the SIGKILL crash test;
@@ -24,6 +26,7 @@ mod feed;
 mod harness;
 mod process;
 mod replication;
+mod rollups;
 mod router;
 mod safety;
 mod shared;

@@ -1,0 +1,223 @@
+//! The rollup store's contract, one suite run on the embedded store and on a real ClickHouse:
+//! upserts, ranges, the hot-set ranking, source positions, day states and recompute's
+//! generation switch; on ClickHouse also the partition positions several processors rely on.
+
+use lasthop_analytics::{BotReason, Device, Rollup, Verdict};
+use lasthop_control::clicks::store::{FlushBatch, Pos, RollupRow};
+use lasthop_control::clicks::{Day, DayState, RollupStore, StoreLocation};
+use lasthop_core::click::{ClickEvent, EventId, Method};
+
+use crate::harness::ClickHouse;
+
+/// `n` clicks, every second one a bot, each from its own visitor.
+fn rollup_of(n: u64, seed: u64) -> Rollup {
+    let mut r = Rollup::default();
+    for i in 0..n {
+        let e = ClickEvent {
+            id: EventId::new(seed, i),
+            at_ms: 1_764_504_000_000,
+            code: "Ab3dE9x",
+            pop: "fra1",
+            country: Some(*b"DE"),
+            method: Method::Get,
+            tls: true,
+            visitor: seed * 1000 + i,
+            net: None,
+            user_agent: "Mozilla/5.0",
+            referrer_host: "",
+        };
+        let verdict = Verdict {
+            bot: (i % 2 == 1).then_some(BotReason::UserAgent),
+            device: Device::Desktop,
+            browser: "Firefox",
+            os: "Linux",
+        };
+        r.add(&e, &verdict);
+    }
+    r
+}
+
+fn row(day: Day, code: &str, r: &Rollup, at: Option<Pos>) -> RollupRow {
+    RollupRow::new(day, code.into(), r, at)
+}
+
+fn contract(store: &RollupStore) {
+    let d = Day(20_000);
+    store
+        .commit(&FlushBatch {
+            rollups: vec![
+                row(d, "abc", &rollup_of(4, 1), None),
+                row(d.next(), "abc", &rollup_of(2, 2), None),
+                row(d, "other", &rollup_of(1, 3), None),
+            ],
+            offsets: vec![("spool/w.0000000000".into(), Some(99))],
+            touched_days: vec![d, d.next()],
+            closed_through: None,
+        })
+        .unwrap();
+    assert_eq!(store.rollup(d, "abc").unwrap(), Some(rollup_of(4, 1)));
+    assert_eq!(store.rollup(d, "nope").unwrap(), None);
+    let range = store.range("abc", d.minus(3), d.next()).unwrap();
+    assert_eq!(range.len(), 2);
+    assert_eq!(range[0].day, d);
+    assert_eq!(range[1].rollup, rollup_of(2, 2));
+    assert_eq!(range[0].state, DayState::Open);
+    // Two of its four clicks are human, each its own visitor.
+    assert_eq!(
+        range[0].rollup.uniques.estimate(),
+        2,
+        "unique visitors kept"
+    );
+    assert_eq!(
+        store.offsets("spool/").unwrap(),
+        vec![("spool/w.0000000000".to_string(), 99)]
+    );
+    // A second flush of the same row replaces it.
+    store
+        .commit(&FlushBatch {
+            rollups: vec![row(d, "abc", &rollup_of(6, 1), None)],
+            offsets: vec![("spool/w.0000000000".into(), Some(150))],
+            touched_days: vec![d],
+            closed_through: None,
+        })
+        .unwrap();
+    assert_eq!(store.rollup(d, "abc").unwrap(), Some(rollup_of(6, 1)));
+    assert_eq!(
+        store.offsets("spool/").unwrap(),
+        vec![("spool/w.0000000000".to_string(), 150)]
+    );
+    // Human clicks summed over the days asked, most first, ties by code.
+    assert_eq!(
+        store.top_codes(d, d.next(), 10).unwrap(),
+        vec![("abc".to_string(), 4), ("other".to_string(), 1)]
+    );
+    assert_eq!(
+        store.top_codes(d, d, 1).unwrap(),
+        vec![("abc".to_string(), 3)]
+    );
+
+    // Close the first day, forget the position.
+    store
+        .commit(&FlushBatch {
+            offsets: vec![("spool/w.0000000000".into(), None)],
+            closed_through: Some(d),
+            ..FlushBatch::default()
+        })
+        .unwrap();
+    assert_eq!(store.day_state(d).unwrap(), Some(DayState::Closed));
+    assert_eq!(store.day_state(d.next()).unwrap(), Some(DayState::Open));
+    assert_eq!(store.day_state(d.minus(5)).unwrap(), None);
+    assert!(store.offsets("spool/").unwrap().is_empty());
+
+    // A recompute replaces the whole day: "other" is gone, and the ranking follows.
+    let fresh = rollup_of(3, 4);
+    assert_eq!(
+        store.replace_day(d, [("abc", &fresh)].into_iter()).unwrap(),
+        DayState::Recomputed
+    );
+    assert_eq!(store.rollup(d, "abc").unwrap(), Some(fresh.clone()));
+    assert_eq!(store.rollup(d, "other").unwrap(), None);
+    assert_eq!(
+        store.rollup(d.next(), "abc").unwrap(),
+        Some(rollup_of(2, 2))
+    );
+    assert_eq!(store.day_state(d).unwrap(), Some(DayState::Recomputed));
+    assert_eq!(
+        store.top_codes(d, d, 10).unwrap(),
+        vec![("abc".to_string(), 2)]
+    );
+    // Recomputed twice: the later one stands.
+    let again = rollup_of(5, 5);
+    store.replace_day(d, [("abc", &again)].into_iter()).unwrap();
+    assert_eq!(store.rollup(d, "abc").unwrap(), Some(again));
+    // An open day, recomputed, stays open.
+    assert_eq!(
+        store
+            .replace_day(d.next(), [("abc", &fresh)].into_iter())
+            .unwrap(),
+        DayState::Open
+    );
+
+    if !store.shared() {
+        return;
+    }
+    // Partition positions: the row that counted further wins, whoever wrote it last (a
+    // processor that lost the partition and flushed late); the partition's position never
+    // goes back; a code's partitions are merged in reads.
+    let e = Day(20_010);
+    let at = |part, next| Some(Pos { part, next });
+    store
+        .commit(&FlushBatch {
+            rollups: vec![row(e, "k", &rollup_of(5, 6), at(3, 100))],
+            offsets: vec![("kafka/t/3".into(), Some(100))],
+            touched_days: vec![e],
+            closed_through: None,
+        })
+        .unwrap();
+    store
+        .commit(&FlushBatch {
+            rollups: vec![
+                row(e, "k", &rollup_of(2, 6), at(3, 60)),
+                row(e, "k", &rollup_of(1, 7), at(4, 7)),
+            ],
+            offsets: vec![
+                ("kafka/t/3".into(), Some(60)),
+                ("kafka/t/4".into(), Some(7)),
+            ],
+            touched_days: vec![e],
+            closed_through: None,
+        })
+        .unwrap();
+    let stored = store.stored(e, "k", Some(3)).unwrap().unwrap();
+    assert_eq!(stored.rollup, rollup_of(5, 6));
+    assert_eq!(stored.at, at(3, 100));
+    let stored = store.stored(e, "k", Some(4)).unwrap().unwrap();
+    assert_eq!((stored.rollup, stored.at), (rollup_of(1, 7), at(4, 7)));
+    assert!(store.stored(e, "k", Some(5)).unwrap().is_none());
+    assert_eq!(
+        store.offsets("kafka/t/").unwrap(),
+        vec![("kafka/t/3".to_string(), 100), ("kafka/t/4".to_string(), 7)]
+    );
+    let mut merged = rollup_of(5, 6);
+    merged.merge(&rollup_of(1, 7));
+    assert_eq!(store.rollup(e, "k").unwrap(), Some(merged));
+    assert_eq!(
+        store.top_codes(e, e, 10).unwrap(),
+        vec![("k".to_string(), 4)]
+    );
+}
+
+#[test]
+fn embedded_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RollupStore::open_at(&StoreLocation::Embedded, dir.path()).unwrap();
+    assert!(!store.shared());
+    contract(&store);
+}
+
+#[test]
+fn clickhouse_contract() {
+    let Some(ch) = ClickHouse::shared("clickhouse_contract") else {
+        return;
+    };
+    let location: StoreLocation = ch.url("contract").parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = RollupStore::open_at(&location, dir.path()).unwrap();
+    assert!(store.shared());
+    contract(&store);
+    // Opening again (another processor) finds the same numbers, and creates nothing twice.
+    let other = RollupStore::open_at(&location, dir.path()).unwrap();
+    assert_eq!(
+        other.rollup(Day(20_000), "abc").unwrap(),
+        Some(rollup_of(5, 5))
+    );
+}
+
+#[test]
+fn a_store_that_is_down_is_an_error() {
+    let port = crate::harness::free_port();
+    let location: StoreLocation = format!("clickhouse://127.0.0.1:{port}/x").parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let err = RollupStore::open_at(&location, dir.path()).unwrap_err();
+    assert!(err.to_string().contains("rollup store"), "{err}");
+}
