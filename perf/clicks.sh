@@ -11,7 +11,16 @@
 # of EVENTS synthetic events (realistic user-agent mix, ~10% bots, ~1% duplicates), and on a
 # pre-filled Kafka topic when `tansu` is installed. Goal: >= 350,000 events/s.
 #
-#   perf/clicks.sh          # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64 EVENTS=2000000
+# Part 3 (with tansu and clickhouse-server installed): the processor into ClickHouse
+# (`--clicks-store clickhouse://...`, a server started in the work dir on loopback), one processor
+# and three in one consumer group, on a pre-filled 6-partition topic, beside the embedded store
+# on the same topic; the broker, ClickHouse and the processors share this machine. Prints each
+# run's events/s (the three: all events over the span from the first one's first event to the
+# last one's last flush), and the classification cost per event (criterion's classify/mix).
+# Goal: >= 200,000 events/s in aggregate.
+#
+#   perf/clicks.sh           # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64 EVENTS=2000000
+#   PARTS=3 perf/clicks.sh   # part 3 alone (PARTS=1,2,3 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LINKS=${LINKS:-1000000}
@@ -21,6 +30,9 @@ CONNS=${CONNS:-64}
 EVENTS=${EVENTS:-2000000}
 PORT=${PORT:-18080}
 KPORT=${KPORT:-19092}
+CHPORT=${CHPORT:-18123}
+PARTS=${PARTS:-1,2,3}
+part() { [[ ",$PARTS," == *",$1,"* ]]; }
 need=()
 command -v wrk >/dev/null || need+=(wrk)
 command -v nginx >/dev/null || need+=(nginx-light)
@@ -53,7 +65,12 @@ start_server() { # on|off|nginx -> sets pids
 }
 pids=()
 tansu_pid=
-cleanup() { stop_server; [ -n "$tansu_pid" ] && kill "$tansu_pid" 2>/dev/null || true; }
+ch_pid=
+cleanup() {
+  stop_server
+  [ -n "$tansu_pid" ] && kill "$tansu_pid" 2>/dev/null || true
+  [ -n "$ch_pid" ] && kill "$ch_pid" 2>/dev/null || true
+}
 trap cleanup EXIT
 
 declare -A results
@@ -79,6 +96,7 @@ run_one() { # server round
   results["$1"]+="$per $rps $p99;"
 }
 
+if part 1; then
 echo "clicks part 1: $LINKS links, $ROUNDS rounds x ${DURATION}s, $CONNS connections, servers on CPU 0, wrk on CPU 1"
 for r in $(seq "$ROUNDS"); do
   for s in on off nginx; do run_one "$s" "$r"; done
@@ -98,7 +116,18 @@ vsn=$(paste <(echo "$onr") <(echo "$nr") | awk '{printf "%.3f ", $1/$2}')
 printf "  per-round on/off %s-> median %.3f (recording costs %.1f%%; goal <= 5%%)\n" "$ratio" \
   "$(echo "$ratio" | median)" "$(echo "$ratio" | median | awk '{print 100*(1-$1)}')"
 printf "  per-round on/nginx %s-> median %.2fx\n" "$vsn" "$(echo "$vsn" | median)"
+fi
 
+start_tansu() {
+  [ -n "$tansu_pid" ] && return 0
+  "$tansu" broker --listener-url "tcp://127.0.0.1:$KPORT" --advertised-listener-url "tcp://127.0.0.1:$KPORT" \
+    --storage-engine memory://tansu/ >"$work/tansu.log" 2>&1 &
+  tansu_pid=$!
+  for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$KPORT) 2>/dev/null && break; sleep 0.1; done
+}
+tansu=$(command -v tansu || echo "$HOME/.cargo/bin/tansu")
+
+if part 2; then
 echo
 echo "clicks part 2: the processor on $EVENTS pre-filled events"
 synth_spool=$work/synth-spool
@@ -108,12 +137,8 @@ du -sh "$synth_spool" | awk '{print "  spool: " $1}'
 printf "  spool:  "
 "$BIN/lasthop-control" clicks process --data-dir "$work/processor-data" --spool "$synth_spool" --exit-when-idle
 
-tansu=$(command -v tansu || echo "$HOME/.cargo/bin/tansu")
 if [ -x "$tansu" ]; then
-  "$tansu" broker --listener-url "tcp://127.0.0.1:$KPORT" --advertised-listener-url "tcp://127.0.0.1:$KPORT" \
-    --storage-engine memory://tansu/ >"$work/tansu.log" 2>&1 &
-  tansu_pid=$!
-  for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$KPORT) 2>/dev/null && break; sleep 0.1; done
+  start_tansu
   "$tansu" topic create lasthop.clicks --broker "tcp://127.0.0.1:$KPORT" --partitions 2 >/dev/null 2>&1 || true
   rm -rf "$work/processor-data"
   "$BIN/lasthop-control" clicks synth --kafka "127.0.0.1:$KPORT" --topic lasthop.clicks --events "$EVENTS" >/dev/null
@@ -122,4 +147,70 @@ if [ -x "$tansu" ]; then
     --topic lasthop.clicks --exit-when-idle
 else
   echo "  kafka: skipped (tansu not installed: cargo install --locked tansu --features dynostore)"
+fi
+fi
+
+if part 3; then
+echo
+echo "clicks part 3: the processor into ClickHouse, $EVENTS pre-filled events on 6 partitions"
+if [ ! -x "$tansu" ] || [ ! -x /usr/sbin/clickhouse-server ]; then
+  echo "  skipped: needs tansu and clickhouse-server (apt-get install clickhouse-server)"
+  exit 0
+fi
+start_tansu
+ch=$work/clickhouse
+rm -rf "$ch"
+mkdir -p "$ch"
+cat >"$ch/config.xml" <<XML
+<?xml version="1.0"?>
+<yandex>
+  <logger><level>warning</level><log>$ch/server.log</log><errorlog>$ch/error.log</errorlog><console>0</console></logger>
+  <http_port>$CHPORT</http_port><tcp_port>$((CHPORT + 1))</tcp_port><listen_host>127.0.0.1</listen_host>
+  <path>$ch/data/</path><tmp_path>$ch/tmp/</tmp_path><user_files_path>$ch/user_files/</user_files_path>
+  <format_schema_path>$ch/format_schemas/</format_schema_path>
+  <users_config>users.xml</users_config><default_profile>default</default_profile>
+  <default_database>default</default_database><mark_cache_size>268435456</mark_cache_size>
+</yandex>
+XML
+cat >"$ch/users.xml" <<XML
+<?xml version="1.0"?>
+<yandex><profiles><default></default></profiles>
+<users><default><password></password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></default></users>
+<quotas><default></default></quotas></yandex>
+XML
+(cd "$ch" && exec /usr/sbin/clickhouse-server --config-file="$ch/config.xml" >/dev/null 2>&1) &
+ch_pid=$!
+for _ in $(seq 300); do curl -sf "http://127.0.0.1:$CHPORT/?query=SELECT+1" >/dev/null && break; sleep 0.1; done
+echo "  clickhouse $(curl -s "http://127.0.0.1:$CHPORT/?query=SELECT+version()")"
+topic=lasthop.clicks.ch
+"$tansu" topic create "$topic" --broker "tcp://127.0.0.1:$KPORT" --partitions 6 >/dev/null 2>&1 || true
+"$BIN/lasthop-control" clicks synth --kafka "127.0.0.1:$KPORT" --topic "$topic" --events "$EVENTS" >/dev/null
+process() { # group store data-dir -> one JSON summary line
+  "$BIN/lasthop-control" clicks process --data-dir "$3" --kafka "127.0.0.1:$KPORT" --topic "$topic" \
+    --group "$1" --clicks-store "$2" --exit-when-idle 2>>"$work/ch-proc.log"
+}
+field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+rm -rf "$work"/ch-proc-*
+printf "  embedded, 1 processor:    "
+process g-embedded embedded "$work/ch-proc-e" | field events_per_sec | awk '{printf "%.0f events/s\n", $1}'
+printf "  clickhouse, 1 processor:  "
+process g-one "clickhouse://127.0.0.1:$CHPORT/perf_one" "$work/ch-proc-1" | field events_per_sec |
+  awk '{printf "%.0f events/s\n", $1}'
+three=()
+for i in 1 2 3; do
+  process g-three "clickhouse://127.0.0.1:$CHPORT/perf_three" "$work/ch-proc-3$i" >"$work/ch-proc-3$i.json" &
+  three+=($!)
+done
+wait "${three[@]}"
+# All three started together: each one's first event came at wall - seconds, its end at wall.
+agg=$(for i in 1 2 3; do
+  j=$(cat "$work/ch-proc-3$i.json")
+  echo "$(echo "$j" | field events) $(echo "$j" | field seconds) $(echo "$j" | field wall_seconds)"
+done | awk '{ n += $1; if ($1 > 0) { s = $3 - $2; if (first == "" || s < first) first = s }; if ($3 > end) end = $3 }
+  END { printf "%d events, %.2f s, %.0f events/s", n, end - first, (end > first) ? n / (end - first) : 0 }')
+echo "  clickhouse, 3 processors: $agg (goal >= 200,000 events/s)"
+counted=$(curl -s "http://127.0.0.1:$CHPORT/" --data-binary "SELECT sum(h) + sum(b) FROM (SELECT argMax(human, version) AS h, argMax(bot, version) AS b FROM perf_three.rollups WHERE day > 0 GROUP BY day, code, part)")
+echo "  counted in ClickHouse by the three: $counted of $EVENTS events (duplicates and replays excluded)"
+printf "  classification per event (criterion classify/mix): "
+cargo bench -q -p lasthop-benches --bench clicks -- --noplot classify/mix 2>/dev/null | awk '/time:/ {print $4, $5; exit}'
 fi

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use lasthop_control::clicks::archiver::Archiver;
 use lasthop_control::clicks::kafka::KafkaConfig;
 use lasthop_control::clicks::synth::SynthConfig;
 use lasthop_control::clicks::{Day, Processor, ProcessorConfig, SourceConfig};
@@ -106,8 +107,13 @@ enum Command {
 enum ClicksCommand {
     /// Fill a spool directory or a Kafka topic with a realistic synthetic click stream.
     Synth(SynthArgs),
-    /// Run the processor standalone (the same code `serve` runs) on a spool or a topic.
+    /// Run the processor standalone (the same code `serve` runs) on a spool or a topic, with
+    /// the archive consumer beside it unless --clicks-archive off.
     Process(ProcessArgs),
+    /// Run the archive consumer alone: the raw archive from its own position on the spool or
+    /// its own Kafka group (GROUP.archive), for an analytics tier whose processors run with
+    /// --clicks-archive off.
+    Archive(ProcessArgs),
     /// Rebuild one day's rollups from the archive with the current rules (server stopped; while
     /// it runs, use `POST /v1/admin/clicks/recompute`).
     Recompute {
@@ -212,6 +218,12 @@ struct ClicksTuning {
     /// partitions to the others, milliseconds (librdkafka's session.timeout.ms).
     #[arg(long, env = "LASTHOP_CLICKS_KAFKA_SESSION_MS", default_value_t = lasthop_control::clicks::kafka::DEFAULT_SESSION_TIMEOUT_MS)]
     clicks_kafka_session_ms: u32,
+    /// Run the archive consumer beside the processor: it writes the raw archive
+    /// (DATA_DIR/clicks/archive) from its own position on the spool, or its own Kafka group
+    /// (GROUP.archive). With several processors, run it on one host (`clicks archive`) and
+    /// `off` on the others.
+    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE", value_enum, default_value_t = Toggle::On)]
+    clicks_archive: Toggle,
     /// Dedup window for event ids, seconds (at least 600).
     #[arg(long, env = "LASTHOP_CLICKS_DEDUP_SECS", default_value_t = 600)]
     clicks_dedup_secs: u64,
@@ -262,6 +274,7 @@ impl ClicksTuning {
         Ok(ProcessorConfig {
             clicks_dir: data_dir.join("clicks"),
             store: self.clicks_store.clone(),
+            archive_peer: self.clicks_archive == Toggle::On,
             source,
             dedup_ms: self.clicks_dedup_secs * 1000,
             grace_ms: self.clicks_grace_secs.saturating_mul(1000),
@@ -1048,10 +1061,55 @@ fn clicks(command: ClicksCommand) -> anyhow::Result<()> {
         ClicksCommand::Process(a) => {
             let source = source(&a.data_dir, a.spool, a.kafka, &a.topic, &a.group);
             let config = a.tuning.config(&a.data_dir, source)?;
-            let processor =
-                Processor::open(config, Metrics::new()?).context("starting the click processor")?;
+            let metrics = Metrics::new()?;
+            let archiver = config
+                .archive_peer
+                .then(|| Archiver::open(config.archiver(), &metrics))
+                .transpose()
+                .context("starting the archive consumer")?;
+            let mut processor =
+                Processor::open(config, metrics).context("starting the click processor")?;
+            let archive = archiver.as_ref().map(Archiver::handle);
+            if let Some(a) = &archive {
+                processor.set_archive(a.clone());
+            }
             if !a.exit_when_idle {
-                let handle = processor.handle();
+                let (handle, archive) = (processor.handle(), archive.clone());
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build();
+                    if let Ok(rt) = rt {
+                        rt.block_on(shutdown_signal());
+                    }
+                    handle.stop();
+                    if let Some(a) = archive {
+                        a.stop();
+                    }
+                });
+            }
+            let exit_when_idle = a.exit_when_idle;
+            let archiving = archiver.map(|ar| std::thread::spawn(move || ar.run(exit_when_idle)));
+            let summary = processor.run(a.exit_when_idle);
+            if let Some(t) = archiving {
+                if let Some(a) = &archive {
+                    a.stop();
+                }
+                match t.join() {
+                    Ok(s) => tracing::info!(archived = s.archived, "archive consumer done"),
+                    Err(_) => anyhow::bail!("the archive consumer panicked"),
+                }
+            }
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        ClicksCommand::Archive(a) => {
+            let source = source(&a.data_dir, a.spool, a.kafka, &a.topic, &a.group);
+            let config = a.tuning.config(&a.data_dir, source)?;
+            let archiver = Archiver::open(config.archiver(), &Metrics::new()?)
+                .context("starting the archive consumer")?;
+            if !a.exit_when_idle {
+                let handle = archiver.handle();
                 std::thread::spawn(move || {
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
@@ -1062,7 +1120,7 @@ fn clicks(command: ClicksCommand) -> anyhow::Result<()> {
                     handle.stop();
                 });
             }
-            let summary = processor.run(a.exit_when_idle);
+            let summary = archiver.run(a.exit_when_idle);
             println!("{}", serde_json::to_string(&summary)?);
             Ok(())
         }
@@ -1332,7 +1390,17 @@ fn serve(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
                 &c.clicks_group,
             );
             let config = c.tuning.config(&args.data_dir, source)?;
-            Some(Processor::open(config, metrics.clone()).context("starting the click processor")?)
+            let archiver = config
+                .archive_peer
+                .then(|| Archiver::open(config.archiver(), &metrics))
+                .transpose()
+                .context("starting the archive consumer")?;
+            let mut processor =
+                Processor::open(config, metrics.clone()).context("starting the click processor")?;
+            if let Some(a) = &archiver {
+                processor.set_archive(a.handle());
+            }
+            Some((processor, archiver))
         }
     };
     let safety = start_safety(&args, Arc::clone(&dyn_store), &metrics)?;
@@ -1357,11 +1425,14 @@ fn serve(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
         Arc::clone(&safety.safety),
     );
     let clicks = match processor {
-        Some(p) => {
+        Some((p, archiver)) => {
             let handle = p.handle();
             state.set_clicks(handle.clone());
             publisher.set_rollups(Arc::clone(handle.store()));
-            Some((handle, p.spawn()?))
+            let archiving = archiver
+                .map(|a| anyhow::Ok((a.handle(), a.spawn()?)))
+                .transpose()?;
+            Some((handle, p.spawn()?, archiving))
         }
         None => None,
     };
@@ -1506,10 +1577,16 @@ fn serve(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
         }
     }
     safety.stop();
-    if let Some((handle, thread)) = clicks {
+    if let Some((handle, thread, archiving)) = clicks {
         handle.stop();
         if thread.join().is_err() {
             tracing::error!("the click processor panicked");
+        }
+        if let Some((archive, thread)) = archiving {
+            archive.stop();
+            if thread.join().is_err() {
+                tracing::error!("the archive consumer panicked");
+            }
         }
     }
     // Hand the unused counter block back.

@@ -411,6 +411,41 @@ impl ClickHouse {
         }))
     }
 
+    /// Every row of `day` from partition `part` (a spool's when `None`) in the day's
+    /// generation.
+    #[allow(clippy::type_complexity)]
+    pub fn stored_day(
+        &self,
+        day: Day,
+        part: Option<i32>,
+    ) -> Result<Vec<(Box<str>, Result<Stored, StoreError>)>, StoreError> {
+        let (gen, _) = self.day(day)?;
+        let part_no = part.unwrap_or(SPOOL);
+        let db = &self.url.database;
+        let mut out = Vec::new();
+        for line in self.select(&format!(
+            "SELECT code, hex(argMax(rollup, version)), argMax(gen, version), max(version) \
+             FROM {db}.rollups WHERE day = {} AND part = {part_no} GROUP BY code",
+            day.0
+        ))? {
+            let f = fields(&line);
+            let code = f.first().copied().unwrap_or_default();
+            if num::<u32>(f.get(2))? != gen {
+                continue;
+            }
+            let version: u64 = num(f.get(3))?;
+            let row = unhex(day, code, f.get(1)).map(|rollup| Stored {
+                rollup,
+                at: part.map(|part| Pos {
+                    part,
+                    next: version & LOW_MASK,
+                }),
+            });
+            out.push((code.into(), row));
+        }
+        Ok(out)
+    }
+
     /// `code`'s rollups from `from` to `to`: each day's partitions of its generation, merged.
     pub fn range(&self, code: &str, from: Day, to: Day) -> Result<Vec<DayRollup>, StoreError> {
         let (from, to) = (from.0.max(1), to.0);

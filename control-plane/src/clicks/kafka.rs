@@ -69,6 +69,7 @@ struct Context {
     errors: IntCounter,
     last_log: std::sync::Mutex<Option<Instant>>,
     changes: std::sync::Mutex<Vec<Change>>,
+    group: String,
 }
 
 impl Context {
@@ -121,7 +122,7 @@ impl ConsumerContext for Context {
 
 impl Context {
     fn push(&self, change: Change) {
-        tracing::info!(?change, "kafka rebalance");
+        tracing::info!(group = %self.group, ?change, "kafka rebalance");
         self.changes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -200,6 +201,7 @@ impl KafkaSource {
                 errors,
                 last_log: std::sync::Mutex::new(None),
                 changes: std::sync::Mutex::new(Vec::new()),
+                group: config.group.clone(),
             })?;
         consumer.subscribe(&[config.topic.as_str()])?;
         let next: BTreeMap<i32, i64> = stored

@@ -13,6 +13,7 @@
 //! `clicks/archive/<YYYY-MM-DD>/<part:06>.ndjson.zst`.
 
 pub mod archive;
+pub mod archiver;
 pub mod clickhouse;
 pub mod day;
 pub mod kafka;

@@ -3,18 +3,19 @@
 //!
 //! Per event: too far in the future, or so old that its day is past both the grace and the
 //! archive's retention → invalid; a second sighting of an id within the dedup window →
-//! duplicate; its UTC day past the grace → late (archived, not counted; a recompute of that day
-//! includes it); else classified and added to the in-memory (code, day) rollup, loaded from the
-//! store the first time the key is touched. A stored rollup that does not decode is never
-//! counted on or overwritten: the event counts as `corrupt_rollup` (recomputing the day repairs
-//! the row). Every flush interval: (1) the interval's
-//! raw events are appended to the day archives and fsynced, (2) the dirty rollups and the source
-//! positions are upserted in one store transaction, (3) then Kafka offsets are committed or
-//! consumed spool files deleted. Rollups of closed days leave memory.
+//! duplicate; its UTC day past the grace → late (not counted; the archive consumer keeps it and
+//! a recompute of that day includes it); else classified and added to the in-memory (code, day)
+//! rollup, loaded from the store the first time the key is touched. A stored rollup that does
+//! not decode is never counted on or overwritten: the event counts as `corrupt_rollup`
+//! (recomputing the day repairs the row). Every flush interval: (1) the dirty rollups and the
+//! source positions are upserted in one store transaction, (2) then Kafka offsets are committed
+//! or consumed spool files marked done. Rollups of closed days leave memory.
 //!
-//! The common path allocates nothing per event: events borrow the source's buffer, the rollup
-//! key is looked up by `(&str, day)` and only copied on first touch, and the event's bytes are
-//! copied into a per-day buffer that the archive thread turns into JSON lines and compresses.
+//! The raw archive is not written here: the archive consumer (`archiver.rs`) reads the same
+//! source at its own position, so a processor that is down costs no raw event.
+//!
+//! The common path allocates nothing per event: events borrow the source's buffer, and the
+//! rollup key is looked up by `(&str, day)` and only copied on first touch.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -27,7 +28,8 @@ use lasthop_core::click::{ClickEvent, EventId};
 use prometheus::IntCounter;
 use serde::Serialize;
 
-use super::archive::{self, ArchiveError, ArchiveWriter};
+use super::archive::ArchiveError;
+use super::archiver::ArchiveHandle;
 use super::kafka::{self, KafkaConfig, KafkaSource, KafkaSourceError};
 use super::recompute::{self, RecomputeError, RecomputeReport};
 use super::spool::{self, Input, Polled, SpoolError, SpoolReader};
@@ -67,8 +69,11 @@ pub struct ProcessorConfig {
     pub grace_ms: u64,
     /// Flush interval.
     pub flush_every: Duration,
-    /// Archive retention in days.
+    /// Archive retention in days (events of older days are not counted).
     pub archive_days: u32,
+    /// Whether to run the archive consumer beside this processor (`--clicks-archive`). A spool
+    /// always has both readers: without one here, `clicks archive` runs elsewhere on it.
+    pub archive_peer: bool,
     /// An `.open` spool file untouched this long belongs to a dead writer.
     pub spool_stale: Duration,
     /// The bot rules.
@@ -221,7 +226,6 @@ const NO_PART: Part = -1;
 /// The per-event state, apart from the source so both can be borrowed at once.
 struct State {
     store: Arc<RollupStore>,
-    archive: ArchiveWriter,
     dedup: Dedup,
     classifier: Classifier,
     grace_ms: u64,
@@ -234,9 +238,6 @@ struct State {
     /// forget when the partition leaves (its next owner counts them again).
     unflushed: HashMap<Part, Vec<EventId>>,
     shared: bool,
-    /// The interval's events for the archive, binary, per day.
-    lines: HashMap<Day, Vec<u8>>,
-    archive_failed: bool,
     out: Outcomes,
     newest_ms: u64,
 }
@@ -244,7 +245,7 @@ struct State {
 impl State {
     fn on_input(&mut self, input: Input<'_>, now: u64) {
         match input {
-            Input::Event(e, raw, at) => self.on_event(&e, raw, at, now),
+            Input::Event(e, _, at) => self.on_event(&e, at, now),
             Input::Revoked(part) => self.revoked(part),
             Input::Invalid => self.out.invalid += 1,
             Input::Corrupt => self.out.corrupt += 1,
@@ -262,7 +263,41 @@ impl State {
         }
     }
 
-    fn on_event(&mut self, e: &ClickEvent<'_>, raw: &[u8], at: Option<Pos>, now: u64) {
+    /// Loads every stored row of `day` from partition `part` (a shared store: one query,
+    /// where a round trip per code would cap the rate at the server's latency). False when the
+    /// store failed: the event is not counted (logged), as with a failed load of one row.
+    fn load(&mut self, day: Day, part: Part, at: Option<Pos>) -> bool {
+        let rows = match self.store.stored_day(day, at.map(|a| a.part)) {
+            Ok(rows) => rows,
+            Err(err) => {
+                tracing::error!(error = %err, %day, part, "loading the day's rollups failed; event not counted");
+                return false;
+            }
+        };
+        let mut codes = HashMap::with_capacity(rows.len());
+        for (code, row) in rows {
+            match row {
+                Ok(s) => {
+                    codes.insert(
+                        code,
+                        Slot {
+                            rollup: s.rollup,
+                            dirty: false,
+                            at: s.at,
+                        },
+                    );
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "events of this code and day are not counted until the day is recomputed");
+                    self.corrupt.entry(day).or_default().insert(code);
+                }
+            }
+        }
+        self.rollups.insert((day, part), codes);
+        true
+    }
+
+    fn on_event(&mut self, e: &ClickEvent<'_>, at: Option<Pos>, now: u64) {
         // Only a shared store keeps partitions apart.
         let at = at.filter(|_| self.shared);
         let part = at.map_or(NO_PART, |a| a.part);
@@ -283,19 +318,14 @@ impl State {
             return;
         }
         self.newest_ms = self.newest_ms.max(e.at_ms);
-        let lines = self.lines.entry(day).or_default();
-        lines.extend_from_slice(raw);
-        if lines.len() >= archive::CHUNK_BYTES {
-            let chunk = std::mem::take(lines);
-            if self.archive.append(day, chunk).is_err() {
-                self.archive_failed = true;
-            }
-        }
         if late {
             self.out.late += 1;
             return;
         }
         let verdict = self.classifier.classify(e);
+        if self.shared && !self.rollups.contains_key(&(day, part)) && !self.load(day, part, at) {
+            return;
+        }
         let codes = self.rollups.entry((day, part)).or_default();
         match codes.get_mut(e.code) {
             Some(slot) => {
@@ -315,7 +345,12 @@ impl State {
                     self.out.corrupt_rollup += 1;
                     return;
                 }
-                let stored = self.store.stored(day, e.code, at.map(|a| a.part));
+                // A shared store's (day, partition) was loaded whole by `load`.
+                let stored = if self.shared {
+                    Ok(None)
+                } else {
+                    self.store.stored(day, e.code, at.map(|a| a.part))
+                };
                 let (mut rollup, stored_at) = match stored {
                     Ok(Some(s)) => (s.rollup, s.at),
                     Ok(None) => (Rollup::default(), None),
@@ -376,7 +411,7 @@ fn counted(row: Option<Pos>, event: Option<Pos>) -> bool {
 }
 
 enum Source {
-    Spool(SpoolReader),
+    Spool(Box<SpoolReader>),
     Kafka(Box<KafkaSource>),
 }
 
@@ -410,6 +445,8 @@ pub struct Processor {
     commands_tx: mpsc::Sender<Command>,
     flushes: u64,
     flush_failing: bool,
+    /// The archive consumer beside this processor, flushed before a recompute reads the archive.
+    archive: Option<ArchiveHandle>,
 }
 
 impl std::fmt::Debug for Processor {
@@ -426,10 +463,6 @@ impl Processor {
     pub fn open(config: ProcessorConfig, metrics: Metrics) -> Result<Processor, ProcessorError> {
         let store = Arc::new(RollupStore::open_at(&config.store, &config.clicks_dir)?);
         let shared = store.shared();
-        let archive_root = config.clicks_dir.join("archive");
-        // No part is open before the writer starts.
-        archive::prune(&archive_root, config.archive_days, Day::today(), |_| false)?;
-        let archive = ArchiveWriter::start(archive_root)?;
         let source = match &config.source {
             SourceConfig::Spool(dir) => {
                 let stored = store
@@ -437,7 +470,10 @@ impl Processor {
                     .into_iter()
                     .map(|(k, v)| (k[spool::KEY_PREFIX.len()..].to_owned(), v))
                     .collect();
-                Source::Spool(SpoolReader::open(dir.clone(), config.spool_stale, stored)?)
+                Source::Spool(Box::new(
+                    SpoolReader::open(dir.clone(), config.spool_stale, stored)?
+                        .shared_with(spool::ROLLUPS, &[spool::ARCHIVE]),
+                ))
             }
             SourceConfig::Kafka(k) => {
                 let prefix = kafka::key_prefix(&k.topic);
@@ -456,7 +492,6 @@ impl Processor {
         };
         let state = State {
             store: Arc::clone(&store),
-            archive,
             dedup: Dedup::new(config.dedup_ms.max(MIN_DEDUP_MS)),
             classifier: Classifier::new(Arc::clone(&config.rules)),
             grace_ms: config.grace_ms,
@@ -466,8 +501,6 @@ impl Processor {
             dirty: Vec::new(),
             unflushed: HashMap::new(),
             shared,
-            lines: HashMap::new(),
-            archive_failed: false,
             out: Outcomes::default(),
             newest_ms: 0,
         };
@@ -484,7 +517,14 @@ impl Processor {
             commands_tx,
             flushes: 0,
             flush_failing: false,
+            archive: None,
         })
+    }
+
+    /// The archive consumer running beside this processor (its archive is the one recompute
+    /// reads).
+    pub fn set_archive(&mut self, archive: ArchiveHandle) {
+        self.archive = Some(archive);
     }
 
     /// A handle for the API (stats reads, recompute, stop).
@@ -511,7 +551,6 @@ impl Processor {
         let started = Instant::now();
         let mut first_event: Option<Instant> = None;
         let mut next_flush = Instant::now() + self.config.flush_every;
-        let mut next_prune = Instant::now() + Duration::from_secs(86_400);
         loop {
             match self.commands.try_recv() {
                 Ok(Command::Stop) => break,
@@ -529,16 +568,6 @@ impl Processor {
             if Instant::now() >= next_flush {
                 self.flush();
                 next_flush = Instant::now() + self.config.flush_every;
-            }
-            if Instant::now() >= next_prune {
-                let pruned = self
-                    .state
-                    .archive
-                    .prune(self.config.archive_days, Day::today());
-                if let Err(e) = pruned {
-                    tracing::error!(error = %e, "archive retention");
-                }
-                next_prune = Instant::now() + Duration::from_secs(86_400);
             }
             if polled.consumed == 0 {
                 if exit_when_idle && self.drained() {
@@ -595,6 +624,12 @@ impl Processor {
         }
     }
 
+    /// Polls until nothing is left to read (at most a few seconds' worth).
+    fn drain(&mut self) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until && self.poll().consumed > 0 {}
+    }
+
     fn drained(&self) -> bool {
         match &self.source {
             Source::Spool(_) => true,
@@ -647,19 +682,7 @@ impl Processor {
 
     fn try_flush(&mut self) -> Result<(), String> {
         let state = &mut self.state;
-        // (1) The raw events, durable in the archive.
-        for (day, lines) in state.lines.iter_mut() {
-            if !lines.is_empty() && state.archive.append(*day, std::mem::take(lines)).is_err() {
-                state.archive_failed = true;
-            }
-        }
-        state.lines.retain(|_, l| l.capacity() > 0);
-        if std::mem::take(&mut state.archive_failed) {
-            return Err("the archive thread stopped".into());
-        }
-        state.archive.sync().map_err(|e| e.to_string())?;
-
-        // (2) Rollups and source positions, one transaction.
+        // (1) Rollups and source positions, one transaction.
         let now = u64::try_from(now_ms()).unwrap_or(0);
         let closed_through = Day::of_ms(now.saturating_sub(state.grace_ms).saturating_sub(1))
             .0
@@ -696,7 +719,7 @@ impl Processor {
         }
         state.unflushed.clear();
 
-        // (3) Only now may the source forget what it handed over.
+        // (2) Only now may the source forget what it handed over.
         match &mut self.source {
             Source::Spool(r) => r.committed(&checkpoint),
             Source::Kafka(k) => k.committed(),
@@ -709,11 +732,23 @@ impl Processor {
     }
 
     fn recompute(&mut self, day: Day) -> Result<RecomputeReport, RecomputeError> {
+        // Read to the source's end, as the archive consumer does before its flush below, so
+        // both stand at about the same place: an open day's recompute then neither misses nor
+        // repeats what arrived before it (what arrives meanwhile is made right by the day's
+        // recompute after its grace).
+        self.drain();
         self.flush();
         if self.flush_failing {
             return Err(RecomputeError::Flush(
                 "the store or the archive is failing; see the log".into(),
             ));
+        }
+        // The archive consumer writes out what it read, so the day's archive is as complete as
+        // it can be.
+        if let Some(archive) = &self.archive {
+            archive
+                .flush(Duration::from_secs(60))
+                .map_err(RecomputeError::Flush)?;
         }
         let root = self.config.clicks_dir.join("archive");
         let report =

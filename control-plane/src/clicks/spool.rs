@@ -14,6 +14,12 @@
 //! Positions are persisted by the processor in the same transaction as the rollups they cover
 //! ([`SpoolReader::checkpoint`]); only after that commit are finished files deleted
 //! ([`SpoolReader::committed`]).
+//!
+//! Two consumers read one spool, each at its own position: the processor (rollups) and the
+//! archive consumer. A reader that finished and committed a file leaves a marker,
+//! `.<stem>.<reader>.done`; whichever finds every reader's marker deletes the file and the
+//! markers ([`SpoolReader::shared_with`]). So a stopped processor holds the files back (the
+//! archive keeps taking them in) rather than losing them.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ffi::OsString;
@@ -152,6 +158,9 @@ struct FileState {
     seen: bool,
     /// Consecutive scans that found neither its `.open` nor its `.seg`.
     missed: u8,
+    /// This reader left its done marker (once: after the last reader deletes the file and the
+    /// markers, a marker made again would outlive them).
+    marked: bool,
 }
 
 impl FileState {
@@ -212,7 +221,16 @@ pub struct SpoolReader {
     stored: Stored,
     ignored: HashSet<OsString>,
     buf: Vec<u8>,
+    /// This reader's name in the done markers.
+    me: &'static str,
+    /// The other readers that must finish a file before it is deleted.
+    peers: &'static [&'static str],
 }
+
+/// The processor's name among a spool's readers.
+pub const ROLLUPS: &str = "rollups";
+/// The archive consumer's.
+pub const ARCHIVE: &str = "archive";
 
 impl SpoolReader {
     /// A reader of `dir` (created if missing), resuming from `stored` positions (keys without
@@ -251,11 +269,47 @@ impl SpoolReader {
             stored: matched,
             ignored: HashSet::new(),
             buf: Vec::new(),
+            me: ROLLUPS,
+            peers: &[],
         };
         // Positions whose file is gone (deleted after a commit whose key removal never
         // committed) are forgotten once GONE_AFTER_MISSES scans missed them: the first poll.
         reader.scan(stat)?;
         Ok(reader)
+    }
+
+    /// This reader is `me` among several: a file it finished is deleted only once every one of
+    /// `peers` finished it too (see the module notes).
+    pub fn shared_with(mut self, me: &'static str, peers: &'static [&'static str]) -> SpoolReader {
+        self.me = me;
+        self.peers = peers;
+        self
+    }
+
+    fn marker(&self, writer: &str, n: u64, reader: &str) -> PathBuf {
+        self.dir.join(format!(".{writer}.{n:010}.{reader}.done"))
+    }
+
+    /// Leaves this reader's done marker on a finished file (once); true when every reader's is
+    /// there (the file may go).
+    fn all_done(&mut self, writer: &str, n: u64) -> bool {
+        if self.peers.is_empty() {
+            return true;
+        }
+        let key = (writer.to_owned(), n);
+        if self.files.get(&key).is_some_and(|f| !f.marked) {
+            let mine = self.marker(writer, n, self.me);
+            if let Err(e) = File::create(&mine) {
+                tracing::warn!(path = %mine.display(), error = %e, "cannot mark a spool file done");
+                return false;
+            }
+            if let Some(f) = self.files.get_mut(&key) {
+                f.marked = true;
+            }
+        }
+        self.peers
+            .iter()
+            .all(|p| self.marker(writer, n, p).exists())
     }
 
     /// The spool directory.
@@ -314,6 +368,13 @@ impl SpoolReader {
         for entry in entries {
             let entry = entry.map_err(io(&self.dir))?;
             let file_name = entry.file_name();
+            if file_name.as_encoded_bytes().starts_with(b".") {
+                // Done markers (and other hidden files): never segments.
+                if let Some(name) = file_name.to_str() {
+                    self.sweep_marker(name);
+                }
+                continue;
+            }
             let Some(name) = file_name.to_str().and_then(SegmentName::parse) else {
                 if self.ignored.insert(file_name.clone()) {
                     tracing::warn!(file = ?file_name, dir = %self.dir.display(), "ignoring a file that is not a spool segment");
@@ -355,6 +416,7 @@ impl SpoolReader {
                         modified: meta.modified,
                         seen: true,
                         missed: 0,
+                        marked: false,
                     },
                 );
             }
@@ -376,7 +438,13 @@ impl SpoolReader {
             }
         }
         for key in gone {
-            tracing::warn!(file = %format!("{}.{:010}", key.0, key.1), "a spool file vanished without being consumed; forgetting it");
+            let finished = self.files.get(&key).is_some_and(FileState::finished);
+            if finished {
+                // Another reader of the spool deleted it once all were done.
+                tracing::debug!(file = %format!("{}.{:010}", key.0, key.1), "a finished spool file was deleted");
+            } else {
+                tracing::warn!(file = %format!("{}.{:010}", key.0, key.1), "a spool file vanished without being consumed; forgetting it");
+            }
             self.files.remove(&key);
             self.forget.push(format!("{}.{:010}", key.0, key.1));
         }
@@ -395,6 +463,32 @@ impl SpoolReader {
             self.forget.push(format!("{}.{:010}", key.0, key.1));
         }
         Ok(())
+    }
+
+    /// Removes a done marker whose segment is gone and that is older than the stale period (a
+    /// reader that marked a file as another deleted it).
+    fn sweep_marker(&self, name: &str) {
+        let Some(rest) = name.strip_prefix('.').and_then(|r| r.strip_suffix(".done")) else {
+            return;
+        };
+        let Some((stem, _reader)) = rest.rsplit_once('.') else {
+            return;
+        };
+        let Some((writer, n)) = parse_stem(stem) else {
+            return;
+        };
+        if self.path(&writer, n, true).exists() || self.path(&writer, n, false).exists() {
+            return;
+        }
+        let path = self.dir.join(name);
+        let old = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > self.stale);
+        if old {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 
     fn is_stale(&self, f: &FileState) -> bool {
@@ -559,6 +653,10 @@ impl SpoolReader {
             .map(|((w, n), f)| (w.clone(), *n, f.sealed))
             .collect();
         for (writer, n, sealed) in done {
+            if !self.all_done(&writer, n) {
+                // Kept (finished: never read again) until the other readers are done with it.
+                continue;
+            }
             let path = self.path(&writer, n, sealed);
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
@@ -573,6 +671,9 @@ impl SpoolReader {
             }
             if !sealed {
                 tracing::info!(path = %path.display(), "deleted a dead writer's spool file");
+            }
+            for reader in self.peers.iter().chain([&self.me]) {
+                let _ = std::fs::remove_file(self.marker(&writer, n, reader));
             }
             self.files.remove(&(writer.clone(), n));
             self.forget.push(format!("{writer}.{n:010}"));
@@ -647,6 +748,45 @@ mod tests {
         let c = r.checkpoint();
         r.committed(&c);
         c
+    }
+
+    #[test]
+    fn two_readers_delete_a_file_once_both_are_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = SEGMENT_MAGIC.to_vec();
+        frame(&mut bytes, 0..3);
+        let seg = dir.path().join("edge-a.0000000000.seg");
+        std::fs::write(&seg, &bytes).unwrap();
+        let stale = Duration::from_secs(600);
+        let open = |me, peers| {
+            SpoolReader::open(dir.path().to_owned(), stale, Vec::new())
+                .unwrap()
+                .shared_with(me, peers)
+        };
+        let mut rollups = open(ROLLUPS, &[ARCHIVE]);
+        let mut archive = open(ARCHIVE, &[ROLLUPS]);
+        let (mut a, mut b) = (Seen::default(), Seen::default());
+        drain(&mut rollups, &mut a);
+        commit(&mut rollups);
+        commit(&mut rollups);
+        assert!(seg.exists(), "kept for the archive consumer");
+        assert!(dir.path().join(".edge-a.0000000000.rollups.done").exists());
+        // Read once, never again.
+        drain(&mut rollups, &mut a);
+        assert_eq!(a.ids, vec![0, 1, 2]);
+        drain(&mut archive, &mut b);
+        commit(&mut archive);
+        assert_eq!(b.ids, vec![0, 1, 2]);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "file and markers gone: {left:?}");
+        // The other reader lets it go without marking it again.
+        for _ in 0..3 {
+            drain(&mut rollups, &mut a);
+            commit(&mut rollups);
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "no marker made again: {left:?}");
+        assert!(rollups.checkpoint().is_empty(), "its position forgotten");
     }
 
     #[test]

@@ -469,6 +469,21 @@ impl RollupStore {
         }
     }
 
+    /// Every row of `day` from Kafka partition `part` (`None`: a spool), each decoded or
+    /// [`StoreError::Corrupt`], for a shared store's processor to load at once; the embedded
+    /// store answers per code ([`RollupStore::stored`]) and says so with an empty list.
+    #[allow(clippy::type_complexity)]
+    pub fn stored_day(
+        &self,
+        day: Day,
+        part: Option<i32>,
+    ) -> Result<Vec<(Box<str>, Result<Stored, StoreError>)>, StoreError> {
+        match self {
+            RollupStore::Embedded(_) => Ok(Vec::new()),
+            RollupStore::ClickHouse(s) => s.stored_day(day, part),
+        }
+    }
+
     /// `code`'s rollups from `from` to `to` (inclusive), days with data only, in day order.
     pub fn range(&self, code: &str, from: Day, to: Day) -> Result<Vec<DayRollup>, StoreError> {
         match self {

@@ -861,24 +861,38 @@ fn processors_share_a_group_into_clickhouse() {
     let codes: Vec<String> = (0..12)
         .map(|_| create_link(&server, &site.api_key))
         .collect();
+    // Killed on drop, so a failed assertion leaves no processor running.
+    struct Proc(std::process::Child);
+    impl Drop for Proc {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let spawn = |name: &str| {
         let log = site.dir.path().join(format!("{name}.log"));
         let child = Command::new(BIN)
             .args(["clicks", "process", "--data-dir"])
             .arg(site.dir.path().join(name))
             .args(["--kafka", broker.addr.as_str(), "--topic", topic])
+            // The archive consumer runs in `serve` (one archive host).
+            .args(["--clicks-archive", "off"])
             .args(tuning)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("clicks process starts");
-        (child, log)
+        (Proc(child), log)
     };
     // The partitions a processor's log says it holds now.
     let holds = |log: &str| -> Vec<u32> {
         log.lines()
             .rev()
-            .find(|l| l.contains("kafka rebalance") && l.contains("Assigned("))
+            .find(|l| {
+                l.contains("kafka rebalance")
+                    && l.contains("group=lasthop-clicks ")
+                    && l.contains("Assigned(")
+            })
             .and_then(|l| l.split("Assigned([").nth(1))
             .and_then(|rest| rest.split(']').next())
             .map(|list| list.split(", ").filter_map(|p| p.parse().ok()).collect())
@@ -916,8 +930,8 @@ fn processors_share_a_group_into_clickhouse() {
     // Clicks keep arriving while one processor is killed mid-interval, then replaced.
     send(&batch(600, 1200), true);
     std::thread::sleep(Duration::from_millis(150));
-    p1.kill().unwrap();
-    p1.wait().unwrap();
+    p1.0.kill().unwrap();
+    p1.0.wait().unwrap();
     send(&batch(1200, 1500), true);
     // Past the session timeout the broker has dropped the dead member; the replacement's join
     // rebalances the live ones.
@@ -952,6 +966,17 @@ fn processors_share_a_group_into_clickhouse() {
         "SELECT uniqExact(part) FROM shared_group.rollups WHERE day > 0 FORMAT TabSeparated",
     );
     assert!(parts.trim().parse::<u32>().unwrap() >= 2, "{parts}");
+    // The archive consumer in `serve` (its own group) has every click, whoever counted it.
+    wait_for(30, "every click in the archive", || {
+        let mut ids = Vec::new();
+        let first = lasthop_control::clicks::Day::of_ms(now - 60_000);
+        for day in [first, first.next()] {
+            ids.extend(archived_ids(&site, day));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        (ids == (0..1800).collect::<Vec<_>>()).then_some(())
+    });
     // Today is still open, counted by three processors at once: a recompute would race them.
     let (status, body) = recompute(
         &server,
@@ -960,9 +985,103 @@ fn processors_share_a_group_into_clickhouse() {
     );
     assert_eq!(status, 409, "{body}");
     assert_eq!(json(&body)["error"]["code"], "day_open", "{body}");
-    for mut p in [p2, p3] {
-        let _ = p.kill();
-        let _ = p.wait();
+    drop((p2, p3));
+    server.terminate();
+}
+
+/// The ids in the day archive of `day` under the site's data dir.
+fn archived_ids(site: &Site, day: lasthop_control::clicks::Day) -> Vec<u64> {
+    let root = site.dir.path().join("data/clicks/archive");
+    let mut ids = Vec::new();
+    if !lasthop_control::clicks::archive::day_dir(&root, day).is_dir() {
+        return ids;
     }
+    lasthop_control::clicks::archive::read_day(&root, day, |line| {
+        let v: Value = serde_json::from_slice(line).unwrap();
+        // The archived id is the hex of the 128-bit id; its low 64 bits are the test's counter.
+        let hex = v["id"].as_str().unwrap();
+        ids.push(u64::from_str_radix(&hex[hex.len() - 16..], 16).unwrap());
+    })
+    .unwrap();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// (j) The archive stands alone: `clicks archive` reads the spool at its own position while the
+/// processor (in `serve`, `--clicks-archive off`) is stopped and clicks keep arriving; nothing
+/// is lost from the archive, and the processor counts the same clicks when it is back. A spool
+/// file goes only once both have read it: neither one's stop loses the other's events.
+#[test]
+fn the_archive_consumer_stands_alone() {
+    struct Proc(std::process::Child);
+    impl Drop for Proc {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let site = Site::new();
+    let args = ["--clicks-flush-ms", "200", "--clicks-archive", "off"];
+    let server = site.start(&args);
+    let code = create_link(&server, &site.api_key);
+    let archiver = || {
+        Proc(
+            Command::new(BIN)
+                .args(["clicks", "archive", "--data-dir"])
+                .arg(site.dir.path().join("data"))
+                .args(["--clicks-flush-ms", "200"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("clicks archive starts"),
+        )
+    };
+    let mut archive = archiver();
+    let now = now_ms();
+    let today = lasthop_control::clicks::Day::of_ms(now);
+    let events = |ids: std::ops::Range<u64>| -> Vec<Ev> {
+        ids.map(|i| Ev::human(i, &code, now - 10_000 + i)).collect()
+    };
+    let seg = |n: u64| spool_dir(&site).join(format!("edge-a.{n:010}.seg"));
+    put_segment(&site, "edge-a", 0, &events(1..4));
+    wait_counts(&server, &site.api_key, &code, "", 3, 0);
+    wait_for(10, "the first segment archived and deleted", || {
+        (archived_ids(&site, today) == vec![1, 2, 3] && !seg(0).exists()).then_some(())
+    });
+
+    // The processor stops; clicks keep arriving and go into the archive all the same.
+    server.terminate();
+    put_segment(&site, "edge-a", 1, &events(4..7));
+    put_segment(&site, "edge-a", 2, &events(7..9));
+    wait_for(10, "clicks archived while the processor is down", || {
+        (archived_ids(&site, today) == (1..9).collect::<Vec<_>>()).then_some(())
+    });
+    // Kept for the processor, which has not read them.
+    assert!(seg(1).exists() && seg(2).exists());
+    let server = site.start(&args);
+    wait_counts(&server, &site.api_key, &code, "", 8, 0);
+    wait_for(10, "segments read by both deleted, markers too", || {
+        let left: Vec<_> = std::fs::read_dir(spool_dir(&site))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .collect();
+        left.is_empty().then_some(())
+    });
+
+    // The other way round: the archive consumer stops, the processor counts on, and the file
+    // waits for the archive.
+    archive.0.kill().unwrap();
+    archive.0.wait().unwrap();
+    put_segment(&site, "edge-a", 3, &events(9..11));
+    wait_counts(&server, &site.api_key, &code, "", 10, 0);
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(seg(3).exists(), "kept for the archive consumer");
+    archive = archiver();
+    wait_for(10, "archived after the restart, then deleted", || {
+        (archived_ids(&site, today) == (1..11).collect::<Vec<_>>() && !seg(3).exists())
+            .then_some(())
+    });
+    drop(archive);
     server.terminate();
 }

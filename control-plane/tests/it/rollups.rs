@@ -174,6 +174,16 @@ fn contract(store: &RollupStore) {
     let stored = store.stored(e, "k", Some(4)).unwrap().unwrap();
     assert_eq!((stored.rollup, stored.at), (rollup_of(1, 7), at(4, 7)));
     assert!(store.stored(e, "k", Some(5)).unwrap().is_none());
+    // A processor loads a (day, partition) at once.
+    let day_rows = store.stored_day(e, Some(3)).unwrap();
+    assert_eq!(day_rows.len(), 1);
+    let (code, row) = &day_rows[0];
+    let row = row.as_ref().unwrap();
+    assert_eq!(
+        (&**code, &row.rollup, row.at),
+        ("k", &rollup_of(5, 6), at(3, 100))
+    );
+    assert!(store.stored_day(e, Some(5)).unwrap().is_empty());
     assert_eq!(
         store.offsets("kafka/t/").unwrap(),
         vec![("kafka/t/3".to_string(), 100), ("kafka/t/4".to_string(), 7)]
