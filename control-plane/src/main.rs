@@ -224,6 +224,15 @@ struct ClicksTuning {
     /// `off` on the others.
     #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE", value_enum, default_value_t = Toggle::On)]
     clicks_archive: Toggle,
+    /// How often (seconds) the processor looks for days past their grace to rebuild from the
+    /// archive with the current rules ("fresh, then correct"); 0 never. Needs the archive
+    /// consumer beside it; with several processors a lock in the rollup store picks one.
+    #[arg(
+        long,
+        env = "LASTHOP_CLICKS_RECOMPUTE_EVERY_SECS",
+        default_value_t = 600
+    )]
+    clicks_recompute_every_secs: u64,
     /// Dedup window for event ids, seconds (at least 600).
     #[arg(long, env = "LASTHOP_CLICKS_DEDUP_SECS", default_value_t = 600)]
     clicks_dedup_secs: u64,
@@ -275,6 +284,8 @@ impl ClicksTuning {
             clicks_dir: data_dir.join("clicks"),
             store: self.clicks_store.clone(),
             archive_peer: self.clicks_archive == Toggle::On,
+            recompute_every: (self.clicks_recompute_every_secs > 0)
+                .then(|| Duration::from_secs(self.clicks_recompute_every_secs)),
             source,
             dedup_ms: self.clicks_dedup_secs * 1000,
             grace_ms: self.clicks_grace_secs.saturating_mul(1000),

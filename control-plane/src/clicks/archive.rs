@@ -62,6 +62,24 @@ fn part_path(root: &Path, day: Day, part: u32) -> PathBuf {
     day_dir(root, day).join(format!("{part:06}.ndjson.zst"))
 }
 
+/// The days the archive under `root` holds, oldest first.
+pub fn days(root: &Path) -> Result<Vec<Day>, ArchiveError> {
+    let entries = match std::fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(root)(e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io(root))?;
+        if let Some(day) = entry.file_name().to_str().and_then(Day::parse) {
+            out.push(day);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
 /// The parts of a day, in order: (number, path).
 pub fn parts(root: &Path, day: Day) -> Result<Vec<(u32, PathBuf)>, ArchiveError> {
     let dir = day_dir(root, day);

@@ -20,6 +20,9 @@
 //!   [`RECOMPUTED`]), then switches the day to it; reads ignore rows of other generations, and
 //!   an `ALTER TABLE … DELETE` mutation removes them in the background.
 //!
+//! - `locks (name, holder, nonce, at)`: claims, for jobs one processor of several should run
+//!   (the scheduled recompute of a day): see [`ClickHouse::try_lock`].
+//!
 //! Exactly-once across processors: a processor that takes a partition over starts from the
 //! partition's stored position (which never goes backwards: its version is the position), and
 //! before counting an event into a (code, day) it loaded, skips it if the row has counted that
@@ -268,7 +271,46 @@ impl ClickHouse {
             ),
             None,
         )?;
+        store.execute(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {db}.locks (name String, holder String, nonce UInt64, \
+                 at DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY (name, at)"
+            ),
+            None,
+        )?;
         Ok(store)
+    }
+
+    /// How long a claimant waits for the others' claims to land before reading who won.
+    const SETTLE: Duration = Duration::from_secs(2);
+
+    /// Claims lock `name` and reads the claims back after [`Self::SETTLE`]: the earliest live
+    /// claim (the server's clock, then a random nonce) wins, and every claimant reads the same
+    /// winner. A later claimant sees the earlier claim and loses; one whose claim lands after
+    /// another's read would lose in that reader's view too (the earlier claim stays earliest).
+    /// Claims older than `ttl` are dead: a winner that died mid-job frees the lock then.
+    pub fn try_lock(&self, name: &str, ttl: Duration) -> Result<bool, StoreError> {
+        let mut nonce = [0u8; 8];
+        getrandom::getrandom(&mut nonce).map_err(|e| storage(BadAnswer(e.to_string())))?;
+        let nonce = u64::from_le_bytes(nonce);
+        let holder = format!("{}:{}", std::process::id(), nonce);
+        let mut body = Rows::default();
+        body.bytes(name.as_bytes())
+            .bytes(holder.as_bytes())
+            .u64(nonce);
+        let db = &self.url.database;
+        self.execute(
+            &format!("INSERT INTO {db}.locks (name, holder, nonce) FORMAT RowBinary"),
+            Some(&body.0),
+        )?;
+        std::thread::sleep(Self::SETTLE);
+        let winner = self.select(&format!(
+            "SELECT holder FROM {db}.locks WHERE name = {} AND at >= now() - {} \
+             ORDER BY at, nonce LIMIT 1",
+            quote(name),
+            ttl.as_secs().max(1)
+        ))?;
+        Ok(winner.first().is_some_and(|w| *w == holder))
     }
 
     /// Runs `query`; with `body`, the query is an `INSERT … FORMAT RowBinary` and `body` its

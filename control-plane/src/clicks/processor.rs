@@ -42,6 +42,10 @@ use crate::metrics::Metrics;
 pub const MAX_FUTURE_MS: u64 = 5 * 60 * 1000;
 /// The shortest dedup window accepted.
 pub const MIN_DEDUP_MS: u64 = 10 * 60 * 1000;
+/// Days one scheduled run rebuilds at most (the rest wait for the next run).
+const SCHEDULED_PER_RUN: usize = 4;
+/// How long a scheduled recompute's lock holds a day against other processors.
+const LOCK_TTL: Duration = Duration::from_secs(3600);
 /// How long an idle spool poll waits before looking again.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
@@ -71,6 +75,10 @@ pub struct ProcessorConfig {
     pub flush_every: Duration,
     /// Archive retention in days (events of older days are not counted).
     pub archive_days: u32,
+    /// How often to look for days past their grace to rebuild from the archive (`None`: never).
+    /// Only a processor with the archive consumer beside it does (it knows how far the archive
+    /// has caught up); with several, a lock in the rollup store picks one per day.
+    pub recompute_every: Option<Duration>,
     /// Whether to run the archive consumer beside this processor (`--clicks-archive`). A spool
     /// always has both readers: without one here, `clicks archive` runs elsewhere on it.
     pub archive_peer: bool,
@@ -447,6 +455,8 @@ pub struct Processor {
     flush_failing: bool,
     /// The archive consumer beside this processor, flushed before a recompute reads the archive.
     archive: Option<ArchiveHandle>,
+    /// The scheduled recompute running now, if any.
+    scheduled: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Processor {
@@ -518,6 +528,7 @@ impl Processor {
             flushes: 0,
             flush_failing: false,
             archive: None,
+            scheduled: None,
         })
     }
 
@@ -551,6 +562,10 @@ impl Processor {
         let started = Instant::now();
         let mut first_event: Option<Instant> = None;
         let mut next_flush = Instant::now() + self.config.flush_every;
+        let mut next_recompute = self
+            .config
+            .recompute_every
+            .map(|every| Instant::now() + every);
         loop {
             match self.commands.try_recv() {
                 Ok(Command::Stop) => break,
@@ -569,6 +584,12 @@ impl Processor {
                 self.flush();
                 next_flush = Instant::now() + self.config.flush_every;
             }
+            if let (Some(at), Some(every)) = (next_recompute, self.config.recompute_every) {
+                if Instant::now() >= at {
+                    self.schedule_recompute();
+                    next_recompute = Some(Instant::now() + every);
+                }
+            }
             if polled.consumed == 0 {
                 if exit_when_idle && self.drained() {
                     break;
@@ -585,6 +606,10 @@ impl Processor {
             }
         }
         self.flush();
+        if let Some(t) = self.scheduled.take() {
+            // A recompute writes the day's rows, then switches the day: let it finish.
+            let _ = t.join();
+        }
         // A failing store or disk: one more try after a pause before giving up on the interval
         // (it is read again from the source at the next start).
         if self.flush_failing {
@@ -621,6 +646,73 @@ impl Processor {
                 }
             },
             Source::Kafka(k) => k.poll(IDLE_WAIT, |i| state.on_input(i, now)),
+        }
+    }
+
+    /// Starts rebuilding, on a thread of its own, the days that need it: past their grace, not
+    /// rebuilt yet, and archived up to their end (the archive consumer caught up after the
+    /// grace ended). Oldest first, a few per run; days still in memory are closed, so the
+    /// processor never touches them again. "Fresh, then correct" without an operator.
+    fn schedule_recompute(&mut self) {
+        let Some(archive) = &self.archive else { return };
+        if self.scheduled.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let now = u64::try_from(now_ms()).unwrap_or(0);
+        let caught_up = archive.caught_up_ms();
+        let grace = self.config.grace_ms;
+        let root = self.config.clicks_dir.join("archive");
+        let (store, rules) = (Arc::clone(&self.store), Arc::clone(&self.config.rules));
+        let job = move || {
+            let days = match super::archive::days(&root) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!(error = %e, "scheduled recompute: listing the archive");
+                    return;
+                }
+            };
+            let due = |day: Day| {
+                let closes = day.end_ms().saturating_add(grace);
+                now > closes && caught_up > closes
+            };
+            let mut done = 0;
+            for day in days.into_iter().filter(|d| due(*d)) {
+                if done == SCHEDULED_PER_RUN {
+                    break;
+                }
+                match store.day_state(day) {
+                    Ok(Some(super::DayState::Recomputed | super::DayState::Open)) => continue,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, %day, "scheduled recompute: the day's state");
+                        return;
+                    }
+                }
+                match store.try_lock(&format!("recompute/{day}"), LOCK_TTL) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        tracing::error!(error = %e, %day, "scheduled recompute: the lock");
+                        return;
+                    }
+                }
+                // Another processor may have finished it while the lock settled.
+                if matches!(store.day_state(day), Ok(Some(super::DayState::Recomputed))) {
+                    continue;
+                }
+                match recompute::recompute_into(&store, &root, day, Arc::clone(&rules)) {
+                    Ok(r) => tracing::info!(%day, events = r.events, "scheduled recompute done"),
+                    Err(e) => tracing::error!(error = %e, %day, "scheduled recompute failed"),
+                }
+                done += 1;
+            }
+        };
+        match std::thread::Builder::new()
+            .name("clicks-recompute".into())
+            .spawn(job)
+        {
+            Ok(t) => self.scheduled = Some(t),
+            Err(e) => tracing::error!(error = %e, "starting the scheduled recompute"),
         }
     }
 

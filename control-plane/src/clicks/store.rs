@@ -529,6 +529,16 @@ impl RollupStore {
         }
     }
 
+    /// Takes the lock `name` for `ttl` if nobody holds it: true for the one caller that gets it.
+    /// The embedded store has one process, so one lock holder always; on ClickHouse the
+    /// callers race through a claim table (see `ClickHouse::try_lock`).
+    pub fn try_lock(&self, name: &str, ttl: std::time::Duration) -> Result<bool, StoreError> {
+        match self {
+            RollupStore::Embedded(_) => Ok(true),
+            RollupStore::ClickHouse(s) => s.try_lock(name, ttl),
+        }
+    }
+
     /// Replaces every rollup of `day` with `rollups` and returns the day's state.
     pub fn replace_day<'a>(
         &self,

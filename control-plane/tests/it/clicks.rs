@@ -1085,3 +1085,55 @@ fn the_archive_consumer_stands_alone() {
     drop(archive);
     server.terminate();
 }
+
+/// (k) The scheduled recompute: a day past its grace is rebuilt from the archive by itself
+/// ("fresh, then correct"), late events included, once the archive consumer has caught up.
+#[test]
+fn days_past_their_grace_are_recomputed_by_themselves() {
+    let site = Site::new();
+    let now = now_ms();
+    let today_start = now / DAY_MS * DAY_MS;
+    // Yesterday closes an hour from now; the day before closed 23 hours ago.
+    let grace = ((now - today_start) / 1000 + 3600).to_string();
+    let server = site.start(&[
+        "--clicks-flush-ms",
+        "200",
+        "--clicks-grace-secs",
+        &grace,
+        "--clicks-recompute-every-secs",
+        "1",
+    ]);
+    let code = create_link(&server, &site.api_key);
+    let yesterday = today_start - DAY_MS / 2;
+    let before = today_start - DAY_MS - DAY_MS / 2;
+    put_segment(
+        &site,
+        "edge-a",
+        0,
+        &[
+            Ev::human(1, &code, yesterday),
+            Ev::human(2, &code, before),
+            Ev::human(3, &code, before + 1000).ua(GOOGLEBOT),
+        ],
+    );
+    // The late clicks of the closed day count once the scheduler rebuilt it; yesterday, still
+    // in its grace, streams and is left alone.
+    let range = format!("?from={}", day_string(before));
+    let body = wait_for(30, "the closed day rebuilt by the scheduler", || {
+        let (_, body) = stats(&server, &site.api_key, &code, &range);
+        (body["days"][0]["state"] == "recomputed").then_some(body)
+    });
+    let days = body["days"].as_array().unwrap();
+    assert_eq!(days.len(), 2, "{body}");
+    assert_eq!(days[0]["day"], day_string(before).as_str());
+    assert_eq!(
+        (days[0]["clicks"].as_u64(), days[0]["bot_clicks"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(days[1]["state"], "open", "{body}");
+    assert!(server.log().contains("scheduled recompute done"));
+    // Once: later runs leave it alone.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(server.log().matches("scheduled recompute done").count(), 1);
+    server.terminate();
+}

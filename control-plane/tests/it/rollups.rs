@@ -231,3 +231,30 @@ fn a_store_that_is_down_is_an_error() {
     let err = RollupStore::open_at(&location, dir.path()).unwrap_err();
     assert!(err.to_string().contains("rollup store"), "{err}");
 }
+
+/// The scheduled recompute's lock: of several processors racing for a day, exactly one gets it.
+#[test]
+fn one_lock_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedded = RollupStore::open_at(&StoreLocation::Embedded, dir.path()).unwrap();
+    let ttl = std::time::Duration::from_secs(60);
+    assert!(embedded.try_lock("recompute/2026-01-01", ttl).unwrap());
+    let Some(ch) = ClickHouse::shared("one_lock_holder") else {
+        return;
+    };
+    let location: StoreLocation = ch.url("locks").parse().unwrap();
+    let stores: Vec<_> = (0..3)
+        .map(|_| RollupStore::open_at(&location, dir.path()).unwrap())
+        .collect();
+    let won: Vec<bool> = std::thread::scope(|s| {
+        let racers: Vec<_> = stores
+            .iter()
+            .map(|st| s.spawn(move || st.try_lock("recompute/2026-01-01", ttl).unwrap()))
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    assert_eq!(won.iter().filter(|w| **w).count(), 1, "{won:?}");
+    // A later claimant loses while the claim lives; another lock is free.
+    assert!(!stores[0].try_lock("recompute/2026-01-01", ttl).unwrap());
+    assert!(stores[1].try_lock("recompute/2026-01-02", ttl).unwrap());
+}
