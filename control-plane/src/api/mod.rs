@@ -1325,6 +1325,11 @@ async fn recompute_clicks(
             "no_archive",
             e.to_string(),
         )),
+        Err(e @ RecomputeError::ArchiveIncomplete(_)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "archive_incomplete",
+            e.to_string(),
+        )),
         Err(e @ RecomputeError::DayOpen(_)) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "day_open",

@@ -106,8 +106,10 @@ impl ArchiveHandle {
             .map_err(|_| "the archive consumer did not answer".to_string())?
     }
 
-    /// Wall time (Unix ms) of the last flush after which nothing was left to read: every event
-    /// that arrived before it is in the archive. 0 before the first.
+    /// Wall time (Unix ms) of the last flush after which nothing was left to read of the whole
+    /// source (on Kafka: every partition held by this consumer and read to its end): every
+    /// event that arrived before it is in this archive. 0 before the first, and always 0 for a
+    /// consumer that shares its group (each then holds part of the archive).
     pub fn caught_up_ms(&self) -> u64 {
         self.caught_up_ms.load(Ordering::Relaxed)
     }
@@ -369,7 +371,11 @@ impl Archiver {
 
     /// Writes and fsyncs the interval's events, then records the position past them.
     fn flush(&mut self) -> Result<(), String> {
-        let was_idle = self.idle;
+        let was_idle = self.idle
+            && match &self.source {
+                Source::Spool { .. } => true,
+                Source::Kafka(k) => k.holds_all() && k.drained(),
+            };
         let started = now_ms();
         let result = self.try_flush();
         match &result {

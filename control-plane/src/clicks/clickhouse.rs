@@ -48,6 +48,8 @@ pub const SPOOL: i32 = -1;
 const GEN_SHIFT: u32 = 44;
 const LOW_MASK: u64 = (1 << GEN_SHIFT) - 1;
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest answer read (a stats range of a year of dense sketches is about 12 MiB).
+const MAX_ANSWER: u64 = 1 << 30;
 
 /// A parsed `clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DB` (port 8123 by default).
 #[derive(Clone, PartialEq, Eq)]
@@ -327,7 +329,17 @@ impl ClickHouse {
             None => req.send_string(query),
         };
         match answer {
-            Ok(r) => r.into_string().map_err(storage),
+            // Not `into_string`, which refuses answers over 10 MiB (a year of a popular code's
+            // sketches is more).
+            Ok(r) => {
+                use std::io::Read as _;
+                let mut text = String::new();
+                r.into_reader()
+                    .take(MAX_ANSWER)
+                    .read_to_string(&mut text)
+                    .map_err(storage)?;
+                Ok(text)
+            }
             Err(ureq::Error::Status(status, r)) => Err(storage(ServerError {
                 status,
                 message: r
@@ -667,6 +679,7 @@ impl ClickHouse {
             .remove(&day.0);
         let (gen, was) = self.day(day)?;
         let next = gen.saturating_add(1);
+        let seq = self.next_seq();
         let mut body = Rows::default();
         let mut rows = 0usize;
         for (code, rollup) in rollups {
@@ -675,7 +688,9 @@ impl ClickHouse {
                 .bytes(code.as_bytes())
                 .i32(RECOMPUTED)
                 .u32(next)
-                .u64(u64::from(next) << GEN_SHIFT)
+                // Two recomputes of one generation (a crash before the switch, then another):
+                // the later write wins.
+                .u64(u64::from(next) << GEN_SHIFT | (seq & LOW_MASK))
                 .u64(rollup.human)
                 .u64(rollup.bot)
                 .bytes(&bytes);

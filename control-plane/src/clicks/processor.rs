@@ -46,6 +46,8 @@ pub const MIN_DEDUP_MS: u64 = 10 * 60 * 1000;
 const SCHEDULED_PER_RUN: usize = 4;
 /// How long a scheduled recompute's lock holds a day against other processors.
 const LOCK_TTL: Duration = Duration::from_secs(3600);
+/// The pause before reading a partition again after its rows would not load.
+const REWIND_PAUSE: Duration = Duration::from_secs(1);
 /// How long an idle spool poll waits before looking again.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
@@ -246,6 +248,8 @@ struct State {
     /// forget when the partition leaves (its next owner counts them again).
     unflushed: HashMap<Part, Vec<EventId>>,
     shared: bool,
+    /// Partitions whose rows could not be loaded during this poll: to read again.
+    rewind: Vec<Part>,
     out: Outcomes,
     newest_ms: u64,
 }
@@ -273,12 +277,14 @@ impl State {
 
     /// Loads every stored row of `day` from partition `part` (a shared store: one query,
     /// where a round trip per code would cap the rate at the server's latency). False when the
-    /// store failed: the event is not counted (logged), as with a failed load of one row.
+    /// store failed: the partition is then read again from its stored position (see
+    /// [`Processor::poll`]), its events meanwhile left alone.
     fn load(&mut self, day: Day, part: Part, at: Option<Pos>) -> bool {
         let rows = match self.store.stored_day(day, at.map(|a| a.part)) {
             Ok(rows) => rows,
             Err(err) => {
-                tracing::error!(error = %err, %day, part, "loading the day's rollups failed; event not counted");
+                tracing::error!(error = %err, %day, part, "loading the day's rollups failed; reading the partition again from its stored position");
+                self.rewind.push(part);
                 return false;
             }
         };
@@ -309,6 +315,10 @@ impl State {
         // Only a shared store keeps partitions apart.
         let at = at.filter(|_| self.shared);
         let part = at.map_or(NO_PART, |a| a.part);
+        if self.rewind.contains(&part) {
+            // Read again after the rewind.
+            return;
+        }
         self.out.events += 1;
         if e.at_ms > now.saturating_add(MAX_FUTURE_MS) {
             self.out.invalid += 1;
@@ -511,6 +521,7 @@ impl Processor {
             dirty: Vec::new(),
             unflushed: HashMap::new(),
             shared,
+            rewind: Vec::new(),
             out: Outcomes::default(),
             newest_ms: 0,
         };
@@ -637,7 +648,7 @@ impl Processor {
     fn poll(&mut self) -> Polled {
         let now = u64::try_from(now_ms()).unwrap_or(0);
         let state = &mut self.state;
-        match &mut self.source {
+        let polled = match &mut self.source {
             Source::Spool(r) => match r.poll(|i| state.on_input(i, now)) {
                 Ok(p) => p,
                 Err(e) => {
@@ -646,7 +657,22 @@ impl Processor {
                 }
             },
             Source::Kafka(k) => k.poll(IDLE_WAIT, |i| state.on_input(i, now)),
+        };
+        // A partition whose rows would not load: what it counted since the last flush is
+        // dropped (its ids forgotten) and it is read again from the stored position, after a
+        // pause, so a store that blinks loses no click and is not hammered.
+        let rewind = std::mem::take(&mut self.state.rewind);
+        for part in &rewind {
+            self.state.revoked(*part);
+            match &mut self.source {
+                Source::Spool(r) => r.rewind(),
+                Source::Kafka(k) => k.rewind(*part),
+            }
         }
+        if !rewind.is_empty() {
+            std::thread::sleep(REWIND_PAUSE);
+        }
+        polled
     }
 
     /// Starts rebuilding, on a thread of its own, the days that need it: past their grace, not
@@ -841,6 +867,21 @@ impl Processor {
             archive
                 .flush(Duration::from_secs(60))
                 .map_err(RecomputeError::Flush)?;
+        }
+        // Several processors count into a shared store, each beside its own archive consumer
+        // or none: only a whole archive, caught up past the day's grace, may replace the day.
+        if self.store.shared() {
+            if self.store.day_state(day)? == Some(super::DayState::Open) {
+                return Err(RecomputeError::DayOpen(day));
+            }
+            let closes = day.end_ms().saturating_add(self.config.grace_ms);
+            if self
+                .archive
+                .as_ref()
+                .is_none_or(|a| a.caught_up_ms() <= closes)
+            {
+                return Err(RecomputeError::ArchiveIncomplete(day));
+            }
         }
         let root = self.config.clicks_dir.join("archive");
         let report =

@@ -68,6 +68,11 @@ pub enum RecomputeError {
         "{0} is still open (counting streaming events); recompute it once its grace has passed"
     )]
     DayOpen(Day),
+    /// A shared store's day can be rebuilt only from a whole archive: the archive consumer
+    /// beside this processor must hold the whole source and have caught up past the day's
+    /// grace (with several archive consumers in one group, each holds a part).
+    #[error("the archive here is not whole for {0} (run the recompute where one archive consumer holds the whole topic, after the day's grace)")]
+    ArchiveIncomplete(Day),
     /// The flush before the recompute failed.
     #[error("flush before recompute failed: {0}")]
     Flush(String),

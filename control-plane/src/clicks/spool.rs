@@ -420,7 +420,19 @@ impl SpoolReader {
                     },
                 );
             }
+            let grew_marked = self
+                .files
+                .get(&key)
+                .is_some_and(|f| f.marked && meta.len > f.len);
+            if grew_marked {
+                // A "dead" writer came back and appended after this reader marked the file
+                // done: not done any more (another reader must not delete the new tail).
+                let _ = std::fs::remove_file(self.marker(&key.0, key.1, self.me));
+            }
             if let Some(state) = self.files.get_mut(&key) {
+                if grew_marked {
+                    state.marked = false;
+                }
                 // Sealed is for ever (a `.seg` is never renamed back).
                 state.sealed |= sealed;
                 state.len = state.len.max(meta.len);
@@ -677,6 +689,14 @@ impl SpoolReader {
             }
             self.files.remove(&(writer.clone(), n));
             self.forget.push(format!("{writer}.{n:010}"));
+        }
+    }
+
+    /// Reads every file again from its last committed position (what was read since is
+    /// dropped by the caller).
+    pub fn rewind(&mut self) {
+        for f in self.files.values_mut() {
+            f.read = f.committed;
         }
     }
 
