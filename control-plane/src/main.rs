@@ -1039,6 +1039,20 @@ fn apikey(command: ApikeyCommand) -> anyhow::Result<()> {
     }
 }
 
+/// Runs `stop` on a thread of its own once SIGTERM or SIGINT arrives (for the standalone click
+/// commands, which have no runtime of their own).
+fn on_shutdown_signal(stop: impl FnOnce() + Send + 'static) {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        if let Ok(rt) = rt {
+            rt.block_on(shutdown_signal());
+        }
+        stop();
+    });
+}
+
 fn clicks(command: ClicksCommand) -> anyhow::Result<()> {
     match command {
         ClicksCommand::Synth(a) => {
@@ -1086,13 +1100,7 @@ fn clicks(command: ClicksCommand) -> anyhow::Result<()> {
             }
             if !a.exit_when_idle {
                 let (handle, archive) = (processor.handle(), archive.clone());
-                std::thread::spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build();
-                    if let Ok(rt) = rt {
-                        rt.block_on(shutdown_signal());
-                    }
+                on_shutdown_signal(move || {
                     handle.stop();
                     if let Some(a) = archive {
                         a.stop();
@@ -1121,15 +1129,7 @@ fn clicks(command: ClicksCommand) -> anyhow::Result<()> {
                 .context("starting the archive consumer")?;
             if !a.exit_when_idle {
                 let handle = archiver.handle();
-                std::thread::spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build();
-                    if let Ok(rt) = rt {
-                        rt.block_on(shutdown_signal());
-                    }
-                    handle.stop();
-                });
+                on_shutdown_signal(move || handle.stop());
             }
             let summary = archiver.run(a.exit_when_idle);
             println!("{}", serde_json::to_string(&summary)?);

@@ -354,6 +354,22 @@ impl ClickHouse {
         }
     }
 
+    /// Inserts `body`'s rows into `rollups` in one block (nothing when there are none).
+    fn insert_rollups(&self, body: &Rows) -> Result<(), StoreError> {
+        if body.0.is_empty() {
+            return Ok(());
+        }
+        let db = &self.url.database;
+        self.execute(
+            &format!(
+                "INSERT INTO {db}.rollups (day, code, part, gen, version, human, bot, rollup) \
+                 FORMAT RowBinary"
+            ),
+            Some(&body.0),
+        )?;
+        Ok(())
+    }
+
     fn select(&self, query: &str) -> Result<Vec<String>, StoreError> {
         let text = self.execute(&format!("{query} FORMAT TabSeparated"), None)?;
         Ok(text.lines().map(str::to_owned).collect())
@@ -593,7 +609,6 @@ impl ClickHouse {
     /// One flush: the rollup rows and the positions in one `INSERT`, then the days' states.
     pub fn commit(&self, batch: &FlushBatch) -> Result<(), StoreError> {
         let mut body = Rows::default();
-        let mut rows = 0usize;
         for row in &batch.rollups {
             let (gen, _) = self.day(row.day)?;
             let (part, low) = match row.at {
@@ -608,7 +623,6 @@ impl ClickHouse {
                 .u64(row.human)
                 .u64(row.bot)
                 .bytes(&row.bytes);
-            rows += 1;
         }
         for (key, value) in &batch.offsets {
             // A Kafka position only moves forward (its version is the position, so a processor
@@ -625,18 +639,8 @@ impl ClickHouse {
                 .u64(value.unwrap_or(0))
                 .u64(u64::from(value.is_some()))
                 .bytes(b"");
-            rows += 1;
         }
-        if rows > 0 {
-            let db = &self.url.database;
-            self.execute(
-                &format!(
-                    "INSERT INTO {db}.rollups (day, code, part, gen, version, human, bot, rollup) \
-                     FORMAT RowBinary"
-                ),
-                Some(&body.0),
-            )?;
-        }
+        self.insert_rollups(&body)?;
         let mut days = Vec::new();
         for day in &batch.touched_days {
             let (gen, state) = self.day(*day)?;
@@ -681,7 +685,6 @@ impl ClickHouse {
         let next = gen.saturating_add(1);
         let seq = self.next_seq();
         let mut body = Rows::default();
-        let mut rows = 0usize;
         for (code, rollup) in rollups {
             let bytes = rollup.to_bytes();
             body.u32(day.0)
@@ -694,18 +697,9 @@ impl ClickHouse {
                 .u64(rollup.human)
                 .u64(rollup.bot)
                 .bytes(&bytes);
-            rows += 1;
         }
+        self.insert_rollups(&body)?;
         let db = &self.url.database;
-        if rows > 0 {
-            self.execute(
-                &format!(
-                    "INSERT INTO {db}.rollups (day, code, part, gen, version, human, bot, rollup) \
-                     FORMAT RowBinary"
-                ),
-                Some(&body.0),
-            )?;
-        }
         let state = if was == Some(DayState::Open) {
             DayState::Open
         } else {

@@ -163,7 +163,13 @@ pub struct KafkaSource {
     committed: BTreeMap<i32, i64>,
     /// A store several processors share: positions are read from it at every assignment.
     shared: Option<Arc<RollupStore>>,
+    /// When the group last gave this consumer partitions.
+    assigned_at: Option<Instant>,
 }
+
+/// How long after an assignment a consumer with nothing to read is not yet called drained:
+/// fetching a partition it just got takes a moment.
+const SETTLE_AFTER_ASSIGN: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for KafkaSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -222,6 +228,7 @@ impl KafkaSource {
             committed: next.clone(),
             next,
             shared,
+            assigned_at: None,
         })
     }
 
@@ -233,8 +240,11 @@ impl KafkaSource {
         let mut checked: Vec<i32> = Vec::new();
         for _ in 0..BATCH {
             let got = self.consumer.poll(timeout);
-            if let Some(store) = &self.shared {
-                for change in self.consumer.context().take_changes() {
+            for change in self.consumer.context().take_changes() {
+                if matches!(change, Change::Assigned(_)) {
+                    self.assigned_at = Some(Instant::now());
+                }
+                if let Some(store) = &self.shared {
                     let positions = Positions {
                         next: &mut self.next,
                         committed: &mut self.committed,
@@ -448,6 +458,12 @@ impl KafkaSource {
 
     /// Whether every assigned partition is read up to its end (asks the broker).
     pub fn drained(&self) -> bool {
+        if self
+            .assigned_at
+            .is_none_or(|t| t.elapsed() < SETTLE_AFTER_ASSIGN)
+        {
+            return false;
+        }
         let Ok(assignment) = self.consumer.assignment() else {
             return false;
         };

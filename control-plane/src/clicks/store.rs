@@ -594,97 +594,15 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_and_replace() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("clicks").join("rollups.redb");
-        let store = RollupStore::open(&path).unwrap();
-        let d = Day(20_000);
-        let batch = FlushBatch {
-            rollups: vec![
-                RollupRow::new(d, "abc".into(), &rollup_of(4), None),
-                RollupRow::new(d.next(), "abc".into(), &rollup_of(2), None),
-                RollupRow::new(d, "other".into(), &rollup_of(1), None),
-            ],
-            offsets: vec![("spool/w.0000000000".into(), Some(99))],
-            touched_days: vec![d, d.next()],
-            closed_through: None,
-        };
-        store.commit(&batch).unwrap();
-        assert_eq!(store.rollup(d, "abc").unwrap(), Some(rollup_of(4)));
-        assert_eq!(store.rollup(d, "nope").unwrap(), None);
-        let range = store.range("abc", d.minus(3), d.next()).unwrap();
-        assert_eq!(range.len(), 2);
-        assert_eq!(range[1].rollup, rollup_of(2));
-        assert_eq!(range[0].state, DayState::Open);
-        assert_eq!(
-            store.offsets("spool/").unwrap(),
-            vec![("spool/w.0000000000".to_string(), 99)]
-        );
-        // Human clicks (half of each rollup_of) summed over the days asked, most first.
-        assert_eq!(
-            store.top_codes(d, d.next(), 10).unwrap(),
-            vec![("abc".to_string(), 3), ("other".to_string(), 1)]
-        );
-        assert_eq!(
-            store.top_codes(d.next(), d.next(), 10).unwrap(),
-            vec![("abc".to_string(), 1)]
-        );
-        assert_eq!(
-            store.top_codes(d, d, 1).unwrap(),
-            vec![("abc".to_string(), 2)]
-        );
-
-        // Close the first day, forget the offset.
-        store
-            .commit(&FlushBatch {
-                offsets: vec![("spool/w.0000000000".into(), None)],
-                closed_through: Some(d),
-                ..FlushBatch::default()
-            })
-            .unwrap();
-        assert_eq!(store.day_state(d).unwrap(), Some(DayState::Closed));
-        assert_eq!(store.day_state(d.next()).unwrap(), Some(DayState::Open));
-        assert!(store.offsets("spool/").unwrap().is_empty());
-
-        // A recompute replaces the whole day: "other" is gone.
-        let fresh = rollup_of(3);
-        assert_eq!(
-            store.replace_day(d, [("abc", &fresh)].into_iter()).unwrap(),
-            DayState::Recomputed
-        );
-        assert_eq!(store.rollup(d, "abc").unwrap(), Some(rollup_of(3)));
-        assert_eq!(store.rollup(d, "other").unwrap(), None);
-        assert_eq!(store.rollup(d.next(), "abc").unwrap(), Some(rollup_of(2)));
-        assert_eq!(store.day_state(d).unwrap(), Some(DayState::Recomputed));
-        // The open day, recomputed, stays open.
-        assert_eq!(
-            store
-                .replace_day(d.next(), [("abc", &fresh)].into_iter())
-                .unwrap(),
-            DayState::Open
-        );
-        assert_eq!(store.day_state(d.next()).unwrap(), Some(DayState::Open));
-        // A recomputed day that counts streaming events again is open until it closes again.
-        store
-            .commit(&FlushBatch {
-                touched_days: vec![d],
-                ..FlushBatch::default()
-            })
-            .unwrap();
-        assert_eq!(store.day_state(d).unwrap(), Some(DayState::Open));
-        store
-            .commit(&FlushBatch {
-                touched_days: vec![d],
-                closed_through: Some(d),
-                ..FlushBatch::default()
-            })
-            .unwrap();
-        assert_eq!(store.day_state(d).unwrap(), Some(DayState::Closed));
-        drop(store);
-
-        // Reopens with everything in place.
-        let store = RollupStore::open(&path).unwrap();
-        assert_eq!(store.rollup(d, "abc").unwrap(), Some(rollup_of(3)));
+    fn store_locations() {
+        assert_eq!("embedded".parse(), Ok(StoreLocation::Embedded));
+        assert!(matches!(
+            "clickhouse://127.0.0.1:8123/lasthop".parse::<StoreLocation>(),
+            Ok(StoreLocation::ClickHouse(_))
+        ));
+        for bad in ["", "redb", "postgres://h/db", "clickhouse://h"] {
+            assert!(bad.parse::<StoreLocation>().is_err(), "{bad}");
+        }
     }
 
     #[test]
