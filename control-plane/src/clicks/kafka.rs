@@ -17,15 +17,16 @@
 //! [`Input::Revoked`]) and starts each partition it gains from the position the store holds,
 //! whoever wrote it (see `clickhouse.rs` for the per-row half of exactly-once).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus::IntCounter;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message as _;
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use lasthop_core::click::ClickEvent;
@@ -70,6 +71,9 @@ struct Context {
     last_log: std::sync::Mutex<Option<Instant>>,
     changes: std::sync::Mutex<Vec<Change>>,
     group: String,
+    topic: String,
+    /// A shared store and this topic's key prefix among its positions.
+    shared: Option<(Arc<RollupStore>, String)>,
 }
 
 impl Context {
@@ -107,29 +111,82 @@ impl ClientContext for Context {
 }
 
 impl ConsumerContext for Context {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Revoke(list) => self.push(Change::Revoked(partitions(list))),
-            // rdkafka unassigns everything after an error: the same as losing it all.
-            Rebalance::Error(_) => {
+    /// The eager protocol's rebalance, done here rather than by rdkafka's default so that with
+    /// a shared store a gained partition is assigned at the position the store holds: the
+    /// fetch starts exactly where the rows stand, whatever the group's offset says (it may
+    /// be behind, or ahead when the store's write failed after the group's commit of an
+    /// earlier owner).
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let mut gained: Vec<(i32, Option<i64>)> =
+                    partitions(tpl).into_iter().map(|p| (p, None)).collect();
+                if let Some((store, prefix)) = &self.shared {
+                    match store.offsets(prefix) {
+                        Ok(stored) => {
+                            for (p, at) in &mut gained {
+                                let key = format!("{prefix}{p}");
+                                *at = stored
+                                    .iter()
+                                    .find(|(k, _)| *k == key)
+                                    .and_then(|(_, o)| i64::try_from(*o).ok());
+                                let offset = at.map_or(Offset::Beginning, Offset::Offset);
+                                if let Err(e) = tpl.set_partition_offset(&self.topic, *p, offset) {
+                                    self.error(e, "assign at the stored position");
+                                }
+                            }
+                        }
+                        // The group's offsets then (the rows' own positions skip what they
+                        // hold).
+                        Err(e) => self.error(
+                            KafkaError::Subscription(format!("reading stored positions: {e}")),
+                            "assign",
+                        ),
+                    }
+                }
+                if let Err(e) = consumer.assign(tpl) {
+                    self.error(e, "assign");
+                }
+                self.push(Change::Assigned(gained));
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.push(Change::Revoked(partitions(tpl)));
+                if let Err(e) = consumer.unassign() {
+                    self.error(e, "unassign");
+                }
+            }
+            // An error: everything is unassigned, the same as losing it all.
+            other => {
                 if let Ok(list) = consumer.assignment() {
                     self.push(Change::Revoked(partitions(&list)));
                 }
+                tracing::warn!(error = ?other, "kafka rebalance error; unassigning");
+                if let Err(e) = consumer.unassign() {
+                    self.error(e, "unassign");
+                }
             }
-            Rebalance::Assign(_) => {}
-        }
-    }
-
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(list) = rebalance {
-            self.push(Change::Assigned(partitions(list)));
         }
     }
 }
 
 impl Context {
     fn push(&self, change: Change) {
-        tracing::info!(group = %self.group, ?change, "kafka rebalance");
+        let (what, at) = match &change {
+            Change::Revoked(parts) => (format!("Revoked({parts:?})"), Vec::new()),
+            Change::Assigned(parts) => (
+                format!(
+                    "Assigned({:?})",
+                    parts.iter().map(|(p, _)| *p).collect::<Vec<_>>()
+                ),
+                parts.iter().map(|(_, at)| *at).collect(),
+            ),
+        };
+        tracing::info!(group = %self.group, change = %what, ?at, "kafka rebalance");
         self.changes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -149,7 +206,9 @@ fn partitions(list: &TopicPartitionList) -> Vec<i32> {
 #[derive(Debug)]
 enum Change {
     Revoked(Vec<i32>),
-    Assigned(Vec<i32>),
+    /// Partitions gained, each with the position it was assigned at (the store's, when there
+    /// is a shared store and it holds one).
+    Assigned(Vec<(i32, Option<i64>)>),
 }
 
 /// A consumer of the clicks topic.
@@ -165,6 +224,10 @@ pub struct KafkaSource {
     shared: Option<Arc<RollupStore>>,
     /// When the group last gave this consumer partitions.
     assigned_at: Option<Instant>,
+    /// With a shared store, the partitions this consumer holds as its rebalance callbacks said.
+    owned: BTreeSet<i32>,
+    /// With a shared store, the position each partition was last sought to.
+    sought: BTreeMap<i32, i64>,
 }
 
 /// How long after an assignment a consumer with nothing to read is not yet called drained:
@@ -215,6 +278,10 @@ impl KafkaSource {
                 last_log: std::sync::Mutex::new(None),
                 changes: std::sync::Mutex::new(Vec::new()),
                 group: config.group.clone(),
+                topic: config.topic.clone(),
+                shared: shared
+                    .as_ref()
+                    .map(|s| (Arc::clone(s), key_prefix(&config.topic))),
             })?;
         consumer.subscribe(&[config.topic.as_str()])?;
         let next: BTreeMap<i32, i64> = stored
@@ -229,6 +296,8 @@ impl KafkaSource {
             next,
             shared,
             assigned_at: None,
+            owned: BTreeSet::new(),
+            sought: BTreeMap::new(),
         })
     }
 
@@ -241,16 +310,24 @@ impl KafkaSource {
         for _ in 0..BATCH {
             let got = self.consumer.poll(timeout);
             for change in self.consumer.context().take_changes() {
-                if matches!(change, Change::Assigned(_)) {
-                    self.assigned_at = Some(Instant::now());
+                match &change {
+                    Change::Assigned(parts) => {
+                        self.assigned_at = Some(Instant::now());
+                        self.owned.extend(parts.iter().map(|(p, _)| *p));
+                    }
+                    Change::Revoked(parts) => {
+                        for p in parts {
+                            self.owned.remove(p);
+                            self.sought.remove(p);
+                        }
+                    }
                 }
-                if let Some(store) = &self.shared {
+                if self.shared.is_some() {
                     let positions = Positions {
                         next: &mut self.next,
                         committed: &mut self.committed,
-                        key_prefix: &self.key_prefix,
                     };
-                    positions.rebalanced(change, store, self.consumer.context(), &mut sink);
+                    positions.rebalanced(change, &mut sink);
                 }
             }
             match got {
@@ -263,7 +340,46 @@ impl KafkaSource {
                     timeout = Duration::ZERO;
                     polled.consumed += 1;
                     let (p, offset) = (m.partition(), m.offset());
+                    if self.shared.is_some() && !self.owned.contains(&p) {
+                        // Fetched before a rebalance took the partition away and handed over
+                        // after it: its next owner counts it. Counting it here would write a
+                        // row that skips what this processor dropped at the revoke.
+                        continue;
+                    }
                     let stored = self.next.get(&p).copied().unwrap_or(0);
+                    if self.shared.is_some() && offset > stored && self.next.contains_key(&p) {
+                        if self.sought.get(&p) != Some(&stored) {
+                            // After a rebalance that handed the partition straight back, the
+                            // fetcher may go on from where it was, past what this processor
+                            // dropped: counting on from there would leave a hole in the rows.
+                            // Seek to the stored position once.
+                            self.sought.insert(p, stored);
+                            if let Err(e) = self.consumer.seek(
+                                &self.topic,
+                                p,
+                                Offset::Offset(stored),
+                                Duration::from_secs(5),
+                            ) {
+                                self.consumer
+                                    .context()
+                                    .error(e, "seek to the stored position");
+                            }
+                            continue;
+                        }
+                        // The broker answers past the position again: a real gap in the log
+                        // (compaction, transaction markers), or a broker that skips records
+                        // (tansu 0.6 answers a fetch inside a record batch with the next
+                        // batch). Counted on from here, said and counted.
+                        self.consumer.context().errors.inc();
+                        tracing::warn!(
+                            topic = %self.topic,
+                            partition = p,
+                            from = stored,
+                            to = offset,
+                            "the broker skipped offsets; counting on from the next record it gives"
+                        );
+                        self.sought.remove(&p);
+                    }
                     if offset < stored {
                         // Counted before a crash or rebalance (the group's offset lagged ours),
                         // unless our offset is past the partition's end. Asked once per poll:
@@ -272,7 +388,10 @@ impl KafkaSource {
                         if first {
                             checked.push(p);
                         }
-                        if !(first && self.past_end(p, stored)) {
+                        // With a shared store a recreated topic is reset by hand (its
+                        // positions are the rows'), and tansu's batch-based watermark would
+                        // call any replay "past the end".
+                        if self.shared.is_some() || !(first && self.past_end(p, stored)) {
                             continue;
                         }
                     }
@@ -301,7 +420,6 @@ impl KafkaSource {
 struct Positions<'a> {
     next: &'a mut BTreeMap<i32, i64>,
     committed: &'a mut BTreeMap<i32, i64>,
-    key_prefix: &'a str,
 }
 
 impl Positions<'_> {
@@ -309,13 +427,7 @@ impl Positions<'_> {
     /// commits it). A gained one starts from the store's position, not from what this
     /// processor counted before (it dropped that, unflushed, when the partition left it) nor
     /// from the group's offset (committed after the store, so never ahead of it).
-    fn rebalanced(
-        self,
-        change: Change,
-        store: &RollupStore,
-        context: &Context,
-        sink: &mut impl FnMut(Input<'_>),
-    ) {
+    fn rebalanced(self, change: Change, sink: &mut impl FnMut(Input<'_>)) {
         match change {
             Change::Revoked(parts) => {
                 for p in parts {
@@ -325,28 +437,19 @@ impl Positions<'_> {
                 }
             }
             Change::Assigned(parts) => {
-                let stored = match store.offsets(self.key_prefix) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        // Counting from the group's offset instead: never ahead of the store's,
-                        // and the rows' own positions skip what they hold.
-                        context.error(
-                            KafkaError::Subscription(format!("reading stored positions: {e}")),
-                            "assign",
-                        );
-                        Vec::new()
-                    }
-                };
-                for p in parts {
-                    let key = format!("{}{p}", self.key_prefix);
-                    match stored.iter().find(|(k, _)| *k == key) {
-                        Some((_, o)) => {
-                            let o = i64::try_from(*o).unwrap_or(0);
+                for (p, at) in parts {
+                    // Whatever this processor still holds of the partition (a broker may
+                    // assign it again without revoking it first) is older than the rows the
+                    // store has now: dropped, as at a revoke; the fetch starts at `at`.
+                    sink(Input::Revoked(p));
+                    match at {
+                        Some(o) => {
                             self.next.insert(p, o);
                             self.committed.insert(p, o);
                         }
+                        // Never stored: from the start (assigned there too).
                         None => {
-                            self.next.remove(&p);
+                            self.next.insert(p, 0);
                             self.committed.remove(&p);
                         }
                     }

@@ -710,7 +710,11 @@ fn produce(brokers: &str, topic: &str, events: &[Ev]) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("acks", "1")
-        .set("linger.ms", "5")
+        // One record per batch: tansu 0.6 answers a fetch that starts inside a record batch
+        // with the next batch, skipping the rest of that one (a partition taken over at a
+        // stored position mid-batch would lose records to the broker, not to the processor).
+        .set("linger.ms", "0")
+        .set("batch.num.messages", "1")
         .create()
         .expect("producer");
     for e in events {
@@ -943,8 +947,11 @@ fn processors_share_a_group_into_clickhouse() {
         (t.iter().sum::<u64>() >= 1800).then_some(t)
     });
     assert_eq!(done, expected, "per code, exactly once");
+    // (It held partitions at some point: a later rebalance on this broker may leave it none.)
     assert!(
-        !holds(&read(&p3_log)).is_empty(),
+        read(&p3_log)
+            .lines()
+            .any(|l| l.contains("group=lasthop-clicks ") && !holds(l).is_empty()),
         "the replacement took partitions"
     );
     // Several flush intervals later (the group settled), still exactly once.
