@@ -342,6 +342,8 @@ impl State {
         }
         let verdict = self.classifier.classify(e);
         if self.shared && !self.rollups.contains_key(&(day, part)) && !self.load(day, part, at) {
+            // Read again after the rewind: not a duplicate then.
+            self.dedup.forget(e.id);
             return;
         }
         let codes = self.rollups.entry((day, part)).or_default();

@@ -849,7 +849,17 @@ impl ClickHouse {
 "#,
         )
         .expect("users.xml");
-        let child = Command::new(Self::BIN)
+        let mut server = ClickHouse {
+            port,
+            child: Self::spawn(root),
+            _dir: dir,
+        };
+        server.wait_up();
+        Some(server)
+    }
+
+    fn spawn(root: &Path) -> std::process::Child {
+        Command::new(Self::BIN)
             .arg(format!(
                 "--config-file={}",
                 root.join("config.xml").display()
@@ -858,22 +868,31 @@ impl ClickHouse {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("clickhouse-server starts");
-        let server = ClickHouse {
-            port,
-            child,
-            _dir: dir,
-        };
+            .expect("clickhouse-server starts")
+    }
+
+    fn wait_up(&mut self) {
         let started = std::time::Instant::now();
-        while server.try_query("SELECT 1").as_deref() != Ok("1\n") {
+        while self.try_query("SELECT 1").as_deref() != Ok("1\n") {
             assert!(
                 started.elapsed() < Duration::from_secs(60),
                 "clickhouse-server did not answer within 60 s: {}",
-                std::fs::read_to_string(root_of(&server).join("error.log")).unwrap_or_default()
+                std::fs::read_to_string(root_of(self).join("error.log")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        Some(server)
+    }
+
+    /// SIGKILLs the server (its data stays).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same port and data, and waits until it answers.
+    pub fn restart(&mut self) {
+        self.child = Self::spawn(self._dir.path());
+        self.wait_up();
     }
 
     /// One server for every test running at the same time (each uses its own database).
