@@ -1039,6 +1039,24 @@ fn apikey(command: ApikeyCommand) -> anyhow::Result<()> {
     }
 }
 
+/// The click processor and, with `--clicks-archive on`, the archive consumer beside it (the
+/// processor flushes it before a recompute reads the archive).
+fn open_clicks(
+    config: ProcessorConfig,
+    metrics: Metrics,
+) -> anyhow::Result<(Processor, Option<Archiver>)> {
+    let archiver = config
+        .archive_peer
+        .then(|| Archiver::open(config.archiver(), &metrics))
+        .transpose()
+        .context("starting the archive consumer")?;
+    let mut processor = Processor::open(config, metrics).context("starting the click processor")?;
+    if let Some(a) = &archiver {
+        processor.set_archive(a.handle());
+    }
+    Ok((processor, archiver))
+}
+
 /// Runs `stop` on a thread of its own once SIGTERM or SIGINT arrives (for the standalone click
 /// commands, which have no runtime of their own).
 fn on_shutdown_signal(stop: impl FnOnce() + Send + 'static) {
@@ -1086,18 +1104,8 @@ fn clicks(command: ClicksCommand) -> anyhow::Result<()> {
         ClicksCommand::Process(a) => {
             let source = source(&a.data_dir, a.spool, a.kafka, &a.topic, &a.group);
             let config = a.tuning.config(&a.data_dir, source)?;
-            let metrics = Metrics::new()?;
-            let archiver = config
-                .archive_peer
-                .then(|| Archiver::open(config.archiver(), &metrics))
-                .transpose()
-                .context("starting the archive consumer")?;
-            let mut processor =
-                Processor::open(config, metrics).context("starting the click processor")?;
+            let (processor, archiver) = open_clicks(config, Metrics::new()?)?;
             let archive = archiver.as_ref().map(Archiver::handle);
-            if let Some(a) = &archive {
-                processor.set_archive(a.clone());
-            }
             if !a.exit_when_idle {
                 let (handle, archive) = (processor.handle(), archive.clone());
                 on_shutdown_signal(move || {
@@ -1401,17 +1409,7 @@ fn serve(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
                 &c.clicks_group,
             );
             let config = c.tuning.config(&args.data_dir, source)?;
-            let archiver = config
-                .archive_peer
-                .then(|| Archiver::open(config.archiver(), &metrics))
-                .transpose()
-                .context("starting the archive consumer")?;
-            let mut processor =
-                Processor::open(config, metrics.clone()).context("starting the click processor")?;
-            if let Some(a) = &archiver {
-                processor.set_archive(a.handle());
-            }
-            Some((processor, archiver))
+            Some(open_clicks(config, metrics.clone())?)
         }
     };
     let safety = start_safety(&args, Arc::clone(&dyn_store), &metrics)?;

@@ -453,32 +453,10 @@ impl ClickHouse {
         code: &str,
         part: Option<i32>,
     ) -> Result<Option<Stored>, StoreError> {
-        let (gen, _) = self.day(day)?;
-        let part_no = part.unwrap_or(SPOOL);
-        let db = &self.url.database;
-        let rows = self.select(&format!(
-            "SELECT hex(argMax(rollup, version)), argMax(gen, version), max(version) \
-             FROM {db}.rollups WHERE day = {} AND code = {} AND part = {part_no} GROUP BY part",
-            day.0,
-            quote(code)
-        ))?;
-        let Some(line) = rows.first() else {
-            return Ok(None);
-        };
-        let f = fields(line);
-        let row_gen: u32 = num(f.get(1))?;
-        if row_gen != gen {
-            return Ok(None);
-        }
-        let version: u64 = num(f.get(2))?;
-        let rollup = unhex(day, code, f.first())?;
-        Ok(Some(Stored {
-            rollup,
-            at: part.map(|part| Pos {
-                part,
-                next: version & LOW_MASK,
-            }),
-        }))
+        self.rows_of(day, part, Some(code))?
+            .pop()
+            .map(|(_, row)| row)
+            .transpose()
     }
 
     /// Every row of `day` from partition `part` (a spool's when `None`) in the day's
@@ -489,13 +467,26 @@ impl ClickHouse {
         day: Day,
         part: Option<i32>,
     ) -> Result<Vec<(Box<str>, Result<Stored, StoreError>)>, StoreError> {
+        self.rows_of(day, part, None)
+    }
+
+    /// The rows of `day` from partition `part` in the day's generation: all of them, or
+    /// `code`'s alone.
+    #[allow(clippy::type_complexity)]
+    fn rows_of(
+        &self,
+        day: Day,
+        part: Option<i32>,
+        code: Option<&str>,
+    ) -> Result<Vec<(Box<str>, Result<Stored, StoreError>)>, StoreError> {
         let (gen, _) = self.day(day)?;
         let part_no = part.unwrap_or(SPOOL);
         let db = &self.url.database;
+        let only = code.map_or(String::new(), |c| format!(" AND code = {}", quote(c)));
         let mut out = Vec::new();
         for line in self.select(&format!(
             "SELECT code, hex(argMax(rollup, version)), argMax(gen, version), max(version) \
-             FROM {db}.rollups WHERE day = {} AND part = {part_no} GROUP BY code",
+             FROM {db}.rollups WHERE day = {} AND part = {part_no}{only} GROUP BY code",
             day.0
         ))? {
             let f = fields(&line);

@@ -220,8 +220,9 @@ pub struct KafkaSource {
     next: BTreeMap<i32, i64>,
     /// `next` as of the last committed flush.
     committed: BTreeMap<i32, i64>,
-    /// A store several processors share: positions are read from it at every assignment.
-    shared: Option<Arc<RollupStore>>,
+    /// Several processors share the store (it lives in the context, which reads positions
+    /// from it at every assignment).
+    shared: bool,
     /// When the group last gave this consumer partitions.
     assigned_at: Option<Instant>,
     /// With a shared store, the partitions this consumer holds as its rebalance callbacks said.
@@ -259,6 +260,7 @@ impl KafkaSource {
         errors: IntCounter,
         shared: Option<Arc<RollupStore>>,
     ) -> Result<KafkaSource, KafkaSourceError> {
+        let is_shared = shared.is_some();
         let consumer: BaseConsumer<Context> = ClientConfig::new()
             .set("bootstrap.servers", &config.brokers)
             .set("group.id", &config.group)
@@ -279,9 +281,7 @@ impl KafkaSource {
                 changes: std::sync::Mutex::new(Vec::new()),
                 group: config.group.clone(),
                 topic: config.topic.clone(),
-                shared: shared
-                    .as_ref()
-                    .map(|s| (Arc::clone(s), key_prefix(&config.topic))),
+                shared: shared.map(|s| (s, key_prefix(&config.topic))),
             })?;
         consumer.subscribe(&[config.topic.as_str()])?;
         let next: BTreeMap<i32, i64> = stored
@@ -294,7 +294,7 @@ impl KafkaSource {
             topic: config.topic.clone(),
             committed: next.clone(),
             next,
-            shared,
+            shared: is_shared,
             assigned_at: None,
             owned: BTreeSet::new(),
             sought: BTreeMap::new(),
@@ -322,7 +322,7 @@ impl KafkaSource {
                         }
                     }
                 }
-                if self.shared.is_some() {
+                if self.shared {
                     let positions = Positions {
                         next: &mut self.next,
                         committed: &mut self.committed,
@@ -340,14 +340,14 @@ impl KafkaSource {
                     timeout = Duration::ZERO;
                     polled.consumed += 1;
                     let (p, offset) = (m.partition(), m.offset());
-                    if self.shared.is_some() && !self.owned.contains(&p) {
+                    if self.shared && !self.owned.contains(&p) {
                         // Fetched before a rebalance took the partition away and handed over
                         // after it: its next owner counts it. Counting it here would write a
                         // row that skips what this processor dropped at the revoke.
                         continue;
                     }
                     let stored = self.next.get(&p).copied().unwrap_or(0);
-                    if self.shared.is_some() && offset > stored && self.next.contains_key(&p) {
+                    if self.shared && offset > stored && self.next.contains_key(&p) {
                         if self.sought.get(&p) != Some(&stored) {
                             // After a rebalance that handed the partition straight back, the
                             // fetcher may go on from where it was, past what this processor
@@ -391,7 +391,7 @@ impl KafkaSource {
                         // With a shared store a recreated topic is reset by hand (its
                         // positions are the rows'), and tansu's batch-based watermark would
                         // call any replay "past the end".
-                        if self.shared.is_some() || !(first && self.past_end(p, stored)) {
+                        if self.shared || !(first && self.past_end(p, stored)) {
                             continue;
                         }
                     }

@@ -814,6 +814,16 @@ fn kafka_broker_down_is_counted() {
     server.terminate();
 }
 
+/// A child process killed on drop, so a failed assertion leaves none running.
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Sum of `clicks` over `codes` (stats over HTTP).
 fn total_clicks(server: &Server, key: &str, codes: &[String]) -> Option<Vec<u64>> {
     codes
@@ -865,14 +875,6 @@ fn processors_share_a_group_into_clickhouse() {
     let codes: Vec<String> = (0..12)
         .map(|_| create_link(&server, &site.api_key))
         .collect();
-    // Killed on drop, so a failed assertion leaves no processor running.
-    struct Proc(std::process::Child);
-    impl Drop for Proc {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let spawn = |name: &str| {
         let log = site.dir.path().join(format!("{name}.log"));
         let child = Command::new(BIN)
@@ -1016,13 +1018,6 @@ fn archived_ids(site: &Site, day: lasthop_control::clicks::Day) -> Vec<u64> {
 /// file goes only once both have read it: neither one's stop loses the other's events.
 #[test]
 fn the_archive_consumer_stands_alone() {
-    struct Proc(std::process::Child);
-    impl Drop for Proc {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let site = Site::new();
     let args = ["--clicks-flush-ms", "200", "--clicks-archive", "off"];
     let server = site.start(&args);
