@@ -2,22 +2,38 @@
 //!
 //! The rules run in order of cost and certainty, and the first that fires names the reason:
 //! 1. **HEAD**: browsers following a link send GET; HEAD is link checkers and unfurlers.
-//! 2. **User agent** matches a bot rule, or is empty ([`Rules::match_agent`]).
-//! 3. **Crawler net**: the event's /24 or /48 overlaps a published crawler range (crawlers that
+//! 2. **Prefetch**: the request said it was a prefetch or a preview (`Sec-Purpose`, `Purpose`,
+//!    `X-Purpose`, `X-Moz`; the edge sets the event's flag): fetched ahead of a person who may
+//!    never click.
+//! 3. **User agent** matches a bot rule, or is empty ([`Rules::match_agent`]).
+//! 4. **Crawler net**: the event's /24 or /48 overlaps a published crawler range (crawlers that
 //!    render with a browser's user agent still come from their own networks).
-//! 4. **Behaviour**: a visitor hash that fetched more than [`Rules::max_codes_per_minute`]
+//! 5. **Burst**: a public network (the event's /24 or /48) that fetched
+//!    [`Rules::burst_codes`] distinct codes within one [`Rules::burst_secs`] window of event
+//!    time is a bot from the event that reaches the count on, for the rest of that window. Mail
+//!    security scanners open every link of a message within a second or two, and link-preview
+//!    services unfurl every link of a post, from datacenter networks and often with a browser's
+//!    user agent; people, even many behind one NAT, do not fetch five different short links
+//!    from one /24 within seconds (a popular link clicked by many is one code). The fetches
+//!    before the count is reached stay counted as people: nothing can be uncounted from a
+//!    HyperLogLog sketch, and holding events back would delay every count. Loopback, private,
+//!    shared (CGNAT) and link-local networks are exempt: behind them is a proxy or a test, and
+//!    the rule would count a whole office or a load balancer's clients as one scanner. Windows
+//!    are aligned to multiples of the window, so a burst split across a boundary needs the
+//!    count on one side of it.
+//! 6. **Behaviour**: a visitor hash that fetched more than [`Rules::max_codes_per_minute`]
 //!    distinct codes within one UTC minute of event time (`at_ms / 60000`) is a bot from the
 //!    event that crosses the threshold on, for the rest of that minute. People click a few
-//!    links a minute; scrapers walking codes click hundreds. Only events the first three rules
-//!    let through are counted: known bots would spend state the rule does not need.
+//!    links a minute; scrapers walking codes click hundreds. Only events the first rules let
+//!    through are counted by 5 and 6: known bots would spend state the rules do not need.
 //!
 //! Cost: the processor must keep up with ≥ 350,000 events/s on one core, so classification is
 //! a few hash probes. Everything derived from the user agent (bot rule, device, browser, OS) is
 //! computed once per distinct string and cached (real traffic has few distinct user agents; the
 //! cache is cleared when it reaches [`UA_CACHE_MAX`] entries, which bounds its memory to a few
 //! tens of MB even under a flood of random strings). The behaviour state holds only the newest
-//! three minutes (the newest event minute seen, and the two before it for slightly late events);
-//! an event older than that is not judged by behaviour. Event time is the edge's clock, so an
+//! three minutes (the newest event minute seen, and the two before it for slightly late events),
+//! the burst state likewise three windows (15 s); an event older than that is not judged by them. Event time is the edge's clock, so an
 //! edge with a clock far ahead would pause the rule until real time catches up.
 //!
 //! Device, browser and OS come from well-known user-agent tokens, not a full parser: enough for
@@ -28,15 +44,16 @@ use std::sync::Arc;
 
 use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
-use lasthop_core::click::{ClickEvent, Method};
+use lasthop_core::click::{ClickEvent, Method, Net};
 
 use crate::rules::AgentKind;
 use crate::Rules;
 
 /// Distinct user agents the classifier remembers before it starts over.
 pub const UA_CACHE_MAX: usize = 100_000;
-/// Event minutes the behaviour rule keeps: the newest and the two before it.
-const MINUTES_KEPT: u64 = 3;
+/// Windows a [`Behaviour`] keeps: the newest and the two before it (for the burst rule's
+/// 5-second windows, 15 s of lateness; more would hold every network of a busy minute).
+const WINDOWS_KEPT: u64 = 3;
 
 /// Why an event counts as a bot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,8 +64,12 @@ pub enum BotReason {
     CrawlerNet,
     /// The visitor fetched too many distinct codes within a minute.
     Behaviour,
+    /// The visitor's network fetched many distinct codes within seconds.
+    Burst,
     /// A HEAD request.
     Head,
+    /// A prefetch or preview request.
+    Prefetch,
 }
 
 impl BotReason {
@@ -58,7 +79,9 @@ impl BotReason {
             BotReason::UserAgent => "user_agent",
             BotReason::CrawlerNet => "crawler_net",
             BotReason::Behaviour => "behaviour",
+            BotReason::Burst => "burst",
             BotReason::Head => "head",
+            BotReason::Prefetch => "prefetch",
         }
     }
 }
@@ -117,6 +140,7 @@ pub struct Classifier {
     rules: Arc<Rules>,
     agents: HashMap<Box<str>, AgentInfo>,
     behaviour: Behaviour,
+    burst: Behaviour,
 }
 
 /// What one user-agent string says, worked out once.
@@ -132,9 +156,10 @@ impl Classifier {
     /// A classifier with empty state.
     pub fn new(rules: Arc<Rules>) -> Classifier {
         Classifier {
-            rules,
             agents: HashMap::new(),
-            behaviour: Behaviour::default(),
+            behaviour: Behaviour::new(60_000),
+            burst: Behaviour::new(u64::from(rules.burst_secs.max(1)) * 1000),
+            rules,
         }
     }
 
@@ -144,8 +169,12 @@ impl Classifier {
     }
 
     /// Swaps in new rules (an operator reloaded the files); forgets cached user agents, keeps
-    /// the behaviour state.
+    /// the behaviour state (and the burst state unless the window changed).
     pub fn set_rules(&mut self, rules: Arc<Rules>) {
+        let window = u64::from(rules.burst_secs.max(1)) * 1000;
+        if window != self.burst.window_ms {
+            self.burst = Behaviour::new(window);
+        }
         self.rules = rules;
         self.agents.clear();
     }
@@ -155,6 +184,8 @@ impl Classifier {
         let agent = self.agent(event.user_agent);
         let bot = if event.method == Method::Head {
             Some(BotReason::Head)
+        } else if event.prefetch {
+            Some(BotReason::Prefetch)
         } else if agent.bot.is_some() {
             Some(BotReason::UserAgent)
         } else if event
@@ -162,6 +193,18 @@ impl Classifier {
             .is_some_and(|net| self.rules.crawler_range(net).is_some())
         {
             Some(BotReason::CrawlerNet)
+        } else if self.rules.burst_codes > 0
+            && event.net.is_some_and(|net| {
+                public(net)
+                    && self.burst.over_limit(
+                        net_key(net),
+                        code_hash(event.code),
+                        event.at_ms,
+                        self.rules.burst_codes - 1,
+                    )
+            })
+        {
+            Some(BotReason::Burst)
         } else if self.behaviour.over_limit(
             event.visitor,
             code_hash(event.code),
@@ -258,38 +301,98 @@ fn parse_agent(ua: &str) -> (Device, &'static str, &'static str) {
 }
 
 /// FNV-1a: codes are short, and a collision merely undercounts one visitor's distinct codes.
+/// Never [`MANY`] or [`BOT`].
 fn code_hash(code: &str) -> u64 {
-    code.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+    let h = code.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    });
+    h.min(BOT - 1)
 }
 
-/// The distinct-codes-per-minute state.
-#[derive(Debug, Default)]
-struct Behaviour {
-    /// The newest event minute seen.
-    newest: Option<u64>,
-    /// Per kept minute: what each visitor fetched in it.
-    minutes: Vec<(u64, HashMap<u64, Seen>)>,
-    /// Emptied maps of pruned minutes, kept for their allocation.
-    spare: Vec<HashMap<u64, Seen>>,
+/// A network as one key: its bytes and its family, without hashing (no two collide).
+fn net_key(net: Net) -> u64 {
+    match net {
+        Net::V4([a, b, c]) => u64::from_be_bytes([0, 0, 0, 0, 4, a, b, c]),
+        Net::V6([a, b, c, d, e, f]) => u64::from_be_bytes([6, 0, a, b, c, d, e, f]),
+    }
 }
 
-/// One visitor's fetches within one minute.
+/// Whether `net` is globally routable (IANA's special-purpose registries): not loopback,
+/// private (RFC 1918, IPv6 unique-local), shared address space (RFC 6598, carrier-grade NAT),
+/// link-local, benchmarking (198.18.0.0/15), documentation, multicast or reserved.
+fn public(net: Net) -> bool {
+    match net {
+        Net::V4([a, b, c]) => !matches!(
+            (a, b, c),
+            (0 | 10 | 127, _, _)
+                | (100, 64..=127, _)
+                | (169, 254, _)
+                | (172, 16..=31, _)
+                | (192, 0, 0 | 2)
+                | (192, 168, _)
+                | (198, 18 | 19, _)
+                | (198, 51, 100)
+                | (203, 0, 113)
+                | (224..=255, _, _)
+        ),
+        // Global unicast is 2000::/3, less 2001:db8::/32 (documentation); everything else
+        // (::1, ::ffff:0:0/96, fc00::/7, fe80::/10, multicast) is not.
+        Net::V6([a, b, c, d, ..]) => a & 0xe0 == 0x20 && [a, b, c, d] != [0x20, 0x01, 0x0d, 0xb8],
+    }
+}
+
+/// Distinct codes per key within windows of event time: the behaviour rule's visitors per
+/// minute, and the burst rule's networks per few seconds.
+///
+/// Nearly every key fetches one code in a window, so a window is a flat map of key to one
+/// 8-byte word (16 bytes an entry: a busy window holds every network of a few seconds), and
+/// only the few keys with more codes spill into a second map.
 #[derive(Debug)]
-enum Seen {
-    /// One distinct code (by hash): nearly every visitor, and no allocation.
-    One(u64),
-    /// Several distinct codes, at most the limit.
-    Many(Vec<u64>),
-    /// Past the limit: a bot for the rest of the minute.
-    Bot,
+struct Behaviour {
+    /// The window's length.
+    window_ms: u64,
+    /// The newest event window seen.
+    newest: Option<u64>,
+    /// Per kept window: what each key fetched in it.
+    minutes: Vec<(u64, Window)>,
+    /// Emptied windows of pruned ones, kept for their allocation.
+    spare: Vec<Window>,
+}
+
+/// One window: key → the hash of its only code, or [`MANY`] (its codes are in `many`), or
+/// [`BOT`] (past the limit: a bot for the rest of the window).
+#[derive(Debug, Default)]
+struct Window {
+    seen: HashMap<u64, u64>,
+    many: HashMap<u64, Vec<u64>>,
+}
+
+/// Markers in [`Window::seen`]; [`code_hash`] never returns them.
+const MANY: u64 = u64::MAX;
+const BOT: u64 = u64::MAX - 1;
+
+impl Window {
+    fn clear(&mut self) {
+        self.seen.clear();
+        self.many.clear();
+    }
 }
 
 impl Behaviour {
-    /// Records `visitor` fetching `code` at `at_ms`; true when it is past `max` distinct codes.
-    fn over_limit(&mut self, visitor: u64, code: u64, at_ms: u64, max: u32) -> bool {
-        let minute = at_ms / 60_000;
+    /// Windows of `window_ms` (at least 1).
+    fn new(window_ms: u64) -> Behaviour {
+        Behaviour {
+            window_ms: window_ms.max(1),
+            newest: None,
+            minutes: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Records `key` fetching `code` (a [`code_hash`]) at `at_ms`; true when it is past `max`
+    /// distinct codes within the window of `at_ms`.
+    fn over_limit(&mut self, key: u64, code: u64, at_ms: u64, max: u32) -> bool {
+        let minute = at_ms / self.window_ms;
         let newest = match self.newest {
             Some(n) if n >= minute => n,
             _ => {
@@ -298,46 +401,50 @@ impl Behaviour {
                 minute
             }
         };
-        if minute + MINUTES_KEPT <= newest {
-            // Its minute is gone: too late to judge.
+        if minute + WINDOWS_KEPT <= newest {
+            // Its window is gone: too late to judge.
             return false;
         }
-        let visitors = match self.minutes.iter().position(|(m, _)| *m == minute) {
+        let window = match self.minutes.iter().position(|(m, _)| *m == minute) {
             Some(i) => &mut self.minutes[i].1,
             None => {
-                let map = self.spare.pop().unwrap_or_default();
-                self.minutes.push((minute, map));
+                let window = self.spare.pop().unwrap_or_default();
+                self.minutes.push((minute, window));
                 let last = self.minutes.len() - 1;
                 &mut self.minutes[last].1
             }
         };
         let max = max as usize;
-        match visitors.entry(visitor) {
+        match window.seen.entry(key) {
             Entry::Vacant(e) => {
-                e.insert(if max == 0 { Seen::Bot } else { Seen::One(code) });
+                e.insert(if max == 0 { BOT } else { code });
                 max == 0
             }
             Entry::Occupied(mut e) => {
                 let seen = e.get_mut();
-                match seen {
-                    Seen::Bot => true,
-                    Seen::One(first) if *first == code => false,
-                    Seen::One(first) => {
-                        if max <= 1 {
-                            *seen = Seen::Bot;
-                            true
-                        } else {
-                            *seen = Seen::Many(vec![*first, code]);
+                match *seen {
+                    BOT => true,
+                    MANY => {
+                        let codes = window.many.entry(key).or_default();
+                        if codes.contains(&code) {
                             false
-                        }
-                    }
-                    Seen::Many(codes) if codes.contains(&code) => false,
-                    Seen::Many(codes) => {
-                        if codes.len() >= max {
-                            *seen = Seen::Bot;
+                        } else if codes.len() >= max {
+                            *seen = BOT;
+                            window.many.remove(&key);
                             true
                         } else {
                             codes.push(code);
+                            false
+                        }
+                    }
+                    first if first == code => false,
+                    first => {
+                        if max <= 1 {
+                            *seen = BOT;
+                            true
+                        } else {
+                            *seen = MANY;
+                            window.many.insert(key, vec![first, code]);
                             false
                         }
                     }
@@ -346,15 +453,15 @@ impl Behaviour {
         }
     }
 
-    /// Drops minutes older than `newest` − 2, keeping their maps' allocations.
+    /// Drops windows older than the kept ones, keeping their maps' allocations.
     fn prune(&mut self, newest: u64) {
         let mut i = 0;
         while i < self.minutes.len() {
-            if self.minutes[i].0 + MINUTES_KEPT <= newest {
-                let (_, mut map) = self.minutes.swap_remove(i);
-                map.clear();
-                if self.spare.len() < MINUTES_KEPT as usize {
-                    self.spare.push(map);
+            if self.minutes[i].0 + WINDOWS_KEPT <= newest {
+                let (_, mut window) = self.minutes.swap_remove(i);
+                window.clear();
+                if self.spare.len() < WINDOWS_KEPT as usize {
+                    self.spare.push(window);
                 }
             } else {
                 i += 1;
@@ -365,7 +472,7 @@ impl Behaviour {
     /// Visitor-minutes held.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.minutes.iter().map(|(_, m)| m.len()).sum()
+        self.minutes.iter().map(|(_, w)| w.seen.len()).sum()
     }
 }
 
@@ -385,6 +492,7 @@ mod tests {
             country: Some(*b"DE"),
             method: Method::Get,
             tls: true,
+            prefetch: false,
             visitor,
             net: Some(Net::V4([203, 0, 113])),
             user_agent: ua,
@@ -436,6 +544,125 @@ mod tests {
         assert_eq!(c.classify(&e).bot, Some(BotReason::CrawlerNet));
         e.net = None;
         assert_eq!(c.classify(&e).bot, None);
+    }
+
+    #[test]
+    fn prefetches_are_bots_after_head() {
+        let mut c = classifier();
+        let mut e = event(CHROME_WIN, "Ab3dE9x", 1, 0);
+        e.prefetch = true;
+        let v = c.classify(&e);
+        assert_eq!((v.bot, v.device), (Some(BotReason::Prefetch), Device::Bot));
+        e.method = Method::Head;
+        assert_eq!(c.classify(&e).bot, Some(BotReason::Head));
+        assert_eq!(BotReason::Prefetch.as_str(), "prefetch");
+    }
+
+    /// A window-aligned time (5 s windows).
+    const T0: u64 = 1_764_504_000_000;
+    /// A public /24 (no published crawler range overlaps it).
+    const SCANNER: Net = Net::V4([93, 184, 216]);
+
+    fn from(net: Net, code: &str, visitor: u64, at_ms: u64) -> ClickEvent<'_> {
+        ClickEvent {
+            net: Some(net),
+            ..event(CHROME_WIN, code, visitor, at_ms)
+        }
+    }
+
+    #[test]
+    fn a_network_opening_many_codes_within_seconds_is_a_burst() {
+        let mut c = classifier();
+        assert_eq!(c.rules().burst_codes, 5);
+        assert_eq!(c.rules().burst_secs, 5);
+        let codes: Vec<String> = (0..8).map(|i| format!("code{i:03}")).collect();
+        // A scanner's fetches come from several addresses of one /24: several visitor hashes.
+        for (i, code) in codes.iter().enumerate().take(4) {
+            let v = c.classify(&from(SCANNER, code, i as u64, T0 + 100 * i as u64));
+            assert_eq!(v.bot, None, "fetch {i}");
+        }
+        for (i, code) in codes.iter().enumerate().skip(4) {
+            let v = c.classify(&from(SCANNER, code, i as u64, T0 + 100 * i as u64));
+            assert_eq!(v.bot, Some(BotReason::Burst), "fetch {i}");
+        }
+        // The rest of the window, an already-seen code included, is the scanner's.
+        let v = c.classify(&from(SCANNER, &codes[0], 9, T0 + 4_999));
+        assert_eq!((v.bot, v.device), (Some(BotReason::Burst), Device::Bot));
+        // The next window starts afresh; so does another network.
+        assert_eq!(
+            c.classify(&from(SCANNER, &codes[7], 9, T0 + 5_000)).bot,
+            None
+        );
+        assert_eq!(
+            c.classify(&from(Net::V4([93, 184, 217]), &codes[7], 9, T0 + 4_000))
+                .bot,
+            None
+        );
+        // IPv6 /48s too.
+        let v6 = Net::V6([0x2a, 0x00, 0x14, 0x50, 0x40, 0x01]);
+        let verdicts: Vec<_> = codes
+            .iter()
+            .take(5)
+            .map(|code| c.classify(&from(v6, code, 1, T0 + 10_000)).bot)
+            .collect();
+        assert_eq!(verdicts, [None, None, None, None, Some(BotReason::Burst)]);
+    }
+
+    #[test]
+    fn popular_links_slow_clicks_and_private_networks_are_no_burst() {
+        let mut c = classifier();
+        // Many people behind one public /24 clicking the same hot link: one code.
+        for i in 0..200 {
+            let v = c.classify(&from(SCANNER, "Ab3dE9x", i, T0 + i * 10));
+            assert_eq!(v.bot, None, "click {i}");
+        }
+        // Five codes, one every six seconds: a person reading.
+        for i in 0..5u64 {
+            let code = format!("slow{i:03}");
+            let at = T0 + 60_000 + i * 6_000;
+            assert_eq!(c.classify(&from(SCANNER, &code, 1, at)).bot, None);
+        }
+        // Behind a proxy, a load balancer or a test network every click shares one /24.
+        for net in [
+            Net::V4([10, 1, 2]),
+            Net::V4([127, 0, 0]),
+            Net::V4([100, 100, 7]),
+            Net::V4([192, 168, 1]),
+            Net::V4([198, 18, 0]),
+            Net::V6([0xfd, 0, 1, 2, 3, 4]),
+            Net::V6([0x20, 0x01, 0x0d, 0xb8, 0, 1]),
+        ] {
+            for i in 0..10u64 {
+                let code = format!("lan{i:04}");
+                let v = c.classify(&from(net, &code, i, T0 + 120_000 + i));
+                assert_eq!(v.bot, None, "{net:?} fetch {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_burst_rule_follows_its_settings() {
+        let mut rules = Rules::builtin();
+        rules.burst_codes = 0;
+        let mut c = Classifier::new(Arc::new(rules));
+        for i in 0..20u64 {
+            let code = format!("code{i:03}");
+            assert_eq!(c.classify(&from(SCANNER, &code, i, T0 + i)).bot, None);
+        }
+        let mut rules = Rules::builtin();
+        rules.burst_codes = 2;
+        rules.burst_secs = 60;
+        c.set_rules(Arc::new(rules));
+        assert_eq!(c.classify(&from(SCANNER, "aaaaaaa", 1, T0)).bot, None);
+        let late = T0 + 59_000;
+        assert_eq!(
+            c.classify(&from(SCANNER, "bbbbbbb", 2, late)).bot,
+            Some(BotReason::Burst)
+        );
+        assert_ne!(
+            net_key(Net::V4([1, 2, 3])),
+            net_key(Net::V6([0, 0, 0, 1, 2, 3]))
+        );
     }
 
     #[test]

@@ -271,6 +271,7 @@ mod tests {
             country,
             method: Method::Get,
             tls: true,
+            prefetch: false,
             visitor,
             net: None,
             user_agent: "Mozilla/5.0",

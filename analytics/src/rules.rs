@@ -33,6 +33,10 @@ const BUILTIN_AGENTS: &str = include_str!("../data/bot-agents.txt");
 const BUILTIN_CRAWLERS: &str = include_str!("../data/crawler-ranges.txt");
 /// The default of [`Rules::max_codes_per_minute`].
 pub const DEFAULT_MAX_CODES_PER_MINUTE: u32 = 30;
+/// The default of [`Rules::burst_codes`].
+pub const DEFAULT_BURST_CODES: u32 = 5;
+/// The default of [`Rules::burst_secs`].
+pub const DEFAULT_BURST_SECS: u32 = 5;
 /// The longest user-agent substring a rule may have (an event's user agent is at most 256 bytes).
 const MAX_PATTERN: usize = 256;
 /// The longest crawler name.
@@ -55,6 +59,13 @@ macro_rules! regex_options {
 pub struct Rules {
     /// A visitor fetching more than this many distinct codes within one minute is a bot.
     pub max_codes_per_minute: u32,
+    /// A public network (an event's /24 or /48) fetching this many distinct codes within one
+    /// [`burst_secs`](Self::burst_secs) window is a bot from that fetch on, for the rest of the
+    /// window: a mail security scanner opening every link of a message, a link-preview service
+    /// unfurling every link of a post, with a browser's user agent. 0 turns the rule off.
+    pub burst_codes: u32,
+    /// The burst rule's window, in seconds of event time.
+    pub burst_secs: u32,
     agents: AgentRules,
     crawlers: CrawlerRanges,
 }
@@ -63,6 +74,8 @@ impl fmt::Debug for Rules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Rules")
             .field("max_codes_per_minute", &self.max_codes_per_minute)
+            .field("burst_codes", &self.burst_codes)
+            .field("burst_secs", &self.burst_secs)
             .field("agent_rules", &self.agent_rules())
             .field("crawler_ranges", &self.crawlers.count)
             .finish()
@@ -149,6 +162,8 @@ impl Rules {
         };
         Ok(Rules {
             max_codes_per_minute: DEFAULT_MAX_CODES_PER_MINUTE,
+            burst_codes: DEFAULT_BURST_CODES,
+            burst_secs: DEFAULT_BURST_SECS,
             agents,
             crawlers,
         })
@@ -158,6 +173,8 @@ impl Rules {
     pub fn parse(agents: &[u8], crawlers: &[u8]) -> Result<Rules, RulesError> {
         Ok(Rules {
             max_codes_per_minute: DEFAULT_MAX_CODES_PER_MINUTE,
+            burst_codes: DEFAULT_BURST_CODES,
+            burst_secs: DEFAULT_BURST_SECS,
             agents: AgentRules::parse(agents, "bot-agents")?,
             crawlers: CrawlerRanges::parse(crawlers, "crawler-ranges")?,
         })
@@ -532,6 +549,53 @@ mod tests {
         assert!(rules.agent_rules() > 100, "{rules:?}");
         assert!(rules.crawler_ranges() > 100, "{rules:?}");
         assert_eq!(rules.max_codes_per_minute, 30);
+    }
+
+    /// Every operator whose list the shipped file holds is matched: the first range of each
+    /// section (as `refresh-crawler-ranges` writes them) classifies as a crawler net.
+    #[test]
+    fn shipped_ranges_cover_each_published_list() {
+        let rules = Rules::builtin();
+        let mut seen = Vec::new();
+        for line in BUILTIN_CRAWLERS.lines() {
+            let mut words = line.split_whitespace();
+            let (Some(cidr), Some(name), None) = (words.next(), words.next(), words.next()) else {
+                continue;
+            };
+            if line.starts_with('#') || seen.iter().any(|s| s == name) {
+                continue;
+            }
+            seen.push(name.to_owned());
+            let net = match parse_cidr(cidr).unwrap().0 {
+                IpAddr::V4(a) => {
+                    let o = a.octets();
+                    Net::V4([o[0], o[1], o[2]])
+                }
+                IpAddr::V6(a) => {
+                    let o = a.octets();
+                    Net::V6([o[0], o[1], o[2], o[3], o[4], o[5]])
+                }
+            };
+            assert!(rules.crawler_range(net).is_some(), "{name}: {cidr}");
+        }
+        for want in [
+            "googlebot",
+            "google-special",
+            "google-user-fetchers",
+            "bingbot",
+            "applebot",
+            "duckduckbot",
+            "gptbot",
+            "oai-searchbot",
+            "chatgpt-user",
+            "perplexitybot",
+            "perplexity-user",
+        ] {
+            assert!(
+                seen.iter().any(|s| s == want),
+                "{want} missing from {seen:?}"
+            );
+        }
     }
 
     #[test]

@@ -108,6 +108,7 @@ impl Traffic {
             country: Some(*b"DE"),
             method: Method::Get,
             tls: true,
+            prefetch: false,
             visitor,
             net: Some(net),
             user_agent: &self.agents[agent],
@@ -129,6 +130,18 @@ fn clicks(c: &mut Criterion) {
     let mut classifier = Classifier::new(rules.clone());
     let mut i = 0usize;
     group.bench_function("classify/mix", |b| {
+        b.iter(|| {
+            i += 1;
+            black_box(classifier.classify(&traffic.event(i)))
+        })
+    });
+
+    // The same, with the burst rule off: what its per-network hash probe costs.
+    let mut no_burst = Rules::builtin();
+    no_burst.burst_codes = 0;
+    let mut classifier = Classifier::new(Arc::new(no_burst));
+    let mut i = 0usize;
+    group.bench_function("classify/mix_no_burst", |b| {
         b.iter(|| {
             i += 1;
             black_box(classifier.classify(&traffic.event(i)))

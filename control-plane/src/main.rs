@@ -193,15 +193,36 @@ struct RuleArgs {
     /// Published crawler ranges file (default: the shipped list).
     #[arg(long, env = "LASTHOP_CRAWLER_RANGES")]
     crawler_ranges: Option<PathBuf>,
+    /// A public network (/24 or /48) fetching this many distinct codes within one
+    /// `--clicks-burst-secs` window counts as a bot (mail scanners, link unfurlers) from that
+    /// fetch on; 0 turns the rule off.
+    #[arg(long, env = "LASTHOP_CLICKS_BURST_CODES", default_value_t = lasthop_analytics::rules::DEFAULT_BURST_CODES,
+          value_parser = burst_codes)]
+    clicks_burst_codes: u32,
+    /// The burst rule's window, in seconds (1-3600).
+    #[arg(long, env = "LASTHOP_CLICKS_BURST_SECS", default_value_t = lasthop_analytics::rules::DEFAULT_BURST_SECS,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    clicks_burst_secs: u32,
+}
+
+/// `--clicks-burst-codes`: 0 (off) or at least 2 (one code is a click, not a burst).
+fn burst_codes(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(1) => Err("1 would count every click as a bot: use 0 (off) or at least 2".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 impl RuleArgs {
     fn load(&self) -> anyhow::Result<Arc<lasthop_analytics::Rules>> {
-        let rules = lasthop_analytics::Rules::load(
+        let mut rules = lasthop_analytics::Rules::load(
             self.bot_agents.as_deref(),
             self.crawler_ranges.as_deref(),
         )
         .context("loading the bot rules")?;
+        rules.burst_codes = self.clicks_burst_codes;
+        rules.burst_secs = self.clicks_burst_secs;
         Ok(Arc::new(rules))
     }
 }

@@ -33,7 +33,8 @@ const FLAG_HEAD: u8 = 1;
 const FLAG_TLS: u8 = 2;
 const FLAG_NET4: u8 = 4;
 const FLAG_NET6: u8 = 8;
-const KNOWN_FLAGS: u8 = FLAG_HEAD | FLAG_TLS | FLAG_NET4 | FLAG_NET6;
+const FLAG_PREFETCH: u8 = 16;
+const KNOWN_FLAGS: u8 = FLAG_HEAD | FLAG_TLS | FLAG_NET4 | FLAG_NET6 | FLAG_PREFETCH;
 
 /// An edge-assigned event id: the engine instance's random 64-bit nonce, then its own counter.
 /// Unique without coordination; a duplicate id means the same event delivered twice.
@@ -152,6 +153,9 @@ pub struct ClickEvent<'a> {
     pub method: Method,
     /// Whether the request came over HTTPS.
     pub tls: bool,
+    /// The request said it was a prefetch or a preview (`Sec-Purpose`, `Purpose`, `X-Purpose`
+    /// or `X-Moz`): a browser or an app fetching ahead of a person who may never click.
+    pub prefetch: bool,
     /// Keyed hash of client address and user agent under the day's salt.
     pub visitor: u64,
     /// The client's truncated network, when the edge knew the peer address.
@@ -234,6 +238,9 @@ impl<'a> ClickEvent<'a> {
         }
         if self.tls {
             flags |= FLAG_TLS;
+        }
+        if self.prefetch {
+            flags |= FLAG_PREFETCH;
         }
         let mut net = [0u8; 6];
         match self.net {
@@ -322,6 +329,7 @@ impl<'a> ClickEvent<'a> {
                 Method::Get
             },
             tls: flags & FLAG_TLS != 0,
+            prefetch: flags & FLAG_PREFETCH != 0,
             visitor,
             net,
             user_agent,
@@ -348,12 +356,17 @@ impl<'a> ClickEvent<'a> {
             cc: self.country_str().map(str::to_owned),
             m: self.method,
             tls: self.tls,
+            pf: self.prefetch,
             vis: format!("{:016x}", self.visitor),
             net: self.net.map(|n| n.to_string()),
             ua: self.user_agent.to_owned(),
             rh: self.referrer_host.to_owned(),
         }
     }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn put_str8(out: &mut Vec<u8>, s: &str, max: usize) {
@@ -395,6 +408,9 @@ pub struct ArchivedClick {
     pub m: Method,
     /// Over HTTPS.
     pub tls: bool,
+    /// A prefetch or preview (absent when not).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pf: bool,
     /// Visitor hash, 16 hex digits.
     pub vis: String,
     /// Truncated network, when known.
@@ -442,6 +458,7 @@ impl ArchivedClick {
             country,
             method: self.m,
             tls: self.tls,
+            prefetch: self.pf,
             visitor,
             net,
             user_agent: &self.ua,
@@ -574,6 +591,7 @@ mod tests {
             country: Some(*b"DE"),
             method: Method::Get,
             tls: true,
+            prefetch: false,
             visitor: 0x0123_4567_89ab_cdef,
             net: Some(Net::V4([203, 0, 113])),
             user_agent: "Mozilla/5.0 (X11; Linux x86_64) Firefox/133.0",
@@ -712,7 +730,7 @@ mod tests {
             let net = if v6 { Net::V6([0x20, 1, 0xd, 0xb8, 0, 1]) } else { Net::V4([10, 1, 2]) };
             let e = ClickEvent {
                 id: EventId::new(42, seq), at_ms: at, code: &code, pop: &pop, country: None,
-                method: if head { Method::Head } else { Method::Get }, tls: head, visitor: vis,
+                method: if head { Method::Head } else { Method::Get }, tls: head, prefetch: !head, visitor: vis,
                 net: Some(net), user_agent: &ua, referrer_host: &rh,
             };
             let mut buf = Vec::new();

@@ -110,6 +110,7 @@ impl ClickBuilder {
                 ClickMethod::Get
             },
             tls: from.https,
+            prefetch: req.prefetch,
             visitor: h.finish(),
             net: peer.map(Net::of),
             user_agent: &ua,
@@ -287,5 +288,14 @@ mod tests {
         assert_eq!(events[0].visitor, events[1].visitor, "same day");
         assert_ne!(events[0].visitor, events[2].visitor, "another day's salt");
         assert_ne!(events[0].id, events[1].id);
+        assert!(!e.prefetch);
+        let raw = b"GET /abc1234 HTTP/1.1\r\nHost: a\r\nSec-Purpose: prefetch;prerender\r\n\r\n";
+        let Parse::Complete { req, .. } = parse(raw, &Limits::default()) else {
+            panic!("parses")
+        };
+        out.clear();
+        assert!(b.encode(&req, b"abc1234", "fra1", from, day, &mut out));
+        let (e, _) = ClickEvent::decode(&out).unwrap();
+        assert!(e.prefetch, "the prefetch flag travels with the event");
     }
 }

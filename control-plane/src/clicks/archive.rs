@@ -123,6 +123,7 @@ pub fn write_line(out: &mut Vec<u8>, event: &ClickEvent<'_>) {
         cc: event.country_str(),
         m: event.method,
         tls: event.tls,
+        pf: event.prefetch,
         vis: std::str::from_utf8(&vis).unwrap_or_default(),
         net: event.net.map(NetText),
         ua: event.user_agent,
@@ -145,11 +146,17 @@ struct Line<'a> {
     cc: Option<&'a str>,
     m: Method,
     tls: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pf: bool,
     vis: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     net: Option<NetText>,
     ua: &'a str,
     rh: &'a str,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 struct NetText(Net);
@@ -550,6 +557,7 @@ mod tests {
                 Method::Get
             },
             tls: i % 2 == 1,
+            prefetch: false,
             visitor: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
             net: match i % 3 {
                 0 => None,

@@ -724,6 +724,7 @@ mod tests {
             country: None,
             method: Method::Get,
             tls: false,
+            prefetch: false,
             visitor: i,
             net: None,
             user_agent: "Mozilla/5.0",

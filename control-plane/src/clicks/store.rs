@@ -577,6 +577,7 @@ mod tests {
                 country: Some(*b"DE"),
                 method: Method::Get,
                 tls: true,
+                prefetch: false,
                 visitor: i,
                 net: None,
                 user_agent: "Mozilla/5.0",

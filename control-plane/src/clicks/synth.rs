@@ -311,6 +311,7 @@ impl Synth {
             country: Some(*COUNTRIES[((net_bits >> 8) % COUNTRIES.len() as u64) as usize]),
             method,
             tls: true,
+            prefetch: false,
             visitor,
             net: Some(Net::V4([
                 (net_bits >> 16) as u8 | 1,

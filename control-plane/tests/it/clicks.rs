@@ -39,6 +39,8 @@ struct Ev {
     ua: &'static str,
     method: Method,
     visitor: u64,
+    net: Net,
+    prefetch: bool,
 }
 
 impl Ev {
@@ -50,7 +52,19 @@ impl Ev {
             ua: FIREFOX,
             method: Method::Get,
             visitor: 1000 + id,
+            net: Net::V4([198, 51, 100]),
+            prefetch: false,
         }
+    }
+
+    fn net(mut self, net: Net) -> Ev {
+        self.net = net;
+        self
+    }
+
+    fn prefetch(mut self) -> Ev {
+        self.prefetch = true;
+        self
     }
 
     fn ua(mut self, ua: &'static str) -> Ev {
@@ -72,8 +86,9 @@ impl Ev {
             country: Some(*b"DE"),
             method: self.method,
             tls: true,
+            prefetch: self.prefetch,
             visitor: self.visitor,
-            net: Some(Net::V4([198, 51, 100])),
+            net: Some(self.net),
             user_agent: self.ua,
             referrer_host: "news.example.com",
         }
@@ -195,6 +210,47 @@ fn outcome(server: &Server, outcome: &str) -> f64 {
         &format!("lasthop_clicks_events_total{{outcome=\"{outcome}\"}}"),
     )
     .unwrap_or(0.0)
+}
+
+/// A public network opening six links within a second (a mail scanner) counts from the fifth
+/// link on as a burst; the same from a documentation (never routed) network, and a prefetch,
+/// are told apart.
+#[test]
+fn network_bursts_and_prefetches_are_bots() {
+    let site = Site::new();
+    let server = site.start(FAST);
+    let codes: Vec<String> = (0..6)
+        .map(|_| create_link(&server, &site.api_key))
+        .collect();
+    let now = now_ms();
+    // The burst window is 5 s of event time: keep all six inside one window.
+    let start = now - 20_000 - now % 5_000;
+    let scanner = Net::V4([93, 184, 216]);
+    let mut events: Vec<Ev> = codes
+        .iter()
+        .enumerate()
+        .map(|(i, code)| Ev::human(10 + i as u64, code, start + 100 * i as u64).net(scanner))
+        .collect();
+    // The same burst from 198.51.100.0/24 (TEST-NET-2): exempt, six people.
+    events.extend(
+        codes
+            .iter()
+            .enumerate()
+            .map(|(i, code)| Ev::human(20 + i as u64, code, start + 100 * i as u64)),
+    );
+    events.push(Ev::human(30, &codes[0], start + 2_000).prefetch());
+    put_segment(&site, "edge-a", 0, &events);
+    for (i, code) in codes.iter().enumerate() {
+        let bots = u64::from(i >= 4) + u64::from(i == 0);
+        let humans = 2 - u64::from(i >= 4);
+        let body = wait_counts(&server, &site.api_key, code, "", humans, bots);
+        if i >= 4 {
+            assert_eq!(body["bot_reasons"]["burst"], 1, "{body}");
+        }
+        if i == 0 {
+            assert_eq!(body["bot_reasons"]["prefetch"], 1, "{body}");
+        }
+    }
 }
 
 /// (a) counts appear within seconds; (b) a duplicate id counts once; (c) a crawler UA and a

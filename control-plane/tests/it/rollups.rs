@@ -21,6 +21,7 @@ fn rollup_of(n: u64, seed: u64) -> Rollup {
             country: Some(*b"DE"),
             method: Method::Get,
             tls: true,
+            prefetch: false,
             visitor: seed * 1000 + i,
             net: None,
             user_agent: "Mozilla/5.0",

@@ -337,6 +337,8 @@ mod tests {
             Just(b"Transfer-Encoding: chunked".to_vec()),
             Just(b"Accept: application/json; q=1".to_vec()),
             Just(b"X-Country: DE".to_vec()),
+            Just(b"Sec-Purpose: prefetch;prerender".to_vec()),
+            Just(b"X-Purpose:preview ".to_vec()),
             "[!-~]{0,12}:[ \t]{0,3}[ -~\t\x7f\u{80}-\u{ff}]{0,40}".prop_map(|s| s.into_bytes()),
             proptest::collection::vec(any::<u8>(), 0..30),
         ]

@@ -138,6 +138,10 @@ pub struct Request<'a> {
     pub referer: &'a [u8],
     /// The [`Limits::country_header`] value, empty when absent or not configured.
     pub country: &'a [u8],
+    /// The request says it fetches ahead of a person: `Sec-Purpose` or `Purpose` naming
+    /// `prefetch` (Chromium, Safari, Firefox's prefetch and prerender), `X-Moz: prefetch`
+    /// (older Firefox), or `X-Purpose: preview` (Safari's Top Sites). Its click counts as a bot.
+    pub prefetch: bool,
     /// The request said HTTP/1.0 (an HTTP/1.0 keep-alive answer must say `Connection:
     /// keep-alive`, which [`crate::render::render_for`] does).
     pub http10: bool,
@@ -265,6 +269,7 @@ fn rebase<'a>(buf: &'a [u8], copy: &[u8], req: Request<'_>) -> Request<'a> {
         user_agent: at(req.user_agent),
         referer: at(req.referer),
         country: at(req.country),
+        prefetch: req.prefetch,
         http10: req.http10,
         host: at(req.host),
         target: at(req.target),
@@ -312,6 +317,14 @@ fn parse_exact<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
     head.finish(consumed)
 }
 
+/// Whether a purpose header's value names a prefetch or a preview (`prefetch`,
+/// `prefetch;prerender`, `preview`), case-insensitively.
+fn prefetch(value: &[u8]) -> bool {
+    value
+        .windows(7)
+        .any(|w| w.eq_ignore_ascii_case(b"prefetc") || w.eq_ignore_ascii_case(b"preview"))
+}
+
 /// What the header fields of a request head say, gathered one field at a time: the policy on
 /// top of the syntax, shared by [`fast`] and `httparse`'s path so both answer alike.
 struct Head<'a> {
@@ -334,6 +347,7 @@ impl<'a> Head<'a> {
                 user_agent: b"",
                 referer: b"",
                 country: b"",
+                prefetch: false,
                 http10,
                 host: b"",
                 target,
@@ -351,6 +365,10 @@ impl<'a> Head<'a> {
         let out = &mut self.req;
         // Dispatch on length first: one compare rules out most names.
         match name.len() {
+            5 if eq_lower(name, b"x-moz") => out.prefetch |= prefetch(value),
+            7 if eq_lower(name, b"purpose") => out.prefetch |= prefetch(value),
+            9 if eq_lower(name, b"x-purpose") => out.prefetch |= prefetch(value),
+            11 if eq_lower(name, b"sec-purpose") => out.prefetch |= prefetch(value),
             4 if eq_lower(name, b"host") => {
                 self.hosts += 1;
                 out.host = value;
@@ -604,6 +622,36 @@ mod tests {
         assert!(!req.http10);
         assert_eq!(req.user_agent, b"curl/8.5.0");
         assert_eq!(req.referer, b"");
+    }
+
+    #[test]
+    fn prefetch_and_preview_requests_say_so() {
+        let with = |header: &str| {
+            let buf = format!("GET /abcDEF1 HTTP/1.1\r\nHost: lh.example\r\n{header}\r\n\r\n");
+            let (req, _) = complete(buf.as_bytes());
+            req.prefetch
+        };
+        for header in [
+            "Sec-Purpose: prefetch",
+            "sec-purpose: prefetch;prerender",
+            "Sec-Purpose: prefetch;anonymous-client-ip",
+            "Purpose: prefetch",
+            "X-Moz: prefetch",
+            "X-Purpose: preview",
+            "X-Purpose: Preview",
+        ] {
+            assert!(with(header), "{header}");
+        }
+        for header in [
+            "Sec-Purpose: x",
+            "Purpose: navigate",
+            "X-Moz: x",
+            "Sec-Fetch-Mode: navigate",
+        ] {
+            assert!(!with(header), "{header}");
+        }
+        let (req, _) = complete(CURL);
+        assert!(!req.prefetch);
     }
 
     #[test]

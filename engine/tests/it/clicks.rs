@@ -224,7 +224,8 @@ const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) App
 const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
 
 /// Redirects of `code` at `engine`: four by one Firefox visitor (two referrers), one by an
-/// iPhone, one by Googlebot, one HEAD. Five human clicks, two visitors, two bot clicks.
+/// iPhone, one by Googlebot, one HEAD, one Firefox prefetch. Five human clicks, two visitors,
+/// three bot clicks.
 fn click_mix(engine: &Engine, code: &str) {
     let url = format!("http://{}/{code}", engine.addr);
     for referer in [
@@ -243,13 +244,15 @@ fn click_mix(engine: &Engine, code: &str) {
     assert_eq!(curl(&["-A", IPHONE, &url]).0, 302);
     assert_eq!(curl(&["-A", GOOGLEBOT, &url]).0, 302);
     assert_eq!(curl(&["-I", "-A", FIREFOX, &url]).0, 302);
+    let prefetch = ["-A", FIREFOX, "-H", "Sec-Purpose: prefetch;prerender", &url];
+    assert_eq!(curl(&prefetch).0, 302);
 }
 
 fn assert_mix_counted(control: &Control, code: &str) {
     let mut last = serde_json::Value::Null;
     wait_until(Duration::from_secs(30), "the clicks in the stats", || {
         last = control.stats(code);
-        last["clicks"] == 5 && last["bot_clicks"] == 2
+        last["clicks"] == 5 && last["bot_clicks"] == 3
     });
     let s = last;
     assert_eq!(s["visitor_days"], 2, "{s}");
@@ -261,6 +264,7 @@ fn assert_mix_counted(control: &Control, code: &str) {
     assert_eq!(s["os"]["iOS"], 1, "{s}");
     assert_eq!(s["bot_reasons"]["user_agent"], 1, "{s}");
     assert_eq!(s["bot_reasons"]["head"], 1, "{s}");
+    assert_eq!(s["bot_reasons"]["prefetch"], 1, "{s}");
     let days = s["days"].as_array().expect("days");
     assert_eq!(days.len(), 1, "{s}");
     assert_eq!(days[0]["clicks"], 5, "{s}");
