@@ -214,6 +214,9 @@ echo "  counted in ClickHouse by the three: $counted of $EVENTS events (duplicat
 skips=$(grep "the broker skipped offsets" "$work/ch-proc.log" | sed -n 's/.*from=\([0-9]*\) to=\([0-9]*\).*/\1 \2/p' |
   awk '{ n += $2 - $1 } END { printf "%d warnings, %d offsets", NR, n }')
 echo "  offsets the broker skipped at takeovers: $skips (tansu 0.6 answers a fetch inside a record batch with the next batch)"
-printf "  classification per event (criterion classify/mix): "
-cargo bench -q -p lasthop-benches --bench clicks -- --noplot classify/mix 2>/dev/null | awk '/time:/ {print $4, $5; exit}'
+# classify/mix: every rule; classify/mix_no_burst: the burst rule off (its per-network probe).
+cargo bench -q -p lasthop-benches --bench clicks -- --noplot classify/mix 2>/dev/null |
+  awk '/^clicks\/classify\// { name = $1 }
+    /time:/ && !/%/ { for (i = 1; i <= NF; i++) if ($i == "time:") t = i
+      printf "  classification per event (criterion %s): %s %s\n", name, $(t + 3), $(t + 4) }'
 fi

@@ -4,23 +4,26 @@
 //! 1. **HEAD**: browsers following a link send GET; HEAD is link checkers and unfurlers.
 //! 2. **Prefetch**: the request said it was a prefetch or a preview (`Sec-Purpose`, `Purpose`,
 //!    `X-Purpose`, `X-Moz`; the edge sets the event's flag): fetched ahead of a person who may
-//!    never click.
+//!    never click. One who does is served from the browser's prefetch cache and never reaches
+//!    the edge again, so such clicks are undercounted; `bot_reasons.prefetch` shows how many.
 //! 3. **User agent** matches a bot rule, or is empty ([`Rules::match_agent`]).
 //! 4. **Crawler net**: the event's /24 or /48 overlaps a published crawler range (crawlers that
 //!    render with a browser's user agent still come from their own networks).
-//! 5. **Burst**: a public network (the event's /24 or /48) that fetched
+//! 5. **Burst**: one user agent on one public network (the event's /24 or /48) that fetched
 //!    [`Rules::burst_codes`] distinct codes within one [`Rules::burst_secs`] window of event
 //!    time is a bot from the event that reaches the count on, for the rest of that window. Mail
 //!    security scanners open every link of a message within a second or two, and link-preview
-//!    services unfurl every link of a post, from datacenter networks and often with a browser's
-//!    user agent; people, even many behind one NAT, do not fetch five different short links
-//!    from one /24 within seconds (a popular link clicked by many is one code). The fetches
-//!    before the count is reached stay counted as people: nothing can be uncounted from a
-//!    HyperLogLog sketch, and holding events back would delay every count. Loopback, private,
-//!    shared (CGNAT) and link-local networks are exempt: behind them is a proxy or a test, and
-//!    the rule would count a whole office or a load balancer's clients as one scanner. Windows
-//!    are aligned to multiples of the window, so a burst split across a boundary needs the
-//!    count on one side of it.
+//!    services unfurl every link of a post, from a few addresses of a datacenter network and
+//!    often with a browser's user agent. Keying on the user agent as well keeps the people
+//!    behind one public NAT exit (a carrier's, a university's, a relay's) apart unless they
+//!    also share a browser build and open five different short links within seconds; a hot
+//!    link clicked by many is one code. The fetches before the count is reached stay counted
+//!    as people: nothing can be uncounted from a HyperLogLog sketch, and holding events back
+//!    would delay every count. Non-public networks (loopback, private, shared address space,
+//!    link-local, benchmarking, documentation, Teredo) are exempt: behind them is a proxy, a
+//!    load balancer or a test, and every client would look like one network. Windows are
+//!    aligned to multiples of the window, so a burst split across a boundary needs the count
+//!    on one side of it.
 //! 6. **Behaviour**: a visitor hash that fetched more than [`Rules::max_codes_per_minute`]
 //!    distinct codes within one UTC minute of event time (`at_ms / 60000`) is a bot from the
 //!    event that crosses the threshold on, for the rest of that minute. People click a few
@@ -33,7 +36,9 @@
 //! cache is cleared when it reaches [`UA_CACHE_MAX`] entries, which bounds its memory to a few
 //! tens of MB even under a flood of random strings). The behaviour state holds only the newest
 //! three minutes (the newest event minute seen, and the two before it for slightly late events),
-//! the burst state likewise three windows (15 s); an event older than that is not judged by them. Event time is the edge's clock, so an
+//! the burst state the windows of the newest minute (twelve at the default 5 s); an event older
+//! than that (an edge whose clock runs ahead, a backlog read writer by writer) is not judged by
+//! them, so a recompute, which reads a day in time order, can judge a few more. Event time is the edge's clock, so an
 //! edge with a clock far ahead would pause the rule until real time catches up.
 //!
 //! Device, browser and OS come from well-known user-agent tokens, not a full parser: enough for
@@ -51,9 +56,10 @@ use crate::Rules;
 
 /// Distinct user agents the classifier remembers before it starts over.
 pub const UA_CACHE_MAX: usize = 100_000;
-/// Windows a [`Behaviour`] keeps: the newest and the two before it (for the burst rule's
-/// 5-second windows, 15 s of lateness; more would hold every network of a busy minute).
-const WINDOWS_KEPT: u64 = 3;
+/// Windows a [`Behaviour`] keeps at least: the newest and the two before it.
+const MIN_WINDOWS_KEPT: u64 = 3;
+/// Event time a [`Behaviour`] keeps windows for, at least (the burst rule's short windows).
+const KEPT_MS: u64 = 60_000;
 
 /// Why an event counts as a bot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,7 +70,7 @@ pub enum BotReason {
     CrawlerNet,
     /// The visitor fetched too many distinct codes within a minute.
     Behaviour,
-    /// The visitor's network fetched many distinct codes within seconds.
+    /// The visitor's network and user agent fetched many distinct codes within seconds.
     Burst,
     /// A HEAD request.
     Head,
@@ -146,6 +152,8 @@ pub struct Classifier {
 /// What one user-agent string says, worked out once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct AgentInfo {
+    /// A hash of the string, for the burst rule's (network, user agent) key.
+    key: u64,
     bot: Option<AgentKind>,
     device: Device,
     browser: &'static str,
@@ -197,7 +205,7 @@ impl Classifier {
             && event.net.is_some_and(|net| {
                 public(net)
                     && self.burst.over_limit(
-                        net_key(net),
+                        net_key(net) ^ agent.key,
                         code_hash(event.code),
                         event.at_ms,
                         self.rules.burst_codes - 1,
@@ -234,6 +242,7 @@ impl Classifier {
         let bot = self.rules.match_agent(ua);
         let (device, browser, os) = parse_agent(ua);
         let info = AgentInfo {
+            key: agent_key(ua),
             bot,
             device: if bot.is_some() { Device::Bot } else { device },
             browser,
@@ -309,6 +318,12 @@ fn code_hash(code: &str) -> u64 {
     h.min(BOT - 1)
 }
 
+/// A user agent's part of the burst key: FNV-1a, spread over the word by a multiply so that
+/// XOR with a [`net_key`] mixes every bit (computed once per distinct string).
+fn agent_key(ua: &str) -> u64 {
+    code_hash(ua).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 /// A network as one key: its bytes and its family, without hashing (no two collide).
 fn net_key(net: Net) -> u64 {
     match net {
@@ -319,7 +334,8 @@ fn net_key(net: Net) -> u64 {
 
 /// Whether `net` is globally routable (IANA's special-purpose registries): not loopback,
 /// private (RFC 1918, IPv6 unique-local), shared address space (RFC 6598, carrier-grade NAT),
-/// link-local, benchmarking (198.18.0.0/15), documentation, multicast or reserved.
+/// link-local, benchmarking (198.18.0.0/15, 2001:2::/48), documentation (2001:db8::/32,
+/// 3fff::/20), Teredo (2001::/32), multicast or reserved.
 fn public(net: Net) -> bool {
     match net {
         Net::V4([a, b, c]) => !matches!(
@@ -335,9 +351,18 @@ fn public(net: Net) -> bool {
                 | (203, 0, 113)
                 | (224..=255, _, _)
         ),
-        // Global unicast is 2000::/3, less 2001:db8::/32 (documentation); everything else
-        // (::1, ::ffff:0:0/96, fc00::/7, fe80::/10, multicast) is not.
-        Net::V6([a, b, c, d, ..]) => a & 0xe0 == 0x20 && [a, b, c, d] != [0x20, 0x01, 0x0d, 0xb8],
+        // Global unicast is 2000::/3; everything else (::1, ::ffff:0:0/96, fc00::/7,
+        // fe80::/10, multicast) is not.
+        Net::V6([a, b, c, d, e, f]) => {
+            a & 0xe0 == 0x20
+                && !matches!(
+                    [a, b, c, d, e, f],
+                    [0x20, 0x01, 0x0d, 0xb8, ..]
+                        | [0x20, 0x01, 0x00, 0x00, ..]
+                        | [0x20, 0x01, 0x00, 0x02, 0x00, 0x00]
+                        | [0x3f, 0xff, 0x00..=0x0f, ..]
+                )
+        }
     }
 }
 
@@ -351,10 +376,12 @@ fn public(net: Net) -> bool {
 struct Behaviour {
     /// The window's length.
     window_ms: u64,
+    /// Windows kept: the newest and those before it, for late events.
+    kept: u64,
     /// The newest event window seen.
     newest: Option<u64>,
     /// Per kept window: what each key fetched in it.
-    minutes: Vec<(u64, Window)>,
+    windows: Vec<(u64, Window)>,
     /// Emptied windows of pruned ones, kept for their allocation.
     spare: Vec<Window>,
 }
@@ -379,12 +406,14 @@ impl Window {
 }
 
 impl Behaviour {
-    /// Windows of `window_ms` (at least 1).
+    /// Windows of `window_ms` (at least 1), kept for at least [`KEPT_MS`] of event time.
     fn new(window_ms: u64) -> Behaviour {
+        let window_ms = window_ms.max(1);
         Behaviour {
-            window_ms: window_ms.max(1),
+            window_ms,
+            kept: KEPT_MS.div_ceil(window_ms).max(MIN_WINDOWS_KEPT),
             newest: None,
-            minutes: Vec::new(),
+            windows: Vec::new(),
             spare: Vec::new(),
         }
     }
@@ -392,26 +421,26 @@ impl Behaviour {
     /// Records `key` fetching `code` (a [`code_hash`]) at `at_ms`; true when it is past `max`
     /// distinct codes within the window of `at_ms`.
     fn over_limit(&mut self, key: u64, code: u64, at_ms: u64, max: u32) -> bool {
-        let minute = at_ms / self.window_ms;
+        let at = at_ms / self.window_ms;
         let newest = match self.newest {
-            Some(n) if n >= minute => n,
+            Some(n) if n >= at => n,
             _ => {
-                self.newest = Some(minute);
-                self.prune(minute);
-                minute
+                self.newest = Some(at);
+                self.prune(at);
+                at
             }
         };
-        if minute + WINDOWS_KEPT <= newest {
+        if at + self.kept <= newest {
             // Its window is gone: too late to judge.
             return false;
         }
-        let window = match self.minutes.iter().position(|(m, _)| *m == minute) {
-            Some(i) => &mut self.minutes[i].1,
+        let window = match self.windows.iter().position(|(w, _)| *w == at) {
+            Some(i) => &mut self.windows[i].1,
             None => {
                 let window = self.spare.pop().unwrap_or_default();
-                self.minutes.push((minute, window));
-                let last = self.minutes.len() - 1;
-                &mut self.minutes[last].1
+                self.windows.push((at, window));
+                let last = self.windows.len() - 1;
+                &mut self.windows[last].1
             }
         };
         let max = max as usize;
@@ -456,11 +485,11 @@ impl Behaviour {
     /// Drops windows older than the kept ones, keeping their maps' allocations.
     fn prune(&mut self, newest: u64) {
         let mut i = 0;
-        while i < self.minutes.len() {
-            if self.minutes[i].0 + WINDOWS_KEPT <= newest {
-                let (_, mut window) = self.minutes.swap_remove(i);
+        while i < self.windows.len() {
+            if self.windows[i].0 + self.kept <= newest {
+                let (_, mut window) = self.windows.swap_remove(i);
                 window.clear();
-                if self.spare.len() < WINDOWS_KEPT as usize {
+                if self.spare.len() < MIN_WINDOWS_KEPT as usize {
                     self.spare.push(window);
                 }
             } else {
@@ -469,10 +498,10 @@ impl Behaviour {
         }
     }
 
-    /// Visitor-minutes held.
+    /// Keys held, over all windows.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.minutes.iter().map(|(_, w)| w.seen.len()).sum()
+        self.windows.iter().map(|(_, w)| w.seen.len()).sum()
     }
 }
 
@@ -622,6 +651,23 @@ mod tests {
             let at = T0 + 60_000 + i * 6_000;
             assert_eq!(c.classify(&from(SCANNER, &code, 1, at)).bot, None);
         }
+        // Five people behind one public NAT exit, each on their own browser build, each opening
+        // a different link within a second.
+        let agents = [
+            CHROME_WIN,
+            "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
+            "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1",
+            "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Safari/605.1.15",
+            "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Mobile Safari/537.36",
+        ];
+        for (i, ua) in agents.iter().enumerate() {
+            let code = format!("nat{i:04}");
+            let e = ClickEvent {
+                user_agent: ua,
+                ..from(SCANNER, &code, i as u64, T0 + 30_000 + i as u64)
+            };
+            assert_eq!(c.classify(&e).bot, None, "{ua}");
+        }
         // Behind a proxy, a load balancer or a test network every click shares one /24.
         for net in [
             Net::V4([10, 1, 2]),
@@ -631,6 +677,9 @@ mod tests {
             Net::V4([198, 18, 0]),
             Net::V6([0xfd, 0, 1, 2, 3, 4]),
             Net::V6([0x20, 0x01, 0x0d, 0xb8, 0, 1]),
+            Net::V6([0x20, 0x01, 0, 0, 0x4a, 0x7b]),
+            Net::V6([0x20, 0x01, 0, 2, 0, 0]),
+            Net::V6([0x3f, 0xff, 0x0a, 0xbc, 0, 0]),
         ] {
             for i in 0..10u64 {
                 let code = format!("lan{i:04}");
@@ -726,7 +775,7 @@ mod tests {
                     minute * 60_000 + visitor,
                 ));
             }
-            assert!(c.behaviour.minutes.len() <= 3);
+            assert!(c.behaviour.windows.len() <= 3);
             assert!(c.behaviour.len() <= 300);
         }
         // A late event from a pruned minute is not judged and leaves no state.

@@ -59,10 +59,11 @@ macro_rules! regex_options {
 pub struct Rules {
     /// A visitor fetching more than this many distinct codes within one minute is a bot.
     pub max_codes_per_minute: u32,
-    /// A public network (an event's /24 or /48) fetching this many distinct codes within one
-    /// [`burst_secs`](Self::burst_secs) window is a bot from that fetch on, for the rest of the
-    /// window: a mail security scanner opening every link of a message, a link-preview service
-    /// unfurling every link of a post, with a browser's user agent. 0 turns the rule off.
+    /// One user agent on one public network (an event's /24 or /48) fetching this many distinct
+    /// codes within one [`burst_secs`](Self::burst_secs) window is a bot from that fetch on, for
+    /// the rest of the window: a mail security scanner opening every link of a message, a
+    /// link-preview service unfurling every link of a post, with a browser's user agent. 0 turns
+    /// the rule off.
     pub burst_codes: u32,
     /// The burst rule's window, in seconds of event time.
     pub burst_secs: u32,

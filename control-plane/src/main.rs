@@ -193,9 +193,9 @@ struct RuleArgs {
     /// Published crawler ranges file (default: the shipped list).
     #[arg(long, env = "LASTHOP_CRAWLER_RANGES")]
     crawler_ranges: Option<PathBuf>,
-    /// A public network (/24 or /48) fetching this many distinct codes within one
-    /// `--clicks-burst-secs` window counts as a bot (mail scanners, link unfurlers) from that
-    /// fetch on; 0 turns the rule off.
+    /// One user agent on one public network (/24 or /48) fetching this many distinct codes
+    /// within one `--clicks-burst-secs` window counts as a bot (mail scanners, link unfurlers)
+    /// from that fetch on; 0 turns the rule off.
     #[arg(long, env = "LASTHOP_CLICKS_BURST_CODES", default_value_t = lasthop_analytics::rules::DEFAULT_BURST_CODES,
           value_parser = burst_codes)]
     clicks_burst_codes: u32,

@@ -153,8 +153,9 @@ pub struct ClickEvent<'a> {
     pub method: Method,
     /// Whether the request came over HTTPS.
     pub tls: bool,
-    /// The request said it was a prefetch or a preview (`Sec-Purpose`, `Purpose`, `X-Purpose`
-    /// or `X-Moz`): a browser or an app fetching ahead of a person who may never click.
+    /// The request said it was a prefetch or a preview (a `prefetch` or `preview` token in
+    /// `Sec-Purpose`, `Purpose`, `X-Purpose` or `X-Moz`): a browser or an app fetching ahead of
+    /// a person who may never click.
     pub prefetch: bool,
     /// Keyed hash of client address and user agent under the day's salt.
     pub visitor: u64,

@@ -557,7 +557,7 @@ mod tests {
                 Method::Get
             },
             tls: i % 2 == 1,
-            prefetch: false,
+            prefetch: i % 4 == 1,
             visitor: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
             net: match i % 3 {
                 0 => None,

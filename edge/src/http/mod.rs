@@ -317,12 +317,12 @@ fn parse_exact<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
     head.finish(consumed)
 }
 
-/// Whether a purpose header's value names a prefetch or a preview (`prefetch`,
-/// `prefetch;prerender`, `preview`), case-insensitively.
+/// Whether a purpose header's value has a token `prefetch` or `preview` (`prefetch`,
+/// `prefetch;prerender`, `preview`), case-insensitively; `no-prefetch` is not one.
 fn prefetch(value: &[u8]) -> bool {
     value
-        .windows(7)
-        .any(|w| w.eq_ignore_ascii_case(b"prefetc") || w.eq_ignore_ascii_case(b"preview"))
+        .split(|&b| matches!(b, b';' | b',' | b' ' | b'\t'))
+        .any(|t| t.eq_ignore_ascii_case(b"prefetch") || t.eq_ignore_ascii_case(b"preview"))
 }
 
 /// What the header fields of a request head say, gathered one field at a time: the policy on
