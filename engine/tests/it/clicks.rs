@@ -336,7 +336,7 @@ fn redirects_become_stats_through_kafka() {
     assert_mix_counted(&control, &code);
     assert_eq!(
         metric(&engine, "lasthop_engine_clicks_sent_total{sink=\"kafka\"}"),
-        7.0
+        8.0
     );
 }
 
