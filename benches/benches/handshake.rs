@@ -1,0 +1,183 @@
+//! The crypto floor of a TLS 1.3 handshake on the server, with ring (the provider the engine's
+//! rustls uses): what a full handshake and a resumption cannot go below per server core, to put
+//! beside the handshakes per server CPU-second that `perf/tls.sh` measures.
+//!
+//! - `ecdsa_p256_sign`: the CertificateVerify signature (P-256, SHA-256) over its 130-byte
+//!   content (64 spaces, the context string, a 32-byte transcript hash).
+//! - `x25519`: one ephemeral key pair and the agreement with the client's share.
+//! - `key_schedule`: RFC 8446 §7.1 with HKDF-SHA256: the early, handshake and master secrets,
+//!   both handshake and both application traffic secrets with their keys and IVs, the two
+//!   Finished keys and MACs, the exporter and resumption secrets.
+//! - `transcript`: SHA-256 over a typical handshake's messages (ClientHello, ServerHello,
+//!   EncryptedExtensions, a one-certificate chain, CertificateVerify, Finished: about 2.5 KB).
+//! - `full`: all of the above, one after another: the floor of a full handshake.
+//! - `resumed_psk_dhe`: a TLS 1.3 resumption as rustls does it (psk_dhe_ke): the binder, the
+//!   X25519 exchange and the key schedule, no signature.
+//!
+//! Run: `cargo bench -p lasthop-benches --bench handshake`.
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ring::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey, X25519};
+use ring::digest::{self, SHA256};
+use ring::hkdf::{KeyType, Prk, Salt, HKDF_SHA256};
+use ring::hmac;
+use ring::rand::SystemRandom;
+use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
+
+/// An output length for `Prk::expand`.
+struct Len(usize);
+
+impl KeyType for Len {
+    fn len(&self) -> usize {
+        self.0
+    }
+}
+
+/// HKDF-Expand-Label (RFC 8446 §7.1) into `out`.
+fn expand_label(secret: &Prk, label: &[u8], context: &[u8], out: &mut [u8]) {
+    let len = (out.len() as u16).to_be_bytes();
+    let label_len = [(6 + label.len()) as u8];
+    let context_len = [context.len() as u8];
+    let info = [
+        &len[..],
+        &label_len,
+        b"tls13 ",
+        label,
+        &context_len,
+        context,
+    ];
+    secret
+        .expand(&info, Len(out.len()))
+        .and_then(|okm| okm.fill(out))
+        .expect("lengths within HKDF's bounds");
+}
+
+/// Derive-Secret: a 32-byte secret, as a PRK for the next expansions.
+fn derive(secret: &Prk, label: &[u8], hash: &[u8]) -> (Prk, [u8; 32]) {
+    let mut out = [0u8; 32];
+    expand_label(secret, label, hash, &mut out);
+    (Prk::new_less_safe(HKDF_SHA256, &out), out)
+}
+
+/// A traffic secret's key (AES-128-GCM) and IV.
+fn traffic_keys(secret: &Prk) -> ([u8; 16], [u8; 12]) {
+    let mut key = [0u8; 16];
+    let mut iv = [0u8; 12];
+    expand_label(secret, b"key", b"", &mut key);
+    expand_label(secret, b"iv", b"", &mut iv);
+    (key, iv)
+}
+
+/// The server's whole key schedule for one handshake from `psk` (zeros for a full handshake)
+/// and the ECDHE `shared` secret, with `th` standing in for the transcript hashes.
+fn key_schedule(psk: &[u8; 32], shared: &[u8], th: &[u8; 32]) -> [u8; 32] {
+    let empty = digest::digest(&SHA256, b"");
+    let early = Salt::new(HKDF_SHA256, &[0u8; 32]).extract(psk);
+    let (_, derived) = derive(&early, b"derived", empty.as_ref());
+    let handshake = Salt::new(HKDF_SHA256, &derived).extract(shared);
+    let mut acc = [0u8; 32];
+    for label in [&b"c hs traffic"[..], b"s hs traffic"] {
+        let (secret, raw) = derive(&handshake, label, th);
+        let (key, iv) = traffic_keys(&secret);
+        // The Finished key and MAC over the transcript.
+        let mut finished = [0u8; 32];
+        expand_label(&secret, b"finished", b"", &mut finished);
+        let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &finished), th);
+        acc[0] ^= key[0] ^ iv[0] ^ raw[0] ^ tag.as_ref()[0];
+    }
+    let (_, derived) = derive(&handshake, b"derived", empty.as_ref());
+    let master = Salt::new(HKDF_SHA256, &derived).extract(&[0u8; 32]);
+    for label in [&b"c ap traffic"[..], b"s ap traffic"] {
+        let (secret, raw) = derive(&master, label, th);
+        let (key, iv) = traffic_keys(&secret);
+        acc[1] ^= key[0] ^ iv[0] ^ raw[0];
+    }
+    for label in [&b"exp master"[..], b"res master"] {
+        let (_, raw) = derive(&master, label, th);
+        acc[2] ^= raw[0];
+    }
+    acc
+}
+
+/// About the bytes of a full handshake's messages, for the transcript hash.
+fn transcript_bytes() -> Vec<u8> {
+    (0..2_560u32).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+/// The resumption binder: a PSK's binder key and the HMAC over the truncated ClientHello.
+fn binder(psk: &[u8; 32], hello_hash: &[u8; 32]) -> hmac::Tag {
+    let early = Salt::new(HKDF_SHA256, &[0u8; 32]).extract(psk);
+    let empty = digest::digest(&SHA256, b"");
+    let (binder_key, _) = derive(&early, b"res binder", empty.as_ref());
+    let mut finished = [0u8; 32];
+    expand_label(&binder_key, b"finished", b"", &mut finished);
+    hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &finished), hello_hash)
+}
+
+fn handshake(c: &mut Criterion) {
+    let rng = SystemRandom::new();
+    let pkcs8 =
+        EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).expect("a P-256 key");
+    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
+        .expect("the key just made");
+    let mut to_sign = vec![b' '; 64];
+    to_sign.extend_from_slice(b"TLS 1.3, server CertificateVerify\0");
+    to_sign.extend_from_slice(&[7u8; 32]);
+    let client = EphemeralPrivateKey::generate(&X25519, &rng).expect("an X25519 key");
+    let client_share = client.compute_public_key().expect("its public key");
+    let transcript = transcript_bytes();
+    let th = [9u8; 32];
+    let psk = [5u8; 32];
+
+    let x25519 = || {
+        let mine = EphemeralPrivateKey::generate(&X25519, &rng).expect("an X25519 key");
+        let _share = mine.compute_public_key().expect("its public key");
+        let peer = UnparsedPublicKey::new(&X25519, client_share.as_ref());
+        agreement::agree_ephemeral(mine, &peer, |shared| {
+            let mut out = [0u8; 32];
+            out.copy_from_slice(shared);
+            out
+        })
+        .expect("a valid share")
+    };
+
+    let mut group = c.benchmark_group("handshake");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("ecdsa_p256_sign", |b| {
+        b.iter(|| key.sign(&rng, black_box(&to_sign)).expect("signs"))
+    });
+    group.bench_function("x25519", |b| b.iter(|| black_box(x25519())));
+    group.bench_function("key_schedule", |b| {
+        b.iter(|| key_schedule(&[0; 32], black_box(&[3u8; 32]), &th))
+    });
+    group.bench_function("transcript", |b| {
+        b.iter(|| digest::digest(&SHA256, black_box(&transcript)))
+    });
+    group.bench_function("full", |b| {
+        b.iter(|| {
+            let shared = x25519();
+            let hash = digest::digest(&SHA256, &transcript);
+            let mut th = [0u8; 32];
+            th.copy_from_slice(hash.as_ref());
+            let schedule = key_schedule(&[0; 32], &shared, &th);
+            let signature = key.sign(&rng, &to_sign).expect("signs");
+            black_box((schedule, signature))
+        })
+    });
+    group.bench_function("resumed_psk_dhe", |b| {
+        b.iter(|| {
+            let tag = binder(&psk, &th);
+            let shared = x25519();
+            let hash = digest::digest(&SHA256, &transcript[..600]);
+            let mut th = [0u8; 32];
+            th.copy_from_slice(hash.as_ref());
+            black_box((tag, key_schedule(&psk, &shared, &th)))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, handshake);
+criterion_main!(benches);
