@@ -7,16 +7,30 @@
 #                             "reuse" is a full handshake; stateless tickets on both sides, the
 #                             engine with --tls-ticket-key-file, nginx's default tickets)
 #   - keep-alive requests/s   wrk over HTTPS, CONNS connections, GET of one code -> 302
+#   - full-conc               wrk with `Connection: close` over NEWCONNS connections: a full
+#                             TLS 1.3 handshake per request, several at once, so the server and
+#                             not one sequential client is the bottleneck (wrk neither verifies
+#                             the certificate nor resumes, so its side costs less than ours)
+#   - resumed-conc            CLIENTS parallel `openssl s_time -reuse -tls1_2` (TLS 1.2 ticket
+#                             resumptions, no asymmetric crypto on either side)
 # Each also per server CPU-second (server CPU time from /proc during the run), medians, ratios.
-# Goals: handshakes per server CPU-second >= nginx's; keep-alive requests per CPU-second
-# >= 1.25x nginx's.
+# Beside them, the crypto floor per server core from `cargo bench --bench handshake`: the full
+# TLS 1.3 handshake's (X25519, ECDSA P-256 sign, key schedule, transcript) and a TLS 1.3
+# psk_dhe resumption's (what rustls resumes with: it still pays X25519).
+# Goals: handshakes per server CPU-second >= nginx's; full-conc >= 70% of the full floor; TLS 1.2
+# ticket resumptions (resumed-conc) >= 3x full-conc; keep-alive requests per CPU-second >= 1.25x
+# nginx's.
 #
-#   perf/tls.sh                    # ROUNDS=3 DURATION=5 CONNS=64
+#   perf/tls.sh                    # ROUNDS=3 DURATION=5 CONNS=64 NEWCONNS=32 CLIENTS=4
+#   KINDS="full-conc resumed-conc" perf/tls.sh   # some of the kinds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-64}
+NEWCONNS=${NEWCONNS:-32}
+CLIENTS=${CLIENTS:-4}
+KINDS=${KINDS:-full resumed keepalive full-conc resumed-conc}
 PORT=${PORT:-18443}
 need=()
 command -v wrk >/dev/null || need+=(wrk)
@@ -93,10 +107,22 @@ measure() { # server kind round
       local out; out=$(taskset -c 1 openssl s_time -connect 127.0.0.1:$PORT "${mode[@]}" -time "$DURATION" 2>&1)
       n=$(echo "$out" | awk '/connections in .* real seconds/ {print $1; exit}')
       rate=$(echo "$out" | awk '/connections in .*s; / {printf "%.0f", $1/'"$DURATION"'; exit}') ;;
-    keepalive)
-      local out; out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" "https://127.0.0.1:$PORT/$code")
+    keepalive|full-conc)
+      local conns=$CONNS hdr=()
+      [ "$2" = full-conc ] && conns=$NEWCONNS hdr=(-H "Connection: close")
+      local out; out=$(taskset -c 1 wrk -t1 -c"$conns" -d"${DURATION}s" "${hdr[@]}" "https://127.0.0.1:$PORT/$code")
       n=$(echo "$out" | awk '/requests in/ {print $1}')
       rate=$(echo "$out" | awk '/Requests\/sec/ {printf "%.0f", $2}') ;;
+    resumed-conc)
+      local i clients=()
+      for i in $(seq "$CLIENTS"); do
+        taskset -c 1 openssl s_time -connect 127.0.0.1:$PORT -reuse -tls1_2 -time "$DURATION" \
+          >"$work/s_time.$i" 2>&1 &
+        clients+=($!)
+      done
+      wait "${clients[@]}" || true
+      n=$(cat "$work"/s_time.* | awk '/connections in .* real seconds/ {n += $1} END {print n + 0}')
+      rate=$((n / DURATION)) ;;
   esac
   local c1; c1=$(cpu_of "${pids[@]}")
   stop_server
@@ -108,21 +134,43 @@ measure() { # server kind round
 }
 
 echo "tls.sh: $ROUNDS rounds x ${DURATION}s, servers on CPU 0, clients on CPU 1; ECDSA P-256"
-for kind in full resumed keepalive; do
+for kind in $KINDS; do
   for r in $(seq "$ROUNDS"); do
     for s in engine nginx; do measure "$s" "$kind" "$r"; done
   done
 done
 echo
 printf "%-22s %14s %12s\n" "median of $ROUNDS" "per CPU-s" "per s"
-for kind in full resumed keepalive; do
+for kind in $KINDS; do
   for s in engine nginx; do
     v=${results["$s,$kind"]}
     per=$(echo "$v" | tr ';' '\n' | awk '{print $1}' | median)
     rate=$(echo "$v" | tr ';' '\n' | awk '{print $2}' | median)
     printf "%-22s %14s %12s\n" "$s $kind" "$per" "$rate"
-    eval "per_${s}_${kind}=$per"
+    eval "per_${s}_${kind//-/_}=$per"
   done
-  eval "e=\$per_engine_${kind}; n=\$per_nginx_${kind}"
+  eval "e=\$per_engine_${kind//-/_}; n=\$per_nginx_${kind//-/_}"
   awk -v e="$e" -v n="$n" -v k="$kind" 'BEGIN{printf "  %s: engine/nginx %.2fx per server CPU-second\n", k, (n>0)? e/n : 0}'
 done
+
+# The crypto floor on this machine, per core (criterion's median).
+floor() { # bench name -> handshakes per second
+  cargo bench -q -p lasthop-benches --bench handshake -- --noplot "handshake/$1\$" 2>/dev/null |
+    awk '/time:/ && !/%/ { for (i = 1; i <= NF; i++) if ($i == "time:") t = i
+      v = $(t + 3); u = $(t + 4); s = (u == "ns") ? 1e-9 : (u == "µs" || u == "us") ? 1e-6 : 1e-3
+      printf "%.0f", 1 / (v * s); exit }'
+}
+full_floor=$(floor full)
+resumed_floor=$(floor resumed_psk_dhe)
+echo
+echo "crypto floor per core (cargo bench --bench handshake): full TLS 1.3 $full_floor/s, TLS 1.3 psk_dhe resumption $resumed_floor/s"
+case " $KINDS " in *" full-conc "*)
+  awk -v e="$per_engine_full_conc" -v n="$per_nginx_full_conc" -v f="$full_floor" 'BEGIN{
+    printf "  full-conc per server CPU-second: engine %.0f%% of the floor, nginx %.0f%% (goal: engine >= 70%%)\n",
+      (f > 0) ? 100 * e / f : 0, (f > 0) ? 100 * n / f : 0 }' ;;
+esac
+case " $KINDS " in *" full-conc "*) case " $KINDS " in *" resumed-conc "*)
+  awk -v r="$per_engine_resumed_conc" -v f="$per_engine_full_conc" 'BEGIN{
+    printf "  engine TLS 1.2 ticket resumptions / full handshakes per server CPU-second: %.2fx (goal >= 3x)\n",
+      (f > 0) ? r / f : 0 }' ;;
+esac ;; esac

@@ -307,6 +307,26 @@ fn a_wrong_host_fails_cleanly_and_is_counted() {
     assert!(count("alert") + count("io") >= 1, "{m}");
 }
 
+/// The server applies its own suite order (SHA-256 suites first: their key schedule is the
+/// cheaper one), whatever the client prefers, and still speaks AES-256 to a client with nothing
+/// else.
+#[test]
+fn the_server_picks_its_preferred_cipher_suite() {
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &[]);
+    let get = format!("GET /{code} HTTP/1.1\r\nHost: lh.test\r\nConnection: close\r\n\r\n");
+    let suites = "TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256";
+    let out = s_client(&e, &pki, &["-ciphersuites", suites], get.as_bytes());
+    assert!(out.contains("HTTP/1.1 302 Found"), "{out}");
+    assert!(out.contains("Cipher is TLS_AES_128_GCM_SHA256"), "{out}");
+    let only = ["-ciphersuites", "TLS_AES_256_GCM_SHA384"];
+    let out = s_client(&e, &pki, &only, get.as_bytes());
+    assert!(out.contains("HTTP/1.1 302 Found"), "{out}");
+    assert!(out.contains("Cipher is TLS_AES_256_GCM_SHA384"), "{out}");
+}
+
 #[test]
 fn sessions_resume_and_early_data_gets_get_only() {
     let site = Site::new();
