@@ -591,6 +591,9 @@ mod tests {
             "chatgpt-user",
             "perplexitybot",
             "perplexity-user",
+            "duckassistbot",
+            "ccbot",
+            "claudebot",
         ] {
             assert!(
                 seen.iter().any(|s| s == want),
