@@ -16,7 +16,9 @@
 //! - [`feed_apply`]: what the feed's frames do to the tables;
 //! - [`origin_cache`]: the read-through's decisions (singleflight, fresh, stale and negative
 //!   caches, breakers);
-//! - [`topk`]: the hot-code sketch.
+//! - [`topk`]: the hot-code sketch;
+//! - [`wire`]: the kernel-bypass path's frames (Ethernet, IPv4, TCP) parsed and checked, and
+//!   the reset a passive side writes.
 
 pub mod answer;
 pub mod click;
@@ -30,3 +32,4 @@ pub mod render;
 pub mod session;
 pub mod tables;
 pub mod topk;
+pub mod wire;

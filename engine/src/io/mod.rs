@@ -1,13 +1,15 @@
 //! The engine's syscalls, and the only modules allowed `unsafe` (each says so for itself, and
 //! every block carries a `SAFETY:` comment): [`uring`], the per-core io_uring loop; [`epoll`],
 //! its fallback; [`socket`], SO_REUSEPORT listeners and addresses; [`signals`], SIGHUP/SIGTERM
-//! on the control thread; [`eventfd`], the wakeup origin replies ring.
+//! on the control thread; [`eventfd`], the wakeup origin replies ring; [`xdp`], the AF_XDP
+//! path's XDP program and sockets.
 
 pub mod epoll;
 pub mod eventfd;
 pub mod signals;
 pub mod socket;
 pub mod uring;
+pub mod xdp;
 
 /// A libc return code as a `Result`: negative means `errno` says why.
 fn cvt(rc: libc::c_int) -> std::io::Result<libc::c_int> {

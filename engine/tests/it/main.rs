@@ -22,6 +22,9 @@
 //! - `packaging`: config files under the flags, SIGHUP re-reading one under wrk load, the
 //!   Debian package extracted and run from its paths, dashboards and alerts against the
 //!   exported metrics;
+//! - `xdp`: the AF_XDP path's kernel parts on a veth pair into a namespace the test makes: the
+//!   XDP program through the verifier and test runs, SYNs redirected to a socket, resets written
+//!   in userspace reaching a real client, other traffic reaching the kernel (root only);
 //! - `harness`: what the tests share: sites (key, snapshot), engines and control planes as real
 //!   processes, a raw HTTP client, load, a Kafka-protocol broker.
 
@@ -38,3 +41,4 @@ mod regions;
 mod safety;
 mod serving;
 mod tls;
+mod xdp;

@@ -1,0 +1,374 @@
+//! Frames of the kernel-bypass path (engine/DESIGN.md, "The AF_XDP path"): what arrives on an
+//! AF_XDP socket is a whole Ethernet frame, so the engine parses and writes the link, network
+//! and transport headers itself. This module reads one Ethernet II frame carrying IPv4 and TCP,
+//! checking every length against the bytes that arrived and both checksums in software (veth
+//! and most AF_XDP copy-mode paths offer no offload), and writes the reply a passive side sends
+//! without a connection: the reset of RFC 9293 §3.10.7.1.
+//!
+//! The header codecs are smoltcp's `wire` module (the maintained stack's own parser); this
+//! module adds the policy: which frames are ours, what a reset answers, and errors that say why
+//! a frame was dropped. Garbage is an `Err`, never a panic (`parse_never_panics` below).
+
+use std::net::Ipv4Addr;
+
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{
+    EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
+    Ipv4Packet, Ipv4Repr, TcpPacket,
+};
+/// The TCP header's representation, smoltcp's: what [`Segment::tcp`] holds and
+/// [`write_frame`] writes.
+pub use smoltcp::wire::{TcpControl, TcpRepr, TcpSeqNumber};
+
+/// Bytes of an Ethernet II header (no VLAN tag: tagged frames are not ours).
+pub const ETHERNET_HEADER: usize = 14;
+/// Bytes of an IPv4 header without options, as we write it.
+pub const IPV4_HEADER: usize = 20;
+/// Bytes of a TCP header without options, as a reset is written.
+pub const TCP_HEADER: usize = 20;
+/// The time to live of what we send: Linux's default (`net.ipv4.ip_default_ttl`).
+pub const TTL: u8 = 64;
+
+/// Why a frame is not a TCP segment we can act on. The XDP program passes everything but IPv4
+/// TCP to our address and port to the kernel, so outside tests these count malformed or
+/// forged frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    #[error("the frame is shorter than an Ethernet header")]
+    ShortEthernet,
+    #[error("the frame does not carry IPv4 (ARP, IPv6, a VLAN tag)")]
+    NotIpv4,
+    #[error("the IPv4 header is malformed or longer than the frame")]
+    BadIpv4,
+    #[error("the IPv4 header checksum is wrong")]
+    Ipv4Checksum,
+    #[error("the packet is an IPv4 fragment")]
+    Fragment,
+    #[error("the packet does not carry TCP")]
+    NotTcp,
+    #[error("the TCP segment is malformed (lengths, ports, flags or options)")]
+    BadTcp,
+    #[error("the TCP checksum is wrong")]
+    TcpChecksum,
+}
+
+/// One TCP segment, as it arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment<'a> {
+    pub eth_src: [u8; 6],
+    pub eth_dst: [u8; 6],
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub tcp: TcpRepr<'a>,
+}
+
+impl Segment<'_> {
+    /// The segment's length in sequence space (payload, plus one each for SYN and FIN).
+    pub fn seq_len(&self) -> usize {
+        self.tcp.payload.len() + self.tcp.control.len()
+    }
+}
+
+/// Parses an Ethernet II frame carrying an IPv4 TCP segment, checking lengths and both
+/// checksums. Ethernet padding past the IPv4 total length is ignored.
+pub fn parse(frame: &[u8]) -> Result<Segment<'_>, FrameError> {
+    let eth = EthernetFrame::new_checked(frame).map_err(|_| FrameError::ShortEthernet)?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return Err(FrameError::NotIpv4);
+    }
+    let (eth_src, eth_dst) = (eth.src_addr().0, eth.dst_addr().0);
+    let ip = Ipv4Packet::new_checked(eth.payload()).map_err(|_| FrameError::BadIpv4)?;
+    if ip.version() != 4 {
+        return Err(FrameError::BadIpv4);
+    }
+    if !ip.verify_checksum() {
+        return Err(FrameError::Ipv4Checksum);
+    }
+    if ip.more_frags() || ip.frag_offset() != 0 {
+        return Err(FrameError::Fragment);
+    }
+    if ip.next_header() != IpProtocol::Tcp {
+        return Err(FrameError::NotTcp);
+    }
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    // `payload` stops at the total length, so padding never reaches the TCP parser.
+    let payload = ip_payload(frame, &ip);
+    let tcp = TcpPacket::new_checked(payload).map_err(|_| FrameError::BadTcp)?;
+    let (src_ip, dst_ip) = (IpAddress::Ipv4(src), IpAddress::Ipv4(dst));
+    if !tcp.verify_checksum(&src_ip, &dst_ip) {
+        return Err(FrameError::TcpChecksum);
+    }
+    let caps = ChecksumCapabilities::ignored();
+    let tcp = TcpRepr::parse(&tcp, &src_ip, &dst_ip, &caps).map_err(|_| FrameError::BadTcp)?;
+    Ok(Segment {
+        eth_src,
+        eth_dst,
+        src,
+        dst,
+        tcp,
+    })
+}
+
+/// The IPv4 payload as a slice of the frame itself (smoltcp's accessor borrows the packet).
+fn ip_payload<'a>(frame: &'a [u8], ip: &Ipv4Packet<&[u8]>) -> &'a [u8] {
+    let start = ETHERNET_HEADER + usize::from(ip.header_len());
+    let end = ETHERNET_HEADER + usize::from(ip.total_len());
+    &frame[start..end]
+}
+
+/// The reset that answers `seg` when no connection owns it (RFC 9293 §3.10.7.1): a segment
+/// with ACK gets `<SEQ=SEG.ACK><CTL=RST>`, one without gets `<SEQ=0><ACK=SEG.SEQ+SEG.LEN>
+/// <CTL=RST,ACK>`. Written into `out` as a whole frame back to the sender (addresses swapped);
+/// returns its length, or `None` for a segment that is itself a reset (never answered) or an
+/// `out` too short for the 54 bytes.
+pub fn write_reset(seg: &Segment<'_>, out: &mut [u8]) -> Option<usize> {
+    if seg.tcp.control == TcpControl::Rst {
+        return None;
+    }
+    let (seq, ack) = match seg.tcp.ack_number {
+        Some(ack) => (ack, None),
+        None => (TcpSeqNumber(0), Some(seg.tcp.seq_number + seg.seq_len())),
+    };
+    let reply = TcpRepr {
+        src_port: seg.tcp.dst_port,
+        dst_port: seg.tcp.src_port,
+        control: TcpControl::Rst,
+        seq_number: seq,
+        ack_number: ack,
+        window_len: 0,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    };
+    write_frame(seg.eth_dst, seg.eth_src, seg.dst, seg.src, &reply, out)
+}
+
+/// Writes one whole frame: Ethernet II, IPv4 without options (DF set, TTL 64) and `tcp`, both
+/// checksums computed. Returns the frame's length, or `None` if `out` is too short.
+pub fn write_frame(
+    eth_src: [u8; 6],
+    eth_dst: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    tcp: &TcpRepr<'_>,
+    out: &mut [u8],
+) -> Option<usize> {
+    let tcp_len = tcp.buffer_len();
+    let len = ETHERNET_HEADER + IPV4_HEADER + tcp_len;
+    if out.len() < len || IPV4_HEADER + tcp_len > usize::from(u16::MAX) {
+        return None;
+    }
+    let out = &mut out[..len];
+    let mut eth = EthernetFrame::new_unchecked(&mut *out);
+    EthernetRepr {
+        src_addr: EthernetAddress(eth_src),
+        dst_addr: EthernetAddress(eth_dst),
+        ethertype: EthernetProtocol::Ipv4,
+    }
+    .emit(&mut eth);
+    let caps = ChecksumCapabilities::default();
+    let mut ip = Ipv4Packet::new_unchecked(&mut out[ETHERNET_HEADER..]);
+    Ipv4Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::Tcp,
+        payload_len: tcp_len,
+        hop_limit: TTL,
+    }
+    .emit(&mut ip, &caps);
+    // Path MTU discovery: the kernel sets DF on TCP too. The checksum covers the flags.
+    ip.set_dont_frag(true);
+    ip.fill_checksum();
+    let mut packet = TcpPacket::new_unchecked(&mut out[ETHERNET_HEADER + IPV4_HEADER..]);
+    tcp.emit(
+        &mut packet,
+        &IpAddress::Ipv4(src),
+        &IpAddress::Ipv4(dst),
+        &caps,
+    );
+    Some(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+    const SERVER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+    const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+    const SERVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+
+    fn segment(control: TcpControl, ack: Option<u32>, payload: &[u8]) -> TcpRepr<'_> {
+        TcpRepr {
+            src_port: 40000,
+            dst_port: 8080,
+            control,
+            seq_number: TcpSeqNumber(1000),
+            ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+            window_len: 64240,
+            window_scale: Some(7),
+            max_seg_size: Some(1460),
+            sack_permitted: true,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload,
+        }
+    }
+
+    fn frame(tcp: &TcpRepr<'_>) -> Vec<u8> {
+        let mut out = vec![0u8; 1600];
+        let n = write_frame(CLIENT_MAC, SERVER_MAC, CLIENT, SERVER, tcp, &mut out).unwrap();
+        out.truncate(n);
+        out
+    }
+
+    #[test]
+    fn a_syn_parses_with_its_options() {
+        let bytes = frame(&segment(TcpControl::Syn, None, &[]));
+        let seg = parse(&bytes).unwrap();
+        assert_eq!((seg.src, seg.dst), (CLIENT, SERVER));
+        assert_eq!((seg.eth_src, seg.eth_dst), (CLIENT_MAC, SERVER_MAC));
+        assert_eq!((seg.tcp.src_port, seg.tcp.dst_port), (40000, 8080));
+        assert_eq!(seg.tcp.control, TcpControl::Syn);
+        assert_eq!(seg.tcp.max_seg_size, Some(1460));
+        assert_eq!(seg.tcp.window_scale, Some(7));
+        assert_eq!(seg.seq_len(), 1);
+    }
+
+    #[test]
+    fn a_syn_is_reset_with_ack_of_its_sequence_plus_one() {
+        let bytes = frame(&segment(TcpControl::Syn, None, &[]));
+        let seg = parse(&bytes).unwrap();
+        let mut out = [0u8; 64];
+        let n = write_reset(&seg, &mut out).unwrap();
+        assert_eq!(n, ETHERNET_HEADER + IPV4_HEADER + TCP_HEADER);
+        // The reply parses (so both checksums are right) and goes back where the SYN came from.
+        let rst = parse(&out[..n]).unwrap();
+        assert_eq!((rst.eth_src, rst.eth_dst), (SERVER_MAC, CLIENT_MAC));
+        assert_eq!((rst.src, rst.dst), (SERVER, CLIENT));
+        assert_eq!((rst.tcp.src_port, rst.tcp.dst_port), (8080, 40000));
+        assert_eq!(rst.tcp.control, TcpControl::Rst);
+        assert_eq!(rst.tcp.seq_number, TcpSeqNumber(0));
+        assert_eq!(rst.tcp.ack_number, Some(TcpSeqNumber(1001)));
+    }
+
+    #[test]
+    fn a_segment_with_ack_is_reset_at_that_ack_and_data_counts_in_sequence_space() {
+        let bytes = frame(&segment(
+            TcpControl::Psh,
+            Some(5000),
+            b"GET / HTTP/1.1\r\n\r\n",
+        ));
+        let seg = parse(&bytes).unwrap();
+        assert_eq!(seg.seq_len(), 18);
+        let mut out = [0u8; 64];
+        let n = write_reset(&seg, &mut out).unwrap();
+        let rst = parse(&out[..n]).unwrap().tcp;
+        assert_eq!(rst.seq_number, TcpSeqNumber(5000));
+        assert_eq!(rst.ack_number, None);
+
+        let bytes = frame(&segment(TcpControl::Fin, None, b"ab"));
+        let seg = parse(&bytes).unwrap();
+        let n = write_reset(&seg, &mut out).unwrap();
+        let rst = parse(&out[..n]).unwrap().tcp;
+        assert_eq!(
+            rst.ack_number,
+            Some(TcpSeqNumber(1003)),
+            "2 bytes and the FIN"
+        );
+    }
+
+    #[test]
+    fn a_reset_is_never_answered_and_a_short_buffer_is_refused() {
+        let bytes = frame(&segment(TcpControl::Rst, None, &[]));
+        let seg = parse(&bytes).unwrap();
+        assert_eq!(write_reset(&seg, &mut [0u8; 64]), None);
+        let bytes = frame(&segment(TcpControl::Syn, None, &[]));
+        assert_eq!(write_reset(&parse(&bytes).unwrap(), &mut [0u8; 53]), None);
+    }
+
+    #[test]
+    fn padding_past_the_ip_length_is_ignored() {
+        let mut bytes = frame(&segment(TcpControl::None, Some(1), b"x"));
+        bytes.extend_from_slice(&[0xee; 16]);
+        assert_eq!(parse(&bytes).unwrap().tcp.payload, b"x");
+    }
+
+    #[test]
+    fn each_refusal_says_why() {
+        let good = frame(&segment(TcpControl::Syn, None, &[]));
+        assert_eq!(parse(&good[..10]), Err(FrameError::ShortEthernet));
+        let mut arp = good.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(parse(&arp), Err(FrameError::NotIpv4));
+        assert_eq!(parse(&good[..30]), Err(FrameError::BadIpv4));
+        let mut bad = good.clone();
+        bad[14 + 8] ^= 1; // TTL: the header checksum no longer matches
+        assert_eq!(parse(&bad), Err(FrameError::Ipv4Checksum));
+        let mut bad = good.clone();
+        bad[14 + 40] ^= 1; // a byte of the TCP options
+        assert_eq!(parse(&bad), Err(FrameError::TcpChecksum));
+        let mut frag = good.clone();
+        frag[14 + 6] |= 0x20; // more fragments
+        refill_ip_checksum(&mut frag);
+        assert_eq!(parse(&frag), Err(FrameError::Fragment));
+        let mut udp = good.clone();
+        udp[14 + 9] = 17;
+        refill_ip_checksum(&mut udp);
+        assert_eq!(parse(&udp), Err(FrameError::NotTcp));
+        let mut short = good.clone();
+        short[14 + 32] = 0x10; // TCP data offset 1 word: shorter than a header
+        assert_eq!(parse(&short), Err(FrameError::BadTcp));
+    }
+
+    fn refill_ip_checksum(frame: &mut [u8]) {
+        let mut ip = Ipv4Packet::new_unchecked(&mut frame[ETHERNET_HEADER..]);
+        ip.fill_checksum();
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = parse(&bytes);
+        }
+
+        #[test]
+        fn parse_never_panics_on_mutated_segments(
+            at in 0usize..80, byte in any::<u8>(), cut in 0usize..90,
+            payload in proptest::collection::vec(any::<u8>(), 0..20),
+        ) {
+            let mut bytes = frame(&segment(TcpControl::Psh, Some(7), &payload));
+            if at < bytes.len() {
+                bytes[at] = byte;
+            }
+            bytes.truncate(cut.max(1).min(bytes.len()));
+            if let Ok(seg) = parse(&bytes) {
+                let mut out = [0u8; 64];
+                if let Some(n) = write_reset(&seg, &mut out) {
+                    prop_assert!(parse(&out[..n]).is_ok());
+                }
+            }
+        }
+
+        #[test]
+        fn every_written_segment_parses_back(
+            sport in 1u16.., dport in 1u16.., seq in any::<i32>(), ack in any::<Option<i32>>(),
+            window in any::<u16>(), payload in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let tcp = TcpRepr {
+                src_port: sport, dst_port: dport, control: TcpControl::None,
+                seq_number: TcpSeqNumber(seq), ack_number: ack.map(TcpSeqNumber),
+                window_len: window, window_scale: None, max_seg_size: None,
+                sack_permitted: false, sack_ranges: [None; 3], timestamp: None, payload: &payload,
+            };
+            let bytes = frame(&tcp);
+            let seg = parse(&bytes).unwrap();
+            prop_assert_eq!(seg.tcp, tcp);
+        }
+    }
+}

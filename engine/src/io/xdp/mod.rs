@@ -1,0 +1,30 @@
+//! The AF_XDP data path's kernel parts (engine/DESIGN.md, "The AF_XDP path"): [`prog`], the
+//! engine's XDP program, hand-assembled and loaded, tested and attached through libbpf; and
+//! [`xsk`], one AF_XDP socket with its UMEM and rings. The frames they carry are parsed and
+//! written by `lasthop_edge::wire`; the userspace TCP stack that will serve HTTP on them, and
+//! `--io xdp`, come next.
+
+pub mod prog;
+pub mod xsk;
+
+pub use prog::{Attachment, Filter, LoadError, Program, XskMap};
+pub use xsk::{Xsk, XskConfig, XskStats};
+
+/// The index of the network interface `name` in this thread's network namespace (read from
+/// sysfs, which `ip netns exec` mounts per namespace).
+pub fn ifindex(name: &str) -> std::io::Result<u32> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not an interface name: {name:?}"),
+        ));
+    }
+    let text = std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("interface {name}: {e}")))?;
+    text.trim().parse().map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("interface {name}: ifindex {text:?}"),
+        )
+    })
+}
