@@ -1,0 +1,147 @@
+//! What a maintained userspace TCP stack costs per poll as its connection count grows: the
+//! measurement issue 19 asks for before choosing smoltcp or a purpose-built stack for the
+//! AF_XDP path. smoltcp's `Interface::poll` with N TCP sockets (listening, 1 KiB buffers) on
+//! an in-memory Ethernet device:
+//!
+//! - `smoltcp_idle/N`: a poll with nothing received (the egress pass over the sockets);
+//! - `smoltcp_segment/N`: a poll that receives one SYN for a port no socket holds and sends the
+//!   reset (the ingress search plus the egress pass).
+//!
+//! Beside them, `lasthop_edge::wire`'s parse and reset of the same SYN (`wire_segment`): the
+//! per-segment work of a stack that finds its connection by a hash of the 4-tuple, whatever N.
+//!
+//! Run: `cargo bench -p lasthop-benches --bench stack`.
+
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use lasthop_edge::wire::{parse, write_frame, write_reset, TcpControl, TcpRepr, TcpSeqNumber};
+use smoltcp::iface::{Config, Interface, SocketSet};
+use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
+use smoltcp::socket::tcp;
+use smoltcp::time::Instant;
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
+
+const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const SERVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+
+/// An Ethernet device in memory: `pending` copies of `frame` to receive, a count of sends.
+struct Dev {
+    frame: Vec<u8>,
+    pending: usize,
+    sent: usize,
+}
+
+struct Rx<'a>(&'a [u8]);
+struct Tx<'a>(&'a mut usize);
+
+impl RxToken for Rx<'_> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(self.0)
+    }
+}
+
+impl TxToken for Tx<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut buf = [0u8; 1514];
+        *self.0 += 1;
+        f(&mut buf[..len])
+    }
+}
+
+impl Device for Dev {
+    type RxToken<'a> = Rx<'a>;
+    type TxToken<'a> = Tx<'a>;
+
+    fn receive(&mut self, _: Instant) -> Option<(Rx<'_>, Tx<'_>)> {
+        if self.pending == 0 {
+            return None;
+        }
+        self.pending -= 1;
+        Some((Rx(&self.frame), Tx(&mut self.sent)))
+    }
+
+    fn transmit(&mut self, _: Instant) -> Option<Tx<'_>> {
+        Some(Tx(&mut self.sent))
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ethernet;
+        caps.max_transmission_unit = 1514;
+        caps
+    }
+}
+
+fn syn(port: u16) -> Vec<u8> {
+    let tcp = TcpRepr {
+        src_port: 40000,
+        dst_port: port,
+        control: TcpControl::Syn,
+        seq_number: TcpSeqNumber(1),
+        ack_number: None,
+        window_len: 64240,
+        window_scale: Some(7),
+        max_seg_size: Some(1460),
+        sack_permitted: true,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    };
+    let mut out = vec![0u8; 128];
+    let n = write_frame(CLIENT_MAC, SERVER_MAC, CLIENT, SERVER, &tcp, &mut out).expect("fits");
+    out.truncate(n);
+    out
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("stack");
+    for n in [16usize, 256, 4096, 16384] {
+        let mut dev = Dev {
+            frame: syn(9),
+            pending: 0,
+            sent: 0,
+        };
+        let config = Config::new(HardwareAddress::Ethernet(EthernetAddress(SERVER_MAC)));
+        let mut iface = Interface::new(config, &mut dev, Instant::from_secs(1));
+        iface.update_ip_addrs(|addrs| {
+            addrs
+                .push(IpCidr::new(IpAddress::Ipv4(SERVER), 24))
+                .expect("room");
+        });
+        let mut sockets = SocketSet::new(Vec::with_capacity(n));
+        for i in 0..n {
+            let rx = tcp::SocketBuffer::new(vec![0; 1024]);
+            let tx = tcp::SocketBuffer::new(vec![0; 1024]);
+            let mut socket = tcp::Socket::new(rx, tx);
+            socket.listen(10_000 + i as u16).expect("a port");
+            sockets.add(socket);
+        }
+        let now = Instant::from_secs(2);
+        g.bench_with_input(BenchmarkId::new("smoltcp_idle", n), &n, |b, _| {
+            b.iter(|| iface.poll(now, &mut dev, &mut sockets))
+        });
+        g.bench_with_input(BenchmarkId::new("smoltcp_segment", n), &n, |b, _| {
+            b.iter(|| {
+                dev.pending = 1;
+                iface.poll(now, &mut dev, &mut sockets)
+            })
+        });
+        assert!(dev.sent > 0, "smoltcp answered the SYNs with resets");
+    }
+    let frame = syn(9);
+    let mut out = [0u8; 64];
+    g.bench_function("wire_segment", |b| {
+        b.iter(|| {
+            let seg = parse(black_box(&frame)).expect("a SYN");
+            write_reset(&seg, &mut out)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
