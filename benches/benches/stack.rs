@@ -7,8 +7,10 @@
 //! - `smoltcp_segment/N`: a poll that receives one SYN for a port no socket holds and sends the
 //!   reset (the ingress search plus the egress pass).
 //!
-//! Beside them, `lasthop_edge::wire`'s parse and reset of the same SYN (`wire_segment`): the
-//! per-segment work of a stack that finds its connection by a hash of the 4-tuple, whatever N.
+//! Beside them, `lasthop_edge::wire`'s parse and reset of the same SYN (`wire_segment`), and
+//! `lasthop_edge::tcp` holding N established connections: a SYN answered with a cookie
+//! (`tcp_syn/N`) and a duplicate ACK on one of the connections (`tcp_ack/N`, the lookup and
+//! the acknowledgment processing), each a hash of the 4-tuple whatever N.
 //!
 //! Run: `cargo bench -p lasthop-benches --bench stack`.
 
@@ -16,6 +18,7 @@ use std::hint::black_box;
 use std::net::Ipv4Addr;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use lasthop_edge::tcp::{Tcp, TcpConfig};
 use lasthop_edge::wire::{parse, write_frame, write_reset, TcpControl, TcpRepr, TcpSeqNumber};
 use smoltcp::iface::{Config, Interface, SocketSet};
 use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
@@ -77,16 +80,20 @@ impl Device for Dev {
 }
 
 fn syn(port: u16) -> Vec<u8> {
+    segment(40000, port, TcpControl::Syn, 1, None)
+}
+
+fn segment(sport: u16, dport: u16, control: TcpControl, seq: u32, ack: Option<u32>) -> Vec<u8> {
     let tcp = TcpRepr {
-        src_port: 40000,
-        dst_port: port,
-        control: TcpControl::Syn,
-        seq_number: TcpSeqNumber(1),
-        ack_number: None,
+        src_port: sport,
+        dst_port: dport,
+        control,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
         window_len: 64240,
         window_scale: Some(7),
-        max_seg_size: Some(1460),
-        sack_permitted: true,
+        max_seg_size: (control == TcpControl::Syn).then_some(1460),
+        sack_permitted: false,
         sack_ranges: [None; 3],
         timestamp: None,
         payload: &[],
@@ -131,6 +138,52 @@ fn bench(c: &mut Criterion) {
             })
         });
         assert!(dev.sent > 0, "smoltcp answered the SYNs with resets");
+    }
+    for n in [16usize, 256, 4096, 16384] {
+        let mut tcp = Tcp::new(TcpConfig::new(SERVER, 80, SERVER_MAC, [9; 16]));
+        let now = 1_000_000;
+        let mut last_ack = Vec::new();
+        for i in 0..n {
+            let port = 1024 + i as u16;
+            let mut synack = Vec::new();
+            tcp.receive(
+                &segment(port, 80, TcpControl::Syn, 100, None),
+                now,
+                &mut |f| synack = f.to_vec(),
+                &mut |_| {},
+            )
+            .expect("ours");
+            let isn = parse(&synack).expect("a SYN-ACK").tcp.seq_number.0 as u32;
+            last_ack = segment(port, 80, TcpControl::None, 101, Some(isn.wrapping_add(1)));
+            tcp.receive(&last_ack, now, &mut |_| {}, &mut |_| {})
+                .expect("ours");
+        }
+        assert_eq!(tcp.len(), n);
+        let syn = segment(9, 80, TcpControl::Syn, 7, None);
+        g.bench_with_input(BenchmarkId::new("tcp_syn", n), &n, |b, _| {
+            b.iter(|| {
+                tcp.receive(
+                    black_box(&syn),
+                    now,
+                    &mut |f| {
+                        black_box(f);
+                    },
+                    &mut |_| {},
+                )
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("tcp_ack", n), &n, |b, _| {
+            b.iter(|| {
+                tcp.receive(
+                    black_box(&last_ack),
+                    now,
+                    &mut |f| {
+                        black_box(f);
+                    },
+                    &mut |_| {},
+                )
+            })
+        });
     }
     let frame = syn(9);
     let mut out = [0u8; 64];

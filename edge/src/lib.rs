@@ -17,6 +17,8 @@
 //! - [`origin_cache`]: the read-through's decisions (singleflight, fresh, stale and negative
 //!   caches, breakers);
 //! - [`topk`]: the hot-code sketch;
+//! - [`tcp`]: the kernel-bypass path's passive TCP (SYN cookies, a connection per 4-tuple,
+//!   retransmission, FIN/RST, timers), frames in and out, time an argument;
 //! - [`wire`]: the kernel-bypass path's frames (Ethernet, IPv4, TCP) parsed and checked, and
 //!   the reset a passive side writes.
 
@@ -31,5 +33,6 @@ pub mod overlay;
 pub mod render;
 pub mod session;
 pub mod tables;
+pub mod tcp;
 pub mod topk;
 pub mod wire;

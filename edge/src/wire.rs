@@ -51,6 +51,8 @@ pub enum FrameError {
     BadTcp,
     #[error("the TCP checksum is wrong")]
     TcpChecksum,
+    #[error("the segment is for another address or port")]
+    NotOurs,
 }
 
 /// One TCP segment, as it arrived.
@@ -120,10 +122,10 @@ fn ip_payload<'a>(frame: &'a [u8], ip: &Ipv4Packet<&[u8]>) -> &'a [u8] {
 /// The reset that answers `seg` when no connection owns it (RFC 9293 §3.10.7.1): a segment
 /// with ACK gets `<SEQ=SEG.ACK><CTL=RST>`, one without gets `<SEQ=0><ACK=SEG.SEQ+SEG.LEN>
 /// <CTL=RST,ACK>`. Written into `out` as a whole frame back to the sender (addresses swapped);
-/// returns its length, or `None` for a segment that is itself a reset (never answered) or an
-/// `out` too short for the 54 bytes.
+/// returns its length, or `None` for a segment that is itself a reset or to or from a
+/// non-unicast address (never answered), or an `out` too short for the 54 bytes.
 pub fn write_reset(seg: &Segment<'_>, out: &mut [u8]) -> Option<usize> {
-    if seg.tcp.control == TcpControl::Rst {
+    if seg.tcp.control == TcpControl::Rst || !unicast(seg.src) || !unicast(seg.dst) {
         return None;
     }
     let (seq, ack) = match seg.tcp.ack_number {
@@ -145,6 +147,12 @@ pub fn write_reset(seg: &Segment<'_>, out: &mut [u8]) -> Option<usize> {
         payload: &[],
     };
     write_frame(seg.eth_dst, seg.eth_src, seg.dst, seg.src, &reply, out)
+}
+
+/// An address a TCP segment may come from or go to: not broadcast, multicast or unspecified
+/// (RFC 1122 §4.2.3.10: such segments are dropped, never answered).
+pub fn unicast(addr: Ipv4Addr) -> bool {
+    !(addr.is_broadcast() || addr.is_multicast() || addr.is_unspecified())
 }
 
 /// Writes one whole frame: Ethernet II, IPv4 without options (DF set, TTL 64) and `tcp`, both
@@ -290,6 +298,22 @@ mod tests {
         assert_eq!(write_reset(&seg, &mut [0u8; 64]), None);
         let bytes = frame(&segment(TcpControl::Syn, None, &[]));
         assert_eq!(write_reset(&parse(&bytes).unwrap(), &mut [0u8; 53]), None);
+    }
+
+    #[test]
+    fn segments_to_or_from_broadcast_or_multicast_are_never_answered() {
+        for (src, dst) in [
+            (Ipv4Addr::BROADCAST, SERVER),
+            (Ipv4Addr::new(224, 0, 0, 1), SERVER),
+            (Ipv4Addr::UNSPECIFIED, SERVER),
+            (CLIENT, Ipv4Addr::new(239, 1, 2, 3)),
+        ] {
+            let mut bytes = vec![0u8; 128];
+            let syn = segment(TcpControl::Syn, None, &[]);
+            let n = write_frame(CLIENT_MAC, SERVER_MAC, src, dst, &syn, &mut bytes).unwrap();
+            let seg = parse(&bytes[..n]).unwrap();
+            assert_eq!(write_reset(&seg, &mut [0u8; 64]), None, "{src} -> {dst}");
+        }
     }
 
     #[test]

@@ -24,7 +24,9 @@
 //!   exported metrics;
 //! - `xdp`: the AF_XDP path's kernel parts on a veth pair into a namespace the test makes: the
 //!   XDP program through the verifier and test runs, SYNs redirected to a socket, resets written
-//!   in userspace reaching a real client, other traffic reaching the kernel (root only);
+//!   in userspace reaching a real client, a real client talking to the userspace TCP (echo,
+//!   FIN both ways, frames lost both ways), other traffic reaching the kernel, the program gone
+//!   when the server is killed (root only);
 //! - `harness`: what the tests share: sites (key, snapshot), engines and control planes as real
 //!   processes, a raw HTTP client, load, a Kafka-protocol broker.
 

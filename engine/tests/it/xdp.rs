@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lasthop_edge::tcp::{ConnId, Tcp, TcpConfig, TcpEvent};
 use lasthop_edge::wire::{self, TcpControl, TcpRepr, TcpSeqNumber};
 use lasthop_engine::io::xdp::{self, prog, Filter, Xsk, XskConfig, XskMap};
 
@@ -22,8 +23,10 @@ const ROLE: &str = "LASTHOP_XDP_ROLE";
 
 /// Why this machine cannot run these tests, if it cannot: not root, no `ip`, a kernel (or a
 /// container) that refuses BPF maps or network namespaces.
-fn skip_reason(netns: bool) -> Option<String> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
+fn skip_reason(netns: Option<&str>) -> Option<String> {
+    let Ok(uid) = Command::new("id").arg("-u").output() else {
+        return Some("the id command does not run".into());
+    };
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Some("needs root (CAP_NET_ADMIN and CAP_BPF, ip netns)".into());
     }
@@ -34,7 +37,7 @@ fn skip_reason(netns: bool) -> Option<String> {
     {
         return Some("the ip command (iproute2) is not installed".into());
     }
-    if netns
+    if netns.is_some()
         && !Command::new("ethtool")
             .arg("--version")
             .output()
@@ -45,12 +48,11 @@ fn skip_reason(netns: bool) -> Option<String> {
     if let Err(e) = XskMap::new(1) {
         return Some(format!("this kernel refuses an XSKMAP: {e}"));
     }
-    if netns {
-        let probe = format!("lhxprobe{}", std::process::id());
-        let out = Command::new("ip")
-            .args(["netns", "add", &probe])
-            .output()
-            .ok()?;
+    if let Some(tag) = netns {
+        let probe = format!("lhxprobe{}{tag}", std::process::id());
+        let Ok(out) = Command::new("ip").args(["netns", "add", &probe]).output() else {
+            return Some("ip netns add does not run".into());
+        };
         if !out.status.success() {
             return Some(format!(
                 "ip netns add fails: {}",
@@ -83,7 +85,8 @@ struct Pair {
 impl Pair {
     fn new(tag: &str) -> Pair {
         let pid = std::process::id();
-        let ns = format!("lhx{}{tag}", pid % 1_000_000);
+        // At most 12 bytes with an end's letter: under IFNAMSIZ.
+        let ns = format!("lhx{pid}{tag}");
         let (client_if, server_if) = (format!("{ns}c"), format!("{ns}s"));
         // A /30 of 198.19.0.0/16 per process and tag, so parallel runs never collide.
         let slot = (pid % 4096) * 4 + u32::from(tag.as_bytes()[0] % 4);
@@ -157,7 +160,7 @@ fn the_verifier_accepts_the_program_and_its_log_says_why_it_refuses_a_broken_one
     if std::env::var_os(ROLE).is_some() {
         return;
     }
-    if let Some(why) = skip_reason(false) {
+    if let Some(why) = skip_reason(None) {
         eprintln!("SKIPPED the XDP program's verifier test: {why}");
         return;
     }
@@ -197,68 +200,132 @@ fn the_verifier_accepts_the_program_and_its_log_says_why_it_refuses_a_broken_one
     assert!(err.log.contains("invalid access to packet"), "{err}");
 }
 
-#[test]
-fn syns_reach_the_socket_and_its_resets_reach_the_client_while_other_traffic_reaches_the_kernel() {
-    if std::env::var(ROLE).as_deref() == Ok("serve") {
-        return serve();
-    }
-    if std::env::var_os(ROLE).is_some() {
-        return;
-    }
-    if let Some(why) = skip_reason(true) {
-        eprintln!("SKIPPED the AF_XDP veth test: {why}");
-        return;
-    }
-    let pair = Pair::new("a");
-    let port = 8080u16;
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &pair.ns])
-        .arg(&exe)
-        .args([
-            "--exact",
-            "xdp::syns_reach_the_socket_and_its_resets_reach_the_client_while_other_traffic_reaches_the_kernel",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE, "serve")
-        .env("LASTHOP_XDP_IF", &pair.server_if)
-        .env("LASTHOP_XDP_ADDR", pair.server.to_string())
-        .env("LASTHOP_XDP_PORT", port.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the server side starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut child = KillOnDrop(child);
-    let mut lines = BufReader::new(stdout).lines();
-    let mut ready = false;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
+/// The server side running in the pair's namespace, reporting on its stdout.
+struct Server {
+    pair: Pair,
+    port: u16,
+    child: KillOnDrop,
+    /// The server side's stdout, a line at a time (read by a thread, so waits can time out).
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Server {
+    /// Runs this test binary's `test` in a new namespace as the server side in `mode`
+    /// (`reset`: every SYN reset from userspace; `echo`: the userspace TCP echoing).
+    fn start(tag: &str, test: &str, mode: &str) -> Server {
+        let pair = Pair::new(tag);
+        let port = 8080u16;
+        let exe = std::env::current_exe().unwrap();
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &pair.ns])
+            .arg(&exe)
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(ROLE, mode)
+            .env("LASTHOP_XDP_IF", &pair.server_if)
+            .env("LASTHOP_XDP_ADDR", pair.server.to_string())
+            .env("LASTHOP_XDP_PORT", port.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the server side starts");
+        let stdout = child.stdout.take().unwrap();
+        let mut child = KillOnDrop(child);
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
         // libtest prints the test's name first, on the same line.
-        if line.ends_with("xdp ready") {
-            ready = true;
-            break;
+        let ready = std::iter::from_fn(|| lines.recv_timeout(Duration::from_secs(30)).ok())
+            .any(|line| line.ends_with("xdp ready"));
+        assert!(
+            ready,
+            "the server side never became ready: {:?}",
+            child.0.wait()
+        );
+        assert!(
+            pair.link_details().contains("prog/xdp"),
+            "attached natively: {}",
+            pair.link_details()
+        );
+        Server {
+            pair,
+            port,
+            child,
+            lines,
         }
     }
-    assert!(
-        ready,
-        "the server side never became ready: {:?}",
-        child.0.wait()
-    );
-    assert!(
-        pair.link_details().contains("xdp"),
-        "attached natively: {}",
-        pair.link_details()
-    );
 
+    fn target(&self) -> SocketAddr {
+        SocketAddr::from((self.pair.server, self.port))
+    }
+
+    /// Checks that another port still reaches the kernel (and so ARP did too).
+    fn kernel_still_answers_other_ports(&self) {
+        let other = SocketAddr::from((self.pair.server, self.port + 1));
+        let mut s = TcpStream::connect_timeout(&other, Duration::from_secs(5))
+            .expect("the kernel's listener on another port is reached");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"ping").unwrap();
+        let mut echo = [0u8; 4];
+        s.read_exact(&mut echo).unwrap();
+        assert_eq!(&echo, b"ping");
+    }
+
+    /// Stops the server side; returns its report's counters. Asserts it exited cleanly and
+    /// took its program with it.
+    fn finish(mut self) -> impl Fn(&str) -> u64 {
+        drop(self.child.0.stdin.take());
+        let report = std::iter::from_fn(|| self.lines.recv_timeout(Duration::from_secs(30)).ok())
+            .filter_map(|line| line.find("xdp report").map(|at| line[at..].to_owned()))
+            .last()
+            .unwrap_or_default();
+        eprintln!("{report}");
+        let status = self.child.0.wait().unwrap();
+        assert!(status.success(), "the server side failed: {status}");
+        assert!(
+            !self.pair.link_details().contains("prog/xdp"),
+            "detached: {}",
+            self.pair.link_details()
+        );
+        move |name: &str| -> u64 {
+            let at = report
+                .find(&format!(" {name}="))
+                .unwrap_or_else(|| panic!("{name} in {report:?}"));
+            report[at + name.len() + 2..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        }
+    }
+}
+
+#[test]
+fn syns_reach_the_socket_and_its_resets_reach_the_client_while_other_traffic_reaches_the_kernel() {
+    const NAME: &str =
+        "xdp::syns_reach_the_socket_and_its_resets_reach_the_client_while_other_traffic_reaches_the_kernel";
+    if let Ok(mode) = std::env::var(ROLE) {
+        if mode == "reset" {
+            serve("reset");
+        }
+        return;
+    }
+    if let Some(why) = skip_reason(Some("a")) {
+        eprintln!("SKIPPED the AF_XDP veth test of resets: {why}");
+        return;
+    }
+    let server = Server::start("a", NAME, "reset");
     // The kernel in the namespace listens on the same port, so a connection that succeeded
     // would mean the SYN went to the kernel: it must be refused by our reset instead.
-    let target = SocketAddr::from((pair.server, port));
     for _ in 0..3 {
         let started = Instant::now();
-        let err = TcpStream::connect_timeout(&target, Duration::from_secs(5))
+        let err = TcpStream::connect_timeout(&server.target(), Duration::from_secs(5))
             .expect_err("the userspace side resets every SYN");
         assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{err}");
         assert!(
@@ -266,50 +333,127 @@ fn syns_reach_the_socket_and_its_resets_reach_the_client_while_other_traffic_rea
             "a reset, not a timeout"
         );
     }
-    // Other ports pass to the kernel (and ARP did, or nothing above would have arrived).
-    let mut s = TcpStream::connect_timeout(
-        &SocketAddr::from((pair.server, port + 1)),
-        Duration::from_secs(5),
-    )
-    .expect("the kernel's listener on another port is reached");
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"ping").unwrap();
-    let mut echo = [0u8; 4];
-    s.read_exact(&mut echo).unwrap();
-    assert_eq!(&echo, b"ping");
-    drop(s);
+    server.kernel_still_answers_other_ports();
+    let field = server.finish();
+    assert!(field("syns") >= 3);
+    assert!(field("resets") >= 3);
+    assert_eq!(field("kernel_accepts"), 0);
+    assert_eq!(field("bad_frames"), 0);
+}
 
-    drop(child.0.stdin.take()); // tells the server side to stop
-    let mut report = String::new();
-    for line in lines {
-        let line = line.unwrap();
-        if let Some(at) = line.find("xdp syns=") {
-            report = line[at..].to_owned();
+#[test]
+fn a_real_client_talks_to_the_userspace_tcp_through_the_socket() {
+    const NAME: &str = "xdp::a_real_client_talks_to_the_userspace_tcp_through_the_socket";
+    if let Ok(mode) = std::env::var(ROLE) {
+        if mode == "echo" {
+            serve("echo");
         }
+        return;
     }
-    let status = child.0.wait().unwrap();
-    assert!(status.success(), "the server side failed: {status}");
-    let field = |name: &str| -> u64 {
-        let at = report
-            .find(&format!("{name}="))
-            .unwrap_or_else(|| panic!("{name} in {report:?}"));
-        report[at + name.len() + 1..]
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    assert!(field("syns") >= 3, "{report}");
-    assert!(field("resets") >= 3, "{report}");
-    assert_eq!(field("kernel_accepts"), 0, "{report}");
-    assert_eq!(field("bad_frames"), 0, "{report}");
-    // The program went with the process: the link detached it.
-    assert!(
-        !pair.link_details().contains("prog/xdp"),
-        "detached: {}",
-        pair.link_details()
+    if let Some(why) = skip_reason(Some("b")) {
+        eprintln!("SKIPPED the AF_XDP veth test of the userspace TCP: {why}");
+        return;
+    }
+    let server = Server::start("b", NAME, "echo");
+    for i in 0..3u8 {
+        let mut s = TcpStream::connect_timeout(&server.target(), Duration::from_secs(5))
+            .expect("the handshake completes with a SYN cookie");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // A request larger than one segment, so it arrives in several.
+        let request: Vec<u8> = (0..5000u32).map(|n| (n as u8) ^ i).collect();
+        s.write_all(&request).unwrap();
+        let mut echo = vec![0u8; request.len()];
+        s.read_exact(&mut echo).unwrap();
+        assert_eq!(echo, request, "echoed in order");
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest)
+            .expect("the server closes after our FIN");
+        assert!(rest.is_empty());
+    }
+    server.kernel_still_answers_other_ports();
+    let field = server.finish();
+    assert_eq!(field("opened"), 3);
+    assert_eq!(
+        field("closed"),
+        3,
+        "every connection closed both ways and forgotten"
     );
+    assert_eq!(field("echoed"), 15_000);
+    assert_eq!(field("kernel_accepts"), 0);
+}
+
+#[test]
+fn frames_lost_both_ways_are_retransmitted_and_every_connection_still_closes() {
+    const NAME: &str =
+        "xdp::frames_lost_both_ways_are_retransmitted_and_every_connection_still_closes";
+    if let Ok(mode) = std::env::var(ROLE) {
+        if mode == "lossy" {
+            serve("lossy");
+        }
+        return;
+    }
+    if let Some(why) = skip_reason(Some("c")) {
+        eprintln!("SKIPPED the AF_XDP veth test of loss: {why}");
+        return;
+    }
+    // This kernel has no netem (CONFIG_NET_SCH_NETEM is unset), and the socket's sends bypass
+    // the qdisc anyway: the server loop drops every 5th frame it receives and every 7th it
+    // sends instead, so both sides' retransmissions are exercised.
+    let server = Server::start("c", NAME, "lossy");
+    for i in 0..3u8 {
+        let mut s = TcpStream::connect_timeout(&server.target(), Duration::from_secs(10))
+            .expect("the handshake completes despite loss");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let request: Vec<u8> = (0..20_000u32)
+            .map(|n| (n as u8).wrapping_mul(3) ^ i)
+            .collect();
+        s.write_all(&request).unwrap();
+        let mut echo = vec![0u8; request.len()];
+        s.read_exact(&mut echo).unwrap();
+        assert_eq!(echo, request, "echoed whole and in order");
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest)
+            .expect("the server closes after our FIN");
+        assert!(rest.is_empty());
+    }
+    let field = server.finish();
+    assert_eq!(field("opened"), 3);
+    assert_eq!(field("echoed"), 60_000);
+    assert!(field("dropped_rx") > 0 && field("dropped_tx") > 0);
+    assert!(
+        field("retransmits") > 0,
+        "the server retransmitted what the client never saw"
+    );
+}
+
+#[test]
+fn a_killed_server_leaves_no_program_on_the_interface() {
+    const NAME: &str = "xdp::a_killed_server_leaves_no_program_on_the_interface";
+    if let Ok(mode) = std::env::var(ROLE) {
+        if mode == "reset" {
+            serve("reset");
+        }
+        return;
+    }
+    if let Some(why) = skip_reason(Some("d")) {
+        eprintln!("SKIPPED the AF_XDP veth test of a killed server: {why}");
+        return;
+    }
+    let mut server = Server::start("d", NAME, "reset");
+    // SIGKILL: no destructor runs; the BPF link's last descriptor closes with the process.
+    server.child.0.kill().unwrap();
+    server.child.0.wait().unwrap();
+    assert!(
+        !server.pair.link_details().contains("prog/xdp"),
+        "detached: {}",
+        server.pair.link_details()
+    );
+    // The kernel has the port back: nothing listens there now, so it refuses.
+    let err = TcpStream::connect_timeout(&server.target(), Duration::from_secs(5))
+        .expect_err("nothing listens");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
 }
 
 /// The server side's process, killed if the test fails before it is told to stop.
@@ -325,8 +469,10 @@ impl Drop for KillOnDrop {
 }
 
 /// The server side, inside the namespace: the program, one socket on queue 0, the kernel's own
-/// listeners on the port (which must see nothing) and on the next one (an echo).
-fn serve() {
+/// listeners on the port (which must see nothing) and on the next one (an echo); in `reset`
+/// mode every SYN is answered with `wire::write_reset`, in `echo` mode `lasthop_edge::tcp`
+/// serves the port and echoes what it receives, closing after the peer does.
+fn serve(mode: &str) {
     let ifname = std::env::var("LASTHOP_XDP_IF").unwrap();
     let addr: Ipv4Addr = std::env::var("LASTHOP_XDP_ADDR").unwrap().parse().unwrap();
     let port: u16 = std::env::var("LASTHOP_XDP_PORT").unwrap().parse().unwrap();
@@ -360,37 +506,91 @@ fn serve() {
         let _ = std::io::stdin().read_to_end(&mut Vec::new());
         stopper.store(true, Ordering::Relaxed);
     });
+    let mac = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).unwrap();
+    let mac: Vec<u8> = mac
+        .trim()
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16).unwrap())
+        .collect();
+    let mut tcp = Tcp::new(TcpConfig::new(
+        addr,
+        port,
+        mac.try_into().unwrap(),
+        [0x5a; 16],
+    ));
+    let started = Instant::now();
 
     let attached = program.attach(ifindex).unwrap();
     println!("xdp ready");
     std::io::stdout().flush().unwrap();
     let (mut syns, mut resets, mut bad) = (0u64, 0u64, 0u64);
-    let mut replies: Vec<Vec<u8>> = Vec::new();
+    let (mut opened, mut closed, mut echoed) = (0u64, 0u64, 0u64);
+    let (mut rx_count, mut tx_count, mut dropped_rx, mut dropped_tx) = (0u64, 0u64, 0u64, 0u64);
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut heard: Vec<(ConnId, Option<Vec<u8>>)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
         if same_port.accept().is_ok() {
             kernel_accepts += 1;
         }
-        xsk.wait(20).unwrap();
-        xsk.receive(64, |frame| match wire::parse(frame) {
-            Ok(seg) if seg.dst == addr && seg.tcp.dst_port == port => {
-                syns += u64::from(seg.tcp.control == TcpControl::Syn);
-                let mut out = [0u8; 64];
-                if let Some(n) = wire::write_reset(&seg, &mut out) {
-                    replies.push(out[..n].to_vec());
+        xsk.wait(10).unwrap();
+        let now = started.elapsed().as_millis() as u64;
+        let mut tx = |f: &[u8]| out.push(f.to_vec());
+        if mode == "reset" {
+            xsk.receive(64, |frame| match wire::parse(frame) {
+                Ok(seg) if seg.dst == addr && seg.tcp.dst_port == port => {
+                    syns += u64::from(seg.tcp.control == TcpControl::Syn);
+                    let mut reset = [0u8; 64];
+                    if let Some(n) = wire::write_reset(&seg, &mut reset) {
+                        tx(&reset[..n]);
+                    }
+                }
+                _ => bad += 1,
+            });
+        } else {
+            let mut app = |e: TcpEvent<'_>| match e {
+                TcpEvent::Open(_) => opened += 1,
+                TcpEvent::Closed(_) => closed += 1,
+                TcpEvent::Data(id, data) => heard.push((id, Some(data.to_vec()))),
+                TcpEvent::PeerClosed(id) => heard.push((id, None)),
+            };
+            xsk.receive(64, |frame| {
+                rx_count += 1;
+                if mode == "lossy" && rx_count % 5 == 2 {
+                    dropped_rx += 1;
+                    return;
+                }
+                if tcp.receive(frame, now, &mut tx, &mut app).is_err() {
+                    bad += 1;
+                }
+            });
+            tcp.poll_timers(now, &mut tx, &mut app);
+            // The application: echo, and close when the peer has.
+            for (id, data) in heard.drain(..) {
+                match data {
+                    Some(data) => echoed += tcp.send(id, &data, now, &mut tx) as u64,
+                    None => tcp.close(id, now, &mut tx),
                 }
             }
-            _ => bad += 1,
-        });
-        for reply in replies.drain(..) {
-            resets += u64::from(xsk.send(&reply));
+            tcp.flush(&mut tx);
+        }
+        for frame in out.drain(..) {
+            tx_count += 1;
+            if mode == "lossy" && tx_count % 7 == 3 {
+                dropped_tx += 1;
+                continue;
+            }
+            resets += u64::from(xsk.send(&frame) && mode == "reset");
         }
         xsk.flush().unwrap();
     }
     let stats = xsk.stats().unwrap();
     drop(attached);
     println!(
-        "xdp syns={syns} resets={resets} kernel_accepts={kernel_accepts} bad_frames={bad} rx_dropped={} tx_invalid={}",
+        "xdp report syns={syns} resets={resets} kernel_accepts={kernel_accepts} bad_frames={bad} opened={opened} \
+         closed={closed} echoed={echoed} dropped_rx={dropped_rx} dropped_tx={dropped_tx} retransmits={} \
+         rx_dropped={} tx_invalid={}",
+        tcp.stats().retransmits,
         stats.rx_dropped,
         stats.tx_invalid
     );

@@ -1,8 +1,8 @@
 //! The AF_XDP data path's kernel parts (engine/DESIGN.md, "The AF_XDP path"): [`prog`], the
 //! engine's XDP program, hand-assembled and loaded, tested and attached through libbpf; and
 //! [`xsk`], one AF_XDP socket with its UMEM and rings. The frames they carry are parsed and
-//! written by `lasthop_edge::wire`; the userspace TCP stack that will serve HTTP on them, and
-//! `--io xdp`, come next.
+//! written by `lasthop_edge::wire`, and served by `lasthop_edge::tcp`; the loop that drives
+//! HTTP sessions on it, and `--io xdp`, come next.
 
 pub mod prog;
 pub mod xsk;

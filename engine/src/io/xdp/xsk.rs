@@ -64,6 +64,8 @@ pub struct Xsk {
     tx: Ring<libc::xdp_desc>,
     /// Frames of the send half not queued on the TX ring.
     free: Vec<u64>,
+    /// Received frames handled and waiting for room on the fill ring.
+    refill: Vec<u64>,
     /// TX descriptors written since the last kick.
     unsent: u32,
 }
@@ -113,15 +115,34 @@ impl Xsk {
         set_option(&fd, libc::XDP_RX_RING, &ring_size)?;
         set_option(&fd, libc::XDP_TX_RING, &ring_size)?;
         let offsets: libc::xdp_mmap_offsets = get_option(&fd, libc::XDP_MMAP_OFFSETS)?;
-        let fill = Ring::map(&fd, &offsets.fr, ring_size, libc::XDP_UMEM_PGOFF_FILL_RING)?;
+        let fill = Ring::map(
+            &fd,
+            &offsets.fr,
+            ring_size,
+            libc::XDP_UMEM_PGOFF_FILL_RING,
+            true,
+        )?;
         let completion = Ring::map(
             &fd,
             &offsets.cr,
             ring_size,
             libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            false,
         )?;
-        let rx = Ring::map(&fd, &offsets.rx, ring_size, libc::XDP_PGOFF_RX_RING as u64)?;
-        let tx = Ring::map(&fd, &offsets.tx, ring_size, libc::XDP_PGOFF_TX_RING as u64)?;
+        let rx = Ring::map(
+            &fd,
+            &offsets.rx,
+            ring_size,
+            libc::XDP_PGOFF_RX_RING as u64,
+            false,
+        )?;
+        let tx = Ring::map(
+            &fd,
+            &offsets.tx,
+            ring_size,
+            libc::XDP_PGOFF_TX_RING as u64,
+            true,
+        )?;
         let mut xsk = Xsk {
             fd,
             umem,
@@ -131,6 +152,7 @@ impl Xsk {
             rx,
             tx,
             free: Vec::new(),
+            refill: Vec::new(),
             unsent: 0,
         };
         // The first half of the frames (as many as the fill ring holds) receive; the rest send.
@@ -194,17 +216,20 @@ impl Xsk {
         let ready = self.rx.available().min(max);
         for _ in 0..ready {
             let desc = self.rx.pop();
+            // A descriptor outside the UMEM (a kernel bug) is skipped, its address not reused.
             if let Some(frame) = self.frame(desc.addr, desc.len) {
                 each(frame);
+                // Copy mode hands back the chunk's own address: the frame goes back to the
+                // fill ring, or waits for room there (the kernel publishes a received frame
+                // before it releases the fill slot it took it from).
+                self.refill
+                    .push(desc.addr - desc.addr % u64::from(self.frame_size));
             }
-            // Copy mode hands back the chunk's own address: the frame goes straight back.
-            let chunk = desc.addr - desc.addr % u64::from(self.frame_size);
-            self.fill.push(chunk);
         }
         if ready > 0 {
             self.rx.release();
-            self.fill.publish();
         }
+        self.lend();
         ready
     }
 
@@ -244,33 +269,54 @@ impl Xsk {
     }
 
     /// Publishes queued frames to the kernel, wakes it (copy mode sends from the `sendto`
-    /// call), and takes back frames it has finished with.
+    /// call, 32 frames a call), and takes back frames it has finished with.
     pub fn flush(&mut self) -> io::Result<()> {
         if self.unsent > 0 {
             self.tx.publish();
-            self.unsent = 0;
-            // SAFETY: a zero-length sendto with null buffers is AF_XDP's documented TX kick.
-            let rc = unsafe {
-                libc::sendto(
-                    self.fd(),
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
-            if rc < 0 {
+            // Copy mode sends at most 32 frames a kick and says EAGAIN while more wait: kick
+            // until the ring is drained (bounded: a ring's worth of kicks).
+            for _ in 0..=self.unsent.div_ceil(32) {
+                // SAFETY: a zero-length sendto with null buffers is AF_XDP's TX kick.
+                let rc = unsafe {
+                    libc::sendto(
+                        self.fd(),
+                        std::ptr::null(),
+                        0,
+                        libc::MSG_DONTWAIT,
+                        std::ptr::null(),
+                        0,
+                    )
+                };
+                if rc >= 0 {
+                    break;
+                }
                 let e = io::Error::last_os_error();
-                // Busy or out of buffers: the descriptors stay queued for the next kick.
                 match e.raw_os_error() {
-                    Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::ENETDOWN) => {}
+                    Some(libc::EAGAIN) => continue,
+                    // The device is busy or down, or out of buffers: what the kernel could not
+                    // send it drops and completes, as a NIC would.
+                    Some(libc::EBUSY | libc::ENOBUFS | libc::ENETDOWN) => break,
                     _ => return Err(e),
                 }
             }
+            self.unsent = 0;
         }
         self.reclaim();
+        self.lend();
         Ok(())
+    }
+
+    /// Gives the kernel back the received frames waiting for room on the fill ring.
+    fn lend(&mut self) {
+        let mut lent = false;
+        while !self.refill.is_empty() && self.fill.free() > 0 {
+            let addr = self.refill.pop().expect("not empty");
+            self.fill.push(addr);
+            lent = true;
+        }
+        if lent {
+            self.fill.publish();
+        }
     }
 
     /// The kernel's counters for this socket.
@@ -329,6 +375,7 @@ impl<T: Copy> Ring<T> {
         off: &libc::xdp_ring_offset,
         size: u32,
         pgoff: u64,
+        producer_side: bool,
     ) -> io::Result<Ring<T>> {
         let len = off.desc as usize + size as usize * size_of::<T>();
         let map = MmapOptions::new()
@@ -356,9 +403,10 @@ impl<T: Copy> Ring<T> {
             local: 0,
             seen: 0,
         };
-        // A new ring starts at zero on both sides; read them anyway (what is mapped is true).
-        ring.local = ring.index(true).load(Ordering::Relaxed);
-        ring.seen = ring.index(false).load(Ordering::Acquire);
+        // A new ring starts at zero on both sides; read them anyway (what is mapped is true):
+        // ours is the producer index on a ring we fill, the consumer index on one we drain.
+        ring.local = ring.index(producer_side).load(Ordering::Relaxed);
+        ring.seen = ring.index(!producer_side).load(Ordering::Acquire);
         Ok(ring)
     }
 
@@ -384,8 +432,8 @@ impl<T: Copy> Ring<T> {
         size - self.local.wrapping_sub(self.seen)
     }
 
+    /// Writes one descriptor; the caller has seen `free() > 0`.
     fn push(&mut self, value: T) {
-        debug_assert!(self.free() > 0);
         // SAFETY: the slot is inside the descriptor array (masked), and not the kernel's until
         // `publish` stores the producer index past it.
         unsafe {

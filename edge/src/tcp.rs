@@ -1,0 +1,1197 @@
+//! The passive side of TCP for the kernel-bypass path (engine/DESIGN.md, "The AF_XDP path"):
+//! frames in, frames out, time an argument, no I/O. One [`Tcp`] serves one local address and
+//! port on one core; the I/O loop hands it every frame the XDP program redirected, sends what
+//! it writes, and calls [`Tcp::poll_timers`] every tick.
+//!
+//! - **Handshake without state: SYN cookies, always.** A SYN is answered with a SYN-ACK whose
+//!   initial sequence number carries a keyed hash of the 4-tuple and the client's sequence, a
+//!   64-second time slot and the MSS; the connection exists only once an ACK returns a valid
+//!   cookie. A SYN flood costs a hash and a frame per SYN and no memory. The price: no window
+//!   scaling or SACK (both need state or timestamps), so the receive window is at most 64 KiB,
+//!   plenty for requests of a few hundred bytes.
+//! - **Connections by their 4-tuple** in a hash map, and timers in a heap: the work per frame
+//!   and per tick is proportional to what happens, not to the connections held (smoltcp's
+//!   interface walks them all; `cargo bench --bench stack` measured it).
+//! - **In order only.** Data at `RCV.NXT` is handed to the application at once (so the window
+//!   never shrinks); a segment ahead of it is dropped and answered with a duplicate ACK, which
+//!   makes the client retransmit. Requests are small; reassembly is not worth its memory.
+//! - **Sending**: the application's bytes are kept until acknowledged, sent in segments of the
+//!   peer's MSS within its window, retransmitted from `SND.UNA` when the retransmission timer
+//!   fires (RFC 6298: 1 s initial, doubling, at most 60 s, the connection reset after
+//!   [`TcpConfig::max_retries`]); a zero window is probed by the same timer with one byte.
+//! - **ACKs are deferred to the end of a batch** ([`Tcp::flush`]): a response written while the
+//!   batch is handled carries the ACK, which is what a delayed ACK buys.
+//! - **Closing**: FIN and RST both ways; a connection fully closed is forgotten at once (no
+//!   TIME-WAIT: a late retransmitted FIN finds no connection and no valid cookie and is reset,
+//!   which closes the peer's LAST-ACK as its own retransmission would).
+//! - **Idle connections** are reset after [`TcpConfig::idle_ms`] without a segment.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::hash::Hasher;
+use std::net::Ipv4Addr;
+
+use hashbrown::HashMap;
+use siphasher::sip::SipHasher13;
+
+use crate::wire::{self, FrameError, Segment, TcpControl, TcpRepr, TcpSeqNumber};
+
+/// What one endpoint serves and how it behaves.
+#[derive(Debug, Clone)]
+pub struct TcpConfig {
+    pub addr: Ipv4Addr,
+    pub port: u16,
+    /// The interface's MAC: the source of every frame written.
+    pub mac: [u8; 6],
+    /// The MSS announced in SYN-ACKs (an Ethernet MTU of 1500 less 40 bytes of headers).
+    pub mss: u16,
+    /// The receive window announced (unscaled, at most 65,535).
+    pub window: u16,
+    /// Connections held at most; an ACK with a valid cookie beyond it is reset.
+    pub max_conns: usize,
+    /// Bytes a connection may have queued and unacknowledged; `send` takes no more.
+    pub send_limit: usize,
+    /// Reset a connection after this long without a segment from the peer.
+    pub idle_ms: u64,
+    /// Retransmissions of the same data before the connection is reset.
+    pub max_retries: u32,
+    /// The SYN cookies' hash key (random per process).
+    pub cookie_key: [u8; 16],
+}
+
+impl TcpConfig {
+    pub fn new(addr: Ipv4Addr, port: u16, mac: [u8; 6], cookie_key: [u8; 16]) -> TcpConfig {
+        TcpConfig {
+            addr,
+            port,
+            mac,
+            mss: 1460,
+            window: 65535,
+            max_conns: 100_000,
+            send_limit: 1 << 20,
+            idle_ms: 60_000,
+            max_retries: 8,
+            cookie_key,
+        }
+    }
+}
+
+/// A connection: the peer's address and port (the local ones are the endpoint's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId {
+    pub addr: Ipv4Addr,
+    pub port: u16,
+}
+
+/// What the application hears.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TcpEvent<'a> {
+    /// A handshake completed.
+    Open(ConnId),
+    /// Bytes, in order.
+    Data(ConnId, &'a [u8]),
+    /// The peer sent FIN: no more data will come (the application may still send, then close).
+    PeerClosed(ConnId),
+    /// The connection is gone (closed both ways, reset, timed out); its id may come back.
+    Closed(ConnId),
+}
+
+/// Counters, for the engine's metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TcpStats {
+    pub syns: u64,
+    pub bad_cookies: u64,
+    pub opened: u64,
+    pub retransmits: u64,
+    pub resets_sent: u64,
+    pub timeouts: u64,
+    pub bad_frames: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Established,
+    /// The peer's FIN arrived; ours has not been sent.
+    CloseWait,
+    /// Our FIN is sent (or queued behind data); the peer's has not arrived.
+    FinWait,
+    /// Both FINs sent; waiting for ours to be acknowledged.
+    LastAck,
+}
+
+#[derive(Debug)]
+struct Conn {
+    peer_mac: [u8; 6],
+    state: State,
+    /// Oldest unacknowledged sequence number; `queue[0]` is its byte.
+    snd_una: u32,
+    /// Next sequence number to send.
+    snd_nxt: u32,
+    /// The peer's window, from its last acceptable segment.
+    snd_wnd: u32,
+    peer_mss: u16,
+    rcv_nxt: u32,
+    /// Bytes from `snd_una` on: sent and unacknowledged, then unsent.
+    queue: VecDeque<u8>,
+    /// The application closed: a FIN follows the queue.
+    fin_queued: bool,
+    /// The FIN is out (at `snd_una + queue.len()`), acknowledged or not.
+    fin_sent: bool,
+    /// The deadline of this connection's live entry in the timer heap (`u64::MAX`: none).
+    timer_at: u64,
+    rto_ms: u64,
+    retries: u32,
+    /// When the retransmission (or probe) timer fires, if armed.
+    rtx_at: Option<u64>,
+    last_heard: u64,
+    ack_due: bool,
+}
+
+const RTO_INITIAL_MS: u64 = 1_000;
+const RTO_MAX_MS: u64 = 60_000;
+/// The MSS a cookie can carry (3 bits): the sizes clients announce most.
+const COOKIE_MSS: [u16; 8] = [536, 1200, 1360, 1400, 1440, 1452, 1460, 8960];
+/// A cookie's time slot: 64 s; one earlier slot is still accepted.
+const SLOT_MS: u64 = 64_000;
+
+/// One passive TCP endpoint.
+#[derive(Debug)]
+pub struct Tcp {
+    cfg: TcpConfig,
+    conns: HashMap<ConnId, Conn>,
+    /// (deadline, connection): each connection's next retransmission or idle check; an entry
+    /// is live only if it matches the connection's `timer_at`.
+    timers: BinaryHeap<Reverse<(u64, ConnId)>>,
+    /// Connections with an ACK owed, sent by `flush`.
+    acks: Vec<ConnId>,
+    /// Where frames are written before `tx` takes them.
+    scratch: Vec<u8>,
+    stats: TcpStats,
+}
+
+impl Tcp {
+    pub fn new(cfg: TcpConfig) -> Tcp {
+        Tcp {
+            cfg,
+            conns: HashMap::new(),
+            timers: BinaryHeap::new(),
+            acks: Vec::new(),
+            scratch: Vec::new(),
+            stats: TcpStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> TcpStats {
+        self.stats
+    }
+
+    /// Connections held.
+    pub fn len(&self) -> usize {
+        self.conns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// Handles one received frame at `now_ms`: frames to send go to `tx`, what the application
+    /// must hear to `app`. A frame that is not a well-formed TCP segment to our address and
+    /// port from a unicast address is refused with the reason (and counted), changing nothing.
+    pub fn receive(
+        &mut self,
+        frame: &[u8],
+        now_ms: u64,
+        tx: &mut dyn FnMut(&[u8]),
+        app: &mut dyn FnMut(TcpEvent<'_>),
+    ) -> Result<(), FrameError> {
+        let seg = match wire::parse(frame) {
+            Ok(seg)
+                if seg.dst == self.cfg.addr
+                    && seg.tcp.dst_port == self.cfg.port
+                    && wire::unicast(seg.src) =>
+            {
+                seg
+            }
+            Ok(_) => {
+                self.stats.bad_frames += 1;
+                return Err(FrameError::NotOurs);
+            }
+            Err(e) => {
+                self.stats.bad_frames += 1;
+                return Err(e);
+            }
+        };
+        let id = ConnId {
+            addr: seg.src,
+            port: seg.tcp.src_port,
+        };
+        if self.conns.contains_key(&id) {
+            self.on_segment(id, &seg, now_ms, tx, app);
+        } else {
+            self.on_stranger(id, &seg, now_ms, tx, app);
+        }
+        Ok(())
+    }
+
+    /// Queues `data` on `id` and sends what the peer's window allows. Returns how many bytes
+    /// were taken: fewer than offered when the queue is at [`TcpConfig::send_limit`], none on
+    /// a connection that is gone or closed for sending.
+    pub fn send(
+        &mut self,
+        id: ConnId,
+        data: &[u8],
+        now_ms: u64,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> usize {
+        let limit = self.cfg.send_limit;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return 0;
+        };
+        if c.fin_queued {
+            return 0;
+        }
+        let take = data.len().min(limit.saturating_sub(c.queue.len()));
+        c.queue.extend(&data[..take]);
+        self.transmit(id, now_ms, tx);
+        take
+    }
+
+    /// Closes `id` for sending: a FIN follows the queued bytes.
+    pub fn close(&mut self, id: ConnId, now_ms: u64, tx: &mut dyn FnMut(&[u8])) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if c.fin_queued {
+            return;
+        }
+        c.fin_queued = true;
+        c.state = match c.state {
+            State::CloseWait => State::LastAck,
+            _ => State::FinWait,
+        };
+        self.transmit(id, now_ms, tx);
+    }
+
+    /// Resets `id` and forgets it (no `Closed` event: the caller asked).
+    pub fn abort(&mut self, id: ConnId, tx: &mut dyn FnMut(&[u8])) {
+        if let Some(c) = self.conns.remove(&id) {
+            self.send_rst(id, c.peer_mac, c.snd_nxt, tx);
+        }
+    }
+
+    /// Sends the ACKs owed since the last flush (those not carried by data meanwhile). Call it
+    /// after a batch of frames and the application's answers to them.
+    pub fn flush(&mut self, tx: &mut dyn FnMut(&[u8])) {
+        for id in std::mem::take(&mut self.acks) {
+            let Some(c) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            if c.ack_due {
+                c.ack_due = false;
+                let (mac, seq, ack) = (c.peer_mac, c.snd_nxt, c.rcv_nxt);
+                self.emit(id, mac, seq, Some(ack), TcpControl::None, &[], None, tx);
+            }
+        }
+    }
+
+    /// Fires the timers due at `now_ms`: retransmissions and zero-window probes, connections
+    /// out of retries or idle too long (reset, `Closed`). Work is proportional to the timers
+    /// due, not to the connections held.
+    pub fn poll_timers(
+        &mut self,
+        now_ms: u64,
+        tx: &mut dyn FnMut(&[u8]),
+        app: &mut dyn FnMut(TcpEvent<'_>),
+    ) {
+        while let Some(&Reverse((at, id))) = self.timers.peek() {
+            if at > now_ms {
+                break;
+            }
+            self.timers.pop();
+            let idle_ms = self.cfg.idle_ms;
+            let max_retries = self.cfg.max_retries;
+            // Each connection has one live entry, the one at its `timer_at`; others are stale.
+            let Some(c) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            if c.timer_at != at {
+                continue;
+            }
+            c.timer_at = u64::MAX;
+            if now_ms >= c.last_heard + idle_ms
+                || (c.rtx_at.is_some_and(|d| d <= now_ms) && c.retries >= max_retries)
+            {
+                self.stats.timeouts += 1;
+                self.abort(id, tx);
+                app(TcpEvent::Closed(id));
+                continue;
+            }
+            if c.rtx_at.is_some_and(|d| d <= now_ms) {
+                c.retries += 1;
+                c.rto_ms = (c.rto_ms * 2).min(RTO_MAX_MS);
+                c.rtx_at = None;
+                // Go back to the oldest unacknowledged byte (the FIN too, if it was out); a
+                // zero window gets a one-byte probe.
+                c.snd_nxt = c.snd_una;
+                c.fin_sent = false;
+                let probe = c.snd_wnd == 0;
+                if probe {
+                    c.snd_wnd = 1;
+                }
+                self.stats.retransmits += 1;
+                self.transmit(id, now_ms, tx);
+                if probe {
+                    if let Some(c) = self.conns.get_mut(&id) {
+                        c.snd_wnd = 0;
+                    }
+                }
+            }
+            if let Some(c) = self.conns.get(&id) {
+                let next = c.rtx_at.unwrap_or(u64::MAX).min(c.last_heard + idle_ms);
+                self.arm(id, next);
+            }
+        }
+    }
+
+    /// A segment for a connection we do not hold: a SYN gets a cookie, an ACK that returns a
+    /// valid one opens the connection, anything else but a RST is reset.
+    fn on_stranger(
+        &mut self,
+        id: ConnId,
+        seg: &Segment<'_>,
+        now_ms: u64,
+        tx: &mut dyn FnMut(&[u8]),
+        app: &mut dyn FnMut(TcpEvent<'_>),
+    ) {
+        let t = &seg.tcp;
+        match (t.control, t.ack_number) {
+            (TcpControl::Rst, _) => {}
+            (TcpControl::Syn, None) => {
+                self.stats.syns += 1;
+                let mss = t.max_seg_size.unwrap_or(536).min(self.cfg.mss);
+                let isn = self.cookie(id, t.seq_number.0 as u32, slot(now_ms), mss_index(mss));
+                let ack = (t.seq_number + 1).0 as u32;
+                self.emit(
+                    id,
+                    seg.eth_src,
+                    isn,
+                    Some(ack),
+                    TcpControl::Syn,
+                    &[],
+                    Some(self.cfg.mss),
+                    tx,
+                );
+            }
+            (TcpControl::None | TcpControl::Psh | TcpControl::Fin, Some(ack)) => {
+                let isn = (ack.0 as u32).wrapping_sub(1);
+                let client_isn = (t.seq_number.0 as u32).wrapping_sub(1);
+                match self.check_cookie(id, isn, client_isn, now_ms) {
+                    Some(mss) if self.conns.len() < self.cfg.max_conns => {
+                        self.stats.opened += 1;
+                        let conn = Conn {
+                            peer_mac: seg.eth_src,
+                            state: State::Established,
+                            snd_una: ack.0 as u32,
+                            snd_nxt: ack.0 as u32,
+                            snd_wnd: u32::from(t.window_len),
+                            peer_mss: mss,
+                            rcv_nxt: t.seq_number.0 as u32,
+                            queue: VecDeque::new(),
+                            fin_queued: false,
+                            fin_sent: false,
+                            timer_at: u64::MAX,
+                            rto_ms: RTO_INITIAL_MS,
+                            retries: 0,
+                            rtx_at: None,
+                            last_heard: now_ms,
+                            ack_due: false,
+                        };
+                        self.conns.insert(id, conn);
+                        self.arm(id, now_ms + self.cfg.idle_ms);
+                        app(TcpEvent::Open(id));
+                        // The ACK may carry the request (and even a FIN): handle it as usual.
+                        self.on_segment(id, seg, now_ms, tx, app);
+                    }
+                    Some(_) => self.send_rst(id, seg.eth_src, ack.0 as u32, tx),
+                    None => {
+                        self.stats.bad_cookies += 1;
+                        self.send_rst(id, seg.eth_src, ack.0 as u32, tx);
+                    }
+                }
+            }
+            _ => {
+                let mut out = [0u8; 64];
+                if let Some(n) = wire::write_reset(seg, &mut out) {
+                    self.stats.resets_sent += 1;
+                    tx(&out[..n]);
+                }
+            }
+        }
+    }
+
+    /// A segment for a connection we hold (RFC 9293 §3.10.7.4, in-order receive).
+    fn on_segment(
+        &mut self,
+        id: ConnId,
+        seg: &Segment<'_>,
+        now_ms: u64,
+        tx: &mut dyn FnMut(&[u8]),
+        app: &mut dyn FnMut(TcpEvent<'_>),
+    ) {
+        let t = &seg.tcp;
+        let seq = t.seq_number.0 as u32;
+        let window = u32::from(self.cfg.window);
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        // A RST is believed only at exactly RCV.NXT (RFC 5961 §3.2; elsewhere in the window it
+        // would earn a challenge ACK, which we fold into "ignored").
+        if t.control == TcpControl::Rst {
+            if seq == c.rcv_nxt {
+                self.conns.remove(&id);
+                app(TcpEvent::Closed(id));
+            }
+            return;
+        }
+        if t.control == TcpControl::Syn {
+            // A SYN on an open connection: a challenge ACK (RFC 5961 §4).
+            c.ack_due = true;
+            self.acks.push(id);
+            return;
+        }
+        c.last_heard = now_ms;
+        if let Some(ack) = t.ack_number {
+            let ack = ack.0 as u32;
+            let acked = ack.wrapping_sub(c.snd_una);
+            let outstanding = c.snd_nxt.wrapping_sub(c.snd_una);
+            if acked <= outstanding {
+                if acked > 0 {
+                    // The FIN takes a sequence number but no queue byte.
+                    let bytes = (acked as usize).min(c.queue.len());
+                    c.queue.drain(..bytes);
+                    c.snd_una = ack;
+                    c.retries = 0;
+                    c.rto_ms = RTO_INITIAL_MS;
+                    // What is still out gets a fresh timer (RFC 6298 §5.3).
+                    c.rtx_at = (c.snd_nxt != c.snd_una).then_some(now_ms + RTO_INITIAL_MS);
+                    if let Some(at) = c.rtx_at {
+                        if at < c.timer_at {
+                            c.timer_at = at;
+                            self.timers.push(Reverse((at, id)));
+                        }
+                    }
+                }
+                c.snd_wnd = u32::from(t.window_len);
+            } else if seq_lt(c.snd_nxt, ack) {
+                // Acknowledges what we never sent: answer with an ACK, take nothing.
+                c.ack_due = true;
+                self.acks.push(id);
+                return;
+            }
+        }
+        // The part of the segment at or past RCV.NXT, if it starts at or before it.
+        let len = t.payload.len() as u32;
+        let offset = c.rcv_nxt.wrapping_sub(seq);
+        let mut fin = t.control == TcpControl::Fin;
+        if len + u32::from(fin) > 0 {
+            c.ack_due = true;
+            self.acks.push(id);
+        }
+        if offset <= len && !matches!(c.state, State::CloseWait | State::LastAck) {
+            let fresh = &t.payload[offset as usize..];
+            let fresh = &fresh[..fresh.len().min(window as usize)];
+            if fresh.len() < t.payload.len() - offset as usize {
+                fin = false; // the window cut the tail: its FIN is not here yet
+            }
+            if !fresh.is_empty() {
+                c.rcv_nxt = c.rcv_nxt.wrapping_add(fresh.len() as u32);
+                app(TcpEvent::Data(id, fresh));
+            }
+            if fin {
+                let Some(c) = self.conns.get_mut(&id) else {
+                    return;
+                };
+                c.rcv_nxt = c.rcv_nxt.wrapping_add(1);
+                c.state = match c.state {
+                    State::FinWait => State::LastAck,
+                    _ => State::CloseWait,
+                };
+                app(TcpEvent::PeerClosed(id));
+            }
+        }
+        // The application may have answered (sent, closed) inside `app`; send what is due.
+        self.transmit(id, now_ms, tx);
+        let Some(c) = self.conns.get(&id) else { return };
+        if c.state == State::LastAck && c.fin_sent && c.snd_una == c.snd_nxt {
+            // Both FINs sent and ours acknowledged: done. The peer's FIN is ACKed now.
+            if c.ack_due {
+                let (mac, s, a) = (c.peer_mac, c.snd_nxt, c.rcv_nxt);
+                self.emit(id, mac, s, Some(a), TcpControl::None, &[], None, tx);
+            }
+            self.conns.remove(&id);
+            app(TcpEvent::Closed(id));
+        }
+    }
+
+    /// Sends what the queue holds past `snd_nxt` within the peer's window, then the FIN, and
+    /// arms the retransmission timer for what is in flight (or the probe of a zero window).
+    fn transmit(&mut self, id: ConnId, now_ms: u64, tx: &mut dyn FnMut(&[u8])) {
+        loop {
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            let in_flight = c.snd_nxt.wrapping_sub(c.snd_una) as usize;
+            let data_in_flight = in_flight.min(c.queue.len());
+            let unsent = c.queue.len() - data_in_flight;
+            let room = (c.snd_wnd as usize).saturating_sub(in_flight);
+            let n = unsent.min(room).min(usize::from(c.peer_mss));
+            let fin_now = c.fin_queued && !c.fin_sent && n == unsent;
+            if n == 0 && !fin_now {
+                if unsent > 0 && c.snd_wnd == 0 && c.rtx_at.is_none() {
+                    let at = now_ms + c.rto_ms;
+                    c.rtx_at = Some(at);
+                    self.arm(id, at);
+                }
+                return;
+            }
+            let payload: Vec<u8> = c
+                .queue
+                .iter()
+                .skip(data_in_flight)
+                .take(n)
+                .copied()
+                .collect();
+            let control = if fin_now {
+                TcpControl::Fin
+            } else if n == unsent {
+                TcpControl::Psh
+            } else {
+                TcpControl::None
+            };
+            let (mac, seq, ack) = (c.peer_mac, c.snd_nxt, c.rcv_nxt);
+            c.snd_nxt = c.snd_nxt.wrapping_add(n as u32 + u32::from(fin_now));
+            c.fin_sent |= fin_now;
+            c.ack_due = false;
+            if c.rtx_at.is_none() {
+                let at = now_ms + c.rto_ms;
+                c.rtx_at = Some(at);
+                self.arm(id, at);
+            }
+            self.emit(id, mac, seq, Some(ack), control, &payload, None, tx);
+            if fin_now {
+                return;
+            }
+        }
+    }
+
+    /// Makes sure `id`'s timer entry fires no later than `at`.
+    fn arm(&mut self, id: ConnId, at: u64) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            if at < c.timer_at {
+                c.timer_at = at;
+                self.timers.push(Reverse((at, id)));
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn emit(
+        &mut self,
+        id: ConnId,
+        peer_mac: [u8; 6],
+        seq: u32,
+        ack: Option<u32>,
+        control: TcpControl,
+        payload: &[u8],
+        mss: Option<u16>,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let repr = TcpRepr {
+            src_port: self.cfg.port,
+            dst_port: id.port,
+            control,
+            seq_number: TcpSeqNumber(seq as i32),
+            ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+            window_len: self.cfg.window,
+            window_scale: None,
+            max_seg_size: mss,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload,
+        };
+        // Only the frame's own bytes are cleared (a 9 KiB stack buffer zeroed per segment
+        // cost more than the rest of a SYN-ACK).
+        let len = wire::ETHERNET_HEADER + wire::IPV4_HEADER + repr.buffer_len();
+        if self.scratch.len() < len {
+            self.scratch.resize(len, 0);
+        }
+        let out = &mut self.scratch[..len];
+        out.fill(0);
+        if let Some(n) =
+            wire::write_frame(self.cfg.mac, peer_mac, self.cfg.addr, id.addr, &repr, out)
+        {
+            tx(&out[..n]);
+        }
+    }
+
+    fn send_rst(&mut self, id: ConnId, peer_mac: [u8; 6], seq: u32, tx: &mut dyn FnMut(&[u8])) {
+        self.stats.resets_sent += 1;
+        self.emit(id, peer_mac, seq, None, TcpControl::Rst, &[], None, tx);
+    }
+
+    /// The cookie: 5 bits of time slot, 3 of MSS index, 24 of keyed hash.
+    fn cookie(&self, id: ConnId, client_isn: u32, slot: u64, mss_idx: u32) -> u32 {
+        let (k0, k1) = self.cfg.cookie_key.split_at(8);
+        let mut h = SipHasher13::new_with_keys(
+            u64::from_le_bytes(k0.try_into().expect("8 bytes")),
+            u64::from_le_bytes(k1.try_into().expect("8 bytes")),
+        );
+        h.write(&id.addr.octets());
+        h.write_u16(id.port);
+        h.write(&self.cfg.addr.octets());
+        h.write_u16(self.cfg.port);
+        h.write_u32(client_isn);
+        h.write_u64(slot);
+        h.write_u32(mss_idx);
+        let hash = (h.finish() & 0x00ff_ffff) as u32;
+        ((slot as u32 & 0x1f) << 27) | (mss_idx << 24) | hash
+    }
+
+    /// The MSS a returned cookie carries, if it is ours and from this slot or the one before.
+    fn check_cookie(&self, id: ConnId, isn: u32, client_isn: u32, now_ms: u64) -> Option<u16> {
+        let now = slot(now_ms);
+        let mss_idx = (isn >> 24) & 0x7;
+        let their = u64::from(isn >> 27);
+        [now, now.wrapping_sub(1)]
+            .into_iter()
+            .find(|&s| s & 0x1f == their && self.cookie(id, client_isn, s, mss_idx) == isn)
+            .map(|_| COOKIE_MSS[mss_idx as usize])
+    }
+}
+
+fn slot(now_ms: u64) -> u64 {
+    now_ms / SLOT_MS
+}
+
+/// The largest cookie MSS not above `mss`.
+fn mss_index(mss: u16) -> u32 {
+    COOKIE_MSS.iter().rposition(|&m| m <= mss).unwrap_or(0) as u32
+}
+
+/// `a < b` in sequence space (RFC 9293 §3.4).
+fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+    const SERVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+    const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+    const ID: ConnId = ConnId {
+        addr: CLIENT,
+        port: 40000,
+    };
+
+    /// What the endpoint wrote back, parsed: (control, seq, ack, payload, mss option).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct Out {
+        control: TcpControl,
+        seq: u32,
+        ack: Option<u32>,
+        payload: Vec<u8>,
+        mss: Option<u16>,
+    }
+
+    #[derive(Debug, PartialEq, Eq)]
+    enum Ev {
+        Open,
+        Data(Vec<u8>),
+        PeerClosed,
+        Closed,
+    }
+
+    struct World {
+        tcp: Tcp,
+        now: u64,
+        sent: Vec<Out>,
+        events: Vec<Ev>,
+        /// The client's next sequence number.
+        seq: u32,
+    }
+
+    impl World {
+        fn new() -> World {
+            let mut cfg = TcpConfig::new(SERVER, 80, SERVER_MAC, [7; 16]);
+            cfg.max_retries = 3;
+            cfg.idle_ms = 30_000;
+            World {
+                tcp: Tcp::new(cfg),
+                now: 1_000_000,
+                sent: Vec::new(),
+                events: Vec::new(),
+                seq: 5000,
+            }
+        }
+
+        fn segment(&mut self, control: TcpControl, ack: Option<u32>, window: u16, payload: &[u8]) {
+            self.segment_at(self.seq, control, ack, window, payload);
+            self.seq = self
+                .seq
+                .wrapping_add(payload.len() as u32 + control.len() as u32);
+        }
+
+        fn segment_at(
+            &mut self,
+            seq: u32,
+            control: TcpControl,
+            ack: Option<u32>,
+            window: u16,
+            payload: &[u8],
+        ) {
+            let repr = TcpRepr {
+                src_port: ID.port,
+                dst_port: 80,
+                control,
+                seq_number: TcpSeqNumber(seq as i32),
+                ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+                window_len: window,
+                window_scale: None,
+                max_seg_size: (control == TcpControl::Syn).then_some(1460),
+                sack_permitted: false,
+                sack_ranges: [None; 3],
+                timestamp: None,
+                payload,
+            };
+            let mut frame = vec![0u8; 2000];
+            let n = wire::write_frame(CLIENT_MAC, SERVER_MAC, CLIENT, SERVER, &repr, &mut frame)
+                .unwrap();
+            let (sent, events) = (&mut self.sent, &mut self.events);
+            self.tcp
+                .receive(
+                    &frame[..n],
+                    self.now,
+                    &mut |f| sent.push(out(f)),
+                    &mut |e| events.push(ev(e)),
+                )
+                .unwrap();
+        }
+
+        fn flush(&mut self) {
+            let sent = &mut self.sent;
+            self.tcp.flush(&mut |f| sent.push(out(f)));
+        }
+
+        fn timers(&mut self, after_ms: u64) {
+            self.now += after_ms;
+            let (sent, events) = (&mut self.sent, &mut self.events);
+            self.tcp
+                .poll_timers(self.now, &mut |f| sent.push(out(f)), &mut |e| {
+                    events.push(ev(e))
+                });
+        }
+
+        fn send(&mut self, data: &[u8]) -> usize {
+            let sent = &mut self.sent;
+            self.tcp
+                .send(ID, data, self.now, &mut |f| sent.push(out(f)))
+        }
+
+        fn close(&mut self) {
+            let sent = &mut self.sent;
+            self.tcp.close(ID, self.now, &mut |f| sent.push(out(f)));
+        }
+
+        /// The handshake; returns the server's next sequence number.
+        fn open(&mut self) -> u32 {
+            self.segment(TcpControl::Syn, None, 64240, &[]);
+            let synack = self.sent.pop().unwrap();
+            assert_eq!(synack.control, TcpControl::Syn);
+            assert_eq!(synack.ack, Some(self.seq));
+            let isn = synack.seq;
+            self.segment(TcpControl::None, Some(isn.wrapping_add(1)), 64240, &[]);
+            assert_eq!(self.events.drain(..).collect::<Vec<_>>(), [Ev::Open]);
+            isn.wrapping_add(1)
+        }
+    }
+
+    fn out(frame: &[u8]) -> Out {
+        let seg = wire::parse(frame).expect("we write parsable frames");
+        assert_eq!(
+            (seg.src, seg.dst, seg.eth_src, seg.eth_dst),
+            (SERVER, CLIENT, SERVER_MAC, CLIENT_MAC)
+        );
+        Out {
+            control: seg.tcp.control,
+            seq: seg.tcp.seq_number.0 as u32,
+            ack: seg.tcp.ack_number.map(|a| a.0 as u32),
+            payload: seg.tcp.payload.to_vec(),
+            mss: seg.tcp.max_seg_size,
+        }
+    }
+
+    fn ev(e: TcpEvent<'_>) -> Ev {
+        match e {
+            TcpEvent::Open(id)
+            | TcpEvent::PeerClosed(id)
+            | TcpEvent::Closed(id)
+            | TcpEvent::Data(id, _) => {
+                assert_eq!(id, ID)
+            }
+        }
+        match e {
+            TcpEvent::Open(_) => Ev::Open,
+            TcpEvent::Data(_, d) => Ev::Data(d.to_vec()),
+            TcpEvent::PeerClosed(_) => Ev::PeerClosed,
+            TcpEvent::Closed(_) => Ev::Closed,
+        }
+    }
+
+    #[test]
+    fn a_syn_is_answered_with_a_cookie_and_no_state_until_the_ack_returns_it() {
+        let mut w = World::new();
+        w.segment(TcpControl::Syn, None, 64240, &[]);
+        let synack = w.sent.pop().unwrap();
+        assert_eq!(synack.mss, Some(1460));
+        assert!(w.tcp.is_empty(), "nothing held for a SYN");
+        w.segment(
+            TcpControl::None,
+            Some(synack.seq.wrapping_add(1)),
+            64240,
+            &[],
+        );
+        assert_eq!(w.events, [Ev::Open]);
+        assert_eq!(w.tcp.len(), 1);
+        assert!(w.sent.is_empty(), "the ACK needs no answer");
+    }
+
+    #[test]
+    fn a_forged_or_stale_cookie_is_reset_and_opens_nothing() {
+        let mut w = World::new();
+        w.segment(TcpControl::Syn, None, 64240, &[]);
+        let isn = w.sent.pop().unwrap().seq;
+        w.segment_at(
+            w.seq,
+            TcpControl::None,
+            Some(isn.wrapping_add(2)),
+            64240,
+            &[],
+        );
+        assert_eq!(w.sent.pop().unwrap().control, TcpControl::Rst);
+        // The right cookie, two slots (over two minutes) later.
+        w.now += 2 * SLOT_MS;
+        w.segment_at(
+            w.seq,
+            TcpControl::None,
+            Some(isn.wrapping_add(1)),
+            64240,
+            &[],
+        );
+        assert_eq!(w.sent.pop().unwrap().control, TcpControl::Rst);
+        assert!(w.tcp.is_empty() && w.events.is_empty());
+        assert_eq!(w.tcp.stats().bad_cookies, 2);
+        // One slot later is still good (a slow client).
+        w.now -= SLOT_MS;
+        w.segment_at(
+            w.seq,
+            TcpControl::None,
+            Some(isn.wrapping_add(1)),
+            64240,
+            &[],
+        );
+        assert_eq!(w.events, [Ev::Open]);
+    }
+
+    #[test]
+    fn a_syn_flood_holds_nothing() {
+        let mut w = World::new();
+        for port in 1..=10_000u16 {
+            let repr = TcpRepr {
+                src_port: port,
+                dst_port: 80,
+                control: TcpControl::Syn,
+                seq_number: TcpSeqNumber(i32::from(port)),
+                ack_number: None,
+                window_len: 1024,
+                window_scale: None,
+                max_seg_size: None,
+                sack_permitted: false,
+                sack_ranges: [None; 3],
+                timestamp: None,
+                payload: &[],
+            };
+            let mut frame = [0u8; 64];
+            let n = wire::write_frame(CLIENT_MAC, SERVER_MAC, CLIENT, SERVER, &repr, &mut frame)
+                .unwrap();
+            w.tcp
+                .receive(&frame[..n], w.now, &mut |_| {}, &mut |_| {})
+                .unwrap();
+        }
+        assert_eq!((w.tcp.stats().syns, w.tcp.len()), (10_000, 0));
+    }
+
+    #[test]
+    fn a_request_in_order_is_delivered_acked_by_the_response_and_the_response_is_segmented() {
+        let mut w = World::new();
+        let mut snd = w.open();
+        w.segment(TcpControl::Psh, Some(snd), 64240, b"GET / HTTP/1.1\r\n\r\n");
+        assert_eq!(
+            w.events.drain(..).collect::<Vec<_>>(),
+            [Ev::Data(b"GET / HTTP/1.1\r\n\r\n".to_vec())]
+        );
+        assert!(w.sent.is_empty(), "the ACK waits for the batch's end");
+        let body = vec![b'x'; 3000];
+        assert_eq!(w.send(&body), 3000);
+        let sizes: Vec<_> = w
+            .sent
+            .iter()
+            .map(|o| (o.seq.wrapping_sub(snd), o.payload.len(), o.control))
+            .collect();
+        assert_eq!(
+            sizes,
+            [
+                (0, 1460, TcpControl::None),
+                (1460, 1460, TcpControl::None),
+                (2920, 80, TcpControl::Psh)
+            ]
+        );
+        assert!(
+            w.sent.iter().all(|o| o.ack == Some(w.seq)),
+            "every segment acknowledges the request"
+        );
+        w.sent.clear();
+        w.flush();
+        assert!(w.sent.is_empty(), "the response carried the ACK");
+        snd = snd.wrapping_add(3000);
+        w.segment(TcpControl::None, Some(snd), 64240, &[]);
+        w.timers(5_000);
+        assert!(w.sent.is_empty(), "acknowledged data is not retransmitted");
+    }
+
+    #[test]
+    fn unacknowledged_data_is_retransmitted_with_backoff_then_the_connection_is_reset() {
+        let mut w = World::new();
+        let snd = w.open();
+        w.send(b"hello");
+        assert_eq!(w.sent.pop().unwrap().seq, snd);
+        w.timers(999);
+        assert!(w.sent.is_empty());
+        w.timers(1);
+        assert_eq!(
+            w.sent.pop().unwrap(),
+            Out {
+                control: TcpControl::Psh,
+                seq: snd,
+                ack: Some(w.seq),
+                payload: b"hello".to_vec(),
+                mss: None
+            }
+        );
+        w.timers(1_999);
+        assert!(w.sent.is_empty(), "the second wait is twice the first");
+        w.timers(1);
+        assert_eq!(w.sent.pop().unwrap().seq, snd);
+        w.timers(4_000);
+        assert_eq!(w.sent.pop().unwrap().seq, snd);
+        assert_eq!(w.tcp.stats().retransmits, 3);
+        w.timers(8_000);
+        assert_eq!(w.sent.pop().unwrap().control, TcpControl::Rst);
+        assert_eq!(w.events, [Ev::Closed]);
+        assert!(w.tcp.is_empty());
+    }
+
+    #[test]
+    fn a_segment_out_of_order_is_dropped_and_answered_with_a_duplicate_ack() {
+        let mut w = World::new();
+        let snd = w.open();
+        let expected = w.seq;
+        w.segment_at(
+            expected.wrapping_add(100),
+            TcpControl::Psh,
+            Some(snd),
+            64240,
+            b"later",
+        );
+        assert!(w.events.is_empty());
+        w.flush();
+        assert_eq!(w.sent.pop().unwrap().ack, Some(expected));
+        // A retransmission overlapping what was delivered gives only the new bytes.
+        w.segment(TcpControl::Psh, Some(snd), 64240, b"abc");
+        w.segment_at(expected, TcpControl::Psh, Some(snd), 64240, b"abcdef");
+        assert_eq!(
+            w.events,
+            [Ev::Data(b"abc".to_vec()), Ev::Data(b"def".to_vec())]
+        );
+    }
+
+    #[test]
+    fn the_peer_closes_first_then_the_application() {
+        let mut w = World::new();
+        let snd = w.open();
+        w.segment(TcpControl::Fin, Some(snd), 64240, b"bye");
+        assert_eq!(
+            w.events.drain(..).collect::<Vec<_>>(),
+            [Ev::Data(b"bye".to_vec()), Ev::PeerClosed]
+        );
+        w.send(b"ok");
+        w.close();
+        let fin = w.sent.pop().unwrap();
+        assert_eq!(
+            (fin.control, fin.seq, fin.ack),
+            (TcpControl::Fin, snd.wrapping_add(2), Some(w.seq))
+        );
+        w.segment(TcpControl::None, Some(snd.wrapping_add(3)), 64240, &[]);
+        assert_eq!(w.events, [Ev::Closed]);
+        assert!(w.tcp.is_empty());
+    }
+
+    #[test]
+    fn the_application_closes_first_then_the_peer() {
+        let mut w = World::new();
+        let snd = w.open();
+        w.close();
+        assert_eq!(w.sent.pop().unwrap().control, TcpControl::Fin);
+        w.segment(TcpControl::None, Some(snd.wrapping_add(1)), 64240, &[]);
+        assert_eq!(w.tcp.len(), 1, "waiting for the peer's FIN");
+        w.timers(10_000);
+        assert!(w.sent.is_empty(), "an acknowledged FIN is not resent");
+        w.segment(TcpControl::Fin, Some(snd.wrapping_add(1)), 64240, &[]);
+        let ack = w.sent.pop().unwrap();
+        assert_eq!((ack.control, ack.ack), (TcpControl::None, Some(w.seq)));
+        assert_eq!(w.events, [Ev::PeerClosed, Ev::Closed]);
+        assert!(w.tcp.is_empty());
+    }
+
+    #[test]
+    fn a_lost_fin_is_retransmitted() {
+        let mut w = World::new();
+        let snd = w.open();
+        w.send(b"x");
+        w.close();
+        assert_eq!(
+            w.sent.iter().map(|o| o.control).collect::<Vec<_>>(),
+            [TcpControl::Psh, TcpControl::Fin]
+        );
+        w.sent.clear();
+        w.segment(TcpControl::None, Some(snd.wrapping_add(1)), 64240, &[]); // the byte, not the FIN
+        w.timers(1_000);
+        let again = w.sent.pop().unwrap();
+        assert_eq!(
+            (again.control, again.seq),
+            (TcpControl::Fin, snd.wrapping_add(1))
+        );
+    }
+
+    #[test]
+    fn a_reset_is_believed_only_at_the_expected_sequence() {
+        let mut w = World::new();
+        w.open();
+        w.segment_at(w.seq.wrapping_add(10), TcpControl::Rst, None, 0, &[]);
+        assert_eq!(w.tcp.len(), 1);
+        w.segment_at(w.seq, TcpControl::Rst, None, 0, &[]);
+        assert_eq!(w.events, [Ev::Closed]);
+        assert!(w.tcp.is_empty() && w.sent.is_empty());
+    }
+
+    #[test]
+    fn an_idle_connection_is_reset() {
+        let mut w = World::new();
+        w.open();
+        w.timers(29_999);
+        assert_eq!(w.tcp.len(), 1);
+        w.timers(1);
+        assert_eq!(w.sent.pop().unwrap().control, TcpControl::Rst);
+        assert_eq!(w.events, [Ev::Closed]);
+    }
+
+    #[test]
+    fn a_zero_window_is_probed_and_sending_resumes_when_it_opens() {
+        let mut w = World::new();
+        let snd = w.open();
+        w.segment(TcpControl::None, Some(snd), 0, &[]);
+        w.send(b"waiting");
+        assert!(w.sent.is_empty(), "nothing fits a zero window");
+        w.timers(1_000);
+        let probe = w.sent.pop().unwrap();
+        assert_eq!((probe.seq, probe.payload.as_slice()), (snd, &b"w"[..]));
+        // The window opens without acknowledging the probe: the rest follows it.
+        w.segment(TcpControl::None, Some(snd), 1000, &[]);
+        let rest = w.sent.pop().unwrap();
+        assert_eq!(
+            (rest.seq, rest.payload.as_slice()),
+            (snd.wrapping_add(1), &b"aiting"[..])
+        );
+    }
+
+    #[test]
+    fn segments_for_other_ports_and_strangers_without_ack_are_refused_or_reset() {
+        let mut w = World::new();
+        let mut frame = vec![0u8; 100];
+        let repr = TcpRepr {
+            src_port: 1,
+            dst_port: 81,
+            control: TcpControl::Syn,
+            seq_number: TcpSeqNumber(1),
+            ack_number: None,
+            window_len: 1,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+        };
+        let n =
+            wire::write_frame(CLIENT_MAC, SERVER_MAC, CLIENT, SERVER, &repr, &mut frame).unwrap();
+        let r = w.tcp.receive(
+            &frame[..n],
+            w.now,
+            &mut |_| panic!("no answer"),
+            &mut |_| panic!("no event"),
+        );
+        assert_eq!(r, Err(FrameError::NotOurs));
+        // Data without ACK from a stranger: reset.
+        w.segment(TcpControl::Psh, None, 100, b"x");
+        assert_eq!(w.sent.pop().unwrap().control, TcpControl::Rst);
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics_and_never_opens_a_connection(
+            frames in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..20),
+        ) {
+            let mut w = World::new();
+            for f in frames {
+                let _ = w.tcp.receive(&f, w.now, &mut |_| {}, &mut |_| {});
+            }
+            prop_assert!(w.tcp.is_empty());
+        }
+
+        #[test]
+        fn any_segment_sequence_on_an_open_connection_keeps_the_endpoint_consistent(
+            steps in proptest::collection::vec((0u8..6, any::<u16>(), proptest::collection::vec(any::<u8>(), 0..40)), 1..40),
+        ) {
+            let mut w = World::new();
+            let snd = w.open();
+            for (kind, n, data) in steps {
+                match kind {
+                    0 => w.segment(TcpControl::Psh, Some(snd), 64240, &data),
+                    1 => { let seq = w.seq.wrapping_add(u32::from(n)); w.segment_at(seq, TcpControl::Psh, Some(snd.wrapping_add(u32::from(n))), n, &data) }
+                    2 => { w.send(&data); }
+                    3 => w.timers(u64::from(n)),
+                    4 => w.close(),
+                    _ => w.segment(TcpControl::Fin, Some(snd), 64240, &[]),
+                }
+                w.flush();
+            }
+            // Whatever happened, every frame written parsed (checked in `out`) and the timer
+            // heap holds at most a live entry per connection plus stale ones.
+            prop_assert!(w.tcp.len() <= 1);
+        }
+    }
+}
