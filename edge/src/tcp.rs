@@ -166,6 +166,8 @@ pub struct Tcp {
     acks: Vec<ConnId>,
     /// Where frames are written before `tx` takes them.
     scratch: Vec<u8>,
+    /// False once draining: new SYNs (and cookies coming back) are reset.
+    accepting: bool,
     stats: TcpStats,
 }
 
@@ -177,8 +179,15 @@ impl Tcp {
             timers: BinaryHeap::new(),
             acks: Vec::new(),
             scratch: Vec::new(),
+            accepting: true,
             stats: TcpStats::default(),
         }
+    }
+
+    /// Stops opening connections (a draining engine): SYNs and returning cookies are reset;
+    /// connections held are served to their end.
+    pub fn stop_accepting(&mut self) {
+        self.accepting = false;
     }
 
     pub fn stats(&self) -> TcpStats {
@@ -366,7 +375,7 @@ impl Tcp {
         let t = &seg.tcp;
         match (t.control, t.ack_number) {
             (TcpControl::Rst, _) => {}
-            (TcpControl::Syn, None) => {
+            (TcpControl::Syn, None) if self.accepting => {
                 self.stats.syns += 1;
                 let mss = t.max_seg_size.unwrap_or(536).min(self.cfg.mss);
                 let isn = self.cookie(id, t.seq_number.0 as u32, slot(now_ms), mss_index(mss));
@@ -386,7 +395,7 @@ impl Tcp {
                 let isn = (ack.0 as u32).wrapping_sub(1);
                 let client_isn = (t.seq_number.0 as u32).wrapping_sub(1);
                 match self.check_cookie(id, isn, client_isn, now_ms) {
-                    Some(mss) if self.conns.len() < self.cfg.max_conns => {
+                    Some(mss) if self.accepting && self.conns.len() < self.cfg.max_conns => {
                         self.stats.opened += 1;
                         let conn = Conn {
                             peer_mac: seg.eth_src,

@@ -10,10 +10,14 @@ use lasthop_engine::control;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub(crate) enum Io {
-    /// io_uring where the kernel allows it, else epoll.
+    /// io_uring where the kernel allows it, else epoll; with `--xdp-interface`, AF_XDP first.
     Auto,
     Uring,
     Epoll,
+    /// AF_XDP kernel bypass on `--xdp-interface` (plain HTTP; root, or CAP_NET_ADMIN and
+    /// CAP_BPF): a userspace TCP serves `--listen`'s IPv4 address and port as they arrive on
+    /// the interface; connections from this host itself (which never cross it) are refused.
+    Xdp,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -153,6 +157,13 @@ pub(crate) struct Args {
     /// Socket backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub(crate) io: Io,
+    /// The interface `--io xdp` serves on: the engine attaches its XDP program there and binds
+    /// one AF_XDP socket per serving core to one of its RX queues.
+    #[arg(long, env = "LASTHOP_XDP_INTERFACE")]
+    pub(crate) xdp_interface: Option<String>,
+    /// The interface's RX queues, one per serving core, comma separated (default 0..cores).
+    #[arg(long, env = "LASTHOP_XDP_QUEUES", value_delimiter = ',')]
+    pub(crate) xdp_queues: Vec<u32>,
     /// Benchmark floor: answer every request with one fixed 302, no lookup.
     #[arg(long)]
     pub(crate) fixed_response: bool,

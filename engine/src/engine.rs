@@ -289,19 +289,35 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
         args.cpus.iter().copied().map(Some).collect()
     };
 
+    let kernel_backend = || match uring::probe() {
+        Ok(()) => Backend::Uring,
+        Err(e) => {
+            tracing::warn!(error = %e, "io_uring unavailable (io_uring_disabled, seccomp or an old kernel): serving with epoll");
+            Backend::Epoll
+        }
+    };
+    let mut xdp = None;
     let backend = match args.io {
+        Io::Xdp => {
+            xdp = Some(xdp_setup(&args, cores).context("--io xdp")?);
+            Backend::Xdp
+        }
+        Io::Auto if args.xdp_interface.is_some() => match xdp_setup(&args, cores) {
+            Ok(setup) => {
+                xdp = Some(setup);
+                Backend::Xdp
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "AF_XDP unavailable on --xdp-interface: serving through the kernel");
+                kernel_backend()
+            }
+        },
         Io::Epoll => Backend::Epoll,
         Io::Uring => {
             uring::probe().context("io_uring requested but unavailable")?;
             Backend::Uring
         }
-        Io::Auto => match uring::probe() {
-            Ok(()) => Backend::Uring,
-            Err(e) => {
-                tracing::warn!(error = %e, "io_uring unavailable (io_uring_disabled, seccomp or an old kernel): serving with epoll");
-                Backend::Epoll
-            }
-        },
+        Io::Auto => kernel_backend(),
     };
 
     let mut metrics = EngineMetrics::new(cores, backend.as_str());
@@ -514,6 +530,9 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
             feed: feed_stats.clone(),
             tls,
             clicks: clicks.as_ref().and_then(|c| c.recorder(index)),
+            xdp: xdp
+                .as_ref()
+                .map(|x: &XdpSetup| (x.cores[index].clone(), Arc::clone(&x.map))),
         };
         handles.push(serve::spawn_core(
             start,
@@ -531,6 +550,15 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
     shared
         .wait_started(cores, Duration::from_secs(10))
         .context("starting the serving cores")?;
+    // Every core's socket is in the map: now the program may redirect into them. The link
+    // detaches it when the engine exits, however it exits.
+    let _xdp_link =
+        match &xdp {
+            Some(x) => Some(x.program.attach(x.ifindex).with_context(|| {
+                format!("attaching the XDP program to {} natively", x.interface)
+            })?),
+            None => None,
+        };
     admin.set_ready(true);
     tracing::info!(listen = %bound, admin = %admin_addr, cores, io = backend.as_str(),
         snapshot_links = snapshot.as_ref().map_or(0, |s| s.links()),
@@ -672,4 +700,87 @@ fn start_click_sink(
         }
     };
     Ok(clicks.start(sink, Duration::from_millis(args.click_flush_ms.max(1))))
+}
+
+/// `--io xdp`: what the engine loads once and hands its cores.
+struct XdpSetup {
+    interface: String,
+    ifindex: u32,
+    map: Arc<lasthop_engine::io::xdp::XskMap>,
+    program: lasthop_engine::io::xdp::Program,
+    cores: Vec<lasthop_engine::io::xdp::run::XdpCore>,
+}
+
+/// Checks `--io xdp`'s flags, creates the XSKMAP and loads the XDP program (not attached:
+/// that waits for every core's socket).
+fn xdp_setup(args: &Args, cores: usize) -> anyhow::Result<XdpSetup> {
+    use lasthop_engine::io::xdp::{self, prog, Filter, XskConfig, XskMap};
+    let interface = args
+        .xdp_interface
+        .clone()
+        .context("needs --xdp-interface (the interface whose queues it serves)")?;
+    let std::net::IpAddr::V4(addr) = args.listen.ip() else {
+        anyhow::bail!("serves IPv4 only: give --listen an IPv4 address of {interface}");
+    };
+    anyhow::ensure!(
+        !addr.is_unspecified() && args.listen.port() != 0,
+        "serves one address and port: give --listen ADDR:PORT with {interface}'s IPv4 address (not {})",
+        args.listen
+    );
+    let queues: Vec<u32> = if args.xdp_queues.is_empty() {
+        (0..cores as u32).collect()
+    } else {
+        args.xdp_queues.clone()
+    };
+    anyhow::ensure!(
+        queues.len() == cores,
+        "--xdp-queues names {} queues for {cores} serving cores (one each)",
+        queues.len()
+    );
+    let ifindex = xdp::ifindex(&interface)?;
+    let mac_text = std::fs::read_to_string(format!("/sys/class/net/{interface}/address"))
+        .with_context(|| format!("reading {interface}'s MAC address"))?;
+    let mac: Vec<u8> = mac_text
+        .trim()
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{interface}'s MAC address {mac_text:?}"))?;
+    let mac: [u8; 6] = mac
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("{interface} has no Ethernet address ({mac_text:?})"))?;
+    let map = XskMap::new(queues.iter().max().map_or(1, |q| q + 1))
+        .context("creating the XSKMAP (needs CAP_BPF, or root)")?;
+    let port = args.listen.port();
+    let program = prog::load(
+        &Filter {
+            addr: Some(addr),
+            port,
+        },
+        &map,
+        0,
+    )
+    .context("loading the XDP program (needs CAP_BPF and CAP_NET_ADMIN, or root)")?;
+    let mut cookie_key = [0u8; 16];
+    getrandom::getrandom(&mut cookie_key)
+        .map_err(|e| anyhow::anyhow!("the SYN cookie key: {e}"))?;
+    let cores = queues
+        .iter()
+        .map(|&queue| xdp::run::XdpCore {
+            ifindex,
+            queue,
+            mac,
+            addr,
+            port,
+            cookie_key,
+            socket: XskConfig::default(),
+        })
+        .collect();
+    Ok(XdpSetup {
+        interface,
+        ifindex,
+        map: Arc::new(map),
+        program,
+        cores,
+    })
 }

@@ -13,6 +13,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use crate::http::Limits;
 use crate::io::epoll::EpollLoop;
 use crate::io::uring::{UringConfig, UringLoop};
+use crate::io::xdp::run::XdpLoop;
 use crate::metrics::CoreMetrics;
 use crate::origin::{Origin, OriginInbox};
 use crate::session::CoreCtx;
@@ -24,6 +25,8 @@ use crate::topk::TopK;
 pub enum Backend {
     Uring,
     Epoll,
+    /// AF_XDP on one interface, a userspace TCP (`--io xdp`).
+    Xdp,
 }
 
 impl Backend {
@@ -32,6 +35,7 @@ impl Backend {
         match self {
             Backend::Uring => "io_uring",
             Backend::Epoll => "epoll",
+            Backend::Xdp => "af_xdp",
         }
     }
 }
@@ -158,11 +162,14 @@ pub struct CoreStart {
     pub tls: Option<crate::io::uring::TlsListen>,
     /// The core's click recorder, unless `--clicks off`.
     pub clicks: Option<crate::clicks::Recorder>,
+    /// With `--io xdp`: the queue this core serves and the XSKMAP its socket goes in.
+    pub xdp: Option<(crate::io::xdp::run::XdpCore, Arc<crate::io::xdp::XskMap>)>,
 }
 
 enum Loop {
     Uring(Box<UringLoop>),
     Epoll(Box<EpollLoop>),
+    Xdp(Box<XdpLoop>),
 }
 
 impl Loop {
@@ -170,18 +177,21 @@ impl Loop {
         match self {
             Loop::Uring(l) => l.turn(ctx),
             Loop::Epoll(l) => l.turn(ctx),
+            Loop::Xdp(l) => l.turn(ctx),
         }
     }
     fn stop_accepting(&mut self) -> std::io::Result<()> {
         match self {
             Loop::Uring(l) => l.stop_accepting(),
             Loop::Epoll(l) => l.stop_accepting(),
+            Loop::Xdp(l) => l.stop_accepting(),
         }
     }
     fn open_conns(&self) -> usize {
         match self {
             Loop::Uring(l) => l.open_conns(),
             Loop::Epoll(l) => l.open_conns(),
+            Loop::Xdp(l) => l.open_conns(),
         }
     }
 }
@@ -294,6 +304,26 @@ async fn run_core(
             config.uring.idle_timeout_ms,
             config.uring.header_timeout_ms,
         )?)),
+        Backend::Xdp => {
+            let (core, map) = start.xdp.ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the AF_XDP backend without its queue",
+                )
+            })?;
+            // Connections reach this core through its socket only; the kernel listener is
+            // closed so that connections from this host (which never cross the interface)
+            // are refused rather than left in an accept queue nobody reads.
+            drop(start.listener);
+            Loop::Xdp(Box::new(XdpLoop::new(
+                &core,
+                &map,
+                start.inbox,
+                config.uring.tick,
+                config.uring.idle_timeout_ms,
+                config.uring.header_timeout_ms,
+            )?))
+        }
     };
     shared.started.fetch_add(1, Ordering::AcqRel);
     let mut draining_since: Option<i64> = None;

@@ -99,7 +99,8 @@ impl Engine {
 
     /// Starts the engine with exactly `extra` beside the common flags (no `--snapshot`
     /// unless `extra` has one). Its log goes to `site/engine-N.log`; a `--data-dir` under the
-    /// site is added unless `extra` has one.
+    /// site is added unless `extra` has one, and so are `--listen 127.0.0.1:0`,
+    /// `--admin-listen 127.0.0.1:0` and `--cores 2`.
     pub fn launch(mut cmd: Command, site: &Site, extra: &[&str]) -> Engine {
         let n = ENGINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = site.dir.path().join(format!("engine-{n}.log"));
@@ -108,16 +109,19 @@ impl Engine {
             let data = site.dir.path().join(format!("engine-{n}"));
             cmd.arg("--data-dir").arg(data);
         }
+        for (flag, value) in [
+            ("--listen", "127.0.0.1:0"),
+            ("--admin-listen", "127.0.0.1:0"),
+            ("--cores", "2"),
+        ] {
+            if !extra.contains(&flag) {
+                cmd.args([flag, value]);
+            }
+        }
         let mut child = cmd
             .arg("--key-file")
             .arg(site.key_file())
             .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--cores",
-                "2",
                 // Count every redirect in /debug/top, so a test's few requests show there.
                 "--top-sample",
                 "1",

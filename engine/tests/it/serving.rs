@@ -1,15 +1,15 @@
 //! The request path end to end, on the io_uring loop and on the epoll fallback.
 
-use crate::harness::{curl, Conn, Site};
+use crate::harness::{curl, Conn, Engine, Site};
 
-struct Fixture {
-    site: Site,
-    live: String,
-    expired: String,
-    never: String,
+pub struct Fixture {
+    pub site: Site,
+    pub live: String,
+    pub expired: String,
+    pub never: String,
 }
 
-fn fixture() -> Fixture {
+pub fn fixture() -> Fixture {
     let site = Site::new();
     let scheme = site.scheme();
     let live = scheme.encode_string(1).unwrap();
@@ -44,6 +44,11 @@ fn fixture() -> Fixture {
 fn check_backend(io: &str) {
     let f = fixture();
     let engine = f.site.start(&["--io", io]);
+    check_serving(&f, &engine, io);
+}
+
+/// The request path's contract against a running engine serving `f`'s snapshot with `--io io`.
+pub fn check_serving(f: &Fixture, engine: &Engine, io: &str) {
     let base = format!("http://{}", engine.addr);
 
     // 302 with exactly the headers the contract names.
@@ -157,7 +162,11 @@ fn check_backend(io: &str) {
     assert!(
         metrics.contains(&format!(
             "lasthop_engine_io_backend{{backend=\"{}\"}} 1",
-            if io == "uring" { "io_uring" } else { "epoll" }
+            match io {
+                "uring" => "io_uring",
+                "xdp" => "af_xdp",
+                _ => "epoll",
+            }
         )),
         "{metrics}"
     );

@@ -456,6 +456,61 @@ fn a_killed_server_leaves_no_program_on_the_interface() {
     assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
 }
 
+#[test]
+fn the_engine_serves_its_contract_over_af_xdp() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    if let Some(why) = skip_reason(Some("e")) {
+        eprintln!("SKIPPED the engine over AF_XDP: {why}");
+        return;
+    }
+    let pair = Pair::new("e");
+    let f = crate::serving::fixture();
+    let listen = format!("{}:8080", pair.server);
+    let admin = format!("{}:0", pair.server);
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
+    let engine = crate::harness::Engine::start(
+        cmd,
+        &f.site,
+        &[
+            "--io",
+            "xdp",
+            "--xdp-interface",
+            &pair.server_if,
+            "--listen",
+            &listen,
+            "--admin-listen",
+            &admin,
+            "--cores",
+            "1",
+        ],
+    );
+    assert_eq!(engine.addr, listen);
+    assert!(
+        pair.link_details().contains("prog/xdp"),
+        "attached: {}",
+        pair.link_details()
+    );
+    crate::serving::check_serving(&f, &engine, "xdp");
+    // Every connection above reached the engine through the socket: the kernel in the
+    // namespace has no listener on the port (the engine closed its own).
+    engine.signal("TERM");
+    let mut engine = engine;
+    let status = engine.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "drained and exited: {status}\n{}",
+        engine.log()
+    );
+    assert!(
+        !pair.link_details().contains("prog/xdp"),
+        "detached on exit: {}",
+        pair.link_details()
+    );
+}
+
 /// The server side's process, killed if the test fails before it is told to stop.
 struct KillOnDrop(std::process::Child);
 

@@ -5,6 +5,7 @@
 //! HTTP sessions on it, and `--io xdp`, come next.
 
 pub mod prog;
+pub mod run;
 pub mod xsk;
 
 pub use prog::{Attachment, Filter, LoadError, Program, XskMap};

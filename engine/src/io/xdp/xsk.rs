@@ -210,6 +210,31 @@ impl Xsk {
         Ok(n > 0 && pfd.revents & libc::POLLIN != 0)
     }
 
+    /// Waits up to `timeout_ms` for received frames or for `other` (an eventfd) to be readable.
+    pub fn wait_with(&self, other: Option<RawFd>, timeout_ms: i32) -> io::Result<()> {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: other.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds (a negative fd is ignored by poll), and the count is 2.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// Calls `each` with every received frame (at most `max`), then lends the frames back to
     /// the kernel. Returns how many frames there were.
     pub fn receive(&mut self, max: u32, mut each: impl FnMut(&[u8])) -> u32 {

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The AF_XDP path against the io_uring path and nginx, on one veth pair between two network
+# namespaces this script makes (root only; engine/DESIGN.md, "The AF_XDP path").
+#
+# The server namespace holds the engine (`--io uring`, then `--io xdp` on the veth) or nginx,
+# pinned to CPU 0; the client namespace holds wrk, pinned to CPU 1, drawing random codes from a
+# LINKS-link snapshot (default 1M). Rounds alternate the three servers. On a veth the receiving
+# side's XDP and TCP work runs partly in the sender's softirq, on the other CPU, so the script
+# prints requests per server-process CPU-second (utime+stime of the server's pids) and per
+# whole-machine CPU-second (every CPU's busy time from /proc/stat, the client's included), the
+# medians of both and the paired per-round ratios.
+#
+#   sudo perf/bypass.sh                       # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LINKS=${LINKS:-1000000}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-8}
+CONNS=${CONNS:-64}
+PORT=${PORT:-18080}
+SNS=lhbypass-s CNS=lhbypass-c SIF=lhbps CIF=lhbpc
+SADDR=198.18.0.2 CADDR=198.18.0.1
+[ "$(id -u)" = 0 ] || { echo "perf/bypass.sh: needs root (network namespaces, XDP)" >&2; exit 1; }
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+command -v nginx >/dev/null || need+=(nginx-light)
+command -v ethtool >/dev/null || need+=(ethtool)
+command -v ip >/dev/null || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"; fi
+cargo build --release -q -p lasthop-engine -p lasthop-snapshot -p lasthop-control
+BIN=$PWD/target/release
+work=${WORK:-/var/tmp/lasthop-perf}
+mkdir -p "$work"
+. perf/lib.sh
+synth_links "$BIN" "$work" "$LINKS"
+nginx_conf "$work" "$PORT"
+sed -i "s/listen 127.0.0.1:$PORT reuseport;/listen $SADDR:$PORT reuseport;/" "$work/nginx.conf"
+
+cleanup() { stop_server; ip netns del "$SNS" 2>/dev/null || true; ip netns del "$CNS" 2>/dev/null || true; }
+trap cleanup EXIT
+ip netns del "$SNS" 2>/dev/null || true
+ip netns del "$CNS" 2>/dev/null || true
+ip netns add "$SNS"
+ip netns add "$CNS"
+ip -n "$CNS" link add "$CIF" numtxqueues 1 numrxqueues 1 type veth peer name "$SIF" numtxqueues 1 numrxqueues 1
+ip -n "$CNS" link set "$SIF" netns "$SNS"
+ip -n "$CNS" addr add "$CADDR/30" dev "$CIF"
+ip -n "$SNS" addr add "$SADDR/30" dev "$SIF"
+# A veth leaves TCP checksums to an offload that never happens; a frame off a wire carries
+# them whole, which is what the AF_XDP socket gets from a NIC.
+ip netns exec "$CNS" ethtool -K "$CIF" tx off >/dev/null
+for ns in "$SNS" "$CNS"; do ip -n "$ns" link set lo up; done
+ip -n "$CNS" link set "$CIF" up
+ip -n "$SNS" link set "$SIF" up
+
+hz=$(getconf CLK_TCK)
+# Busy clock ticks of the whole machine (every CPU: all but idle and iowait).
+machine_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
+
+pids=()
+start_server() { # name
+  local common=(--snapshot "$work/links.snap" --key-file "$work/key" --listen "$SADDR:$PORT"
+    --admin-listen 127.0.0.1:0 --cores 1 --cpus 0 --data-dir "$work/engine-data")
+  case $1 in
+    uring) ip netns exec "$SNS" taskset -c 0 "$BIN/lasthop-engine" "${common[@]}" --io uring \
+             >"$work/$1.out" 2>"$work/$1.err" & pids=($!) ;;
+    xdp) ip netns exec "$SNS" taskset -c 0 "$BIN/lasthop-engine" "${common[@]}" --io xdp \
+           --xdp-interface "$SIF" >"$work/$1.out" 2>"$work/$1.err" & pids=($!) ;;
+    nginx) ip netns exec "$SNS" taskset -c 0 nginx -c "$work/nginx.conf" -p "$work" >/dev/null 2>&1 &
+           pids=($!) ;;
+  esac
+  for _ in $(seq 1200); do
+    if ip netns exec "$CNS" curl -s -o /dev/null "http://$SADDR:$PORT/healthcheck"; then
+      [ "$1" = nginx ] && pids+=($(pgrep -P "${pids[0]}" || true))
+      return 0
+    fi
+    sleep 0.05
+  done
+  echo "$1 did not start" >&2; cat "$work/$1.err" >&2; return 1
+}
+
+declare -A results
+run_one() { # server round
+  start_server "$1"
+  local c0 m0 c1 m1 out
+  c0=$(cpu_of "${pids[@]}"); m0=$(machine_busy)
+  out=$(ip netns exec "$CNS" env CODES_FILE="$work/codes.common" SCAN_PERCENT=0 taskset -c 1 \
+    wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s perf/redirect.lua "http://$SADDR:$PORT/")
+  c1=$(cpu_of "${pids[@]}"); m1=$(machine_busy)
+  stop_server
+  local rps p99 reqs cpu mcpu per mper
+  rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+  p99=$(echo "$out" | awk '$1=="99%" {print $2}')
+  reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+  cpu=$(awk -v a="$c0" -v b="$c1" -v hz="$hz" 'BEGIN{printf "%.2f", (b-a)/hz}')
+  mcpu=$(awk -v a="$m0" -v b="$m1" -v hz="$hz" 'BEGIN{printf "%.2f", (b-a)/hz}')
+  per=$(awk -v r="$reqs" -v c="$cpu" 'BEGIN{ if (c>0) printf "%.0f", r/c; else print 0}')
+  mper=$(awk -v r="$reqs" -v c="$mcpu" 'BEGIN{ if (c>0) printf "%.0f", r/c; else print 0}')
+  printf "  %-5s round %d: %10s req/s  p99 %-8s  server CPU %6ss %9s req/CPU-s  machine CPU %6ss %9s req/CPU-s\n" \
+    "$1" "$2" "$rps" "$p99" "$cpu" "$per" "$mcpu" "$mper"
+  results["$1"]+="$per $mper $rps $p99;"
+}
+
+echo "bypass: $LINKS links, $ROUNDS rounds x ${DURATION}s, $CONNS connections over a veth pair; servers on CPU 0 in $SNS, wrk on CPU 1 in $CNS"
+for r in $(seq "$ROUNDS"); do
+  for s in uring xdp nginx; do run_one "$s" "$r"; done
+done
+echo
+printf "%-10s %18s %20s %12s   %s\n" "median" "req/server-CPU-s" "req/machine-CPU-s" "req/s" "p99 (each round)"
+col() { echo "${results[$1]}" | tr ';' '\n' | awk -v c="$2" 'NF {print $c}'; }
+for s in uring xdp nginx; do
+  printf "%-10s %18s %20s %12s   %s\n" "$s" "$(col "$s" 1 | median)" "$(col "$s" 2 | median)" \
+    "$(col "$s" 3 | median)" "$(col "$s" 4 | tr '\n' ' ')"
+done
+# Paired: each round's servers ran back to back.
+for pair in "xdp uring" "xdp nginx" "uring nginx"; do
+  set -- $pair
+  sr=$(paste <(col "$1" 1) <(col "$2" 1) | awk '{printf "%.3f ", $1/$2}')
+  mr=$(paste <(col "$1" 2) <(col "$2" 2) | awk '{printf "%.3f ", $1/$2}')
+  printf "  %s/%s per server CPU-s: %s-> median %.2fx;  per machine CPU-s: %s-> median %.2fx\n" \
+    "$1" "$2" "$sr" "$(echo "$sr" | median)" "$mr" "$(echo "$mr" | median)"
+done
