@@ -11,6 +11,7 @@
 # medians of both and the paired per-round ratios.
 #
 #   sudo perf/bypass.sh                       # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64
+#   SERVERS="xdp" PERF_RECORD=1 perf/bypass.sh   # one server; perf record of it into $WORK
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LINKS=${LINKS:-1000000}
@@ -18,6 +19,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8}
 CONNS=${CONNS:-64}
 PORT=${PORT:-18080}
+SERVERS=${SERVERS:-uring xdp nginx}
 SNS=lhbypass-s CNS=lhbypass-c SIF=lhbps CIF=lhbpc
 SADDR=198.18.0.2 CADDR=198.18.0.1
 [ "$(id -u)" = 0 ] || { echo "perf/bypass.sh: needs root (network namespaces, XDP)" >&2; exit 1; }
@@ -84,9 +86,15 @@ run_one() { # server round
   start_server "$1"
   local c0 m0 c1 m1 out
   c0=$(cpu_of "${pids[@]}"); m0=$(machine_busy)
+  local rec=()
+  if [ -n "${PERF_RECORD:-}" ]; then
+    perf record -g -o "$work/$1.perf.data" -p "${pids[0]}" -- sleep "$((DURATION - 1))" >/dev/null 2>&1 &
+    rec=($!)
+  fi
   out=$(ip netns exec "$CNS" env CODES_FILE="$work/codes.common" SCAN_PERCENT=0 taskset -c 1 \
     wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s perf/redirect.lua "http://$SADDR:$PORT/")
   c1=$(cpu_of "${pids[@]}"); m1=$(machine_busy)
+  [ ${#rec[@]} -eq 0 ] || wait "${rec[0]}" || true
   stop_server
   local rps p99 reqs cpu mcpu per mper
   rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
@@ -103,18 +111,19 @@ run_one() { # server round
 
 echo "bypass: $LINKS links, $ROUNDS rounds x ${DURATION}s, $CONNS connections over a veth pair; servers on CPU 0 in $SNS, wrk on CPU 1 in $CNS"
 for r in $(seq "$ROUNDS"); do
-  for s in uring xdp nginx; do run_one "$s" "$r"; done
+  for s in $SERVERS; do run_one "$s" "$r"; done
 done
 echo
 printf "%-10s %18s %20s %12s   %s\n" "median" "req/server-CPU-s" "req/machine-CPU-s" "req/s" "p99 (each round)"
 col() { echo "${results[$1]}" | tr ';' '\n' | awk -v c="$2" 'NF {print $c}'; }
-for s in uring xdp nginx; do
+for s in $SERVERS; do
   printf "%-10s %18s %20s %12s   %s\n" "$s" "$(col "$s" 1 | median)" "$(col "$s" 2 | median)" \
     "$(col "$s" 3 | median)" "$(col "$s" 4 | tr '\n' ' ')"
 done
 # Paired: each round's servers ran back to back.
 for pair in "xdp uring" "xdp nginx" "uring nginx"; do
   set -- $pair
+  [ -n "${results[$1]:-}" ] && [ -n "${results[$2]:-}" ] || continue
   sr=$(paste <(col "$1" 1) <(col "$2" 1) | awk '{printf "%.3f ", $1/$2}')
   mr=$(paste <(col "$1" 2) <(col "$2" 2) | awk '{printf "%.3f ", $1/$2}')
   printf "  %s/%s per server CPU-s: %s-> median %.2fx;  per machine CPU-s: %s-> median %.2fx\n" \

@@ -563,13 +563,6 @@ impl Tcp {
                 }
                 return;
             }
-            let payload: Vec<u8> = c
-                .queue
-                .iter()
-                .skip(data_in_flight)
-                .take(n)
-                .copied()
-                .collect();
             let control = if fin_now {
                 TcpControl::Fin
             } else if n == unsent {
@@ -586,7 +579,24 @@ impl Tcp {
                 c.rtx_at = Some(at);
                 self.arm(id, at);
             }
-            self.emit(id, mac, seq, Some(ack), control, &payload, None, tx);
+            // The segment's bytes straight from the queue (contiguous after the first call; a
+            // per-segment copy into a Vec cost 2 % of a core at 130k requests/s).
+            let Some(c) = self.conns.get_mut(&id) else {
+                return;
+            };
+            let payload = &c.queue.make_contiguous()[data_in_flight..data_in_flight + n];
+            write_segment(
+                &self.cfg,
+                &mut self.scratch,
+                id,
+                mac,
+                seq,
+                Some(ack),
+                control,
+                payload,
+                None,
+                tx,
+            );
             if fin_now {
                 return;
             }
@@ -615,33 +625,18 @@ impl Tcp {
         mss: Option<u16>,
         tx: &mut dyn FnMut(&[u8]),
     ) {
-        let repr = TcpRepr {
-            src_port: self.cfg.port,
-            dst_port: id.port,
+        write_segment(
+            &self.cfg,
+            &mut self.scratch,
+            id,
+            peer_mac,
+            seq,
+            ack,
             control,
-            seq_number: TcpSeqNumber(seq as i32),
-            ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
-            window_len: self.cfg.window,
-            window_scale: None,
-            max_seg_size: mss,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
             payload,
-        };
-        // Only the frame's own bytes are cleared (a 9 KiB stack buffer zeroed per segment
-        // cost more than the rest of a SYN-ACK).
-        let len = wire::ETHERNET_HEADER + wire::IPV4_HEADER + repr.buffer_len();
-        if self.scratch.len() < len {
-            self.scratch.resize(len, 0);
-        }
-        let out = &mut self.scratch[..len];
-        out.fill(0);
-        if let Some(n) =
-            wire::write_frame(self.cfg.mac, peer_mac, self.cfg.addr, id.addr, &repr, out)
-        {
-            tx(&out[..n]);
-        }
+            mss,
+            tx,
+        );
     }
 
     fn send_rst(&mut self, id: ConnId, peer_mac: [u8; 6], seq: u32, tx: &mut dyn FnMut(&[u8])) {
@@ -676,6 +671,47 @@ impl Tcp {
             .into_iter()
             .find(|&s| s & 0x1f == their && self.cookie(id, client_isn, s, mss_idx) == isn)
             .map(|_| COOKIE_MSS[mss_idx as usize])
+    }
+}
+
+/// Writes one segment to `id` as a whole frame into `scratch` and hands it to `tx`.
+#[allow(clippy::too_many_arguments)]
+fn write_segment(
+    cfg: &TcpConfig,
+    scratch: &mut Vec<u8>,
+    id: ConnId,
+    peer_mac: [u8; 6],
+    seq: u32,
+    ack: Option<u32>,
+    control: TcpControl,
+    payload: &[u8],
+    mss: Option<u16>,
+    tx: &mut dyn FnMut(&[u8]),
+) {
+    let repr = TcpRepr {
+        src_port: cfg.port,
+        dst_port: id.port,
+        control,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+        window_len: cfg.window,
+        window_scale: None,
+        max_seg_size: mss,
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload,
+    };
+    // Only the frame's own bytes are cleared (a 9 KiB stack buffer zeroed per segment
+    // cost more than the rest of a SYN-ACK).
+    let len = wire::ETHERNET_HEADER + wire::IPV4_HEADER + repr.buffer_len();
+    if scratch.len() < len {
+        scratch.resize(len, 0);
+    }
+    let out = &mut scratch[..len];
+    out.fill(0);
+    if let Some(n) = wire::write_frame(cfg.mac, peer_mac, cfg.addr, id.addr, &repr, out) {
+        tx(&out[..n]);
     }
 }
 

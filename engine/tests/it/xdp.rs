@@ -496,6 +496,38 @@ fn the_engine_serves_its_contract_over_af_xdp() {
     crate::serving::check_serving(&f, &engine, "xdp");
     // Every connection above reached the engine through the socket: the kernel in the
     // namespace has no listener on the port (the engine closed its own).
+
+    // A SYN flood (hping3 from this side, random source ports) leaves it serving: SYN cookies
+    // keep nothing per SYN.
+    if Command::new("hping3")
+        .arg("-v")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let server = pair.server.to_string();
+        let mut flood = Command::new("timeout")
+            .args(["3", "hping3", "-S", "-p", "8080", "--flood", &server])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("hping3 starts");
+        std::thread::sleep(Duration::from_millis(500));
+        for _ in 0..5 {
+            let (status, _, _) =
+                crate::harness::curl(&["--max-time", "5", &format!("http://{listen}/{}", f.live)]);
+            assert_eq!(status, 302, "served during the flood");
+        }
+        flood.wait().unwrap();
+        let (_, _, metrics) = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]);
+        let open: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("lasthop_engine_open_connections"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert!(open <= 1.0, "the flood left {open} connections open");
+    } else {
+        eprintln!("SKIPPED the SYN flood against the engine over AF_XDP: hping3 is not installed");
+    }
     engine.signal("TERM");
     let mut engine = engine;
     let status = engine.child.wait().unwrap();
