@@ -6,7 +6,8 @@
 //! CAP_BPF, `ip netns`); reported SKIPPED without it.
 //!
 //! The server side runs in its own network namespace: this test binary runs itself there
-//! (`ip netns exec NS <this test> --exact xdp::...`) with `LASTHOP_XDP_ROLE=serve`.
+//! (`ip netns exec NS <this test> --exact xdp::...`) with `LASTHOP_XDP_ROLE` naming its mode
+//! (`reset`, `echo`, `lossy`). The engine itself is tested there too, over AF_XDP.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -20,6 +21,20 @@ use lasthop_edge::wire::{self, TcpControl, TcpRepr, TcpSeqNumber};
 use lasthop_engine::io::xdp::{self, prog, Filter, Xsk, XskConfig, XskMap};
 
 const ROLE: &str = "LASTHOP_XDP_ROLE";
+
+/// True in a process this test binary started as a server side (`ROLE` set): it has run
+/// `serve(mode)` if `mode` is its role, and the test must return either way.
+fn as_server(mode: &str) -> bool {
+    match std::env::var(ROLE) {
+        Ok(role) => {
+            if role == mode {
+                serve(mode);
+            }
+            true
+        }
+        Err(_) => false,
+    }
+}
 
 /// Why this machine cannot run these tests, if it cannot: not root, no `ip`, a kernel (or a
 /// container) that refuses BPF maps or network namespaces.
@@ -47,6 +62,17 @@ fn skip_reason(netns: Option<&str>) -> Option<String> {
     }
     if let Err(e) = XskMap::new(1) {
         return Some(format!("this kernel refuses an XSKMAP: {e}"));
+    }
+    // A kernel without AF_XDP sockets (CONFIG_XDP_SOCKETS) refuses the address family.
+    let tiny = XskConfig {
+        frame_size: 2048,
+        frames: 16,
+        ring_size: 16,
+    };
+    if let Err(e) = Xsk::open(1, 0, &tiny) {
+        if e.raw_os_error() == Some(libc::EAFNOSUPPORT) {
+            return Some(format!("this kernel has no AF_XDP sockets: {e}"));
+        }
     }
     if let Some(tag) = netns {
         let probe = format!("lhxprobe{}{tag}", std::process::id());
@@ -157,7 +183,7 @@ impl Drop for Pair {
 
 #[test]
 fn the_verifier_accepts_the_program_and_its_log_says_why_it_refuses_a_broken_one() {
-    if std::env::var_os(ROLE).is_some() {
+    if as_server("") {
         return;
     }
     if let Some(why) = skip_reason(None) {
@@ -310,10 +336,7 @@ impl Server {
 fn syns_reach_the_socket_and_its_resets_reach_the_client_while_other_traffic_reaches_the_kernel() {
     const NAME: &str =
         "xdp::syns_reach_the_socket_and_its_resets_reach_the_client_while_other_traffic_reaches_the_kernel";
-    if let Ok(mode) = std::env::var(ROLE) {
-        if mode == "reset" {
-            serve("reset");
-        }
+    if as_server("reset") {
         return;
     }
     if let Some(why) = skip_reason(Some("a")) {
@@ -344,10 +367,7 @@ fn syns_reach_the_socket_and_its_resets_reach_the_client_while_other_traffic_rea
 #[test]
 fn a_real_client_talks_to_the_userspace_tcp_through_the_socket() {
     const NAME: &str = "xdp::a_real_client_talks_to_the_userspace_tcp_through_the_socket";
-    if let Ok(mode) = std::env::var(ROLE) {
-        if mode == "echo" {
-            serve("echo");
-        }
+    if as_server("echo") {
         return;
     }
     if let Some(why) = skip_reason(Some("b")) {
@@ -387,10 +407,7 @@ fn a_real_client_talks_to_the_userspace_tcp_through_the_socket() {
 fn frames_lost_both_ways_are_retransmitted_and_every_connection_still_closes() {
     const NAME: &str =
         "xdp::frames_lost_both_ways_are_retransmitted_and_every_connection_still_closes";
-    if let Ok(mode) = std::env::var(ROLE) {
-        if mode == "lossy" {
-            serve("lossy");
-        }
+    if as_server("lossy") {
         return;
     }
     if let Some(why) = skip_reason(Some("c")) {
@@ -431,10 +448,7 @@ fn frames_lost_both_ways_are_retransmitted_and_every_connection_still_closes() {
 #[test]
 fn a_killed_server_leaves_no_program_on_the_interface() {
     const NAME: &str = "xdp::a_killed_server_leaves_no_program_on_the_interface";
-    if let Ok(mode) = std::env::var(ROLE) {
-        if mode == "reset" {
-            serve("reset");
-        }
+    if as_server("reset") {
         return;
     }
     if let Some(why) = skip_reason(Some("d")) {
@@ -458,7 +472,7 @@ fn a_killed_server_leaves_no_program_on_the_interface() {
 
 #[test]
 fn the_engine_serves_its_contract_over_af_xdp() {
-    if std::env::var_os(ROLE).is_some() {
+    if as_server("") {
         return;
     }
     if let Some(why) = skip_reason(Some("e")) {
