@@ -127,6 +127,9 @@ struct Conn {
     snd_una: u32,
     /// Next sequence number to send.
     snd_nxt: u32,
+    /// The highest sequence number sent (`snd_nxt` goes back to `snd_una` on a retransmission;
+    /// ACKs up to this are still acceptable).
+    snd_max: u32,
     /// The peer's window, from its last acceptable segment.
     snd_wnd: u32,
     peer_mss: u16,
@@ -137,6 +140,8 @@ struct Conn {
     fin_queued: bool,
     /// The FIN is out (at `snd_una + queue.len()`), acknowledged or not.
     fin_sent: bool,
+    /// Our FIN's sequence number, once sent.
+    fin_seq: Option<u32>,
     /// The deadline of this connection's live entry in the timer heap (`u64::MAX`: none).
     timer_at: u64,
     rto_ms: u64,
@@ -186,6 +191,10 @@ impl Tcp {
 
     /// Stops opening connections (a draining engine): SYNs and returning cookies are reset;
     /// connections held are served to their end.
+    pub fn set_max_conns(&mut self, max: usize) {
+        self.cfg.max_conns = max;
+    }
+
     pub fn stop_accepting(&mut self) {
         self.accepting = false;
     }
@@ -284,7 +293,7 @@ impl Tcp {
     /// Resets `id` and forgets it (no `Closed` event: the caller asked).
     pub fn abort(&mut self, id: ConnId, tx: &mut dyn FnMut(&[u8])) {
         if let Some(c) = self.conns.remove(&id) {
-            self.send_rst(id, c.peer_mac, c.snd_nxt, tx);
+            self.send_rst(id, c.peer_mac, c.snd_max, tx);
         }
     }
 
@@ -312,6 +321,13 @@ impl Tcp {
         tx: &mut dyn FnMut(&[u8]),
         app: &mut dyn FnMut(TcpEvent<'_>),
     ) {
+        // Stale entries (re-armed earlier, or of connections gone) leave only when due: past
+        // twice the live ones, drop them now so churn cannot grow the heap.
+        if self.timers.len() > 2 * self.conns.len() + 1024 {
+            let conns = &self.conns;
+            self.timers
+                .retain(|Reverse((at, id))| conns.get(id).is_some_and(|c| c.timer_at == *at));
+        }
         while let Some(&Reverse((at, id))) = self.timers.peek() {
             if at > now_ms {
                 break;
@@ -342,7 +358,7 @@ impl Tcp {
                 // Go back to the oldest unacknowledged byte (the FIN too, if it was out); a
                 // zero window gets a one-byte probe.
                 c.snd_nxt = c.snd_una;
-                c.fin_sent = false;
+                c.fin_sent = c.fin_seq.is_some_and(|f| c.snd_una == f.wrapping_add(1));
                 let probe = c.snd_wnd == 0;
                 if probe {
                     c.snd_wnd = 1;
@@ -402,12 +418,14 @@ impl Tcp {
                             state: State::Established,
                             snd_una: ack.0 as u32,
                             snd_nxt: ack.0 as u32,
+                            snd_max: ack.0 as u32,
                             snd_wnd: u32::from(t.window_len),
                             peer_mss: mss,
                             rcv_nxt: t.seq_number.0 as u32,
                             queue: VecDeque::new(),
                             fin_queued: false,
                             fin_sent: false,
+                            fin_seq: None,
                             timer_at: u64::MAX,
                             rto_ms: RTO_INITIAL_MS,
                             retries: 0,
@@ -472,17 +490,29 @@ impl Tcp {
         if let Some(ack) = t.ack_number {
             let ack = ack.0 as u32;
             let acked = ack.wrapping_sub(c.snd_una);
-            let outstanding = c.snd_nxt.wrapping_sub(c.snd_una);
+            let outstanding = c.snd_max.wrapping_sub(c.snd_una);
             if acked <= outstanding {
+                if c.snd_wnd == 0 {
+                    // A peer answering zero-window probes is alive (RFC 9293 §3.8.6.1): the
+                    // probes go on, with their backoff, as long as it answers.
+                    c.retries = 0;
+                }
                 if acked > 0 {
                     // The FIN takes a sequence number but no queue byte.
                     let bytes = (acked as usize).min(c.queue.len());
                     c.queue.drain(..bytes);
                     c.snd_una = ack;
+                    // A late ACK for a flight sent before a retransmission moves `snd_nxt` on.
+                    if seq_lt(c.snd_nxt, ack) {
+                        c.snd_nxt = ack;
+                    }
+                    if c.fin_seq.is_some_and(|f| ack == f.wrapping_add(1)) {
+                        c.fin_sent = true; // acknowledged: never again
+                    }
                     c.retries = 0;
                     c.rto_ms = RTO_INITIAL_MS;
                     // What is still out gets a fresh timer (RFC 6298 §5.3).
-                    c.rtx_at = (c.snd_nxt != c.snd_una).then_some(now_ms + RTO_INITIAL_MS);
+                    c.rtx_at = (c.snd_max != c.snd_una).then_some(now_ms + RTO_INITIAL_MS);
                     if let Some(at) = c.rtx_at {
                         if at < c.timer_at {
                             c.timer_at = at;
@@ -491,7 +521,7 @@ impl Tcp {
                     }
                 }
                 c.snd_wnd = u32::from(t.window_len);
-            } else if seq_lt(c.snd_nxt, ack) {
+            } else if seq_lt(c.snd_max, ack) {
                 // Acknowledges what we never sent: answer with an ACK, take nothing.
                 c.ack_due = true;
                 self.acks.push(id);
@@ -531,7 +561,8 @@ impl Tcp {
         // The application may have answered (sent, closed) inside `app`; send what is due.
         self.transmit(id, now_ms, tx);
         let Some(c) = self.conns.get(&id) else { return };
-        if c.state == State::LastAck && c.fin_sent && c.snd_una == c.snd_nxt {
+        let fin_acked = c.fin_seq.is_some_and(|f| c.snd_una == f.wrapping_add(1));
+        if c.state == State::LastAck && fin_acked {
             // Both FINs sent and ours acknowledged: done. The peer's FIN is ACKed now.
             if c.ack_due {
                 let (mac, s, a) = (c.peer_mac, c.snd_nxt, c.rcv_nxt);
@@ -571,7 +602,13 @@ impl Tcp {
                 TcpControl::None
             };
             let (mac, seq, ack) = (c.peer_mac, c.snd_nxt, c.rcv_nxt);
+            if fin_now {
+                c.fin_seq = Some(c.snd_nxt.wrapping_add(n as u32));
+            }
             c.snd_nxt = c.snd_nxt.wrapping_add(n as u32 + u32::from(fin_now));
+            if seq_lt(c.snd_max, c.snd_nxt) {
+                c.snd_max = c.snd_nxt;
+            }
             c.fin_sent |= fin_now;
             c.ack_due = false;
             if c.rtx_at.is_none() {
@@ -1048,6 +1085,61 @@ mod tests {
         assert_eq!(w.sent.pop().unwrap().control, TcpControl::Rst);
         assert_eq!(w.events, [Ev::Closed]);
         assert!(w.tcp.is_empty());
+    }
+
+    #[test]
+    fn a_late_ack_for_the_flight_before_a_retransmission_is_taken_with_its_data() {
+        let mut w = World::new();
+        let snd = w.open();
+        w.send(&[b'x'; 3000]);
+        w.segment(TcpControl::None, Some(snd), 100, &[]); // nothing acked; the window shrinks
+        w.sent.clear();
+        w.timers(1_000);
+        assert_eq!(
+            w.sent.pop().unwrap().payload.len(),
+            100,
+            "go back: what the window allows"
+        );
+        // The first flight's ACK arrives late, with a request.
+        w.segment(
+            TcpControl::Psh,
+            Some(snd.wrapping_add(3000)),
+            64240,
+            b"next",
+        );
+        assert_eq!(w.events, [Ev::Data(b"next".to_vec())]);
+        w.timers(10_000);
+        assert!(
+            w.sent.iter().all(|o| o.payload.is_empty()),
+            "nothing left to resend: {:?}",
+            w.sent
+        );
+        assert_eq!(w.tcp.len(), 1);
+    }
+
+    #[test]
+    fn a_peer_answering_zero_window_probes_is_never_given_up_on() {
+        let mut w = World::new();
+        let snd = w.open();
+        w.segment(TcpControl::None, Some(snd), 0, &[]);
+        w.send(b"waiting");
+        let mut wait = 1_000;
+        for round in 0..5 {
+            w.timers(wait);
+            let probe = w.sent.pop();
+            assert_eq!(
+                probe.as_ref().map(|o| o.payload.len()),
+                Some(1),
+                "a probe in round {round}: {probe:?}"
+            );
+            w.segment(TcpControl::None, Some(snd), 0, &[]); // still closed
+            wait = (wait * 2).min(RTO_MAX_MS);
+        }
+        assert_eq!(
+            w.tcp.len(),
+            1,
+            "probes answered: the connection stays (max_retries is 3)"
+        );
     }
 
     #[test]

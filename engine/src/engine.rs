@@ -737,6 +737,13 @@ fn xdp_setup(args: &Args, cores: usize) -> anyhow::Result<XdpSetup> {
         "--xdp-queues names {} queues for {cores} serving cores (one each)",
         queues.len()
     );
+    let mut distinct = queues.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    anyhow::ensure!(
+        distinct.len() == queues.len(),
+        "--xdp-queues names a queue twice: {queues:?}"
+    );
     let ifindex = xdp::ifindex(&interface)?;
     let mac_text = std::fs::read_to_string(format!("/sys/class/net/{interface}/address"))
         .with_context(|| format!("reading {interface}'s MAC address"))?;

@@ -318,6 +318,7 @@ async fn run_core(
             Loop::Xdp(Box::new(XdpLoop::new(
                 &core,
                 &map,
+                config.uring.max_conns as usize,
                 start.inbox,
                 config.uring.tick,
                 config.uring.idle_timeout_ms,

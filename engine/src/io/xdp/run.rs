@@ -33,6 +33,11 @@ pub struct XdpCore {
     pub socket: XskConfig,
 }
 
+/// Bytes a connection may have waiting in the engine (rendered and not yet taken by TCP, or
+/// received and not yet fed to its session): past this it is reset. A client that pipelines
+/// without reading cannot make a core hold more (TCP's own send queue is bounded too).
+const MAX_BUFFERED: usize = 1 << 20;
+
 struct Conn {
     session: Session,
     /// Distinguishes this connection from an earlier one of the same 4-tuple in origin tokens.
@@ -69,6 +74,8 @@ pub struct XdpLoop {
     out_lens: Vec<usize>,
     /// Connections whose sessions rendered something this turn.
     touched: Vec<ConnId>,
+    /// Connections with output TCP could not take yet: tried again every turn.
+    stalled: Vec<ConnId>,
     started: std::time::Instant,
     tick_ms: i32,
     idle_timeout_ms: i64,
@@ -103,6 +110,7 @@ impl XdpLoop {
     pub fn new(
         core: &XdpCore,
         map: &XskMap,
+        max_conns: usize,
         inbox: Option<OriginInbox>,
         tick: std::time::Duration,
         idle_timeout_ms: i64,
@@ -113,6 +121,7 @@ impl XdpLoop {
         let mut cfg = TcpConfig::new(core.addr, core.port, core.mac, core.cookie_key);
         // The sessions' own timeouts close idle connections first; this is the backstop.
         cfg.idle_ms = (idle_timeout_ms.max(header_timeout_ms).max(1) as u64) * 2;
+        cfg.max_conns = max_conns.max(1);
         Ok(XdpLoop {
             xsk,
             tcp: Tcp::new(cfg),
@@ -125,6 +134,7 @@ impl XdpLoop {
             out: Vec::with_capacity(64 * 1024),
             out_lens: Vec::new(),
             touched: Vec::new(),
+            stalled: Vec::new(),
             started: std::time::Instant::now(),
             tick_ms: tick.as_millis().clamp(1, 1000) as i32,
             idle_timeout_ms,
@@ -176,7 +186,7 @@ impl XdpLoop {
         tcp.poll_timers(now, &mut tx, &mut app);
         self.on_heard(ctx);
         self.on_replies(ctx);
-        self.push_output(now);
+        self.push_output(now, ctx);
         let (out, out_lens) = (&mut self.out, &mut self.out_lens);
         self.tcp.flush(&mut |frame: &[u8]| {
             out.extend_from_slice(frame);
@@ -213,9 +223,15 @@ impl XdpLoop {
                         continue;
                     };
                     ctx.metrics.bytes_in(range.len() as u64);
-                    if conn.session.paused() || !conn.held.is_empty() {
-                        // Parked on the origin: kept, in order, for after the reply.
+                    if conn.session.paused() || !conn.held.is_empty() || !conn.pending.is_empty() {
+                        // Parked on the origin, or TCP has not taken the last answer yet: kept,
+                        // in order, for later (TCP has acknowledged these bytes).
                         conn.held.extend_from_slice(&self.arena[range]);
+                        if conn.held.len() > MAX_BUFFERED {
+                            self.reset(id, ctx);
+                        } else {
+                            self.touched.push(id);
+                        }
                         continue;
                     }
                     conn.session
@@ -257,30 +273,64 @@ impl XdpLoop {
 
     /// Hands what the touched sessions rendered to TCP, and closes where they (or the peer)
     /// are done.
-    fn push_output(&mut self, now: u64) {
+    fn push_output(&mut self, now: u64, ctx: &mut CoreCtx) {
         let (out, out_lens) = (&mut self.out, &mut self.out_lens);
         let mut tx = |frame: &[u8]| {
             out.extend_from_slice(frame);
             out_lens.push(frame.len());
         };
+        let mut over = Vec::new();
+        // A connection listed twice is harmless: its second pass finds nothing to do.
+        self.touched.append(&mut self.stalled);
         for id in self.touched.drain(..) {
             let Some(conn) = self.conns.get_mut(&id) else {
                 continue;
             };
-            if conn.pending.is_empty() {
-                std::mem::swap(&mut conn.pending, &mut conn.session.out);
-            } else {
-                conn.pending.append(&mut conn.session.out);
-            }
-            if !conn.pending.is_empty() {
-                let taken = self.tcp.send(id, &conn.pending, now, &mut tx);
-                conn.pending.drain(..taken);
+            loop {
+                if conn.pending.is_empty() {
+                    std::mem::swap(&mut conn.pending, &mut conn.session.out);
+                } else {
+                    conn.pending.append(&mut conn.session.out);
+                }
+                if !conn.pending.is_empty() {
+                    let taken = self.tcp.send(id, &conn.pending, now, &mut tx);
+                    conn.pending.drain(..taken);
+                }
+                // Input held while the last answer waited goes in once it has gone out.
+                let ready = conn.pending.is_empty()
+                    && !conn.session.paused()
+                    && !conn.session.close_after_send;
+                if ready && !conn.held.is_empty() {
+                    let held = std::mem::take(&mut conn.held);
+                    conn.session.receive(&held, ctx, token(id, conn.gen));
+                    continue;
+                }
+                break;
             }
             let done = conn.session.close_after_send
                 || (conn.peer_closed && !conn.session.waiting_origin());
             if conn.pending.is_empty() && done {
                 self.tcp.close(id, now, &mut tx);
+            } else if conn.pending.len() > MAX_BUFFERED {
+                over.push(id);
+            } else if !conn.pending.is_empty() {
+                self.stalled.push(id);
             }
+        }
+        for id in over {
+            self.reset(id, ctx);
+        }
+    }
+
+    /// Resets `id` and forgets it.
+    fn reset(&mut self, id: ConnId, ctx: &mut CoreCtx) {
+        let (out, out_lens) = (&mut self.out, &mut self.out_lens);
+        self.tcp.abort(id, &mut |frame: &[u8]| {
+            out.extend_from_slice(frame);
+            out_lens.push(frame.len());
+        });
+        if self.conns.remove(&id).is_some() {
+            ctx.metrics.connection_closed();
         }
     }
 
@@ -289,7 +339,9 @@ impl XdpLoop {
         for &len in &self.out_lens {
             let frame = &self.out[at..at + len];
             at += len;
-            if self.xsk.send(frame) {
+            // Every send frame in flight: kick the kernel, take back what it finished, retry
+            // once; a frame still refused is lost like a NIC's, and TCP retransmits it.
+            if self.xsk.send(frame) || (self.xsk.flush().is_ok() && self.xsk.send(frame)) {
                 ctx.metrics.bytes_out(len as u64);
             }
         }
@@ -298,8 +350,7 @@ impl XdpLoop {
         self.xsk.flush()
     }
 
-    /// Once a second: connections their sessions call expired are reset, and connections with
-    /// output TCP could not take yet get another try.
+    /// Once a second: connections their sessions call expired are closed.
     fn sweep(&mut self, ctx: &mut CoreCtx) {
         if ctx.now_ms - self.last_sweep_ms < 1000 {
             return;
@@ -312,25 +363,20 @@ impl XdpLoop {
             .filter(|(_, c)| c.session.expired(now, idle, header))
             .map(|(id, _)| *id)
             .collect();
+        let tcp_now = self.started.elapsed().as_millis() as u64;
         let (out, out_lens) = (&mut self.out, &mut self.out_lens);
         let mut tx = |frame: &[u8]| {
             out.extend_from_slice(frame);
             out_lens.push(frame.len());
         };
         for id in expired {
-            self.tcp.abort(id, &mut tx);
+            // Closed with a FIN, as the kernel loops do; TCP resets it if the peer never
+            // answers. Whatever still arrives for it is dropped.
+            self.tcp.close(id, tcp_now, &mut tx);
             if self.conns.remove(&id).is_some() {
                 ctx.metrics.connection_closed();
             }
         }
-        self.touched.extend(
-            self.conns
-                .iter()
-                .filter(|(_, c)| !c.pending.is_empty())
-                .map(|(id, _)| *id),
-        );
-        let tcp_now = self.started.elapsed().as_millis() as u64;
-        self.push_output(tcp_now);
         let _ = self.send_frames(ctx);
     }
 }
