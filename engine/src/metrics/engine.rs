@@ -124,7 +124,20 @@ pub struct CoreMetrics {
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     origin: [AtomicU64; 3],
+    /// `--io xdp`: the userspace TCP's counters, as [`XDP_TCP_EVENTS`] names them.
+    xdp_tcp: [AtomicU64; 7],
 }
+
+/// The `event` label values of `lasthop_engine_xdp_tcp_events_total`.
+pub const XDP_TCP_EVENTS: [&str; 7] = [
+    "syns",
+    "bad_cookies",
+    "opened",
+    "retransmits",
+    "resets_sent",
+    "timeouts",
+    "bad_frames",
+];
 
 /// Single-writer increment: a relaxed load and store, no locked instruction. Correct because
 /// only the owning core writes; readers see some recent value.
@@ -155,6 +168,7 @@ impl CoreMetrics {
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             origin: Default::default(),
+            xdp_tcp: Default::default(),
         }
     }
 
@@ -224,6 +238,22 @@ impl CoreMetrics {
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// `--io xdp`: the userspace TCP's counters so far (absolute; the loop copies them in).
+    pub fn set_xdp_tcp(&self, stats: &lasthop_edge::tcp::TcpStats) {
+        let values = [
+            stats.syns,
+            stats.bad_cookies,
+            stats.opened,
+            stats.retransmits,
+            stats.resets_sent,
+            stats.timeouts,
+            stats.bad_frames,
+        ];
+        for (slot, v) in self.xdp_tcp.iter().zip(values) {
+            slot.store(v, Ordering::Relaxed);
+        }
     }
 
     /// Connections open now.
@@ -428,6 +458,22 @@ impl EngineMetrics {
                 &format!("core=\"{i}\""),
                 c.open_connections(),
             );
+        }
+        if self.io_backend == "af_xdp" {
+            family(
+                o,
+                "lasthop_engine_xdp_tcp_events_total",
+                "counter",
+                "The userspace TCP of --io xdp: SYNs answered with a cookie, returned cookies refused, connections opened, retransmissions, resets sent, connections timed out, frames refused.",
+            );
+            for (i, event) in XDP_TCP_EVENTS.iter().enumerate() {
+                sample(
+                    o,
+                    "lasthop_engine_xdp_tcp_events_total",
+                    &format!("event=\"{event}\""),
+                    self.sum(|c| &c.xdp_tcp[i]),
+                );
+            }
         }
         family(
             o,

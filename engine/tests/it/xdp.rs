@@ -539,6 +539,18 @@ fn the_engine_serves_its_contract_over_af_xdp() {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum();
         assert!(open <= 1.0, "the flood left {open} connections open");
+        // The loop copies TCP's counters into /metrics once a second.
+        std::thread::sleep(Duration::from_millis(1_100));
+        let (_, _, metrics) = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]);
+        let syns: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("lasthop_engine_xdp_tcp_events_total{event=\"syns\"} "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no SYN count in {metrics}"));
+        assert!(
+            syns > 1000.0,
+            "the flood's SYNs were answered with cookies: {syns}"
+        );
     } else {
         eprintln!("SKIPPED the SYN flood against the engine over AF_XDP: hping3 is not installed");
     }

@@ -356,6 +356,7 @@ impl XdpLoop {
             return;
         }
         self.last_sweep_ms = ctx.now_ms;
+        ctx.metrics.set_xdp_tcp(&self.tcp.stats());
         let (now, idle, header) = (ctx.now_ms, self.idle_timeout_ms, self.header_timeout_ms);
         let expired: Vec<ConnId> = self
             .conns
