@@ -514,10 +514,7 @@ impl Tcp {
                     // What is still out gets a fresh timer (RFC 6298 §5.3).
                     c.rtx_at = (c.snd_max != c.snd_una).then_some(now_ms + RTO_INITIAL_MS);
                     if let Some(at) = c.rtx_at {
-                        if at < c.timer_at {
-                            c.timer_at = at;
-                            self.timers.push(Reverse((at, id)));
-                        }
+                        arm_timer(&mut self.timers, c, id, at);
                     }
                 }
                 c.snd_wnd = u32::from(t.window_len);
@@ -643,10 +640,7 @@ impl Tcp {
     /// Makes sure `id`'s timer entry fires no later than `at`.
     fn arm(&mut self, id: ConnId, at: u64) {
         if let Some(c) = self.conns.get_mut(&id) {
-            if at < c.timer_at {
-                c.timer_at = at;
-                self.timers.push(Reverse((at, id)));
-            }
+            arm_timer(&mut self.timers, c, id, at);
         }
     }
 
@@ -749,6 +743,15 @@ fn write_segment(
     out.fill(0);
     if let Some(n) = wire::write_frame(cfg.mac, peer_mac, cfg.addr, id.addr, &repr, out) {
         tx(&out[..n]);
+    }
+}
+
+/// Makes sure connection `c` (`id`) has a timer entry firing no later than `at`: the entry
+/// matching its `timer_at` is its live one, earlier ones go stale.
+fn arm_timer(timers: &mut BinaryHeap<Reverse<(u64, ConnId)>>, c: &mut Conn, id: ConnId, at: u64) {
+    if at < c.timer_at {
+        c.timer_at = at;
+        timers.push(Reverse((at, id)));
     }
 }
 

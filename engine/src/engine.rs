@@ -745,17 +745,7 @@ fn xdp_setup(args: &Args, cores: usize) -> anyhow::Result<XdpSetup> {
         "--xdp-queues names a queue twice: {queues:?}"
     );
     let ifindex = xdp::ifindex(&interface)?;
-    let mac_text = std::fs::read_to_string(format!("/sys/class/net/{interface}/address"))
-        .with_context(|| format!("reading {interface}'s MAC address"))?;
-    let mac: Vec<u8> = mac_text
-        .trim()
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("{interface}'s MAC address {mac_text:?}"))?;
-    let mac: [u8; 6] = mac
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("{interface} has no Ethernet address ({mac_text:?})"))?;
+    let mac = xdp::mac(&interface)?;
     let map = XskMap::new(queues.iter().max().map_or(1, |q| q + 1))
         .context("creating the XSKMAP (needs CAP_BPF, or root)")?;
     let port = args.listen.port();

@@ -619,16 +619,10 @@ fn serve(mode: &str) {
         let _ = std::io::stdin().read_to_end(&mut Vec::new());
         stopper.store(true, Ordering::Relaxed);
     });
-    let mac = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).unwrap();
-    let mac: Vec<u8> = mac
-        .trim()
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16).unwrap())
-        .collect();
     let mut tcp = Tcp::new(TcpConfig::new(
         addr,
         port,
-        mac.try_into().unwrap(),
+        xdp::mac(&ifname).unwrap(),
         [0x5a; 16],
     ));
     let started = Instant::now();
@@ -646,7 +640,7 @@ fn serve(mode: &str) {
         if same_port.accept().is_ok() {
             kernel_accepts += 1;
         }
-        xsk.wait(10).unwrap();
+        xsk.wait_with(None, 10).unwrap();
         let now = started.elapsed().as_millis() as u64;
         let mut tx = |f: &[u8]| out.push(f.to_vec());
         if mode == "reset" {

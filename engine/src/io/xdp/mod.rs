@@ -11,6 +11,25 @@ pub mod xsk;
 pub use prog::{Attachment, Filter, LoadError, Program, XskMap};
 pub use xsk::{Xsk, XskConfig, XskStats};
 
+/// The Ethernet address of the interface `name` in this thread's network namespace (sysfs).
+pub fn mac(name: &str) -> std::io::Result<[u8; 6]> {
+    ifindex(name)?; // the same name checks, and "no such interface" said the same way
+    let text = std::fs::read_to_string(format!("/sys/class/net/{name}/address"))?;
+    let bytes: Option<Vec<u8>> = text
+        .trim()
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16).ok())
+        .collect();
+    bytes
+        .and_then(|b| <[u8; 6]>::try_from(b).ok())
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("interface {name} has no Ethernet address ({text:?})"),
+            )
+        })
+}
+
 /// The index of the network interface `name` in this thread's network namespace (read from
 /// sysfs, which `ip netns exec` mounts per namespace).
 pub fn ifindex(name: &str) -> std::io::Result<u32> {

@@ -59,6 +59,20 @@ enum Heard {
     Closed(ConnId),
 }
 
+/// A turn's frames to send, back to back in one buffer, and their lengths.
+#[derive(Default)]
+struct Outbox {
+    bytes: Vec<u8>,
+    lens: Vec<usize>,
+}
+
+impl Outbox {
+    fn push(&mut self, frame: &[u8]) {
+        self.bytes.extend_from_slice(frame);
+        self.lens.push(frame.len());
+    }
+}
+
 /// One core's AF_XDP loop.
 pub struct XdpLoop {
     xsk: Xsk,
@@ -69,9 +83,8 @@ pub struct XdpLoop {
     replies: Vec<OriginReply>,
     heard: Vec<Heard>,
     arena: Vec<u8>,
-    /// This turn's frames to send, back to back, and their lengths.
-    out: Vec<u8>,
-    out_lens: Vec<usize>,
+    /// This turn's frames to send.
+    out: Outbox,
     /// Connections whose sessions rendered something this turn.
     touched: Vec<ConnId>,
     /// Connections with output TCP could not take yet: tried again every turn.
@@ -131,8 +144,7 @@ impl XdpLoop {
             replies: Vec::new(),
             heard: Vec::new(),
             arena: Vec::new(),
-            out: Vec::with_capacity(64 * 1024),
-            out_lens: Vec::new(),
+            out: Outbox::default(),
             touched: Vec::new(),
             stalled: Vec::new(),
             started: std::time::Instant::now(),
@@ -160,11 +172,8 @@ impl XdpLoop {
         self.xsk.wait_with(wake, self.tick_ms)?;
         ctx.refresh_clock();
         let now = self.started.elapsed().as_millis() as u64;
-        let (out, out_lens) = (&mut self.out, &mut self.out_lens);
-        let mut tx = |frame: &[u8]| {
-            out.extend_from_slice(frame);
-            out_lens.push(frame.len());
-        };
+        let out = &mut self.out;
+        let mut tx = |frame: &[u8]| out.push(frame);
         let (heard, arena) = (&mut self.heard, &mut self.arena);
         let mut app = |e: TcpEvent<'_>| {
             heard.push(match e {
@@ -187,11 +196,8 @@ impl XdpLoop {
         self.on_heard(ctx);
         self.on_replies(ctx);
         self.push_output(now, ctx);
-        let (out, out_lens) = (&mut self.out, &mut self.out_lens);
-        self.tcp.flush(&mut |frame: &[u8]| {
-            out.extend_from_slice(frame);
-            out_lens.push(frame.len());
-        });
+        let out = &mut self.out;
+        self.tcp.flush(&mut |frame: &[u8]| out.push(frame));
         self.send_frames(ctx)?;
         self.sweep(ctx);
         Ok(())
@@ -274,11 +280,8 @@ impl XdpLoop {
     /// Hands what the touched sessions rendered to TCP, and closes where they (or the peer)
     /// are done.
     fn push_output(&mut self, now: u64, ctx: &mut CoreCtx) {
-        let (out, out_lens) = (&mut self.out, &mut self.out_lens);
-        let mut tx = |frame: &[u8]| {
-            out.extend_from_slice(frame);
-            out_lens.push(frame.len());
-        };
+        let out = &mut self.out;
+        let mut tx = |frame: &[u8]| out.push(frame);
         let mut over = Vec::new();
         // A connection listed twice is harmless: its second pass finds nothing to do.
         self.touched.append(&mut self.stalled);
@@ -324,11 +327,8 @@ impl XdpLoop {
 
     /// Resets `id` and forgets it.
     fn reset(&mut self, id: ConnId, ctx: &mut CoreCtx) {
-        let (out, out_lens) = (&mut self.out, &mut self.out_lens);
-        self.tcp.abort(id, &mut |frame: &[u8]| {
-            out.extend_from_slice(frame);
-            out_lens.push(frame.len());
-        });
+        let out = &mut self.out;
+        self.tcp.abort(id, &mut |frame: &[u8]| out.push(frame));
         if self.conns.remove(&id).is_some() {
             ctx.metrics.connection_closed();
         }
@@ -336,8 +336,8 @@ impl XdpLoop {
 
     fn send_frames(&mut self, ctx: &mut CoreCtx) -> io::Result<()> {
         let mut at = 0;
-        for &len in &self.out_lens {
-            let frame = &self.out[at..at + len];
+        for &len in &self.out.lens {
+            let frame = &self.out.bytes[at..at + len];
             at += len;
             // Every send frame in flight: kick the kernel, take back what it finished, retry
             // once; a frame still refused is lost like a NIC's, and TCP retransmits it.
@@ -345,8 +345,8 @@ impl XdpLoop {
                 ctx.metrics.bytes_out(len as u64);
             }
         }
-        self.out.clear();
-        self.out_lens.clear();
+        self.out.bytes.clear();
+        self.out.lens.clear();
         self.xsk.flush()
     }
 
@@ -365,11 +365,8 @@ impl XdpLoop {
             .map(|(id, _)| *id)
             .collect();
         let tcp_now = self.started.elapsed().as_millis() as u64;
-        let (out, out_lens) = (&mut self.out, &mut self.out_lens);
-        let mut tx = |frame: &[u8]| {
-            out.extend_from_slice(frame);
-            out_lens.push(frame.len());
-        };
+        let out = &mut self.out;
+        let mut tx = |frame: &[u8]| out.push(frame);
         for id in expired {
             // Closed with a FIN, as the kernel loops do; TCP resets it if the peer never
             // answers. Whatever still arrives for it is dropped.

@@ -189,27 +189,6 @@ impl Xsk {
         self.fd.as_raw_fd()
     }
 
-    /// Waits up to `timeout_ms` for received frames (and gives the kernel the chance to take
-    /// filled frames when it asked to be woken). True if frames are ready.
-    pub fn wait(&self, timeout_ms: i32) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, and the count passed is 1.
-        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
-        }
-        Ok(n > 0 && pfd.revents & libc::POLLIN != 0)
-    }
-
     /// Waits up to `timeout_ms` for received frames or for `other` (an eventfd) to be readable.
     pub fn wait_with(&self, other: Option<RawFd>, timeout_ms: i32) -> io::Result<()> {
         let mut fds = [
