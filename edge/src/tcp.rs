@@ -108,6 +108,19 @@ pub struct TcpStats {
     pub bad_frames: u64,
 }
 
+impl std::ops::AddAssign for TcpStats {
+    /// Sums two endpoints' counters (a core's plain and HTTPS endpoints report as one).
+    fn add_assign(&mut self, o: TcpStats) {
+        self.syns += o.syns;
+        self.bad_cookies += o.bad_cookies;
+        self.opened += o.opened;
+        self.retransmits += o.retransmits;
+        self.resets_sent += o.resets_sent;
+        self.timeouts += o.timeouts;
+        self.bad_frames += o.bad_frames;
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Established,
@@ -189,12 +202,18 @@ impl Tcp {
         }
     }
 
-    /// Stops opening connections (a draining engine): SYNs and returning cookies are reset;
-    /// connections held are served to their end.
+    /// Most connections held at once; SYNs past it are reset.
     pub fn set_max_conns(&mut self, max: usize) {
         self.cfg.max_conns = max;
     }
 
+    /// The local port this endpoint serves.
+    pub fn port(&self) -> u16 {
+        self.cfg.port
+    }
+
+    /// Stops opening connections (a draining engine): SYNs and returning cookies are reset;
+    /// connections held are served to their end.
     pub fn stop_accepting(&mut self) {
         self.accepting = false;
     }

@@ -398,6 +398,12 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
     // their handshake.
     let ktls = match (args.tls_listen, args.no_ktls) {
         (None, _) => None,
+        (Some(_), _) if backend == Backend::Xdp => {
+            tracing::info!(
+                "TLS over AF_XDP stays in userspace rustls (no kernel socket to hand kTLS)"
+            );
+            None
+        }
         (Some(_), true) => {
             tracing::info!("kTLS disabled (--no-ktls): serving TLS through userspace rustls");
             None
@@ -424,8 +430,8 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
     if let (Some(settings), Some(addr), Some(stats)) = (&tls_settings, args.tls_listen, &tls_stats)
     {
         anyhow::ensure!(
-            backend == Backend::Uring,
-            "--tls-listen needs the io_uring backend (the epoll fallback serves plain HTTP only)"
+            matches!(backend, Backend::Uring | Backend::Xdp),
+            "--tls-listen needs the io_uring or AF_XDP backend (the epoll fallback serves plain HTTP only)"
         );
         let config = tls::server_config(settings).context("loading the TLS certificate and key")?;
         stats
@@ -749,10 +755,22 @@ fn xdp_setup(args: &Args, cores: usize) -> anyhow::Result<XdpSetup> {
     let map = XskMap::new(queues.iter().max().map_or(1, |q| q + 1))
         .context("creating the XSKMAP (needs CAP_BPF, or root)")?;
     let port = args.listen.port();
+    // HTTPS on the same address, at a port of its own: the program redirects both.
+    let tls_port = match args.tls_listen {
+        None => None,
+        Some(tls) => {
+            anyhow::ensure!(
+                tls.ip() == args.listen.ip() && tls.port() != 0 && tls.port() != port,
+                "serves HTTPS on --listen's address: give --tls-listen {addr}:PORT with a port of its own (not {tls})"
+            );
+            Some(tls.port())
+        }
+    };
     let program = prog::load(
         &Filter {
             addr: Some(addr),
             port,
+            tls_port,
         },
         &map,
         0,
@@ -769,6 +787,7 @@ fn xdp_setup(args: &Args, cores: usize) -> anyhow::Result<XdpSetup> {
             mac,
             addr,
             port,
+            tls_port,
             cookie_key,
             socket: XskConfig::default(),
         })

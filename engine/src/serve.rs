@@ -158,7 +158,7 @@ pub struct CoreStart {
     pub top: Arc<TopK>,
     /// The feed's counters (safe-mode fallbacks, creation-to-first-redirect), with `--control`.
     pub feed: Option<Arc<crate::feed::FeedStats>>,
-    /// The core's HTTPS listener, with `--tls-listen` (io_uring backend).
+    /// The core's HTTPS listener, with `--tls-listen` (io_uring and AF_XDP backends).
     pub tls: Option<crate::io::uring::TlsListen>,
     /// The core's click recorder, unless `--clicks off`.
     pub clicks: Option<crate::clicks::Recorder>,
@@ -323,6 +323,7 @@ async fn run_core(
                 config.uring.tick,
                 config.uring.idle_timeout_ms,
                 config.uring.header_timeout_ms,
+                start.tls,
             )?))
         }
     };

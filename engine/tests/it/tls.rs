@@ -122,7 +122,7 @@ fn port(e: &Engine) -> String {
 
 /// `openssl s_client` with `input` on stdin (kept open briefly so tickets arrive); its stdout
 /// and stderr together.
-fn s_client(e: &Engine, pki: &Pki, extra: &[&str], input: &[u8]) -> String {
+pub(crate) fn s_client(e: &Engine, pki: &Pki, extra: &[&str], input: &[u8]) -> String {
     let mut child = Command::new("openssl")
         .args(["s_client", "-connect", e.tls.as_deref().unwrap()])
         .args([
@@ -150,7 +150,7 @@ fn s_client(e: &Engine, pki: &Pki, extra: &[&str], input: &[u8]) -> String {
     )
 }
 
-fn links(site: &Site) -> String {
+pub(crate) fn links(site: &Site) -> String {
     let code = site.scheme().encode_string(3).unwrap();
     site.write_snapshot(
         1,

@@ -114,8 +114,9 @@ impl Pair {
         // At most 12 bytes with an end's letter: under IFNAMSIZ.
         let ns = format!("lhx{pid}{tag}");
         let (client_if, server_if) = (format!("{ns}c"), format!("{ns}s"));
-        // A /30 of 198.19.0.0/16 per process and tag, so parallel runs never collide.
-        let slot = (pid % 4096) * 4 + u32::from(tag.as_bytes()[0] % 4);
+        // A /30 of 198.19.0.0/16 per process and tag (`a` to `h`), so parallel tests and
+        // runs never collide.
+        let slot = (pid % 2048) * 8 + u32::from(tag.as_bytes()[0].wrapping_sub(b'a') % 8);
         let base = u32::from(Ipv4Addr::new(198, 19, 0, 0)) + (slot % 16384) * 4;
         let (client, server) = (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2));
         // What a killed earlier run with this pid left behind.
@@ -195,10 +196,17 @@ fn the_verifier_accepts_the_program_and_its_log_says_why_it_refuses_a_broken_one
         Filter {
             addr: None,
             port: 80,
+            tls_port: None,
         },
         Filter {
             addr: Some(Ipv4Addr::new(198, 19, 0, 2)),
             port: 8443,
+            tls_port: None,
+        },
+        Filter {
+            addr: Some(Ipv4Addr::new(198, 19, 0, 2)),
+            port: 8080,
+            tls_port: Some(8443),
         },
     ] {
         let program = prog::load(&filter, &map, 2).unwrap_or_else(|e| panic!("{filter:?}: {e}"));
@@ -213,6 +221,7 @@ fn the_verifier_accepts_the_program_and_its_log_says_why_it_refuses_a_broken_one
         &Filter {
             addr: None,
             port: 80,
+            tls_port: None,
         },
         map.fd(),
     );
@@ -580,6 +589,201 @@ fn the_engine_serves_its_contract_over_af_xdp() {
     );
 }
 
+/// HTTPS over AF_XDP: the engine's second endpoint serves `--tls-listen`'s port through the
+/// same rustls layer as the io_uring loop, with real clients (curl, `openssl s_client`) in this
+/// namespace: full handshakes (ECDSA, TLS 1.3 and 1.2), several requests on one connection, a
+/// preview page spanning several segments, resumption and 0-RTT, a stalled handshake dropped at
+/// its timeout, plaintext on the HTTPS port answered with an alert, and plain HTTP beside it.
+#[test]
+fn the_engine_serves_https_over_af_xdp() {
+    if as_server("") {
+        return;
+    }
+    if let Some(why) = skip_reason(Some("f")) {
+        eprintln!("SKIPPED HTTPS over AF_XDP: {why}");
+        return;
+    }
+    let pair = Pair::new("f");
+    let site = crate::harness::Site::new();
+    let code = crate::tls::links(&site);
+    let pki = crate::tls::pki(&site, false);
+    let listen = format!("{}:8080", pair.server);
+    let tls_listen = format!("{}:8443", pair.server);
+    let admin = format!("{}:0", pair.server);
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
+    let engine = crate::harness::Engine::start(
+        cmd,
+        &site,
+        &[
+            "--io",
+            "xdp",
+            "--xdp-interface",
+            &pair.server_if,
+            "--listen",
+            &listen,
+            "--tls-listen",
+            &tls_listen,
+            "--cert",
+            pki.cert.to_str().unwrap(),
+            "--key",
+            pki.key.to_str().unwrap(),
+            "--tls-handshake-timeout-ms",
+            "500",
+            "--admin-listen",
+            &admin,
+            "--cores",
+            "1",
+        ],
+    );
+    assert_eq!(engine.tls.as_deref(), Some(tls_listen.as_str()));
+    let ca = pki.ca.to_str().unwrap();
+    let resolve = format!("lh.test:8443:{}", pair.server);
+    let url = |path: &str| format!("https://lh.test:8443/{path}");
+
+    // Three requests on one connection: each a 302 with HSTS, the connection reused.
+    let out = Command::new("curl")
+        .args([
+            "-sv",
+            "--max-time",
+            "10",
+            "--cacert",
+            ca,
+            "--resolve",
+            &resolve,
+        ])
+        .args([url(&code), url(&code), url(&code)])
+        .output()
+        .expect("curl runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}\nengine log:\n{}", engine.log());
+    assert_eq!(err.matches("< HTTP/1.1 302 Found").count(), 3, "{err}");
+    assert_eq!(
+        err.matches("< Location: https://example.com/secure")
+            .count(),
+        3,
+        "{err}"
+    );
+    assert!(
+        err.contains("< Strict-Transport-Security: max-age=31536000"),
+        "{err}"
+    );
+    assert!(err.contains("Re-using existing connection"), "{err}");
+    assert!(err.contains("SSL connection using TLSv1.3"), "{err}");
+
+    // TLS 1.2, and the preview page (several segments of records).
+    let (status, headers, e12) = crate::harness::curl(&[
+        "--cacert",
+        ca,
+        "--resolve",
+        &resolve,
+        "--tls-max",
+        "1.2",
+        "-v",
+        &url(&code),
+    ]);
+    assert_eq!(status, 302, "TLS 1.2: {headers}\n{e12}");
+    assert!(e12.contains("TLSv1.2"), "{e12}");
+    let (status, _, page) = crate::harness::curl(&[
+        "--cacert",
+        ca,
+        "--resolve",
+        &resolve,
+        &url(&format!("{code}+")),
+    ]);
+    assert_eq!(status, 200, "the preview page");
+    assert!(page.contains("https://example.com/secure"), "{page}");
+
+    // Resumption, then a GET in 0-RTT early data.
+    let sess = |n: u32| site.dir.path().join(format!("xsess{n}.pem"));
+    let (s1, s2, s3) = (
+        sess(1).to_str().unwrap().to_owned(),
+        sess(2).to_str().unwrap().to_owned(),
+        sess(3).to_str().unwrap().to_owned(),
+    );
+    let get = format!("GET /{code} HTTP/1.1\r\nHost: lh.test\r\nConnection: close\r\n\r\n");
+    let first = crate::tls::s_client(&engine, &pki, &["-sess_out", &s1], get.as_bytes());
+    assert!(first.contains("New, TLSv1.3"), "{first}");
+    assert!(first.contains("HTTP/1.1 302 Found"), "{first}");
+    let again = crate::tls::s_client(
+        &engine,
+        &pki,
+        &["-sess_in", &s1, "-sess_out", &s2],
+        get.as_bytes(),
+    );
+    assert!(again.contains("Reused, TLSv1.3"), "{again}");
+    assert!(again.contains("HTTP/1.1 302 Found"), "{again}");
+    let early = site.dir.path().join("xearly.txt");
+    std::fs::write(&early, &get).unwrap();
+    let early_arg = early.to_str().unwrap().to_owned();
+    let out = crate::tls::s_client(
+        &engine,
+        &pki,
+        &["-sess_in", &s2, "-sess_out", &s3, "-early_data", &early_arg],
+        b"",
+    );
+    assert!(out.contains("Early data was accepted"), "{out}");
+    assert!(out.contains("HTTP/1.1 302 Found"), "{out}");
+
+    // Plaintext on the HTTPS port: rustls' alert (a TLS record), then the close.
+    let target = SocketAddr::from((pair.server, 8443));
+    let mut s = TcpStream::connect_timeout(&target, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("GET /{code} HTTP/1.1\r\nHost: lh.test\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    assert_eq!(
+        reply.first(),
+        Some(&0x15),
+        "an alert record first: {reply:?}"
+    );
+    drop(s);
+
+    // A handshake that stalls is dropped at its timeout, without an answer.
+    let mut s = TcpStream::connect_timeout(&target, Duration::from_secs(5)).unwrap();
+    s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    assert_eq!(s.read(&mut buf).unwrap_or(0), 0, "closed without an answer");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    drop(s);
+
+    // Plain HTTP beside it, without HSTS.
+    let (status, headers, _) = crate::harness::curl(&[&format!("http://{listen}/{code}")]);
+    assert_eq!(status, 302);
+    assert!(!headers.contains("Strict-Transport-Security"), "{headers}");
+
+    let m = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]).2;
+    for needle in [
+        "lasthop_engine_tls_handshakes_total{kind=\"full\"} 4",
+        "lasthop_engine_tls_handshakes_total{kind=\"resumed\"} 2",
+        "lasthop_engine_tls_handshakes_total{kind=\"early_data\"} 1",
+        "lasthop_engine_tls_handshake_failures_total{reason=\"timeout\"} 1",
+        "lasthop_engine_io_backend{backend=\"af_xdp\"} 1",
+    ] {
+        assert!(m.contains(needle), "{needle}\n{m}");
+    }
+    engine.signal("TERM");
+    let mut engine = engine;
+    let status = engine.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "drained and exited: {status}\n{}",
+        engine.log()
+    );
+    assert!(
+        !pair.link_details().contains("prog/xdp"),
+        "detached on exit: {}",
+        pair.link_details()
+    );
+}
+
 /// The server side's process, killed if the test fails before it is told to stop.
 struct KillOnDrop(std::process::Child);
 
@@ -607,9 +811,21 @@ fn serve(mode: &str) {
     let filter = Filter {
         addr: Some(addr),
         port,
+        tls_port: None,
     };
     let program = prog::load(&filter, &map, 0).unwrap();
-    check_verdicts(&program, addr, port);
+    check_verdicts(&program, addr, port, None);
+    // With an HTTPS port too (two ports above, so the one between stays the kernel's).
+    let both = Filter {
+        tls_port: Some(port + 2),
+        ..filter
+    };
+    check_verdicts(
+        &prog::load(&both, &map, 0).unwrap(),
+        addr,
+        port,
+        Some(port + 2),
+    );
 
     let mut kernel_accepts = 0u64;
     let same_port = TcpListener::bind((addr, port)).unwrap();
@@ -715,7 +931,7 @@ fn serve(mode: &str) {
 }
 
 /// The program's verdicts on frames built here, run in the kernel with a socket in the map.
-fn check_verdicts(program: &prog::Program, addr: Ipv4Addr, port: u16) {
+fn check_verdicts(program: &prog::Program, addr: Ipv4Addr, port: u16, tls_port: Option<u16>) {
     let frame = |dst: Ipv4Addr, dport: u16| {
         let tcp = TcpRepr {
             src_port: 40000,
@@ -756,6 +972,18 @@ fn check_verdicts(program: &prog::Program, addr: Ipv4Addr, port: u16) {
         prog::XDP_PASS,
         "another port"
     );
+    if let Some(tls_port) = tls_port {
+        assert_eq!(
+            verdict(&frame(addr, tls_port)),
+            prog::XDP_REDIRECT,
+            "a SYN to our HTTPS port"
+        );
+        assert_eq!(
+            verdict(&frame(Ipv4Addr::new(198, 19, 9, 10), tls_port)),
+            prog::XDP_PASS,
+            "the HTTPS port of another address"
+        );
+    }
     assert_eq!(
         verdict(&frame(Ipv4Addr::new(198, 19, 9, 10), port)),
         prog::XDP_PASS,

@@ -1,8 +1,8 @@
 //! The engine's XDP program, hand-assembled, and its loading, attaching and testing through
 //! libbpf (the kernel's own loader library, vendored by `libbpf-sys`).
 //!
-//! The program is 31 instructions (33 with an address): IPv4 TCP to the engine's address (optional) and port, not a
-//! fragment, goes to the AF_XDP socket of the queue it arrived on (`bpf_redirect_map` on the
+//! The program is 31 instructions (33 with an address, one more with an HTTPS port): IPv4 TCP
+//! to the engine's address (optional) and port (or its HTTPS port), not a fragment, goes to the AF_XDP socket of the queue it arrived on (`bpf_redirect_map` on the
 //! XSKMAP, falling back to `XDP_PASS` where that queue has no socket); everything else (ARP,
 //! ICMP, IPv6, other ports) passes to the kernel, so the host stays reachable. Every read is
 //! preceded by the bounds check the verifier needs. Assembling it here keeps the build free of
@@ -19,12 +19,14 @@ use libbpf_sys as bpf;
 
 use super::super::cvt;
 
-/// What the program sends to the engine's sockets: TCP to this port, and to this address when
-/// one is given (an engine listening on 0.0.0.0 takes every address of the interface).
+/// What the program sends to the engine's sockets: TCP to this port (or to the second one, the
+/// HTTPS listener's, when given), and to this address when one is given (an engine listening
+/// on 0.0.0.0 takes every address of the interface).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Filter {
     pub addr: Option<Ipv4Addr>,
     pub port: u16,
+    pub tls_port: Option<u16>,
 }
 
 /// XDP verdicts (`enum xdp_action`).
@@ -60,6 +62,7 @@ const ADD: u8 = 0x00;
 const AND: u8 = 0x50;
 const LSH: u8 = 0x60;
 const MOV: u8 = 0xb0;
+const JEQ: u8 = 0x10;
 const JGT: u8 = 0x20;
 const JNE: u8 = 0x50;
 const JLT: u8 = 0xa0;
@@ -175,7 +178,13 @@ pub fn instructions(filter: &Filter, map_fd: RawFd) -> Vec<Insn> {
     a.alu_imm(ADD, 4, i32::from(ETH) + 4);
     a.jump_reg(JGT, 4, 3, Target::Pass);
     a.load(H, 5, 2, ETH + 2); // TCP destination port
-    a.jump_imm(JNE, 5, net16(filter.port), Target::Pass);
+    if let Some(tls_port) = filter.tls_port {
+        // The plain port skips the HTTPS port's test.
+        a.op(JMP | JEQ | K, 5, 0, 1, net16(filter.port));
+        a.jump_imm(JNE, 5, net16(tls_port), Target::Pass);
+    } else {
+        a.jump_imm(JNE, 5, net16(filter.port), Target::Pass);
+    }
     a.load(W, 2, 6, MD_RX_QUEUE_INDEX); // key: this queue
     a.op(LD | DW | IMM, 1, PSEUDO_MAP_FD, 0, map_fd); // r1 = the XSKMAP (two slots)
     a.op(0, 0, 0, 0, 0);
@@ -367,14 +376,24 @@ mod tests {
             Filter {
                 addr: None,
                 port: 80,
+                tls_port: None,
             },
             Filter {
                 addr: Some(Ipv4Addr::new(10, 0, 0, 1)),
                 port: 443,
+                tls_port: None,
+            },
+            Filter {
+                addr: Some(Ipv4Addr::new(10, 0, 0, 1)),
+                port: 80,
+                tls_port: Some(443),
             },
         ] {
             let insns = instructions(&filter, 7);
-            assert_eq!(insns.len(), if filter.addr.is_some() { 33 } else { 31 });
+            let expected = 31
+                + 2 * usize::from(filter.addr.is_some())
+                + usize::from(filter.tls_port.is_some());
+            assert_eq!(insns.len(), expected);
             for (at, i) in insns.iter().enumerate() {
                 let class = i.code & 0x07;
                 let op = i.code & 0xf0;

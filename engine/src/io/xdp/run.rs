@@ -3,22 +3,34 @@
 //! socket out (engine/DESIGN.md, "The AF_XDP path").
 //!
 //! A turn: wait for frames or origin replies (at most one tick), hand every frame to the TCP
-//! endpoint, feed the bytes it delivers to each connection's session, send what the sessions
-//! rendered (closing where they say so), fire the TCP timers, flush the ACKs still owed, and
-//! send every frame written. Frames are written into one flat buffer per turn and copied into
-//! the UMEM by the socket, so nothing is allocated per frame.
+//! endpoint of its port, feed the bytes it delivers to each connection's session, send what the
+//! sessions rendered (closing where they say so), fire the TCP timers, flush the ACKs still
+//! owed, and send every frame written. Frames are written into one flat buffer per turn and
+//! copied into the UMEM by the socket, so nothing is allocated per frame.
+//!
+//! With `--tls-listen`, the core has a second endpoint on the HTTPS port, and its connections
+//! go through the same TLS layer as the io_uring loop's (`crate::tls::conn`: rustls, records in
+//! and out of memory buffers, 0-RTT early data, the handshake cap and timeout). There is no
+//! kernel socket to hand the record layer to, so kTLS never applies here.
 
 use std::io;
 use std::net::Ipv4Addr;
 use std::ops::Range;
 
+use std::sync::{Arc, Mutex};
+
 use hashbrown::HashMap;
 use lasthop_edge::tcp::{ConnId, Tcp, TcpConfig, TcpEvent};
+use lasthop_edge::wire;
+use rustls::ServerConfig;
 
 use super::xsk::{Xsk, XskConfig};
 use super::XskMap;
+use crate::io::uring::TlsListen;
 use crate::origin::{OriginInbox, OriginReply};
 use crate::session::{CoreCtx, Drive as _, Session};
+use crate::tls::conn::{self as tls_conn, TlsConn};
+use crate::tls::TlsStats;
 
 /// What one core serves on the bypass path.
 #[derive(Debug, Clone)]
@@ -28,6 +40,8 @@ pub struct XdpCore {
     pub mac: [u8; 6],
     pub addr: Ipv4Addr,
     pub port: u16,
+    /// The HTTPS port (`--tls-listen`), on the same address.
+    pub tls_port: Option<u16>,
     /// The SYN cookies' key (one per engine, random at start).
     pub cookie_key: [u8; 16],
     pub socket: XskConfig,
@@ -38,25 +52,55 @@ pub struct XdpCore {
 /// without reading cannot make a core hold more (TCP's own send queue is bounded too).
 const MAX_BUFFERED: usize = 1 << 20;
 
+/// Which of a core's two endpoints a connection came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Lane {
+    Plain,
+    Https,
+}
+
+/// A connection: its endpoint and its peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    lane: Lane,
+    id: ConnId,
+}
+
 struct Conn {
     session: Session,
+    /// The TLS state of a connection on the HTTPS endpoint.
+    tls: Option<Box<TlsConn>>,
     /// Distinguishes this connection from an earlier one of the same 4-tuple in origin tokens.
     gen: u16,
     /// Rendered bytes the TCP endpoint has not taken yet (its send queue is full).
     pending: Vec<u8>,
     /// The peer sent FIN: close once everything rendered is taken.
     peer_closed: bool,
+    /// Our FIN is queued: TCP reports the end.
+    closing: bool,
     /// Bytes that arrived while the session was parked on the origin (TCP has acknowledged
     /// them): fed to it once the reply is in.
     held: Vec<u8>,
 }
 
-/// An event the TCP endpoint reported, its bytes kept in the turn's arena.
+/// An event a TCP endpoint reported, its bytes kept in the turn's arena.
 enum Heard {
-    Open(ConnId),
-    Data(ConnId, Range<usize>),
-    PeerClosed(ConnId),
-    Closed(ConnId),
+    Open(Key),
+    Data(Key, Range<usize>),
+    PeerClosed(Key),
+    Closed(Key),
+}
+
+/// The HTTPS endpoint of a core.
+struct Https {
+    tcp: Tcp,
+    /// The configuration new connections get (SIGHUP replaces it).
+    config: Arc<Mutex<Arc<ServerConfig>>>,
+    stats: Arc<TlsStats>,
+    max_handshakes: usize,
+    handshake_timeout_ms: i64,
+    /// Connections of this core in their handshake now (against `max_handshakes`).
+    handshakes: usize,
 }
 
 /// A turn's frames to send, back to back in one buffer, and their lengths.
@@ -77,7 +121,8 @@ impl Outbox {
 pub struct XdpLoop {
     xsk: Xsk,
     tcp: Tcp,
-    conns: HashMap<ConnId, Conn>,
+    https: Option<Https>,
+    conns: HashMap<Key, Conn>,
     next_gen: u16,
     inbox: Option<OriginInbox>,
     replies: Vec<OriginReply>,
@@ -86,9 +131,9 @@ pub struct XdpLoop {
     /// This turn's frames to send.
     out: Outbox,
     /// Connections whose sessions rendered something this turn.
-    touched: Vec<ConnId>,
+    touched: Vec<Key>,
     /// Connections with output TCP could not take yet: tried again every turn.
-    stalled: Vec<ConnId>,
+    stalled: Vec<Key>,
     started: std::time::Instant,
     tick_ms: i32,
     idle_timeout_ms: i64,
@@ -104,22 +149,94 @@ impl std::fmt::Debug for XdpLoop {
     }
 }
 
-/// An origin token: the peer's address and port and the connection's generation.
-fn token(id: ConnId, gen: u16) -> u64 {
-    (u64::from(u32::from(id.addr)) << 32) | (u64::from(id.port) << 16) | u64::from(gen)
+/// Generations wrap within 15 bits: the token's 16th low bit is the lane.
+const GEN_MASK: u16 = 0x7fff;
+
+/// An origin token: the peer's address and port, the lane, and the connection's generation.
+fn token(key: Key, gen: u16) -> u64 {
+    let lane = u64::from(key.lane == Lane::Https) << 15;
+    (u64::from(u32::from(key.id.addr)) << 32)
+        | (u64::from(key.id.port) << 16)
+        | lane
+        | u64::from(gen & GEN_MASK)
 }
 
-fn untoken(token: u64) -> (ConnId, u16) {
+fn untoken(token: u64) -> (Key, u16) {
     let id = ConnId {
         addr: Ipv4Addr::from((token >> 32) as u32),
         port: (token >> 16) as u16,
     };
-    (id, token as u16)
+    let lane = if token & (1 << 15) != 0 {
+        Lane::Https
+    } else {
+        Lane::Plain
+    };
+    (Key { lane, id }, token as u16 & GEN_MASK)
+}
+
+/// Feeds bytes received on a connection to its session: straight in, or through rustls on the
+/// HTTPS lane (a TLS error queues rustls' alert and closes the connection once it is out).
+fn feed(conn: &mut Conn, data: &[u8], ctx: &CoreCtx, token: u64, https: Option<&mut Https>) {
+    let Some(tls) = conn.tls.as_mut() else {
+        conn.session.receive(data, ctx, token);
+        return;
+    };
+    let stats = https.as_ref().map(|h| &*h.stats);
+    if tls_conn::input(tls, &mut conn.session, data, ctx, token, stats).is_err() {
+        tls.failed = true;
+        conn.session.close_after_send = true;
+    }
+    if tls.handshaking && !tls.conn.is_handshaking() {
+        tls.handshaking = false;
+        if let Some(h) = https {
+            h.handshakes = h.handshakes.saturating_sub(1);
+        }
+    }
+}
+
+/// Whether bytes arriving for a connection must wait: its session is parked on the origin,
+/// backlogged or closing. On HTTPS a closing session's records still go in: they may be the
+/// client's Finished, which releases the answers to 0-RTT requests waiting in rustls.
+fn paused(conn: &Conn) -> bool {
+    let s = &conn.session;
+    if conn.tls.is_some() {
+        s.waiting_origin() || (s.paused() && !s.close_after_send)
+    } else {
+        s.paused()
+    }
+}
+
+/// Moves what the session rendered to the bytes waiting for TCP: as they are, or as TLS
+/// records (with whatever else rustls has to send: handshake flights, tickets, alerts).
+fn take_output(conn: &mut Conn) {
+    if let Some(tls) = conn.tls.as_mut() {
+        tls_conn::output(tls, &mut conn.session, &mut conn.pending);
+    } else if conn.pending.is_empty() {
+        std::mem::swap(&mut conn.pending, &mut conn.session.out);
+    } else {
+        conn.pending.append(&mut conn.session.out);
+    }
+}
+
+/// Whether a connection with nothing left to send is done: its session says so (a TLS one
+/// only once its handshake ended, so answers to 0-RTT data still go out), or the peer closed
+/// and no origin reply is awaited.
+fn done(conn: &Conn) -> bool {
+    let s = &conn.session;
+    let said = s.close_after_send
+        && conn
+            .tls
+            .as_ref()
+            .is_none_or(|t| t.failed || (!t.conn.is_handshaking() && !s.waiting_origin()));
+    said || (conn.peer_closed && !s.waiting_origin())
 }
 
 impl XdpLoop {
     /// Opens this core's socket on its queue and enters it in `map` (the XDP program, attached
-    /// once every core has its socket, redirects into it).
+    /// once every core has its socket, redirects into it). With `tls`, the core serves HTTPS
+    /// on `core.tls_port` too (the listener's kernel socket is closed: connections come
+    /// through the socket, like the plain port's).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         core: &XdpCore,
         map: &XskMap,
@@ -128,16 +245,51 @@ impl XdpLoop {
         tick: std::time::Duration,
         idle_timeout_ms: i64,
         header_timeout_ms: i64,
+        tls: Option<TlsListen>,
     ) -> io::Result<XdpLoop> {
         let xsk = Xsk::open(core.ifindex, core.queue, &core.socket)?;
         map.set(core.queue, xsk.fd())?;
-        let mut cfg = TcpConfig::new(core.addr, core.port, core.mac, core.cookie_key);
-        // The sessions' own timeouts close idle connections first; this is the backstop.
-        cfg.idle_ms = (idle_timeout_ms.max(header_timeout_ms).max(1) as u64) * 2;
-        cfg.max_conns = max_conns.max(1);
+        let endpoint = |port: u16| {
+            let mut cfg = TcpConfig::new(core.addr, port, core.mac, core.cookie_key);
+            // The sessions' own timeouts close idle connections first; this is the backstop.
+            cfg.idle_ms = (idle_timeout_ms.max(header_timeout_ms).max(1) as u64) * 2;
+            cfg.max_conns = max_conns.max(1);
+            Tcp::new(cfg)
+        };
+        let https =
+            match (tls, core.tls_port) {
+                (Some(listen), Some(port)) => {
+                    // As with the plain port: connections come through the socket only, and the
+                    // kernel listener is closed so that this host's own are refused, not queued.
+                    // No kernel socket ever holds a connection here, so kTLS does not apply.
+                    let TlsListen {
+                        listener,
+                        config,
+                        stats,
+                        max_handshakes,
+                        handshake_timeout_ms,
+                        ktls: _,
+                    } = listen;
+                    drop(listener);
+                    Some(Https {
+                        tcp: endpoint(port),
+                        config,
+                        stats,
+                        max_handshakes,
+                        handshake_timeout_ms,
+                        handshakes: 0,
+                    })
+                }
+                (None, None) => None,
+                _ => return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an HTTPS listener needs its port in the XDP program, and the other way round",
+                )),
+            };
         Ok(XdpLoop {
             xsk,
-            tcp: Tcp::new(cfg),
+            tcp: endpoint(core.port),
+            https,
             conns: HashMap::new(),
             next_gen: 1,
             inbox,
@@ -158,6 +310,9 @@ impl XdpLoop {
     /// Stops accepting (drain on SIGTERM): new SYNs are reset, open connections served.
     pub fn stop_accepting(&mut self) -> io::Result<()> {
         self.tcp.stop_accepting();
+        if let Some(h) = &mut self.https {
+            h.tcp.stop_accepting();
+        }
         Ok(())
     }
 
@@ -175,29 +330,40 @@ impl XdpLoop {
         let out = &mut self.out;
         let mut tx = |frame: &[u8]| out.push(frame);
         let (heard, arena) = (&mut self.heard, &mut self.arena);
-        let mut app = |e: TcpEvent<'_>| {
+        let mut hear = |lane: Lane, e: TcpEvent<'_>| {
+            let key = |id| Key { lane, id };
             heard.push(match e {
-                TcpEvent::Open(id) => Heard::Open(id),
+                TcpEvent::Open(id) => Heard::Open(key(id)),
                 TcpEvent::Data(id, data) => {
                     let start = arena.len();
                     arena.extend_from_slice(data);
-                    Heard::Data(id, start..arena.len())
+                    Heard::Data(key(id), start..arena.len())
                 }
-                TcpEvent::PeerClosed(id) => Heard::PeerClosed(id),
-                TcpEvent::Closed(id) => Heard::Closed(id),
+                TcpEvent::PeerClosed(id) => Heard::PeerClosed(key(id)),
+                TcpEvent::Closed(id) => Heard::Closed(key(id)),
             })
         };
-        let tcp = &mut self.tcp;
+        let (plain, mut https) = (&mut self.tcp, self.https.as_mut().map(|h| &mut h.tcp));
         self.xsk.receive(256, |frame| {
-            // Frames that are not ours are counted by the endpoint and dropped.
-            let _ = tcp.receive(frame, now, &mut tx, &mut app);
+            // Frames that are not ours are counted by the plain endpoint and dropped.
+            let (lane, tcp) = match https.as_deref_mut() {
+                Some(t) if wire::dst_port(frame) == Some(t.port()) => (Lane::Https, t),
+                _ => (Lane::Plain, &mut *plain),
+            };
+            let _ = tcp.receive(frame, now, &mut tx, &mut |e| hear(lane, e));
         });
-        tcp.poll_timers(now, &mut tx, &mut app);
+        plain.poll_timers(now, &mut tx, &mut |e| hear(Lane::Plain, e));
+        if let Some(t) = https {
+            t.poll_timers(now, &mut tx, &mut |e| hear(Lane::Https, e));
+        }
         self.on_heard(ctx);
         self.on_replies(ctx);
         self.push_output(now, ctx);
         let out = &mut self.out;
         self.tcp.flush(&mut |frame: &[u8]| out.push(frame));
+        if let Some(h) = &mut self.https {
+            h.tcp.flush(&mut |frame: &[u8]| out.push(frame));
+        }
         self.send_frames(ctx)?;
         self.sweep(ctx);
         Ok(())
@@ -207,72 +373,112 @@ impl XdpLoop {
         let mut heard = std::mem::take(&mut self.heard);
         for h in heard.drain(..) {
             match h {
-                Heard::Open(id) => {
-                    let gen = self.next_gen;
-                    self.next_gen = self.next_gen.wrapping_add(1).max(1);
-                    let mut session = Session::new(ctx.now_ms);
-                    session.peer = Some(std::net::IpAddr::V4(id.addr));
-                    self.conns.insert(
-                        id,
-                        Conn {
-                            session,
-                            gen,
-                            pending: Vec::new(),
-                            peer_closed: false,
-                            held: Vec::new(),
-                        },
-                    );
-                    ctx.metrics.connection_opened();
-                }
-                Heard::Data(id, range) => {
-                    let Some(conn) = self.conns.get_mut(&id) else {
+                Heard::Open(key) => self.open(key, ctx),
+                Heard::Data(key, range) => {
+                    let Some(conn) = self.conns.get_mut(&key) else {
                         continue;
                     };
                     ctx.metrics.bytes_in(range.len() as u64);
-                    if conn.session.paused() || !conn.held.is_empty() || !conn.pending.is_empty() {
+                    if paused(conn) || !conn.held.is_empty() || !conn.pending.is_empty() {
                         // Parked on the origin, or TCP has not taken the last answer yet: kept,
-                        // in order, for later (TCP has acknowledged these bytes).
+                        // in order, for later (TCP has acknowledged these bytes; on HTTPS they
+                        // are still records, fed through rustls then).
                         conn.held.extend_from_slice(&self.arena[range]);
                         if conn.held.len() > MAX_BUFFERED {
-                            self.reset(id, ctx);
+                            self.reset(key, ctx);
                         } else {
-                            self.touched.push(id);
+                            self.touched.push(key);
                         }
                         continue;
                     }
-                    conn.session
-                        .receive(&self.arena[range], ctx, token(id, conn.gen));
-                    self.touched.push(id);
+                    let token = token(key, conn.gen);
+                    feed(conn, &self.arena[range], ctx, token, self.https.as_mut());
+                    self.touched.push(key);
                 }
-                Heard::PeerClosed(id) => {
-                    if let Some(conn) = self.conns.get_mut(&id) {
+                Heard::PeerClosed(key) => {
+                    if let Some(conn) = self.conns.get_mut(&key) {
                         conn.peer_closed = true;
-                        self.touched.push(id);
+                        self.touched.push(key);
                     }
                 }
-                Heard::Closed(id) => {
-                    if self.conns.remove(&id).is_some() {
-                        ctx.metrics.connection_closed();
-                    }
-                }
+                Heard::Closed(key) => self.forget(key, ctx),
             }
         }
         self.heard = heard;
         self.arena.clear();
     }
 
+    /// A connection's handshake completed: its session, and on HTTPS its TLS state (or a
+    /// reset, past the core's handshake cap).
+    fn open(&mut self, key: Key, ctx: &mut CoreCtx) {
+        let gen = self.next_gen;
+        self.next_gen = (self.next_gen.wrapping_add(1) & GEN_MASK).max(1);
+        let mut session = Session::new(ctx.now_ms);
+        session.peer = Some(std::net::IpAddr::V4(key.id.addr));
+        let tls = match (key.lane, &mut self.https) {
+            (Lane::Https, Some(h)) => {
+                match TlsConn::start(
+                    &h.config,
+                    &h.stats,
+                    h.max_handshakes,
+                    h.handshakes,
+                    ctx.now_ms,
+                ) {
+                    Ok(Some(t)) => {
+                        h.handshakes += 1;
+                        session.https = true;
+                        Some(t)
+                    }
+                    Ok(None) | Err(_) => {
+                        // Refused (the handshake cap, or no TLS state): reset straight away.
+                        let out = &mut self.out;
+                        h.tcp.abort(key.id, &mut |frame: &[u8]| out.push(frame));
+                        return;
+                    }
+                }
+            }
+            _ => None,
+        };
+        self.conns.insert(
+            key,
+            Conn {
+                session,
+                tls,
+                gen,
+                pending: Vec::new(),
+                peer_closed: false,
+                closing: false,
+                held: Vec::new(),
+            },
+        );
+        ctx.metrics.connection_opened();
+    }
+
+    /// Drops `key`'s state (TCP has closed it, or is being told to).
+    fn forget(&mut self, key: Key, ctx: &mut CoreCtx) {
+        let Some(conn) = self.conns.remove(&key) else {
+            return;
+        };
+        if conn.tls.as_ref().is_some_and(|t| t.handshaking) {
+            if let Some(h) = &mut self.https {
+                h.handshakes = h.handshakes.saturating_sub(1);
+            }
+        }
+        ctx.metrics.connection_closed();
+    }
+
     fn on_replies(&mut self, ctx: &mut CoreCtx) {
         let Some(inbox) = &self.inbox else { return };
         inbox.drain(&mut self.replies);
         for reply in self.replies.drain(..) {
-            let (id, gen) = untoken(reply.token);
-            if let Some(conn) = self.conns.get_mut(&id).filter(|c| c.gen == gen) {
+            let (key, gen) = untoken(reply.token);
+            if let Some(conn) = self.conns.get_mut(&key).filter(|c| c.gen == gen) {
                 conn.session.origin_replied(&reply.answer, ctx, reply.token);
                 if !conn.session.paused() && !conn.held.is_empty() {
                     let held = std::mem::take(&mut conn.held);
-                    conn.session.receive(&held, ctx, reply.token);
+                    feed(conn, &held, ctx, reply.token, self.https.as_mut());
                 }
-                self.touched.push(id);
+                self.touched.push(key);
             }
         }
     }
@@ -280,58 +486,59 @@ impl XdpLoop {
     /// Hands what the touched sessions rendered to TCP, and closes where they (or the peer)
     /// are done.
     fn push_output(&mut self, now: u64, ctx: &mut CoreCtx) {
-        let out = &mut self.out;
-        let mut tx = |frame: &[u8]| out.push(frame);
         let mut over = Vec::new();
         // A connection listed twice is harmless: its second pass finds nothing to do.
         self.touched.append(&mut self.stalled);
-        for id in self.touched.drain(..) {
-            let Some(conn) = self.conns.get_mut(&id) else {
+        let mut touched = std::mem::take(&mut self.touched);
+        for key in touched.drain(..) {
+            let Some(mut conn) = self.conns.remove(&key) else {
                 continue;
             };
             loop {
-                if conn.pending.is_empty() {
-                    std::mem::swap(&mut conn.pending, &mut conn.session.out);
-                } else {
-                    conn.pending.append(&mut conn.session.out);
-                }
+                take_output(&mut conn);
                 if !conn.pending.is_empty() {
-                    let taken = self.tcp.send(id, &conn.pending, now, &mut tx);
+                    let out = &mut self.out;
+                    let tcp = endpoint(&mut self.tcp, &mut self.https, key.lane);
+                    let taken = tcp.send(key.id, &conn.pending, now, &mut |f: &[u8]| out.push(f));
                     conn.pending.drain(..taken);
                 }
                 // Input held while the last answer waited goes in once it has gone out.
-                let ready = conn.pending.is_empty()
-                    && !conn.session.paused()
-                    && !conn.session.close_after_send;
+                let ready = conn.pending.is_empty() && !paused(&conn);
                 if ready && !conn.held.is_empty() {
                     let held = std::mem::take(&mut conn.held);
-                    conn.session.receive(&held, ctx, token(id, conn.gen));
+                    let token = token(key, conn.gen);
+                    feed(&mut conn, &held, ctx, token, self.https.as_mut());
                     continue;
                 }
                 break;
             }
-            let done = conn.session.close_after_send
-                || (conn.peer_closed && !conn.session.waiting_origin());
-            if conn.pending.is_empty() && done {
-                self.tcp.close(id, now, &mut tx);
+            if conn.pending.is_empty() && done(&conn) {
+                conn.closing = true;
+                let out = &mut self.out;
+                endpoint(&mut self.tcp, &mut self.https, key.lane).close(
+                    key.id,
+                    now,
+                    &mut |f: &[u8]| out.push(f),
+                );
             } else if conn.pending.len() > MAX_BUFFERED {
-                over.push(id);
+                over.push(key);
             } else if !conn.pending.is_empty() {
-                self.stalled.push(id);
+                self.stalled.push(key);
             }
+            self.conns.insert(key, conn);
         }
-        for id in over {
-            self.reset(id, ctx);
+        self.touched = touched;
+        for key in over {
+            self.reset(key, ctx);
         }
     }
 
-    /// Resets `id` and forgets it.
-    fn reset(&mut self, id: ConnId, ctx: &mut CoreCtx) {
+    /// Resets `key` and forgets it.
+    fn reset(&mut self, key: Key, ctx: &mut CoreCtx) {
         let out = &mut self.out;
-        self.tcp.abort(id, &mut |frame: &[u8]| out.push(frame));
-        if self.conns.remove(&id).is_some() {
-            ctx.metrics.connection_closed();
-        }
+        endpoint(&mut self.tcp, &mut self.https, key.lane)
+            .abort(key.id, &mut |f: &[u8]| out.push(f));
+        self.forget(key, ctx);
     }
 
     fn send_frames(&mut self, ctx: &mut CoreCtx) -> io::Result<()> {
@@ -350,31 +557,63 @@ impl XdpLoop {
         self.xsk.flush()
     }
 
-    /// Once a second: connections their sessions call expired are closed.
+    /// Once a second: connections their sessions call expired, and handshakes past their
+    /// timeout, are closed.
     fn sweep(&mut self, ctx: &mut CoreCtx) {
         if ctx.now_ms - self.last_sweep_ms < 1000 {
             return;
         }
         self.last_sweep_ms = ctx.now_ms;
-        ctx.metrics.set_xdp_tcp(&self.tcp.stats());
+        let mut stats = self.tcp.stats();
+        if let Some(h) = &self.https {
+            stats += h.tcp.stats();
+        }
+        ctx.metrics.set_xdp_tcp(&stats);
         let (now, idle, header) = (ctx.now_ms, self.idle_timeout_ms, self.header_timeout_ms);
-        let expired: Vec<ConnId> = self
+        let handshake = self
+            .https
+            .as_ref()
+            .map_or(i64::MAX, |h| h.handshake_timeout_ms);
+        let mut slow_handshakes = 0;
+        let expired: Vec<Key> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.session.expired(now, idle, header))
-            .map(|(id, _)| *id)
+            .filter(|(_, c)| !c.closing)
+            .filter(|(_, c)| {
+                let slow = c.tls.as_ref().is_some_and(|t| {
+                    t.handshaking && now - t.accepted_ms > handshake && !c.session.waiting_origin()
+                });
+                slow_handshakes += usize::from(slow);
+                slow || c.session.expired(now, idle, header)
+            })
+            .map(|(key, _)| *key)
             .collect();
-        let tcp_now = self.started.elapsed().as_millis() as u64;
-        let out = &mut self.out;
-        let mut tx = |frame: &[u8]| out.push(frame);
-        for id in expired {
-            // Closed with a FIN, as the kernel loops do; TCP resets it if the peer never
-            // answers. Whatever still arrives for it is dropped.
-            self.tcp.close(id, tcp_now, &mut tx);
-            if self.conns.remove(&id).is_some() {
-                ctx.metrics.connection_closed();
+        if let Some(h) = &self.https {
+            for _ in 0..slow_handshakes {
+                h.stats.failure(1); // timeout
             }
         }
+        let tcp_now = self.started.elapsed().as_millis() as u64;
+        for key in expired {
+            // Closed with a FIN, as the kernel loops do; TCP resets it if the peer never
+            // answers. Whatever still arrives for it is dropped.
+            let out = &mut self.out;
+            endpoint(&mut self.tcp, &mut self.https, key.lane).close(
+                key.id,
+                tcp_now,
+                &mut |f: &[u8]| out.push(f),
+            );
+            self.forget(key, ctx);
+        }
         let _ = self.send_frames(ctx);
+    }
+}
+
+/// The TCP endpoint of `lane` (a free function, so the caller can borrow the loop's other
+/// fields beside it).
+fn endpoint<'a>(plain: &'a mut Tcp, https: &'a mut Option<Https>, lane: Lane) -> &'a mut Tcp {
+    match (lane, https) {
+        (Lane::Https, Some(h)) => &mut h.tcp,
+        _ => plain,
     }
 }
