@@ -10,8 +10,15 @@
 # whole-machine CPU-second (every CPU's busy time from /proc/stat, the client's included), the
 # medians of both and the paired per-round ratios.
 #
+# MODE=https runs the same over HTTPS (each server also listens on TPORT with one ECDSA P-256
+# certificate; wrk keeps its connections, so this is the record layer's cost); MODE=handshake
+# opens NEWCONNS concurrent connections of benches/examples/tls_load.rs instead of wrk, each
+# a full TLS 1.3 handshake and one request (wrk would resume: it keeps its session across
+# reconnects), and the figure is full handshakes per server CPU-second.
+#
 #   sudo perf/bypass.sh                       # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64
 #   SERVERS="xdp" PERF_RECORD=1 perf/bypass.sh   # one server; perf record of it into $WORK
+#   MODE=handshake SERVERS="xdp uring nginx" perf/bypass.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LINKS=${LINKS:-1000000}
@@ -19,7 +26,11 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8}
 CONNS=${CONNS:-64}
 PORT=${PORT:-18080}
+TPORT=${TPORT:-18443}
+MODE=${MODE:-http}
+NEWCONNS=${NEWCONNS:-16}
 SERVERS=${SERVERS:-uring xdp nginx}
+case $MODE in http|https|handshake) ;; *) echo "perf/bypass.sh: MODE is http, https or handshake" >&2; exit 2 ;; esac
 SNS=lhbypass-s CNS=lhbypass-c SIF=lhbps CIF=lhbpc
 SADDR=198.18.0.2 CADDR=198.18.0.1
 [ "$(id -u)" = 0 ] || { echo "perf/bypass.sh: needs root (network namespaces, XDP)" >&2; exit 1; }
@@ -30,6 +41,7 @@ command -v ethtool >/dev/null || need+=(ethtool)
 command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"; fi
 cargo build --release -q -p lasthop-engine -p lasthop-snapshot -p lasthop-control
+[ "$MODE" = handshake ] && cargo build --release -q -p lasthop-benches --example tls_load
 BIN=$PWD/target/release
 work=${WORK:-/var/tmp/lasthop-perf}
 mkdir -p "$work"
@@ -37,6 +49,33 @@ mkdir -p "$work"
 synth_links "$BIN" "$work" "$LINKS"
 nginx_conf "$work" "$PORT"
 sed -i "s/listen 127.0.0.1:$PORT reuseport;/listen $SADDR:$PORT reuseport;/" "$work/nginx.conf"
+tls_args=()
+if [ "$MODE" != http ]; then
+  # One ECDSA P-256 certificate for every server, and nginx's HTTPS server beside its plain one.
+  (cd "$work" &&
+    openssl req -x509 -nodes -days 2 -subj "/CN=perf CA" -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+      -keyout ca.key -out ca.pem 2>/dev/null &&
+    openssl req -nodes -subj /CN=lh.test -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+      -keyout srv.key -out srv.csr 2>/dev/null &&
+    echo "subjectAltName=DNS:lh.test,IP:$SADDR" >san.ext &&
+    openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext \
+      -out srv.pem 2>/dev/null)
+  tls_args=(--tls-listen "$SADDR:$TPORT" --cert "$work/srv.pem" --key "$work/srv.key")
+  sed -i '$ d' "$work/nginx.conf"
+  cat >>"$work/nginx.conf" <<NGX
+  ssl_protocols TLSv1.2 TLSv1.3;
+  server {
+    listen $SADDR:$TPORT ssl reuseport;
+    ssl_certificate $work/srv.pem;
+    ssl_certificate_key $work/srv.key;
+    location / {
+      if (\$lh_dest = "") { return 404; }
+      return 302 \$lh_dest;
+    }
+  }
+}
+NGX
+fi
 
 cleanup() { stop_server; ip netns del "$SNS" 2>/dev/null || true; ip netns del "$CNS" 2>/dev/null || true; }
 trap cleanup EXIT
@@ -62,7 +101,7 @@ machine_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 pids=()
 start_server() { # name
   local common=(--snapshot "$work/links.snap" --key-file "$work/key" --listen "$SADDR:$PORT"
-    --admin-listen 127.0.0.1:0 --cores 1 --cpus 0 --data-dir "$work/engine-data")
+    --admin-listen 127.0.0.1:0 --cores 1 --cpus 0 --data-dir "$work/engine-data" "${tls_args[@]}")
   case $1 in
     uring) ip netns exec "$SNS" taskset -c 0 "$BIN/lasthop-engine" "${common[@]}" --io uring \
              >"$work/$1.out" 2>"$work/$1.err" & pids=($!) ;;
@@ -91,8 +130,17 @@ run_one() { # server round
     perf record -g -o "$work/$1.perf.data" -p "${pids[0]}" -- sleep "$((DURATION - 1))" >/dev/null 2>&1 &
     rec=($!)
   fi
-  out=$(ip netns exec "$CNS" env CODES_FILE="$work/codes.common" SCAN_PERCENT=0 taskset -c 1 \
-    wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s perf/redirect.lua "http://$SADDR:$PORT/")
+  local target="http://$SADDR:$PORT/"
+  [ "$MODE" = http ] || target="https://$SADDR:$TPORT/"
+  if [ "$MODE" = handshake ]; then
+    # Printed in wrk's words, so the lines below read it alike.
+    out=$(ip netns exec "$CNS" taskset -c 1 "$BIN/examples/tls_load" "$SADDR:$TPORT" \
+      "$(head -1 "$work/codes.common")" full "$NEWCONNS" "$DURATION" |
+      awk -v d="$DURATION" '{printf "%d requests in %ds\nRequests/sec: %.2f\n", $1, d, $1 / d}')
+  else
+    out=$(ip netns exec "$CNS" env CODES_FILE="$work/codes.common" SCAN_PERCENT=0 taskset -c 1 \
+      wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s perf/redirect.lua "$target")
+  fi
   c1=$(cpu_of "${pids[@]}"); m1=$(machine_busy)
   [ ${#rec[@]} -eq 0 ] || wait "${rec[0]}" || true
   stop_server
@@ -109,7 +157,12 @@ run_one() { # server round
   results["$1"]+="$per $mper $rps $p99;"
 }
 
-echo "bypass: $LINKS links, $ROUNDS rounds x ${DURATION}s, $CONNS connections over a veth pair; servers on CPU 0 in $SNS, wrk on CPU 1 in $CNS"
+case $MODE in
+  http) what="$CONNS connections, plain HTTP" ;;
+  https) what="$CONNS connections, HTTPS (TLS 1.3, kept alive)" ;;
+  handshake) what="$NEWCONNS concurrent tls_load connections, a full TLS 1.3 handshake per request" ;;
+esac
+echo "bypass: $LINKS links, $ROUNDS rounds x ${DURATION}s, $what, over a veth pair; servers on CPU 0 in $SNS, wrk on CPU 1 in $CNS"
 for r in $(seq "$ROUNDS"); do
   for s in $SERVERS; do run_one "$s" "$r"; done
 done

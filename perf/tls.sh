@@ -7,13 +7,20 @@
 #                             "reuse" is a full handshake; stateless tickets on both sides, the
 #                             engine with --tls-ticket-key-file, nginx's default tickets)
 #   - keep-alive requests/s   wrk over HTTPS, CONNS connections, GET of one code -> 302
-#   - full-conc               wrk with `Connection: close` over NEWCONNS connections: a full
-#                             TLS 1.3 handshake per request, several at once, so the server and
-#                             not one sequential client is the bottleneck (wrk neither verifies
-#                             the certificate nor resumes, so its side costs less than ours)
-#   - resumed-conc            CLIENTS parallel `openssl s_time -reuse -tls1_2` (TLS 1.2 ticket
-#                             resumptions, no asymmetric crypto on either side)
-# Each also per server CPU-second (server CPU time from /proc during the run), medians, ratios.
+#   - full-conc               full TLS 1.3 handshakes from NEWCONNS concurrent connections of
+#                             benches/examples/tls_load.rs (rustls and ring, like the engine; it
+#                             checks no certificate, as wrk does not, so that one client core
+#                             keeps the server core busy: `openssl s_time` verifies the server's
+#                             signature on every handshake, which costs the client more than
+#                             signing costs the server)
+#   - resumed13-conc          the same client resuming TLS 1.3 with its last ticket (psk_dhe_ke:
+#                             X25519 still paid, no signature); also what wrk does with
+#                             `Connection: close`, since it keeps its session across reconnects
+#   - resumed-conc            the same client resuming TLS 1.2 with a session ticket (no
+#                             asymmetric crypto on either side)
+# Each also per server CPU-second (server CPU time from /proc during the run), medians, ratios;
+# after each engine run, the engine's own count of full and resumed handshakes
+# (lasthop_engine_tls_handshakes_total), so each kind is what it says.
 # Beside them, the crypto floor per server core from `cargo bench --bench handshake`: the full
 # TLS 1.3 handshake's (X25519, ECDSA P-256 sign, key schedule, transcript) and a TLS 1.3
 # psk_dhe resumption's (what rustls resumes with: it still pays X25519).
@@ -21,16 +28,15 @@
 # ticket resumptions (resumed-conc) >= 3x full-conc; keep-alive requests per CPU-second >= 1.25x
 # nginx's.
 #
-#   perf/tls.sh                    # ROUNDS=3 DURATION=5 CONNS=64 NEWCONNS=32 CLIENTS=4
+#   perf/tls.sh                    # ROUNDS=3 DURATION=5 CONNS=64 NEWCONNS=16
 #   KINDS="full-conc resumed-conc" perf/tls.sh   # some of the kinds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 CONNS=${CONNS:-64}
-NEWCONNS=${NEWCONNS:-32}
-CLIENTS=${CLIENTS:-4}
-KINDS=${KINDS:-full resumed keepalive full-conc resumed-conc}
+NEWCONNS=${NEWCONNS:-16}
+KINDS=${KINDS:-full resumed keepalive full-conc resumed13-conc resumed-conc}
 PORT=${PORT:-18443}
 need=()
 command -v wrk >/dev/null || need+=(wrk)
@@ -38,7 +44,9 @@ command -v nginx >/dev/null || need+=(nginx-light)
 command -v openssl >/dev/null || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}"; fi
 cargo build --release -q -p lasthop-engine -p lasthop-snapshot -p lasthop-control
+cargo build --release -q -p lasthop-benches --example tls_load
 BIN=$PWD/target/release
+LOAD=$BIN/examples/tls_load
 work=$(mktemp -d /var/tmp/lasthop-tls.XXXXXX)
 pids=()
 . perf/lib.sh
@@ -87,7 +95,7 @@ start_server() {
       taskset -c 0 "$BIN/lasthop-engine" --snapshot "$work/links.snap" --key-file "$work/key" \
         --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --cores 1 --cpus 0 \
         --tls-listen 127.0.0.1:$PORT --cert "$work/srv.pem" --key "$work/srv.key" \
-        --tls-ticket-key-file "$work/tickets.key" >/dev/null 2>"$work/engine.err" &
+        --tls-ticket-key-file "$work/tickets.key" >"$work/engine.out" 2>"$work/engine.err" &
       pids=($!) ;;
     nginx)
       taskset -c 0 nginx -c "$work/nginx.conf" -p "$work" >/dev/null 2>&1 &
@@ -107,29 +115,29 @@ measure() { # server kind round
       local out; out=$(taskset -c 1 openssl s_time -connect 127.0.0.1:$PORT "${mode[@]}" -time "$DURATION" 2>&1)
       n=$(echo "$out" | awk '/connections in .* real seconds/ {print $1; exit}')
       rate=$(echo "$out" | awk '/connections in .*s; / {printf "%.0f", $1/'"$DURATION"'; exit}') ;;
-    keepalive|full-conc)
-      local conns=$CONNS hdr=()
-      [ "$2" = full-conc ] && conns=$NEWCONNS hdr=(-H "Connection: close")
-      local out; out=$(taskset -c 1 wrk -t1 -c"$conns" -d"${DURATION}s" "${hdr[@]}" "https://127.0.0.1:$PORT/$code")
+    keepalive)
+      local out; out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" "https://127.0.0.1:$PORT/$code")
       n=$(echo "$out" | awk '/requests in/ {print $1}')
       rate=$(echo "$out" | awk '/Requests\/sec/ {printf "%.0f", $2}') ;;
-    resumed-conc)
-      local i clients=()
-      for i in $(seq "$CLIENTS"); do
-        taskset -c 1 openssl s_time -connect 127.0.0.1:$PORT -reuse -tls1_2 -time "$DURATION" \
-          >"$work/s_time.$i" 2>&1 &
-        clients+=($!)
-      done
-      wait "${clients[@]}" || true
-      n=$(cat "$work"/s_time.* | awk '/connections in .* real seconds/ {n += $1} END {print n + 0}')
+    full-conc|resumed13-conc|resumed-conc)
+      local mode=full
+      [ "$2" = resumed13-conc ] && mode=resumed13
+      [ "$2" = resumed-conc ] && mode=resumed12
+      local out; out=$(taskset -c 1 "$LOAD" "127.0.0.1:$PORT" "$code" "$mode" "$NEWCONNS" "$DURATION")
+      n=$(echo "$out" | awk '{print $1}')
       rate=$((n / DURATION)) ;;
   esac
   local c1; c1=$(cpu_of "${pids[@]}")
+  local seen=""
+  if [ "$1" = engine ]; then
+    local admin; admin=$(awk '/^admin listening on/ {print $4}' "$work/engine.out")
+    seen=$(curl -s "$admin/metrics" | awk -F'[{}" ]+' '/^lasthop_engine_tls_handshakes_total\{kind="(full|resumed)"/ {printf "%s %s  ", $3, $4}')
+  fi
   stop_server
   local cpu per
   cpu=$(awk -v a="$c0" -v b="$c1" -v hz="$hz" 'BEGIN{printf "%.2f", (b-a)/hz}')
   per=$(awk -v r="${n:-0}" -v c="$cpu" 'BEGIN{ if (c>0) printf "%.0f", r/c; else print 0}')
-  printf "  %-6s %-9s round %d: %8s /s   server CPU %5ss   %8s per CPU-s\n" "$1" "$2" "$3" "${rate:-0}" "$cpu" "$per"
+  printf "  %-6s %-14s round %d: %8s /s   server CPU %5ss   %8s per CPU-s   %s\n" "$1" "$2" "$3" "${rate:-0}" "$cpu" "$per" "${seen:+engine saw: $seen}"
   results["$1,$2"]+="$per $rate;"
 }
 
@@ -168,6 +176,11 @@ case " $KINDS " in *" full-conc "*)
   awk -v e="$per_engine_full_conc" -v n="$per_nginx_full_conc" -v f="$full_floor" 'BEGIN{
     printf "  full-conc per server CPU-second: engine %.0f%% of the floor, nginx %.0f%% (goal: engine >= 70%%)\n",
       (f > 0) ? 100 * e / f : 0, (f > 0) ? 100 * n / f : 0 }' ;;
+esac
+case " $KINDS " in *" resumed13-conc "*)
+  awk -v e="$per_engine_resumed13_conc" -v f="$resumed_floor" 'BEGIN{
+    printf "  resumed13-conc per server CPU-second: engine %.0f%% of the psk_dhe resumption floor\n",
+      (f > 0) ? 100 * e / f : 0 }' ;;
 esac
 case " $KINDS " in *" full-conc "*) case " $KINDS " in *" resumed-conc "*)
   awk -v r="$per_engine_resumed_conc" -v f="$per_engine_full_conc" 'BEGIN{

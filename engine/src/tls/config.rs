@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::ServerSessionMemoryCache;
 use rustls::ServerConfig;
 
 use super::tickets::{FileTicketer, TicketKeyError};
@@ -132,7 +131,7 @@ pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
         .with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config.ignore_client_order = true;
-    config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
+    config.session_storage = Arc::new(super::sessions::SessionStore::new(SESSION_CACHE));
     // rustls takes 0-RTT only on stateful resumption, whose single-use cache entries are its
     // replay guard; a stateless ticket could be replayed anywhere. So: with a ticket key file,
     // stateless tickets (any process holding the file resumes) and no 0-RTT; without one,

@@ -30,6 +30,7 @@ use crate::metrics::prom::{family, sample};
 pub mod config;
 pub mod conn;
 pub mod ktls;
+pub mod sessions;
 pub mod tickets;
 
 pub use config::{server_config, TlsError, TlsSettings, SESSION_CACHE};
