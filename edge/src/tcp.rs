@@ -17,7 +17,9 @@
 //!   makes the client retransmit. Requests are small; reassembly is not worth its memory.
 //! - **Sending**: the application's bytes are kept until acknowledged, sent in segments of the
 //!   peer's MSS within its window, retransmitted from `SND.UNA` when the retransmission timer
-//!   fires (RFC 6298: 1 s initial, doubling, at most 60 s, the connection reset after
+//!   fires (RFC 6298: 1 s until the first round-trip sample, then SRTT + 4·RTTVAR from one
+//!   timed segment per round trip, never from a retransmitted one (Karn), at least 200 ms as
+//!   Linux's `TCP_RTO_MIN`; doubling on each expiry, at most 60 s, the connection reset after
 //!   [`TcpConfig::max_retries`]); a zero window is probed by the same timer with one byte.
 //! - **ACKs are deferred to the end of a batch** ([`Tcp::flush`]): a response written while the
 //!   batch is handled carries the ACK, which is what a delayed ACK buys.
@@ -157,7 +159,13 @@ struct Conn {
     fin_seq: Option<u32>,
     /// The deadline of this connection's live entry in the timer heap (`u64::MAX`: none).
     timer_at: u64,
+    /// The retransmission timeout now (backed off while retransmitting).
     rto_ms: u64,
+    /// The round-trip estimate (RFC 6298 §2), once a segment was timed.
+    rtt: Option<Rtt>,
+    /// The segment being timed: the sequence number whose acknowledgement ends the sample, and
+    /// when it was sent. Never a retransmitted one (Karn's algorithm).
+    timing: Option<(u32, u64)>,
     retries: u32,
     /// When the retransmission (or probe) timer fires, if armed.
     rtx_at: Option<u64>,
@@ -166,7 +174,39 @@ struct Conn {
 }
 
 const RTO_INITIAL_MS: u64 = 1_000;
+/// The floor of a computed RTO: Linux's `TCP_RTO_MIN` (RFC 6298 §2.4 asks for 1 s and allows
+/// less; a peer's delayed ACK is at most 200 ms in practice, and an edge's round trips are
+/// mostly far below it).
+const RTO_MIN_MS: u64 = 200;
 const RTO_MAX_MS: u64 = 60_000;
+
+/// Smoothed round-trip time and its variation, in milliseconds (RFC 6298 §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rtt {
+    srtt: u64,
+    rttvar: u64,
+}
+
+impl Rtt {
+    /// The estimate after a first sample, or after `sample` updates it (α = 1/8, β = 1/4).
+    fn update(rtt: Option<Rtt>, sample: u64) -> Rtt {
+        match rtt {
+            None => Rtt {
+                srtt: sample,
+                rttvar: sample / 2,
+            },
+            Some(r) => Rtt {
+                rttvar: (3 * r.rttvar + r.srtt.abs_diff(sample)) / 4,
+                srtt: (7 * r.srtt + sample) / 8,
+            },
+        }
+    }
+
+    /// SRTT + max(G, 4·RTTVAR) with a 1 ms clock, within [`RTO_MIN_MS`, `RTO_MAX_MS`].
+    fn rto(self) -> u64 {
+        (self.srtt + (4 * self.rttvar).max(1)).clamp(RTO_MIN_MS, RTO_MAX_MS)
+    }
+}
 /// The MSS a cookie can carry (3 bits): the sizes clients announce most.
 const COOKIE_MSS: [u16; 8] = [536, 1200, 1360, 1400, 1440, 1452, 1460, 8960];
 /// A cookie's time slot: 64 s; one earlier slot is still accepted.
@@ -374,6 +414,8 @@ impl Tcp {
                 c.retries += 1;
                 c.rto_ms = (c.rto_ms * 2).min(RTO_MAX_MS);
                 c.rtx_at = None;
+                // What is sent again cannot be timed (Karn): its ACK may answer either copy.
+                c.timing = None;
                 // Go back to the oldest unacknowledged byte (the FIN too, if it was out); a
                 // zero window gets a one-byte probe.
                 c.snd_nxt = c.snd_una;
@@ -447,6 +489,8 @@ impl Tcp {
                             fin_seq: None,
                             timer_at: u64::MAX,
                             rto_ms: RTO_INITIAL_MS,
+                            rtt: None,
+                            timing: None,
                             retries: 0,
                             rtx_at: None,
                             last_heard: now_ms,
@@ -517,6 +561,17 @@ impl Tcp {
                     c.retries = 0;
                 }
                 if acked > 0 {
+                    // The timed segment is acknowledged: a round-trip sample (RFC 6298 §3), and
+                    // the RTO from it. Without one (an ACK of retransmitted data) a backed-off
+                    // RTO stays until new data is timed (Karn).
+                    if let Some((end, sent_at)) = c.timing {
+                        if !seq_lt(ack, end) {
+                            let rtt = Rtt::update(c.rtt, now_ms.saturating_sub(sent_at));
+                            c.rtt = Some(rtt);
+                            c.rto_ms = rtt.rto();
+                            c.timing = None;
+                        }
+                    }
                     // The FIN takes a sequence number but no queue byte.
                     let bytes = (acked as usize).min(c.queue.len());
                     c.queue.drain(..bytes);
@@ -529,9 +584,8 @@ impl Tcp {
                         c.fin_sent = true; // acknowledged: never again
                     }
                     c.retries = 0;
-                    c.rto_ms = RTO_INITIAL_MS;
                     // What is still out gets a fresh timer (RFC 6298 §5.3).
-                    c.rtx_at = (c.snd_max != c.snd_una).then_some(now_ms + RTO_INITIAL_MS);
+                    c.rtx_at = (c.snd_max != c.snd_una).then_some(now_ms + c.rto_ms);
                     if let Some(at) = c.rtx_at {
                         arm_timer(&mut self.timers, c, id, at);
                     }
@@ -623,6 +677,10 @@ impl Tcp {
             }
             c.snd_nxt = c.snd_nxt.wrapping_add(n as u32 + u32::from(fin_now));
             if seq_lt(c.snd_max, c.snd_nxt) {
+                // New data (not a retransmission): time it, unless a segment is timed already.
+                if c.timing.is_none() && !seq_lt(seq, c.snd_max) {
+                    c.timing = Some((c.snd_nxt, now_ms));
+                }
                 c.snd_max = c.snd_nxt;
             }
             c.fin_sent |= fin_now;
@@ -1075,6 +1133,88 @@ mod tests {
         w.segment(TcpControl::None, Some(snd), 64240, &[]);
         w.timers(5_000);
         assert!(w.sent.is_empty(), "acknowledged data is not retransmitted");
+    }
+
+    #[test]
+    fn the_rto_follows_the_measured_round_trip() {
+        // A 30 ms round trip: SRTT 30, RTTVAR 15, 30 + 60 under the 200 ms floor.
+        let mut w = World::new();
+        let mut snd = w.open();
+        w.send(b"a");
+        w.now += 30;
+        snd = snd.wrapping_add(1);
+        w.segment(TcpControl::None, Some(snd), 64240, &[]);
+        w.sent.clear();
+        w.send(b"b");
+        assert_eq!(w.sent.pop().unwrap().seq, snd);
+        w.timers(199);
+        assert!(w.sent.is_empty(), "not before the RTO");
+        w.timers(1);
+        assert_eq!(w.sent.pop().unwrap().payload, b"b", "at 200 ms, not 1 s");
+        w.timers(399);
+        assert!(w.sent.is_empty());
+        w.timers(1);
+        assert_eq!(w.sent.pop().unwrap().payload, b"b", "backed off to 400 ms");
+
+        // A 400 ms round trip, then one of 200: SRTT 375, RTTVAR 200 → 1,175 ms.
+        let mut w = World::new();
+        let mut snd = w.open();
+        for (data, rtt) in [(b"x", 400), (b"y", 200)] {
+            w.send(data);
+            w.now += rtt;
+            snd = snd.wrapping_add(1);
+            w.segment(TcpControl::None, Some(snd), 64240, &[]);
+        }
+        assert_eq!(
+            w.tcp.conns.get(&ID).unwrap().rtt,
+            Some(Rtt {
+                srtt: 375,
+                rttvar: 200
+            })
+        );
+        w.sent.clear();
+        w.send(b"z");
+        w.sent.clear();
+        w.timers(1_174);
+        assert!(w.sent.is_empty());
+        w.timers(1);
+        assert_eq!(w.sent.pop().unwrap().payload, b"z");
+    }
+
+    #[test]
+    fn a_retransmitted_segment_is_never_timed_and_its_backoff_stays_until_a_sample() {
+        let mut w = World::new();
+        let mut snd = w.open();
+        w.send(b"x");
+        w.timers(1_000);
+        assert_eq!(w.sent.pop().unwrap().payload, b"x", "retransmitted at 1 s");
+        // The ACK could answer either copy: no sample, and the 2 s backoff stays.
+        w.now += 5;
+        snd = snd.wrapping_add(1);
+        w.segment(TcpControl::None, Some(snd), 64240, &[]);
+        assert_eq!(w.tcp.conns.get(&ID).unwrap().rtt, None);
+        w.sent.clear();
+        w.send(b"y");
+        w.sent.clear();
+        w.timers(1_999);
+        assert!(w.sent.is_empty(), "the backed-off RTO");
+        w.timers(1);
+        assert_eq!(w.sent.pop().unwrap().payload, b"y");
+        // "y" went out twice: its ACK times nothing either. New data is timed: 20 ms.
+        snd = snd.wrapping_add(1);
+        w.segment(TcpControl::None, Some(snd), 64240, &[]);
+        w.send(b"z");
+        w.now += 20;
+        snd = snd.wrapping_add(1);
+        w.segment(TcpControl::None, Some(snd), 64240, &[]);
+        assert_eq!(
+            w.tcp.conns.get(&ID).unwrap().rtt,
+            Some(Rtt {
+                srtt: 20,
+                rttvar: 10
+            })
+        );
+        assert_eq!(w.tcp.conns.get(&ID).unwrap().rto_ms, RTO_MIN_MS);
     }
 
     #[test]
