@@ -752,6 +752,30 @@ fn xdp_setup(args: &Args, cores: usize) -> anyhow::Result<XdpSetup> {
     );
     let ifindex = xdp::ifindex(&interface)?;
     let mac = xdp::mac(&interface)?;
+    // What would otherwise fail only after the cores started (too late for `--io auto` to
+    // serve through the kernel instead): another program on the hook, a driver without
+    // native XDP, a queue that takes no AF_XDP socket.
+    let hook =
+        prog::query(ifindex).with_context(|| format!("querying the XDP hook of {interface}"))?;
+    anyhow::ensure!(
+        hook.prog_id == 0,
+        "{interface} already has an XDP program attached (id {}): detach it (`ip link set dev {interface} xdp off`) or serve another interface",
+        hook.prog_id
+    );
+    anyhow::ensure!(
+        hook.features == 0 || hook.features & prog::FEATURES_NEEDED == prog::FEATURES_NEEDED,
+        "the driver of {interface} has no native XDP with redirect (XDP features {:#x})",
+        hook.features
+    );
+    // (A probe socket cannot stand in for the bind: the kernel releases a closed socket's
+    // queue later, on a work queue, and the core's own bind would find it busy.)
+    let rx_queues = xdp::rx_queues(&interface)?;
+    for &queue in &queues {
+        anyhow::ensure!(
+            queue < rx_queues,
+            "{interface} has no RX queue {queue} (it has {rx_queues}): give --xdp-queues queues it has, one per serving core"
+        );
+    }
     let map = XskMap::new(queues.iter().max().map_or(1, |q| q + 1))
         .context("creating the XSKMAP (needs CAP_BPF, or root)")?;
     let port = args.listen.port();

@@ -784,6 +784,111 @@ fn the_engine_serves_https_over_af_xdp() {
     );
 }
 
+/// Where the interface refuses what `--io xdp` needs (a queue without an AF_XDP socket,
+/// another program on the hook), the engine says so before serving anything: `--io xdp`
+/// exits with the reason, `--io auto --xdp-interface` serves through the kernel instead.
+#[test]
+fn io_auto_serves_through_the_kernel_where_the_interface_refuses_af_xdp() {
+    if as_server("") {
+        return;
+    }
+    if let Some(why) = skip_reason(Some("g")) {
+        eprintln!("SKIPPED the AF_XDP fallback test: {why}");
+        return;
+    }
+    let pair = Pair::new("g");
+    let f = crate::serving::fixture();
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
+        cmd.args(["--snapshot", f.site.snapshot_path().to_str().unwrap()])
+            .arg("--key-file")
+            .arg(f.site.key_file())
+            .arg("--data-dir")
+            .arg(f.site.dir.path().join("refused"))
+            .args(args);
+        let out = Command::new("timeout")
+            .arg("20")
+            .args(std::iter::once(cmd.get_program()).chain(cmd.get_args()))
+            .output()
+            .expect("the engine runs");
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let listen = format!("{}:8080", pair.server);
+    let admin = format!("{}:0", pair.server);
+    let base = [
+        "--xdp-interface",
+        pair.server_if.as_str(),
+        "--listen",
+        listen.as_str(),
+        "--admin-listen",
+        admin.as_str(),
+        "--cores",
+        "1",
+    ];
+
+    // Queue 3 of a one-queue veth: refused, naming the queue, and nothing left attached.
+    let (status, err) = run(&[&["--io", "xdp", "--xdp-queues", "3"][..], &base].concat());
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("queue 3"), "{err}");
+    assert!(!pair.link_details().contains("prog/xdp"));
+
+    // The same with --io auto: served through the kernel.
+    let args = [&["--io", "auto", "--xdp-queues", "3"][..], &base].concat();
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
+    let engine = crate::harness::Engine::start(cmd, &f.site, &args);
+    let (status, _, _) = crate::harness::curl(&[&format!("http://{listen}/{}", f.live)]);
+    assert_eq!(status, 302, "served through the kernel:\n{}", engine.log());
+    assert!(
+        engine.log().contains("AF_XDP unavailable") && engine.log().contains("queue 3"),
+        "{}",
+        engine.log()
+    );
+    let m = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]).2;
+    assert!(
+        m.contains("lasthop_engine_io_backend{backend=\"io_uring\"} 1"),
+        "{m}"
+    );
+    assert!(!pair.link_details().contains("prog/xdp"));
+    drop(engine);
+
+    // Another engine holds the hook: a second one on another port is refused with --io xdp
+    // and served through the kernel with --io auto (the first one's program passes the port).
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
+    let first =
+        crate::harness::Engine::start(cmd, &f.site, &[&["--io", "xdp"][..], &base].concat());
+    assert!(pair.link_details().contains("prog/xdp"));
+    let other = format!("{}:8081", pair.server);
+    let second = [
+        "--xdp-interface",
+        pair.server_if.as_str(),
+        "--listen",
+        other.as_str(),
+        "--admin-listen",
+        admin.as_str(),
+        "--cores",
+        "1",
+    ];
+    let (status, err) = run(&[&["--io", "xdp"][..], &second].concat());
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("already has an XDP program attached"), "{err}");
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
+    let fallback =
+        crate::harness::Engine::start(cmd, &f.site, &[&["--io", "auto"][..], &second].concat());
+    for addr in [&listen, &other] {
+        let (status, _, _) = crate::harness::curl(&[&format!("http://{addr}/{}", f.live)]);
+        assert_eq!(status, 302, "{addr}:\n{}\n{}", first.log(), fallback.log());
+    }
+    drop(fallback);
+    drop(first);
+}
+
 /// The server side's process, killed if the test fails before it is told to stop.
 struct KillOnDrop(std::process::Child);
 

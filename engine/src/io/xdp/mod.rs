@@ -1,8 +1,8 @@
 //! The AF_XDP data path's kernel parts (engine/DESIGN.md, "The AF_XDP path"): [`prog`], the
 //! engine's XDP program, hand-assembled and loaded, tested and attached through libbpf; and
 //! [`xsk`], one AF_XDP socket with its UMEM and rings. The frames they carry are parsed and
-//! written by `lasthop_edge::wire`, and served by `lasthop_edge::tcp`; the loop that drives
-//! HTTP sessions on it, and `--io xdp`, come next.
+//! written by `lasthop_edge::wire`, and served by `lasthop_edge::tcp`; [`run`], the loop that
+//! drives HTTP and HTTPS sessions on it (`--io xdp`).
 
 pub mod prog;
 pub mod run;
@@ -28,6 +28,19 @@ pub fn mac(name: &str) -> std::io::Result<[u8; 6]> {
                 format!("interface {name} has no Ethernet address ({text:?})"),
             )
         })
+}
+
+/// How many RX queues the interface `name` has (sysfs `queues/rx-N`).
+pub fn rx_queues(name: &str) -> std::io::Result<u32> {
+    ifindex(name)?;
+    let dir = std::fs::read_dir(format!("/sys/class/net/{name}/queues"))?;
+    let mut count = 0;
+    for entry in dir {
+        if entry?.file_name().to_string_lossy().starts_with("rx-") {
+            count += 1;
+        }
+    }
+    Ok(count)
 }
 
 /// The index of the network interface `name` in this thread's network namespace (read from

@@ -350,6 +350,34 @@ impl Program {
     }
 }
 
+/// What the kernel says of an interface's XDP hook before the engine takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookState {
+    /// The program attached now, in any mode (0: none). Native attaching fails while one is.
+    pub prog_id: u32,
+    /// The driver's XDP features (`NETDEV_XDP_ACT_*` bits, kernel 6.3 on); 0 where the kernel
+    /// does not report them, or the driver has none.
+    pub features: u64,
+}
+
+/// `NETDEV_XDP_ACT_BASIC` | `NETDEV_XDP_ACT_REDIRECT`: native XDP that can redirect, what the
+/// engine's program needs.
+pub const FEATURES_NEEDED: u64 = 1 | 2;
+
+/// Queries `ifindex`'s XDP hook (netlink, through libbpf).
+pub fn query(ifindex: u32) -> io::Result<HookState> {
+    let mut opts = bpf::bpf_xdp_query_opts {
+        sz: std::mem::size_of::<bpf::bpf_xdp_query_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: the options struct is valid and sized; libbpf writes only its fields.
+    libbpf_rc(unsafe { bpf::bpf_xdp_query(ifindex as i32, 0, &mut opts) })?;
+    Ok(HookState {
+        prog_id: opts.prog_id,
+        features: opts.feature_flags,
+    })
+}
+
 /// An attached program: dropping it detaches (the link's last descriptor closes).
 #[derive(Debug)]
 pub struct Attachment {
