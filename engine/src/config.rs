@@ -14,9 +14,10 @@ pub(crate) enum Io {
     Auto,
     Uring,
     Epoll,
-    /// AF_XDP kernel bypass on `--xdp-interface` (plain HTTP; root, or CAP_NET_ADMIN and
-    /// CAP_BPF): a userspace TCP serves `--listen`'s IPv4 address and port as they arrive on
-    /// the interface; connections from this host itself (which never cross it) are refused.
+    /// AF_XDP kernel bypass on `--xdp-interface` (root, or CAP_NET_ADMIN and CAP_BPF): a
+    /// userspace TCP serves `--listen`'s IPv4 address and port, and `--tls-listen`'s port on the
+    /// same address, as they arrive on the interface; connections from this host itself (which
+    /// never cross it) are refused.
     Xdp,
 }
 

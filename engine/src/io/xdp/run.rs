@@ -491,11 +491,11 @@ impl XdpLoop {
         self.touched.append(&mut self.stalled);
         let mut touched = std::mem::take(&mut self.touched);
         for key in touched.drain(..) {
-            let Some(mut conn) = self.conns.remove(&key) else {
+            let Some(conn) = self.conns.get_mut(&key) else {
                 continue;
             };
             loop {
-                take_output(&mut conn);
+                take_output(conn);
                 if !conn.pending.is_empty() {
                     let out = &mut self.out;
                     let tcp = endpoint(&mut self.tcp, &mut self.https, key.lane);
@@ -503,16 +503,16 @@ impl XdpLoop {
                     conn.pending.drain(..taken);
                 }
                 // Input held while the last answer waited goes in once it has gone out.
-                let ready = conn.pending.is_empty() && !paused(&conn);
+                let ready = conn.pending.is_empty() && !paused(conn);
                 if ready && !conn.held.is_empty() {
                     let held = std::mem::take(&mut conn.held);
                     let token = token(key, conn.gen);
-                    feed(&mut conn, &held, ctx, token, self.https.as_mut());
+                    feed(conn, &held, ctx, token, self.https.as_mut());
                     continue;
                 }
                 break;
             }
-            if conn.pending.is_empty() && done(&conn) {
+            if conn.pending.is_empty() && done(conn) {
                 conn.closing = true;
                 let out = &mut self.out;
                 endpoint(&mut self.tcp, &mut self.https, key.lane).close(
@@ -525,7 +525,6 @@ impl XdpLoop {
             } else if !conn.pending.is_empty() {
                 self.stalled.push(key);
             }
-            self.conns.insert(key, conn);
         }
         self.touched = touched;
         for key in over {
