@@ -413,9 +413,9 @@ fn a_real_client_talks_to_the_userspace_tcp_through_the_socket() {
 }
 
 #[test]
-fn frames_lost_both_ways_are_retransmitted_and_every_connection_still_closes() {
+fn frames_lost_and_reordered_both_ways_still_arrive_whole_and_every_connection_closes() {
     const NAME: &str =
-        "xdp::frames_lost_both_ways_are_retransmitted_and_every_connection_still_closes";
+        "xdp::frames_lost_and_reordered_both_ways_still_arrive_whole_and_every_connection_closes";
     if as_server("lossy") {
         return;
     }
@@ -425,7 +425,8 @@ fn frames_lost_both_ways_are_retransmitted_and_every_connection_still_closes() {
     }
     // This kernel has no netem (CONFIG_NET_SCH_NETEM is unset), and the socket's sends bypass
     // the qdisc anyway: the server loop drops about one frame in 5 it receives and one in 7 it
-    // sends instead (seeded draws), so both sides' retransmissions are exercised.
+    // sends instead, and swaps about one in 9 each way with the next (seeded draws), so both
+    // sides' retransmissions and their handling of segments out of order are exercised.
     let server = Server::start("c", NAME, "lossy");
     for i in 0..3u8 {
         let mut s = TcpStream::connect_timeout(&server.target(), Duration::from_secs(10))
@@ -448,6 +449,7 @@ fn frames_lost_both_ways_are_retransmitted_and_every_connection_still_closes() {
     assert_eq!(field("opened"), 3);
     assert_eq!(field("echoed"), 60_000);
     assert!(field("dropped_rx") > 0 && field("dropped_tx") > 0);
+    assert!(field("reordered_rx") > 0 && field("reordered_tx") > 0);
     assert!(
         field("retransmits") > 0,
         "the server retransmitted what the client never saw"
@@ -508,6 +510,8 @@ fn the_engine_serves_its_contract_over_af_xdp() {
             &admin,
             "--cores",
             "1",
+            "--header-timeout",
+            "1",
         ],
     );
     assert_eq!(engine.addr, listen);
@@ -519,6 +523,57 @@ fn the_engine_serves_its_contract_over_af_xdp() {
     crate::serving::check_serving(&f, &engine, "xdp");
     // Every connection above reached the engine through the socket: the kernel in the
     // namespace has no listener on the port (the engine closed its own).
+
+    // A client that never finishes its head is closed at the header timeout (1 s here, on the
+    // loop's once-a-second sweep), with a FIN.
+    let mut slow = TcpStream::connect_timeout(
+        &listen.parse::<SocketAddr>().unwrap(),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    slow.write_all(format!("GET /{} HT", f.live).as_bytes())
+        .unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    assert_eq!(
+        slow.read(&mut buf).unwrap_or(usize::MAX),
+        0,
+        "closed, unanswered"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // SIGHUP swaps in a new snapshot: a link it adds is served within moments.
+    let added = f.site.scheme().encode_string(5).unwrap();
+    f.site.write_snapshot(
+        8,
+        10,
+        &[
+            (f.live.clone(), "https://example.com/live?x=1".into(), None),
+            (added.clone(), "https://example.com/added".into(), None),
+        ],
+    );
+    engine.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, headers, _) = crate::harness::curl(&[&format!("http://{listen}/{added}")]);
+        if status == 302 {
+            assert!(
+                headers.contains("Location: https://example.com/added"),
+                "{headers}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new snapshot never served: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // A SYN flood (hping3 from this side, random source ports) leaves it serving: SYN cookies
     // keep nothing per SYN.
@@ -972,6 +1027,10 @@ fn serve(mode: &str) {
     // whose sequence number cannot prove the SYN cookie, which is reset, by Linux as by us.
     let mut draws = 0x9e37_79b9_7f4a_7c15u64;
     let mut rx_dropped_last = false;
+    // Reordering too: about one received frame in 9 is held back and handed over after the
+    // next one of its batch, and about one sent frame in 9 swaps places with the next.
+    let (mut reordered_rx, mut reordered_tx) = (0u64, 0u64);
+    let mut late: Option<Vec<u8>> = None;
     let mut lose = move |one_in: u64| {
         draws ^= draws << 13;
         draws ^= draws >> 7;
@@ -1013,10 +1072,26 @@ fn serve(mode: &str) {
                     return;
                 }
                 rx_dropped_last = false;
+                if mode == "lossy" && late.is_none() && lose(9) {
+                    late = Some(frame.to_vec());
+                    return;
+                }
                 if tcp.receive(frame, now, &mut tx, &mut app).is_err() {
                     bad += 1;
                 }
+                if let Some(held) = late.take() {
+                    reordered_rx += 1;
+                    if tcp.receive(&held, now, &mut tx, &mut app).is_err() {
+                        bad += 1;
+                    }
+                }
             });
+            // Nothing came after it in this batch: in order after all.
+            if let Some(held) = late.take() {
+                if tcp.receive(&held, now, &mut tx, &mut app).is_err() {
+                    bad += 1;
+                }
+            }
             tcp.poll_timers(now, &mut tx, &mut app);
             // The application: echo, and close when the peer has.
             for (id, data) in heard.drain(..) {
@@ -1026,6 +1101,12 @@ fn serve(mode: &str) {
                 }
             }
             tcp.flush(&mut tx);
+        }
+        for i in 1..out.len() {
+            if mode == "lossy" && lose(9) {
+                out.swap(i - 1, i);
+                reordered_tx += 1;
+            }
         }
         for frame in out.drain(..) {
             if mode == "lossy" && lose(7) {
@@ -1040,8 +1121,8 @@ fn serve(mode: &str) {
     drop(attached);
     println!(
         "xdp report syns={syns} resets={resets} kernel_accepts={kernel_accepts} bad_frames={bad} opened={opened} \
-         closed={closed} echoed={echoed} dropped_rx={dropped_rx} dropped_tx={dropped_tx} retransmits={} \
-         rx_dropped={} tx_invalid={}",
+         closed={closed} echoed={echoed} dropped_rx={dropped_rx} dropped_tx={dropped_tx} \
+         reordered_rx={reordered_rx} reordered_tx={reordered_tx} retransmits={} rx_dropped={} tx_invalid={}",
         tcp.stats().retransmits,
         stats.rx_dropped,
         stats.tx_invalid
