@@ -110,6 +110,12 @@ struct Pair {
 
 impl Pair {
     fn new(tag: &str) -> Pair {
+        Pair::with_queues(tag, 1)
+    }
+
+    /// A pair whose ends have `queues` TX and RX queues each (a veth hands a frame to the peer's
+    /// RX queue of the TX queue it left by, which the sender picks by flow hash).
+    fn with_queues(tag: &str, queues: u32) -> Pair {
         let pid = std::process::id();
         // At most 12 bytes with an end's letter: under IFNAMSIZ.
         let ns = format!("lhx{pid}{tag}");
@@ -130,13 +136,15 @@ impl Pair {
             server_if: server_if.clone(),
             server,
         };
-        // One queue each way: the socket serves queue 0, so every frame must arrive there.
-        let one = ["numtxqueues", "1", "numrxqueues", "1"];
+        // One queue each way unless asked: the socket serves queue 0, so every frame must
+        // arrive there.
+        let n = queues.to_string();
+        let q = ["numtxqueues", n.as_str(), "numrxqueues", n.as_str()];
         ip(&[
             &["link", "add", &client_if][..],
-            &one,
+            &q,
             &["type", "veth", "peer", "name", &server_if],
-            &one,
+            &q,
         ]
         .concat());
         ip(&["link", "set", &server_if, "netns", &ns]);
@@ -837,6 +845,85 @@ fn the_engine_serves_https_over_af_xdp() {
         "detached on exit: {}",
         pair.link_details()
     );
+}
+
+/// Two serving cores on a two-queue veth: each core's socket takes the flows that land on its
+/// queue, and both answer (the connections spread by the sender's flow hash).
+#[test]
+fn two_cores_serve_two_queues() {
+    if as_server("") {
+        return;
+    }
+    if let Some(why) = skip_reason(Some("h")) {
+        eprintln!("SKIPPED the two-queue AF_XDP test: {why}");
+        return;
+    }
+    let pair = Pair::with_queues("h", 2);
+    let f = crate::serving::fixture();
+    let listen = format!("{}:8080", pair.server);
+    let admin = format!("{}:0", pair.server);
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
+    let engine = crate::harness::Engine::start(
+        cmd,
+        &f.site,
+        &[
+            "--io",
+            "xdp",
+            "--xdp-interface",
+            &pair.server_if,
+            "--listen",
+            &listen,
+            "--admin-listen",
+            &admin,
+            "--cores",
+            "2",
+        ],
+    );
+    let threads: Vec<_> = (0..32)
+        .map(|_| {
+            let (addr, live) = (listen.clone(), f.live.clone());
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect_timeout(
+                    &addr.parse::<SocketAddr>().unwrap(),
+                    Duration::from_secs(5),
+                )
+                .expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                s.write_all(
+                    format!("GET /{live} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .unwrap();
+                let mut answer = Vec::new();
+                let _ = s.read_to_end(&mut answer);
+                answer
+            })
+        })
+        .collect();
+    for t in threads {
+        let answer = t.join().unwrap();
+        assert!(
+            answer.starts_with(b"HTTP/1.1 302"),
+            "{:?}\n{}",
+            String::from_utf8_lossy(&answer),
+            engine.log()
+        );
+    }
+    let (_, _, metrics) = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]);
+    for core in ["0", "1"] {
+        let served = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "lasthop_engine_core_requests_total{{core=\"{core}\"}} "
+                ))
+            })
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        eprintln!("core {core}: {served} requests");
+        assert!(served >= 1.0, "core {core} answered nothing\n{metrics}");
+    }
 }
 
 /// Where the interface refuses what `--io xdp` needs (a queue without an AF_XDP socket,
