@@ -175,6 +175,51 @@ impl Pair {
         pair
     }
 
+    /// `lasthop-engine` in the namespace, with the site's snapshot and key and `args`.
+    fn engine(&self, site: &crate::harness::Site, args: &[&str]) -> crate::harness::Engine {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns, crate::harness::ENGINE]);
+        crate::harness::Engine::start(cmd, site, args)
+    }
+
+    /// The engine's plain listener in the namespace: the server end's address, port 8080.
+    fn listen(&self) -> String {
+        format!("{}:8080", self.server)
+    }
+
+    /// `lasthop-engine --io xdp` on the server end, listening (and answering admin requests)
+    /// on its address, with `extra`.
+    fn xdp_engine(&self, site: &crate::harness::Site, extra: &[&str]) -> crate::harness::Engine {
+        let (listen, admin) = (self.listen(), format!("{}:0", self.server));
+        let args = [
+            "--io",
+            "xdp",
+            "--xdp-interface",
+            &self.server_if,
+            "--listen",
+            &listen,
+            "--admin-listen",
+            &admin,
+        ];
+        self.engine(site, &[&args[..], extra].concat())
+    }
+
+    /// SIGTERM: the engine drains, exits 0 and leaves no program on the interface.
+    fn drain(&self, mut engine: crate::harness::Engine) {
+        engine.signal("TERM");
+        let status = engine.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "drained and exited: {status}\n{}",
+            engine.log()
+        );
+        assert!(
+            !self.link_details().contains("prog/xdp"),
+            "detached on exit: {}",
+            self.link_details()
+        );
+    }
+
     fn link_details(&self) -> String {
         let out = Command::new("ip")
             .args(["-n", &self.ns, "-d", "link", "show", "dev", &self.server_if])
@@ -241,6 +286,19 @@ fn the_verifier_accepts_the_program_and_its_log_says_why_it_refuses_a_broken_one
     broken.remove(check);
     let err = prog::load_insns(&broken, 0).expect_err("an unchecked packet read is refused");
     assert!(err.log.contains("invalid access to packet"), "{err}");
+}
+
+/// The pair for an engine test, or `None` where this process is a server side (whose test has
+/// nothing to do) or the machine cannot run it (said as SKIPPED with the reason).
+fn engine_pair(tag: &str, what: &str, queues: u32) -> Option<Pair> {
+    if as_server("") {
+        return None;
+    }
+    if let Some(why) = skip_reason(Some(tag)) {
+        eprintln!("SKIPPED {what}: {why}");
+        return None;
+    }
+    Some(Pair::with_queues(tag, queues))
 }
 
 /// The server side running in the pair's namespace, reporting on its stdout.
@@ -491,37 +549,12 @@ fn a_killed_server_leaves_no_program_on_the_interface() {
 
 #[test]
 fn the_engine_serves_its_contract_over_af_xdp() {
-    if as_server("") {
+    let Some(pair) = engine_pair("e", "the engine over AF_XDP", 1) else {
         return;
-    }
-    if let Some(why) = skip_reason(Some("e")) {
-        eprintln!("SKIPPED the engine over AF_XDP: {why}");
-        return;
-    }
-    let pair = Pair::new("e");
+    };
     let f = crate::serving::fixture();
-    let listen = format!("{}:8080", pair.server);
-    let admin = format!("{}:0", pair.server);
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
-    let engine = crate::harness::Engine::start(
-        cmd,
-        &f.site,
-        &[
-            "--io",
-            "xdp",
-            "--xdp-interface",
-            &pair.server_if,
-            "--listen",
-            &listen,
-            "--admin-listen",
-            &admin,
-            "--cores",
-            "1",
-            "--header-timeout",
-            "1",
-        ],
-    );
+    let listen = pair.listen();
+    let engine = pair.xdp_engine(&f.site, &["--cores", "1", "--header-timeout", "1"]);
     assert_eq!(engine.addr, listen);
     assert!(
         pair.link_details().contains("prog/xdp"),
@@ -637,19 +670,7 @@ fn the_engine_serves_its_contract_over_af_xdp() {
     } else {
         eprintln!("SKIPPED the SYN flood against the engine over AF_XDP: hping3 is not installed");
     }
-    engine.signal("TERM");
-    let mut engine = engine;
-    let status = engine.child.wait().unwrap();
-    assert!(
-        status.success(),
-        "drained and exited: {status}\n{}",
-        engine.log()
-    );
-    assert!(
-        !pair.link_details().contains("prog/xdp"),
-        "detached on exit: {}",
-        pair.link_details()
-    );
+    pair.drain(engine);
 }
 
 /// HTTPS over AF_XDP: the engine's second endpoint serves `--tls-listen`'s port through the
@@ -659,32 +680,17 @@ fn the_engine_serves_its_contract_over_af_xdp() {
 /// its timeout, plaintext on the HTTPS port answered with an alert, and plain HTTP beside it.
 #[test]
 fn the_engine_serves_https_over_af_xdp() {
-    if as_server("") {
+    let Some(pair) = engine_pair("f", "HTTPS over AF_XDP", 1) else {
         return;
-    }
-    if let Some(why) = skip_reason(Some("f")) {
-        eprintln!("SKIPPED HTTPS over AF_XDP: {why}");
-        return;
-    }
-    let pair = Pair::new("f");
+    };
     let site = crate::harness::Site::new();
     let code = crate::tls::links(&site);
     let pki = crate::tls::pki(&site, false);
-    let listen = format!("{}:8080", pair.server);
+    let listen = pair.listen();
     let tls_listen = format!("{}:8443", pair.server);
-    let admin = format!("{}:0", pair.server);
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
-    let engine = crate::harness::Engine::start(
-        cmd,
+    let engine = pair.xdp_engine(
         &site,
         &[
-            "--io",
-            "xdp",
-            "--xdp-interface",
-            &pair.server_if,
-            "--listen",
-            &listen,
             "--tls-listen",
             &tls_listen,
             "--cert",
@@ -693,8 +699,6 @@ fn the_engine_serves_https_over_af_xdp() {
             pki.key.to_str().unwrap(),
             "--tls-handshake-timeout-ms",
             "500",
-            "--admin-listen",
-            &admin,
             "--cores",
             "1",
         ],
@@ -832,54 +836,19 @@ fn the_engine_serves_https_over_af_xdp() {
     ] {
         assert!(m.contains(needle), "{needle}\n{m}");
     }
-    engine.signal("TERM");
-    let mut engine = engine;
-    let status = engine.child.wait().unwrap();
-    assert!(
-        status.success(),
-        "drained and exited: {status}\n{}",
-        engine.log()
-    );
-    assert!(
-        !pair.link_details().contains("prog/xdp"),
-        "detached on exit: {}",
-        pair.link_details()
-    );
+    pair.drain(engine);
 }
 
 /// Two serving cores on a two-queue veth: each core's socket takes the flows that land on its
 /// queue, and both answer (the connections spread by the sender's flow hash).
 #[test]
 fn two_cores_serve_two_queues() {
-    if as_server("") {
+    let Some(pair) = engine_pair("h", "the two-queue AF_XDP test", 2) else {
         return;
-    }
-    if let Some(why) = skip_reason(Some("h")) {
-        eprintln!("SKIPPED the two-queue AF_XDP test: {why}");
-        return;
-    }
-    let pair = Pair::with_queues("h", 2);
+    };
     let f = crate::serving::fixture();
-    let listen = format!("{}:8080", pair.server);
-    let admin = format!("{}:0", pair.server);
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
-    let engine = crate::harness::Engine::start(
-        cmd,
-        &f.site,
-        &[
-            "--io",
-            "xdp",
-            "--xdp-interface",
-            &pair.server_if,
-            "--listen",
-            &listen,
-            "--admin-listen",
-            &admin,
-            "--cores",
-            "2",
-        ],
-    );
+    let listen = pair.listen();
+    let engine = pair.xdp_engine(&f.site, &["--cores", "2"]);
     let threads: Vec<_> = (0..32)
         .map(|_| {
             let (addr, live) = (listen.clone(), f.live.clone());
@@ -911,16 +880,8 @@ fn two_cores_serve_two_queues() {
         );
     }
     let (_, _, metrics) = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]);
-    for core in ["0", "1"] {
-        let served = metrics
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(&format!(
-                    "lasthop_engine_core_requests_total{{core=\"{core}\"}} "
-                ))
-            })
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
+    for core in 0..2 {
+        let served = crate::serving::core_requests(&metrics, core);
         eprintln!("core {core}: {served} requests");
         assert!(served >= 1.0, "core {core} answered nothing\n{metrics}");
     }
@@ -931,14 +892,9 @@ fn two_cores_serve_two_queues() {
 /// exits with the reason, `--io auto --xdp-interface` serves through the kernel instead.
 #[test]
 fn io_auto_serves_through_the_kernel_where_the_interface_refuses_af_xdp() {
-    if as_server("") {
+    let Some(pair) = engine_pair("g", "the AF_XDP fallback test", 1) else {
         return;
-    }
-    if let Some(why) = skip_reason(Some("g")) {
-        eprintln!("SKIPPED the AF_XDP fallback test: {why}");
-        return;
-    }
-    let pair = Pair::new("g");
+    };
     let f = crate::serving::fixture();
     let run = |args: &[&str]| {
         let mut cmd = Command::new("ip");
@@ -980,9 +936,7 @@ fn io_auto_serves_through_the_kernel_where_the_interface_refuses_af_xdp() {
 
     // The same with --io auto: served through the kernel.
     let args = [&["--io", "auto", "--xdp-queues", "3"][..], &base].concat();
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
-    let engine = crate::harness::Engine::start(cmd, &f.site, &args);
+    let engine = pair.engine(&f.site, &args);
     let (status, _, _) = crate::harness::curl(&[&format!("http://{listen}/{}", f.live)]);
     assert_eq!(status, 302, "served through the kernel:\n{}", engine.log());
     assert!(
@@ -1000,10 +954,7 @@ fn io_auto_serves_through_the_kernel_where_the_interface_refuses_af_xdp() {
 
     // Another engine holds the hook: a second one on another port is refused with --io xdp
     // and served through the kernel with --io auto (the first one's program passes the port).
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
-    let first =
-        crate::harness::Engine::start(cmd, &f.site, &[&["--io", "xdp"][..], &base].concat());
+    let first = pair.engine(&f.site, &[&["--io", "xdp"][..], &base].concat());
     assert!(pair.link_details().contains("prog/xdp"));
     let other = format!("{}:8081", pair.server);
     let second = [
@@ -1019,10 +970,7 @@ fn io_auto_serves_through_the_kernel_where_the_interface_refuses_af_xdp() {
     let (status, err) = run(&[&["--io", "xdp"][..], &second].concat());
     assert!(!status.success(), "{err}");
     assert!(err.contains("already has an XDP program attached"), "{err}");
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
-    let fallback =
-        crate::harness::Engine::start(cmd, &f.site, &[&["--io", "auto"][..], &second].concat());
+    let fallback = pair.engine(&f.site, &[&["--io", "auto"][..], &second].concat());
     for addr in [&listen, &other] {
         let (status, _, _) = crate::harness::curl(&[&format!("http://{addr}/{}", f.live)]);
         assert_eq!(status, 302, "{addr}:\n{}\n{}", first.log(), fallback.log());
