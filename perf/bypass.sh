@@ -14,7 +14,8 @@
 # certificate; wrk keeps its connections, so this is the record layer's cost); MODE=handshake
 # opens NEWCONNS concurrent connections of benches/examples/tls_load.rs instead of wrk, each
 # a full TLS 1.3 handshake and one request (wrk would resume: it keeps its session across
-# reconnects), and the figure is full handshakes per server CPU-second.
+# reconnects), and the figure is full handshakes per server CPU-second; HANDSHAKE=resumed13 or
+# resumed12 makes each one a TLS 1.3 (psk_dhe_ke) or TLS 1.2 ticket resumption instead.
 #
 #   sudo perf/bypass.sh                       # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64
 #   SERVERS="xdp" PERF_RECORD=1 perf/bypass.sh   # one server; perf record of it into $WORK
@@ -29,6 +30,7 @@ PORT=${PORT:-18080}
 TPORT=${TPORT:-18443}
 MODE=${MODE:-http}
 NEWCONNS=${NEWCONNS:-16}
+HANDSHAKE=${HANDSHAKE:-full}
 SERVERS=${SERVERS:-uring xdp nginx}
 case $MODE in http|https|handshake) ;; *) echo "perf/bypass.sh: MODE is http, https or handshake" >&2; exit 2 ;; esac
 SNS=lhbypass-s CNS=lhbypass-c SIF=lhbps CIF=lhbpc
@@ -135,7 +137,7 @@ run_one() { # server round
   if [ "$MODE" = handshake ]; then
     # Printed in wrk's words, so the lines below read it alike.
     out=$(ip netns exec "$CNS" taskset -c 1 "$BIN/examples/tls_load" "$SADDR:$TPORT" \
-      "$(head -1 "$work/codes.common")" full "$NEWCONNS" "$DURATION" |
+      "$(head -1 "$work/codes.common")" "$HANDSHAKE" "$NEWCONNS" "$DURATION" |
       awk -v d="$DURATION" '{printf "%d requests in %ds\nRequests/sec: %.2f\n", $1, d, $1 / d}')
   else
     out=$(ip netns exec "$CNS" env CODES_FILE="$work/codes.common" SCAN_PERCENT=0 taskset -c 1 \
@@ -160,7 +162,7 @@ run_one() { # server round
 case $MODE in
   http) what="$CONNS connections, plain HTTP" ;;
   https) what="$CONNS connections, HTTPS (TLS 1.3, kept alive)" ;;
-  handshake) what="$NEWCONNS concurrent tls_load connections, a full TLS 1.3 handshake per request" ;;
+  handshake) what="$NEWCONNS concurrent tls_load connections, a $HANDSHAKE handshake per request" ;;
 esac
 echo "bypass: $LINKS links, $ROUNDS rounds x ${DURATION}s, $what, over a veth pair; servers on CPU 0 in $SNS, wrk on CPU 1 in $CNS"
 for r in $(seq "$ROUNDS"); do
