@@ -699,6 +699,9 @@ fn the_engine_serves_https_over_af_xdp() {
             pki.key.to_str().unwrap(),
             "--tls-handshake-timeout-ms",
             "500",
+            // One handshake at a time: each must give its slot back when it ends, however.
+            "--tls-max-handshakes-per-core",
+            "1",
             "--cores",
             "1",
         ],
@@ -805,6 +808,10 @@ fn the_engine_serves_https_over_af_xdp() {
         Some(&0x15),
         "an alert record first: {reply:?}"
     );
+    // That failed handshake's slot is free while its client still holds the connection open.
+    let (status, _, _) =
+        crate::harness::curl(&["--cacert", ca, "--resolve", &resolve, &url(&code)]);
+    assert_eq!(status, 302, "a handshake after a failed one");
     drop(s);
 
     // A handshake that stalls is dropped at its timeout, without an answer.
@@ -828,7 +835,7 @@ fn the_engine_serves_https_over_af_xdp() {
 
     let m = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]).2;
     for needle in [
-        "lasthop_engine_tls_handshakes_total{kind=\"full\"} 4",
+        "lasthop_engine_tls_handshakes_total{kind=\"full\"} 5",
         "lasthop_engine_tls_handshakes_total{kind=\"resumed\"} 2",
         "lasthop_engine_tls_handshakes_total{kind=\"early_data\"} 1",
         "lasthop_engine_tls_handshake_failures_total{reason=\"timeout\"} 1",

@@ -372,8 +372,18 @@ pub fn query(ifindex: u32) -> io::Result<HookState> {
     };
     // SAFETY: the options struct is valid and sized; libbpf writes only its fields.
     libbpf_rc(unsafe { bpf::bpf_xdp_query(ifindex as i32, 0, &mut opts) })?;
+    // With programs in more than one mode the kernel reports no single id: take any.
+    let prog_id = [
+        opts.prog_id,
+        opts.drv_prog_id,
+        opts.skb_prog_id,
+        opts.hw_prog_id,
+    ]
+    .into_iter()
+    .find(|&id| id != 0)
+    .unwrap_or(0);
     Ok(HookState {
-        prog_id: opts.prog_id,
+        prog_id,
         features: opts.feature_flags,
     })
 }

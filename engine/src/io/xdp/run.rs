@@ -53,14 +53,14 @@ pub struct XdpCore {
 const MAX_BUFFERED: usize = 1 << 20;
 
 /// Which of a core's two endpoints a connection came in on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Lane {
     Plain,
     Https,
 }
 
 /// A connection: its endpoint and its peer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct Key {
     lane: Lane,
     id: ConnId,
@@ -227,7 +227,7 @@ fn done(conn: &Conn) -> bool {
         && conn
             .tls
             .as_ref()
-            .is_none_or(|t| t.failed || (!t.conn.is_handshaking() && !s.waiting_origin()));
+            .is_none_or(|t| !s.waiting_origin() && (t.failed || !t.conn.is_handshaking()));
     said || (conn.peer_closed && !s.waiting_origin())
 }
 
@@ -379,6 +379,11 @@ impl XdpLoop {
                         continue;
                     };
                     ctx.metrics.bytes_in(range.len() as u64);
+                    if conn.closing || conn.tls.as_ref().is_some_and(|t| t.failed) {
+                        // Our FIN is out, or rustls refused the stream: nothing more is read
+                        // (TCP still acknowledges it, so the peer's close completes).
+                        continue;
+                    }
                     if paused(conn) || !conn.held.is_empty() || !conn.pending.is_empty() {
                         // Parked on the origin, or TCP has not taken the last answer yet: kept,
                         // in order, for later (TCP has acknowledged these bytes; on HTTPS they
@@ -472,7 +477,11 @@ impl XdpLoop {
         inbox.drain(&mut self.replies);
         for reply in self.replies.drain(..) {
             let (key, gen) = untoken(reply.token);
-            if let Some(conn) = self.conns.get_mut(&key).filter(|c| c.gen == gen) {
+            if let Some(conn) = self
+                .conns
+                .get_mut(&key)
+                .filter(|c| c.gen == gen && !c.closing)
+            {
                 conn.session.origin_replied(&reply.answer, ctx, reply.token);
                 if !conn.session.paused() && !conn.held.is_empty() {
                     let held = std::mem::take(&mut conn.held);
@@ -487,8 +496,11 @@ impl XdpLoop {
     /// are done.
     fn push_output(&mut self, now: u64, ctx: &mut CoreCtx) {
         let mut over = Vec::new();
-        // A connection listed twice is harmless: its second pass finds nothing to do.
+        // Each connection once, however many events listed it this turn (a stalled one would
+        // otherwise gain a copy per event and be retried that many times every turn).
         self.touched.append(&mut self.stalled);
+        self.touched.sort_unstable();
+        self.touched.dedup();
         let mut touched = std::mem::take(&mut self.touched);
         for key in touched.drain(..) {
             let Some(conn) = self.conns.get_mut(&key) else {
@@ -512,8 +524,16 @@ impl XdpLoop {
                 }
                 break;
             }
-            if conn.pending.is_empty() && done(conn) {
+            if conn.pending.is_empty() && done(conn) && !conn.closing {
                 conn.closing = true;
+                // A handshake that ends in a close gives its slot back now, as the io_uring
+                // loop's close does, not when TCP is finally done with the connection.
+                if let Some(t) = conn.tls.as_mut().filter(|t| t.handshaking) {
+                    t.handshaking = false;
+                    if let Some(h) = self.https.as_mut() {
+                        h.handshakes = h.handshakes.saturating_sub(1);
+                    }
+                }
                 let out = &mut self.out;
                 endpoint(&mut self.tcp, &mut self.https, key.lane).close(
                     key.id,
@@ -573,22 +593,27 @@ impl XdpLoop {
             .https
             .as_ref()
             .map_or(i64::MAX, |h| h.handshake_timeout_ms);
-        let mut slow_handshakes = 0;
+        let mut timed_out_handshakes = 0;
         let expired: Vec<Key> = self
             .conns
             .iter()
-            .filter(|(_, c)| !c.closing)
             .filter(|(_, c)| {
-                let slow = c.tls.as_ref().is_some_and(|t| {
-                    t.handshaking && now - t.accepted_ms > handshake && !c.session.waiting_origin()
-                });
-                slow_handshakes += usize::from(slow);
-                slow || c.session.expired(now, idle, header)
+                let handshaking = c.tls.as_ref().is_some_and(|t| t.handshaking);
+                let slow = handshaking
+                    && c.tls
+                        .as_ref()
+                        .is_some_and(|t| now - t.accepted_ms > handshake)
+                    && !c.session.waiting_origin();
+                // A closing connection is forgotten once its session expires too (TCP resets
+                // it at its own idle backstop), so a peer that keeps ACKing holds nothing.
+                let gone = slow || c.session.expired(now, idle, header);
+                timed_out_handshakes += usize::from(gone && handshaking);
+                gone
             })
             .map(|(key, _)| *key)
             .collect();
         if let Some(h) = &self.https {
-            for _ in 0..slow_handshakes {
+            for _ in 0..timed_out_handshakes {
                 h.stats.failure(1); // timeout
             }
         }
