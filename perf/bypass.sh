@@ -54,14 +54,7 @@ sed -i "s/listen 127.0.0.1:$PORT reuseport;/listen $SADDR:$PORT reuseport;/" "$w
 tls_args=()
 if [ "$MODE" != http ]; then
   # One ECDSA P-256 certificate for every server, and nginx's HTTPS server beside its plain one.
-  (cd "$work" &&
-    openssl req -x509 -nodes -days 2 -subj "/CN=perf CA" -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
-      -keyout ca.key -out ca.pem 2>/dev/null &&
-    openssl req -nodes -subj /CN=lh.test -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
-      -keyout srv.key -out srv.csr 2>/dev/null &&
-    echo "subjectAltName=DNS:lh.test,IP:$SADDR" >san.ext &&
-    openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext \
-      -out srv.pem 2>/dev/null)
+  tls_cert "$work" "$SADDR"
   tls_args=(--tls-listen "$SADDR:$TPORT" --cert "$work/srv.pem" --key "$work/srv.key")
   sed -i '$ d' "$work/nginx.conf"
   cat >>"$work/nginx.conf" <<NGX

@@ -5,6 +5,20 @@
 # Total utime+stime clock ticks of the given pids.
 cpu_of() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat))); done; echo $t; }
 
+# tls_cert WORK ADDR: a test CA (WORK/ca.pem) and an ECDSA P-256 server certificate for
+# lh.test and ADDR signed by it (WORK/srv.pem, WORK/srv.key), with the openssl CLI.
+tls_cert() {
+  local work=$1 addr=$2
+  (cd "$work" &&
+    openssl req -x509 -nodes -days 2 -subj "/CN=perf CA" -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+      -keyout ca.key -out ca.pem 2>/dev/null &&
+    openssl req -nodes -subj /CN=lh.test -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+      -keyout srv.key -out srv.csr 2>/dev/null &&
+    echo "subjectAltName=DNS:lh.test,IP:$addr" >san.ext &&
+    openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext \
+      -out srv.pem 2>/dev/null)
+}
+
 # The median of the numbers on stdin (one per line or space separated).
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print (NR%2)? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 

@@ -52,14 +52,8 @@ pids=()
 . perf/lib.sh
 trap 'stop_server; rm -rf "$work"' EXIT
 
+tls_cert "$work" 127.0.0.1
 cd "$work"
-openssl req -x509 -nodes -days 2 -subj "/CN=perf CA" -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
-  -keyout ca.key -out ca.pem 2>/dev/null
-openssl req -nodes -subj /CN=lh.test -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
-  -keyout srv.key -out srv.csr 2>/dev/null
-echo "subjectAltName=DNS:lh.test,IP:127.0.0.1" >san.ext
-openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext \
-  -out srv.pem 2>/dev/null
 openssl rand -hex 32 >tickets.key
 "$BIN/lasthop-control" keygen --out key >/dev/null
 "$BIN/lasthop-snapshot" synth --key-file key --count 1000 --out links.snap --codes-out codes >/dev/null

@@ -110,16 +110,29 @@ pub struct TcpStats {
     pub bad_frames: u64,
 }
 
-impl std::ops::AddAssign for TcpStats {
-    /// Sums two endpoints' counters (a core's plain and HTTPS endpoints report as one).
-    fn add_assign(&mut self, o: TcpStats) {
-        self.syns += o.syns;
-        self.bad_cookies += o.bad_cookies;
-        self.opened += o.opened;
-        self.retransmits += o.retransmits;
-        self.resets_sent += o.resets_sent;
-        self.timeouts += o.timeouts;
-        self.bad_frames += o.bad_frames;
+impl TcpStats {
+    /// The counters' names in [`TcpStats::counts`]' order (the engine's metric labels).
+    pub const NAMES: [&'static str; 7] = [
+        "syns",
+        "bad_cookies",
+        "opened",
+        "retransmits",
+        "resets_sent",
+        "timeouts",
+        "bad_frames",
+    ];
+
+    /// The counters, in [`TcpStats::NAMES`]' order.
+    pub fn counts(&self) -> [u64; 7] {
+        [
+            self.syns,
+            self.bad_cookies,
+            self.opened,
+            self.retransmits,
+            self.resets_sent,
+            self.timeouts,
+            self.bad_frames,
+        ]
     }
 }
 

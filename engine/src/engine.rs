@@ -442,11 +442,13 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
         for (slot, listener) in tls_listeners.iter_mut().zip(ls) {
             *slot = Some(lasthop_engine::io::uring::TlsListen {
                 listener,
-                config: Arc::clone(&holder),
-                stats: Arc::clone(stats),
-                max_handshakes: args.tls_max_handshakes_per_core,
-                handshake_timeout_ms: args.tls_handshake_timeout_ms as i64,
-                ktls,
+                serve: tls::TlsServe {
+                    config: Arc::clone(&holder),
+                    stats: Arc::clone(stats),
+                    max_handshakes: args.tls_max_handshakes_per_core,
+                    handshake_timeout_ms: args.tls_handshake_timeout_ms as i64,
+                    ktls,
+                },
             });
         }
         tls_bound = Some(b);

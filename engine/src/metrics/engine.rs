@@ -124,20 +124,9 @@ pub struct CoreMetrics {
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     origin: [AtomicU64; 3],
-    /// `--io xdp`: the userspace TCP's counters, as [`XDP_TCP_EVENTS`] names them.
+    /// `--io xdp`: the userspace TCP's counters, as `TcpStats::NAMES` names them.
     xdp_tcp: [AtomicU64; 7],
 }
-
-/// The `event` label values of `lasthop_engine_xdp_tcp_events_total`.
-pub const XDP_TCP_EVENTS: [&str; 7] = [
-    "syns",
-    "bad_cookies",
-    "opened",
-    "retransmits",
-    "resets_sent",
-    "timeouts",
-    "bad_frames",
-];
 
 /// Single-writer increment: a relaxed load and store, no locked instruction. Correct because
 /// only the owning core writes; readers see some recent value.
@@ -240,18 +229,10 @@ impl CoreMetrics {
             .sum()
     }
 
-    /// `--io xdp`: the userspace TCP's counters so far (absolute; the loop copies them in).
-    pub fn set_xdp_tcp(&self, stats: &lasthop_edge::tcp::TcpStats) {
-        let values = [
-            stats.syns,
-            stats.bad_cookies,
-            stats.opened,
-            stats.retransmits,
-            stats.resets_sent,
-            stats.timeouts,
-            stats.bad_frames,
-        ];
-        for (slot, v) in self.xdp_tcp.iter().zip(values) {
+    /// `--io xdp`: the userspace TCP's counters so far (`TcpStats::counts`, absolute; the
+    /// loop copies them in).
+    pub fn set_xdp_tcp(&self, counts: [u64; 7]) {
+        for (slot, v) in self.xdp_tcp.iter().zip(counts) {
             slot.store(v, Ordering::Relaxed);
         }
     }
@@ -466,7 +447,7 @@ impl EngineMetrics {
                 "counter",
                 "The userspace TCP of --io xdp: SYNs answered with a cookie, returned cookies refused, connections opened, retransmissions, resets sent, connections timed out, frames refused.",
             );
-            for (i, event) in XDP_TCP_EVENTS.iter().enumerate() {
+            for (i, event) in lasthop_edge::tcp::TcpStats::NAMES.iter().enumerate() {
                 sample(
                     o,
                     "lasthop_engine_xdp_tcp_events_total",

@@ -37,6 +37,28 @@ pub use config::{server_config, TlsError, TlsSettings, SESSION_CACHE};
 pub use ktls::{ktls_install, probe_ktls, KtlsSupport};
 pub use tickets::FileTicketer;
 
+/// What a core serves its HTTPS connections with, whichever loop accepts them.
+pub struct TlsServe {
+    /// The configuration new connections get (SIGHUP replaces it; live connections keep theirs).
+    pub config: std::sync::Arc<std::sync::Mutex<std::sync::Arc<rustls::ServerConfig>>>,
+    pub stats: std::sync::Arc<TlsStats>,
+    /// Most connections of this core in their handshake at once; more are refused at accept.
+    pub max_handshakes: usize,
+    /// A handshake not finished in this long is dropped.
+    pub handshake_timeout_ms: i64,
+    /// What the kernel's TLS ULP takes (None: no kTLS): a connection whose suite it takes is
+    /// handed to it after the handshake.
+    pub ktls: Option<KtlsSupport>,
+}
+
+impl std::fmt::Debug for TlsServe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsServe")
+            .field("max_handshakes", &self.max_handshakes)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Handshake failure reasons, as labelled in `/metrics`.
 pub const FAILURES: [&str; 5] = ["alert", "timeout", "handshake_cap", "io", "ktls"];
 

@@ -16,39 +16,21 @@ use std::time::Duration;
 use io_uring::types::{Fd, Fixed, TimeoutFlags, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
-use std::sync::{Arc, Mutex};
-
-use rustls::ServerConfig;
+use std::sync::Arc;
 
 use crate::origin::OriginInbox;
 
 mod bufring;
 use crate::session::{CoreCtx, Drive as _, Session};
 use crate::tls::conn::{self, TlsConn};
-use crate::tls::TlsStats;
+use crate::tls::TlsServe;
 use bufring::{BufRing, BGID};
 
 /// The HTTPS listener of a core and what its connections need.
+#[derive(Debug)]
 pub struct TlsListen {
     pub listener: OwnedFd,
-    /// The configuration new connections get (SIGHUP replaces it; live connections keep theirs).
-    pub config: Arc<Mutex<Arc<ServerConfig>>>,
-    pub stats: Arc<TlsStats>,
-    /// Most connections of this core in their handshake at once; more are closed at accept.
-    pub max_handshakes: usize,
-    /// A handshake not finished in this long is dropped.
-    pub handshake_timeout_ms: i64,
-    /// What the kernel's TLS ULP takes (None: no kTLS): a connection whose suite it takes is
-    /// handed to it after the handshake.
-    pub ktls: Option<crate::tls::KtlsSupport>,
-}
-
-impl std::fmt::Debug for TlsListen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsListen")
-            .field("max_handshakes", &self.max_handshakes)
-            .finish_non_exhaustive()
-    }
+    pub serve: TlsServe,
 }
 
 const ACCEPT: u64 = 1;
@@ -447,9 +429,9 @@ impl UringLoop {
         let tls_conn = match (tls, &self.tls) {
             (true, Some(listen)) => {
                 let conn = TlsConn::start(
-                    &listen.config,
-                    &listen.stats,
-                    listen.max_handshakes,
+                    &listen.serve.config,
+                    &listen.serve.stats,
+                    listen.serve.max_handshakes,
                     self.handshakes,
                     ctx.now_ms,
                 )?;
@@ -468,7 +450,7 @@ impl UringLoop {
                 .user_data(user_data(CLOSE, gen, idx));
             return self.push(close);
         }
-        let ktls = tls_conn.is_some() && self.tls.as_ref().is_some_and(|t| t.ktls.is_some());
+        let ktls = tls_conn.is_some() && self.tls.as_ref().is_some_and(|t| t.serve.ktls.is_some());
         if ktls || ctx.clicks.is_some() {
             // A regular fd: for the kTLS hand-off's setsockopt calls, ready long before the
             // handshake ends (it needs a round trip from the client), and for the peer address
@@ -520,7 +502,7 @@ impl UringLoop {
                 match conn.tls.as_mut() {
                     None => conn.session.receive(data, ctx, token),
                     Some(tls) => {
-                        let stats = self.tls.as_ref().map(|t| &*t.stats);
+                        let stats = self.tls.as_ref().map(|t| &*t.serve.stats);
                         if conn::input(tls, &mut conn.session, data, ctx, token, stats).is_err() {
                             tls.failed = true;
                             conn.session.close_after_send = true;
@@ -567,7 +549,7 @@ impl UringLoop {
         }
         // SAFETY: a successful FIXED_FD_INSTALL returns a new descriptor that nothing else owns.
         let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(res) };
-        let ktls = self.tls.as_ref().is_some_and(|t| t.ktls.is_some());
+        let ktls = self.tls.as_ref().is_some_and(|t| t.serve.ktls.is_some());
         if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
             if conn.gen == gen && !conn.closing {
                 conn.session.peer = crate::io::socket::peer_addr(fd.as_raw_fd())
@@ -658,8 +640,8 @@ impl UringLoop {
                 {
                     // Everything rustls had is on the wire and nothing is half-read: hand the
                     // record layer to the kernel, and serve the connection as plain from now.
-                    let stats = self.tls.as_ref().map(|t| Arc::clone(&t.stats));
-                    let support = self.tls.as_ref().and_then(|t| t.ktls);
+                    let stats = self.tls.as_ref().map(|t| Arc::clone(&t.serve.stats));
+                    let support = self.tls.as_ref().and_then(|t| t.serve.ktls);
                     let Some(t) = conn.tls.take() else {
                         continue;
                     };
@@ -733,7 +715,7 @@ impl UringLoop {
         let handshake = self
             .tls
             .as_ref()
-            .map_or(i64::MAX, |t| t.handshake_timeout_ms);
+            .map_or(i64::MAX, |t| t.serve.handshake_timeout_ms);
         let now = ctx.now_ms;
         let expired: Vec<u32> = self
             .conns
@@ -759,7 +741,7 @@ impl UringLoop {
             );
             if handshaking {
                 if let Some(t) = &self.tls {
-                    t.stats.failure(1); // timeout
+                    t.serve.stats.failure(1); // timeout
                 }
             }
             self.close(idx, ctx)?;

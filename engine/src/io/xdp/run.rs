@@ -17,12 +17,9 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::ops::Range;
 
-use std::sync::{Arc, Mutex};
-
 use hashbrown::HashMap;
 use lasthop_edge::tcp::{ConnId, Tcp, TcpConfig, TcpEvent};
 use lasthop_edge::wire;
-use rustls::ServerConfig;
 
 use super::xsk::{Xsk, XskConfig};
 use super::XskMap;
@@ -30,7 +27,7 @@ use crate::io::uring::TlsListen;
 use crate::origin::{OriginInbox, OriginReply};
 use crate::session::{CoreCtx, Drive as _, Session};
 use crate::tls::conn::{self as tls_conn, TlsConn};
-use crate::tls::TlsStats;
+use crate::tls::TlsServe;
 
 /// What one core serves on the bypass path.
 #[derive(Debug, Clone)]
@@ -94,12 +91,8 @@ enum Heard {
 /// The HTTPS endpoint of a core.
 struct Https {
     tcp: Tcp,
-    /// The configuration new connections get (SIGHUP replaces it).
-    config: Arc<Mutex<Arc<ServerConfig>>>,
-    stats: Arc<TlsStats>,
-    max_handshakes: usize,
-    handshake_timeout_ms: i64,
-    /// Connections of this core in their handshake now (against `max_handshakes`).
+    tls: TlsServe,
+    /// Connections of this core in their handshake now (against `tls.max_handshakes`).
     handshakes: usize,
 }
 
@@ -181,7 +174,7 @@ fn feed(conn: &mut Conn, data: &[u8], ctx: &CoreCtx, token: u64, https: Option<&
         conn.session.receive(data, ctx, token);
         return;
     };
-    let stats = https.as_ref().map(|h| &*h.stats);
+    let stats = https.as_ref().map(|h| &*h.tls.stats);
     if tls_conn::input(tls, &mut conn.session, data, ctx, token, stats).is_err() {
         tls.failed = true;
         conn.session.close_after_send = true;
@@ -262,21 +255,10 @@ impl XdpLoop {
                     // As with the plain port: connections come through the socket only, and the
                     // kernel listener is closed so that this host's own are refused, not queued.
                     // No kernel socket ever holds a connection here, so kTLS does not apply.
-                    let TlsListen {
-                        listener,
-                        config,
-                        stats,
-                        max_handshakes,
-                        handshake_timeout_ms,
-                        ktls: _,
-                    } = listen;
-                    drop(listener);
+                    drop(listen.listener);
                     Some(Https {
                         tcp: endpoint(port),
-                        config,
-                        stats,
-                        max_handshakes,
-                        handshake_timeout_ms,
+                        tls: listen.serve,
                         handshakes: 0,
                     })
                 }
@@ -423,9 +405,9 @@ impl XdpLoop {
         let tls = match (key.lane, &mut self.https) {
             (Lane::Https, Some(h)) => {
                 match TlsConn::start(
-                    &h.config,
-                    &h.stats,
-                    h.max_handshakes,
+                    &h.tls.config,
+                    &h.tls.stats,
+                    h.tls.max_handshakes,
                     h.handshakes,
                     ctx.now_ms,
                 ) {
@@ -583,27 +565,32 @@ impl XdpLoop {
             return;
         }
         self.last_sweep_ms = ctx.now_ms;
-        let mut stats = self.tcp.stats();
+        // A core's two endpoints report as one.
+        let mut counts = self.tcp.stats().counts();
         if let Some(h) = &self.https {
-            stats += h.tcp.stats();
+            for (sum, n) in counts.iter_mut().zip(h.tcp.stats().counts()) {
+                *sum += n;
+            }
         }
-        ctx.metrics.set_xdp_tcp(&stats);
+        ctx.metrics.set_xdp_tcp(counts);
         let (now, idle, header) = (ctx.now_ms, self.idle_timeout_ms, self.header_timeout_ms);
         let handshake = self
             .https
             .as_ref()
-            .map_or(i64::MAX, |h| h.handshake_timeout_ms);
+            .map_or(i64::MAX, |h| h.tls.handshake_timeout_ms);
         let mut timed_out_handshakes = 0;
         let expired: Vec<Key> = self
             .conns
             .iter()
             .filter(|(_, c)| {
-                let handshaking = c.tls.as_ref().is_some_and(|t| t.handshaking);
-                let slow = handshaking
-                    && c.tls
-                        .as_ref()
-                        .is_some_and(|t| now - t.accepted_ms > handshake)
-                    && !c.session.waiting_origin();
+                let started = c
+                    .tls
+                    .as_ref()
+                    .filter(|t| t.handshaking)
+                    .map(|t| t.accepted_ms);
+                let handshaking = started.is_some();
+                let slow =
+                    started.is_some_and(|at| now - at > handshake) && !c.session.waiting_origin();
                 // A closing connection is forgotten once its session expires too (TCP resets
                 // it at its own idle backstop), so a peer that keeps ACKing holds nothing.
                 let gone = slow || c.session.expired(now, idle, header);
@@ -614,7 +601,7 @@ impl XdpLoop {
             .collect();
         if let Some(h) = &self.https {
             for _ in 0..timed_out_handshakes {
-                h.stats.failure(1); // timeout
+                h.tls.stats.failure(1); // timeout
             }
         }
         let tcp_now = self.started.elapsed().as_millis() as u64;
