@@ -84,6 +84,15 @@ impl TlsConn {
     }
 }
 
+impl TlsConn {
+    /// Takes the connection out of its core's handshakes in flight: true the first time while
+    /// it is counted (the loop then lowers its count), false once its handshake ended or it
+    /// was taken out already.
+    pub fn uncount(&mut self) -> bool {
+        std::mem::replace(&mut self.handshaking, false)
+    }
+}
+
 /// Follows TLS record framing (5-byte header with a big-endian length) over a byte stream.
 #[derive(Debug, Default)]
 pub struct RecordTrack {
@@ -169,7 +178,9 @@ pub enum InputError {
 }
 
 /// Feeds received TLS bytes to rustls and the plaintext (early data included) to the session.
-/// An error means the connection must close (its alert, if any, is already queued in rustls).
+/// `Ok(true)`: these bytes finished the handshake, and the loop lowers its count of handshakes
+/// in flight ([`TlsConn::uncount`]). An error means the connection must close (its alert, if
+/// any, is already queued in rustls).
 pub fn input(
     tls: &mut TlsConn,
     session: &mut Session,
@@ -177,7 +188,7 @@ pub fn input(
     ctx: &CoreCtx,
     token: u64,
     stats: Option<&TlsStats>,
-) -> Result<(), InputError> {
+) -> Result<bool, InputError> {
     let was_handshaking = tls.conn.is_handshaking();
     if tls.raw_fd.is_some() {
         tls.records.feed(data);
@@ -242,7 +253,7 @@ pub fn input(
             s.handshake(kind);
         }
     }
-    Ok(())
+    Ok(!tls.conn.is_handshaking() && tls.uncount())
 }
 
 /// Moves the session's rendered answers into rustls and everything rustls has to send

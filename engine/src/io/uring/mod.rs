@@ -278,11 +278,8 @@ impl UringLoop {
             return Ok(());
         }
         conn.closing = true;
-        if let Some(t) = conn.tls.as_mut() {
-            if t.handshaking {
-                t.handshaking = false;
-                self.handshakes = self.handshakes.saturating_sub(1);
-            }
+        if conn.tls.as_mut().is_some_and(|t| t.uncount()) {
+            self.handshakes = self.handshakes.saturating_sub(1);
         }
         let gen = conn.gen;
         let recv_armed = conn.recv_armed;
@@ -503,13 +500,13 @@ impl UringLoop {
                     None => conn.session.receive(data, ctx, token),
                     Some(tls) => {
                         let stats = self.tls.as_ref().map(|t| &*t.serve.stats);
-                        if conn::input(tls, &mut conn.session, data, ctx, token, stats).is_err() {
-                            tls.failed = true;
-                            conn.session.close_after_send = true;
-                        }
-                        if tls.handshaking && !tls.conn.is_handshaking() {
-                            tls.handshaking = false;
-                            self.handshakes = self.handshakes.saturating_sub(1);
+                        match conn::input(tls, &mut conn.session, data, ctx, token, stats) {
+                            Ok(true) => self.handshakes = self.handshakes.saturating_sub(1),
+                            Ok(false) => {}
+                            Err(_) => {
+                                tls.failed = true;
+                                conn.session.close_after_send = true;
+                            }
                         }
                     }
                 }

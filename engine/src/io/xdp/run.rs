@@ -175,15 +175,20 @@ fn feed(conn: &mut Conn, data: &[u8], ctx: &CoreCtx, token: u64, https: Option<&
         return;
     };
     let stats = https.as_ref().map(|h| &*h.tls.stats);
-    if tls_conn::input(tls, &mut conn.session, data, ctx, token, stats).is_err() {
-        tls.failed = true;
-        conn.session.close_after_send = true;
-    }
-    if tls.handshaking && !tls.conn.is_handshaking() {
-        tls.handshaking = false;
-        if let Some(h) = https {
-            h.handshakes = h.handshakes.saturating_sub(1);
+    match tls_conn::input(tls, &mut conn.session, data, ctx, token, stats) {
+        Ok(true) => uncounted(https),
+        Ok(false) => {}
+        Err(_) => {
+            tls.failed = true;
+            conn.session.close_after_send = true;
         }
+    }
+}
+
+/// One handshake fewer in flight on this core (a connection [`TlsConn::uncount`] took out).
+fn uncounted(https: Option<&mut Https>) {
+    if let Some(h) = https {
+        h.handshakes = h.handshakes.saturating_sub(1);
     }
 }
 
@@ -443,13 +448,11 @@ impl XdpLoop {
 
     /// Drops `key`'s state (TCP has closed it, or is being told to).
     fn forget(&mut self, key: Key, ctx: &mut CoreCtx) {
-        let Some(conn) = self.conns.remove(&key) else {
+        let Some(mut conn) = self.conns.remove(&key) else {
             return;
         };
-        if conn.tls.as_ref().is_some_and(|t| t.handshaking) {
-            if let Some(h) = &mut self.https {
-                h.handshakes = h.handshakes.saturating_sub(1);
-            }
+        if conn.tls.as_mut().is_some_and(|t| t.uncount()) {
+            uncounted(self.https.as_mut());
         }
         ctx.metrics.connection_closed();
     }
@@ -510,11 +513,8 @@ impl XdpLoop {
                 conn.closing = true;
                 // A handshake that ends in a close gives its slot back now, as the io_uring
                 // loop's close does, not when TCP is finally done with the connection.
-                if let Some(t) = conn.tls.as_mut().filter(|t| t.handshaking) {
-                    t.handshaking = false;
-                    if let Some(h) = self.https.as_mut() {
-                        h.handshakes = h.handshakes.saturating_sub(1);
-                    }
+                if conn.tls.as_mut().is_some_and(|t| t.uncount()) {
+                    uncounted(self.https.as_mut());
                 }
                 let out = &mut self.out;
                 endpoint(&mut self.tcp, &mut self.https, key.lane).close(
