@@ -96,6 +96,19 @@ http {
 NGX
 }
 
+# crypto_floor NAME [CPU]: handshakes per second on one core (CPU, default 0: where the perf
+# scripts pin their servers) of `cargo bench --bench handshake`'s `handshake/NAME` (`full`: a
+# full TLS 1.3 handshake's server crypto; `resumed_psk_dhe`: a TLS 1.3 psk_dhe resumption's),
+# criterion's median over a short run (1 s warm-up, 3 s measured). Build the bench first
+# (`cargo bench --no-run -p lasthop-benches --bench handshake`), or the first call compiles it.
+crypto_floor() {
+  taskset -c "${2:-0}" cargo bench -q -p lasthop-benches --bench handshake -- --noplot \
+    --warm-up-time 1 --measurement-time 3 "handshake/$1\$" 2>/dev/null |
+    awk '/time:/ && !/%/ { for (i = 1; i <= NF; i++) if ($i == "time:") t = i
+      v = $(t + 3); u = $(t + 4); s = (u == "ns") ? 1e-9 : (u == "µs" || u == "us") ? 1e-6 : 1e-3
+      printf "%.0f", 1 / (v * s); exit }'
+}
+
 # pg_pair WORK [PORT]: a PostgreSQL primary and a synchronous streaming standby from Debian's
 # `postgresql` package (installed if missing), in WORK/pg (initdb, pg_basebackup; as the
 # postgres user when root; no system service), on 127.0.0.1:PORT and PORT+1, with

@@ -155,15 +155,10 @@ for kind in $KINDS; do
   awk -v e="$e" -v n="$n" -v k="$kind" 'BEGIN{printf "  %s: engine/nginx %.2fx per server CPU-second\n", k, (n>0)? e/n : 0}'
 done
 
-# The crypto floor on this machine, per core (criterion's median).
-floor() { # bench name -> handshakes per second
-  cargo bench -q -p lasthop-benches --bench handshake -- --noplot "handshake/$1\$" 2>/dev/null |
-    awk '/time:/ && !/%/ { for (i = 1; i <= NF; i++) if ($i == "time:") t = i
-      v = $(t + 3); u = $(t + 4); s = (u == "ns") ? 1e-9 : (u == "µs" || u == "us") ? 1e-6 : 1e-3
-      printf "%.0f", 1 / (v * s); exit }'
-}
-full_floor=$(floor full)
-resumed_floor=$(floor resumed_psk_dhe)
+# The crypto floor on this machine, per core (criterion's median), on the servers' CPU.
+cargo bench --no-run -q -p lasthop-benches --bench handshake 2>/dev/null
+full_floor=$(crypto_floor full 0)
+resumed_floor=$(crypto_floor resumed_psk_dhe 0)
 echo
 echo "crypto floor per core (cargo bench --bench handshake): full TLS 1.3 $full_floor/s, TLS 1.3 psk_dhe resumption $resumed_floor/s"
 case " $KINDS " in *" full-conc "*)

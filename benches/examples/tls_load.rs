@@ -126,7 +126,7 @@ fn main() {
                         answer.clear();
                         match tls.read_to_end(&mut answer) {
                             Ok(_) => {}
-                            // A server closing without close_notify after `Connection: close`.
+                            // A server that closes without close_notify after `Connection: close`.
                             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
                             Err(e) => return Err(e),
                         }

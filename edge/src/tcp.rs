@@ -186,6 +186,17 @@ struct Conn {
     ack_due: bool,
 }
 
+impl Conn {
+    /// The application is done sending: a FIN follows the queue.
+    fn queue_fin(&mut self) {
+        self.fin_queued = true;
+        self.state = match self.state {
+            State::CloseWait => State::LastAck,
+            _ => State::FinWait,
+        };
+    }
+}
+
 const RTO_INITIAL_MS: u64 = 1_000;
 /// The floor of a computed RTO: Linux's `TCP_RTO_MIN` (RFC 6298 §2.4 asks for 1 s and allows
 /// less; a peer's delayed ACK is at most 200 ms in practice, and an edge's round trips are
@@ -333,6 +344,30 @@ impl Tcp {
         now_ms: u64,
         tx: &mut dyn FnMut(&[u8]),
     ) -> usize {
+        self.queue(id, data, false, now_ms, tx)
+    }
+
+    /// [`Tcp::send`] of a connection's last bytes: when all of `data` is taken, the FIN is
+    /// queued behind it before anything is sent, so it rides on the last data segment instead
+    /// of following in a segment of its own (as [`Tcp::close`] after [`Tcp::send`] would).
+    pub fn send_and_close(
+        &mut self,
+        id: ConnId,
+        data: &[u8],
+        now_ms: u64,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> usize {
+        self.queue(id, data, true, now_ms, tx)
+    }
+
+    fn queue(
+        &mut self,
+        id: ConnId,
+        data: &[u8],
+        close: bool,
+        now_ms: u64,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> usize {
         let limit = self.cfg.send_limit;
         let Some(c) = self.conns.get_mut(&id) else {
             return 0;
@@ -342,6 +377,9 @@ impl Tcp {
         }
         let take = data.len().min(limit.saturating_sub(c.queue.len()));
         c.queue.extend(&data[..take]);
+        if close && take == data.len() {
+            c.queue_fin();
+        }
         self.transmit(id, now_ms, tx);
         take
     }
@@ -354,11 +392,7 @@ impl Tcp {
         if c.fin_queued {
             return;
         }
-        c.fin_queued = true;
-        c.state = match c.state {
-            State::CloseWait => State::LastAck,
-            _ => State::FinWait,
-        };
+        c.queue_fin();
         self.transmit(id, now_ms, tx);
     }
 
@@ -1080,6 +1114,33 @@ mod tests {
             &[],
         );
         assert_eq!(w.events, [Ev::Open]);
+    }
+
+    #[test]
+    fn the_last_answer_carries_the_fin() {
+        let mut w = World::new();
+        let isn = w.open();
+        w.segment(TcpControl::Psh, Some(isn), 64240, b"GET / HTTP/1.1\r\n\r\n");
+        let sent = &mut w.sent;
+        let taken = w
+            .tcp
+            .send_and_close(ID, b"HTTP/1.1 302 Found\r\n\r\n", w.now, &mut |f| {
+                sent.push(out(f))
+            });
+        assert_eq!(taken, 22);
+        assert_eq!(w.sent.len(), 1, "one segment: {:?}", w.sent);
+        let seg = w.sent.pop().unwrap();
+        assert_eq!((seg.control, seg.seq), (TcpControl::Fin, isn));
+        assert_eq!(seg.payload, b"HTTP/1.1 302 Found\r\n\r\n");
+        // Closed for sending: nothing more is taken, and close adds nothing.
+        assert_eq!(w.send(b"more"), 0);
+        w.close();
+        assert!(w.sent.is_empty());
+        // The peer acknowledges both and closes: its FIN is acknowledged, and we are done.
+        w.segment(TcpControl::Fin, Some(isn.wrapping_add(23)), 64240, &[]);
+        let ack = w.sent.pop().unwrap();
+        assert_eq!(ack.ack, Some(w.seq));
+        assert!(w.tcp.is_empty());
     }
 
     #[test]

@@ -256,15 +256,31 @@ pub fn input(
     Ok(!tls.conn.is_handshaking() && tls.uncount())
 }
 
+/// Whether the connection ends once what it has is sent: its session said close (a
+/// `Connection: close` answer, the client's close_notify, garbage) and awaits no origin reply,
+/// and its handshake is over (answers to 0-RTT early data wait in rustls for the client's
+/// Finished) or failed.
+pub fn done(tls: &TlsConn, session: &Session) -> bool {
+    session.close_after_send
+        && !session.waiting_origin()
+        && (tls.failed || !tls.conn.is_handshaking())
+}
+
 /// Moves the session's rendered answers into rustls and everything rustls has to send
 /// (handshake flights, records, alerts) onto `sending`. A write rustls refuses closes the
-/// connection once the rest is out.
+/// connection once the rest is out. A connection that is [`done`] ends with close_notify
+/// after its last answer (RFC 8446 §6.1, RFC 9112 §9.8: a clean closure, so the client can
+/// tell the end from a truncation); a failed one has its alert instead.
 pub fn output(tls: &mut TlsConn, session: &mut Session, sending: &mut Vec<u8>) {
     if !session.out.is_empty() {
         if tls.conn.writer().write_all(&session.out).is_err() {
             session.close_after_send = true;
         }
         session.out.clear();
+    }
+    if !tls.failed && done(tls, session) {
+        // Once only: rustls ignores it after the first (or after a fatal alert).
+        tls.conn.send_close_notify();
     }
     while tls.conn.wants_write() {
         if tls.conn.write_tls(sending).is_err() {

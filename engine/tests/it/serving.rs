@@ -186,6 +186,44 @@ fn epoll_backend_serves_the_same() {
     check_backend("epoll");
 }
 
+/// The io_uring loop sends a closing connection's last answer with MSG_MORE behind a linked
+/// shutdown, so the FIN rides on the answer's segment: the client receives the SYN-ACK, the
+/// ACK of its request and one segment holding the answer and the FIN (read from the client
+/// socket's `segs_in` with `ss`). Sent apart, the FIN would be a fourth.
+#[test]
+fn io_uring_puts_the_fin_on_the_last_answer() {
+    use std::io::{Read as _, Write as _};
+    let f = fixture();
+    let engine = f.site.start(&["--io", "uring"]);
+    let mut s = std::net::TcpStream::connect(&engine.addr).expect("connect");
+    let req = format!(
+        "GET /{} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        f.live
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)
+        .expect("answer, then the server's close");
+    assert!(
+        answer.starts_with(b"HTTP/1.1 302 "),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // The socket stays open (CLOSE-WAIT) until `s` drops, so `ss` still has it.
+    let local = s.local_addr().unwrap().to_string();
+    let out = std::process::Command::new("ss")
+        .args(["-Htin", "src", &local])
+        .output()
+        .expect("ss (iproute2)");
+    let info = String::from_utf8_lossy(&out.stdout).to_string();
+    let segs_in: u32 = info
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("segs_in:"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no segs_in in ss's line: {info}"));
+    assert!(segs_in <= 3, "answer and FIN in separate segments: {info}");
+}
+
 /// Every core serves from the engine's first line on: the kernel hashes connections across the
 /// cores' SO_REUSEPORT sockets, so a core that never armed its listener leaves its share
 /// waiting (it happened: a glommio executor parked before its first poll). 32 connections made

@@ -327,6 +327,32 @@ fn the_server_picks_its_preferred_cipher_suite() {
     assert!(out.contains("Cipher is TLS_AES_256_GCM_SHA384"), "{out}");
 }
 
+/// A connection the server ends (a `Connection: close` answer, a 400 for garbage) ends with
+/// close_notify after the last answer, so the client can tell the end from a truncation
+/// (RFC 8446 §6.1, RFC 9112 §9.8).
+#[test]
+fn the_server_ends_a_closing_connection_with_close_notify() {
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &[]);
+    let get = format!("GET /{code} HTTP/1.1\r\nHost: lh.test\r\nConnection: close\r\n\r\n");
+    let notify = "<<< TLS 1.3, Alert [length 0002], warning close_notify";
+    for (input, status) in [
+        (get.as_bytes(), "HTTP/1.1 302 Found"),
+        (&b"GARBAGE\r\n\r\n"[..], "HTTP/1.1 400 Bad Request"),
+    ] {
+        let out = s_client(&e, &pki, &["-msg"], input);
+        let answer = out
+            .find(status)
+            .unwrap_or_else(|| panic!("no {status}: {out}"));
+        let alert = out
+            .find(notify)
+            .unwrap_or_else(|| panic!("no close_notify: {out}"));
+        assert!(answer < alert, "close_notify after the answer: {out}");
+    }
+}
+
 #[test]
 fn sessions_resume_and_early_data_gets_get_only() {
     let site = Site::new();

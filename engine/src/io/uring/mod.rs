@@ -42,6 +42,7 @@ const WAKE: u64 = 6;
 const CANCEL: u64 = 7;
 const ACCEPT_TLS: u64 = 8;
 const INSTALL: u64 = 9;
+const SHUTDOWN: u64 = 10;
 
 /// A connection whose unanswered input grows past this is dropped (it is not speaking HTTP to us
 /// the way a client would).
@@ -120,6 +121,11 @@ struct Conn {
     in_flight: bool,
     recv_armed: bool,
     closing: bool,
+    /// A SHUTDOWN linked behind the connection's last SEND has not completed: the slot's
+    /// CLOSE waits for it (`close_deferred`), so the shutdown cannot reach a connection that
+    /// reuses the slot.
+    shutting: bool,
+    close_deferred: bool,
 }
 
 /// One core's ring, listener and connections.
@@ -221,6 +227,18 @@ impl UringLoop {
         }
     }
 
+    /// Pushes a chain of linked SQEs whole: a chain split across two submissions would run
+    /// its tail unlinked.
+    fn push_linked(&mut self, sqes: &[squeue::Entry]) -> io::Result<()> {
+        loop {
+            // SAFETY: as in `push`, for every entry of the chain.
+            if unsafe { self.ring.submission().push_multiple(sqes) }.is_ok() {
+                return Ok(());
+            }
+            self.ring.submit()?;
+        }
+    }
+
     fn arm_accept(&mut self) -> io::Result<()> {
         if self.draining {
             return Ok(());
@@ -281,10 +299,22 @@ impl UringLoop {
         if conn.tls.as_mut().is_some_and(|t| t.uncount()) {
             self.handshakes = self.handshakes.saturating_sub(1);
         }
+        ctx.metrics.connection_closed();
+        if conn.shutting {
+            conn.close_deferred = true;
+            return Ok(());
+        }
+        self.release(idx)
+    }
+
+    /// Cancels what a closing connection still has in flight and closes its slot.
+    fn release(&mut self, idx: u32) -> io::Result<()> {
+        let Some(Some(conn)) = self.conns.get_mut(idx as usize) else {
+            return Ok(());
+        };
         let gen = conn.gen;
         let recv_armed = conn.recv_armed;
         let in_flight = conn.in_flight;
-        ctx.metrics.connection_closed();
         if in_flight {
             // A SEND waiting for socket space would keep reading `sending`: cancel it (its
             // completion, whatever it says, releases the buffer; see `graveyard`).
@@ -293,6 +323,9 @@ impl UringLoop {
                 .user_data(user_data(CANCEL, gen, idx));
             self.push(cancel)?;
         }
+        let close = opcode::Close::new(Fixed(idx))
+            .build()
+            .user_data(user_data(CLOSE, gen, idx));
         if recv_armed {
             // A multishot recv holds a reference to the socket: cancel it, then close the slot
             // (hard link: the close runs even if the recv already ended).
@@ -300,12 +333,25 @@ impl UringLoop {
                 .build()
                 .flags(squeue::Flags::IO_HARDLINK)
                 .user_data(user_data(CANCEL, gen, idx));
-            self.push(cancel)?;
+            return self.push_linked(&[cancel, close]);
         }
-        let close = opcode::Close::new(Fixed(idx))
-            .build()
-            .user_data(user_data(CLOSE, gen, idx));
         self.push(close)
+    }
+
+    /// The shutdown behind a connection's last answer completed (or was cancelled with a
+    /// failed send): a close that waited for it goes ahead.
+    fn on_shutdown(&mut self, gen: u32, idx: u32) -> io::Result<()> {
+        let Some(Some(conn)) = self.conns.get_mut(idx as usize) else {
+            return Ok(());
+        };
+        if conn.gen != gen {
+            return Ok(());
+        }
+        conn.shutting = false;
+        if std::mem::take(&mut conn.close_deferred) {
+            return self.release(idx);
+        }
+        Ok(())
     }
 
     /// Stops accepting (drain on SIGTERM): cancels the multishot accept.
@@ -357,6 +403,7 @@ impl UringLoop {
                     self.on_recv(gen, idx, res, flags, ctx)?;
                 }
                 SEND => self.on_send(gen, idx, res, ctx)?,
+                SHUTDOWN => self.on_shutdown(gen, idx)?,
                 CLOSE => {
                     if let Some(slot) = self.conns.get_mut(idx as usize) {
                         if slot.as_ref().is_some_and(|c| c.gen == gen) {
@@ -472,6 +519,8 @@ impl UringLoop {
                 in_flight: false,
                 recv_armed: false,
                 closing: false,
+                shutting: false,
+                close_deferred: false,
             });
             ctx.metrics.connection_opened();
             self.arm_recv(idx)?;
@@ -584,7 +633,7 @@ impl UringLoop {
         ctx.metrics.bytes_out(res as u64);
         conn.sent += res as usize;
         if conn.sent < conn.sending.len() {
-            return self.send_rest(idx);
+            return self.send_rest(idx, false);
         }
         conn.sending.clear();
         conn.sent = 0;
@@ -592,16 +641,33 @@ impl UringLoop {
         Ok(())
     }
 
-    fn send_rest(&mut self, idx: u32) -> io::Result<()> {
+    /// Sends what `sending` holds past `sent`. With `last` (nothing follows: the connection
+    /// closes after it), the send is linked to a shutdown of the write side and sent with
+    /// MSG_MORE, so the kernel holds the tail of the answer until the shutdown puts the FIN on
+    /// it: the answer and the FIN leave in one segment instead of two (the close that follows
+    /// sends nothing). MSG_WAITALL makes the ring finish a short send itself, so the shutdown
+    /// never runs ahead of bytes still to go; a failed send cancels it.
+    fn send_rest(&mut self, idx: u32, last: bool) -> io::Result<()> {
         let Some(Some(conn)) = self.conns.get_mut(idx as usize) else {
             return Ok(());
         };
         let rest = &conn.sending[conn.sent..];
-        let sqe = opcode::Send::new(Fixed(idx), rest.as_ptr(), rest.len() as u32)
-            .build()
-            .user_data(user_data(SEND, conn.gen, idx));
+        let send = opcode::Send::new(Fixed(idx), rest.as_ptr(), rest.len() as u32);
         conn.in_flight = true;
-        self.push(sqe)
+        if !last || conn.shutting {
+            let sqe = send.build().user_data(user_data(SEND, conn.gen, idx));
+            return self.push(sqe);
+        }
+        conn.shutting = true;
+        let send = send
+            .flags(libc::MSG_MORE | libc::MSG_WAITALL)
+            .build()
+            .flags(squeue::Flags::IO_LINK)
+            .user_data(user_data(SEND, conn.gen, idx));
+        let shutdown = opcode::Shutdown::new(Fixed(idx), libc::SHUT_WR)
+            .build()
+            .user_data(user_data(SHUTDOWN, conn.gen, idx));
+        self.push_linked(&[send, shutdown])
     }
 
     /// Starts a send for every connection with answers waiting, closes those that are done.
@@ -620,11 +686,9 @@ impl UringLoop {
                 conn::output(tls, &mut conn.session, &mut conn.sending);
                 if !conn.sending.is_empty() {
                     conn.sent = 0;
-                    self.send_rest(idx)?;
-                } else if conn.session.close_after_send
-                    && !conn.session.waiting_origin()
-                    && (tls.failed || !tls.conn.is_handshaking())
-                {
+                    let last = conn::done(tls, &conn.session);
+                    self.send_rest(idx, last)?;
+                } else if conn::done(tls, &conn.session) {
                     // Answers to 0-RTT early data wait in rustls for the client's Finished:
                     // a closing connection stays open until they are out.
                     self.close(idx, ctx)?;
@@ -664,7 +728,8 @@ impl UringLoop {
             if !conn.session.out.is_empty() {
                 std::mem::swap(&mut conn.sending, &mut conn.session.out);
                 conn.sent = 0;
-                self.send_rest(idx)?;
+                let last = conn.session.close_after_send && !conn.session.waiting_origin();
+                self.send_rest(idx, last)?;
             } else if conn.session.close_after_send {
                 self.close(idx, ctx)?;
             }

@@ -221,11 +221,10 @@ fn take_output(conn: &mut Conn) {
 /// and no origin reply is awaited.
 fn done(conn: &Conn) -> bool {
     let s = &conn.session;
-    let said = s.close_after_send
-        && conn
-            .tls
-            .as_ref()
-            .is_none_or(|t| !s.waiting_origin() && (t.failed || !t.conn.is_handshaking()));
+    let said = match conn.tls.as_deref() {
+        Some(t) => tls_conn::done(t, s),
+        None => s.close_after_send,
+    };
     said || (conn.peer_closed && !s.waiting_origin())
 }
 
@@ -496,7 +495,13 @@ impl XdpLoop {
                 if !conn.pending.is_empty() {
                     let out = &mut self.out;
                     let tcp = endpoint(&mut self.tcp, &mut self.https, key.lane);
-                    let taken = tcp.send(key.id, &conn.pending, now, &mut |f: &[u8]| out.push(f));
+                    let tx = &mut |f: &[u8]| out.push(f);
+                    // A connection's last answer takes the FIN along in its last segment.
+                    let taken = if done(conn) && conn.held.is_empty() {
+                        tcp.send_and_close(key.id, &conn.pending, now, tx)
+                    } else {
+                        tcp.send(key.id, &conn.pending, now, tx)
+                    };
                     conn.pending.drain(..taken);
                 }
                 // Input held while the last answer waited goes in once it has gone out.
