@@ -42,7 +42,6 @@ const WAKE: u64 = 6;
 const CANCEL: u64 = 7;
 const ACCEPT_TLS: u64 = 8;
 const INSTALL: u64 = 9;
-const SHUTDOWN: u64 = 10;
 
 /// A connection whose unanswered input grows past this is dropped (it is not speaking HTTP to us
 /// the way a client would).
@@ -121,11 +120,6 @@ struct Conn {
     in_flight: bool,
     recv_armed: bool,
     closing: bool,
-    /// A SHUTDOWN linked behind the connection's last SEND has not completed: the slot's
-    /// CLOSE waits for it (`close_deferred`), so the shutdown cannot reach a connection that
-    /// reuses the slot.
-    shutting: bool,
-    close_deferred: bool,
 }
 
 /// One core's ring, listener and connections.
@@ -289,33 +283,38 @@ impl UringLoop {
     }
 
     fn close(&mut self, idx: u32, ctx: &CoreCtx) -> io::Result<()> {
+        if self.begin_close(idx, ctx) {
+            self.release(idx, None)?;
+        }
+        Ok(())
+    }
+
+    /// Marks a connection closing, once: its handshake slot goes back and the close is
+    /// counted. False if it was closing already.
+    fn begin_close(&mut self, idx: u32, ctx: &CoreCtx) -> bool {
         let Some(Some(conn)) = self.conns.get_mut(idx as usize) else {
-            return Ok(());
+            return false;
         };
         if conn.closing {
-            return Ok(());
+            return false;
         }
         conn.closing = true;
         if conn.tls.as_mut().is_some_and(|t| t.uncount()) {
             self.handshakes = self.handshakes.saturating_sub(1);
         }
         ctx.metrics.connection_closed();
-        if conn.shutting {
-            conn.close_deferred = true;
-            return Ok(());
-        }
-        self.release(idx)
+        true
     }
 
-    /// Cancels what a closing connection still has in flight and closes its slot.
-    fn release(&mut self, idx: u32) -> io::Result<()> {
+    /// Closes a closing connection's slot, cancelling what it still has in flight; with
+    /// `last`, a SEND of its last bytes goes first in the same chain.
+    fn release(&mut self, idx: u32, last: Option<squeue::Entry>) -> io::Result<()> {
         let Some(Some(conn)) = self.conns.get_mut(idx as usize) else {
             return Ok(());
         };
         let gen = conn.gen;
         let recv_armed = conn.recv_armed;
-        let in_flight = conn.in_flight;
-        if in_flight {
+        if conn.in_flight {
             // A SEND waiting for socket space would keep reading `sending`: cancel it (its
             // completion, whatever it says, releases the buffer; see `graveyard`).
             let cancel = opcode::AsyncCancel::new(user_data(SEND, gen, idx))
@@ -323,35 +322,28 @@ impl UringLoop {
                 .user_data(user_data(CANCEL, gen, idx));
             self.push(cancel)?;
         }
-        let close = opcode::Close::new(Fixed(idx))
-            .build()
-            .user_data(user_data(CLOSE, gen, idx));
+        // Hard links: each step runs whatever the one before it returned.
+        let mut chain = Vec::with_capacity(3);
+        if let Some(send) = last {
+            if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
+                conn.in_flight = true;
+            }
+            chain.push(send.flags(squeue::Flags::IO_HARDLINK));
+        }
         if recv_armed {
             // A multishot recv holds a reference to the socket: cancel it, then close the slot
-            // (hard link: the close runs even if the recv already ended).
+            // (the close runs even if the recv already ended).
             let cancel = opcode::AsyncCancel::new(user_data(RECV, gen, idx))
                 .build()
                 .flags(squeue::Flags::IO_HARDLINK)
                 .user_data(user_data(CANCEL, gen, idx));
-            return self.push_linked(&[cancel, close]);
+            chain.push(cancel);
         }
-        self.push(close)
-    }
-
-    /// The shutdown behind a connection's last answer completed (or was cancelled with a
-    /// failed send): a close that waited for it goes ahead.
-    fn on_shutdown(&mut self, gen: u32, idx: u32) -> io::Result<()> {
-        let Some(Some(conn)) = self.conns.get_mut(idx as usize) else {
-            return Ok(());
-        };
-        if conn.gen != gen {
-            return Ok(());
-        }
-        conn.shutting = false;
-        if std::mem::take(&mut conn.close_deferred) {
-            return self.release(idx);
-        }
-        Ok(())
+        let close = opcode::Close::new(Fixed(idx))
+            .build()
+            .user_data(user_data(CLOSE, gen, idx));
+        chain.push(close);
+        self.push_linked(&chain)
     }
 
     /// Stops accepting (drain on SIGTERM): cancels the multishot accept.
@@ -403,7 +395,6 @@ impl UringLoop {
                     self.on_recv(gen, idx, res, flags, ctx)?;
                 }
                 SEND => self.on_send(gen, idx, res, ctx)?,
-                SHUTDOWN => self.on_shutdown(gen, idx)?,
                 CLOSE => {
                     if let Some(slot) = self.conns.get_mut(idx as usize) {
                         if slot.as_ref().is_some_and(|c| c.gen == gen) {
@@ -519,8 +510,6 @@ impl UringLoop {
                 in_flight: false,
                 recv_armed: false,
                 closing: false,
-                shutting: false,
-                close_deferred: false,
             });
             ctx.metrics.connection_opened();
             self.arm_recv(idx)?;
@@ -633,7 +622,7 @@ impl UringLoop {
         ctx.metrics.bytes_out(res as u64);
         conn.sent += res as usize;
         if conn.sent < conn.sending.len() {
-            return self.send_rest(idx, false);
+            return self.send_rest(idx, false, ctx);
         }
         conn.sending.clear();
         conn.sent = 0;
@@ -641,33 +630,30 @@ impl UringLoop {
         Ok(())
     }
 
-    /// Sends what `sending` holds past `sent`. With `last` (nothing follows: the connection
-    /// closes after it), the send is linked to a shutdown of the write side and sent with
-    /// MSG_MORE, so the kernel holds the tail of the answer until the shutdown puts the FIN on
-    /// it: the answer and the FIN leave in one segment instead of two (the close that follows
-    /// sends nothing). MSG_WAITALL makes the ring finish a short send itself, so the shutdown
-    /// never runs ahead of bytes still to go; a failed send cancels it.
-    fn send_rest(&mut self, idx: u32, last: bool) -> io::Result<()> {
+    /// Sends what `sending` holds past `sent`. With `last` (the connection closes after it),
+    /// the send goes with MSG_MORE in one chain with the slot's close: the kernel holds the
+    /// answer's tail until the close puts the FIN on it, so answer and FIN leave in one
+    /// segment instead of two, with no turn of the loop between them. MSG_WAITALL has the
+    /// ring finish a short send itself before the close runs.
+    fn send_rest(&mut self, idx: u32, last: bool, ctx: &CoreCtx) -> io::Result<()> {
         let Some(Some(conn)) = self.conns.get_mut(idx as usize) else {
             return Ok(());
         };
         let rest = &conn.sending[conn.sent..];
         let send = opcode::Send::new(Fixed(idx), rest.as_ptr(), rest.len() as u32);
-        conn.in_flight = true;
-        if !last || conn.shutting {
-            let sqe = send.build().user_data(user_data(SEND, conn.gen, idx));
-            return self.push(sqe);
+        let ud = user_data(SEND, conn.gen, idx);
+        if !last {
+            conn.in_flight = true;
+            return self.push(send.build().user_data(ud));
         }
-        conn.shutting = true;
         let send = send
             .flags(libc::MSG_MORE | libc::MSG_WAITALL)
             .build()
-            .flags(squeue::Flags::IO_LINK)
-            .user_data(user_data(SEND, conn.gen, idx));
-        let shutdown = opcode::Shutdown::new(Fixed(idx), libc::SHUT_WR)
-            .build()
-            .user_data(user_data(SHUTDOWN, conn.gen, idx));
-        self.push_linked(&[send, shutdown])
+            .user_data(ud);
+        if self.begin_close(idx, ctx) {
+            self.release(idx, Some(send))?;
+        }
+        Ok(())
     }
 
     /// Starts a send for every connection with answers waiting, closes those that are done.
@@ -687,7 +673,7 @@ impl UringLoop {
                 if !conn.sending.is_empty() {
                     conn.sent = 0;
                     let last = conn::done(tls, &conn.session);
-                    self.send_rest(idx, last)?;
+                    self.send_rest(idx, last, ctx)?;
                 } else if conn::done(tls, &conn.session) {
                     // Answers to 0-RTT early data wait in rustls for the client's Finished:
                     // a closing connection stays open until they are out.
@@ -729,7 +715,7 @@ impl UringLoop {
                 std::mem::swap(&mut conn.sending, &mut conn.session.out);
                 conn.sent = 0;
                 let last = conn.session.close_after_send && !conn.session.waiting_origin();
-                self.send_rest(idx, last)?;
+                self.send_rest(idx, last, ctx)?;
             } else if conn.session.close_after_send {
                 self.close(idx, ctx)?;
             }
