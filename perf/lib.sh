@@ -104,9 +104,11 @@ NGX
 crypto_floor() {
   taskset -c "${2:-0}" cargo bench -q -p lasthop-benches --bench handshake -- --noplot \
     --warm-up-time 1 --measurement-time 3 "handshake/$1\$" 2>/dev/null |
-    awk '/time:/ && !/%/ { for (i = 1; i <= NF; i++) if ($i == "time:") t = i
+    awk '/time:/ && !/%/ && !done { for (i = 1; i <= NF; i++) if ($i == "time:") t = i
       v = $(t + 3); u = $(t + 4); s = (u == "ns") ? 1e-9 : (u == "µs" || u == "us") ? 1e-6 : 1e-3
-      printf "%.0f", 1 / (v * s); exit }'
+      rate = 1 / (v * s); done = 1 }
+      END { if (done) printf "%.0f", rate }'
+  # (awk reads to the end: a pipe closed early would fail the bench's next println.)
 }
 
 # pg_pair WORK [PORT]: a PostgreSQL primary and a synchronous streaming standby from Debian's

@@ -195,6 +195,15 @@ fn io_uring_puts_the_fin_on_the_last_answer() {
     use std::io::{Read as _, Write as _};
     let f = fixture();
     let engine = f.site.start(&["--io", "uring"]);
+    let sent = || {
+        let (_, _, metrics) = curl(&[&format!("http://{}/metrics", engine.admin)]);
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("lasthop_engine_sent_bytes_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no sent bytes in {metrics}"))
+    };
+    let before = sent();
     let mut s = std::net::TcpStream::connect(&engine.addr).expect("connect");
     let req = format!(
         "GET /{} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
@@ -222,6 +231,8 @@ fn io_uring_puts_the_fin_on_the_last_answer() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no segs_in in ss's line: {info}"));
     assert!(segs_in <= 3, "answer and FIN in separate segments: {info}");
+    // The last answer is counted like any other, though its connection was closing.
+    assert_eq!(sent() - before, answer.len() as u64);
 }
 
 /// Every core serves from the engine's first line on: the kernel hashes connections across the

@@ -120,6 +120,8 @@ struct Conn {
     in_flight: bool,
     recv_armed: bool,
     closing: bool,
+    /// The record layer was handed to the kernel (kTLS): sends are plaintext into kTLS.
+    ktls: bool,
 }
 
 /// One core's ring, listener and connections.
@@ -314,6 +316,11 @@ impl UringLoop {
         };
         let gen = conn.gen;
         let recv_armed = conn.recv_armed;
+        // The kTLS hand-off's regular descriptor would keep the socket open past the CLOSE
+        // (and a last answer's MSG_MORE tail unsent until the connection is dropped).
+        if let Some(t) = conn.tls.as_mut() {
+            t.raw_fd = None;
+        }
         if conn.in_flight {
             // A SEND waiting for socket space would keep reading `sending`: cancel it (its
             // completion, whatever it says, releases the buffer; see `graveyard`).
@@ -510,6 +517,7 @@ impl UringLoop {
                 in_flight: false,
                 recv_armed: false,
                 closing: false,
+                ktls: false,
             });
             ctx.metrics.connection_opened();
             self.arm_recv(idx)?;
@@ -600,6 +608,11 @@ impl UringLoop {
     }
 
     fn on_send(&mut self, gen: u32, idx: u32, res: i32, ctx: &mut CoreCtx) -> io::Result<()> {
+        if res > 0 {
+            // Counted whatever became of the connection since (a last answer's SEND completes
+            // after its connection began closing).
+            ctx.metrics.bytes_out(res as u64);
+        }
         let ud = user_data(SEND, gen, idx);
         if let Some(at) = self.graveyard.iter().position(|(u, _)| *u == ud) {
             // The last SEND of a connection already closed: its buffer may go now.
@@ -619,7 +632,6 @@ impl UringLoop {
         if res < 0 {
             return self.close(idx, ctx);
         }
-        ctx.metrics.bytes_out(res as u64);
         conn.sent += res as usize;
         if conn.sent < conn.sending.len() {
             return self.send_rest(idx, false, ctx);
@@ -646,10 +658,10 @@ impl UringLoop {
             conn.in_flight = true;
             return self.push(send.build().user_data(ud));
         }
-        let send = send
-            .flags(libc::MSG_MORE | libc::MSG_WAITALL)
-            .build()
-            .user_data(ud);
+        // Not over kTLS: its sendmsg keeps a MSG_MORE record open, and the close frees an open
+        // record unsent.
+        let more = if conn.ktls { 0 } else { libc::MSG_MORE };
+        let send = send.flags(more | libc::MSG_WAITALL).build().user_data(ud);
         if self.begin_close(idx, ctx) {
             self.release(idx, Some(send))?;
         }
@@ -695,6 +707,7 @@ impl UringLoop {
                     match conn::hand_off(t, support.as_ref()) {
                         conn::HandOff::Kept(t) => conn.tls = Some(t),
                         conn::HandOff::Kernel => {
+                            conn.ktls = true;
                             if let Some(s) = &stats {
                                 s.ktls_conn();
                             }
