@@ -82,9 +82,7 @@ impl TlsConn {
             records: RecordTrack::default(),
         })))
     }
-}
 
-impl TlsConn {
     /// Takes the connection out of its core's handshakes in flight: true the first time while
     /// it is counted (the loop then lowers its count), false once its handshake ended or it
     /// was taken out already.

@@ -321,7 +321,9 @@ impl UringLoop {
         if let Some(t) = conn.tls.as_mut() {
             t.raw_fd = None;
         }
-        if conn.in_flight {
+        let was_sending = conn.in_flight;
+        conn.in_flight |= last.is_some();
+        if was_sending {
             // A SEND waiting for socket space would keep reading `sending`: cancel it (its
             // completion, whatever it says, releases the buffer; see `graveyard`).
             let cancel = opcode::AsyncCancel::new(user_data(SEND, gen, idx))
@@ -332,9 +334,6 @@ impl UringLoop {
         // Hard links: each step runs whatever the one before it returned.
         let mut chain = Vec::with_capacity(3);
         if let Some(send) = last {
-            if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
-                conn.in_flight = true;
-            }
             chain.push(send.flags(squeue::Flags::IO_HARDLINK));
         }
         if recv_armed {
