@@ -136,8 +136,10 @@ pub struct CoreConfig {
 }
 
 /// Binds one SO_REUSEPORT listener per core on `addr` (all on the port the first one got, so
-/// `:0` works) and returns them with the bound address.
+/// `:0` works) and returns them with the bound address. Refuses an address another process
+/// already listens on, rather than sharing its connections with it.
 pub fn listeners(addr: SocketAddr, cores: usize) -> std::io::Result<(Vec<OwnedFd>, SocketAddr)> {
+    crate::io::socket::check_free(addr)?;
     let first = crate::io::socket::reuseport_listener(addr, 4096)?;
     let bound = crate::io::socket::local_addr(first.as_raw_fd())?;
     let mut all = vec![first];

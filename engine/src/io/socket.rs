@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::cvt;
 
@@ -25,6 +25,34 @@ fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc::c_int) 
 /// A non-blocking TCP listener with SO_REUSEADDR, SO_REUSEPORT and TCP_NODELAY (inherited by
 /// accepted sockets: answers are written whole, Nagle would only delay pipelined ones).
 pub fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<OwnedFd> {
+    let fd = bound(addr, true)?;
+    // SAFETY: listen(2) on a bound socket we own.
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;
+    Ok(fd)
+}
+
+/// Fails with `AddrInUse` where a socket of any process already listens on `addr` (a port of 0
+/// is always free). SO_REUSEPORT would otherwise let a second engine of the same user join the
+/// first one's group without a word, and the kernel would split new connections between them:
+/// the probe binds with SO_REUSEADDR alone (a closed connection's TIME_WAIT does not hold the
+/// port) and never listens, so it accepts nothing.
+pub fn check_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    match bound(addr, false) {
+        Ok(_probe) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("{addr} is already in use: another process listens there"),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// A non-blocking TCP socket with SO_REUSEADDR, TCP_NODELAY and, with `reuseport`,
+/// SO_REUSEPORT, bound to `addr`.
+fn bound(addr: SocketAddr, reuseport: bool) -> io::Result<OwnedFd> {
     let family = match addr {
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
@@ -40,13 +68,13 @@ pub fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<OwnedFd>
     // SAFETY: fd was just returned by socket(2) and nothing else owns it.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     set_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-    set_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    if reuseport {
+        set_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    }
     set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
     let (storage, len) = sockaddr(addr);
     // SAFETY: storage holds a valid sockaddr of `len` bytes for the call's duration.
     cvt(unsafe { libc::bind(fd, (&storage as *const libc::sockaddr_storage).cast(), len) })?;
-    // SAFETY: listen(2) on a bound socket we own.
-    cvt(unsafe { libc::listen(fd, backlog) })?;
     Ok(owned)
 }
 

@@ -1,6 +1,7 @@
 //! Snapshot swap under load, drain, and starting as a non-root user under a memlock limit.
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Conn, Engine, Load, Site};
@@ -92,6 +93,70 @@ fn sigterm_drains_and_exits_cleanly() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A second engine started on a port the first one holds refuses to start, naming the
+/// address, instead of joining the first one's SO_REUSEPORT group (same user, so the kernel
+/// would let it) and taking a share of its connections; the first keeps every connection.
+#[test]
+fn a_second_engine_on_a_held_port_refuses_to_start() {
+    let site = Site::new();
+    let code = site.scheme().encode_string(3).unwrap();
+    site.write_snapshot(
+        1,
+        10,
+        &[(code.clone(), "https://example.com/first".into(), None)],
+    );
+    let engine = site.start(&[]);
+    for listen in [
+        engine.addr.clone(),
+        format!("0.0.0.0:{}", port(&engine.addr)),
+    ] {
+        let mut second = Command::new(crate::harness::ENGINE)
+            .args(["--snapshot", site.snapshot_path().to_str().unwrap()])
+            .args(["--key-file", site.key_file().to_str().unwrap()])
+            .args(["--listen", &listen, "--admin-listen", "127.0.0.1:0"])
+            .args(["--cores", "1", "--io", "uring"])
+            .arg("--data-dir")
+            .arg(site.dir.path().join("second"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("second engine runs");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = second.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = second.kill();
+                let _ = second.wait();
+                panic!("a second engine on {listen} started and serves beside the first");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        second
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(!status.success(), "a second engine on {listen} exited 0");
+        assert!(
+            err.contains(&format!("binding {listen}")) && err.contains("already in use"),
+            "unclear refusal: {err}"
+        );
+    }
+    // Every connection still reaches the first engine.
+    for _ in 0..20 {
+        let r = Conn::open(&engine.addr).get(&format!("/{code}"));
+        assert_eq!(r.header("location"), Some("https://example.com/first"));
+    }
+}
+
+fn port(addr: &str) -> &str {
+    addr.rsplit(':').next().expect("host:port")
 }
 
 /// An operator's engine runs as a non-root user whose memlock limit is 8 MiB: it must start and
