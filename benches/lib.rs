@@ -181,3 +181,87 @@ pub fn serve(
     }
     out.len()
 }
+
+/// Codes stored back to back (no pointer per code to chase).
+#[derive(Debug)]
+pub struct Codes {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Codes {
+    pub fn new<I: IntoIterator<Item = Vec<u8>>>(codes: I) -> Codes {
+        let mut c = Codes {
+            bytes: Vec::new(),
+            ends: Vec::new(),
+        };
+        for code in codes {
+            c.bytes.extend_from_slice(&code);
+            c.ends.push(c.bytes.len());
+        }
+        c
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+}
+
+/// A random cycle through every slot of an anonymous map (Sattolo's shuffle), optionally on
+/// transparent huge pages: each step one dependent load no cache holds.
+#[derive(Debug)]
+pub struct Chase {
+    map: memmap2::MmapMut,
+}
+
+impl Chase {
+    pub fn new(slots: usize, huge: bool) -> Chase {
+        let mut map = memmap2::MmapOptions::new()
+            .len(slots * 4)
+            .map_anon()
+            .expect("anonymous map");
+        if huge {
+            // Advisory, as in `Snapshot::load`.
+            let _ = map.advise(memmap2::Advice::HugePage);
+        }
+        let mut next: Vec<u32> = (0..slots as u32).collect();
+        let mut st = 99;
+        for i in (1..slots).rev() {
+            let j = (rng(&mut st) % i as u64) as usize;
+            next.swap(i, j);
+        }
+        for (slot, n) in map.chunks_exact_mut(4).zip(next) {
+            slot.copy_from_slice(&n.to_le_bytes());
+        }
+        Chase { map }
+    }
+
+    #[inline]
+    pub fn next(&self, at: u32) -> u32 {
+        let i = at as usize * 4;
+        u32::from_le_bytes(self.map[i..i + 4].try_into().expect("four bytes"))
+    }
+}
+
+/// Writes request `i` of a case into `inbuf`, as recv would: a hot buffer, fresh bytes.
+#[inline]
+pub fn receive(inbuf: &mut Vec<u8>, template: (&str, &str), codes: &Codes, i: usize) {
+    inbuf.clear();
+    inbuf.extend_from_slice(template.0.as_bytes());
+    inbuf.extend_from_slice(codes.get(i));
+    inbuf.extend_from_slice(template.1.as_bytes());
+}
+
+/// A request template cut at its `{}`, where the code goes.
+pub fn split(template: &str) -> (&str, &str) {
+    template.split_once("{}").expect("templates hold {}")
+}

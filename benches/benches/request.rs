@@ -39,8 +39,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use lasthop_benches::{
-    request_tables, request_tables_in, request_tables_with, rng, scheme, serve, BROWSER, CURL,
-    DATA_SEED, DATE, NOW_MS, REQUEST_LINKS as COUNT, WRK,
+    receive, request_tables, request_tables_in, request_tables_with, rng, scheme, serve, split,
+    Chase, Codes, BROWSER, CURL, DATA_SEED, DATE, NOW_MS, REQUEST_LINKS as COUNT, WRK,
 };
 use lasthop_edge::answer::{decide, Answer, Layer, Prefetcher};
 use lasthop_edge::http::{parse, Limits, Parse};
@@ -49,83 +49,6 @@ use lasthop_snapshot::{Layout, Snapshot, Synth};
 const KEYS: usize = 1 << 16;
 /// Distinct codes of the `hit_hot_curl` case.
 const HOT: usize = 1 << 10;
-
-/// Codes stored back to back (no pointer per code to chase).
-struct Codes {
-    bytes: Vec<u8>,
-    ends: Vec<usize>,
-}
-
-impl Codes {
-    fn new<I: IntoIterator<Item = Vec<u8>>>(codes: I) -> Codes {
-        let mut c = Codes {
-            bytes: Vec::new(),
-            ends: Vec::new(),
-        };
-        for code in codes {
-            c.bytes.extend_from_slice(&code);
-            c.ends.push(c.bytes.len());
-        }
-        c
-    }
-
-    fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    fn get(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.bytes[start..self.ends[i]]
-    }
-}
-
-/// A random cycle through every slot of an anonymous map (Sattolo's shuffle), optionally on
-/// transparent huge pages: each step one dependent load no cache holds.
-struct Chase {
-    map: memmap2::MmapMut,
-}
-
-impl Chase {
-    fn new(slots: usize, huge: bool) -> Chase {
-        let mut map = memmap2::MmapOptions::new()
-            .len(slots * 4)
-            .map_anon()
-            .expect("anonymous map");
-        if huge {
-            // Advisory, as in `Snapshot::load`.
-            let _ = map.advise(memmap2::Advice::HugePage);
-        }
-        let mut next: Vec<u32> = (0..slots as u32).collect();
-        let mut st = 99;
-        for i in (1..slots).rev() {
-            let j = (rng(&mut st) % i as u64) as usize;
-            next.swap(i, j);
-        }
-        for (slot, n) in map.chunks_exact_mut(4).zip(next) {
-            slot.copy_from_slice(&n.to_le_bytes());
-        }
-        Chase { map }
-    }
-
-    #[inline]
-    fn next(&self, at: u32) -> u32 {
-        let i = at as usize * 4;
-        u32::from_le_bytes(self.map[i..i + 4].try_into().expect("four bytes"))
-    }
-}
-
-/// Writes request `i` of a case into `inbuf`, as recv would: a hot buffer, fresh bytes.
-#[inline]
-fn receive(inbuf: &mut Vec<u8>, template: (&str, &str), codes: &Codes, i: usize) {
-    inbuf.clear();
-    inbuf.extend_from_slice(template.0.as_bytes());
-    inbuf.extend_from_slice(codes.get(i));
-    inbuf.extend_from_slice(template.1.as_bytes());
-}
-
-fn split(template: &str) -> (&str, &str) {
-    template.split_once("{}").expect("templates hold {}")
-}
 
 fn request(c: &mut Criterion) {
     let (_, scheme) = scheme();
