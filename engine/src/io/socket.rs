@@ -31,24 +31,38 @@ pub fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<OwnedFd>
     Ok(fd)
 }
 
-/// Fails with `AddrInUse` where a socket of any process already listens on `addr` (a port of 0
-/// is always free). SO_REUSEPORT would otherwise let a second engine of the same user join the
-/// first one's group without a word, and the kernel would split new connections between them:
-/// the probe binds with SO_REUSEADDR alone (a closed connection's TIME_WAIT does not hold the
-/// port) and never listens, so it accepts nothing.
+/// Fails with `AddrInUse` where a socket of any process still listens on `addr` after
+/// [`CLAIM_GRACE`] (a port of 0 is always free). SO_REUSEPORT would otherwise let a second
+/// engine of the same user join the first one's group without a word, and the kernel would
+/// split new connections between them. The probe binds with SO_REUSEADDR alone (a closed
+/// connection's TIME_WAIT does not hold the port) and never listens, so it accepts nothing.
+/// The grace is for a restart: an engine that has just exited can still hold its listeners for
+/// a few milliseconds, while the kernel tears down its rings (io_uring releases registered
+/// files after the process is gone).
 pub fn check_free(addr: SocketAddr) -> io::Result<()> {
     if addr.port() == 0 {
         return Ok(());
     }
-    match bound(addr, false) {
-        Ok(_probe) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(io::Error::new(
-            io::ErrorKind::AddrInUse,
-            format!("{addr} is already in use: another process listens there"),
-        )),
-        Err(e) => Err(e),
+    let deadline = std::time::Instant::now() + CLAIM_GRACE;
+    loop {
+        match bound(addr, false) {
+            Ok(_probe) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("{addr} is already in use: another process listens there"),
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
+
+/// How long [`check_free`] waits for a listener that is going away.
+pub const CLAIM_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A non-blocking TCP socket with SO_REUSEADDR, TCP_NODELAY and, with `reuseport`,
 /// SO_REUSEPORT, bound to `addr`.

@@ -18,6 +18,7 @@ use io_uring::{cqueue, opcode, squeue, IoUring};
 
 use std::sync::Arc;
 
+use super::EARLY_SEND;
 use crate::origin::OriginInbox;
 
 mod bufring;
@@ -46,11 +47,6 @@ const INSTALL: u64 = 9;
 /// A connection whose unanswered input grows past this is dropped (it is not speaking HTTP to us
 /// the way a client would).
 const MAX_INBUF: usize = 1 << 20;
-/// How long a turn may work through handshakes before it sends what is ready. A full
-/// handshake's crypto is ~100–200 µs, so a turn that took a burst of ClientHellos would hold
-/// every flight until the last was computed (16 of them: ~3 ms, while the clients wait idle):
-/// past this, the flights ready so far go out at once, for one `io_uring_enter`.
-const EARLY_SEND: Duration = Duration::from_micros(100);
 
 fn user_data(kind: u64, gen: u32, idx: u32) -> u64 {
     (kind << 56) | ((u64::from(gen) & 0xff_ffff) << 32) | u64::from(idx)

@@ -24,6 +24,7 @@ use lasthop_edge::wire;
 use super::xsk::{Xsk, XskConfig};
 use super::XskMap;
 use crate::io::uring::TlsListen;
+use crate::io::EARLY_SEND;
 use crate::origin::{OriginInbox, OriginReply};
 use crate::session::{CoreCtx, Drive as _, Session};
 use crate::tls::conn::{self as tls_conn, TlsConn};
@@ -128,6 +129,8 @@ pub struct XdpLoop {
     /// Connections with output TCP could not take yet: tried again every turn.
     stalled: Vec<Key>,
     started: std::time::Instant,
+    /// When this turn's wait for the socket returned (see [`EARLY_SEND`]).
+    entered: std::time::Instant,
     tick_ms: i32,
     idle_timeout_ms: i64,
     header_timeout_ms: i64,
@@ -286,6 +289,7 @@ impl XdpLoop {
             touched: Vec::new(),
             stalled: Vec::new(),
             started: std::time::Instant::now(),
+            entered: std::time::Instant::now(),
             tick_ms: tick.as_millis().clamp(1, 1000) as i32,
             idle_timeout_ms,
             header_timeout_ms,
@@ -311,6 +315,7 @@ impl XdpLoop {
     pub fn turn(&mut self, ctx: &mut CoreCtx) -> io::Result<()> {
         let wake = self.inbox.as_ref().map(OriginInbox::eventfd);
         self.xsk.wait_with(wake, self.tick_ms)?;
+        self.entered = std::time::Instant::now();
         ctx.refresh_clock();
         let now = self.started.elapsed().as_millis() as u64;
         let out = &mut self.out;
@@ -342,7 +347,7 @@ impl XdpLoop {
         if let Some(t) = https {
             t.poll_timers(now, &mut tx, &mut |e| hear(Lane::Https, e));
         }
-        self.on_heard(ctx);
+        self.on_heard(now, ctx)?;
         self.on_replies(ctx);
         self.push_output(now, ctx);
         let out = &mut self.out;
@@ -355,7 +360,7 @@ impl XdpLoop {
         Ok(())
     }
 
-    fn on_heard(&mut self, ctx: &mut CoreCtx) {
+    fn on_heard(&mut self, now: u64, ctx: &mut CoreCtx) -> io::Result<()> {
         let mut heard = std::mem::take(&mut self.heard);
         for h in heard.drain(..) {
             match h {
@@ -382,9 +387,13 @@ impl XdpLoop {
                         }
                         continue;
                     }
+                    let handshaking = conn.tls.as_ref().is_some_and(|t| t.conn.is_handshaking());
                     let token = token(key, conn.gen);
                     feed(conn, &self.arena[range], ctx, token, self.https.as_mut());
                     self.touched.push(key);
+                    if handshaking && self.entered.elapsed() >= EARLY_SEND {
+                        self.send_early(now, ctx)?;
+                    }
                 }
                 Heard::PeerClosed(key) => {
                     if let Some(conn) = self.conns.get_mut(&key) {
@@ -397,6 +406,18 @@ impl XdpLoop {
         }
         self.heard = heard;
         self.arena.clear();
+        Ok(())
+    }
+
+    /// After a handshake step, once the turn has run [`EARLY_SEND`] since the socket was
+    /// waited on: what the connections touched so far rendered goes to TCP and out now, as the
+    /// turn's end would send it (ACKs still owed to the others wait for the end of the turn,
+    /// so they can ride on those connections' own answers).
+    fn send_early(&mut self, now: u64, ctx: &mut CoreCtx) -> io::Result<()> {
+        self.push_output(now, ctx);
+        self.send_frames(ctx)?;
+        self.entered = std::time::Instant::now();
+        Ok(())
     }
 
     /// A connection's handshake completed: its session, and on HTTPS its TLS state (or a
