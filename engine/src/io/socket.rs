@@ -36,9 +36,9 @@ pub fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<OwnedFd>
 /// engine of the same user join the first one's group without a word, and the kernel would
 /// split new connections between them. The probe binds with SO_REUSEADDR alone (a closed
 /// connection's TIME_WAIT does not hold the port) and never listens, so it accepts nothing.
-/// The grace is for a restart: an engine that has just exited can still hold its listeners for
-/// a few milliseconds, while the kernel tears down its rings (io_uring releases registered
-/// files after the process is gone).
+/// The grace is for a restart: a listener of an engine that was just killed and reaped can
+/// outlive it briefly (likely its ring's teardown, which runs after the process is gone;
+/// `engine/DESIGN.md`, "Thread per core").
 pub fn check_free(addr: SocketAddr) -> io::Result<()> {
     if addr.port() == 0 {
         return Ok(());
