@@ -2,6 +2,7 @@
 //! the file issues and accepts the same tickets (see [`crate::tls`]).
 
 use std::path::Path;
+use std::sync::{PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
@@ -22,7 +23,15 @@ pub struct FileTicketer {
     master: hkdf::Prk,
     lifetime: u64,
     rng: SystemRandom,
+    /// The keys derived so far, by period, oldest first: at most [`KEPT`]. Deriving one (HKDF,
+    /// then AES-256's key expansion) cost as much again as sealing the ticket, for every
+    /// ticket issued and every one presented.
+    keys: RwLock<Vec<(u64, LessSafeKey)>>,
 }
+
+/// Periods whose keys are kept: the one tickets are sealed in, the previous one (still
+/// accepted), and the next, which one core may reach while another is still in this one.
+const KEPT: usize = 3;
 
 impl std::fmt::Debug for FileTicketer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -60,6 +69,7 @@ impl FileTicketer {
             master: hkdf::Salt::new(hkdf::HKDF_SHA256, b"lasthop ticket keys").extract(master),
             lifetime: lifetime.as_secs().max(60),
             rng: SystemRandom::new(),
+            keys: RwLock::new(Vec::with_capacity(KEPT + 1)),
         }
     }
 
@@ -70,7 +80,8 @@ impl FileTicketer {
         now / self.lifetime
     }
 
-    fn key(&self, period: u64) -> Option<LessSafeKey> {
+    /// Derives `period`'s key from the master.
+    fn derive(&self, period: u64) -> Option<LessSafeKey> {
         let info = period.to_be_bytes();
         let info = [&info[..]];
         let okm = self.master.expand(&info, &AES_256_GCM).ok()?;
@@ -79,20 +90,43 @@ impl FileTicketer {
         Some(LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key).ok()?))
     }
 
+    /// Runs `f` with `period`'s key, derived once and kept.
+    fn with_key<T>(&self, period: u64, f: impl FnOnce(&LessSafeKey) -> Option<T>) -> Option<T> {
+        {
+            let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some((_, key)) = keys.iter().find(|(p, _)| *p == period) {
+                return f(key);
+            }
+        }
+        let derived = self.derive(period)?;
+        let mut keys = self.keys.write().unwrap_or_else(PoisonError::into_inner);
+        if !keys.iter().any(|(p, _)| *p == period) {
+            keys.push((period, derived));
+            keys.sort_unstable_by_key(|(p, _)| *p);
+            if keys.len() > KEPT {
+                keys.remove(0);
+            }
+        }
+        // Gone at once only if older than every kept period, which neither side asks for.
+        let (_, key) = keys.iter().find(|(p, _)| *p == period)?;
+        f(key)
+    }
+
     fn seal(&self, period: u64, plain: &[u8]) -> Option<Vec<u8>> {
-        let key = self.key(period)?;
         let mut nonce = [0u8; NONCE_LEN];
         self.rng.fill(&mut nonce).ok()?;
         let mut out = Vec::with_capacity(TICKET_HEADER + plain.len() + 16);
         out.extend_from_slice(&period.to_be_bytes());
         out.extend_from_slice(&nonce);
         let mut body = plain.to_vec();
-        key.seal_in_place_append_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(&out[..8]),
-            &mut body,
-        )
-        .ok()?;
+        self.with_key(period, |key| {
+            key.seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(&out[..8]),
+                &mut body,
+            )
+            .ok()
+        })?;
         out.extend_from_slice(&body);
         Some(out)
     }
@@ -105,15 +139,17 @@ impl FileTicketer {
         }
         let nonce: [u8; NONCE_LEN] = cipher.get(8..TICKET_HEADER)?.try_into().ok()?;
         let mut body = cipher.get(TICKET_HEADER..)?.to_vec();
-        let key = self.key(period)?;
-        let plain = key
-            .open_in_place(
+        let len = self.with_key(period, |key| {
+            key.open_in_place(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(&cipher[..8]),
                 &mut body,
             )
-            .ok()?;
-        Some(plain.to_vec())
+            .ok()
+            .map(|plain| plain.len())
+        })?;
+        body.truncate(len);
+        Some(body)
     }
 }
 
@@ -168,6 +204,25 @@ mod tests {
         let mut moved = t.clone();
         moved[..8].copy_from_slice(&(now + 1).to_be_bytes());
         assert!(a.open(now + 1, &moved).is_none());
+    }
+
+    #[test]
+    fn keys_are_kept_for_the_periods_in_use_and_no_more() {
+        let a = FileTicketer::new(&[7u8; 32], Duration::from_secs(3600));
+        let fresh = FileTicketer::new(&[7u8; 32], Duration::from_secs(3600));
+        let now = a.period_now();
+        let mut last = None;
+        for period in now..now + 6 {
+            let t = a.seal(period, b"s").unwrap();
+            // Sealed with the kept key, opened by a ticketer that derives it anew, and back.
+            assert_eq!(fresh.open(period, &t).unwrap(), b"s");
+            if let Some(previous) = last.replace(t) {
+                assert_eq!(a.open(period, &previous).unwrap(), b"s", "previous period");
+            }
+            let keys = a.keys.read().unwrap();
+            assert!(keys.len() <= KEPT, "{} keys", keys.len());
+            assert!(keys.iter().any(|(p, _)| *p == period));
+        }
     }
 
     #[test]
