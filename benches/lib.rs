@@ -182,6 +182,22 @@ pub fn serve(
     out.len()
 }
 
+/// Distinct codes of the cold cases (`request/hit_curl*`): each lookup a cache miss.
+pub const COLD_CODES: usize = 1 << 16;
+/// Distinct codes of the hot case (`request/hit_hot_curl`): the head of the cold ones.
+pub const HOT_CODES: usize = 1 << 10;
+
+/// `n` codes of links in the request path's snapshot, drawn from `state` (the same draws, in
+/// the same order, wherever the request path is timed).
+pub fn hit_codes(scheme: &CodeScheme, state: &mut u64, n: usize) -> Codes {
+    Codes::new((0..n).map(|_| {
+        scheme
+            .encode(rng(state) % REQUEST_LINKS)
+            .expect("in domain")
+            .to_vec()
+    }))
+}
+
 /// Codes stored back to back (no pointer per code to chase).
 #[derive(Debug)]
 pub struct Codes {

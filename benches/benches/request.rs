@@ -39,16 +39,13 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use lasthop_benches::{
-    receive, request_tables, request_tables_in, request_tables_with, rng, scheme, serve, split,
-    Chase, Codes, BROWSER, CURL, DATA_SEED, DATE, NOW_MS, REQUEST_LINKS as COUNT, WRK,
+    hit_codes, receive, request_tables, request_tables_in, request_tables_with, rng, scheme, serve,
+    split, Chase, Codes, BROWSER, COLD_CODES, CURL, DATA_SEED, DATE, HOT_CODES, NOW_MS,
+    REQUEST_LINKS as COUNT, WRK,
 };
 use lasthop_edge::answer::{decide, Answer, Layer, Prefetcher};
 use lasthop_edge::http::{parse, Limits, Parse};
 use lasthop_snapshot::{Layout, Snapshot, Synth};
-
-const KEYS: usize = 1 << 16;
-/// Distinct codes of the `hit_hot_curl` case.
-const HOT: usize = 1 << 10;
 
 fn request(c: &mut Criterion) {
     let (_, scheme) = scheme();
@@ -58,12 +55,7 @@ fn request(c: &mut Criterion) {
     let huge = request_tables_in(&mut 11, Snapshot::load);
     let paged = request_tables_with(&mut 11, Snapshot::open, Layout::Paged);
 
-    let hits = Codes::new((0..KEYS).map(|_| {
-        scheme
-            .encode(rng(&mut state) % COUNT)
-            .expect("in domain")
-            .to_vec()
-    }));
+    let hits = hit_codes(&scheme, &mut state, COLD_CODES);
     // What a scanner sends: uniformly random codes, nearly all far above the mark.
     let never = Codes::new(
         std::iter::repeat_with(|| {
@@ -75,7 +67,7 @@ fn request(c: &mut Criterion) {
                 .decode(code)
                 .is_some_and(|n| !tables.high_water.may_be_issued(n))
         })
-        .take(KEYS),
+        .take(COLD_CODES),
     );
     let mut synth = Synth::new(scheme.clone(), COUNT, DATA_SEED);
     let mut alias_list = Vec::new();
@@ -86,7 +78,7 @@ fn request(c: &mut Criterion) {
     }
     let aliases = Codes::new(alias_list);
     // A hot set: real traffic is skewed, and its head stays in cache.
-    let hot = Codes::new((0..HOT).map(|i| hits.get(i).to_vec()));
+    let hot = Codes::new((0..HOT_CODES).map(|i| hits.get(i).to_vec()));
     let limits = Limits::default();
     let tables_of = |name: &str| {
         if name.ends_with("_huge") {
@@ -151,7 +143,7 @@ fn request(c: &mut Criterion) {
     let mut i = 0usize;
     let mut next = move || {
         i += 1;
-        if i == KEYS {
+        if i == COLD_CODES {
             i = 0;
         }
         i

@@ -25,18 +25,14 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use lasthop_benches::{
-    receive, request_tables, request_tables_in, request_tables_with, rng, scheme, serve, split,
-    Chase, Codes, CURL, REQUEST_LINKS,
+    hit_codes, receive, request_tables, request_tables_in, request_tables_with, scheme, serve,
+    split, Chase, Codes, COLD_CODES, CURL, HOT_CODES,
 };
 use lasthop_edge::answer::Prefetcher;
 use lasthop_edge::http::Limits;
 use lasthop_edge::tables::Tables;
 use lasthop_snapshot::{Layout, Snapshot};
 
-/// Codes of the cold cases (`request/hit_curl`'s).
-const KEYS: usize = 1 << 16;
-/// Codes of the hot case.
-const HOT: usize = 1 << 10;
 /// What the budget allows beyond the decrypt and one miss.
 const SLACK_NS: f64 = 150.0;
 
@@ -67,13 +63,8 @@ fn main() {
     let huge = request_tables_in(&mut 11, Snapshot::load);
     let paged = request_tables_with(&mut 11, Snapshot::open, Layout::Paged);
     let paged_huge = request_tables_with(&mut 11, Snapshot::load, Layout::Paged);
-    let hits = Codes::new((0..KEYS).map(|_| {
-        scheme
-            .encode(rng(&mut state) % REQUEST_LINKS)
-            .expect("in domain")
-            .to_vec()
-    }));
-    let hot = Codes::new((0..HOT).map(|i| hits.get(i).to_vec()));
+    let hits = hit_codes(&scheme, &mut state, COLD_CODES);
+    let hot = Codes::new((0..HOT_CODES).map(|i| hits.get(i).to_vec()));
     let floor = Chase::new(32 << 20, false);
     let floor_huge = Chase::new(32 << 20, true);
     let limits = Limits::default();

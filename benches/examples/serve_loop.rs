@@ -42,9 +42,9 @@ fn main() {
         _ => request_tables(&mut state),
     };
     let distinct = if std::env::args().nth(2).as_deref() == Some("cold") {
-        1 << 16
+        lasthop_benches::COLD_CODES
     } else {
-        1 << 10
+        lasthop_benches::HOT_CODES
     };
     let requests: Vec<Vec<u8>> = (0..distinct)
         .map(|_| {

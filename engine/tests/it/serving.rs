@@ -196,12 +196,9 @@ fn io_uring_puts_the_fin_on_the_last_answer() {
     let f = fixture();
     let engine = f.site.start(&["--io", "uring"]);
     let sent = || {
-        let (_, _, metrics) = curl(&[&format!("http://{}/metrics", engine.admin)]);
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("lasthop_engine_sent_bytes_total "))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no sent bytes in {metrics}"))
+        engine
+            .metric("lasthop_engine_sent_bytes_total")
+            .expect("sent bytes in /metrics") as u64
     };
     let before = sent();
     let mut s = std::net::TcpStream::connect(&engine.addr).expect("connect");

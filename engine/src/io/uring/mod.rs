@@ -48,6 +48,15 @@ const INSTALL: u64 = 9;
 /// the way a client would).
 const MAX_INBUF: usize = 1 << 20;
 
+/// An `io_uring_enter`'s result, where a signal (EINTR) or a full completion queue (EBUSY:
+/// the turn reaps it next) are not errors.
+fn enter_ok(r: io::Result<usize>) -> io::Result<()> {
+    match r {
+        Err(e) if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 fn user_data(kind: u64, gen: u32, idx: u32) -> u64 {
     (kind << 56) | ((u64::from(gen) & 0xff_ffff) << 32) | u64::from(idx)
 }
@@ -382,12 +391,7 @@ impl UringLoop {
     /// One turn: submit what is queued, wait for at least one completion (the tick bounds the
     /// wait), handle every completion, queue the answers.
     pub fn turn(&mut self, ctx: &mut CoreCtx) -> io::Result<()> {
-        match self.ring.submit_and_wait(1) {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
-            Err(e) => return Err(e),
-        }
+        enter_ok(self.ring.submit_and_wait(1))?;
         self.entered = Instant::now();
         ctx.refresh_clock();
         self.cqes.clear();
@@ -403,15 +407,7 @@ impl UringLoop {
                 ACCEPT_TLS => self.on_accept(res, flags, true, ctx)?,
                 RECV => {
                     recycled |= cqueue::buffer_select(flags).is_some();
-                    let handshaking = matches!(
-                        self.conns.get(idx as usize),
-                        Some(Some(c)) if c.gen == gen
-                            && c.tls.as_ref().is_some_and(|t| t.conn.is_handshaking())
-                    );
                     self.on_recv(gen, idx, res, flags, ctx)?;
-                    if handshaking {
-                        self.send_early(ctx)?;
-                    }
                 }
                 SEND => self.on_send(gen, idx, res, ctx)?,
                 CLOSE => {
@@ -453,11 +449,7 @@ impl UringLoop {
             return Ok(());
         }
         self.flush(ctx)?;
-        match self.ring.submit() {
-            Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
-            Err(e) => return Err(e),
-        }
+        enter_ok(self.ring.submit())?;
         self.entered = Instant::now();
         Ok(())
     }
@@ -566,6 +558,8 @@ impl UringLoop {
         let token = user_data(0, gen, idx);
         let live =
             matches!(self.conns.get(idx as usize), Some(Some(c)) if c.gen == gen && !c.closing);
+        // Whether these bytes moved a TLS handshake (its crypto: see `send_early`).
+        let mut handshake_step = false;
         if let (Some(bid), true, true) = (bid, live, res > 0) {
             let data = self.bufs.data(bid, res as usize);
             ctx.metrics.bytes_in(res as u64);
@@ -573,6 +567,7 @@ impl UringLoop {
                 match conn.tls.as_mut() {
                     None => conn.session.receive(data, ctx, token),
                     Some(tls) => {
+                        handshake_step = tls.conn.is_handshaking();
                         let stats = self.tls.as_ref().map(|t| &*t.serve.stats);
                         match conn::input(tls, &mut conn.session, data, ctx, token, stats) {
                             Ok(true) => self.handshakes = self.handshakes.saturating_sub(1),
@@ -593,6 +588,9 @@ impl UringLoop {
         }
         if let Some(bid) = bid {
             self.bufs.push(bid);
+        }
+        if handshake_step {
+            self.send_early(ctx)?;
         }
         if !live {
             return Ok(());
