@@ -35,7 +35,10 @@ fn frame(control: TcpControl, payload: &[u8]) -> Vec<u8> {
         payload,
     };
     let mut out = vec![0u8; 1600];
-    let (client, server) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 1));
+    let (client, server) = (
+        Ipv4Addr::new(198, 18, 0, 2).into(),
+        Ipv4Addr::new(198, 18, 0, 1).into(),
+    );
     let n = write_frame(
         [2, 0, 0, 0, 0, 2],
         [2, 0, 0, 0, 0, 1],

@@ -99,7 +99,15 @@ fn segment(sport: u16, dport: u16, control: TcpControl, seq: u32, ack: Option<u3
         payload: &[],
     };
     let mut out = vec![0u8; 128];
-    let n = write_frame(CLIENT_MAC, SERVER_MAC, CLIENT, SERVER, &tcp, &mut out).expect("fits");
+    let n = write_frame(
+        CLIENT_MAC,
+        SERVER_MAC,
+        CLIENT.into(),
+        SERVER.into(),
+        &tcp,
+        &mut out,
+    )
+    .expect("fits");
     out.truncate(n);
     out
 }
@@ -140,7 +148,7 @@ fn bench(c: &mut Criterion) {
         assert!(dev.sent > 0, "smoltcp answered the SYNs with resets");
     }
     for n in [16usize, 256, 4096, 16384] {
-        let mut tcp = Tcp::new(TcpConfig::new(SERVER, 80, SERVER_MAC, [9; 16]));
+        let mut tcp = Tcp::new(TcpConfig::new(SERVER.into(), 80, SERVER_MAC, [9; 16]));
         let now = 1_000_000;
         let mut last_ack = Vec::new();
         for i in 0..n {

@@ -31,7 +31,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::hash::Hasher;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use hashbrown::HashMap;
 use siphasher::sip::SipHasher13;
@@ -41,11 +41,13 @@ use crate::wire::{self, FrameError, Segment, TcpControl, TcpRepr, TcpSeqNumber};
 /// What one endpoint serves and how it behaves.
 #[derive(Debug, Clone)]
 pub struct TcpConfig {
-    pub addr: Ipv4Addr,
+    /// IPv4 or IPv6: an endpoint serves one family.
+    pub addr: IpAddr,
     pub port: u16,
     /// The interface's MAC: the source of every frame written.
     pub mac: [u8; 6],
-    /// The MSS announced in SYN-ACKs (an Ethernet MTU of 1500 less 40 bytes of headers).
+    /// The MSS announced in SYN-ACKs: an Ethernet MTU of 1500 less the IP and TCP headers
+    /// (1460 on IPv4, 1440 on IPv6).
     pub mss: u16,
     /// The receive window announced (unscaled, at most 65,535).
     pub window: u16,
@@ -62,12 +64,12 @@ pub struct TcpConfig {
 }
 
 impl TcpConfig {
-    pub fn new(addr: Ipv4Addr, port: u16, mac: [u8; 6], cookie_key: [u8; 16]) -> TcpConfig {
+    pub fn new(addr: IpAddr, port: u16, mac: [u8; 6], cookie_key: [u8; 16]) -> TcpConfig {
         TcpConfig {
             addr,
             port,
             mac,
-            mss: 1460,
+            mss: (1500 - wire::ip_header(addr) - wire::TCP_HEADER) as u16,
             window: 65535,
             max_conns: 100_000,
             send_limit: 1 << 20,
@@ -81,7 +83,7 @@ impl TcpConfig {
 /// A connection: the peer's address and port (the local ones are the endpoint's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId {
-    pub addr: Ipv4Addr,
+    pub addr: IpAddr,
     pub port: u16,
 }
 
@@ -557,7 +559,7 @@ impl Tcp {
                 }
             }
             _ => {
-                let mut out = [0u8; 64];
+                let mut out = [0u8; wire::MAX_RESET];
                 if let Some(n) = wire::write_reset(seg, &mut out) {
                     self.stats.resets_sent += 1;
                     tx(&out[..n]);
@@ -806,9 +808,9 @@ impl Tcp {
             u64::from_le_bytes(k0.try_into().expect("8 bytes")),
             u64::from_le_bytes(k1.try_into().expect("8 bytes")),
         );
-        h.write(&id.addr.octets());
+        hash_addr(&mut h, id.addr);
         h.write_u16(id.port);
-        h.write(&self.cfg.addr.octets());
+        hash_addr(&mut h, self.cfg.addr);
         h.write_u16(self.cfg.port);
         h.write_u32(client_isn);
         h.write_u64(slot);
@@ -859,7 +861,7 @@ fn write_segment(
     };
     // Only the frame's own bytes are cleared (a 9 KiB stack buffer zeroed per segment
     // cost more than the rest of a SYN-ACK).
-    let len = wire::ETHERNET_HEADER + wire::IPV4_HEADER + repr.buffer_len();
+    let len = wire::ETHERNET_HEADER + wire::ip_header(cfg.addr) + repr.buffer_len();
     if scratch.len() < len {
         scratch.resize(len, 0);
     }
@@ -876,6 +878,14 @@ fn arm_timer(timers: &mut BinaryHeap<Reverse<(u64, ConnId)>>, c: &mut Conn, id: 
     if at < c.timer_at {
         c.timer_at = at;
         timers.push(Reverse((at, id)));
+    }
+}
+
+/// An address into the cookie's hash: its octets, 4 or 16.
+fn hash_addr(h: &mut SipHasher13, addr: IpAddr) {
+    match addr {
+        IpAddr::V4(a) => h.write(&a.octets()),
+        IpAddr::V6(a) => h.write(&a.octets()),
     }
 }
 
@@ -897,13 +907,21 @@ fn seq_lt(a: u32, b: u32) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
-    const SERVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
-    const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+    const SERVER: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
+    const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2));
     const ID: ConnId = ConnId {
         addr: CLIENT,
+        port: 40000,
+    };
+    // The IPv6 benchmarking prefix (RFC 5180).
+    const SERVER6: IpAddr = IpAddr::V6(Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 1));
+    const CLIENT6: IpAddr = IpAddr::V6(Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 2));
+    const ID6: ConnId = ConnId {
+        addr: CLIENT6,
         port: 40000,
     };
 
@@ -936,7 +954,13 @@ mod tests {
 
     impl World {
         fn new() -> World {
-            let mut cfg = TcpConfig::new(SERVER, 80, SERVER_MAC, [7; 16]);
+            World::at(SERVER)
+        }
+
+        /// A world whose server has `server` (SERVER or SERVER6), its client the other
+        /// constant of that family.
+        fn at(server: IpAddr) -> World {
+            let mut cfg = TcpConfig::new(server, 80, SERVER_MAC, [7; 16]);
             cfg.max_retries = 3;
             cfg.idle_ms = 30_000;
             World {
@@ -978,8 +1002,15 @@ mod tests {
                 payload,
             };
             let mut frame = vec![0u8; 2000];
-            let n = wire::write_frame(CLIENT_MAC, SERVER_MAC, CLIENT, SERVER, &repr, &mut frame)
-                .unwrap();
+            let n = wire::write_frame(
+                CLIENT_MAC,
+                SERVER_MAC,
+                self.id().addr,
+                self.tcp.cfg.addr,
+                &repr,
+                &mut frame,
+            )
+            .unwrap();
             let (sent, events) = (&mut self.sent, &mut self.events);
             self.tcp
                 .receive(
@@ -1005,15 +1036,24 @@ mod tests {
                 });
         }
 
+        /// The client's connection: [`ID`], or [`ID6`] in an IPv6 world.
+        fn id(&self) -> ConnId {
+            if self.tcp.cfg.addr.is_ipv6() {
+                ID6
+            } else {
+                ID
+            }
+        }
+
         fn send(&mut self, data: &[u8]) -> usize {
-            let sent = &mut self.sent;
+            let (id, sent) = (self.id(), &mut self.sent);
             self.tcp
-                .send(ID, data, self.now, &mut |f| sent.push(out(f)))
+                .send(id, data, self.now, &mut |f| sent.push(out(f)))
         }
 
         fn close(&mut self) {
-            let sent = &mut self.sent;
-            self.tcp.close(ID, self.now, &mut |f| sent.push(out(f)));
+            let (id, sent) = (self.id(), &mut self.sent);
+            self.tcp.close(id, self.now, &mut |f| sent.push(out(f)));
         }
 
         /// The handshake; returns the server's next sequence number.
@@ -1031,10 +1071,13 @@ mod tests {
 
     fn out(frame: &[u8]) -> Out {
         let seg = wire::parse(frame).expect("we write parsable frames");
-        assert_eq!(
-            (seg.src, seg.dst, seg.eth_src, seg.eth_dst),
-            (SERVER, CLIENT, SERVER_MAC, CLIENT_MAC)
+        assert!(
+            [(SERVER, CLIENT), (SERVER6, CLIENT6)].contains(&(seg.src, seg.dst)),
+            "{} -> {}",
+            seg.src,
+            seg.dst
         );
+        assert_eq!((seg.eth_src, seg.eth_dst), (SERVER_MAC, CLIENT_MAC));
         Out {
             control: seg.tcp.control,
             seq: seg.tcp.seq_number.0 as u32,
@@ -1050,7 +1093,7 @@ mod tests {
             | TcpEvent::PeerClosed(id)
             | TcpEvent::Closed(id)
             | TcpEvent::Data(id, _) => {
-                assert_eq!(id, ID)
+                assert!(id == ID || id == ID6, "{id:?}")
             }
         }
         match e {
@@ -1141,6 +1184,46 @@ mod tests {
         let ack = w.sent.pop().unwrap();
         assert_eq!(ack.ack, Some(w.seq));
         assert!(w.tcp.is_empty());
+    }
+
+    #[test]
+    fn an_ipv6_connection_opens_answers_and_closes_as_an_ipv4_one_does() {
+        let mut w = World::at(SERVER6);
+        w.segment(TcpControl::Syn, None, 64240, &[]);
+        let synack = w.sent.pop().unwrap();
+        assert_eq!(
+            synack.mss,
+            Some(1440),
+            "1500 less 40 bytes of IPv6 and 20 of TCP"
+        );
+        assert!(w.tcp.is_empty(), "nothing held for a SYN");
+        let isn = synack.seq.wrapping_add(1);
+        w.segment(TcpControl::Psh, Some(isn), 64240, b"GET / HTTP/1.1\r\n\r\n");
+        assert_eq!(
+            w.events.drain(..).collect::<Vec<_>>(),
+            [Ev::Open, Ev::Data(b"GET / HTTP/1.1\r\n\r\n".to_vec())]
+        );
+        let sent = &mut w.sent;
+        let taken = w
+            .tcp
+            .send_and_close(ID6, b"HTTP/1.1 302 Found\r\n\r\n", w.now, &mut |f| {
+                sent.push(out(f))
+            });
+        assert_eq!(taken, 22);
+        let seg = w.sent.pop().unwrap();
+        assert_eq!(
+            (seg.control, seg.seq, seg.ack),
+            (TcpControl::Fin, isn, Some(w.seq))
+        );
+        w.segment(TcpControl::Fin, Some(isn.wrapping_add(23)), 64240, &[]);
+        assert_eq!(w.sent.pop().unwrap().ack, Some(w.seq));
+        assert!(w.tcp.is_empty());
+        // The cookie covers the addresses: the same SYN-ACK's number from the same port of the
+        // IPv4 client opens nothing on an IPv4 endpoint with the same key.
+        let mut v4 = World::new();
+        v4.segment_at(5001, TcpControl::None, Some(isn), 64240, &[]);
+        assert_eq!(v4.sent.pop().unwrap().control, TcpControl::Rst);
+        assert!(v4.tcp.is_empty() && v4.events.is_empty());
     }
 
     #[test]

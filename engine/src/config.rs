@@ -15,9 +15,9 @@ pub(crate) enum Io {
     Uring,
     Epoll,
     /// AF_XDP kernel bypass on `--xdp-interface` (root, or CAP_NET_ADMIN and CAP_BPF): a
-    /// userspace TCP serves `--listen`'s IPv4 address and port, and `--tls-listen`'s port on the
-    /// same address, as they arrive on the interface; connections from this host itself (which
-    /// never cross it) are refused.
+    /// userspace TCP serves `--listen`'s address (IPv4 or IPv6) and port, and `--tls-listen`'s
+    /// port on the same address, as they arrive on the interface; connections from this host
+    /// itself (which never cross it) are refused.
     Xdp,
 }
 

@@ -727,12 +727,12 @@ fn xdp_setup(args: &Args, cores: usize) -> anyhow::Result<XdpSetup> {
         .xdp_interface
         .clone()
         .context("needs --xdp-interface (the interface whose queues it serves)")?;
-    let std::net::IpAddr::V4(addr) = args.listen.ip() else {
-        anyhow::bail!("serves IPv4 only: give --listen an IPv4 address of {interface}");
-    };
+    // One address of either family: the userspace TCP answers as that address, so a wildcard
+    // (which the kernel resolves per route) has no meaning here.
+    let addr = args.listen.ip();
     anyhow::ensure!(
-        !addr.is_unspecified() && args.listen.port() != 0,
-        "serves one address and port: give --listen ADDR:PORT with {interface}'s IPv4 address (not {})",
+        !addr.is_unspecified() && !addr.is_multicast() && args.listen.port() != 0,
+        "serves one address and port: give --listen ADDR:PORT with an IPv4 or IPv6 address of {interface} (not {})",
         args.listen
     );
     let queues: Vec<u32> = if args.xdp_queues.is_empty() {

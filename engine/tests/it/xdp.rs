@@ -10,7 +10,7 @@
 //! (`reset`, `echo`, `lossy`). The engine itself is tested there too, over AF_XDP.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -106,6 +106,8 @@ struct Pair {
     ns: String,
     server_if: String,
     server: Ipv4Addr,
+    /// The server end's IPv6 address, in a pair made with one.
+    server6: Option<Ipv6Addr>,
 }
 
 impl Pair {
@@ -116,13 +118,23 @@ impl Pair {
     /// A pair whose ends have `queues` TX and RX queues each (a veth hands a frame to the peer's
     /// RX queue of the TX queue it left by, which the sender picks by flow hash).
     fn with_queues(tag: &str, queues: u32) -> Pair {
+        Pair::build(tag, queues, false)
+    }
+
+    /// A one-queue pair whose ends have IPv6 addresses too, in the benchmarking prefix
+    /// 2001:2::/48 (RFC 5180): a /64 per process and tag.
+    fn with_ipv6(tag: &str) -> Pair {
+        Pair::build(tag, 1, true)
+    }
+
+    fn build(tag: &str, queues: u32, ipv6: bool) -> Pair {
         let pid = std::process::id();
         // At most 12 bytes with an end's letter: under IFNAMSIZ.
         let ns = format!("lhx{pid}{tag}");
         let (client_if, server_if) = (format!("{ns}c"), format!("{ns}s"));
-        // A /30 of 198.19.0.0/16 per process and tag (`a` to `h`), so parallel tests and
+        // A /30 of 198.19.0.0/16 per process and tag (`a` to `p`), so parallel tests and
         // runs never collide.
-        let slot = (pid % 2048) * 8 + u32::from(tag.as_bytes()[0].wrapping_sub(b'a') % 8);
+        let slot = (pid % 1024) * 16 + u32::from(tag.as_bytes()[0].wrapping_sub(b'a') % 16);
         let base = u32::from(Ipv4Addr::new(198, 19, 0, 0)) + (slot % 16384) * 4;
         let (client, server) = (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2));
         // What a killed earlier run with this pid left behind.
@@ -135,6 +147,7 @@ impl Pair {
             ns: ns.clone(),
             server_if: server_if.clone(),
             server,
+            server6: ipv6.then(|| Ipv6Addr::new(0x2001, 2, 0, slot as u16, 0, 0, 0, 2)),
         };
         // One queue each way unless asked: the socket serves queue 0, so every frame must
         // arrive there.
@@ -170,6 +183,23 @@ impl Pair {
             "dev",
             &server_if,
         ]);
+        if let Some(server6) = pair.server6 {
+            // No duplicate address detection: the addresses are usable at once, not tentative
+            // for a second or two (neighbour discovery itself still runs, through the kernel).
+            let client6 = Ipv6Addr::new(0x2001, 2, 0, slot as u16, 0, 0, 0, 1);
+            let net = |a: Ipv6Addr| format!("{a}/64");
+            ip(&["addr", "add", &net(client6), "dev", &client_if, "nodad"]);
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &net(server6),
+                "dev",
+                &server_if,
+                "nodad",
+            ]);
+        }
         ip(&["-n", &ns, "link", "set", &server_if, "up"]);
         ip(&["-n", &ns, "link", "set", "lo", "up"]);
         pair
@@ -190,14 +220,24 @@ impl Pair {
     /// `lasthop-engine --io xdp` on the server end, listening (and answering admin requests)
     /// on its address, with `extra`.
     fn xdp_engine(&self, site: &crate::harness::Site, extra: &[&str]) -> crate::harness::Engine {
-        let (listen, admin) = (self.listen(), format!("{}:0", self.server));
+        self.xdp_engine_at(site, &self.listen(), extra)
+    }
+
+    /// [`Pair::xdp_engine`] serving `listen` (the admin listener stays on the IPv4 address).
+    fn xdp_engine_at(
+        &self,
+        site: &crate::harness::Site,
+        listen: &str,
+        extra: &[&str],
+    ) -> crate::harness::Engine {
+        let admin = format!("{}:0", self.server);
         let args = [
             "--io",
             "xdp",
             "--xdp-interface",
             &self.server_if,
             "--listen",
-            &listen,
+            listen,
             "--admin-listen",
             &admin,
         ];
@@ -252,12 +292,22 @@ fn the_verifier_accepts_the_program_and_its_log_says_why_it_refuses_a_broken_one
             tls_port: None,
         },
         Filter {
-            addr: Some(Ipv4Addr::new(198, 19, 0, 2)),
+            addr: Some(Ipv4Addr::new(198, 19, 0, 2).into()),
             port: 8443,
             tls_port: None,
         },
         Filter {
-            addr: Some(Ipv4Addr::new(198, 19, 0, 2)),
+            addr: Some(Ipv4Addr::new(198, 19, 0, 2).into()),
+            port: 8080,
+            tls_port: Some(8443),
+        },
+        Filter {
+            addr: Some(Ipv6Addr::new(0x2001, 2, 0, 7, 0, 0, 0, 2).into()),
+            port: 8080,
+            tls_port: Some(8443),
+        },
+        Filter {
+            addr: None,
             port: 8080,
             tls_port: Some(8443),
         },
@@ -654,6 +704,68 @@ fn the_engine_serves_its_contract_over_af_xdp() {
     pair.drain(engine);
 }
 
+/// IPv6 over AF_XDP: `--listen [ADDR]:PORT` with the interface's IPv6 address. The program
+/// redirects IPv6 TCP to it and leaves neighbour discovery to the kernel (curl could not reach
+/// the address otherwise); the serving contract holds as on IPv4, HTTPS too, and the IPv4
+/// address's port stays the kernel's, which refuses it.
+#[test]
+fn the_engine_serves_ipv6_over_af_xdp() {
+    if as_server("") {
+        return;
+    }
+    if let Some(why) = skip_reason(Some("i")) {
+        eprintln!("SKIPPED IPv6 over AF_XDP: {why}");
+        return;
+    }
+    let pair = Pair::with_ipv6("i");
+    let server6 = pair.server6.expect("an IPv6 pair");
+    let f = crate::serving::fixture();
+    let pki = crate::tls::pki(&f.site, false);
+    let (listen, tls_listen) = (format!("[{server6}]:8080"), format!("[{server6}]:8443"));
+    let engine = pair.xdp_engine_at(
+        &f.site,
+        &listen,
+        &[
+            "--tls-listen",
+            &tls_listen,
+            "--cert",
+            pki.cert.to_str().unwrap(),
+            "--key",
+            pki.key.to_str().unwrap(),
+            "--cores",
+            "1",
+        ],
+    );
+    assert_eq!(engine.addr, listen);
+    assert_eq!(engine.tls.as_deref(), Some(tls_listen.as_str()));
+    crate::serving::check_serving(&f, &engine, "xdp");
+
+    // HTTPS on the same address: a full TLS 1.3 handshake and a 302, then TLS 1.2.
+    let ca = pki.ca.to_str().unwrap();
+    let resolve = format!("lh.test:8443:[{server6}]");
+    let url = format!("https://lh.test:8443/{}", f.live);
+    for version in ["--tlsv1.3", "--tlsv1.2"] {
+        let (status, headers, err) =
+            crate::harness::curl(&[version, "--cacert", ca, "--resolve", &resolve, &url]);
+        assert_eq!(status, 302, "{version}: {headers}{err}");
+        assert!(
+            headers.contains("Location: https://example.com/live?x=1"),
+            "{headers}"
+        );
+    }
+
+    // The IPv4 address's port is not redirected: the kernel answers it, and nothing listens.
+    let v4 = SocketAddr::from((pair.server, 8080));
+    let refused = TcpStream::connect_timeout(&v4, Duration::from_secs(5));
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused),
+        "{v4} answered by the kernel: {refused:?}"
+    );
+    pair.drain(engine);
+}
+
 /// HTTPS over AF_XDP: the engine's second endpoint serves `--tls-listen`'s port through the
 /// same rustls layer as the io_uring loop, with real clients (curl, `openssl s_client`) in this
 /// namespace: full handshakes (ECDSA, TLS 1.3 and 1.2), several requests on one connection, a
@@ -1017,12 +1129,12 @@ fn serve(mode: &str) {
     let mut xsk = Xsk::open(ifindex, 0, &XskConfig::default()).unwrap();
     map.set(0, xsk.fd()).unwrap();
     let filter = Filter {
-        addr: Some(addr),
+        addr: Some(addr.into()),
         port,
         tls_port: None,
     };
     let program = prog::load(&filter, &map, 0).unwrap();
-    check_verdicts(&program, addr, port, None);
+    check_verdicts(&program, addr.into(), port, None, false);
     // With an HTTPS port too (two ports above, so the one between stays the kernel's).
     let both = Filter {
         tls_port: Some(port + 2),
@@ -1030,10 +1142,34 @@ fn serve(mode: &str) {
     };
     check_verdicts(
         &prog::load(&both, &map, 0).unwrap(),
-        addr,
+        addr.into(),
         port,
         Some(port + 2),
+        false,
     );
+    // An IPv6 address (the program compares its four words), and none: both families.
+    let v6: IpAddr = Ipv6Addr::new(0x2001, 2, 0, 7, 0, 0, 0, 2).into();
+    let six = Filter {
+        addr: Some(v6),
+        ..both
+    };
+    check_verdicts(
+        &prog::load(&six, &map, 0).unwrap(),
+        v6,
+        port,
+        Some(port + 2),
+        false,
+    );
+    let any = Filter { addr: None, ..both };
+    for addr in [v6, addr.into()] {
+        check_verdicts(
+            &prog::load(&any, &map, 0).unwrap(),
+            addr,
+            port,
+            Some(port + 2),
+            true,
+        );
+    }
 
     let mut kernel_accepts = 0u64;
     let same_port = TcpListener::bind((addr, port)).unwrap();
@@ -1055,7 +1191,7 @@ fn serve(mode: &str) {
         stopper.store(true, Ordering::Relaxed);
     });
     let mut tcp = Tcp::new(TcpConfig::new(
-        addr,
+        addr.into(),
         port,
         xdp::mac(&ifname).unwrap(),
         [0x5a; 16],
@@ -1183,9 +1319,29 @@ fn serve(mode: &str) {
     );
 }
 
-/// The program's verdicts on frames built here, run in the kernel with a socket in the map.
-fn check_verdicts(program: &prog::Program, addr: Ipv4Addr, port: u16, tls_port: Option<u16>) {
-    let frame = |dst: Ipv4Addr, dport: u16| {
+/// The program's verdicts on frames built here, run in the kernel with a socket in the map:
+/// `addr`'s family is checked (IPv4 or IPv6), and the other family passes unless `wildcard`
+/// (a program without an address) takes both.
+fn check_verdicts(
+    program: &prog::Program,
+    addr: IpAddr,
+    port: u16,
+    tls_port: Option<u16>,
+    wildcard: bool,
+) {
+    let (peer, another, stranger): (IpAddr, IpAddr, IpAddr) = match addr {
+        IpAddr::V4(_) => (
+            Ipv4Addr::new(198, 19, 9, 9).into(),
+            Ipv4Addr::new(198, 19, 9, 10).into(),
+            Ipv6Addr::new(0x2001, 2, 0, 9, 0, 0, 0, 1).into(),
+        ),
+        IpAddr::V6(_) => (
+            Ipv6Addr::new(0x2001, 2, 0, 9, 0, 0, 0, 9).into(),
+            Ipv6Addr::new(0x2001, 2, 0, 9, 0, 0, 0, 10).into(),
+            Ipv4Addr::new(198, 19, 9, 1).into(),
+        ),
+    };
+    let frame = |src: IpAddr, dst: IpAddr, dport: u16| {
         let tcp = TcpRepr {
             src_port: 40000,
             dst_port: dport,
@@ -1204,7 +1360,7 @@ fn check_verdicts(program: &prog::Program, addr: Ipv4Addr, port: u16, tls_port: 
         let n = wire::write_frame(
             [2, 0, 0, 0, 0, 2],
             [2, 0, 0, 0, 0, 1],
-            Ipv4Addr::new(198, 19, 9, 9),
+            src,
             dst,
             &tcp,
             &mut out,
@@ -1213,7 +1369,7 @@ fn check_verdicts(program: &prog::Program, addr: Ipv4Addr, port: u16, tls_port: 
         out.truncate(n);
         out
     };
-    let ours = frame(addr, port);
+    let ours = frame(peer, addr, port);
     let verdict = |f: &[u8]| program.test_run(f).unwrap();
     assert_eq!(
         verdict(&ours),
@@ -1221,46 +1377,76 @@ fn check_verdicts(program: &prog::Program, addr: Ipv4Addr, port: u16, tls_port: 
         "a SYN to our address and port"
     );
     assert_eq!(
-        verdict(&frame(addr, port + 1)),
+        verdict(&frame(peer, addr, port + 1)),
         prog::XDP_PASS,
         "another port"
     );
+    // Without an address, every address of the family is ours; and the other family's too.
+    let other = if wildcard {
+        prog::XDP_REDIRECT
+    } else {
+        prog::XDP_PASS
+    };
     if let Some(tls_port) = tls_port {
         assert_eq!(
-            verdict(&frame(addr, tls_port)),
+            verdict(&frame(peer, addr, tls_port)),
             prog::XDP_REDIRECT,
             "a SYN to our HTTPS port"
         );
         assert_eq!(
-            verdict(&frame(Ipv4Addr::new(198, 19, 9, 10), tls_port)),
-            prog::XDP_PASS,
+            verdict(&frame(peer, another, tls_port)),
+            other,
             "the HTTPS port of another address"
         );
     }
     assert_eq!(
-        verdict(&frame(Ipv4Addr::new(198, 19, 9, 10), port)),
-        prog::XDP_PASS,
+        verdict(&frame(peer, another, port)),
+        other,
         "another address"
+    );
+    let (stranger_src, stranger_dst) = match stranger {
+        IpAddr::V4(_) => (Ipv4Addr::new(198, 19, 9, 2).into(), stranger),
+        IpAddr::V6(_) => (Ipv6Addr::new(0x2001, 2, 0, 9, 0, 0, 0, 2).into(), stranger),
+    };
+    assert_eq!(
+        verdict(&frame(stranger_src, stranger_dst, port)),
+        other,
+        "the other family"
     );
     let mut arp = ours.clone();
     arp[12..14].copy_from_slice(&[0x08, 0x06]);
     assert_eq!(verdict(&arp), prog::XDP_PASS, "ARP");
-    let mut udp = ours.clone();
-    udp[14 + 9] = 17;
-    assert_eq!(verdict(&udp), prog::XDP_PASS, "UDP");
-    let mut fragment = ours.clone();
-    fragment[14 + 6] |= 0x20;
-    assert_eq!(verdict(&fragment), prog::XDP_PASS, "an IPv4 fragment");
-    let mut options = ours.clone();
-    options[14] = 0x46; // a 24-byte IPv4 header: the TCP ports move, the program must follow
+    let cut = 14 + wire::ip_header(addr);
     assert_eq!(
-        verdict(&options),
-        prog::XDP_PASS,
-        "the port read at the IHL's offset"
-    );
-    assert_eq!(
-        verdict(&ours[..14 + 20 + 2]),
+        verdict(&ours[..cut + 2]),
         prog::XDP_PASS,
         "cut inside the TCP header"
     );
+    if addr.is_ipv4() {
+        let mut udp = ours.clone();
+        udp[14 + 9] = 17;
+        assert_eq!(verdict(&udp), prog::XDP_PASS, "UDP");
+        let mut fragment = ours.clone();
+        fragment[14 + 6] |= 0x20;
+        assert_eq!(verdict(&fragment), prog::XDP_PASS, "an IPv4 fragment");
+        let mut options = ours.clone();
+        options[14] = 0x46; // a 24-byte IPv4 header: the TCP ports move, the program must follow
+        assert_eq!(
+            verdict(&options),
+            prog::XDP_PASS,
+            "the port read at the IHL's offset"
+        );
+    } else {
+        // ICMPv6 (neighbour discovery), a fragment header, hop-by-hop options: the kernel's.
+        for next in [58, 44, 0] {
+            let mut other = ours.clone();
+            other[14 + 6] = next;
+            assert_eq!(verdict(&other), prog::XDP_PASS, "next header {next}");
+        }
+        assert_eq!(
+            verdict(&ours[..14 + 39]),
+            prog::XDP_PASS,
+            "cut inside the IPv6 header"
+        );
+    }
 }

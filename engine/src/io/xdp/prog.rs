@@ -1,10 +1,13 @@
 //! The engine's XDP program, hand-assembled, and its loading, attaching and testing through
 //! libbpf (the kernel's own loader library, vendored by `libbpf-sys`).
 //!
-//! The program is 31 instructions (33 with an address, one more with an HTTPS port): IPv4 TCP
-//! to the engine's address (optional) and port (or its HTTPS port), not a fragment, goes to the AF_XDP socket of the queue it arrived on (`bpf_redirect_map` on the
-//! XSKMAP, falling back to `XDP_PASS` where that queue has no socket); everything else (ARP,
-//! ICMP, IPv6, other ports) passes to the kernel, so the host stays reachable. Every read is
+//! The program is 33 to 40 instructions, by the filter (`instructions`' test counts them): TCP
+//! over IPv4 or IPv6 to the engine's address (optional: both families without one) and port
+//! (or its HTTPS port), not a fragment and on IPv6 with TCP as the fixed header's next header,
+//! goes to the AF_XDP socket of the queue it arrived on (`bpf_redirect_map` on the XSKMAP,
+//! falling back to `XDP_PASS` where that queue has no socket); everything else (ARP, ICMP,
+//! ICMPv6 and so neighbour discovery, the other family, IPv6 behind extension headers, other
+//! ports) passes to the kernel, so the host stays reachable. Every read is
 //! preceded by the bounds check the verifier needs. Assembling it here keeps the build free of
 //! clang and of an ELF step; [`Program::log`] and [`Program::test_run`] let tests see what the
 //! kernel made of it (engine/DESIGN.md, "The AF_XDP path").
@@ -12,7 +15,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use libbpf_sys as bpf;
@@ -20,11 +23,11 @@ use libbpf_sys as bpf;
 use super::super::cvt;
 
 /// What the program sends to the engine's sockets: TCP to this port (or to the second one, the
-/// HTTPS listener's, when given), and to this address when one is given (an engine listening
-/// on 0.0.0.0 takes every address of the interface).
+/// HTTPS listener's, when given), and to this address when one is given (of its family only);
+/// without one, to every address of the interface, IPv4 and IPv6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Filter {
-    pub addr: Option<Ipv4Addr>,
+    pub addr: Option<IpAddr>,
     pub port: u16,
     pub tls_port: Option<u16>,
 }
@@ -79,7 +82,12 @@ const MD_RX_QUEUE_INDEX: i16 = 16;
 /// Where each jump goes, resolved when the program is finished.
 #[derive(Debug, Clone, Copy)]
 enum Target {
+    /// `XDP_PASS`: the kernel takes the frame.
     Pass,
+    /// The IPv6 header's checks.
+    Ipv6,
+    /// The TCP header's: r2 points at it less the Ethernet header's 14 bytes.
+    Tcp,
 }
 
 struct Asm {
@@ -124,10 +132,19 @@ impl Asm {
         self.jumps.push((self.insns.len(), target));
         self.op(JMP | op | X, dst, src, 0, 0);
     }
-    fn finish(mut self, pass: usize) -> Vec<Insn> {
+    /// `goto target`.
+    fn goto(&mut self, target: Target) {
+        self.jumps.push((self.insns.len(), target));
+        self.op(JMP, 0, 0, 0, 0);
+    }
+    /// Resolves the jumps to the targets' instruction indexes (`None`: a target the program
+    /// does not have, which no jump names).
+    fn finish(mut self, pass: usize, ipv6: Option<usize>, tcp: usize) -> Vec<Insn> {
         for (at, target) in std::mem::take(&mut self.jumps) {
             let to = match target {
                 Target::Pass => pass,
+                Target::Ipv6 => ipv6.expect("the IPv6 checks are there when jumped to"),
+                Target::Tcp => tcp,
             };
             self.insns[at].off = (to as isize - at as isize - 1) as i16;
         }
@@ -143,8 +160,14 @@ fn net16(v: u16) -> i32 {
 /// The program's instructions for `filter`, with `map_fd` the XSKMAP's descriptor.
 pub fn instructions(filter: &Filter, map_fd: RawFd) -> Vec<Insn> {
     const ETH: i16 = 14;
+    const IPV6: i32 = 40;
+    let (v4, v6) = match filter.addr {
+        None => (true, true),
+        Some(IpAddr::V4(_)) => (true, false),
+        Some(IpAddr::V6(_)) => (false, true),
+    };
     let mut a = Asm {
-        insns: Vec::with_capacity(40),
+        insns: Vec::with_capacity(48),
         jumps: Vec::new(),
     };
     a.mov(6, 1); // r6 = ctx
@@ -154,26 +177,58 @@ pub fn instructions(filter: &Filter, map_fd: RawFd) -> Vec<Insn> {
     a.alu_imm(ADD, 4, i32::from(ETH) + 20); // r4 = data + Ethernet + minimal IPv4 header
     a.jump_reg(JGT, 4, 3, Target::Pass);
     a.load(H, 5, 2, 12); // EtherType
-    a.jump_imm(JNE, 5, net16(0x0800), Target::Pass);
-    a.load(B, 5, 2, ETH + 9); // IPv4 protocol
-    a.jump_imm(JNE, 5, 6, Target::Pass);
-    a.load(H, 5, 2, ETH + 6); // flags and fragment offset
-    a.alu_imm(AND, 5, net16(0x3fff)); // MF or an offset: a fragment, the kernel reassembles
-    a.jump_imm(JNE, 5, 0, Target::Pass);
-    if let Some(addr) = filter.addr {
-        a.load(W, 5, 2, ETH + 16); // destination address
-        a.jump32_imm(
-            JNE,
-            5,
-            u32::from_ne_bytes(addr.octets()) as i32,
-            Target::Pass,
-        );
+    match (v4, v6) {
+        (true, true) => a.jump_imm(JEQ, 5, net16(0x86dd), Target::Ipv6),
+        // IPv6 only: its checks follow.
+        (false, _) => a.jump_imm(JNE, 5, net16(0x86dd), Target::Pass),
+        (true, false) => {}
     }
-    a.load(B, 5, 2, ETH); // version and IHL
-    a.alu_imm(AND, 5, 0x0f);
-    a.alu_imm(LSH, 5, 2); // IPv4 header bytes, 0..=60
-    a.jump_imm(JLT, 5, 20, Target::Pass);
-    a.op(ALU64 | ADD | X, 2, 5, 0, 0); // r2 = data + IHL: the TCP header, less Ethernet
+    if v4 {
+        a.jump_imm(JNE, 5, net16(0x0800), Target::Pass);
+        a.load(B, 5, 2, ETH + 9); // IPv4 protocol
+        a.jump_imm(JNE, 5, 6, Target::Pass);
+        a.load(H, 5, 2, ETH + 6); // flags and fragment offset
+        a.alu_imm(AND, 5, net16(0x3fff)); // MF or an offset: a fragment, the kernel reassembles
+        a.jump_imm(JNE, 5, 0, Target::Pass);
+        if let Some(IpAddr::V4(addr)) = filter.addr {
+            a.load(W, 5, 2, ETH + 16); // destination address
+            a.jump32_imm(
+                JNE,
+                5,
+                u32::from_ne_bytes(addr.octets()) as i32,
+                Target::Pass,
+            );
+        }
+        a.load(B, 5, 2, ETH); // version and IHL
+        a.alu_imm(AND, 5, 0x0f);
+        a.alu_imm(LSH, 5, 2); // IPv4 header bytes, 0..=60
+        a.jump_imm(JLT, 5, 20, Target::Pass);
+        a.op(ALU64 | ADD | X, 2, 5, 0, 0); // r2 = data + IHL: the TCP header, less Ethernet
+        if v6 {
+            a.goto(Target::Tcp);
+        }
+    }
+    let ipv6 = v6.then(|| {
+        let at = a.insns.len();
+        a.mov(4, 2);
+        a.alu_imm(ADD, 4, i32::from(ETH) + IPV6); // the fixed header whole
+        a.jump_reg(JGT, 4, 3, Target::Pass);
+        // TCP first, or the kernel takes it (extension headers, fragments, ICMPv6 and so
+        // neighbour discovery).
+        a.load(B, 5, 2, ETH + 6); // next header
+        a.jump_imm(JNE, 5, 6, Target::Pass);
+        if let Some(IpAddr::V6(addr)) = filter.addr {
+            // The destination address, 4 words at 24..40 of the header.
+            for (i, word) in addr.octets().chunks_exact(4).enumerate() {
+                a.load(W, 5, 2, ETH + 24 + 4 * i as i16);
+                let word = u32::from_ne_bytes(word.try_into().expect("4 bytes"));
+                a.jump32_imm(JNE, 5, word as i32, Target::Pass);
+            }
+        }
+        a.alu_imm(ADD, 2, IPV6); // r2 = the TCP header, less Ethernet
+        at
+    });
+    let tcp = a.insns.len();
     a.mov(4, 2);
     a.alu_imm(ADD, 4, i32::from(ETH) + 4);
     a.jump_reg(JGT, 4, 3, Target::Pass);
@@ -194,7 +249,7 @@ pub fn instructions(filter: &Filter, map_fd: RawFd) -> Vec<Insn> {
     let pass = a.insns.len();
     a.mov_imm(0, XDP_PASS as i32);
     a.op(JMP | EXIT, 0, 0, 0, 0);
-    a.finish(pass)
+    a.finish(pass, ipv6, tcp)
 }
 
 /// An XSKMAP: queue index → AF_XDP socket.
@@ -410,28 +465,25 @@ mod tests {
 
     #[test]
     fn every_jump_lands_forward_inside_the_program_and_both_paths_exit() {
-        for filter in [
-            Filter {
-                addr: None,
-                port: 80,
-                tls_port: None,
-            },
-            Filter {
-                addr: Some(Ipv4Addr::new(10, 0, 0, 1)),
-                port: 443,
-                tls_port: None,
-            },
-            Filter {
-                addr: Some(Ipv4Addr::new(10, 0, 0, 1)),
-                port: 80,
-                tls_port: Some(443),
-            },
+        let v4 = Some(IpAddr::from([10, 0, 0, 1]));
+        let v6 = Some(IpAddr::from([0x2001, 2, 0, 0, 0, 0, 0, 1]));
+        // (filter, instructions): both families' checks without an address; one family's,
+        // with its address's words compared, with one.
+        for (addr, tls_port, expected) in [
+            (None, None, 39),
+            (v4, None, 33),
+            (v4, Some(443), 34),
+            (v6, None, 35),
+            (v6, Some(443), 36),
+            (None, Some(443), 40),
         ] {
+            let filter = Filter {
+                addr,
+                port: 80,
+                tls_port,
+            };
             let insns = instructions(&filter, 7);
-            let expected = 31
-                + 2 * usize::from(filter.addr.is_some())
-                + usize::from(filter.tls_port.is_some());
-            assert_eq!(insns.len(), expected);
+            assert_eq!(insns.len(), expected, "{filter:?}");
             for (at, i) in insns.iter().enumerate() {
                 let class = i.code & 0x07;
                 let op = i.code & 0xf0;

@@ -14,7 +14,7 @@
 //! kernel socket to hand the record layer to, so kTLS never applies here.
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::ops::Range;
 
 use hashbrown::HashMap;
@@ -36,7 +36,8 @@ pub struct XdpCore {
     pub ifindex: u32,
     pub queue: u32,
     pub mac: [u8; 6],
-    pub addr: Ipv4Addr,
+    /// IPv4 or IPv6 (`--listen`'s): the endpoints serve this one address.
+    pub addr: IpAddr,
     pub port: u16,
     /// The HTTPS port (`--tls-listen`), on the same address.
     pub tls_port: Option<u16>,
@@ -68,8 +69,8 @@ struct Conn {
     session: Session,
     /// The TLS state of a connection on the HTTPS endpoint.
     tls: Option<Box<TlsConn>>,
-    /// Distinguishes this connection from an earlier one of the same 4-tuple in origin tokens.
-    gen: u16,
+    /// This connection's origin token, never reused (see [`XdpLoop::tokens`]).
+    token: u64,
     /// Rendered bytes the TCP endpoint has not taken yet (its send queue is full).
     pending: Vec<u8>,
     /// The peer sent FIN: close once everything rendered is taken.
@@ -117,7 +118,11 @@ pub struct XdpLoop {
     tcp: Tcp,
     https: Option<Https>,
     conns: HashMap<Key, Conn>,
-    next_gen: u16,
+    /// Each connection's origin token, to its key: the token an origin reply carries finds
+    /// its connection (an IPv6 peer's address does not fit in the token itself), and a reply
+    /// for a connection gone, or gone and come back on the same 4-tuple, finds none.
+    tokens: HashMap<u64, Key>,
+    next_token: u64,
     inbox: Option<OriginInbox>,
     replies: Vec<OriginReply>,
     heard: Vec<Heard>,
@@ -143,31 +148,6 @@ impl std::fmt::Debug for XdpLoop {
             .field("conns", &self.conns.len())
             .finish_non_exhaustive()
     }
-}
-
-/// Generations wrap within 15 bits: the token's 16th low bit is the lane.
-const GEN_MASK: u16 = 0x7fff;
-
-/// An origin token: the peer's address and port, the lane, and the connection's generation.
-fn token(key: Key, gen: u16) -> u64 {
-    let lane = u64::from(key.lane == Lane::Https) << 15;
-    (u64::from(u32::from(key.id.addr)) << 32)
-        | (u64::from(key.id.port) << 16)
-        | lane
-        | u64::from(gen & GEN_MASK)
-}
-
-fn untoken(token: u64) -> (Key, u16) {
-    let id = ConnId {
-        addr: Ipv4Addr::from((token >> 32) as u32),
-        port: (token >> 16) as u16,
-    };
-    let lane = if token & (1 << 15) != 0 {
-        Lane::Https
-    } else {
-        Lane::Plain
-    };
-    (Key { lane, id }, token as u16 & GEN_MASK)
 }
 
 /// Feeds bytes received on a connection to its session: straight in, or through rustls on the
@@ -280,7 +260,8 @@ impl XdpLoop {
             tcp: endpoint(core.port),
             https,
             conns: HashMap::new(),
-            next_gen: 1,
+            tokens: HashMap::new(),
+            next_token: 1,
             inbox,
             replies: Vec::new(),
             heard: Vec::new(),
@@ -388,7 +369,7 @@ impl XdpLoop {
                         continue;
                     }
                     let handshaking = conn.tls.as_ref().is_some_and(|t| t.conn.is_handshaking());
-                    let token = token(key, conn.gen);
+                    let token = conn.token;
                     feed(conn, &self.arena[range], ctx, token, self.https.as_mut());
                     self.touched.push(key);
                     if handshaking && self.entered.elapsed() >= EARLY_SEND {
@@ -423,10 +404,9 @@ impl XdpLoop {
     /// A connection's handshake completed: its session, and on HTTPS its TLS state (or a
     /// reset, past the core's handshake cap).
     fn open(&mut self, key: Key, ctx: &mut CoreCtx) {
-        let gen = self.next_gen;
-        self.next_gen = (self.next_gen.wrapping_add(1) & GEN_MASK).max(1);
+        let token = self.next_token;
         let mut session = Session::new(ctx.now_ms);
-        session.peer = Some(std::net::IpAddr::V4(key.id.addr));
+        session.peer = Some(key.id.addr);
         let tls = match (key.lane, &mut self.https) {
             (Lane::Https, Some(h)) => {
                 match TlsConn::start(
@@ -456,13 +436,15 @@ impl XdpLoop {
             Conn {
                 session,
                 tls,
-                gen,
+                token,
                 pending: Vec::new(),
                 peer_closed: false,
                 closing: false,
                 held: Vec::new(),
             },
         );
+        self.tokens.insert(token, key);
+        self.next_token += 1;
         ctx.metrics.connection_opened();
     }
 
@@ -471,6 +453,7 @@ impl XdpLoop {
         let Some(mut conn) = self.conns.remove(&key) else {
             return;
         };
+        self.tokens.remove(&conn.token);
         if conn.tls.as_mut().is_some_and(|t| t.uncount()) {
             uncounted(self.https.as_mut());
         }
@@ -481,11 +464,13 @@ impl XdpLoop {
         let Some(inbox) = &self.inbox else { return };
         inbox.drain(&mut self.replies);
         for reply in self.replies.drain(..) {
-            let (key, gen) = untoken(reply.token);
+            let Some(&key) = self.tokens.get(&reply.token) else {
+                continue;
+            };
             if let Some(conn) = self
                 .conns
                 .get_mut(&key)
-                .filter(|c| c.gen == gen && !c.closing)
+                .filter(|c| c.token == reply.token && !c.closing)
             {
                 conn.session.origin_replied(&reply.answer, ctx, reply.token);
                 if !conn.session.paused() && !conn.held.is_empty() {
@@ -529,7 +514,7 @@ impl XdpLoop {
                 let ready = conn.pending.is_empty() && !paused(conn);
                 if ready && !conn.held.is_empty() {
                     let held = std::mem::take(&mut conn.held);
-                    let token = token(key, conn.gen);
+                    let token = conn.token;
                     feed(conn, &held, ctx, token, self.https.as_mut());
                     continue;
                 }
