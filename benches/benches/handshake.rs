@@ -13,10 +13,17 @@
 //! - `full`: all of the above, one after another: the floor of a full handshake.
 //! - `resumed_psk_dhe`: a TLS 1.3 resumption as rustls does it (psk_dhe_ke): the binder, the
 //!   X25519 exchange and the key schedule, no signature.
+//! - `rustls_server_full`: the server's side of a whole full TLS 1.3 handshake in rustls, in
+//!   memory, configured as the engine's: its connection made, the ClientHello read, its flight
+//!   written, the client's Finished read and two tickets written (the client's own work is not
+//!   timed). What a rustls server pays beyond `full` before any I/O: the floor of the engine's
+//!   handshakes with no TCP, no syscalls and no HTTP.
 //!
 //! Run: `cargo bench -p lasthop-benches --bench handshake`.
 
 use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ring::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey, X25519};
@@ -25,6 +32,16 @@ use ring::hkdf::{KeyType, Prk, Salt, HKDF_SHA256};
 use ring::hmac;
 use ring::rand::SystemRandom;
 use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::Resumption;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache};
+use rustls::sign::CertifiedKey;
+use rustls::{
+    ClientConfig, ClientConnection, DigitallySignedStruct, ServerConfig, ServerConnection,
+    SignatureScheme,
+};
 
 /// An output length for `Prk::expand`.
 struct Len(usize);
@@ -116,6 +133,143 @@ fn binder(psk: &[u8; 32], hello_hash: &[u8; 32]) -> hmac::Tag {
     hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &finished), hello_hash)
 }
 
+/// Accepts any certificate and signature: the in-memory client of `rustls_server` measures the
+/// server, not itself (as `examples/tls_load.rs` does on the wire).
+#[derive(Debug)]
+struct NoCheck(Vec<SignatureScheme>);
+
+impl ServerCertVerifier for NoCheck {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.clone()
+    }
+}
+
+/// Bytes of the DER certificate `perf/lib.sh`'s `tls_cert` makes (a P-256 leaf with a SAN): the
+/// server copies its chain into the flight and never parses it, so a blob of the same length
+/// stands in for it.
+const CERT_LEN: usize = 560;
+
+/// A server configured as the engine's by default (`engine/src/tls/config.rs`: TLS 1.3 and 1.2,
+/// the server's suite order, ALPN http/1.1, a 16,384-session cache, two TLS 1.3 tickets) with a
+/// P-256 key, and a TLS 1.3 client that never resumes.
+fn rustls_pair(pkcs8: &[u8]) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
+    use rustls::crypto::ring::cipher_suite as cs;
+    let provider = Arc::new(CryptoProvider {
+        cipher_suites: vec![
+            cs::TLS13_AES_128_GCM_SHA256,
+            cs::TLS13_CHACHA20_POLY1305_SHA256,
+            cs::TLS13_AES_256_GCM_SHA384,
+            cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        ],
+        ..rustls::crypto::ring::default_provider()
+    });
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pkcs8.to_vec()));
+    let signer = provider
+        .key_provider
+        .load_private_key(key)
+        .expect("the P-256 key");
+    let chain = vec![CertificateDer::from(vec![0x30u8; CERT_LEN])];
+    let resolver = SingleCert(Arc::new(CertifiedKey::new(chain, signer)));
+    let mut server = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .expect("versions")
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    server.ignore_client_order = true;
+    // The engine's default: stateful tickets in a bounded cache, 0-RTT allowed on them.
+    server.session_storage = ServerSessionMemoryCache::new(16_384);
+    server.max_early_data_size = 16_384;
+    server.send_half_rtt_data = false;
+    let schemes = provider
+        .signature_verification_algorithms
+        .supported_schemes();
+    let mut client = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(NoCheck(schemes)))
+        .with_no_client_auth();
+    client.resumption = Resumption::disabled();
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    (Arc::new(server), Arc::new(client))
+}
+
+/// The one certificate, whatever the client asks.
+#[derive(Debug)]
+struct SingleCert(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for SingleCert {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(&self.0))
+    }
+}
+
+/// One full TLS 1.3 handshake in memory, to the server's last ticket; returns the time spent
+/// in the server's calls alone (its connection's creation included).
+fn server_side(
+    server: &Arc<ServerConfig>,
+    client: &Arc<ClientConfig>,
+    buf: &mut Vec<u8>,
+) -> Duration {
+    let name = ServerName::try_from("lh.test").expect("a name");
+    let mut c = ClientConnection::new(Arc::clone(client), name).expect("a client");
+    let t = Instant::now();
+    let mut s = ServerConnection::new(Arc::clone(server)).expect("a server");
+    let mut spent = t.elapsed();
+    loop {
+        buf.clear();
+        while c.wants_write() {
+            c.write_tls(buf).expect("to memory");
+        }
+        let t = Instant::now();
+        let mut input = &buf[..];
+        while !input.is_empty() {
+            s.read_tls(&mut input).expect("from memory");
+            s.process_new_packets().expect("a good handshake");
+        }
+        let mut output = Vec::new();
+        while s.wants_write() {
+            s.write_tls(&mut output).expect("to memory");
+        }
+        spent += t.elapsed();
+        if output.is_empty() && !c.is_handshaking() && !s.is_handshaking() {
+            return spent;
+        }
+        let mut input = &output[..];
+        while !input.is_empty() {
+            c.read_tls(&mut input).expect("from memory");
+            c.process_new_packets().expect("a good handshake");
+        }
+    }
+}
+
 fn handshake(c: &mut Criterion) {
     let rng = SystemRandom::new();
     let pkcs8 =
@@ -164,6 +318,15 @@ fn handshake(c: &mut Criterion) {
             let schedule = key_schedule(&[0; 32], &shared, &th);
             let signature = key.sign(&rng, &to_sign).expect("signs");
             black_box((schedule, signature))
+        })
+    });
+    let (server, client) = rustls_pair(pkcs8.as_ref());
+    let mut buf = Vec::new();
+    group.bench_function("rustls_server_full", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| server_side(&server, &client, &mut buf))
+                .sum()
         })
     });
     group.bench_function("resumed_psk_dhe", |b| {
