@@ -20,11 +20,14 @@
 # (`crypto_floor` in perf/lib.sh: `cargo bench --bench handshake`) right after its servers, and
 # the script prints each server's handshakes per server CPU-second as a share of its round's
 # floor (the issue's goal: full handshakes >= 70%), paired, since this VM's speed drifts by
-# a fifth within the hour.
+# a fifth within the hour. With full, each round also measures `rustls_server_full` (the
+# server's side of a whole rustls handshake in memory: the crypto plus rustls, no I/O), and
+# the engine's share of that floor is printed too: what its TCP, syscalls and HTTP cost.
 #
 #   sudo perf/bypass.sh                       # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64
 #   SERVERS="xdp" PERF_RECORD=1 perf/bypass.sh   # one server; perf record of it into $WORK
 #   MODE=handshake SERVERS="xdp uring nginx" perf/bypass.sh
+#   FAMILY=6 perf/bypass.sh                   # the same over IPv6 (2001:2::/64, RFC 5180)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LINKS=${LINKS:-1000000}
@@ -39,7 +42,13 @@ HANDSHAKE=${HANDSHAKE:-full}
 SERVERS=${SERVERS:-uring xdp nginx}
 case $MODE in http|https|handshake) ;; *) echo "perf/bypass.sh: MODE is http, https or handshake" >&2; exit 2 ;; esac
 SNS=lhbypass-s CNS=lhbypass-c SIF=lhbps CIF=lhbpc
-SADDR=198.18.0.2 CADDR=198.18.0.1
+FAMILY=${FAMILY:-4}
+case $FAMILY in
+  4) SADDR=198.18.0.2 CADDR=198.18.0.1 PREFIX=30 HOST=198.18.0.2 ;;
+  # IPv6 addresses go in brackets before a port (URLs, --listen, nginx's listen).
+  6) SADDR=2001:2::2 CADDR=2001:2::1 PREFIX=64 HOST=[2001:2::2] ;;
+  *) echo "perf/bypass.sh: FAMILY is 4 or 6" >&2; exit 2 ;;
+esac
 [ "$(id -u)" = 0 ] || { echo "perf/bypass.sh: needs root (network namespaces, XDP)" >&2; exit 1; }
 need=()
 command -v wrk >/dev/null || need+=(wrk)
@@ -60,17 +69,17 @@ mkdir -p "$work"
 . perf/lib.sh
 synth_links "$BIN" "$work" "$LINKS"
 nginx_conf "$work" "$PORT"
-sed -i "s/listen 127.0.0.1:$PORT reuseport;/listen $SADDR:$PORT reuseport;/" "$work/nginx.conf"
+sed -i "s/listen 127.0.0.1:$PORT reuseport;/listen $HOST:$PORT reuseport;/" "$work/nginx.conf"
 tls_args=()
 if [ "$MODE" != http ]; then
   # One ECDSA P-256 certificate for every server, and nginx's HTTPS server beside its plain one.
   tls_cert "$work" "$SADDR"
-  tls_args=(--tls-listen "$SADDR:$TPORT" --cert "$work/srv.pem" --key "$work/srv.key")
+  tls_args=(--tls-listen "$HOST:$TPORT" --cert "$work/srv.pem" --key "$work/srv.key")
   sed -i '$ d' "$work/nginx.conf"
   cat >>"$work/nginx.conf" <<NGX
   ssl_protocols TLSv1.2 TLSv1.3;
   server {
-    listen $SADDR:$TPORT ssl reuseport;
+    listen $HOST:$TPORT ssl reuseport;
     ssl_certificate $work/srv.pem;
     ssl_certificate_key $work/srv.key;
     location / {
@@ -90,8 +99,10 @@ ip netns add "$SNS"
 ip netns add "$CNS"
 ip -n "$CNS" link add "$CIF" numtxqueues 1 numrxqueues 1 type veth peer name "$SIF" numtxqueues 1 numrxqueues 1
 ip -n "$CNS" link set "$SIF" netns "$SNS"
-ip -n "$CNS" addr add "$CADDR/30" dev "$CIF"
-ip -n "$SNS" addr add "$SADDR/30" dev "$SIF"
+# (nodad: an IPv6 address is usable at once, not tentative for a second or two.)
+nodad=(); [ "$FAMILY" = 6 ] && nodad=(nodad)
+ip -n "$CNS" addr add "$CADDR/$PREFIX" dev "$CIF" "${nodad[@]}"
+ip -n "$SNS" addr add "$SADDR/$PREFIX" dev "$SIF" "${nodad[@]}"
 # A veth leaves TCP checksums to an offload that never happens; a frame off a wire carries
 # them whole, which is what the AF_XDP socket gets from a NIC.
 ip netns exec "$CNS" ethtool -K "$CIF" tx off >/dev/null
@@ -105,7 +116,7 @@ machine_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 
 pids=()
 start_server() { # name
-  local common=(--snapshot "$work/links.snap" --key-file "$work/key" --listen "$SADDR:$PORT"
+  local common=(--snapshot "$work/links.snap" --key-file "$work/key" --listen "$HOST:$PORT"
     --admin-listen 127.0.0.1:0 --cores 1 --cpus 0 --data-dir "$work/engine-data" "${tls_args[@]}")
   case $1 in
     uring) ip netns exec "$SNS" taskset -c 0 "$BIN/lasthop-engine" "${common[@]}" --io uring \
@@ -116,7 +127,7 @@ start_server() { # name
            pids=($!) ;;
   esac
   for _ in $(seq 1200); do
-    if ip netns exec "$CNS" curl -s -o /dev/null "http://$SADDR:$PORT/healthcheck"; then
+    if ip netns exec "$CNS" curl -s -o /dev/null "http://$HOST:$PORT/healthcheck"; then
       [ "$1" = nginx ] && pids+=($(pgrep -P "${pids[0]}" || true))
       return 0
     fi
@@ -135,11 +146,11 @@ run_one() { # server round
     perf record -g -o "$work/$1.perf.data" -p "${pids[0]}" -- sleep "$((DURATION - 1))" >/dev/null 2>&1 &
     rec=($!)
   fi
-  local target="http://$SADDR:$PORT/"
-  [ "$MODE" = http ] || target="https://$SADDR:$TPORT/"
+  local target="http://$HOST:$PORT/"
+  [ "$MODE" = http ] || target="https://$HOST:$TPORT/"
   if [ "$MODE" = handshake ]; then
     # Printed in wrk's words, so the lines below read it alike.
-    out=$(ip netns exec "$CNS" taskset -c 1 "$BIN/examples/tls_load" "$SADDR:$TPORT" \
+    out=$(ip netns exec "$CNS" taskset -c 1 "$BIN/examples/tls_load" "$HOST:$TPORT" \
       "$(head -1 "$work/codes.common")" "$HANDSHAKE" "$NEWCONNS" "$DURATION" |
       awk -v d="$DURATION" '{printf "%d requests in %ds\nRequests/sec: %.2f\n", $1, d, $1 / d}')
   else
@@ -167,13 +178,18 @@ case $MODE in
   https) what="$CONNS connections, HTTPS (TLS 1.3, kept alive)" ;;
   handshake) what="$NEWCONNS concurrent tls_load connections, a $HANDSHAKE handshake per request" ;;
 esac
-echo "bypass: $LINKS links, $ROUNDS rounds x ${DURATION}s, $what, over a veth pair; servers on CPU 0 in $SNS, wrk on CPU 1 in $CNS"
+echo "bypass: $LINKS links, $ROUNDS rounds x ${DURATION}s, $what, over a veth pair (IPv$FAMILY); servers on CPU 0 in $SNS, wrk on CPU 1 in $CNS"
 floors=()
+rustls_floors=()
 for r in $(seq "$ROUNDS"); do
   for s in $SERVERS; do run_one "$s" "$r"; done
   if [ -n "$floor_name" ]; then
     floors+=("$(crypto_floor "$floor_name" 0)")
     echo "  floor round $r: ${floors[-1]} $floor_name handshakes/s of crypto on CPU 0"
+    if [ "$floor_name" = full ]; then
+      rustls_floors+=("$(crypto_floor rustls_server_full 0)")
+      echo "  floor round $r: ${rustls_floors[-1]} rustls_server_full handshakes/s (crypto and rustls, in memory) on CPU 0"
+    fi
   fi
 done
 echo
@@ -199,5 +215,17 @@ if [ ${#floors[@]} -gt 0 ]; then
     printf "  %s / %s crypto floor per server CPU-s: %s-> median %.0f%%%s\n" "$s" "$floor_name" "$shares" \
       "$(echo "$shares" | median | awk '{print 100 * $1}')" \
       "$([ "$floor_name" = full ] && [ "$s" != nginx ] && echo " (goal >= 70%)")"
+  done
+fi
+if [ ${#rustls_floors[@]} -gt 0 ]; then
+  shares=$(paste <(printf '%s\n' "${rustls_floors[@]}") <(printf '%s\n' "${floors[@]}") |
+    awk '$2 > 0 {printf "%.3f ", $1/$2}')
+  printf "  rustls_server_full / full crypto floor: %s-> median %.0f%%\n" "$shares" \
+    "$(echo "$shares" | median | awk '{print 100 * $1}')"
+  for s in $SERVERS; do
+    [ "$s" = nginx ] && continue
+    shares=$(paste <(col "$s" 1) <(printf '%s\n' "${rustls_floors[@]}") | awk '$2 > 0 {printf "%.3f ", $1/$2}')
+    printf "  %s / rustls_server_full floor per server CPU-s: %s-> median %.0f%%\n" "$s" "$shares" \
+      "$(echo "$shares" | median | awk '{print 100 * $1}')"
   done
 fi

@@ -23,7 +23,8 @@
 # (lasthop_engine_tls_handshakes_total), so each kind is what it says.
 # Beside them, the crypto floor per server core from `cargo bench --bench handshake`: the full
 # TLS 1.3 handshake's (X25519, ECDSA P-256 sign, key schedule, transcript) and a TLS 1.3
-# psk_dhe resumption's (what rustls resumes with: it still pays X25519).
+# psk_dhe resumption's (what rustls resumes with: it still pays X25519); and rustls' own floor
+# (`rustls_server_full`: the server's side of a whole rustls handshake in memory, no I/O).
 # Goals: handshakes per server CPU-second >= nginx's; full-conc >= 70% of the full floor; TLS 1.2
 # ticket resumptions (resumed-conc) >= 3x full-conc; keep-alive requests per CPU-second >= 1.25x
 # nginx's.
@@ -159,12 +160,16 @@ done
 cargo bench --no-run -q -p lasthop-benches --bench handshake 2>/dev/null
 full_floor=$(crypto_floor full 0)
 resumed_floor=$(crypto_floor resumed_psk_dhe 0)
+rustls_floor=$(crypto_floor rustls_server_full 0)
 echo
 echo "crypto floor per core (cargo bench --bench handshake): full TLS 1.3 $full_floor/s, TLS 1.3 psk_dhe resumption $resumed_floor/s"
+echo "rustls floor per core (rustls_server_full, in memory): $rustls_floor/s"
 case " $KINDS " in *" full-conc "*)
-  awk -v e="$per_engine_full_conc" -v n="$per_nginx_full_conc" -v f="$full_floor" 'BEGIN{
+  awk -v e="$per_engine_full_conc" -v n="$per_nginx_full_conc" -v f="$full_floor" -v r="$rustls_floor" 'BEGIN{
     printf "  full-conc per server CPU-second: engine %.0f%% of the floor, nginx %.0f%% (goal: engine >= 70%%)\n",
-      (f > 0) ? 100 * e / f : 0, (f > 0) ? 100 * n / f : 0 }' ;;
+      (f > 0) ? 100 * e / f : 0, (f > 0) ? 100 * n / f : 0
+    printf "  rustls in memory: %.0f%% of the crypto floor; the engine %.0f%% of rustls in memory\n",
+      (f > 0) ? 100 * r / f : 0, (r > 0) ? 100 * e / r : 0 }' ;;
 esac
 case " $KINDS " in *" resumed13-conc "*)
   awk -v e="$per_engine_resumed13_conc" -v f="$resumed_floor" 'BEGIN{
