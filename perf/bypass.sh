@@ -28,6 +28,11 @@
 #   SERVERS="xdp" PERF_RECORD=1 perf/bypass.sh   # one server; perf record of it into $WORK
 #   MODE=handshake SERVERS="xdp uring nginx" perf/bypass.sh
 #   FAMILY=6 perf/bypass.sh                   # the same over IPv6 (2001:2::/64, RFC 5180)
+#   RPS=1 perf/bypass.sh                      # the client end's receive steered to CPU 1
+#
+# RPS=1 sets the client end's RPS mask to CPU 1: a segment the server sends is then received
+# (the client's kernel TCP) on the client's core, as on a wire, instead of inside the server's
+# transmit on CPU 0; the server pays an inter-processor interrupt per batch instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LINKS=${LINKS:-1000000}
@@ -108,6 +113,9 @@ ip -n "$SNS" addr add "$SADDR/$PREFIX" dev "$SIF" "${nodad[@]}"
 ip netns exec "$CNS" ethtool -K "$CIF" tx off >/dev/null
 for ns in "$SNS" "$CNS"; do ip -n "$ns" link set lo up; done
 ip -n "$CNS" link set "$CIF" up
+if [ "${RPS:-0}" = 1 ]; then
+  ip netns exec "$CNS" sh -c "echo 2 > /sys/class/net/$CIF/queues/rx-0/rps_cpus"
+fi
 ip -n "$SNS" link set "$SIF" up
 
 hz=$(getconf CLK_TCK)
@@ -178,7 +186,7 @@ case $MODE in
   https) what="$CONNS connections, HTTPS (TLS 1.3, kept alive)" ;;
   handshake) what="$NEWCONNS concurrent tls_load connections, a $HANDSHAKE handshake per request" ;;
 esac
-echo "bypass: $LINKS links, $ROUNDS rounds x ${DURATION}s, $what, over a veth pair (IPv$FAMILY); servers on CPU 0 in $SNS, wrk on CPU 1 in $CNS"
+echo "bypass: $LINKS links, $ROUNDS rounds x ${DURATION}s, $what, over a veth pair (IPv$FAMILY$([ "${RPS:-0}" = 1 ] && echo ", client receive on CPU 1 by RPS")); servers on CPU 0 in $SNS, wrk on CPU 1 in $CNS"
 floors=()
 rustls_floors=()
 for r in $(seq "$ROUNDS"); do
