@@ -19,7 +19,7 @@
 //! - [`topk`]: the hot-code sketch;
 //! - [`tcp`]: the kernel-bypass path's passive TCP (SYN cookies, a connection per 4-tuple,
 //!   retransmission, FIN/RST, timers), frames in and out, time an argument;
-//! - [`wire`]: the kernel-bypass path's frames (Ethernet, IPv4, TCP) parsed and checked, and
+//! - [`wire`]: the kernel-bypass path's frames (Ethernet, IPv4 or IPv6, TCP) parsed and checked, and
 //!   the reset a passive side writes.
 
 pub mod answer;

@@ -143,6 +143,7 @@ impl Asm {
         for (at, target) in std::mem::take(&mut self.jumps) {
             let to = match target {
                 Target::Pass => pass,
+                // Only `instructions` jumps to the IPv6 checks, and only when it wrote them.
                 Target::Ipv6 => ipv6.expect("the IPv6 checks are there when jumped to"),
                 Target::Tcp => tcp,
             };
