@@ -139,13 +139,19 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("smoltcp_idle", n), &n, |b, _| {
             b.iter(|| iface.poll(now, &mut dev, &mut sockets))
         });
+        // Criterion runs a case only when its filter takes it: check the answers only then.
+        let mut ran = false;
         g.bench_with_input(BenchmarkId::new("smoltcp_segment", n), &n, |b, _| {
+            ran = true;
             b.iter(|| {
                 dev.pending = 1;
                 iface.poll(now, &mut dev, &mut sockets)
             })
         });
-        assert!(dev.sent > 0, "smoltcp answered the SYNs with resets");
+        assert!(
+            !ran || dev.sent > 0,
+            "smoltcp answered the SYNs with resets"
+        );
     }
     for n in [16usize, 256, 4096, 16384] {
         let mut tcp = Tcp::new(TcpConfig::new(SERVER.into(), 80, SERVER_MAC, [9; 16]));
