@@ -281,3 +281,41 @@ pub fn receive(inbuf: &mut Vec<u8>, template: (&str, &str), codes: &Codes, i: us
 pub fn split(template: &str) -> (&str, &str) {
     template.split_once("{}").expect("templates hold {}")
 }
+
+/// A TLS client's certificate check that accepts any certificate and signature: the handshake
+/// load generator (`examples/tls_load.rs`) and the in-memory client of the handshake bench's
+/// `rustls_server_full` measure the server, not themselves (wrk checks nothing either).
+#[derive(Debug)]
+pub struct NoCheck(pub Vec<rustls::SignatureScheme>);
+
+impl rustls::client::danger::ServerCertVerifier for NoCheck {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.clone()
+    }
+}

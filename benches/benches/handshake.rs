@@ -32,16 +32,12 @@ use ring::hkdf::{KeyType, Prk, Salt, HKDF_SHA256};
 use ring::hmac;
 use ring::rand::SystemRandom;
 use ring::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::Resumption;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache};
 use rustls::sign::CertifiedKey;
-use rustls::{
-    ClientConfig, ClientConnection, DigitallySignedStruct, ServerConfig, ServerConnection,
-    SignatureScheme,
-};
+use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection};
 
 /// An output length for `Prk::expand`.
 struct Len(usize);
@@ -133,43 +129,6 @@ fn binder(psk: &[u8; 32], hello_hash: &[u8; 32]) -> hmac::Tag {
     hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &finished), hello_hash)
 }
 
-/// Accepts any certificate and signature: the in-memory client of `rustls_server` measures the
-/// server, not itself (as `examples/tls_load.rs` does on the wire).
-#[derive(Debug)]
-struct NoCheck(Vec<SignatureScheme>);
-
-impl ServerCertVerifier for NoCheck {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.clone()
-    }
-}
-
 /// Bytes of the DER certificate `perf/lib.sh`'s `tls_cert` makes (a P-256 leaf with a SAN): the
 /// server copies its chain into the flight and never parses it, so a blob of the same length
 /// stands in for it.
@@ -214,7 +173,7 @@ fn rustls_pair(pkcs8: &[u8]) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("versions")
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(NoCheck(schemes)))
+        .with_custom_certificate_verifier(Arc::new(lasthop_benches::NoCheck(schemes)))
         .with_no_client_auth();
     client.resumption = Resumption::disabled();
     client.alpn_protocols = vec![b"http/1.1".to_vec()];

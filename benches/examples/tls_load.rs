@@ -31,47 +31,10 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::Resumption;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, ClientConnection, DigitallySignedStruct, SignatureScheme};
-
-/// Accepts any certificate and signature: this measures the server, not the client.
-#[derive(Debug)]
-struct NoCheck(Vec<SignatureScheme>);
-
-impl ServerCertVerifier for NoCheck {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.clone()
-    }
-}
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -100,7 +63,7 @@ fn main() {
             .with_protocol_versions(versions)
             .expect("protocol versions")
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoCheck(schemes)))
+            .with_custom_certificate_verifier(Arc::new(lasthop_benches::NoCheck(schemes)))
             .with_no_client_auth();
     if mode == "full" {
         config.resumption = Resumption::disabled();

@@ -121,12 +121,8 @@ impl Pair {
         Pair::build(tag, queues, false)
     }
 
-    /// A one-queue pair whose ends have IPv6 addresses too, in the benchmarking prefix
-    /// 2001:2::/48 (RFC 5180): a /64 per process and tag.
-    fn with_ipv6(tag: &str) -> Pair {
-        Pair::build(tag, 1, true)
-    }
-
+    /// With `ipv6`, the ends have IPv6 addresses too, in the benchmarking prefix 2001:2::/48
+    /// (RFC 5180): a /64 per process and tag.
     fn build(tag: &str, queues: u32, ipv6: bool) -> Pair {
         let pid = std::process::id();
         // At most 12 bytes with an end's letter: under IFNAMSIZ.
@@ -340,7 +336,7 @@ fn the_verifier_accepts_the_program_and_its_log_says_why_it_refuses_a_broken_one
 
 /// The pair for an engine test, or `None` where this process is a server side (whose test has
 /// nothing to do) or the machine cannot run it (said as SKIPPED with the reason).
-fn engine_pair(tag: &str, what: &str, queues: u32) -> Option<Pair> {
+fn engine_pair(tag: &str, what: &str, queues: u32, ipv6: bool) -> Option<Pair> {
     if as_server("") {
         return None;
     }
@@ -348,7 +344,7 @@ fn engine_pair(tag: &str, what: &str, queues: u32) -> Option<Pair> {
         eprintln!("SKIPPED {what}: {why}");
         return None;
     }
-    Some(Pair::with_queues(tag, queues))
+    Some(Pair::build(tag, queues, ipv6))
 }
 
 /// The server side running in the pair's namespace, reporting on its stdout.
@@ -601,7 +597,7 @@ fn a_killed_server_leaves_no_program_on_the_interface() {
 
 #[test]
 fn the_engine_serves_its_contract_over_af_xdp() {
-    let Some(pair) = engine_pair("e", "the engine over AF_XDP", 1) else {
+    let Some(pair) = engine_pair("e", "the engine over AF_XDP", 1, false) else {
         return;
     };
     let f = crate::serving::fixture();
@@ -710,14 +706,9 @@ fn the_engine_serves_its_contract_over_af_xdp() {
 /// address's port stays the kernel's, which refuses it.
 #[test]
 fn the_engine_serves_ipv6_over_af_xdp() {
-    if as_server("") {
+    let Some(pair) = engine_pair("i", "IPv6 over AF_XDP", 1, true) else {
         return;
-    }
-    if let Some(why) = skip_reason(Some("i")) {
-        eprintln!("SKIPPED IPv6 over AF_XDP: {why}");
-        return;
-    }
-    let pair = Pair::with_ipv6("i");
+    };
     let server6 = pair.server6.expect("an IPv6 pair");
     let f = crate::serving::fixture();
     let pki = crate::tls::pki(&f.site, false);
@@ -773,7 +764,7 @@ fn the_engine_serves_ipv6_over_af_xdp() {
 /// its timeout, plaintext on the HTTPS port answered with an alert, and plain HTTP beside it.
 #[test]
 fn the_engine_serves_https_over_af_xdp() {
-    let Some(pair) = engine_pair("f", "HTTPS over AF_XDP", 1) else {
+    let Some(pair) = engine_pair("f", "HTTPS over AF_XDP", 1, false) else {
         return;
     };
     let site = crate::harness::Site::new();
@@ -943,7 +934,7 @@ fn the_engine_serves_https_over_af_xdp() {
 /// queue, and both answer (the connections spread by the sender's flow hash).
 #[test]
 fn two_cores_serve_two_queues() {
-    let Some(pair) = engine_pair("h", "the two-queue AF_XDP test", 2) else {
+    let Some(pair) = engine_pair("h", "the two-queue AF_XDP test", 2, false) else {
         return;
     };
     let f = crate::serving::fixture();
@@ -1017,7 +1008,7 @@ fn two_cores_serve_two_queues() {
 /// exits with the reason, `--io auto --xdp-interface` serves through the kernel instead.
 #[test]
 fn io_auto_serves_through_the_kernel_where_the_interface_refuses_af_xdp() {
-    let Some(pair) = engine_pair("g", "the AF_XDP fallback test", 1) else {
+    let Some(pair) = engine_pair("g", "the AF_XDP fallback test", 1, false) else {
         return;
     };
     let f = crate::serving::fixture();
