@@ -522,6 +522,7 @@ mod tests {
             method: Method::Get,
             tls: true,
             prefetch: false,
+            protocol: Default::default(),
             visitor,
             net: Some(Net::V4([203, 0, 113])),
             user_agent: ua,

@@ -272,6 +272,7 @@ mod tests {
             method: Method::Get,
             tls: true,
             prefetch: false,
+            protocol: Default::default(),
             visitor,
             net: None,
             user_agent: "Mozilla/5.0",

@@ -109,6 +109,7 @@ impl Traffic {
             method: Method::Get,
             tls: true,
             prefetch: false,
+            protocol: Default::default(),
             visitor,
             net: Some(net),
             user_agent: &self.agents[agent],

@@ -34,7 +34,11 @@ const FLAG_TLS: u8 = 2;
 const FLAG_NET4: u8 = 4;
 const FLAG_NET6: u8 = 8;
 const FLAG_PREFETCH: u8 = 16;
-const KNOWN_FLAGS: u8 = FLAG_HEAD | FLAG_TLS | FLAG_NET4 | FLAG_NET6 | FLAG_PREFETCH;
+/// Bits 5 and 6: the HTTP version (0 HTTP/1.x, 1 HTTP/2, 2 HTTP/3; 3 is refused).
+const PROTOCOL_SHIFT: u8 = 5;
+const FLAG_PROTOCOL: u8 = 3 << PROTOCOL_SHIFT;
+const KNOWN_FLAGS: u8 =
+    FLAG_HEAD | FLAG_TLS | FLAG_NET4 | FLAG_NET6 | FLAG_PREFETCH | FLAG_PROTOCOL;
 
 /// An edge-assigned event id: the engine instance's random 64-bit nonce, then its own counter.
 /// Unique without coordination; a duplicate id means the same event delivered twice.
@@ -135,6 +139,38 @@ pub enum Method {
     Head,
 }
 
+/// The HTTP version a redirect was answered over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Protocol {
+    /// HTTP/1.0 or HTTP/1.1.
+    #[default]
+    #[serde(rename = "h1")]
+    H1,
+    #[serde(rename = "h2")]
+    H2,
+    #[serde(rename = "h3")]
+    H3,
+}
+
+impl Protocol {
+    fn bits(self) -> u8 {
+        (match self {
+            Protocol::H1 => 0,
+            Protocol::H2 => 1,
+            Protocol::H3 => 2,
+        }) << PROTOCOL_SHIFT
+    }
+
+    fn from_flags(flags: u8) -> Option<Protocol> {
+        match (flags & FLAG_PROTOCOL) >> PROTOCOL_SHIFT {
+            0 => Some(Protocol::H1),
+            1 => Some(Protocol::H2),
+            2 => Some(Protocol::H3),
+            _ => None,
+        }
+    }
+}
+
 /// One answered redirect, borrowing its strings from the buffer it was decoded from (or from the
 /// request it describes, at the edge).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +193,8 @@ pub struct ClickEvent<'a> {
     /// `Sec-Purpose`, `Purpose`, `X-Purpose` or `X-Moz`): a browser or an app fetching ahead of
     /// a person who may never click.
     pub prefetch: bool,
+    /// The HTTP version it was answered over (flag bits 5-6; rollups ignore it).
+    pub protocol: Protocol,
     /// Keyed hash of client address and user agent under the day's salt.
     pub visitor: u64,
     /// The client's truncated network, when the edge knew the peer address.
@@ -243,6 +281,7 @@ impl<'a> ClickEvent<'a> {
         if self.prefetch {
             flags |= FLAG_PREFETCH;
         }
+        flags |= self.protocol.bits();
         let mut net = [0u8; 6];
         match self.net {
             Some(Net::V4(p)) => {
@@ -278,7 +317,10 @@ impl<'a> ClickEvent<'a> {
             return Err(EventError::Version(version));
         }
         let flags = c.u8()?;
-        if flags & !KNOWN_FLAGS != 0 || flags & (FLAG_NET4 | FLAG_NET6) == FLAG_NET4 | FLAG_NET6 {
+        if flags & !KNOWN_FLAGS != 0
+            || flags & (FLAG_NET4 | FLAG_NET6) == FLAG_NET4 | FLAG_NET6
+            || Protocol::from_flags(flags).is_none()
+        {
             return Err(EventError::Flags(flags));
         }
         let id = EventId(u128::from_le_bytes(c.array()?));
@@ -331,6 +373,7 @@ impl<'a> ClickEvent<'a> {
             },
             tls: flags & FLAG_TLS != 0,
             prefetch: flags & FLAG_PREFETCH != 0,
+            protocol: Protocol::from_flags(flags).unwrap_or_default(),
             visitor,
             net,
             user_agent,
@@ -358,6 +401,7 @@ impl<'a> ClickEvent<'a> {
             m: self.method,
             tls: self.tls,
             pf: self.prefetch,
+            proto: self.protocol,
             vis: format!("{:016x}", self.visitor),
             net: self.net.map(|n| n.to_string()),
             ua: self.user_agent.to_owned(),
@@ -412,6 +456,9 @@ pub struct ArchivedClick {
     /// A prefetch or preview (absent when not).
     #[serde(default, skip_serializing_if = "is_false")]
     pub pf: bool,
+    /// The HTTP version (absent for HTTP/1.x, and in lines written before it was recorded).
+    #[serde(default, skip_serializing_if = "is_h1")]
+    pub proto: Protocol,
     /// Visitor hash, 16 hex digits.
     pub vis: String,
     /// Truncated network, when known.
@@ -421,6 +468,10 @@ pub struct ArchivedClick {
     pub ua: String,
     /// Referrer host.
     pub rh: String,
+}
+
+fn is_h1(p: &Protocol) -> bool {
+    *p == Protocol::H1
 }
 
 impl ArchivedClick {
@@ -460,6 +511,7 @@ impl ArchivedClick {
             method: self.m,
             tls: self.tls,
             prefetch: self.pf,
+            protocol: self.proto,
             visitor,
             net,
             user_agent: &self.ua,
@@ -593,6 +645,7 @@ mod tests {
             method: Method::Get,
             tls: true,
             prefetch: false,
+            protocol: Default::default(),
             visitor: 0x0123_4567_89ab_cdef,
             net: Some(Net::V4([203, 0, 113])),
             user_agent: "Mozilla/5.0 (X11; Linux x86_64) Firefox/133.0",
@@ -727,12 +780,14 @@ mod tests {
             seq in any::<u64>(), at in any::<u64>(), vis in any::<u64>(),
             code in "[A-Za-z0-9]{7}|[a-z][A-Za-z0-9_-]{7,63}", pop in "[a-z0-9]{0,12}",
             ua in "[ -~]{0,300}", rh in "[a-z0-9.-]{0,60}", head in any::<bool>(), v6 in any::<bool>(),
+            proto in 0u8..3,
         ) {
+            let protocol = [Protocol::H1, Protocol::H2, Protocol::H3][usize::from(proto)];
             let net = if v6 { Net::V6([0x20, 1, 0xd, 0xb8, 0, 1]) } else { Net::V4([10, 1, 2]) };
             let e = ClickEvent {
                 id: EventId::new(42, seq), at_ms: at, code: &code, pop: &pop, country: None,
                 method: if head { Method::Head } else { Method::Get }, tls: head, prefetch: !head, visitor: vis,
-                net: Some(net), user_agent: &ua, referrer_host: &rh,
+                net: Some(net), user_agent: &ua, referrer_host: &rh, protocol,
             };
             let mut buf = Vec::new();
             e.encode(&mut buf);
@@ -740,6 +795,7 @@ mod tests {
             prop_assert_eq!(used, buf.len());
             prop_assert_eq!(back.user_agent, truncate(&ua, MAX_USER_AGENT));
             prop_assert_eq!(back.code, &code[..]);
+            prop_assert_eq!(back.protocol, protocol);
             let line = serde_json::to_string(&back.archived()).unwrap();
             let parsed: ArchivedClick = serde_json::from_str(&line).unwrap();
             prop_assert_eq!(parsed.event().unwrap(), back);

@@ -38,6 +38,8 @@ pub struct Origin {
     pub country: Option<[u8; 2]>,
     /// Arrived over TLS.
     pub https: bool,
+    /// The HTTP version it arrived over.
+    pub protocol: click::Protocol,
 }
 
 impl ClickBuilder {
@@ -111,6 +113,7 @@ impl ClickBuilder {
             },
             tls: from.https,
             prefetch: req.prefetch,
+            protocol: from.protocol,
             visitor: h.finish(),
             net: peer.map(Net::of),
             user_agent: &ua,
@@ -263,6 +266,7 @@ mod tests {
             peer: Some("::ffff:203.0.113.9".parse().unwrap()),
             country: Some(*b"DE"),
             https: true,
+            protocol: click::Protocol::H2,
         };
         let day = 1_764_504_000_000;
         let mut out = Vec::new();

@@ -27,6 +27,7 @@ pub mod click;
 pub mod denylist;
 pub mod feed_apply;
 pub mod generations;
+pub mod h2;
 pub mod http;
 pub mod origin_cache;
 pub mod overlay;

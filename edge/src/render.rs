@@ -210,6 +210,20 @@ pub fn render_error(e: HttpError, extra: &[u8], out: &mut Vec<u8>) -> bool {
     )
 }
 
+/// `421 Misdirected Request` (RFC 9110 §15.5.20): HTTP/2's answer on a connection reused for
+/// a name it may not serve; the client retries on a connection of its own.
+pub fn render_misdirected(extra: &[u8], out: &mut Vec<u8>) {
+    const BODY: &[u8] = b"misdirected request\n";
+    out.extend_from_slice(b"HTTP/1.1 421 Misdirected Request\r\nContent-Type: ");
+    out.extend_from_slice(TEXT);
+    out.extend_from_slice(b"\r\nCache-Control: no-store\r\nContent-Length: ");
+    write_decimal(out, BODY.len());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(extra);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(BODY);
+}
+
 /// `--redirect-http-to-https`: a `301` to the same target on HTTPS (`https://HOST[:port]TARGET`,
 /// the port left out when it is 443), what HSTS preload requires of the plain listener. A
 /// request without a usable `Host` gets 400 and the connection closes; returns whether it

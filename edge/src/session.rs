@@ -14,6 +14,7 @@
 //! allocation, and an effect can borrow the request's bytes (a click record reads its headers).
 
 use crate::answer::{self, Answer, Layer};
+use crate::h2::H2Conn;
 use crate::http::{self, Limits, Method, Parse, Request};
 use crate::origin_cache::OriginAnswer;
 use crate::render::{self, Pages};
@@ -37,6 +38,15 @@ pub struct Env<'a> {
     pub fixed: bool,
     /// `--redirect-http-to-https`: the HTTPS port plain-listener requests are sent to.
     pub https_redirect: Option<u16>,
+    /// The names the HTTPS listener's certificate covers (HTTP/2's 421 for a coalesced
+    /// connection, RFC 9113 §9.1.2); `None` on a plain-only engine.
+    pub coverage: Option<&'a dyn Coverage>,
+}
+
+/// Whether a host name is one the served certificate is valid for (the engine asks the
+/// certificate; the pure crate only asks).
+pub trait Coverage: std::fmt::Debug + Sync {
+    fn covers(&self, host: &[u8]) -> bool;
 }
 
 /// What a session asks of the loop that drives it, in the order it happens.
@@ -54,6 +64,8 @@ pub enum Effect<'a> {
     Click {
         req: &'a Request<'a>,
         code: &'a [u8],
+        /// The HTTP version it arrived over.
+        proto: Proto,
     },
     /// An answer was rendered: its status, and the layer that settled it (`None` for answers
     /// no table was asked about: the fixed response, the HTTPS redirect).
@@ -65,6 +77,8 @@ pub enum Effect<'a> {
     /// Safe mode could not confirm a locally found link at the origin: it was served from the
     /// local tables.
     Unconfirmed,
+    /// What an HTTP/2 connection did (metrics).
+    H2(crate::h2::Event),
 }
 
 /// Where a session's effects go.
@@ -114,7 +128,7 @@ impl Headers {
 
 /// What a parked request already learnt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Parked {
+pub struct Parked {
     preview: bool,
     /// Found locally, sent to be confirmed (safe mode).
     confirming: bool,
@@ -144,6 +158,10 @@ pub struct Session {
     parked: Option<Parked>,
     /// How much of the snapshot this connection's requests fetch as they arrive.
     prefetcher: answer::Prefetcher,
+    /// The connection speaks HTTP/2 (ALPN `h2`, or the preface on the plain listener).
+    h2: Option<Box<H2Conn>>,
+    /// The protocol is settled (the first bytes were looked at, or ALPN chose).
+    decided: bool,
 }
 
 /// Without the peer address: a debug print must not put a client's address in a log.
@@ -157,8 +175,18 @@ impl std::fmt::Debug for Session {
             .field("https", &self.https)
             .field("early", &self.early)
             .field("peer_known", &self.peer.is_some())
+            .field("h2", &self.h2.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// What a plain connection's first bytes say it speaks.
+enum Decision {
+    /// Too few bytes to tell; they wait in `inbuf`.
+    Wait,
+    H1,
+    /// HTTP/2, with the bytes seen so far.
+    H2(Vec<u8>),
 }
 
 /// Result of handling one request.
@@ -182,20 +210,72 @@ impl Session {
         }
     }
 
-    /// Parked on an origin lookup.
+    /// Parked on an origin lookup (HTTP/2: any stream is).
     pub fn waiting_origin(&self) -> bool {
-        self.parked.is_some()
+        match &self.h2 {
+            Some(h2) => h2.waiting_origin(),
+            None => self.parked.is_some(),
+        }
     }
 
-    /// True while the connection should not read more (parked, closing, or backlogged).
+    /// True while the connection should not read more (parked, closing, or backlogged). An
+    /// HTTP/2 connection parks streams, not itself.
     pub fn paused(&self) -> bool {
-        self.parked.is_some() || self.close_after_send || self.out.len() >= MAX_PENDING_OUT
+        let parked = self.h2.is_none() && self.parked.is_some();
+        parked || self.close_after_send || self.out.len() >= MAX_PENDING_OUT
+    }
+
+    /// Whether the connection speaks HTTP/2.
+    pub fn is_h2(&self) -> bool {
+        self.h2.is_some()
+    }
+
+    /// ALPN chose `h2`: the connection speaks HTTP/2 from its first byte. `sni` is the name
+    /// the client asked for in its ClientHello, when it sent one: a request for a name neither
+    /// it nor the certificate covers gets 421 (RFC 9113 §9.1.2).
+    pub fn start_h2(&mut self, sni: Option<&str>, env: &Env<'_>, fx: &mut impl Effects) {
+        if self.decided {
+            return;
+        }
+        self.decided = true;
+        let mut h2 = H2Conn::new(env.limits.h2, env.now_ms, &mut self.out, fx);
+        h2.sni = sni.map(|s| s.as_bytes().to_ascii_lowercase().into_boxed_slice());
+        self.h2 = Some(Box::new(h2));
+    }
+
+    /// SIGTERM: an HTTP/2 connection sends GOAWAY with its last stream and closes once its
+    /// open streams are answered. HTTP/1 connections finish as they are.
+    pub fn drain(&mut self, fx: &mut impl Effects) {
+        if let Some(h2) = &mut self.h2 {
+            h2.drain(&mut self.out, fx);
+            self.close_after_send |= h2.done();
+        }
+    }
+
+    /// Ends a connection [`Session::expired`] found stale: an HTTP/2 one says GOAWAY first.
+    /// The loop sends what is in `out` and closes.
+    pub fn goodbye(&mut self, now_ms: i64, idle_ms: i64, header_ms: i64, fx: &mut impl Effects) {
+        if let Some(h2) = &mut self.h2 {
+            h2.goodbye(now_ms, idle_ms, header_ms, &mut self.out, fx);
+        }
+        self.close_after_send = true;
+    }
+
+    fn how(&self) -> How {
+        How {
+            early: self.early,
+            https: self.https,
+            proto: Proto::H1,
+        }
     }
 
     /// Whether the connection has outstayed its welcome at `now_ms`: idle for longer than
     /// `idle_ms`, or a request head unfinished for longer than `header_ms`. A connection parked
     /// on the origin is waiting on us, not the other way round.
     pub fn expired(&self, now_ms: i64, idle_ms: i64, header_ms: i64) -> bool {
+        if let Some(h2) = &self.h2 {
+            return h2.is_expired(now_ms, idle_ms, header_ms);
+        }
         self.parked.is_none()
             && (now_ms - self.last_active_ms > idle_ms
                 || self
@@ -208,6 +288,23 @@ impl Session {
         self.last_active_ms = env.now_ms;
         if self.close_after_send {
             return; // answering nothing more on a closing connection
+        }
+        if !self.decided {
+            match self.decide(data, env, fx) {
+                Decision::Wait => {
+                    self.note_partial(env.now_ms);
+                    return;
+                }
+                Decision::H2(bytes) => {
+                    self.h2_input(&bytes, env, fx);
+                    return;
+                }
+                Decision::H1 => {}
+            }
+        }
+        if self.h2.is_some() {
+            self.h2_input(data, env, fx);
+            return;
         }
         if self.inbuf.is_empty() && self.parked.is_none() {
             // Fast path: parse straight from the receive buffer, copy only a leftover tail.
@@ -222,6 +319,74 @@ impl Session {
         self.note_partial(env.now_ms);
     }
 
+    /// The first bytes of a plain connection: the HTTP/2 preface (h2c with prior knowledge,
+    /// RFC 9113 §3.3) when h2c is on, else HTTP/1.
+    fn decide(&mut self, data: &[u8], env: &Env<'_>, fx: &mut impl Effects) -> Decision {
+        if self.https || !env.limits.h2.h2c {
+            self.decided = true;
+            return Decision::H1;
+        }
+        // "PRI " tells: no HTTP/1 request we answer starts so.
+        if self.inbuf.is_empty() && data.len() >= 4 {
+            self.decided = true;
+            if !crate::h2::starts_like_preface(data) {
+                return Decision::H1;
+            }
+            self.start_h2_now(env, fx);
+            return Decision::H2(data.to_vec());
+        }
+        let mut seen = self.inbuf.clone();
+        seen.extend_from_slice(data);
+        let like = crate::h2::starts_like_preface(&seen);
+        if seen.len() < 4 && like {
+            self.inbuf = seen;
+            return Decision::Wait;
+        }
+        self.decided = true;
+        if like {
+            self.inbuf.clear();
+            self.start_h2_now(env, fx);
+            return Decision::H2(seen);
+        }
+        Decision::H1
+    }
+
+    fn start_h2_now(&mut self, env: &Env<'_>, fx: &mut impl Effects) {
+        self.h2 = Some(Box::new(H2Conn::new(
+            env.limits.h2,
+            env.now_ms,
+            &mut self.out,
+            fx,
+        )));
+    }
+
+    fn h2_input(&mut self, data: &[u8], env: &Env<'_>, fx: &mut impl Effects) {
+        let how = self.how();
+        if let Some(h2) = &mut self.h2 {
+            h2.on_input(data, how, env, fx, &mut self.out);
+            self.close_after_send |= h2.done();
+        }
+    }
+
+    /// The origin answered `code` for this connection: HTTP/1 finishes its parked request,
+    /// HTTP/2 the oldest stream parked on that code.
+    pub fn on_origin_for(
+        &mut self,
+        code: &[u8],
+        reply: &OriginAnswer,
+        env: &Env<'_>,
+        fx: &mut impl Effects,
+    ) {
+        let how = self.how();
+        match &mut self.h2 {
+            Some(h2) => {
+                h2.on_origin(code, reply, how, env, fx, &mut self.out);
+                self.close_after_send |= h2.done();
+            }
+            None => self.on_origin(reply, env, fx),
+        }
+    }
+
     /// The origin answered the request this session is parked on: finish it, then answer what
     /// is queued behind it.
     pub fn on_origin(&mut self, reply: &OriginAnswer, env: &Env<'_>, fx: &mut impl Effects) {
@@ -234,26 +399,14 @@ impl Session {
         // what the decision learnt (the code's validity, its mark, where it was found) is kept.
         if let Parse::Complete { req, consumed: n } = http::parse(&buf, env.limits) {
             consumed = n;
-            let code = code_of(req.path);
-            let t = env.tables;
-            let (answer, layer) = match reply {
-                OriginAnswer::Found { .. } | OriginAnswer::NotFound => {
-                    answer::answer_from_origin(code, parked.preview, t, reply.link(), env.now_ms)
-                }
-                // Safe mode could not confirm: redirect availability comes first, so answer
-                // from the local tables (if they still know the code) and count it.
-                OriginAnswer::Unavailable if parked.confirming => {
-                    match answer::decide_unconfirmed(&req, t, env.now_ms) {
-                        (Answer::NeedOrigin { .. }, _) => (Answer::Unavailable, Layer::Origin),
-                        local => {
-                            fx.effect(Effect::Unconfirmed);
-                            local
-                        }
-                    }
-                }
-                OriginAnswer::Unavailable => (Answer::Unavailable, Layer::Origin),
+            let how = How {
+                early: false,
+                https: self.https,
+                proto: Proto::H1,
             };
-            self.finish(&req, &answer, layer, env, fx);
+            if respond_origin(&req, parked, reply, how, env, fx, &mut self.out) {
+                self.close_after_send = true;
+            }
         } else {
             // Cannot happen (the bytes parsed before we parked); answer nothing and close.
             self.close_after_send = true;
@@ -305,12 +458,12 @@ impl Session {
     }
 
     fn one(&mut self, buf: &[u8], env: &Env<'_>, fx: &mut impl Effects) -> Step {
-        let extra = env.headers.lines(self.https);
         // The snapshot page's fetch first, so the parse and the decrypt hide its memory miss.
         self.prefetcher.prefetch(buf, env.tables);
         match http::parse(buf, env.limits) {
             Parse::Partial => Step::Partial,
             Parse::Error(e) => {
+                let extra = env.headers.lines(self.https);
                 render::render_error(e, extra, &mut self.out);
                 fx.effect(Effect::Answered {
                     status: e.status(),
@@ -320,94 +473,174 @@ impl Session {
                 Step::Closed
             }
             Parse::Complete { req, consumed } => {
-                if env.fixed {
-                    render::render_fixed_with(extra, &mut self.out);
-                    fx.effect(Effect::Answered {
-                        status: 302,
-                        layer: None,
-                    });
-                    return Step::Answered(consumed);
-                }
-                if self.early && req.method == Method::Other {
-                    fx.effect(Effect::TooEarly);
-                    self.finish(&req, &Answer::TooEarly, Layer::Invalid, env, fx);
-                    return Step::Answered(consumed);
-                }
-                if let (false, Some(port)) = (self.https, env.https_redirect) {
-                    let (close, status) =
-                        render::render_https_redirect(&req, port, extra, &mut self.out);
-                    fx.effect(Effect::Answered {
-                        status,
-                        layer: None,
-                    });
-                    if close {
+                let how = How {
+                    early: self.early,
+                    https: self.https,
+                    proto: Proto::H1,
+                };
+                match respond(&req, how, &mut self.prefetcher, env, fx, &mut self.out) {
+                    Reply::Parked(p) => {
+                        self.parked = Some(p);
+                        Step::Parked
+                    }
+                    Reply::Done { close: true } => {
                         self.close_after_send = true;
-                        return Step::Closed;
+                        Step::Closed
                     }
-                    return Step::Answered(consumed);
+                    Reply::Done { close: false } => Step::Answered(consumed),
                 }
-                let (answer, layer) = answer::decide(&req, env.tables, env.now_ms);
-                self.prefetcher.answered(layer);
-                if let Answer::NeedOrigin {
-                    code,
-                    preview,
-                    cache_negative,
-                    confirming,
-                } = answer
-                {
-                    fx.effect(Effect::NeedOrigin {
-                        code,
-                        cache_negative,
-                    });
-                    self.parked = Some(Parked {
-                        preview,
-                        confirming,
-                    });
-                    return Step::Parked;
-                }
-                self.finish(&req, &answer, layer, env, fx);
-                if self.close_after_send {
-                    return Step::Closed;
-                }
-                Step::Answered(consumed)
             }
         }
     }
+}
 
-    fn finish(
-        &mut self,
-        req: &Request<'_>,
-        answer: &Answer<'_>,
-        layer: Layer,
-        env: &Env<'_>,
-        fx: &mut impl Effects,
-    ) {
-        let extra = env.headers.lines(self.https);
-        let close = render::render_with(answer, req, extra, env.pages, &mut self.out);
-        if let Answer::Redirect { .. } = answer {
-            let code = code_of(req.path);
-            if layer == Layer::Overlay {
-                // Creation-to-first-redirect: only links the feed brought carry a creation time.
-                if let Some(link) = env.tables.overlay.get(code) {
-                    if let Some(created) = link.created_at_ms {
-                        if link.first_served.claim() {
-                            fx.effect(Effect::FirstRedirect {
-                                after_ms: env.now_ms - created,
-                            });
-                        }
+/// The HTTP version a request arrived over (click events record it).
+pub use lasthop_core::click::Protocol as Proto;
+
+/// How the connection a request came on shapes its answer.
+#[derive(Debug, Clone, Copy)]
+pub struct How {
+    /// TLS 0-RTT early data: only GET and HEAD are answered.
+    pub early: bool,
+    /// Over TLS: answers carry HSTS, and the HTTPS redirect does not apply.
+    pub https: bool,
+    pub proto: Proto,
+}
+
+/// What answering one request came to.
+pub(crate) enum Reply {
+    /// Rendered into the output; `close` when the connection must close after it.
+    Done { close: bool },
+    /// Handed to the origin ([`Effect::NeedOrigin`] was reported); finish it with
+    /// [`respond_origin`] when the reply comes.
+    Parked(Parked),
+}
+
+/// Answers one parsed request, by the one decision path every protocol shares: the floor,
+/// early data, the HTTPS redirect, then [`answer::decide`]. HTTP/1 answers land in `out` as
+/// they go on the wire; HTTP/2 transcodes them into frames.
+pub(crate) fn respond(
+    req: &Request<'_>,
+    how: How,
+    prefetcher: &mut answer::Prefetcher,
+    env: &Env<'_>,
+    fx: &mut impl Effects,
+    out: &mut Vec<u8>,
+) -> Reply {
+    let extra = env.headers.lines(how.https);
+    if env.fixed {
+        render::render_fixed_with(extra, out);
+        fx.effect(Effect::Answered {
+            status: 302,
+            layer: None,
+        });
+        return Reply::Done { close: false };
+    }
+    if how.early && req.method == Method::Other {
+        fx.effect(Effect::TooEarly);
+        let close = finish(req, &Answer::TooEarly, Layer::Invalid, how, env, fx, out);
+        return Reply::Done { close };
+    }
+    if let (false, Some(port)) = (how.https, env.https_redirect) {
+        let (close, status) = render::render_https_redirect(req, port, extra, out);
+        fx.effect(Effect::Answered {
+            status,
+            layer: None,
+        });
+        return Reply::Done { close };
+    }
+    let (answer, layer) = answer::decide(req, env.tables, env.now_ms);
+    prefetcher.answered(layer);
+    if let Answer::NeedOrigin {
+        code,
+        preview,
+        cache_negative,
+        confirming,
+    } = answer
+    {
+        fx.effect(Effect::NeedOrigin {
+            code,
+            cache_negative,
+        });
+        return Reply::Parked(Parked {
+            preview,
+            confirming,
+        });
+    }
+    let close = finish(req, &answer, layer, how, env, fx, out);
+    Reply::Done { close }
+}
+
+/// Finishes a request parked on the origin with its reply; returns whether the connection
+/// closes after the answer.
+pub(crate) fn respond_origin(
+    req: &Request<'_>,
+    parked: Parked,
+    reply: &OriginAnswer,
+    how: How,
+    env: &Env<'_>,
+    fx: &mut impl Effects,
+    out: &mut Vec<u8>,
+) -> bool {
+    let code = code_of(req.path);
+    let t = env.tables;
+    let (answer, layer) = match reply {
+        OriginAnswer::Found { .. } | OriginAnswer::NotFound => {
+            answer::answer_from_origin(code, parked.preview, t, reply.link(), env.now_ms)
+        }
+        // Safe mode could not confirm: redirect availability comes first, so answer
+        // from the local tables (if they still know the code) and count it.
+        OriginAnswer::Unavailable if parked.confirming => {
+            match answer::decide_unconfirmed(req, t, env.now_ms) {
+                (Answer::NeedOrigin { .. }, _) => (Answer::Unavailable, Layer::Origin),
+                local => {
+                    fx.effect(Effect::Unconfirmed);
+                    local
+                }
+            }
+        }
+        OriginAnswer::Unavailable => (Answer::Unavailable, Layer::Origin),
+    };
+    finish(req, &answer, layer, how, env, fx, out)
+}
+
+/// Renders `answer` and reports its effects; returns whether the connection closes after it.
+fn finish(
+    req: &Request<'_>,
+    answer: &Answer<'_>,
+    layer: Layer,
+    how: How,
+    env: &Env<'_>,
+    fx: &mut impl Effects,
+    out: &mut Vec<u8>,
+) -> bool {
+    let extra = env.headers.lines(how.https);
+    let close = render::render_with(answer, req, extra, env.pages, out);
+    if let Answer::Redirect { .. } = answer {
+        let code = code_of(req.path);
+        if layer == Layer::Overlay {
+            // Creation-to-first-redirect: only links the feed brought carry a creation time.
+            if let Some(link) = env.tables.overlay.get(code) {
+                if let Some(created) = link.created_at_ms {
+                    if link.first_served.claim() {
+                        fx.effect(Effect::FirstRedirect {
+                            after_ms: env.now_ms - created,
+                        });
                     }
                 }
             }
-            fx.effect(Effect::Click { req, code });
         }
-        fx.effect(Effect::Answered {
-            status: answer.status(),
-            layer: Some(layer),
+        fx.effect(Effect::Click {
+            req,
+            code,
+            proto: how.proto,
         });
-        if close {
-            self.close_after_send = true;
-        }
     }
+    fx.effect(Effect::Answered {
+        status: answer.status(),
+        layer: Some(layer),
+    });
+    close
 }
 
 /// The code part of a request path (`/abc1234+` → `abc1234`), by the decision's own rule.
@@ -442,11 +675,12 @@ mod tests {
                     code,
                     cache_negative,
                 } => Seen::NeedOrigin(s(code), cache_negative),
-                Effect::Click { req, code } => Seen::Click(s(code), s(req.user_agent)),
+                Effect::Click { req, code, .. } => Seen::Click(s(code), s(req.user_agent)),
                 Effect::Answered { status, layer } => Seen::Answered(status, layer),
                 Effect::TooEarly => Seen::TooEarly,
                 Effect::FirstRedirect { after_ms } => Seen::FirstRedirect(after_ms),
                 Effect::Unconfirmed => Seen::Unconfirmed,
+                Effect::H2(_) => return,
             });
         }
     }
@@ -492,6 +726,7 @@ mod tests {
                 now_ms: self.now_ms,
                 fixed: self.fixed,
                 https_redirect: self.https_redirect,
+                coverage: None,
             }
         }
     }

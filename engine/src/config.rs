@@ -182,7 +182,7 @@ pub(crate) struct Args {
     /// spread thin; a hot code is hot in any sample.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub(crate) top_sample: u64,
-    /// HTTPS listener (TLS 1.3 and 1.2, ALPN http/1.1); needs `--cert` and `--key`. The plain
+    /// HTTPS listener (TLS 1.3 and 1.2, ALPN `--alpn`); needs `--cert` and `--key`. The plain
     /// listener stays up for health checks and the HTTP→HTTPS hop.
     #[arg(long, env = "LASTHOP_TLS_LISTEN", requires_all = ["cert", "key"])]
     pub(crate) tls_listen: Option<SocketAddr>,
@@ -202,6 +202,32 @@ pub(crate) struct Args {
     /// Most 0-RTT early-data bytes accepted per connection (0: no 0-RTT).
     #[arg(long, default_value_t = 16_384)]
     pub(crate) tls_max_early_data: u32,
+    /// The protocols offered in ALPN on `--tls-listen`, in order of preference: `h2` and
+    /// `http/1.1` (`--alpn http/1.1` turns HTTP/2 off on TLS).
+    #[arg(long, value_delimiter = ',', default_value = "h2,http/1.1", value_parser = ["h2", "http/1.1"])]
+    pub(crate) alpn: Vec<String>,
+    /// Refuse HTTP/2 with prior knowledge (h2c) on the plain listener: a connection that opens
+    /// with the HTTP/2 preface is then read as HTTP/1 (and refused).
+    #[arg(long)]
+    pub(crate) no_h2c: bool,
+    /// HTTP/2: most concurrent streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) h2_max_concurrent_streams: u32,
+    /// HTTP/2: largest header list, name + value + 32 per field (SETTINGS_MAX_HEADER_LIST_SIZE),
+    /// enforced while decoding; also the most a header block may take encoded.
+    #[arg(long, default_value_t = 16_384, value_parser = clap::value_parser!(u32).range(1024..))]
+    pub(crate) h2_max_header_list_size: u32,
+    /// HTTP/2: most header fields in one request.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(8..))]
+    pub(crate) h2_max_header_fields: u32,
+    /// HTTP/2: RST_STREAM frames a client may send per connection in 10 s before GOAWAY
+    /// ENHANCE_YOUR_CALM (Rapid Reset, CVE-2023-44487).
+    #[arg(long, default_value_t = 200)]
+    pub(crate) h2_max_client_resets: u32,
+    /// HTTP/2: RST_STREAM frames we may send on one connection before GOAWAY ENHANCE_YOUR_CALM
+    /// (MadeYouReset, CVE-2025-8671).
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) h2_max_local_resets: u32,
     /// `Strict-Transport-Security` max-age on HTTPS answers (0: no header).
     #[arg(long, default_value_t = 31_536_000)]
     pub(crate) hsts_max_age: u64,

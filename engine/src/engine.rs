@@ -151,6 +151,7 @@ fn tls_settings(args: &Args, ktls: bool) -> Option<TlsSettings> {
             ticket_lifetime: Duration::from_secs(args.tls_ticket_lifetime_secs),
             max_early_data: args.tls_max_early_data,
             ktls,
+            alpn: args.alpn.iter().map(|p| p.as_bytes().to_vec()).collect(),
         }),
         _ => None,
     }
@@ -427,6 +428,7 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
         (0..cores).map(|_| None).collect();
     let mut tls_bound = None;
     let mut tls_config_holder = None;
+    let mut coverage = None;
     if let (Some(settings), Some(addr), Some(stats)) = (&tls_settings, args.tls_listen, &tls_stats)
     {
         anyhow::ensure!(
@@ -434,6 +436,9 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
             "--tls-listen needs the io_uring or AF_XDP backend (the epoll fallback serves plain HTTP only)"
         );
         let config = tls::server_config(settings).context("loading the TLS certificate and key")?;
+        coverage = Some(Arc::new(
+            tls::CertCoverage::load(&settings.cert).context("loading the TLS certificate")?,
+        ));
         stats
             .ktls_available
             .store(ktls.is_some(), Ordering::Relaxed);
@@ -504,12 +509,22 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
                 .map(lasthop_engine::http::HeaderName::new)
                 .transpose()
                 .context("--country-header")?,
+            h2: lasthop_engine::h2::H2Limits {
+                max_concurrent_streams: args.h2_max_concurrent_streams,
+                max_header_list_size: args.h2_max_header_list_size,
+                max_header_fields: args.h2_max_header_fields,
+                max_client_resets: args.h2_max_client_resets,
+                max_local_resets: args.h2_max_local_resets,
+                h2c: !args.no_h2c,
+                ..lasthop_engine::h2::H2Limits::default()
+            },
             ..Limits::default()
         },
         fixed: args.fixed_response,
         top_sample: args.top_sample,
         hsts: hsts_header(args.hsts_max_age, args.hsts_preload).into(),
         // The port bound (an ephemeral `:0` is known only now).
+        coverage: coverage.clone(),
         https_redirect: tls_bound
             .filter(|_| args.redirect_http_to_https)
             .map(|a: SocketAddr| a.port()),
@@ -604,6 +619,11 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
                         Ok(config) => {
                             if let Ok(mut c) = holder.lock() {
                                 *c = config;
+                            }
+                            if let Some(c) = &coverage {
+                                if let Err(e) = c.reload(&settings.cert) {
+                                    tracing::error!(error = %e, "SIGHUP: the certificate's names for 421 are the old ones");
+                                }
                             }
                             tracing::info!("SIGHUP: TLS certificate and key reloaded");
                         }

@@ -29,4 +29,4 @@ pub mod serve;
 pub mod session;
 pub mod tls;
 
-pub use lasthop_edge::{answer, http, render, tables, topk};
+pub use lasthop_edge::{answer, h2, http, render, tables, topk};

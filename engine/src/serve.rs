@@ -124,6 +124,8 @@ pub struct CoreConfig {
     pub hsts: Arc<[u8]>,
     /// `--redirect-http-to-https`: the HTTPS port plain-listener requests are redirected to.
     pub https_redirect: Option<u16>,
+    /// The names the HTTPS certificate covers (HTTP/2's 421), with `--tls-listen`.
+    pub coverage: Option<Arc<crate::tls::CertCoverage>>,
     /// The preview and interstitial pages' extras (`--report-url`).
     pub pages: Arc<crate::render::Pages>,
     /// TLS counters, with `--tls-listen`.
@@ -182,11 +184,11 @@ impl Loop {
             Loop::Xdp(l) => l.turn(ctx),
         }
     }
-    fn stop_accepting(&mut self) -> std::io::Result<()> {
+    fn stop_accepting(&mut self, ctx: &mut CoreCtx) -> std::io::Result<()> {
         match self {
-            Loop::Uring(l) => l.stop_accepting(),
-            Loop::Epoll(l) => l.stop_accepting(),
-            Loop::Xdp(l) => l.stop_accepting(),
+            Loop::Uring(l) => l.stop_accepting(ctx),
+            Loop::Epoll(l) => l.stop_accepting(ctx),
+            Loop::Xdp(l) => l.stop_accepting(ctx),
         }
     }
     fn open_conns(&self) -> usize {
@@ -290,6 +292,7 @@ async fn run_core(
         clicks: start.clicks,
         headers: crate::session::Headers::default(),
         https_redirect: config.https_redirect,
+        coverage: config.coverage.clone(),
     };
     ctx.refresh_clock();
     let mut lp = match config.backend {
@@ -334,7 +337,7 @@ async fn run_core(
     loop {
         shared.tables.refresh(&mut generation, &mut ctx.tables);
         if shared.stop.load(Ordering::Acquire) && draining_since.is_none() {
-            lp.stop_accepting()?;
+            lp.stop_accepting(&mut ctx)?;
             draining_since = Some(ctx.now_ms);
         }
         if let Some(since) = draining_since {

@@ -52,6 +52,8 @@ pub struct CoreCtx {
     pub headers: Headers,
     /// `--redirect-http-to-https`: the HTTPS port plain-listener requests are sent to.
     pub https_redirect: Option<u16>,
+    /// The names the HTTPS certificate covers (HTTP/2's 421), with `--tls-listen`.
+    pub coverage: Option<Arc<crate::tls::CertCoverage>>,
 }
 
 impl CoreCtx {
@@ -75,6 +77,10 @@ impl CoreCtx {
             now_ms: self.now_ms,
             fixed: self.fixed,
             https_redirect: self.https_redirect,
+            coverage: self
+                .coverage
+                .as_deref()
+                .map(|c| c as &dyn lasthop_edge::session::Coverage),
         }
     }
 }
@@ -107,14 +113,14 @@ impl Effects for CoreEffects<'_> {
                     origin.submit(ctx.core, code, self.token, cache_negative);
                 }
             }
-            Effect::Click { req, code } => {
+            Effect::Click { req, code, proto } => {
                 // The click hook: count the code in the hot-code sketch (one request in
                 // `top_sample`) and record the event into this core's buffer.
                 if ctx.answered.get() % ctx.top_sample == 0 {
                     ctx.top.record(code);
                 }
                 if let Some(clicks) = &ctx.clicks {
-                    clicks.record(req, code, self.peer, self.https, ctx.now_ms);
+                    clicks.record(req, code, self.peer, self.https, proto, ctx.now_ms);
                 }
             }
             Effect::Answered { status, layer } => {
@@ -138,6 +144,7 @@ impl Effects for CoreEffects<'_> {
                     feed.count_unconfirmed();
                 }
             }
+            Effect::H2(event) => ctx.metrics.h2(event),
             _ => {}
         }
     }
@@ -156,8 +163,15 @@ fn record(ctx: &CoreCtx, layer: Layer) {
 pub trait Drive {
     /// Feeds bytes just received on the connection `token` names.
     fn receive(&mut self, data: &[u8], ctx: &CoreCtx, token: u64);
-    /// Hands over the origin's reply for the request this connection is parked on.
-    fn origin_replied(&mut self, reply: &OriginAnswer, ctx: &CoreCtx, token: u64);
+    /// Hands over the origin's reply for `code`, which this connection asked for.
+    fn origin_replied(&mut self, code: &[u8], reply: &OriginAnswer, ctx: &CoreCtx, token: u64);
+    /// ALPN chose `h2`: the connection speaks HTTP/2 from its first byte.
+    fn alpn_h2(&mut self, sni: Option<&str>, ctx: &CoreCtx, token: u64);
+    /// SIGTERM: HTTP/2 connections say GOAWAY and close once their streams are answered.
+    fn drain_h2(&mut self, ctx: &CoreCtx, token: u64);
+    /// The connection expired ([`Session::expired`]): what it says before the loop closes it
+    /// (HTTP/2's GOAWAY) goes into its output.
+    fn expire(&mut self, ctx: &CoreCtx, token: u64, idle_ms: i64, header_ms: i64);
 }
 
 impl<'a> CoreEffects<'a> {
@@ -180,8 +194,23 @@ impl Drive for Session {
         Session::on_input(self, data, &ctx.env(), &mut fx);
     }
 
-    fn origin_replied(&mut self, reply: &OriginAnswer, ctx: &CoreCtx, token: u64) {
+    fn origin_replied(&mut self, code: &[u8], reply: &OriginAnswer, ctx: &CoreCtx, token: u64) {
         let mut fx = CoreEffects::new(ctx, token, self);
-        Session::on_origin(self, reply, &ctx.env(), &mut fx);
+        Session::on_origin_for(self, code, reply, &ctx.env(), &mut fx);
+    }
+
+    fn alpn_h2(&mut self, sni: Option<&str>, ctx: &CoreCtx, token: u64) {
+        let mut fx = CoreEffects::new(ctx, token, self);
+        Session::start_h2(self, sni, &ctx.env(), &mut fx);
+    }
+
+    fn drain_h2(&mut self, ctx: &CoreCtx, token: u64) {
+        let mut fx = CoreEffects::new(ctx, token, self);
+        Session::drain(self, &mut fx);
+    }
+
+    fn expire(&mut self, ctx: &CoreCtx, token: u64, idle_ms: i64, header_ms: i64) {
+        let mut fx = CoreEffects::new(ctx, token, self);
+        Session::goodbye(self, ctx.now_ms, idle_ms, header_ms, &mut fx);
     }
 }

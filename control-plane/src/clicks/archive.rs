@@ -558,6 +558,7 @@ mod tests {
             },
             tls: i % 2 == 1,
             prefetch: i % 4 == 1,
+            protocol: Default::default(),
             visitor: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
             net: match i % 3 {
                 0 => None,

@@ -725,6 +725,7 @@ mod tests {
             method: Method::Get,
             tls: false,
             prefetch: false,
+            protocol: Default::default(),
             visitor: i,
             net: None,
             user_agent: "Mozilla/5.0",

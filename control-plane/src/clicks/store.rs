@@ -578,6 +578,7 @@ mod tests {
                 method: Method::Get,
                 tls: true,
                 prefetch: false,
+                protocol: Default::default(),
                 visitor: i,
                 net: None,
                 user_agent: "Mozilla/5.0",

@@ -312,6 +312,7 @@ impl Synth {
             method,
             tls: true,
             prefetch: false,
+            protocol: Default::default(),
             visitor,
             net: Some(Net::V4([
                 (net_bits >> 16) as u8 | 1,

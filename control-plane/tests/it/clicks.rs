@@ -87,6 +87,7 @@ impl Ev {
             method: self.method,
             tls: true,
             prefetch: self.prefetch,
+            protocol: Default::default(),
             visitor: self.visitor,
             net: Some(self.net),
             user_agent: self.ua,

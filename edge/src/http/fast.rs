@@ -372,7 +372,7 @@ mod tests {
             let country = super::super::HeaderName::new("x-country").ok();
             agrees(&buf, &Limits { country_header: country, ..Limits::default() })?;
             agrees(&buf[..cut.min(buf.len())], &Limits::default())?;
-            agrees(&buf, &Limits { max_headers, max_request_line, max_header_bytes, country_header: None })?;
+            agrees(&buf, &Limits { max_headers, max_request_line, max_header_bytes, country_header: None, ..Limits::default() })?;
         }
 
         #[test]

@@ -51,6 +51,8 @@ pub struct Limits {
     /// A header a trusted upstream sets to the client's country (`--country-header`),
     /// captured into [`Request::country`]; `None` captures nothing.
     pub country_header: Option<HeaderName>,
+    /// HTTP/2's limits and whether the plain listener speaks h2c.
+    pub h2: crate::h2::H2Limits,
 }
 
 /// Longest header name [`HeaderName`] holds.
@@ -107,6 +109,7 @@ impl Default for Limits {
             max_headers: 64,
             max_header_bytes: 16 * 1024,
             country_header: None,
+            h2: crate::h2::H2Limits::default(),
         }
     }
 }
@@ -315,6 +318,28 @@ fn parse_exact<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
         }
     }
     head.finish(consumed)
+}
+
+/// The request an HTTP/2 (or HTTP/3) header list makes, through the same field policy as
+/// HTTP/1: `target` is `:path`, `authority` is `:authority` (or `Host`), `fields` are the
+/// regular fields the policy reads. Length and body rules are the caller's (frames, not
+/// headers, carry a body there).
+pub fn request_from_fields<'a>(
+    method: Method,
+    target: &'a [u8],
+    authority: &'a [u8],
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    limits: &Limits,
+) -> Request<'a> {
+    let mut head = Head::new(method, target, path_of(target), false);
+    for (name, value) in fields {
+        // Only `content-length` can refuse, and the caller checked it.
+        let _ = head.header(name, value, limits);
+    }
+    let mut req = head.req;
+    req.host = authority;
+    req.keep_alive = true;
+    req
 }
 
 /// Whether a purpose header's value has a token `prefetch` or `preview` (`prefetch`,
@@ -956,6 +981,7 @@ mod tests {
             max_headers: 2,
             max_header_bytes: 64,
             country_header: None,
+            ..Limits::default()
         };
         let long_path = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(40));
         assert_eq!(

@@ -481,6 +481,7 @@ impl Recorder {
         code: &[u8],
         peer: Option<IpAddr>,
         https: bool,
+        protocol: lasthop_core::click::Protocol,
         now_ms: i64,
     ) {
         let peer = peer.map(click::unmapped);
@@ -497,6 +498,7 @@ impl Recorder {
             peer,
             country,
             https,
+            protocol,
         };
         let Ok(mut builder) = self.builder.try_borrow_mut() else {
             return;
@@ -529,7 +531,7 @@ impl Recorder {
 mod tests {
     use super::*;
     use crate::http::{parse, Limits, Parse};
-    use lasthop_core::click::{self, Method};
+    use lasthop_core::click::{self, Method, Protocol};
 
     fn settings(buffer_bytes: usize) -> ClickSettings {
         ClickSettings {
@@ -573,14 +575,29 @@ mod tests {
         let rec = clicks.recorder(0).unwrap();
         let r = req(b"HEAD /Ab3dE9x HTTP/1.1\r\nHost: s.example\r\nUser-Agent: Mozilla/5.0 Test\r\nReferer: https://User@News.Example.COM:8443/a?b\r\nCF-IPCountry: de\r\n\r\n");
         let peer: IpAddr = "203.0.113.9".parse().unwrap();
-        rec.record(&r, b"Ab3dE9x", Some(peer), true, 1_764_504_000_000);
-        rec.record(&r, b"Ab3dE9x", Some(peer), true, 1_764_504_000_001);
+        rec.record(
+            &r,
+            b"Ab3dE9x",
+            Some(peer),
+            true,
+            Protocol::H2,
+            1_764_504_000_000,
+        );
+        rec.record(
+            &r,
+            b"Ab3dE9x",
+            Some(peer),
+            true,
+            Protocol::H1,
+            1_764_504_000_001,
+        );
         // The same visitor the next day hashes differently (the salt rotates).
         rec.record(
             &r,
             b"Ab3dE9x",
             Some(peer),
             true,
+            Protocol::H1,
             1_764_504_000_000 + 86_400_000,
         );
         let sink = Arc::new(Mutex::new(Collect::default()));
@@ -595,6 +612,8 @@ mod tests {
         assert_eq!(e.country, Some(*b"DE"));
         assert_eq!(e.method, Method::Head);
         assert!(e.tls);
+        assert_eq!(e.protocol, Protocol::H2);
+        assert_eq!(events[1].protocol, Protocol::H1);
         assert_eq!(e.net, Some(Net::V4([203, 0, 113])));
         assert_eq!(e.referrer_host, "news.example.com");
         assert_eq!(e.user_agent, "Mozilla/5.0 Test");
@@ -620,7 +639,7 @@ mod tests {
         let rec = clicks.recorder(0).unwrap();
         let r = req(b"GET /Ab3dE9x HTTP/1.1\r\nHost: a\r\n\r\n");
         for i in 0..10 {
-            rec.record(&r, b"Ab3dE9x", None, false, i);
+            rec.record(&r, b"Ab3dE9x", None, false, Protocol::H1, i);
         }
         let b = &clicks.buffers[0];
         assert_eq!(b.recorded.load(Ordering::Relaxed), 1);

@@ -102,8 +102,24 @@ impl EpollLoop {
         })
     }
 
-    /// Stops accepting (drain on SIGTERM).
-    pub fn stop_accepting(&mut self) -> io::Result<()> {
+    /// Stops accepting (drain on SIGTERM); HTTP/2 connections say GOAWAY and close once
+    /// their streams are answered.
+    pub fn stop_accepting(&mut self, ctx: &mut CoreCtx) -> io::Result<()> {
+        let h2: Vec<RawFd> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.session.is_h2())
+            .map(|(fd, _)| *fd)
+            .collect();
+        for fd in h2 {
+            if let Some(conn) = self.conns.get_mut(&fd) {
+                let token = token(fd, conn.gen);
+                conn.session.drain_h2(ctx, token);
+            }
+            if self.write(fd, ctx) {
+                self.close(fd, ctx);
+            }
+        }
         ctl(
             self.epfd.as_raw_fd(),
             libc::EPOLL_CTL_DEL,
@@ -302,7 +318,8 @@ impl EpollLoop {
             let gen = (reply.token >> 32) as u32;
             let close = match self.conns.get_mut(&fd) {
                 Some(conn) if conn.gen == gen => {
-                    conn.session.origin_replied(&reply.answer, ctx, reply.token);
+                    conn.session
+                        .origin_replied(&reply.code, &reply.answer, ctx, reply.token);
                     false
                 }
                 _ => continue,
@@ -328,6 +345,16 @@ impl EpollLoop {
             .map(|(fd, _)| *fd)
             .collect();
         for fd in expired {
+            if let Some(conn) = self.conns.get_mut(&fd) {
+                if conn.session.is_h2() && !conn.session.close_after_send {
+                    // HTTP/2 says GOAWAY first, then closes once it is sent.
+                    let token = token(fd, conn.gen);
+                    conn.session.expire(ctx, token, idle, header);
+                    if !self.write(fd, ctx) {
+                        continue;
+                    }
+                }
+            }
             self.close(fd, ctx);
         }
     }

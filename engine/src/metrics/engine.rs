@@ -126,6 +126,12 @@ pub struct CoreMetrics {
     origin: [AtomicU64; 3],
     /// `--io xdp`: the userspace TCP's counters, as `TcpStats::NAMES` names them.
     xdp_tcp: [AtomicU64; 7],
+    /// HTTP/2: connections, streams (requests), resets received and sent.
+    h2: [AtomicU64; 4],
+    /// HTTP/2 GOAWAYs sent, by error code (`ErrorCode::ALL`'s order).
+    h2_goaway: [AtomicU64; 14],
+    /// HTTP/2 clients refused by a limit, by `Flood::ALL`'s order.
+    h2_refused: [AtomicU64; 9],
 }
 
 /// Single-writer increment: a relaxed load and store, no locked instruction. Correct because
@@ -158,7 +164,33 @@ impl CoreMetrics {
             bytes_out: AtomicU64::new(0),
             origin: Default::default(),
             xdp_tcp: Default::default(),
+            h2: Default::default(),
+            h2_goaway: Default::default(),
+            h2_refused: Default::default(),
         }
+    }
+
+    /// What an HTTP/2 connection reported.
+    #[inline]
+    pub fn h2(&self, event: lasthop_edge::h2::Event) {
+        use lasthop_edge::h2::frame::ErrorCode;
+        use lasthop_edge::h2::{Event, Flood};
+        let c = match event {
+            Event::Connection => &self.h2[0],
+            Event::Stream => &self.h2[1],
+            Event::ResetReceived => &self.h2[2],
+            Event::ResetSent => &self.h2[3],
+            Event::GoAway(code) => match ErrorCode::ALL.iter().position(|c| *c == code) {
+                Some(i) => &self.h2_goaway[i],
+                None => return,
+            },
+            Event::Refused(flood) => match Flood::ALL.iter().position(|f| *f == flood) {
+                Some(i) => &self.h2_refused[i],
+                None => return,
+            },
+            _ => return,
+        };
+        bump(c, 1);
     }
 
     /// One response sent, by status class.
@@ -370,6 +402,101 @@ impl EngineMetrics {
                 "lasthop_engine_core_requests_total",
                 &format!("core=\"{i}\""),
                 c.requests_total(),
+            );
+        }
+
+        family(
+            o,
+            "lasthop_engine_requests_by_protocol_total",
+            "counter",
+            "Responses sent, by HTTP version.",
+        );
+        let all = self
+            .cores
+            .iter()
+            .map(|c| c.requests_total())
+            .fold(0, u64::wrapping_add);
+        let h2 = self.sum(|c| &c.h2[1]);
+        sample(
+            o,
+            "lasthop_engine_requests_by_protocol_total",
+            "protocol=\"h1\"",
+            all.saturating_sub(h2),
+        );
+        sample(
+            o,
+            "lasthop_engine_requests_by_protocol_total",
+            "protocol=\"h2\"",
+            h2,
+        );
+        family(
+            o,
+            "lasthop_engine_h2_connections_total",
+            "counter",
+            "Connections that spoke HTTP/2 (ALPN h2, or h2c with prior knowledge).",
+        );
+        sample(
+            o,
+            "lasthop_engine_h2_connections_total",
+            "",
+            self.sum(|c| &c.h2[0]),
+        );
+        family(
+            o,
+            "lasthop_engine_h2_streams_total",
+            "counter",
+            "HTTP/2 request streams opened.",
+        );
+        sample(
+            o,
+            "lasthop_engine_h2_streams_total",
+            "",
+            self.sum(|c| &c.h2[1]),
+        );
+        family(
+            o,
+            "lasthop_engine_h2_resets_total",
+            "counter",
+            "HTTP/2 RST_STREAM frames, by direction.",
+        );
+        sample(
+            o,
+            "lasthop_engine_h2_resets_total",
+            "direction=\"received\"",
+            self.sum(|c| &c.h2[2]),
+        );
+        sample(
+            o,
+            "lasthop_engine_h2_resets_total",
+            "direction=\"sent\"",
+            self.sum(|c| &c.h2[3]),
+        );
+        family(
+            o,
+            "lasthop_engine_h2_goaways_total",
+            "counter",
+            "HTTP/2 GOAWAY frames sent, by error code.",
+        );
+        for (i, code) in lasthop_edge::h2::frame::ErrorCode::ALL.iter().enumerate() {
+            sample(
+                o,
+                "lasthop_engine_h2_goaways_total",
+                &format!("error=\"{}\"", code.name()),
+                self.sum(|c| &c.h2_goaway[i]),
+            );
+        }
+        family(
+            o,
+            "lasthop_engine_h2_refused_total",
+            "counter",
+            "HTTP/2 connections ended by a limit (GOAWAY ENHANCE_YOUR_CALM), by kind.",
+        );
+        for (i, flood) in lasthop_edge::h2::Flood::ALL.iter().enumerate() {
+            sample(
+                o,
+                "lasthop_engine_h2_refused_total",
+                &format!("kind=\"{}\"", flood.name()),
+                self.sum(|c| &c.h2_refused[i]),
             );
         }
 

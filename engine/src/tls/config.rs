@@ -50,6 +50,8 @@ pub struct TlsSettings {
     pub max_early_data: u32,
     /// Let connections export their traffic secrets after the handshake (for kTLS).
     pub ktls: bool,
+    /// ALPN protocols offered, in order of preference (`h2`, `http/1.1`).
+    pub alpn: Vec<Vec<u8>>,
 }
 
 /// Why a TLS configuration could not be built.
@@ -129,7 +131,11 @@ pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
         .with_single_cert(certs, key)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = if s.alpn.is_empty() {
+        vec![b"http/1.1".to_vec()]
+    } else {
+        s.alpn.clone()
+    };
     config.ignore_client_order = true;
     config.session_storage = Arc::new(super::sessions::SessionStore::new(SESSION_CACHE));
     // rustls takes 0-RTT only on stateful resumption, whose single-use cache entries are its

@@ -211,6 +211,11 @@ pub fn input(
             tracing::debug!(error = %e, "TLS error");
             return Err(InputError::Tls(e));
         }
+        // ALPN is settled once the ClientHello is read: HTTP/2 from the first byte on.
+        if !session.is_h2() && tls.conn.alpn_protocol() == Some(b"h2") {
+            let sni = tls.conn.server_name().map(str::to_owned);
+            session.alpn_h2(sni.as_deref(), ctx, token);
+        }
         // 0-RTT: the resumed client's early flight, readable before the handshake ends.
         if let Some(mut early) = tls.conn.early_data() {
             let mut buf = Vec::new();

@@ -29,11 +29,13 @@ use crate::metrics::prom::{family, sample};
 
 pub mod config;
 pub mod conn;
+pub mod coverage;
 pub mod ktls;
 pub mod sessions;
 pub mod tickets;
 
 pub use config::{server_config, TlsError, TlsSettings, SESSION_CACHE};
+pub use coverage::CertCoverage;
 pub use ktls::{ktls_install, probe_ktls, KtlsSupport};
 pub use tickets::FileTicketer;
 

@@ -15,6 +15,9 @@
 //!   across two engines, held links' interstitial until the first verdict, the report form;
 //! - `channel`: the edge channel secured: the feed, downloads and read-through over TLS with a
 //!   CA made at test time, mutual TLS in place of the token, signed snapshots, and each refusal;
+//! - `h2`: HTTP/2 on every backend (TLS with ALPN, h2c with prior knowledge): the serving
+//!   contract with curl, nghttp, h2load and headless Chromium, and each flood limit with raw
+//!   frames;
 //! - `tls`: HTTPS with curl and openssl: handshakes, resumption, 0-RTT, HSTS, the kTLS hand-off
 //!   where the kernel has it (reported skipped where it does not);
 //! - `regions`: two regions replicating each other's links and state changes: a link made in
@@ -34,6 +37,7 @@ mod channel;
 mod clicks;
 mod console;
 mod feed;
+mod h2;
 mod harness;
 mod hotset;
 mod lifecycle;

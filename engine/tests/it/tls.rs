@@ -170,6 +170,7 @@ fn curl_over_https_gets_the_redirect_with_hsts() {
         let resolve = format!("lh.test:{}:127.0.0.1", port(&e));
         let url = format!("https://lh.test:{}/{code}", port(&e));
         let (status, headers, err) = curl(&[
+            "--http1.1",
             "--cacert",
             pki.ca.to_str().unwrap(),
             "--resolve",
@@ -193,6 +194,7 @@ fn curl_over_https_gets_the_redirect_with_hsts() {
         );
         // TLS 1.2 with an AEAD suite works too.
         let (status, _, _) = curl(&[
+            "--http1.1",
             "--cacert",
             pki.ca.to_str().unwrap(),
             "--resolve",
@@ -221,6 +223,7 @@ fn hsts_on_every_https_answer_and_plain_http_redirected() {
     let resolve = format!("lh.test:{tls_port}:127.0.0.1");
     // A GET with a body is refused by the parser (400, connection closed): still with HSTS.
     let (status, headers, _) = curl(&[
+        "--http1.1",
         "--cacert",
         pki.ca.to_str().unwrap(),
         "--resolve",
@@ -254,6 +257,7 @@ fn hsts_on_every_https_answer_and_plain_http_redirected() {
     assert!(!headers.contains("Strict-Transport-Security"), "{headers}");
     // ... which answers the redirect.
     let (status, headers, _) = curl(&[
+        "--http1.1",
         "--cacert",
         pki.ca.to_str().unwrap(),
         "--resolve",
@@ -272,6 +276,7 @@ fn a_wrong_host_fails_cleanly_and_is_counted() {
     let resolve = format!("wrong.test:{}:127.0.0.1", port(&e));
     let url = format!("https://wrong.test:{}/{code}", port(&e));
     let (status, _, err) = curl(&[
+        "--http1.1",
         "--cacert",
         pki.ca.to_str().unwrap(),
         "--resolve",
@@ -287,6 +292,7 @@ fn a_wrong_host_fails_cleanly_and_is_counted() {
     let resolve = format!("lh.test:{}:127.0.0.1", port(&e));
     assert_eq!(
         curl(&[
+            "--http1.1",
             "--cacert",
             pki.ca.to_str().unwrap(),
             "--resolve",
@@ -576,6 +582,7 @@ fn sighup_reloads_the_certificate() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let (status, _, _) = curl(&[
+        "--http1.1",
         "--cacert",
         pki.ca.to_str().unwrap(),
         "--resolve",

@@ -610,6 +610,13 @@ fn the_engine_serves_its_contract_over_af_xdp() {
         pair.link_details()
     );
     crate::serving::check_serving(&f, &engine, "xdp");
+    crate::h2::check_serving_h2(
+        &f,
+        &format!("http://{listen}"),
+        &["--http2-prior-knowledge"],
+        false,
+        "xdp h2c",
+    );
     // Every connection above reached the engine through the socket: the kernel in the
     // namespace has no listener on the port (the engine closed its own).
 
@@ -736,8 +743,15 @@ fn the_engine_serves_ipv6_over_af_xdp() {
     let resolve = format!("lh.test:8443:[{server6}]");
     let url = format!("https://lh.test:8443/{}", f.live);
     for version in ["--tlsv1.3", "--tlsv1.2"] {
-        let (status, headers, err) =
-            crate::harness::curl(&[version, "--cacert", ca, "--resolve", &resolve, &url]);
+        let (status, headers, err) = crate::harness::curl(&[
+            version,
+            "--http1.1",
+            "--cacert",
+            ca,
+            "--resolve",
+            &resolve,
+            &url,
+        ]);
         assert_eq!(status, 302, "{version}: {headers}{err}");
         assert!(
             headers.contains("Location: https://example.com/live?x=1"),
@@ -799,6 +813,7 @@ fn the_engine_serves_https_over_af_xdp() {
     let out = Command::new("curl")
         .args([
             "-sv",
+            "--http1.1",
             "--max-time",
             "10",
             "--cacert",
@@ -824,6 +839,31 @@ fn the_engine_serves_https_over_af_xdp() {
     );
     assert!(err.contains("Re-using existing connection"), "{err}");
     assert!(err.contains("SSL connection using TLSv1.3"), "{err}");
+
+    // The same over HTTP/2 (ALPN h2): three streams on one connection.
+    let out = Command::new("curl")
+        .args([
+            "-sv",
+            "--http2",
+            "--max-time",
+            "10",
+            "--cacert",
+            ca,
+            "--resolve",
+            &resolve,
+        ])
+        .args([url(&code), url(&code), url(&format!("{code}+"))])
+        .output()
+        .expect("curl runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}\nengine log:\n{}", engine.log());
+    assert!(err.contains("ALPN: server accepted h2"), "{err}");
+    assert_eq!(err.matches("< HTTP/2 302").count(), 2, "{err}");
+    assert_eq!(err.matches("< HTTP/2 200").count(), 1, "{err}");
+    assert!(
+        err.contains("< strict-transport-security: max-age=31536000"),
+        "{err}"
+    );
 
     // TLS 1.2, and the preview page (several segments of records).
     let (status, headers, e12) = crate::harness::curl(&[

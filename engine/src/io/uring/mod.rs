@@ -365,8 +365,16 @@ impl UringLoop {
         self.push_linked(&chain)
     }
 
-    /// Stops accepting (drain on SIGTERM): cancels the multishot accept.
-    pub fn stop_accepting(&mut self) -> io::Result<()> {
+    /// Stops accepting (drain on SIGTERM): cancels the multishot accept; HTTP/2 connections
+    /// say GOAWAY and close once their streams are answered.
+    pub fn stop_accepting(&mut self, ctx: &CoreCtx) -> io::Result<()> {
+        for (idx, slot) in self.conns.iter_mut().enumerate() {
+            if let Some(conn) = slot.as_mut().filter(|c| c.session.is_h2() && !c.closing) {
+                let token = user_data(0, conn.gen, idx as u32);
+                conn.session.drain_h2(ctx, token);
+                self.dirty.push(idx as u32);
+            }
+        }
         let sqe = opcode::AsyncCancel::new(user_data(ACCEPT, 0, 0))
             .build()
             .user_data(user_data(CANCEL, 0, 0));
@@ -774,7 +782,8 @@ impl UringLoop {
             let (_, gen, idx) = split(reply.token);
             if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
                 if conn.gen == gen && !conn.closing {
-                    conn.session.origin_replied(&reply.answer, ctx, reply.token);
+                    conn.session
+                        .origin_replied(&reply.code, &reply.answer, ctx, reply.token);
                     self.dirty.push(idx);
                 }
             }
@@ -829,6 +838,14 @@ impl UringLoop {
             if handshaking {
                 if let Some(t) = &self.tls {
                     t.serve.stats.failure(1); // timeout
+                }
+            } else if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
+                if conn.session.is_h2() {
+                    // HTTP/2 says GOAWAY first; the flush sends it and closes.
+                    let token = user_data(0, conn.gen, idx);
+                    conn.session.expire(ctx, token, idle, header);
+                    self.dirty.push(idx);
+                    continue;
                 }
             }
             self.close(idx, ctx)?;

@@ -278,13 +278,23 @@ impl XdpLoop {
         })
     }
 
-    /// Stops accepting (drain on SIGTERM): new SYNs are reset, open connections served.
-    pub fn stop_accepting(&mut self) -> io::Result<()> {
+    /// Stops accepting (drain on SIGTERM): new SYNs are reset, open connections served;
+    /// HTTP/2 connections say GOAWAY and close once their streams are answered.
+    pub fn stop_accepting(&mut self, ctx: &mut CoreCtx) -> io::Result<()> {
         self.tcp.stop_accepting();
         if let Some(h) = &mut self.https {
             h.tcp.stop_accepting();
         }
-        Ok(())
+        for (key, conn) in self.conns.iter_mut() {
+            if conn.session.is_h2() && !conn.closing {
+                let token = conn.token;
+                conn.session.drain_h2(ctx, token);
+                self.touched.push(*key);
+            }
+        }
+        let now = self.started.elapsed().as_millis() as u64;
+        self.push_output(now, ctx);
+        self.send_frames(ctx)
     }
 
     /// Connections still open.
@@ -472,7 +482,8 @@ impl XdpLoop {
                 .get_mut(&key)
                 .filter(|c| c.token == reply.token && !c.closing)
             {
-                conn.session.origin_replied(&reply.answer, ctx, reply.token);
+                conn.session
+                    .origin_replied(&reply.code, &reply.answer, ctx, reply.token);
                 if !conn.session.paused() && !conn.held.is_empty() {
                     let held = std::mem::take(&mut conn.held);
                     feed(conn, &held, ctx, reply.token, self.https.as_mut());
@@ -616,7 +627,19 @@ impl XdpLoop {
             }
         }
         let tcp_now = self.started.elapsed().as_millis() as u64;
+        let mut said_goodbye = false;
         for key in expired {
+            if let Some(conn) = self.conns.get_mut(&key) {
+                let handshaking = conn.tls.as_ref().is_some_and(|t| t.handshaking);
+                if conn.session.is_h2() && !conn.closing && !handshaking {
+                    // HTTP/2 says GOAWAY first; the output goes with a FIN.
+                    let token = conn.token;
+                    conn.session.expire(ctx, token, idle, header);
+                    self.touched.push(key);
+                    said_goodbye = true;
+                    continue;
+                }
+            }
             // Closed with a FIN, as the kernel loops do; TCP resets it if the peer never
             // answers. Whatever still arrives for it is dropped.
             let out = &mut self.out;
@@ -626,6 +649,9 @@ impl XdpLoop {
                 &mut |f: &[u8]| out.push(f),
             );
             self.forget(key, ctx);
+        }
+        if said_goodbye {
+            self.push_output(tcp_now, ctx);
         }
         let _ = self.send_frames(ctx);
     }
