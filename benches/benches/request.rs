@@ -28,6 +28,10 @@
 //!   cold `part_lookup`; the pure path's budget for a hit is `part_decode` + the floor of its
 //!   page size + 150 ns (`hit_curl` against `memory_floor`, `hit_curl_huge` against
 //!   `memory_floor_huge`);
+//! - `h2_hit_curl`: `hit_curl` over HTTP/2: a HEADERS frame with curl's fields (HPACK literals,
+//!   as a client's first request on a connection sends them) fed to an open `H2Conn`, decoded,
+//!   decided, and the answer's HEADERS frame encoded (the HTTP/1 answer transcoded); the goal is
+//!   within 1.3x of `hit_curl`;
 //! - `part_click_record`: the click event of a browser's request (visitor hash, referrer host,
 //!   user agent, encode) appended to a buffer, cleared as the flusher would
 //!   (`lasthop_edge::click`; the engine adds an uncontended lock on its core's buffer).
@@ -219,6 +223,7 @@ fn request(c: &mut Criterion) {
         peer: Some("203.0.113.77".parse().expect("address")),
         country: None,
         https: true,
+        protocol: lasthop_core::click::Protocol::H1,
     };
     let mut events = Vec::with_capacity(1 << 20);
     let mut n = 0i64;
@@ -238,7 +243,110 @@ fn request(c: &mut Criterion) {
             }
         })
     });
+    h2_hit(&mut group, &tables, &hits, &limits);
     group.finish();
+}
+
+/// No effect is carried out (the HTTP/1 cases report none either).
+struct NoEffects;
+
+impl lasthop_edge::session::Effects for NoEffects {
+    #[inline]
+    fn effect(&mut self, e: lasthop_edge::session::Effect<'_>) {
+        black_box(&e);
+    }
+}
+
+/// A HEADERS frame with what curl sends, for `code` on `stream`: literal fields, no Huffman
+/// (written in place, as recv would leave it: no allocation, like `receive`).
+fn h2_headers(stream: u32, code: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    let len = 4 + 10 + 3 + code.len() + 3 + 10 + 3 + 3;
+    lasthop_edge::h2::frame::write_header(
+        out,
+        len,
+        lasthop_edge::h2::frame::kind::HEADERS,
+        lasthop_edge::h2::frame::flag::END_HEADERS | lasthop_edge::h2::frame::flag::END_STREAM,
+        stream,
+    );
+    out.extend_from_slice(&[0x82, 0x87, 0x01, 10]); // GET, https, :authority
+    out.extend_from_slice(b"lh.example");
+    out.extend_from_slice(&[0x04, (code.len() + 1) as u8, b'/']); // :path
+    out.extend_from_slice(code);
+    out.extend_from_slice(&[0x0f, 58 - 15, 10]); // user-agent
+    out.extend_from_slice(b"curl/8.5.0");
+    out.extend_from_slice(&[0x0f, 19 - 15, 3]); // accept
+    out.extend_from_slice(b"*/*");
+}
+
+fn h2_hit(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    tables: &lasthop_edge::tables::Tables,
+    hits: &Codes,
+    limits: &Limits,
+) {
+    use lasthop_edge::h2::H2Conn;
+    use lasthop_edge::session::{Env, Headers, How, Proto};
+    let mut headers = Headers::default();
+    headers.refresh(NOW_MS, b"");
+    let env = Env {
+        tables,
+        limits,
+        pages: &lasthop_edge::render::NO_PAGES,
+        headers: &headers,
+        now_ms: NOW_MS,
+        fixed: false,
+        https_redirect: None,
+        coverage: None,
+    };
+    let how = How {
+        early: false,
+        https: false,
+        proto: Proto::H2,
+    };
+    let open = |out: &mut Vec<u8>| {
+        let mut fx = NoEffects;
+        let mut conn = H2Conn::new(limits.h2, NOW_MS, out, &mut fx);
+        let mut preface = lasthop_edge::h2::frame::PREFACE.to_vec();
+        lasthop_edge::h2::frame::write_settings(&mut preface, &[]);
+        conn.on_input(&preface, how, &env, &mut fx, out);
+        out.clear();
+        conn
+    };
+    let mut out = Vec::with_capacity(4096);
+    let mut inbuf = Vec::with_capacity(256);
+    // Every prepared request gets its 302.
+    let mut conn = open(&mut out);
+    for i in 0..hits.len().min(1024) {
+        h2_headers(2 * i as u32 + 1, hits.get(i), &mut inbuf);
+        out.clear();
+        conn.on_input(&inbuf, how, &env, &mut NoEffects, &mut out);
+        assert_eq!(
+            &out[9..14],
+            &[0x08, 3, b'3', b'0', b'2'],
+            "h2_hit_curl: a 302"
+        );
+    }
+    let mut conn = open(&mut out);
+    let mut stream = 1u32;
+    let mut i = 0usize;
+    group.bench_function("h2_hit_curl", |b| {
+        b.iter(|| {
+            i += 1;
+            if i == hits.len() {
+                i = 0;
+            }
+            stream += 2;
+            if stream > 1 << 30 {
+                conn = open(&mut out);
+                stream = 1;
+            }
+            h2_headers(stream, hits.get(i), &mut inbuf);
+            out.clear();
+            conn.on_input(black_box(&inbuf), how, &env, &mut NoEffects, &mut out);
+            black_box(out.len())
+        })
+    });
 }
 
 criterion_group!(benches, request);

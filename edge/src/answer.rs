@@ -188,6 +188,26 @@ impl Prefetcher {
         }
     }
 
+    /// [`Prefetcher::prefetch`] for a request whose path is already known (HTTP/2's
+    /// `:path`, as soon as the header block is decoded): the rest of the request's handling
+    /// runs while the lines are on their way.
+    #[inline]
+    pub fn prefetch_path(&self, path: &[u8], t: &Tables) {
+        let Some(snapshot) = t.snapshot.as_deref() else {
+            return;
+        };
+        let Some(code) = path.strip_prefix(b"/").and_then(|r| r.get(..CODE_LEN)) else {
+            return;
+        };
+        if path.len() == CODE_LEN + 1 || matches!(path.get(CODE_LEN + 1), Some(b'+' | b'?')) {
+            if self.scanning() {
+                snapshot.probe(code);
+            } else {
+                snapshot.prefetch(code);
+            }
+        }
+    }
+
     /// Records how a request was settled: a high-water answer counts towards scanning; an
     /// answer from any table, or one handed to the origin, ends it.
     #[inline]

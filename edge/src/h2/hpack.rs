@@ -1,12 +1,14 @@
 //! HPACK (RFC 7541) both ways, as a server needs it.
 //!
-//! - **Decoding** is `loona-hpack`'s (a maintained decoder whose only dependencies are
-//!   `thiserror` and `tracing`; the `h2` crate's own codec is not public and pulls tokio's
-//!   traits). Its callback form hands each field over as a borrow of the block or the dynamic
-//!   table, so a header list is checked, counted and mostly dropped as it is decoded: memory
-//!   stays bounded by what we keep (the handful of fields the decision and the click record
-//!   read), whatever the block expands to (the HPACK bomb). The dynamic table we advertise
-//!   (4,096 bytes, the default) is kept, as browsers index.
+//! - **Decoding** is ours ([`Decoder`], with [`super::huffman`]), checked against the `hpack`
+//!   crate as an oracle. `loona-hpack`, the maintained crate that fits a pure crate, came first
+//!   and was measured out: its Huffman decoder builds a hash map of the code for every string,
+//!   ~80 % of the engine's CPU under `h2load -m 10` (the `h2` crate's codec is not public and
+//!   brings tokio's traits). Each field is handed to a callback as a borrow of the block, the
+//!   dynamic table or one reused buffer, so a header list is checked, counted and mostly
+//!   dropped as it is decoded: memory stays bounded by what we keep (the handful of fields the
+//!   decision and the click record read), whatever the block expands to (the HPACK bomb). The
+//!   dynamic table we advertise (4,096 bytes, the default) is kept, as browsers index.
 //! - **Encoding** is ours, a few lines: responses use the static table where it names a field
 //!   and literals without indexing otherwise (no dynamic table state on our side, so nothing
 //!   to keep in sync and nothing a client can make us store). It transcodes the HTTP/1.1
@@ -14,27 +16,207 @@
 
 use std::ops::Range;
 
-use loona_hpack::decoder::DecoderError;
+use std::collections::VecDeque;
 
+use super::huffman;
 use crate::http::{Limits, Method, Request};
 
 /// The dynamic table size we allow the peer's encoder (SETTINGS_HEADER_TABLE_SIZE's default).
 pub const TABLE_SIZE: usize = 4096;
 
-/// A connection's HPACK decoder.
-pub struct Decoder(loona_hpack::Decoder<'static>);
+/// The static table (RFC 7541 Appendix A), index 1 first.
+#[rustfmt::skip]
+const STATIC: [(&[u8], &[u8]); 61] = [
+    (b":authority", b""), (b":method", b"GET"), (b":method", b"POST"), (b":path", b"/"),
+    (b":path", b"/index.html"), (b":scheme", b"http"), (b":scheme", b"https"),
+    (b":status", b"200"), (b":status", b"204"), (b":status", b"206"), (b":status", b"304"),
+    (b":status", b"400"), (b":status", b"404"), (b":status", b"500"), (b"accept-charset", b""),
+    (b"accept-encoding", b"gzip, deflate"), (b"accept-language", b""), (b"accept-ranges", b""),
+    (b"accept", b""), (b"access-control-allow-origin", b""), (b"age", b""), (b"allow", b""),
+    (b"authorization", b""), (b"cache-control", b""), (b"content-disposition", b""),
+    (b"content-encoding", b""), (b"content-language", b""), (b"content-length", b""),
+    (b"content-location", b""), (b"content-range", b""), (b"content-type", b""),
+    (b"cookie", b""), (b"date", b""), (b"etag", b""), (b"expect", b""), (b"expires", b""),
+    (b"from", b""), (b"host", b""), (b"if-match", b""), (b"if-modified-since", b""),
+    (b"if-none-match", b""), (b"if-range", b""), (b"if-unmodified-since", b""),
+    (b"last-modified", b""), (b"link", b""), (b"location", b""), (b"max-forwards", b""),
+    (b"proxy-authenticate", b""), (b"proxy-authorization", b""), (b"range", b""),
+    (b"referer", b""), (b"refresh", b""), (b"retry-after", b""), (b"server", b""),
+    (b"set-cookie", b""), (b"strict-transport-security", b""), (b"transfer-encoding", b""),
+    (b"user-agent", b""), (b"vary", b""), (b"via", b""), (b"www-authenticate", b""),
+];
 
-impl std::fmt::Debug for Decoder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("hpack::Decoder")
-    }
+/// Why a header block is not HPACK (a connection error: the table is out of step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// An integer that runs past the block or past 2^21.
+    Integer,
+    /// A string longer than the block, or bad Huffman code.
+    String,
+    /// Index 0, or past both tables.
+    Index,
+    /// A table size update past what we allow, or after a field.
+    TableSize,
+}
+
+/// The dynamic table's entries (name, value), newest first.
+type Entries = VecDeque<(Box<[u8]>, Box<[u8]>)>;
+
+/// A connection's HPACK decoder: the dynamic table and two reused buffers.
+#[derive(Debug)]
+pub struct Decoder {
+    /// Newest first: index 62 is `table[0]`.
+    table: Entries,
+    size: usize,
+    max: usize,
+    allowed: usize,
+    name: Vec<u8>,
+    value: Vec<u8>,
 }
 
 impl Default for Decoder {
     fn default() -> Self {
-        let mut d = loona_hpack::Decoder::new();
-        d.set_max_allowed_table_size(TABLE_SIZE);
-        Decoder(d)
+        Decoder {
+            table: VecDeque::new(),
+            size: 0,
+            max: TABLE_SIZE,
+            allowed: TABLE_SIZE,
+            name: Vec::new(),
+            value: Vec::new(),
+        }
+    }
+}
+
+/// An HPACK integer with an `n`-bit prefix at the start of `b`: (value, bytes used).
+fn int(b: &[u8], n: u8) -> Result<(usize, usize), DecodeError> {
+    let max = (1usize << n) - 1;
+    let first = usize::from(*b.first().ok_or(DecodeError::Integer)?) & max;
+    if first < max {
+        return Ok((first, 1));
+    }
+    let mut value = max;
+    for (i, &byte) in b.iter().enumerate().skip(1).take(4) {
+        value += usize::from(byte & 0x7f) << (7 * (i - 1));
+        if byte & 0x80 == 0 {
+            return if value <= 1 << 21 {
+                Ok((value, i + 1))
+            } else {
+                Err(DecodeError::Integer)
+            };
+        }
+    }
+    Err(DecodeError::Integer)
+}
+
+/// The field at `index` of the static table and `table`.
+fn lookup(table: &Entries, index: usize) -> Result<(&[u8], &[u8]), DecodeError> {
+    match index {
+        0 => Err(DecodeError::Index),
+        1..=61 => Ok(STATIC[index - 1]),
+        _ => table
+            .get(index - 62)
+            .map(|(n, v)| (&n[..], &v[..]))
+            .ok_or(DecodeError::Index),
+    }
+}
+
+/// A string literal at the start of `b`, appended to `out`; returns the bytes used.
+fn string(b: &[u8], out: &mut Vec<u8>) -> Result<usize, DecodeError> {
+    let huffman = b.first().is_some_and(|&h| h & 0x80 != 0);
+    let (len, n) = int(b, 7)?;
+    let raw = b.get(n..n + len).ok_or(DecodeError::String)?;
+    if huffman {
+        huffman::decode(raw, out).map_err(|_| DecodeError::String)?;
+    } else {
+        out.extend_from_slice(raw);
+    }
+    Ok(n + len)
+}
+
+impl Decoder {
+    /// The field at `index` of the static and dynamic tables.
+    fn get(&self, index: usize) -> Result<(&[u8], &[u8]), DecodeError> {
+        lookup(&self.table, index)
+    }
+
+    fn evict_to(&mut self, max: usize) {
+        while self.size > max {
+            match self.table.pop_back() {
+                Some((n, v)) => self.size -= n.len() + v.len() + 32,
+                None => break,
+            }
+        }
+    }
+
+    /// Adds the field in `self.name` / `self.value` (§4.4: one larger than the table empties it).
+    fn insert(&mut self) {
+        let size = self.name.len() + self.value.len() + 32;
+        if size > self.max {
+            self.table.clear();
+            self.size = 0;
+            return;
+        }
+        self.evict_to(self.max - size);
+        self.table
+            .push_front((self.name.as_slice().into(), self.value.as_slice().into()));
+        self.size += size;
+    }
+
+    /// Decodes one whole header block, handing each field to `field` as it goes.
+    pub fn decode_with(
+        &mut self,
+        block: &[u8],
+        mut field: impl FnMut(&[u8], &[u8]),
+    ) -> Result<(), DecodeError> {
+        let mut at = 0;
+        let mut fields = 0usize;
+        while let Some(&b) = block.get(at) {
+            let rest = &block[at..];
+            if b & 0x80 != 0 {
+                let (index, n) = int(rest, 7)?;
+                at += n;
+                let (name, value) = self.get(index)?;
+                field(name, value);
+            } else if b & 0xe0 == 0x20 {
+                // A table size update: only before the block's first field (§4.2).
+                if fields > 0 {
+                    return Err(DecodeError::TableSize);
+                }
+                let (size, n) = int(rest, 5)?;
+                at += n;
+                if size > self.allowed {
+                    return Err(DecodeError::TableSize);
+                }
+                self.max = size;
+                self.evict_to(size);
+                continue;
+            } else {
+                // Literals: with incremental indexing (01), without (0000) or never (0001).
+                let indexing = b & 0x40 != 0;
+                let (index, n) = int(rest, if indexing { 6 } else { 4 })?;
+                at += n;
+                self.name.clear();
+                if index == 0 {
+                    at += string(&block[at..], &mut self.name)?;
+                }
+                self.value.clear();
+                at += string(&block[at..], &mut self.value)?;
+                if index == 0 {
+                    field(&self.name, &self.value);
+                } else if indexing {
+                    self.name.extend_from_slice(lookup(&self.table, index)?.0);
+                    field(&self.name, &self.value);
+                } else {
+                    field(lookup(&self.table, index)?.0, &self.value);
+                }
+                if indexing {
+                    self.insert();
+                }
+            }
+            fields += 1;
+        }
+        Ok(())
     }
 }
 
@@ -67,6 +249,11 @@ pub struct Fields {
 }
 
 impl Fields {
+    /// Whether its buffers hold no allocation (it was moved into a stream).
+    pub fn is_unallocated(&self) -> bool {
+        self.buf.capacity() == 0
+    }
+
     fn clear(&mut self) {
         self.buf.clear();
         self.method = None;
@@ -113,6 +300,11 @@ impl Fields {
             )
         });
         crate::http::request_from_fields(self.method(), target, authority, fields, limits)
+    }
+
+    /// The `:path` as sent (empty when absent).
+    pub fn path(&self) -> &[u8] {
+        self.get(&self.path).unwrap_or(b"")
     }
 
     /// The `:authority` (or `Host`) the request named, without a port.
@@ -163,8 +355,7 @@ pub fn decode(
     let mut count = 0usize;
     let mut problem: Option<Problem> = None;
     let mut regular_seen = false;
-    let result = d.0.decode_with_cb(block, |name, value| {
-        let (name, value) = (&*name, &*value);
+    let result = d.decode_with(block, |name, value| {
         size = size.saturating_add(name.len() + value.len() + 32);
         count += 1;
         if problem.is_some() {
@@ -178,11 +369,8 @@ pub fn decode(
             problem = Some(p);
         }
     });
-    match result {
-        Err(DecoderError::InvalidMaxDynamicSize | DecoderError::SizeUpdateAtEnd) | Err(_) => {
-            return Err(Problem::Compression)
-        }
-        Ok(()) => {}
+    if result.is_err() {
+        return Err(Problem::Compression);
     }
     if let Some(p) = problem {
         return Err(p);
@@ -290,7 +478,7 @@ fn field(
 
 /// A field value without NUL, CR or LF and without leading or trailing whitespace (§8.2.1).
 fn valid_value(v: &[u8]) -> bool {
-    !v.iter().any(|&b| matches!(b, 0 | b'\r' | b'\n'))
+    memchr::memchr3(0, b'\r', b'\n', v).is_none()
         && !v.first().is_some_and(|&b| b == b' ' || b == b'\t')
         && !v.last().is_some_and(|&b| b == b' ' || b == b'\t')
 }
@@ -335,7 +523,7 @@ fn integer(out: &mut Vec<u8>, first: u8, n: u8, mut v: usize) {
 }
 
 /// Appends a string literal (never Huffman-coded: our fields are short or URLs).
-fn string(out: &mut Vec<u8>, s: &[u8]) {
+fn put_string(out: &mut Vec<u8>, s: &[u8]) {
     integer(out, 0, 7, s.len());
     out.extend_from_slice(s);
 }
@@ -373,7 +561,7 @@ fn status(out: &mut Vec<u8>, code: &[u8; 3]) {
         integer(out, 0x80, 7, indexed);
     } else {
         integer(out, 0, 4, 8);
-        string(out, code);
+        put_string(out, code);
     }
 }
 
@@ -395,17 +583,18 @@ pub fn transcode(h1: &[u8], block: &mut Vec<u8>) -> Option<Range<usize>> {
         return None;
     }
     status(block, code);
-    let mut at = h1.iter().position(|&b| b == b'\n')? + 1;
+    let mut at = memchr::memchr(b'\n', h1)? + 1;
     loop {
         let rest = h1.get(at..)?;
-        let end = rest.iter().position(|&b| b == b'\n')?;
+        // SIMD search: a line can carry a long URL, and a byte loop was half the transcode.
+        let end = memchr::memchr(b'\n', rest)?;
         let line = &rest[..end];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         at += end + 1;
         if line.is_empty() {
             break;
         }
-        let colon = line.iter().position(|&b| b == b':')?;
+        let colon = memchr::memchr(b':', line)?;
         let name = &line[..colon];
         let value = line[colon + 1..].trim_ascii_start();
         if connection_specific(name) {
@@ -425,10 +614,10 @@ pub fn transcode(h1: &[u8], block: &mut Vec<u8>) -> Option<Range<usize>> {
             Some(i) => integer(block, 0, 4, i),
             None => {
                 block.push(0);
-                string(block, lower);
+                put_string(block, lower);
             }
         }
-        string(block, value);
+        put_string(block, value);
     }
     Some(at..h1.len())
 }
@@ -459,6 +648,66 @@ mod tests {
             ("user-agent", "curl/8"),
             ("accept", "application/json"),
         ]
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn rfc_7541_c4_requests_with_huffman_and_the_dynamic_table() {
+        let mut d = Decoder::default();
+        let mut all = Vec::new();
+        for block in [
+            "8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff",
+            "8286 84be 5886 a8eb 1064 9cbf",
+            "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf",
+        ] {
+            let mut fields = Vec::new();
+            d.decode_with(&hex(block), |n, v| {
+                fields.push(format!(
+                    "{}: {}",
+                    String::from_utf8_lossy(n),
+                    String::from_utf8_lossy(v)
+                ))
+            })
+            .unwrap();
+            all.push(fields.join(", "));
+        }
+        assert_eq!(
+            all,
+            [
+                ":method: GET, :scheme: http, :path: /, :authority: www.example.com",
+                ":method: GET, :scheme: http, :path: /, :authority: www.example.com, cache-control: no-cache",
+                ":method: GET, :scheme: https, :path: /index.html, :authority: www.example.com, custom-key: custom-value",
+            ]
+        );
+        // C.4.3's table: three entries, 164 bytes.
+        assert_eq!((d.table.len(), d.size), (3, 164));
+        // A size update after a field, or past what we allow, is refused.
+        let mut d = Decoder::default();
+        assert_eq!(
+            d.decode_with(&[0x82, 0x20], |_, _| {}),
+            Err(DecodeError::TableSize)
+        );
+        assert_eq!(
+            d.decode_with(&[0x3f, 0xe2, 0x1f], |_, _| {}),
+            Err(DecodeError::TableSize)
+        );
+        // A smaller table evicts; zero empties it.
+        let mut d = Decoder::default();
+        d.decode_with(
+            &hex("8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff"),
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(d.table.len(), 1);
+        d.decode_with(&[0x20, 0x82], |_, _| {}).unwrap();
+        assert_eq!((d.table.len(), d.size), (0, 0));
     }
 
     #[test]
@@ -590,8 +839,8 @@ mod tests {
         let big = "x".repeat(4000);
         let mut block = Vec::new();
         block.push(0x40); // literal with incremental indexing, new name
-        string(&mut block, b"bomb");
-        string(&mut block, big.as_bytes());
+        put_string(&mut block, b"bomb");
+        put_string(&mut block, big.as_bytes());
         block.extend(std::iter::repeat_n(0xbe, 16_000)); // indexed 62: the newest entry
         let mut d = Decoder::default();
         let mut f = Fields::default();
@@ -655,8 +904,8 @@ Date: Tue, 14 Nov 2023 22:13:20 GMT\r\nX-Content-Type-Options: nosniff\r\n\r\n";
         let long = "v".repeat(70_000);
         let mut block = Vec::new();
         block.push(0);
-        string(&mut block, b"x-long");
-        string(&mut block, long.as_bytes());
+        put_string(&mut block, b"x-long");
+        put_string(&mut block, long.as_bytes());
         let fields = hpack::Decoder::new().decode(&block).unwrap();
         assert_eq!(fields[0].1.len(), 70_000);
     }

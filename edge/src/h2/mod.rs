@@ -20,6 +20,7 @@
 
 pub mod frame;
 pub mod hpack;
+pub mod huffman;
 
 use std::collections::VecDeque;
 
@@ -658,11 +659,9 @@ impl H2Conn {
             let id = u16::from_be_bytes([s[0], s[1]]);
             let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
             match id {
-                setting::HEADER_TABLE_SIZE => {
-                    // We never insert into our table; a smaller maximum is still signalled.
-                    if (value as usize) < hpack::TABLE_SIZE {
-                        self.table_update = Some(value);
-                    }
+                // We never insert into our table; a smaller maximum is still signalled.
+                setting::HEADER_TABLE_SIZE if (value as usize) < hpack::TABLE_SIZE => {
+                    self.table_update = Some(value);
                 }
                 setting::ENABLE_PUSH if value > 1 => return Err(fail(ErrorCode::Protocol)),
                 setting::INITIAL_WINDOW_SIZE => {
@@ -926,6 +925,12 @@ impl H2Conn {
         );
         if decoded == Err(hpack::Problem::Compression) {
             return Err(fail(ErrorCode::Compression));
+        }
+        // The snapshot's lines for the code start on their way now, as HTTP/1's do before the
+        // parse: the stream's bookkeeping and the request's fields run meanwhile.
+        if decoded.is_ok() && !env.fixed {
+            self.prefetcher
+                .prefetch_path(self.scratch.path(), env.tables);
         }
         if let Some(i) = existing {
             if !trailers {
@@ -1193,6 +1198,9 @@ impl H2Conn {
             st.phase = Phase::Discarding;
             st.pending = Vec::new();
             self.streams.push(st);
+        } else if self.scratch.is_unallocated() {
+            // The decode buffers go back for the next request (no allocation per stream).
+            self.scratch = st.fields;
         }
         Ok(())
     }

@@ -405,7 +405,8 @@ fn resets_we_send_are_bounded_too() {
 
 #[test]
 fn control_frame_floods_are_capped() {
-    let kinds: [(Flood, fn(&mut Vec<u8>)); 4] = [
+    type Write = fn(&mut Vec<u8>);
+    let kinds: [(Flood, Write); 4] = [
         (Flood::Ping, |b| frame::write_header(b, 8, kind::PING, 0, 0)),
         (Flood::Settings, |b| frame::write_settings(b, &[])),
         (Flood::WindowUpdate, |b| frame::write_window_update(b, 0, 1)),

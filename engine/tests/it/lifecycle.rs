@@ -29,6 +29,13 @@ fn sighup_swaps_the_snapshot_under_load_without_losing_a_request() {
             "unexpected {loc}"
         );
     });
+    // HTTP/2 streams multiplexed on two connections through the swap as well.
+    let h2load = std::process::Command::new("h2load")
+        .args(["-D", "3", "-c", "2", "-m", "10"])
+        .arg(format!("http://{}/{}", engine.addr, codes[0]))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("h2load (scripts/test installs nghttp2-client)");
     std::thread::sleep(Duration::from_millis(300));
 
     let extra = scheme.encode_string(60).unwrap();
@@ -48,6 +55,16 @@ fn sighup_swaps_the_snapshot_under_load_without_losing_a_request() {
     }
     std::thread::sleep(Duration::from_millis(300));
     assert!(load.finish() > 100, "too little load to mean anything");
+    let h2 = h2load.wait_with_output().expect("h2load ends");
+    let report = String::from_utf8_lossy(&h2.stdout);
+    assert!(
+        report.contains(" 0 failed, 0 errored"),
+        "h2 through the swap: {report}"
+    );
+    assert!(
+        report.contains(" 0 4xx, 0 5xx"),
+        "h2 through the swap: {report}"
+    );
     let r = probe.get(&format!("/{}", codes[0]));
     assert_eq!(
         r.header("location"),

@@ -29,6 +29,34 @@ fn misses_read_through_to_the_control_plane() {
         404,
         "the origin says 404"
     );
+    // Over HTTP/2: two misses on one connection, each stream parked on its own code.
+    let (one, two) = (
+        control.create("https://example.com/h2-one"),
+        control.create("https://example.com/h2-two"),
+    );
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sv",
+            "--http2-prior-knowledge",
+            "--parallel",
+            "--parallel-immediate",
+        ])
+        .args(["-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null"])
+        .arg(format!("http://{}/{one}", engine.addr))
+        .arg(format!("http://{}/{two}", engine.addr))
+        .arg(format!("http://{}/never-created-h2", engine.addr))
+        .output()
+        .expect("curl");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("< location: https://example.com/h2-one"),
+        "{err}"
+    );
+    assert!(
+        err.contains("< location: https://example.com/h2-two"),
+        "{err}"
+    );
+    assert_eq!(err.matches("< HTTP/2 404").count(), 1, "{err}");
 
     // Deleted at the control plane: 410 within moments (the feed's state change, or the origin
     // once its one-second fresh answer ages out), never a lasting stale redirect.
@@ -46,6 +74,11 @@ fn misses_read_through_to_the_control_plane() {
     drop(control);
     let unknown = site.scheme().encode_string(5).unwrap();
     assert_eq!(conn.get(&format!("/{unknown}")).status, 503);
+    assert_eq!(
+        crate::h2::h2_status(&engine.addr, &format!("/{unknown}")),
+        503,
+        "h2"
+    );
     // A code the origin answered before is served stale.
     assert_eq!(conn.get(&format!("/{code}")).status, 410);
 }

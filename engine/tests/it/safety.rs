@@ -49,6 +49,16 @@ fn a_list_reload_takes_links_down_at_a_running_engine() {
     });
     eprintln!("list update to 410 at the engine: {took:?}");
     assert_eq!(status_of(&e.addr, &format!("/{clean}")), 302);
+    assert_eq!(
+        crate::h2::h2_status(&e.addr, &format!("/{code}")),
+        410,
+        "h2"
+    );
+    assert_eq!(
+        crate::h2::h2_status(&e.addr, &format!("/{clean}")),
+        302,
+        "h2"
+    );
     let (status, l) = control.call("GET", &format!("/v1/links/{code}"), &control.key, None);
     assert_eq!(status, 200);
     assert_eq!(l["takedown_reason"], "list:feed");
@@ -166,6 +176,14 @@ fn a_held_link_shows_the_interstitial_until_its_first_verdict() {
     let page = conn.get(&format!("/{code}"));
     assert_eq!(page.status, 200);
     assert!(page.header("location").is_none(), "no redirect while held");
+    // The interstitial over HTTP/2 too.
+    let (status, headers, body) = curl(&[
+        "--http2-prior-knowledge",
+        &format!("http://{}/{code}", e.addr),
+    ]);
+    assert_eq!(status, 200, "h2: {headers}");
+    assert!(!headers.contains("location:"), "h2: {headers}");
+    assert!(body.contains("safety check"), "h2: {body}");
     let body = String::from_utf8_lossy(&page.body);
     assert!(body.contains("https://new-shop.example/opening"), "{body}");
     assert!(body.contains("safety check"), "{body}");

@@ -959,7 +959,8 @@ fn the_engine_serves_https_over_af_xdp() {
 
     let m = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]).2;
     for needle in [
-        "lasthop_engine_tls_handshakes_total{kind=\"full\"} 5",
+        // Five over HTTP/1.1 and one over HTTP/2.
+        "lasthop_engine_tls_handshakes_total{kind=\"full\"} 6",
         "lasthop_engine_tls_handshakes_total{kind=\"resumed\"} 2",
         "lasthop_engine_tls_handshakes_total{kind=\"early_data\"} 1",
         "lasthop_engine_tls_handshake_failures_total{reason=\"timeout\"} 1",
