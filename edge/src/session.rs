@@ -404,7 +404,15 @@ impl Session {
                 https: self.https,
                 proto: Proto::H1,
             };
-            if respond_origin(&req, parked, reply, how, env, fx, &mut self.out) {
+            if respond_origin(
+                &req,
+                parked,
+                reply,
+                how,
+                env,
+                fx,
+                &mut Out::H1(&mut self.out),
+            ) {
                 self.close_after_send = true;
             }
         } else {
@@ -478,7 +486,8 @@ impl Session {
                     https: self.https,
                     proto: Proto::H1,
                 };
-                match respond(&req, how, &mut self.prefetcher, env, fx, &mut self.out) {
+                let mut out = Out::H1(&mut self.out);
+                match respond(&req, how, &mut self.prefetcher, env, fx, &mut out) {
                     Reply::Parked(p) => {
                         self.parked = Some(p);
                         Step::Parked
@@ -507,6 +516,29 @@ pub struct How {
     pub proto: Proto,
 }
 
+/// Where an answer is written.
+pub(crate) enum Out<'a> {
+    /// HTTP/1: the answer's bytes as they go on the wire.
+    H1(&'a mut Vec<u8>),
+    /// HTTP/2: the HTTP/1 rendering, transcoded afterwards; or, for a redirect (the common
+    /// answer), its HPACK block written at once into `block` (`direct` set), the same fields
+    /// as the transcode gives (a property test holds the two together).
+    H2 {
+        h1: &'a mut Vec<u8>,
+        block: &'a mut Vec<u8>,
+        direct: &'a mut bool,
+    },
+}
+
+impl Out<'_> {
+    fn h1(&mut self) -> &mut Vec<u8> {
+        match self {
+            Out::H1(out) => out,
+            Out::H2 { h1, .. } => h1,
+        }
+    }
+}
+
 /// What answering one request came to.
 pub(crate) enum Reply {
     /// Rendered into the output; `close` when the connection must close after it.
@@ -525,11 +557,11 @@ pub(crate) fn respond(
     prefetcher: &mut answer::Prefetcher,
     env: &Env<'_>,
     fx: &mut impl Effects,
-    out: &mut Vec<u8>,
+    out: &mut Out<'_>,
 ) -> Reply {
     let extra = env.headers.lines(how.https);
     if env.fixed {
-        render::render_fixed_with(extra, out);
+        render::render_fixed_with(extra, out.h1());
         fx.effect(Effect::Answered {
             status: 302,
             layer: None,
@@ -542,7 +574,7 @@ pub(crate) fn respond(
         return Reply::Done { close };
     }
     if let (false, Some(port)) = (how.https, env.https_redirect) {
-        let (close, status) = render::render_https_redirect(req, port, extra, out);
+        let (close, status) = render::render_https_redirect(req, port, extra, out.h1());
         fx.effect(Effect::Answered {
             status,
             layer: None,
@@ -580,7 +612,7 @@ pub(crate) fn respond_origin(
     how: How,
     env: &Env<'_>,
     fx: &mut impl Effects,
-    out: &mut Vec<u8>,
+    out: &mut Out<'_>,
 ) -> bool {
     let code = code_of(req.path);
     let t = env.tables;
@@ -612,10 +644,19 @@ fn finish(
     how: How,
     env: &Env<'_>,
     fx: &mut impl Effects,
-    out: &mut Vec<u8>,
+    out: &mut Out<'_>,
 ) -> bool {
     let extra = env.headers.lines(how.https);
-    let close = render::render_with(answer, req, extra, env.pages, out);
+    let close = match (out, answer) {
+        (Out::H2 { block, direct, .. }, Answer::Redirect { url })
+            if lasthop_core::is_servable(url) =>
+        {
+            crate::h2::hpack::redirect(url, extra, block);
+            **direct = true;
+            false
+        }
+        (out, _) => render::render_with(answer, req, extra, env.pages, out.h1()),
+    };
     if let Answer::Redirect { .. } = answer {
         let code = code_of(req.path);
         if layer == Layer::Overlay {

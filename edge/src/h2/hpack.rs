@@ -583,16 +583,41 @@ pub fn transcode(h1: &[u8], block: &mut Vec<u8>) -> Option<Range<usize>> {
         return None;
     }
     status(block, code);
-    let mut at = memchr::memchr(b'\n', h1)? + 1;
+    let at = memchr::memchr(b'\n', h1)? + 1;
+    let used = fields(h1.get(at..)?, true, block)?;
+    Some(at + used..h1.len())
+}
+
+/// The block of a 302 to `url` (servable), with `extra` header lines (`Date`, HSTS): exactly
+/// what [`transcode`] makes of the render path's redirect, without rendering it first (the
+/// common answer's shortcut; `redirect_is_the_transcode_of_the_render` holds the two together).
+pub fn redirect(url: &[u8], extra: &[u8], block: &mut Vec<u8>) {
+    status(block, b"302");
+    integer(block, 0, 4, 46);
+    put_string(block, url);
+    integer(block, 0, 4, 24);
+    put_string(block, b"private, max-age=300");
+    integer(block, 0, 4, 28);
+    put_string(block, b"0");
+    let _ = fields(extra, false, block);
+}
+
+/// Header lines (`Name: value` CRLF) into `block`; with `head`, up to and including the blank
+/// line that ends a head. Returns the bytes used, `None` for a line without a colon or a
+/// head without its end.
+fn fields(text: &[u8], head: bool, block: &mut Vec<u8>) -> Option<usize> {
+    let mut at = 0;
     loop {
-        let rest = h1.get(at..)?;
+        let rest = text.get(at..)?;
         // SIMD search: a line can carry a long URL, and a byte loop was half the transcode.
-        let end = memchr::memchr(b'\n', rest)?;
+        let Some(end) = memchr::memchr(b'\n', rest) else {
+            return (!head && rest.is_empty()).then_some(at);
+        };
         let line = &rest[..end];
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         at += end + 1;
         if line.is_empty() {
-            break;
+            return head.then_some(at);
         }
         let colon = memchr::memchr(b':', line)?;
         let name = &line[..colon];
@@ -601,15 +626,10 @@ pub fn transcode(h1: &[u8], block: &mut Vec<u8>) -> Option<Range<usize>> {
             continue;
         }
         let mut lower = [0u8; 64];
-        let lower = match lower.get_mut(..name.len()) {
-            Some(l) => {
-                for (d, s) in l.iter_mut().zip(name) {
-                    *d = s.to_ascii_lowercase();
-                }
-                &*l
-            }
-            None => return None,
-        };
+        let lower = lower.get_mut(..name.len())?;
+        for (d, s) in lower.iter_mut().zip(name) {
+            *d = s.to_ascii_lowercase();
+        }
         match static_name(lower) {
             Some(i) => integer(block, 0, 4, i),
             None => {
@@ -619,7 +639,6 @@ pub fn transcode(h1: &[u8], block: &mut Vec<u8>) -> Option<Range<usize>> {
         }
         put_string(block, value);
     }
-    Some(at..h1.len())
 }
 
 #[cfg(test)]
@@ -897,6 +916,39 @@ Date: Tue, 14 Nov 2023 22:13:20 GMT\r\nX-Content-Type-Options: nosniff\r\n\r\n";
         assert_eq!(&h1[body], b"no\n");
         assert_eq!(block[0], 0x80 | 13);
         assert_eq!(transcode(b"garbage", &mut block), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn redirect_is_the_transcode_of_the_render(
+            url in "https://[a-z0-9.-]{1,30}/[!-~]{0,200}",
+            hsts in proptest::bool::ANY,
+        ) {
+            let extra: &[u8] = if hsts {
+                b"Date: Tue, 14 Nov 2023 22:13:20 GMT\r\nStrict-Transport-Security: max-age=60\r\n"
+            } else {
+                b"Date: Tue, 14 Nov 2023 22:13:20 GMT\r\n"
+            };
+            let answer = crate::answer::Answer::Redirect { url: url.as_bytes() };
+            let mut h1 = Vec::new();
+            crate::render::render_with(&answer, &get_request(), extra, &crate::render::NO_PAGES, &mut h1);
+            let mut via_render = Vec::new();
+            let body = transcode(&h1, &mut via_render).unwrap();
+            proptest::prop_assert!(body.is_empty());
+            let mut direct = Vec::new();
+            redirect(url.as_bytes(), extra, &mut direct);
+            proptest::prop_assert_eq!(direct, via_render);
+        }
+    }
+
+    fn get_request() -> Request<'static> {
+        crate::http::request_from_fields(
+            Method::Get,
+            b"/abc1234",
+            b"lh.example",
+            std::iter::empty(),
+            &Limits::default(),
+        )
     }
 
     #[test]

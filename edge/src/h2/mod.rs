@@ -29,7 +29,7 @@ use frame::{flag, kind, setting, ErrorCode, Header};
 use crate::answer::{code_of, Prefetcher};
 use crate::origin_cache::OriginAnswer;
 use crate::render;
-use crate::session::{self, Effect, Effects, Env, How, Parked, Proto, Reply};
+use crate::session::{self, Effect, Effects, Env, How, Out, Parked, Proto, Reply};
 
 /// The HTTP/2 limits (engine flags `--h2-*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1060,7 +1060,10 @@ impl H2Conn {
             status: e.status(),
             layer: Some(crate::answer::Layer::Invalid),
         });
-        self.send_answer(st, env.now_ms, out, fx)
+        {
+            self.prepare_block();
+            self.send_answer(st, false, env.now_ms, out, fx)
+        }
     }
 
     /// Answers the request on `st` through the shared decision path.
@@ -1083,16 +1086,26 @@ impl H2Conn {
                 status: 421,
                 layer: Some(crate::answer::Layer::Invalid),
             });
-            return self.send_answer(st, env.now_ms, out, fx);
+            return {
+                self.prepare_block();
+                self.send_answer(st, false, env.now_ms, out, fx)
+            };
         }
         let req = st.fields.request(env.limits);
-        match session::respond(&req, how, &mut self.prefetcher, env, fx, &mut self.h1) {
+        self.prepare_block();
+        let mut direct = false;
+        let mut sink = Out::H2 {
+            h1: &mut self.h1,
+            block: &mut self.block,
+            direct: &mut direct,
+        };
+        match session::respond(&req, how, &mut self.prefetcher, env, fx, &mut sink) {
             Reply::Parked(p) => {
                 st.phase = Phase::Parked(p);
                 self.streams.push(st);
                 Ok(())
             }
-            Reply::Done { .. } => self.send_answer(st, env.now_ms, out, fx),
+            Reply::Done { .. } => self.send_answer(st, direct, env.now_ms, out, fx),
         }
     }
 
@@ -1146,28 +1159,46 @@ impl H2Conn {
             ..how
         };
         self.h1.clear();
+        self.prepare_block();
+        let mut direct = false;
         let req = st.fields.request(env.limits);
-        session::respond_origin(&req, parked, reply, how, env, fx, &mut self.h1);
-        if let Err(f) = self.send_answer(st, env.now_ms, out, fx) {
+        let mut sink = Out::H2 {
+            h1: &mut self.h1,
+            block: &mut self.block,
+            direct: &mut direct,
+        };
+        session::respond_origin(&req, parked, reply, how, env, fx, &mut sink);
+        if let Err(f) = self.send_answer(st, direct, env.now_ms, out, fx) {
             self.fail_with(out, fx, f);
         }
     }
 
-    /// Sends the answer rendered in `self.h1` on `st`.
-    fn send_answer(
-        &mut self,
-        mut st: Stream,
-        now_ms: i64,
-        out: &mut Vec<u8>,
-        fx: &mut impl Effects,
-    ) -> Step {
+    /// Starts the next answer's header block: a table size update first when one is due.
+    fn prepare_block(&mut self) {
         self.block.clear();
         if let Some(size) = self.table_update.take() {
             // 001xxxxx: a dynamic table size update (RFC 7541 §6.3).
             hpack_size_update(&mut self.block, size as usize);
         }
-        let Some(body) = hpack::transcode(&self.h1, &mut self.block) else {
-            return self.reset_stream(st, ErrorCode::Internal, out, fx);
+    }
+
+    /// Sends the answer on `st`: the header block already in `self.block` (`direct`), or the
+    /// HTTP/1 answer rendered in `self.h1`, transcoded after what `self.block` holds.
+    fn send_answer(
+        &mut self,
+        mut st: Stream,
+        direct: bool,
+        now_ms: i64,
+        out: &mut Vec<u8>,
+        fx: &mut impl Effects,
+    ) -> Step {
+        let body = if direct {
+            0..0
+        } else {
+            match hpack::transcode(&self.h1, &mut self.block) {
+                Some(body) => body,
+                None => return self.reset_stream(st, ErrorCode::Internal, out, fx),
+            }
         };
         let body = &self.h1[body];
         frame::write_headers(
