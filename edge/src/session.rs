@@ -690,7 +690,7 @@ fn code_of(path: &[u8]) -> &[u8] {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::answer::tests::{fixture, Fixture, ISSUED, NOW};
 
@@ -732,19 +732,20 @@ mod tests {
         }
     }
 
-    /// A core's surroundings with a fake clock.
-    struct Core {
-        f: Fixture,
-        limits: Limits,
-        pages: Pages,
-        headers: Headers,
-        now_ms: i64,
-        fixed: bool,
-        https_redirect: Option<u16>,
+    /// A core's surroundings with a fake clock (the HTTP/2 tests' too).
+    pub(crate) struct Core {
+        pub f: Fixture,
+        pub limits: Limits,
+        pub pages: Pages,
+        pub headers: Headers,
+        pub now_ms: i64,
+        pub fixed: bool,
+        pub https_redirect: Option<u16>,
+        pub coverage: Option<&'static dyn Coverage>,
     }
 
     impl Core {
-        fn new(has_origin: bool) -> Core {
+        pub fn new(has_origin: bool) -> Core {
             let mut headers = Headers::default();
             headers.refresh(NOW, b"Strict-Transport-Security: max-age=60\r\n");
             Core {
@@ -755,10 +756,11 @@ mod tests {
                 now_ms: NOW,
                 fixed: false,
                 https_redirect: None,
+                coverage: None,
             }
         }
 
-        fn env(&self) -> Env<'_> {
+        pub fn env(&self) -> Env<'_> {
             Env {
                 tables: &self.f.tables,
                 limits: &self.limits,
@@ -767,7 +769,7 @@ mod tests {
                 now_ms: self.now_ms,
                 fixed: self.fixed,
                 https_redirect: self.https_redirect,
-                coverage: None,
+                coverage: self.coverage,
             }
         }
     }

@@ -3,10 +3,9 @@
 
 use super::frame::{self, flag, kind, setting, ErrorCode, Header};
 use super::*;
-use crate::answer::tests::{fixture, Fixture, NOW};
-use crate::http::Limits;
-use crate::render::Pages;
-use crate::session::{Headers, Session};
+use crate::answer::tests::NOW;
+use crate::session::tests::Core;
+use crate::session::Session;
 
 #[derive(Default)]
 struct Fx {
@@ -42,38 +41,11 @@ impl Fx {
     }
 }
 
-struct Core {
-    f: Fixture,
-    limits: Limits,
-    pages: Pages,
-    headers: Headers,
-    now_ms: i64,
-}
-
-impl Core {
-    fn new(has_origin: bool) -> Core {
-        let mut headers = Headers::default();
-        headers.refresh(NOW, b"Strict-Transport-Security: max-age=60\r\n");
-        Core {
-            f: fixture(has_origin),
-            limits: Limits::default(),
-            pages: Pages::default(),
-            headers,
-            now_ms: NOW,
-        }
-    }
-
-    fn env(&self) -> Env<'_> {
-        Env {
-            tables: &self.f.tables,
-            limits: &self.limits,
-            pages: &self.pages,
-            headers: &self.headers,
-            now_ms: self.now_ms,
-            fixed: false,
-            https_redirect: None,
-            coverage: Some(&COVERS),
-        }
+/// The session tests' core, with a certificate covering lh.example and its subdomains.
+fn core_with_cert(has_origin: bool) -> Core {
+    Core {
+        coverage: Some(&COVERS),
+        ..Core::new(has_origin)
     }
 }
 
@@ -229,7 +201,7 @@ fn open(core: &Core, fx: &mut Fx, settings: &[(u16, u32)]) -> (H2Conn, Vec<u8>) 
 
 #[test]
 fn a_redirect_carries_the_same_fields_as_over_http1() {
-    let core = Core::new(false);
+    let core = core_with_cert(false);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     let mut cl = Client::new();
@@ -263,7 +235,7 @@ fn a_redirect_carries_the_same_fields_as_over_http1() {
 
 #[test]
 fn streams_are_multiplexed_and_a_parked_one_holds_up_no_other() {
-    let core = Core::new(true);
+    let core = core_with_cert(true);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     let mut cl = Client::new();
@@ -322,7 +294,7 @@ fn streams_are_multiplexed_and_a_parked_one_holds_up_no_other() {
 
 #[test]
 fn the_7th_stream_waits_in_the_origin_and_a_reset_cancels_its_waiter() {
-    let core = Core::new(true);
+    let core = core_with_cert(true);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     let mut cl = Client::new();
@@ -355,7 +327,7 @@ fn the_7th_stream_waits_in_the_origin_and_a_reset_cancels_its_waiter() {
 
 #[test]
 fn rapid_reset_ends_in_enhance_your_calm() {
-    let core = Core::new(true);
+    let core = core_with_cert(true);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     let mut cl = Client::new();
@@ -370,7 +342,7 @@ fn rapid_reset_ends_in_enhance_your_calm() {
     assert_eq!(fx.refused(), [Flood::ClientResets]);
     assert!(c.failed() && !c.waiting_origin());
     // The same count spread over more than ten seconds is fine.
-    let mut core = Core::new(true);
+    let mut core = core_with_cert(true);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     for i in 0..2 * core.limits.h2.max_client_resets {
@@ -385,7 +357,7 @@ fn rapid_reset_ends_in_enhance_your_calm() {
 
 #[test]
 fn resets_we_send_are_bounded_too() {
-    let mut core = Core::new(false);
+    let mut core = core_with_cert(false);
     core.limits.h2.max_local_resets = 10;
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
@@ -413,7 +385,7 @@ fn control_frame_floods_are_capped() {
         (Flood::EmptyData, |b| frame::write_data(b, 1, &[], false)),
     ];
     for (flood, write) in kinds {
-        let core = Core::new(false);
+        let core = core_with_cert(false);
         let mut fx = Fx::default();
         let (mut c, mut out) = open(&core, &mut fx, &[]);
         let mut input = Vec::new();
@@ -446,7 +418,7 @@ fn control_frame_floods_are_capped() {
 
 #[test]
 fn a_zero_window_is_honoured_and_waits_no_longer_than_the_timeout() {
-    let mut core = Core::new(false);
+    let mut core = core_with_cert(false);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[(setting::INITIAL_WINDOW_SIZE, 0)]);
     let mut cl = Client::new();
@@ -488,7 +460,7 @@ fn a_zero_window_is_honoured_and_waits_no_longer_than_the_timeout() {
 #[test]
 fn header_blocks_are_bounded_in_bytes_frames_and_time() {
     // In bytes: CONTINUATION frames past the header list size.
-    let core = Core::new(false);
+    let core = core_with_cert(false);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     let mut input = Vec::new();
@@ -524,7 +496,7 @@ fn header_blocks_are_bounded_in_bytes_frames_and_time() {
 
 #[test]
 fn the_hpack_bomb_gets_431_and_the_connection_goes_on() {
-    let core = Core::new(false);
+    let core = core_with_cert(false);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     let mut cl = Client::new();
@@ -651,7 +623,7 @@ fn protocol_errors_end_the_connection_with_the_rfc_codes() {
         ),
     ];
     for (what, input, code) in cases {
-        let core = Core::new(false);
+        let core = core_with_cert(false);
         let mut fx = Fx::default();
         let (mut c, mut out) = open(&core, &mut fx, &[]);
         c.on_input(&input, HOW, &core.env(), &mut fx, &mut out);
@@ -661,7 +633,7 @@ fn protocol_errors_end_the_connection_with_the_rfc_codes() {
         assert!(c.is_expired(NOW + LINGER_MS, 60_000, 10_000), "{what}");
     }
     // The first frame must be SETTINGS.
-    let core = Core::new(false);
+    let core = core_with_cert(false);
     let mut fx = Fx::default();
     let mut out = Vec::new();
     let mut c = H2Conn::new(core.limits.h2, NOW, &mut out, &mut fx);
@@ -673,7 +645,7 @@ fn protocol_errors_end_the_connection_with_the_rfc_codes() {
 
 #[test]
 fn a_post_is_answered_405_and_its_body_refused_without_error() {
-    let core = Core::new(false);
+    let core = core_with_cert(false);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     let mut cl = Client::new();
@@ -716,7 +688,7 @@ fn a_post_is_answered_405_and_its_body_refused_without_error() {
 
 #[test]
 fn drain_says_goaway_with_the_last_stream_and_finishes_the_open_ones() {
-    let core = Core::new(true);
+    let core = core_with_cert(true);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     let mut cl = Client::new();
@@ -755,7 +727,7 @@ fn drain_says_goaway_with_the_last_stream_and_finishes_the_open_ones() {
 
 #[test]
 fn idle_connections_expire_with_goaway_no_error() {
-    let core = Core::new(false);
+    let core = core_with_cert(false);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     assert!(!c.is_expired(NOW + 60_000, 60_000, 10_000));
@@ -766,7 +738,7 @@ fn idle_connections_expire_with_goaway_no_error() {
 
 #[test]
 fn the_plain_listener_tells_h2c_from_http1_by_the_preface() {
-    let core = Core::new(false);
+    let core = core_with_cert(false);
     let mut fx = Fx::default();
     let mut cl = Client::new();
     // The preface in three pieces, the first too short to tell.
@@ -787,7 +759,7 @@ fn the_plain_listener_tells_h2c_from_http1_by_the_preface() {
     assert!(!s.is_h2());
     assert!(s.out.starts_with(b"HTTP/1.1 405"));
     // With h2c off the preface is an HTTP/1 request line we refuse.
-    let mut core = Core::new(false);
+    let mut core = core_with_cert(false);
     core.limits.h2.h2c = false;
     let mut s = Session::new(NOW);
     s.on_input(&Client::preface(&[]), &core.env(), &mut fx);
@@ -802,7 +774,7 @@ fn the_plain_listener_tells_h2c_from_http1_by_the_preface() {
 
 #[test]
 fn a_name_neither_sni_nor_the_certificate_covers_gets_421() {
-    let core = Core::new(false);
+    let core = core_with_cert(false);
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
     c.sni = Some((*b"go.lh.example").into());
@@ -853,7 +825,7 @@ fn a_name_neither_sni_nor_the_certificate_covers_gets_421() {
 
 #[test]
 fn many_streams_at_once_stay_under_the_concurrency_limit() {
-    let mut core = Core::new(false);
+    let mut core = core_with_cert(false);
     core.limits.h2.max_concurrent_streams = 2;
     let mut fx = Fx::default();
     let (mut c, mut out) = open(&core, &mut fx, &[]);
@@ -887,7 +859,7 @@ proptest::proptest! {
             0..30),
         split in 0usize..2000,
     ) {
-        let core = Core::new(true);
+        let core = core_with_cert(true);
         let mut fx = Fx::default();
         let (mut c, mut out) = open(&core, &mut fx, &[]);
         let mut input = Vec::new();
@@ -907,7 +879,7 @@ proptest::proptest! {
 
     #[test]
     fn raw_garbage_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
-        let core = Core::new(true);
+        let core = core_with_cert(true);
         let mut fx = Fx::default();
         let mut s = Session::new(NOW);
         let mut input = frame::PREFACE.to_vec();
