@@ -349,6 +349,7 @@ pub fn decode(
     lim: BlockLimits,
     limits: &Limits,
     f: &mut Fields,
+    mut on_path: impl FnMut(&[u8]),
 ) -> Result<(), Problem> {
     f.clear();
     let mut size = 0usize;
@@ -367,6 +368,10 @@ pub fn decode(
         }
         if let Err(p) = field(name, value, trailers, &mut regular_seen, limits, f) {
             problem = Some(p);
+        } else if name == b":path" {
+            // As soon as it is known: the rest of the block decodes while the caller's
+            // memory fetch for it is on its way.
+            on_path(value);
         }
     });
     if result.is_err() {
@@ -734,7 +739,7 @@ mod tests {
         let mut d = Decoder::default();
         let mut f = Fields::default();
         let limits = Limits::default();
-        decode(&mut d, &enc(&req()), false, lim(), &limits, &mut f).unwrap();
+        decode(&mut d, &enc(&req()), false, lim(), &limits, &mut f, |_| {}).unwrap();
         let r = f.request(&limits);
         assert_eq!(r.method, Method::Get);
         assert_eq!(r.path, b"/abc1234");
@@ -816,7 +821,7 @@ mod tests {
             let mut d = Decoder::default();
             let mut f = Fields::default();
             assert_eq!(
-                decode(&mut d, &enc(&c), false, lim(), &limits, &mut f),
+                decode(&mut d, &enc(&c), false, lim(), &limits, &mut f, |_| {}),
                 Err(Problem::Malformed),
                 "{c:?}"
             );
@@ -829,7 +834,7 @@ mod tests {
         ];
         let mut d = Decoder::default();
         let mut f = Fields::default();
-        assert!(decode(&mut d, &enc(&ok), false, lim(), &limits, &mut f).is_ok());
+        assert!(decode(&mut d, &enc(&ok), false, lim(), &limits, &mut f, |_| {}).is_ok());
         // Trailers carry no pseudo-header.
         assert_eq!(
             decode(
@@ -838,7 +843,8 @@ mod tests {
                 true,
                 lim(),
                 &limits,
-                &mut f
+                &mut f,
+                |_| {}
             ),
             Err(Problem::Malformed)
         );
@@ -846,7 +852,7 @@ mod tests {
         for bad in [&[0x80u8][..], &[0xff, 0x7f]] {
             let mut d = Decoder::default();
             assert_eq!(
-                decode(&mut d, bad, false, lim(), &limits, &mut f),
+                decode(&mut d, bad, false, lim(), &limits, &mut f, |_| {}),
                 Err(Problem::Compression)
             );
         }
@@ -863,7 +869,15 @@ mod tests {
         block.extend(std::iter::repeat_n(0xbe, 16_000)); // indexed 62: the newest entry
         let mut d = Decoder::default();
         let mut f = Fields::default();
-        let r = decode(&mut d, &block, false, lim(), &Limits::default(), &mut f);
+        let r = decode(
+            &mut d,
+            &block,
+            false,
+            lim(),
+            &Limits::default(),
+            &mut f,
+            |_| {},
+        );
         assert_eq!(r, Err(Problem::TooLarge));
         assert!(f.buf.capacity() < 64 * 1024, "{}", f.buf.capacity());
         // The field count alone, too.
@@ -877,7 +891,8 @@ mod tests {
                 false,
                 lim(),
                 &Limits::default(),
-                &mut f
+                &mut f,
+                |_| {}
             ),
             Err(Problem::TooLarge)
         );
@@ -967,8 +982,8 @@ Date: Tue, 14 Nov 2023 22:13:20 GMT\r\nX-Content-Type-Options: nosniff\r\n\r\n";
         fn garbage_blocks_never_panic(block in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
             let mut d = Decoder::default();
             let mut f = Fields::default();
-            let _ = decode(&mut d, &block, false, lim(), &Limits::default(), &mut f);
-            let _ = decode(&mut d, &block, true, lim(), &Limits::default(), &mut f);
+            let _ = decode(&mut d, &block, false, lim(), &Limits::default(), &mut f, |_| {});
+            let _ = decode(&mut d, &block, true, lim(), &Limits::default(), &mut f, |_| {});
         }
 
         #[test]
@@ -985,7 +1000,8 @@ Date: Tue, 14 Nov 2023 22:13:20 GMT\r\nX-Content-Type-Options: nosniff\r\n\r\n";
             let block = e.encode(all.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())));
             let mut d = Decoder::default();
             let mut f = Fields::default();
-            proptest::prop_assert!(decode(&mut d, &block, false, lim(), &Limits::default(), &mut f).is_ok());
+            let decoded = decode(&mut d, &block, false, lim(), &Limits::default(), &mut f, |_| {});
+            proptest::prop_assert!(decoded.is_ok());
             let ua = all.iter().rev().find(|(n, _)| n == "user-agent").map(|(_, v)| v.clone()).unwrap_or_default();
             let limits = Limits::default();
             let r = f.request(&limits);

@@ -915,6 +915,10 @@ impl H2Conn {
         };
         let existing = self.find(id);
         let trailers = existing.is_some_and(|i| self.streams[i].remote_open);
+        // The snapshot's lines for the code start on their way as soon as `:path` is
+        // decoded, as HTTP/1's do before its parse: the rest of the block, the stream's
+        // bookkeeping and the request's fields run meanwhile.
+        let (prefetcher, tables, fixed) = (&self.prefetcher, env.tables, env.fixed);
         let decoded = hpack::decode(
             &mut self.decoder,
             block,
@@ -922,15 +926,14 @@ impl H2Conn {
             lim,
             env.limits,
             &mut self.scratch,
+            |path| {
+                if !fixed {
+                    prefetcher.prefetch_path(path, tables);
+                }
+            },
         );
         if decoded == Err(hpack::Problem::Compression) {
             return Err(fail(ErrorCode::Compression));
-        }
-        // The snapshot's lines for the code start on their way now, as HTTP/1's do before the
-        // parse: the stream's bookkeeping and the request's fields run meanwhile.
-        if decoded.is_ok() && !env.fixed {
-            self.prefetcher
-                .prefetch_path(self.scratch.path(), env.tables);
         }
         if let Some(i) = existing {
             if !trailers {
