@@ -977,17 +977,46 @@ impl H2Conn {
         }
         fx.effect(Effect::H2(Event::Stream));
         self.streams_opened.hit(env.now_ms);
-        let st = Stream {
-            id,
-            phase: Phase::Receiving,
-            remote_open: !end_stream,
-            fields: std::mem::take(&mut self.scratch),
-            received: 0,
-            send_window: self.peer_initial_window,
-            recv_window: frame::DEFAULT_WINDOW,
-            pending: Vec::new(),
-            since_ms: env.now_ms,
-        };
+        if end_stream
+            && decoded.is_ok()
+            && !misdirected(
+                &self.sni,
+                &mut self.authority_seen,
+                self.scratch.authority(),
+                env,
+            )
+        {
+            // The common request (a GET whose HEADERS end the stream) answered from the
+            // decode buffers, with no stream kept unless it must wait (the origin, a window).
+            self.h1.clear();
+            self.prepare_block();
+            let mut direct = false;
+            let how = How {
+                proto: Proto::H2,
+                ..how
+            };
+            let req = self.scratch.request(env.limits);
+            let mut sink = Out::H2 {
+                h1: &mut self.h1,
+                block: &mut self.block,
+                direct: &mut direct,
+            };
+            let reply = session::respond(&req, how, &mut self.prefetcher, env, fx, &mut sink);
+            if direct {
+                frame::write_headers(out, id, &self.block, true, self.peer_max_frame);
+                return Ok(());
+            }
+            let mut st = self.stream(id, false, env.now_ms);
+            return match reply {
+                Reply::Parked(p) => {
+                    st.phase = Phase::Parked(p);
+                    self.streams.push(st);
+                    Ok(())
+                }
+                Reply::Done { .. } => self.send_answer(st, false, env.now_ms, out, fx),
+            };
+        }
+        let st = self.stream(id, !end_stream, env.now_ms);
         if decoded == Err(hpack::Problem::TooLarge) {
             return self.answer_error(
                 st,
@@ -1116,20 +1145,22 @@ impl H2Conn {
     /// SNI, and the request names neither that nor a name the certificate covers (browsers
     /// reuse a connection for every name its certificate lists).
     fn misdirected(&mut self, authority: &[u8], env: &Env<'_>) -> bool {
-        let Some(sni) = &self.sni else {
-            return false;
-        };
-        if authority.is_empty() || authority.eq_ignore_ascii_case(sni) {
-            return false;
+        misdirected(&self.sni, &mut self.authority_seen, authority, env)
+    }
+
+    /// A stream for `id` holding the request in the decode buffers.
+    fn stream(&mut self, id: u32, remote_open: bool, now_ms: i64) -> Stream {
+        Stream {
+            id,
+            phase: Phase::Receiving,
+            remote_open,
+            fields: std::mem::take(&mut self.scratch),
+            received: 0,
+            send_window: self.peer_initial_window,
+            recv_window: frame::DEFAULT_WINDOW,
+            pending: Vec::new(),
+            since_ms: now_ms,
         }
-        if let Some((seen, verdict)) = &self.authority_seen {
-            if seen[..].eq_ignore_ascii_case(authority) {
-                return *verdict;
-            }
-        }
-        let verdict = !env.coverage.is_some_and(|c| c.covers(authority));
-        self.authority_seen = Some((authority.into(), verdict));
-        verdict
     }
 
     /// The origin replied for `code`: finishes the oldest stream parked on it.
@@ -1347,6 +1378,30 @@ impl H2Conn {
         self.gathering = None;
         self.inbuf = Vec::new();
     }
+}
+
+/// See [`H2Conn::misdirected`]; free of the connection so the decode buffers can be borrowed
+/// beside it.
+fn misdirected(
+    sni: &Option<Box<[u8]>>,
+    seen: &mut Option<(Box<[u8]>, bool)>,
+    authority: &[u8],
+    env: &Env<'_>,
+) -> bool {
+    let Some(sni) = sni else {
+        return false;
+    };
+    if authority.is_empty() || authority.eq_ignore_ascii_case(sni) {
+        return false;
+    }
+    if let Some((name, verdict)) = seen {
+        if name[..].eq_ignore_ascii_case(authority) {
+            return *verdict;
+        }
+    }
+    let verdict = !env.coverage.is_some_and(|c| c.covers(authority));
+    *seen = Some((authority.into(), verdict));
+    verdict
 }
 
 /// Keeps `id` among the last [`RESET_MEMORY`] ids of a kind.
