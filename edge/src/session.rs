@@ -527,6 +527,8 @@ pub(crate) enum Out<'a> {
         h1: &'a mut Vec<u8>,
         block: &'a mut Vec<u8>,
         direct: &'a mut bool,
+        /// The connection's `Date` (and HSTS) lines, transcoded once a second.
+        lines: &'a mut crate::h2::hpack::Lines,
     },
 }
 
@@ -648,10 +650,16 @@ fn finish(
 ) -> bool {
     let extra = env.headers.lines(how.https);
     let close = match (out, answer) {
-        (Out::H2 { block, direct, .. }, Answer::Redirect { url })
-            if lasthop_core::is_servable(url) =>
-        {
-            crate::h2::hpack::redirect(url, extra, block);
+        (
+            Out::H2 {
+                block,
+                direct,
+                lines,
+                ..
+            },
+            Answer::Redirect { url },
+        ) if lasthop_core::is_servable(url) => {
+            crate::h2::hpack::redirect(url, lines.of(extra), block);
             **direct = true;
             false
         }

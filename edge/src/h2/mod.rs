@@ -273,6 +273,8 @@ pub struct H2Conn {
     prefetcher: Prefetcher,
     /// The client's SNI, lower case (TLS only).
     pub(crate) sni: Option<Box<[u8]>>,
+    /// The `Date` (and HSTS) lines' block, kept while they stay the same.
+    lines: hpack::Lines,
     /// The last `:authority` found misdirected or fine, so a connection asks the certificate
     /// once per name rather than per request.
     authority_seen: Option<(Box<[u8]>, bool)>,
@@ -354,6 +356,7 @@ impl H2Conn {
             last_active_ms: now_ms,
             prefetcher: Prefetcher::default(),
             sni: None,
+            lines: hpack::Lines::default(),
             authority_seen: None,
         }
     }
@@ -1000,6 +1003,7 @@ impl H2Conn {
                 h1: &mut self.h1,
                 block: &mut self.block,
                 direct: &mut direct,
+                lines: &mut self.lines,
             };
             let reply = session::respond(&req, how, &mut self.prefetcher, env, fx, &mut sink);
             if direct {
@@ -1130,6 +1134,7 @@ impl H2Conn {
             h1: &mut self.h1,
             block: &mut self.block,
             direct: &mut direct,
+            lines: &mut self.lines,
         };
         match session::respond(&req, how, &mut self.prefetcher, env, fx, &mut sink) {
             Reply::Parked(p) => {
@@ -1200,6 +1205,7 @@ impl H2Conn {
             h1: &mut self.h1,
             block: &mut self.block,
             direct: &mut direct,
+            lines: &mut self.lines,
         };
         session::respond_origin(&req, parked, reply, how, env, fx, &mut sink);
         if let Err(f) = self.send_answer(st, direct, env.now_ms, out, fx) {
