@@ -243,6 +243,11 @@ impl Session {
         self.h2 = Some(Box::new(h2));
     }
 
+    /// The connection preface arrived on the plain listener (h2c): no SNI.
+    fn start_h2c(&mut self, env: &Env<'_>, fx: &mut impl Effects) {
+        self.start_h2(None, env, fx);
+    }
+
     /// SIGTERM: an HTTP/2 connection sends GOAWAY with its last stream and closes once its
     /// open streams are answered. HTTP/1 connections finish as they are.
     pub fn drain(&mut self, fx: &mut impl Effects) {
@@ -265,7 +270,11 @@ impl Session {
         How {
             early: self.early,
             https: self.https,
-            proto: Proto::H1,
+            proto: if self.h2.is_some() {
+                Proto::H2
+            } else {
+                Proto::H1
+            },
         }
     }
 
@@ -328,11 +337,11 @@ impl Session {
         }
         // "PRI " tells: no HTTP/1 request we answer starts so.
         if self.inbuf.is_empty() && data.len() >= 4 {
-            self.decided = true;
             if !crate::h2::starts_like_preface(data) {
+                self.decided = true;
                 return Decision::H1;
             }
-            self.start_h2_now(env, fx);
+            self.start_h2c(env, fx);
             return Decision::H2(data.to_vec());
         }
         let mut seen = self.inbuf.clone();
@@ -342,22 +351,13 @@ impl Session {
             self.inbuf = seen;
             return Decision::Wait;
         }
-        self.decided = true;
         if like {
             self.inbuf.clear();
-            self.start_h2_now(env, fx);
+            self.start_h2c(env, fx);
             return Decision::H2(seen);
         }
+        self.decided = true;
         Decision::H1
-    }
-
-    fn start_h2_now(&mut self, env: &Env<'_>, fx: &mut impl Effects) {
-        self.h2 = Some(Box::new(H2Conn::new(
-            env.limits.h2,
-            env.now_ms,
-            &mut self.out,
-            fx,
-        )));
     }
 
     fn h2_input(&mut self, data: &[u8], env: &Env<'_>, fx: &mut impl Effects) {
@@ -399,11 +399,7 @@ impl Session {
         // what the decision learnt (the code's validity, its mark, where it was found) is kept.
         if let Parse::Complete { req, consumed: n } = http::parse(&buf, env.limits) {
             consumed = n;
-            let how = How {
-                early: false,
-                https: self.https,
-                proto: Proto::H1,
-            };
+            let how = self.how();
             if respond_origin(
                 &req,
                 parked,
@@ -481,11 +477,7 @@ impl Session {
                 Step::Closed
             }
             Parse::Complete { req, consumed } => {
-                let how = How {
-                    early: self.early,
-                    https: self.https,
-                    proto: Proto::H1,
-                };
+                let how = self.how();
                 let mut out = Out::H1(&mut self.out);
                 match respond(&req, how, &mut self.prefetcher, env, fx, &mut out) {
                     Reply::Parked(p) => {
@@ -533,7 +525,8 @@ pub(crate) enum Out<'a> {
 }
 
 impl Out<'_> {
-    fn h1(&mut self) -> &mut Vec<u8> {
+    /// Where an HTTP/1 rendering goes.
+    pub(crate) fn h1(&mut self) -> &mut Vec<u8> {
         match self {
             Out::H1(out) => out,
             Out::H2 { h1, .. } => h1,

@@ -244,8 +244,6 @@ pub struct Fields {
     kept: Vec<(Range<u32>, Range<u32>)>,
     /// `content-length`, when sent.
     pub content_length: Option<u64>,
-    /// Any pseudo-header was present.
-    pub any_pseudo: bool,
 }
 
 impl Fields {
@@ -263,7 +261,6 @@ impl Fields {
         self.host = None;
         self.kept.clear();
         self.content_length = None;
-        self.any_pseudo = false;
     }
 
     fn put(&mut self, b: &[u8]) -> Range<u32> {
@@ -423,7 +420,6 @@ fn field(
         if *regular_seen || trailers {
             return Err(Problem::Malformed);
         }
-        f.any_pseudo = true;
         let v = f.put(value);
         let slot = match pseudo {
             b"method" => &mut f.method,

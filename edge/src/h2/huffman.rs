@@ -96,7 +96,6 @@ const ACCEPT: u8 = 4;
 
 struct Table {
     steps: Vec<[Step; 16]>,
-    accept_start: bool,
 }
 
 /// The tree: node 0 is the root; `children[n] = [zero, one]`, each a node index or, with the
@@ -173,10 +172,7 @@ fn table() -> &'static Table {
                 *step = out;
             }
         }
-        Table {
-            steps,
-            accept_start: true,
-        }
+        Table { steps }
     })
 }
 
@@ -188,7 +184,8 @@ pub struct HuffmanError;
 pub fn decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), HuffmanError> {
     let t = table();
     let mut state = 0usize;
-    let mut accept = t.accept_start;
+    // The empty string is a valid end.
+    let mut accept = true;
     out.reserve(src.len() * 8 / 5 + 1);
     for &b in src {
         for nibble in [b >> 4, b & 0x0f] {

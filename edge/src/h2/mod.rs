@@ -29,7 +29,7 @@ use frame::{flag, kind, setting, ErrorCode, Header};
 use crate::answer::{code_of, Prefetcher};
 use crate::origin_cache::OriginAnswer;
 use crate::render;
-use crate::session::{self, Effect, Effects, Env, How, Out, Parked, Proto, Reply};
+use crate::session::{self, Effect, Effects, Env, How, Out, Parked, Reply};
 
 /// The HTTP/2 limits (engine flags `--h2-*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +177,38 @@ impl Rate {
     }
 }
 
+/// Where an answer is put together: the HTTP/1 rendering to transcode, the header block, and
+/// what carries over between answers (the `Date` lines' block, a table size update due).
+#[derive(Debug, Default)]
+struct Compose {
+    h1: Vec<u8>,
+    block: Vec<u8>,
+    /// `block` holds the whole answer (a redirect's, written directly).
+    direct: bool,
+    lines: hpack::Lines,
+    /// A smaller table size the peer asked of our encoder, to signal in the next block.
+    table_update: Option<u32>,
+}
+
+impl Compose {
+    /// Starts the next answer: buffers cleared, a due table size update (RFC 7541 §6.3)
+    /// first in the block.
+    fn start(&mut self) -> Out<'_> {
+        self.h1.clear();
+        self.block.clear();
+        self.direct = false;
+        if let Some(size) = self.table_update.take() {
+            hpack_size_update(&mut self.block, size as usize);
+        }
+        Out::H2 {
+            h1: &mut self.h1,
+            block: &mut self.block,
+            direct: &mut self.direct,
+            lines: &mut self.lines,
+        }
+    }
+}
+
 /// Where a stream stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -237,8 +269,7 @@ pub struct H2Conn {
     settled: bool,
     decoder: hpack::Decoder,
     scratch: hpack::Fields,
-    h1: Vec<u8>,
-    block: Vec<u8>,
+    compose: Compose,
     gathering: Option<Gathering>,
     streams: Vec<Stream>,
     /// The highest stream id the client opened.
@@ -254,8 +285,6 @@ pub struct H2Conn {
     failed_at_ms: i64,
     peer_initial_window: i64,
     peer_max_frame: usize,
-    /// A smaller table size the peer asked of our encoder, to signal in the next block.
-    table_update: Option<u32>,
     send_window: i64,
     recv_window: i64,
     /// DATA bytes received and not yet given back with a WINDOW_UPDATE.
@@ -273,8 +302,6 @@ pub struct H2Conn {
     prefetcher: Prefetcher,
     /// The client's SNI, lower case (TLS only).
     pub(crate) sni: Option<Box<[u8]>>,
-    /// The `Date` (and HSTS) lines' block, kept while they stay the same.
-    lines: hpack::Lines,
     /// The last `:authority` found misdirected or fine, so a connection asks the certificate
     /// once per name rather than per request.
     authority_seen: Option<(Box<[u8]>, bool)>,
@@ -331,8 +358,7 @@ impl H2Conn {
             settled: false,
             decoder: hpack::Decoder::default(),
             scratch: hpack::Fields::default(),
-            h1: Vec::with_capacity(512),
-            block: Vec::with_capacity(256),
+            compose: Compose::default(),
             gathering: None,
             streams: Vec::new(),
             last_stream: 0,
@@ -342,7 +368,6 @@ impl H2Conn {
             failed_at_ms: 0,
             peer_initial_window: frame::DEFAULT_WINDOW,
             peer_max_frame: frame::DEFAULT_MAX_FRAME as usize,
-            table_update: None,
             send_window: frame::DEFAULT_WINDOW,
             recv_window: frame::DEFAULT_WINDOW,
             recv_unacked: 0,
@@ -356,7 +381,6 @@ impl H2Conn {
             last_active_ms: now_ms,
             prefetcher: Prefetcher::default(),
             sni: None,
-            lines: hpack::Lines::default(),
             authority_seen: None,
         }
     }
@@ -664,7 +688,7 @@ impl H2Conn {
             match id {
                 // We never insert into our table; a smaller maximum is still signalled.
                 setting::HEADER_TABLE_SIZE if (value as usize) < hpack::TABLE_SIZE => {
-                    self.table_update = Some(value);
+                    self.compose.table_update = Some(value);
                 }
                 setting::ENABLE_PUSH if value > 1 => return Err(fail(ErrorCode::Protocol)),
                 setting::INITIAL_WINDOW_SIZE => {
@@ -991,34 +1015,22 @@ impl H2Conn {
         {
             // The common request (a GET whose HEADERS end the stream) answered from the
             // decode buffers, with no stream kept unless it must wait (the origin, a window).
-            self.h1.clear();
-            self.prepare_block();
-            let mut direct = false;
-            let how = How {
-                proto: Proto::H2,
-                ..how
-            };
             let req = self.scratch.request(env.limits);
-            let mut sink = Out::H2 {
-                h1: &mut self.h1,
-                block: &mut self.block,
-                direct: &mut direct,
-                lines: &mut self.lines,
-            };
-            let reply = session::respond(&req, how, &mut self.prefetcher, env, fx, &mut sink);
-            if direct {
-                frame::write_headers(out, id, &self.block, true, self.peer_max_frame);
+            let reply = session::respond(
+                &req,
+                how,
+                &mut self.prefetcher,
+                env,
+                fx,
+                &mut self.compose.start(),
+            );
+            if self.compose.direct {
+                let block = &self.compose.block;
+                frame::write_headers(out, id, block, true, self.peer_max_frame);
                 return Ok(());
             }
-            let mut st = self.stream(id, false, env.now_ms);
-            return match reply {
-                Reply::Parked(p) => {
-                    st.phase = Phase::Parked(p);
-                    self.streams.push(st);
-                    Ok(())
-                }
-                Reply::Done { .. } => self.send_answer(st, false, env.now_ms, out, fx),
-            };
+            let st = self.stream(id, false, env.now_ms);
+            return self.answered(st, reply, env.now_ms, out, fx);
         }
         let st = self.stream(id, !end_stream, env.now_ms);
         if decoded == Err(hpack::Problem::TooLarge) {
@@ -1090,67 +1102,61 @@ impl H2Conn {
         fx: &mut impl Effects,
         out: &mut Vec<u8>,
     ) -> Step {
-        self.h1.clear();
-        render::render_error(e, env.headers.lines(how.https), &mut self.h1);
+        render::render_error(e, env.headers.lines(how.https), self.compose.start().h1());
         fx.effect(Effect::Answered {
             status: e.status(),
             layer: Some(crate::answer::Layer::Invalid),
         });
-        {
-            self.prepare_block();
-            self.send_answer(st, false, env.now_ms, out, fx)
-        }
+        self.send_answer(st, env.now_ms, out, fx)
     }
 
     /// Answers the request on `st` through the shared decision path.
     fn answer(
         &mut self,
-        mut st: Stream,
+        st: Stream,
         how: How,
         env: &Env<'_>,
         fx: &mut impl Effects,
         out: &mut Vec<u8>,
     ) -> Step {
-        self.h1.clear();
-        let how = How {
-            proto: Proto::H2,
-            ..how
-        };
-        if self.misdirected(st.fields.authority(), env) {
-            render::render_misdirected(env.headers.lines(how.https), &mut self.h1);
+        let authority = st.fields.authority();
+        if misdirected(&self.sni, &mut self.authority_seen, authority, env) {
+            render::render_misdirected(env.headers.lines(how.https), self.compose.start().h1());
             fx.effect(Effect::Answered {
                 status: 421,
                 layer: Some(crate::answer::Layer::Invalid),
             });
-            return {
-                self.prepare_block();
-                self.send_answer(st, false, env.now_ms, out, fx)
-            };
+            return self.send_answer(st, env.now_ms, out, fx);
         }
         let req = st.fields.request(env.limits);
-        self.prepare_block();
-        let mut direct = false;
-        let mut sink = Out::H2 {
-            h1: &mut self.h1,
-            block: &mut self.block,
-            direct: &mut direct,
-            lines: &mut self.lines,
-        };
-        match session::respond(&req, how, &mut self.prefetcher, env, fx, &mut sink) {
+        let reply = session::respond(
+            &req,
+            how,
+            &mut self.prefetcher,
+            env,
+            fx,
+            &mut self.compose.start(),
+        );
+        self.answered(st, reply, env.now_ms, out, fx)
+    }
+
+    /// What [`session::respond`] made of the request on `st`: sent, or parked.
+    fn answered(
+        &mut self,
+        mut st: Stream,
+        reply: Reply,
+        now_ms: i64,
+        out: &mut Vec<u8>,
+        fx: &mut impl Effects,
+    ) -> Step {
+        match reply {
             Reply::Parked(p) => {
                 st.phase = Phase::Parked(p);
                 self.streams.push(st);
                 Ok(())
             }
-            Reply::Done { .. } => self.send_answer(st, direct, env.now_ms, out, fx),
+            Reply::Done { .. } => self.send_answer(st, now_ms, out, fx),
         }
-    }
-
-    /// Whether `authority` is a name this connection must not answer for: the client sent
-    /// SNI, and the request names neither that nor a name the certificate covers (browsers
-    /// reuse a connection for every name its certificate lists).
-    fn misdirected(&mut self, authority: &[u8], env: &Env<'_>) -> bool {
-        misdirected(&self.sni, &mut self.authority_seen, authority, env)
     }
 
     /// A stream for `id` holding the request in the decode buffers.
@@ -1192,62 +1198,35 @@ impl H2Conn {
         let Phase::Parked(parked) = st.phase else {
             return;
         };
-        let how = How {
-            proto: Proto::H2,
-            early: false,
-            ..how
-        };
-        self.h1.clear();
-        self.prepare_block();
-        let mut direct = false;
         let req = st.fields.request(env.limits);
-        let mut sink = Out::H2 {
-            h1: &mut self.h1,
-            block: &mut self.block,
-            direct: &mut direct,
-            lines: &mut self.lines,
-        };
-        session::respond_origin(&req, parked, reply, how, env, fx, &mut sink);
-        if let Err(f) = self.send_answer(st, direct, env.now_ms, out, fx) {
+        session::respond_origin(&req, parked, reply, how, env, fx, &mut self.compose.start());
+        if let Err(f) = self.send_answer(st, env.now_ms, out, fx) {
             self.fail_with(out, fx, f);
         }
     }
 
-    /// Starts the next answer's header block: a table size update first when one is due.
-    fn prepare_block(&mut self) {
-        self.block.clear();
-        if let Some(size) = self.table_update.take() {
-            // 001xxxxx: a dynamic table size update (RFC 7541 §6.3).
-            hpack_size_update(&mut self.block, size as usize);
-        }
-    }
-
-    /// Sends the answer on `st`: the header block already in `self.block` (`direct`), or the
-    /// HTTP/1 answer rendered in `self.h1`, transcoded after what `self.block` holds.
+    /// Sends the answer [`Compose`] holds on `st`: its header block whole (`direct`), or the
+    /// HTTP/1 answer transcoded after what the block holds.
     fn send_answer(
         &mut self,
         mut st: Stream,
-        direct: bool,
         now_ms: i64,
         out: &mut Vec<u8>,
         fx: &mut impl Effects,
     ) -> Step {
-        let body = if direct {
+        let c = &mut self.compose;
+        let body = if c.direct {
             0..0
         } else {
-            match hpack::transcode(&self.h1, &mut self.block) {
+            match hpack::transcode(&c.h1, &mut c.block) {
                 Some(body) => body,
                 None => return self.reset_stream(st, ErrorCode::Internal, out, fx),
             }
         };
-        let body = &self.h1[body];
-        frame::write_headers(
-            out,
-            st.id,
-            &self.block,
-            body.is_empty(),
-            self.peer_max_frame,
-        );
+        let c = &self.compose;
+        let body = &c.h1[body];
+        frame::write_headers(out, st.id, &c.block, body.is_empty(), self.peer_max_frame);
+
         if !body.is_empty() {
             st.pending.clear();
             st.pending.extend_from_slice(body);
@@ -1386,8 +1365,10 @@ impl H2Conn {
     }
 }
 
-/// See [`H2Conn::misdirected`]; free of the connection so the decode buffers can be borrowed
-/// beside it.
+/// Whether `authority` is a name this connection must not answer for: the client sent SNI,
+/// and the request names neither that nor a name the certificate covers (browsers reuse a
+/// connection for every name its certificate lists). The verdict for the last name asked is
+/// kept in `seen`, so a connection asks the certificate once per name, not per request.
 fn misdirected(
     sni: &Option<Box<[u8]>>,
     seen: &mut Option<(Box<[u8]>, bool)>,

@@ -5,7 +5,7 @@ use super::frame::{self, flag, kind, setting, ErrorCode, Header};
 use super::*;
 use crate::answer::tests::NOW;
 use crate::session::tests::Core;
-use crate::session::Session;
+use crate::session::{Proto, Session};
 
 #[derive(Default)]
 struct Fx {

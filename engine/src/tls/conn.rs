@@ -213,8 +213,7 @@ pub fn input(
         }
         // ALPN is settled once the ClientHello is read: HTTP/2 from the first byte on.
         if !session.is_h2() && tls.conn.alpn_protocol() == Some(b"h2") {
-            let sni = tls.conn.server_name().map(str::to_owned);
-            session.alpn_h2(sni.as_deref(), ctx, token);
+            session.alpn_h2(tls.conn.server_name(), ctx, token);
         }
         // 0-RTT: the resumed client's early flight, readable before the handshake ends.
         if let Some(mut early) = tls.conn.early_data() {
