@@ -12,9 +12,13 @@
 //! - **Connections by their 4-tuple** in a hash map, and timers in a heap: the work per frame
 //!   and per tick is proportional to what happens, not to the connections held (smoltcp's
 //!   interface walks them all; `cargo bench --bench stack` measured it).
-//! - **In order only.** Data at `RCV.NXT` is handed to the application at once (so the window
-//!   never shrinks); a segment ahead of it is dropped and answered with a duplicate ACK, which
-//!   makes the client retransmit. Requests are small; reassembly is not worth its memory.
+//! - **In order, with a little reassembly.** Data at `RCV.NXT` is handed to the application at
+//!   once (so the window never shrinks). A segment ahead of it is answered with a duplicate ACK
+//!   and held, up to [`HELD_SEGMENTS`] segments and [`HELD_BYTES`] bytes a connection, until the
+//!   gap before it fills; past that it is dropped and the client retransmits it. Requests are
+//!   small, but a ClientHello with a post-quantum key share (about 1,800 bytes from browsers)
+//!   spans two segments at a 1,460-byte MSS and four at 536: one of them reordered or lost
+//!   should cost its own retransmission, not the others'.
 //! - **Sending**: the application's bytes are kept until acknowledged, sent in segments of the
 //!   peer's MSS within its window, retransmitted from `SND.UNA` when the retransmission timer
 //!   fires (RFC 6298: 1 s until the first round-trip sample, then SRTT + 4·RTTVAR from one
@@ -110,11 +114,13 @@ pub struct TcpStats {
     pub resets_sent: u64,
     pub timeouts: u64,
     pub bad_frames: u64,
+    /// Segments that arrived ahead of `RCV.NXT` and were held for reassembly.
+    pub held: u64,
 }
 
 impl TcpStats {
     /// The counters' names in [`TcpStats::counts`]' order (the engine's metric labels).
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "syns",
         "bad_cookies",
         "opened",
@@ -122,10 +128,11 @@ impl TcpStats {
         "resets_sent",
         "timeouts",
         "bad_frames",
+        "held_out_of_order",
     ];
 
     /// The counters, in [`TcpStats::NAMES`]' order.
-    pub fn counts(&self) -> [u64; 7] {
+    pub fn counts(&self) -> [u64; 8] {
         [
             self.syns,
             self.bad_cookies,
@@ -134,6 +141,7 @@ impl TcpStats {
             self.resets_sent,
             self.timeouts,
             self.bad_frames,
+            self.held,
         ]
     }
 }
@@ -186,7 +194,24 @@ struct Conn {
     rtx_at: Option<u64>,
     last_heard: u64,
     ack_due: bool,
+    /// Segments that arrived ahead of `rcv_nxt`, each within the window (at most
+    /// [`HELD_SEGMENTS`], [`HELD_BYTES`] together).
+    held: Vec<Held>,
 }
+
+/// A segment held until the bytes before it arrive.
+#[derive(Debug)]
+struct Held {
+    seq: u32,
+    data: Box<[u8]>,
+    fin: bool,
+}
+
+/// Segments a connection holds ahead of `RCV.NXT` at most.
+pub const HELD_SEGMENTS: usize = 8;
+/// Bytes a connection holds ahead of `RCV.NXT` at most: a ClientHello and then some, less than
+/// the TLS layer buffers for one record.
+pub const HELD_BYTES: usize = 8 * 1024;
 
 impl Conn {
     /// The application is done sending: a FIN follows the queue.
@@ -544,6 +569,7 @@ impl Tcp {
                             rtx_at: None,
                             last_heard: now_ms,
                             ack_due: false,
+                            held: Vec::new(),
                         };
                         self.conns.insert(id, conn);
                         self.arm(id, now_ms + self.cfg.idle_ms);
@@ -655,7 +681,8 @@ impl Tcp {
             c.ack_due = true;
             self.acks.push(id);
         }
-        if offset <= len && !matches!(c.state, State::CloseWait | State::LastAck) {
+        let receiving = !matches!(c.state, State::CloseWait | State::LastAck);
+        if offset <= len && receiving {
             let fresh = &t.payload[offset as usize..];
             let fresh = &fresh[..fresh.len().min(window as usize)];
             if fresh.len() < t.payload.len() - offset as usize {
@@ -664,6 +691,9 @@ impl Tcp {
             if !fresh.is_empty() {
                 c.rcv_nxt = c.rcv_nxt.wrapping_add(fresh.len() as u32);
                 app(TcpEvent::Data(id, fresh));
+            }
+            if !fin {
+                fin = deliver_held(c, id, app);
             }
             if fin {
                 let Some(c) = self.conns.get_mut(&id) else {
@@ -675,6 +705,27 @@ impl Tcp {
                     _ => State::CloseWait,
                 };
                 app(TcpEvent::PeerClosed(id));
+            }
+        } else if receiving && seq_lt(c.rcv_nxt, seq) && len + u32::from(fin) > 0 {
+            // Ahead of RCV.NXT: held if it fits in the window and the connection's allowance
+            // (the duplicate ACK owed above tells the client where the gap starts).
+            let ahead = seq.wrapping_sub(c.rcv_nxt);
+            let bytes: usize = c.held.iter().map(|h| h.data.len()).sum();
+            let fits = ahead + len <= window
+                && c.held.len() < HELD_SEGMENTS
+                && bytes + len as usize <= HELD_BYTES;
+            let known = c
+                .held
+                .iter()
+                .any(|h| h.seq == seq && h.data.len() >= len as usize);
+            if fits && !known {
+                c.held.retain(|h| h.seq != seq);
+                c.held.push(Held {
+                    seq,
+                    data: t.payload.into(),
+                    fin,
+                });
+                self.stats.held += 1;
             }
         }
         // The application may have answered (sent, closed) inside `app`; send what is due.
@@ -874,6 +925,33 @@ fn write_segment(
 
 /// Makes sure connection `c` (`id`) has a timer entry firing no later than `at`: the entry
 /// matching its `timer_at` is its live one, earlier ones go stale.
+/// Hands the application what the held segments now continue from `rcv_nxt`, in order, and
+/// drops those wholly behind it; true when that reached a held FIN.
+fn deliver_held(c: &mut Conn, id: ConnId, app: &mut dyn FnMut(TcpEvent<'_>)) -> bool {
+    loop {
+        let rcv = c.rcv_nxt;
+        // A segment ends where its FIN would be; one ending at or before RCV.NXT is done with,
+        // unless its FIN sits exactly there.
+        c.held.retain(|h| {
+            let end = h.seq.wrapping_add(h.data.len() as u32);
+            seq_lt(rcv, end) || (h.fin && end == rcv)
+        });
+        let Some(i) = c.held.iter().position(|h| !seq_lt(rcv, h.seq)) else {
+            return false;
+        };
+        let h = c.held.swap_remove(i);
+        let fresh = &h.data[rcv.wrapping_sub(h.seq) as usize..];
+        if !fresh.is_empty() {
+            c.rcv_nxt = c.rcv_nxt.wrapping_add(fresh.len() as u32);
+            app(TcpEvent::Data(id, fresh));
+        }
+        if h.fin {
+            c.held.clear();
+            return true;
+        }
+    }
+}
+
 fn arm_timer(timers: &mut BinaryHeap<Reverse<(u64, ConnId)>>, c: &mut Conn, id: ConnId, at: u64) {
     if at < c.timer_at {
         c.timer_at = at;
@@ -1462,12 +1540,12 @@ mod tests {
     }
 
     #[test]
-    fn a_segment_out_of_order_is_dropped_and_answered_with_a_duplicate_ack() {
+    fn a_segment_out_of_order_is_held_answered_with_a_duplicate_ack_and_delivered_after_the_gap() {
         let mut w = World::new();
         let snd = w.open();
         let expected = w.seq;
         w.segment_at(
-            expected.wrapping_add(100),
+            expected.wrapping_add(6),
             TcpControl::Psh,
             Some(snd),
             64240,
@@ -1476,13 +1554,131 @@ mod tests {
         assert!(w.events.is_empty());
         w.flush();
         assert_eq!(w.sent.pop().unwrap().ack, Some(expected));
-        // A retransmission overlapping what was delivered gives only the new bytes.
+        assert_eq!(w.tcp.stats().held, 1);
+        // A retransmission overlapping what was delivered gives only the new bytes, and the
+        // held segment follows once the gap is filled; one ACK covers all of it.
         w.segment(TcpControl::Psh, Some(snd), 64240, b"abc");
         w.segment_at(expected, TcpControl::Psh, Some(snd), 64240, b"abcdef");
         assert_eq!(
             w.events,
-            [Ev::Data(b"abc".to_vec()), Ev::Data(b"def".to_vec())]
+            [
+                Ev::Data(b"abc".to_vec()),
+                Ev::Data(b"def".to_vec()),
+                Ev::Data(b"later".to_vec())
+            ]
         );
+        w.sent.clear();
+        w.flush();
+        assert_eq!(w.sent.pop().unwrap().ack, Some(expected.wrapping_add(11)));
+    }
+
+    /// A ClientHello with a post-quantum key share in four segments (a 536-byte MSS), the last
+    /// first, the second twice, the first last: delivered once, whole and in order, with no
+    /// retransmission asked of the client beyond the gap's.
+    #[test]
+    fn a_client_hello_in_segments_reordered_and_repeated_is_reassembled() {
+        let mut w = World::new();
+        let snd = w.open();
+        let start = w.seq;
+        let hello: Vec<u8> = (0..1_800u32).map(|i| (i * 7 % 251) as u8).collect();
+        let pieces: Vec<(u32, &[u8])> = hello
+            .chunks(536)
+            .enumerate()
+            .map(|(i, p)| (start.wrapping_add(i as u32 * 536), p))
+            .collect();
+        for i in [3, 1, 2, 1] {
+            let (seq, p) = pieces[i];
+            w.segment_at(seq, TcpControl::Psh, Some(snd), 64240, p);
+        }
+        assert!(w.events.is_empty(), "nothing before the first segment");
+        w.flush();
+        assert!(
+            w.sent.iter().all(|o| o.ack == Some(start)),
+            "duplicate ACKs"
+        );
+        let (seq, p) = pieces[0];
+        w.segment_at(seq, TcpControl::Psh, Some(snd), 64240, p);
+        let got: Vec<u8> = w
+            .events
+            .drain(..)
+            .flat_map(|e| match e {
+                Ev::Data(d) => d,
+                e => panic!("{e:?}"),
+            })
+            .collect();
+        assert_eq!(got, hello);
+        w.sent.clear();
+        w.flush();
+        assert_eq!(
+            w.sent.pop().unwrap().ack,
+            Some(start.wrapping_add(hello.len() as u32))
+        );
+        assert_eq!(w.tcp.stats().held, 3, "the repeated segment held once");
+        // Nothing is held now: a later segment in order is delivered alone.
+        w.segment_at(
+            start.wrapping_add(1800),
+            TcpControl::Psh,
+            Some(snd),
+            64240,
+            b"GET",
+        );
+        assert_eq!(w.events, [Ev::Data(b"GET".to_vec())]);
+    }
+
+    #[test]
+    fn a_held_fin_closes_once_the_gap_fills_and_holding_is_bounded() {
+        let mut w = World::new();
+        let snd = w.open();
+        let start = w.seq;
+        // The last bytes and the FIN arrive before the first.
+        w.segment_at(
+            start.wrapping_add(4),
+            TcpControl::Fin,
+            Some(snd),
+            64240,
+            b"tail",
+        );
+        w.segment_at(start, TcpControl::Psh, Some(snd), 64240, b"head");
+        assert_eq!(
+            w.events,
+            [
+                Ev::Data(b"head".to_vec()),
+                Ev::Data(b"tail".to_vec()),
+                Ev::PeerClosed
+            ]
+        );
+        // Past the allowance: segments beyond HELD_SEGMENTS (or outside the window) are
+        // dropped, and the client's retransmission brings them.
+        let mut w = World::new();
+        let snd = w.open();
+        let start = w.seq;
+        for i in 1..=HELD_SEGMENTS as u32 + 2 {
+            w.segment_at(
+                start.wrapping_add(i * 10),
+                TcpControl::Psh,
+                Some(snd),
+                64240,
+                &[i as u8; 10],
+            );
+        }
+        w.segment_at(
+            start.wrapping_add(70_000),
+            TcpControl::Psh,
+            Some(snd),
+            64240,
+            b"far",
+        );
+        assert_eq!(w.tcp.stats().held, HELD_SEGMENTS as u64);
+        w.segment_at(start, TcpControl::Psh, Some(snd), 64240, &[0; 10]);
+        let got: usize = w
+            .events
+            .iter()
+            .map(|e| match e {
+                Ev::Data(d) => d.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(got, 10 * (HELD_SEGMENTS + 1));
     }
 
     #[test]
@@ -1626,6 +1822,35 @@ mod tests {
                 let _ = w.tcp.receive(&f, w.now, &mut |_| {}, &mut |_| {});
             }
             prop_assert!(w.tcp.is_empty());
+        }
+
+        /// Segments in any order, some twice, then the client's retransmission of them all
+        /// in order: the application hears the stream exactly once, whole and in order.
+        #[test]
+        fn segments_in_any_order_are_delivered_once_and_in_order(
+            sizes in proptest::collection::vec(1usize..700, 1..12),
+            order in proptest::collection::vec(any::<proptest::sample::Index>(), 0..24),
+        ) {
+            let mut w = World::new();
+            let snd = w.open();
+            let start = w.seq;
+            let total: usize = sizes.iter().sum();
+            let stream: Vec<u8> = (0..total).map(|i| (i * 13 % 251) as u8).collect();
+            let mut pieces = Vec::new();
+            let mut at = 0;
+            for n in sizes {
+                pieces.push((start.wrapping_add(at as u32), &stream[at..at + n]));
+                at += n;
+            }
+            for i in order.iter().map(|i| i.index(pieces.len())).chain(0..pieces.len()) {
+                let (seq, p) = pieces[i];
+                w.segment_at(seq, TcpControl::Psh, Some(snd), 64240, p);
+            }
+            let got: Vec<u8> = w.events.drain(..).flat_map(|e| match e {
+                Ev::Data(d) => d,
+                _ => Vec::new(),
+            }).collect();
+            prop_assert_eq!(got, stream);
         }
 
         #[test]

@@ -206,6 +206,19 @@ pub(crate) struct Args {
     /// `http/1.1` (`--alpn http/1.1` turns HTTP/2 off on TLS).
     #[arg(long, value_delimiter = ',', default_value = "h2,http/1.1", value_parser = ["h2", "http/1.1"])]
     pub(crate) alpn: Vec<String>,
+    /// The key exchange groups offered on `--tls-listen`: `X25519MLKEM768` (the post-quantum
+    /// hybrid), `X25519`, `secp256r1`, `secp384r1`. The client's preference picks among them.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "X25519MLKEM768,X25519,secp256r1,secp384r1"
+    )]
+    pub(crate) tls_groups: Vec<lasthop_engine::tls::config::KxGroup>,
+    /// Send the certificate chain uncompressed even to clients that ask for RFC 8879
+    /// compression (brotli or zlib, on by default).
+    #[arg(long)]
+    pub(crate) no_tls_cert_compression: bool,
     /// Refuse HTTP/2 with prior knowledge (h2c) on the plain listener: a connection that opens
     /// with the HTTP/2 preface is then read as HTTP/1 (and refused).
     #[arg(long)]

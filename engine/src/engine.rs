@@ -152,6 +152,8 @@ fn tls_settings(args: &Args, ktls: bool) -> Option<TlsSettings> {
             max_early_data: args.tls_max_early_data,
             ktls,
             alpn: args.alpn.iter().map(|p| p.as_bytes().to_vec()).collect(),
+            groups: args.tls_groups.clone(),
+            cert_compression: !args.no_tls_cert_compression,
         }),
         _ => None,
     }

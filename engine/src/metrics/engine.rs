@@ -125,7 +125,7 @@ pub struct CoreMetrics {
     bytes_out: AtomicU64,
     origin: [AtomicU64; 3],
     /// `--io xdp`: the userspace TCP's counters, as `TcpStats::NAMES` names them.
-    xdp_tcp: [AtomicU64; 7],
+    xdp_tcp: [AtomicU64; 8],
     /// HTTP/2: connections, streams (requests), resets received and sent.
     h2: [AtomicU64; 4],
     /// HTTP/2 GOAWAYs sent, by error code (`ErrorCode::ALL`'s order).
@@ -263,7 +263,7 @@ impl CoreMetrics {
 
     /// `--io xdp`: the userspace TCP's counters so far (`TcpStats::counts`, absolute; the
     /// loop copies them in).
-    pub fn set_xdp_tcp(&self, counts: [u64; 7]) {
+    pub fn set_xdp_tcp(&self, counts: [u64; 8]) {
         for (slot, v) in self.xdp_tcp.iter().zip(counts) {
             slot.store(v, Ordering::Relaxed);
         }
@@ -572,7 +572,7 @@ impl EngineMetrics {
                 o,
                 "lasthop_engine_xdp_tcp_events_total",
                 "counter",
-                "The userspace TCP of --io xdp: SYNs answered with a cookie, returned cookies refused, connections opened, retransmissions, resets sent, connections timed out, frames refused.",
+                "The userspace TCP of --io xdp: SYNs answered with a cookie, returned cookies refused, connections opened, retransmissions, resets sent, connections timed out, frames refused, segments held out of order for reassembly.",
             );
             for (i, event) in lasthop_edge::tcp::TcpStats::NAMES.iter().enumerate() {
                 sample(

@@ -37,6 +37,83 @@ pub fn server_suites() -> Vec<rustls::SupportedCipherSuite> {
     ]
 }
 
+/// A key exchange group `--tls-groups` names (RFC 8446 §4.2.7 and the IANA TLS Supported
+/// Groups registry's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum KxGroup {
+    /// The hybrid of X25519 and ML-KEM-768 (draft-ietf-tls-ecdhe-mlkem): what Chrome (131 on)
+    /// and Apple's systems (26) offer first. From aws-lc-rs: ring has no ML-KEM.
+    #[value(name = "X25519MLKEM768")]
+    X25519Mlkem768,
+    #[value(name = "X25519")]
+    X25519,
+    #[value(name = "secp256r1")]
+    Secp256r1,
+    #[value(name = "secp384r1")]
+    Secp384r1,
+}
+
+impl KxGroup {
+    /// `--tls-groups`' default: the hybrid, then what ring offered before it.
+    pub const DEFAULT: [KxGroup; 4] = [
+        KxGroup::X25519Mlkem768,
+        KxGroup::X25519,
+        KxGroup::Secp256r1,
+        KxGroup::Secp384r1,
+    ];
+
+    /// The group's implementation: ring's for the classical ones, aws-lc-rs' hybrid.
+    pub fn provider_group(self) -> &'static dyn rustls::crypto::SupportedKxGroup {
+        use rustls::crypto::{aws_lc_rs, ring};
+        match self {
+            KxGroup::X25519Mlkem768 => aws_lc_rs::kx_group::X25519MLKEM768,
+            KxGroup::X25519 => ring::kx_group::X25519,
+            KxGroup::Secp256r1 => ring::kx_group::SECP256R1,
+            KxGroup::Secp384r1 => ring::kx_group::SECP384R1,
+        }
+    }
+
+    /// The registry name, as `--tls-groups` and `/metrics` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            KxGroup::X25519Mlkem768 => "X25519MLKEM768",
+            KxGroup::X25519 => "X25519",
+            KxGroup::Secp256r1 => "secp256r1",
+            KxGroup::Secp384r1 => "secp384r1",
+        }
+    }
+
+    /// The group rustls negotiated, if it is one of ours.
+    pub fn of(group: rustls::NamedGroup) -> Option<KxGroup> {
+        KxGroup::DEFAULT
+            .into_iter()
+            .find(|g| g.provider_group().name() == group)
+    }
+}
+
+/// The server's provider: ring for everything (suites in [`server_suites`]' order, signatures,
+/// randomness, tickets), with `groups` as its key exchanges, duplicates dropped. rustls takes
+/// the first of the client's `supported_groups` that is also here, so the client's order
+/// chooses and a client that sent a key share for it never gets a HelloRetryRequest.
+pub fn server_provider(groups: &[KxGroup]) -> rustls::crypto::CryptoProvider {
+    let mut kx_groups: Vec<&'static dyn rustls::crypto::SupportedKxGroup> = Vec::new();
+    for g in groups {
+        let g = g.provider_group();
+        if !kx_groups.iter().any(|k| k.name() == g.name()) {
+            kx_groups.push(g);
+        }
+    }
+    rustls::crypto::CryptoProvider {
+        cipher_suites: server_suites(),
+        kx_groups,
+        ..rustls::crypto::ring::default_provider()
+    }
+}
+
+/// Compressed certificate chains kept (RFC 8879): one chain in two algorithms (brotli, zlib)
+/// and the chain a SIGHUP brings; a handshake with a cached one costs no compression.
+pub const CERT_COMPRESSION_CACHE: usize = 4;
+
 /// What `--tls-*` configure.
 #[derive(Debug, Clone)]
 pub struct TlsSettings {
@@ -52,6 +129,10 @@ pub struct TlsSettings {
     pub ktls: bool,
     /// ALPN protocols offered, in order of preference (`h2`, `http/1.1`).
     pub alpn: Vec<Vec<u8>>,
+    /// The key exchange groups offered (`--tls-groups`); empty takes [`KxGroup::DEFAULT`].
+    pub groups: Vec<KxGroup>,
+    /// Compress the certificate chain for clients that ask (RFC 8879: brotli, zlib).
+    pub cert_compression: bool,
 }
 
 /// Why a TLS configuration could not be built.
@@ -123,10 +204,12 @@ pub fn control_client_config(
 pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
     let certs = pem_certs(&s.cert)?;
     let key = pem_key(&s.key)?;
-    let provider = Arc::new(rustls::crypto::CryptoProvider {
-        cipher_suites: server_suites(),
-        ..rustls::crypto::ring::default_provider()
-    });
+    let groups = if s.groups.is_empty() {
+        &KxGroup::DEFAULT[..]
+    } else {
+        &s.groups[..]
+    };
+    let provider = Arc::new(server_provider(groups));
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
@@ -137,6 +220,16 @@ pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
         s.alpn.clone()
     };
     config.ignore_client_order = true;
+    // rustls compresses a chain once per algorithm and keeps it (CompressionLevel::Amortized:
+    // brotli's and zlib's best), so the handshake pays a cache lookup, not a compression.
+    config.cert_compressors = if s.cert_compression {
+        rustls::compress::default_cert_compressors().to_vec()
+    } else {
+        Vec::new()
+    };
+    config.cert_compression_cache = Arc::new(rustls::compress::CompressionCache::new(
+        CERT_COMPRESSION_CACHE,
+    ));
     config.session_storage = Arc::new(super::sessions::SessionStore::new(SESSION_CACHE));
     // rustls takes 0-RTT only on stateful resumption, whose single-use cache entries are its
     // replay guard; a stateless ticket could be replayed anywhere. So: with a ticket key file,

@@ -253,6 +253,7 @@ pub fn input(
                 _ => Handshake::Full,
             };
             s.handshake(kind);
+            s.key_exchange(tls.conn.negotiated_key_exchange_group().map(|g| g.name()));
         }
     }
     Ok(!tls.conn.is_handshaking() && tls.uncount())

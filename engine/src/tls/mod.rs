@@ -75,6 +75,9 @@ pub struct TlsStats {
     userspace_conns: AtomicU64,
     ktls_conns: AtomicU64,
     failures: [AtomicU64; 5],
+    /// Completed handshakes by key exchange group, in [`config::KxGroup::DEFAULT`]'s order,
+    /// then resumptions without one (psk_ke) and any other group.
+    groups: [AtomicU64; 6],
 }
 
 /// A finished handshake's kind.
@@ -91,6 +94,17 @@ impl TlsStats {
             Handshake::Resumed => &self.resumed,
         };
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A completed handshake's key exchange group (`None`: a resumption without one).
+    pub fn key_exchange(&self, group: Option<rustls::NamedGroup>) {
+        let i = match group {
+            Some(g) => config::KxGroup::of(g)
+                .and_then(|g| config::KxGroup::DEFAULT.iter().position(|d| *d == g))
+                .unwrap_or(5),
+            None => 4,
+        };
+        self.groups[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A connection's early data was accepted and read.
@@ -168,6 +182,22 @@ impl TlsStats {
             "kind=\"early_data\"",
             self.early_data.load(Ordering::Relaxed),
         );
+        let name = "lasthop_engine_tls_key_exchanges_total";
+        family(
+            o,
+            name,
+            "counter",
+            "Completed TLS handshakes by key exchange group (none: a resumption without one).",
+        );
+        let names = config::KxGroup::DEFAULT.map(config::KxGroup::name);
+        for (i, group) in names.iter().chain(&["none", "other"]).enumerate() {
+            sample(
+                o,
+                name,
+                &format!("group=\"{group}\""),
+                self.groups[i].load(Ordering::Relaxed),
+            );
+        }
         let name = "lasthop_engine_tls_too_early_total";
         family(
             o,

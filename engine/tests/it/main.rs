@@ -18,6 +18,8 @@
 //! - `h2`: HTTP/2 on every backend (TLS with ALPN, h2c with prior knowledge): the serving
 //!   contract with curl, nghttp, h2load and headless Chromium, and each flood limit with raw
 //!   frames;
+//! - `flight`: the TLS first flight with a rustls client: the post-quantum hybrid and X25519
+//!   each alone, `--tls-groups`, certificate compression, a ClientHello in pieces;
 //! - `tls`: HTTPS with curl and openssl: handshakes, resumption, 0-RTT, HSTS, the kTLS hand-off
 //!   where the kernel has it (reported skipped where it does not);
 //! - `regions`: two regions replicating each other's links and state changes: a link made in
@@ -37,6 +39,7 @@ mod channel;
 mod clicks;
 mod console;
 mod feed;
+mod flight;
 mod h2;
 mod harness;
 mod hotset;

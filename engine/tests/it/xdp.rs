@@ -1482,3 +1482,274 @@ fn check_verdicts(
         );
     }
 }
+
+/// The TLS first flight over the userspace TCP: a client offering only the post-quantum hybrid
+/// and one offering only X25519 both complete; a browser-like ClientHello written in pieces
+/// (each its own segment, apart in time) is reassembled; and, from a TCP client of our own on
+/// an AF_XDP socket at the client end, a ClientHello in three segments delivered last first,
+/// the middle one twice, the first last is reassembled from what the server held, with no
+/// retransmission of the held ones.
+#[test]
+fn the_first_flight_over_af_xdp_takes_the_hybrid_and_a_client_hello_in_pieces() {
+    let Some(pair) = engine_pair("j", "the TLS first flight over AF_XDP", 1, false) else {
+        return;
+    };
+    let site = crate::harness::Site::new();
+    let code = crate::tls::links(&site);
+    let pki = crate::tls::pki(&site, false);
+    let tls_listen = format!("{}:8443", pair.server);
+    let engine = pair.xdp_engine(
+        &site,
+        &[
+            "--tls-listen",
+            &tls_listen,
+            "--cert",
+            pki.cert.to_str().unwrap(),
+            "--key",
+            pki.key.to_str().unwrap(),
+            "--cores",
+            "1",
+        ],
+    );
+    crate::flight::check_each_group_alone(&tls_listen, &pki, &code, "AF_XDP");
+    crate::flight::check_hello_in_pieces(&tls_listen, &pki, &code, "AF_XDP");
+
+    let mut client = RawClient::new(&pair, 8443);
+    let mut tls = crate::flight::client(
+        &pki.ca,
+        crate::flight::Offer {
+            groups: crate::flight::HYBRID_AND_X25519,
+            decompress: true,
+        },
+    );
+    let hello = crate::flight::tls_out(&mut tls);
+    assert!(hello.len() > 1072, "{} bytes", hello.len());
+    client.open();
+    let start = client.snd_nxt;
+    let at = |off: usize| start.wrapping_add(off as u32);
+    let pieces = [(0, 536), (536, 1072), (1072, hello.len())];
+    for i in [2, 1, 1] {
+        let (a, b) = pieces[i];
+        client.segment_at(at(a), &hello[a..b]);
+        // Each held: the answer is a duplicate ACK at the gap.
+        assert_eq!(
+            client.wait_ack(),
+            start,
+            "piece {i} held, the gap acknowledged"
+        );
+    }
+    let (a, b) = pieces[0];
+    client.segment_at(at(a), &hello[a..b]);
+    client.snd_nxt = at(hello.len());
+    // The whole ClientHello acknowledged at once, and the server's flight follows.
+    let mut plain = Vec::new();
+    while tls.is_handshaking() {
+        let data = client.read(Duration::from_secs(5));
+        assert!(!data.is_empty(), "the server's flight");
+        crate::flight::tls_in(&mut tls, &data, &mut plain).unwrap();
+    }
+    assert_eq!(client.acked, at(hello.len()), "acknowledged whole");
+    assert_eq!(
+        tls.negotiated_key_exchange_group().map(|g| g.name()),
+        Some(rustls::NamedGroup::X25519MLKEM768)
+    );
+    use std::io::Write as _;
+    tls.writer().write_all(&crate::flight::get(&code)).unwrap();
+    let finished = crate::flight::tls_out(&mut tls);
+    let seq = client.snd_nxt;
+    client.segment_at(seq, &finished);
+    client.snd_nxt = seq.wrapping_add(finished.len() as u32);
+    while !client.fin {
+        let data = client.read(Duration::from_secs(5));
+        if data.is_empty() && !client.fin {
+            panic!("no answer: {:?}", String::from_utf8_lossy(&plain));
+        }
+        crate::flight::tls_in(&mut tls, &data, &mut plain).unwrap();
+    }
+    let answer = String::from_utf8_lossy(&plain);
+    assert!(answer.starts_with("HTTP/1.1 302 Found"), "{answer}");
+    // Two pieces held (the repeat of one is not held again), counted at the next sweep.
+    let held = "lasthop_engine_xdp_tcp_events_total{event=\"held_out_of_order\"}";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while engine.metric(held) != Some(2.0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(engine.metric(held), Some(2.0));
+    drop(client);
+    pair.drain(engine);
+}
+
+/// A TCP client of our own: an AF_XDP socket on the pair's client end with the engine's program
+/// taking frames for an address no interface holds (the kernel never sees the server's answers,
+/// so it resets nothing), frames written with `lasthop_edge::wire`.
+struct RawClient {
+    xsk: Xsk,
+    _attached: prog::Attachment,
+    _program: prog::Program,
+    _map: XskMap,
+    mac: [u8; 6],
+    server_mac: [u8; 6],
+    addr: Ipv4Addr,
+    server: Ipv4Addr,
+    port: u16,
+    server_port: u16,
+    /// Our next sequence number.
+    snd_nxt: u32,
+    /// The server's next sequence number: what we acknowledge.
+    rcv_nxt: u32,
+    /// The highest acknowledgement the server sent.
+    acked: u32,
+    fin: bool,
+}
+
+impl RawClient {
+    fn new(pair: &Pair, server_port: u16) -> RawClient {
+        let ifname = format!("{}c", pair.ns);
+        let ifindex = xdp::ifindex(&ifname).unwrap();
+        let addr = Ipv4Addr::new(198, 18, 250, 1 + (std::process::id() % 250) as u8);
+        let port = 40_000 + (std::process::id() % 20_000) as u16;
+        let map = XskMap::new(1).unwrap();
+        let xsk = Xsk::open(ifindex, 0, &XskConfig::default()).unwrap();
+        map.set(0, xsk.fd()).unwrap();
+        let filter = Filter {
+            addr: Some(addr.into()),
+            port,
+            tls_port: None,
+        };
+        let program = prog::load(&filter, &map, 0).unwrap();
+        let attached = program.attach(ifindex).unwrap();
+        let out = Command::new("ip")
+            .args(["-n", &pair.ns, "link", "show", "dev", &pair.server_if])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let ether = text
+            .split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .unwrap_or_else(|| panic!("the server end's MAC: {text}"));
+        let mut server_mac = [0u8; 6];
+        for (b, h) in server_mac.iter_mut().zip(ether.split(':')) {
+            *b = u8::from_str_radix(h, 16).unwrap();
+        }
+        RawClient {
+            xsk,
+            _attached: attached,
+            _program: program,
+            _map: map,
+            mac: xdp::mac(&ifname).unwrap(),
+            server_mac,
+            addr,
+            server: pair.server,
+            port,
+            server_port,
+            snd_nxt: 0x1234_5678,
+            rcv_nxt: 0,
+            acked: 0,
+            fin: false,
+        }
+    }
+
+    fn send(&mut self, seq: u32, control: TcpControl, ack: Option<u32>, payload: &[u8]) {
+        let repr = TcpRepr {
+            src_port: self.port,
+            dst_port: self.server_port,
+            control,
+            seq_number: TcpSeqNumber(seq as i32),
+            ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+            window_len: 64_240,
+            window_scale: None,
+            max_seg_size: (control == TcpControl::Syn).then_some(1460),
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload,
+        };
+        let mut frame = vec![0u8; 2048];
+        let n = wire::write_frame(
+            self.mac,
+            self.server_mac,
+            self.addr.into(),
+            self.server.into(),
+            &repr,
+            &mut frame,
+        )
+        .unwrap();
+        assert!(self.xsk.send(&frame[..n]));
+        self.xsk.flush().unwrap();
+    }
+
+    /// The segments from the server within `wait` (at least one, unless none came); its data
+    /// in order is returned and acknowledged.
+    fn segments(&mut self, wait: Duration) -> Vec<(TcpControl, u32, Option<u32>, Vec<u8>)> {
+        let deadline = Instant::now() + wait;
+        let mut got = Vec::new();
+        while got.is_empty() && Instant::now() < deadline {
+            self.xsk.wait_with(None, 50).unwrap();
+            let (addr, port) = (self.addr, self.port);
+            self.xsk.receive(64, |frame| {
+                if let Ok(seg) = wire::parse(frame) {
+                    if seg.dst == IpAddr::from(addr) && seg.tcp.dst_port == port {
+                        got.push((
+                            seg.tcp.control,
+                            seg.tcp.seq_number.0 as u32,
+                            seg.tcp.ack_number.map(|a| a.0 as u32),
+                            seg.tcp.payload.to_vec(),
+                        ));
+                    }
+                }
+            });
+        }
+        for (_, _, ack, _) in &got {
+            if let Some(a) = ack {
+                if a.wrapping_sub(self.acked) < 1 << 30 {
+                    self.acked = *a;
+                }
+            }
+        }
+        got
+    }
+
+    /// The handshake.
+    fn open(&mut self) {
+        let isn = self.snd_nxt;
+        self.send(isn, TcpControl::Syn, None, &[]);
+        let synack = self.segments(Duration::from_secs(5));
+        let &(control, seq, ack, _) = synack.first().expect("a SYN-ACK");
+        assert_eq!((control, ack), (TcpControl::Syn, Some(isn.wrapping_add(1))));
+        self.snd_nxt = isn.wrapping_add(1);
+        self.rcv_nxt = seq.wrapping_add(1);
+        self.acked = self.snd_nxt;
+        self.send(self.snd_nxt, TcpControl::None, Some(self.rcv_nxt), &[]);
+    }
+
+    fn segment_at(&mut self, seq: u32, payload: &[u8]) {
+        self.send(seq, TcpControl::Psh, Some(self.rcv_nxt), payload);
+    }
+
+    /// The next acknowledgement the server sends.
+    fn wait_ack(&mut self) -> u32 {
+        let got = self.segments(Duration::from_secs(5));
+        got.iter()
+            .find_map(|s| s.2)
+            .expect("the server acknowledges")
+    }
+
+    /// The server's next bytes in order (empty if none came within `wait`), acknowledged, and
+    /// its FIN noted (and acknowledged).
+    fn read(&mut self, wait: Duration) -> Vec<u8> {
+        let mut data = Vec::new();
+        for (control, seq, _, payload) in self.segments(wait) {
+            if seq == self.rcv_nxt {
+                self.rcv_nxt = seq.wrapping_add(payload.len() as u32);
+                data.extend_from_slice(&payload);
+                if control == TcpControl::Fin {
+                    self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
+                    self.fin = true;
+                }
+            }
+        }
+        self.send(self.snd_nxt, TcpControl::None, Some(self.rcv_nxt), &[]);
+        data
+    }
+}
