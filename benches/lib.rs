@@ -319,3 +319,16 @@ impl rustls::client::danger::ServerCertVerifier for NoCheck {
         self.0.clone()
     }
 }
+
+/// The key exchange group of a registry name, as the engine's `--tls-groups` spells it: the
+/// hybrid from aws-lc-rs (as the engine has it), the others from ring.
+pub fn kx_group(name: &str) -> Option<&'static dyn rustls::crypto::SupportedKxGroup> {
+    use rustls::crypto::{aws_lc_rs, ring};
+    Some(match name {
+        "X25519MLKEM768" => aws_lc_rs::kx_group::X25519MLKEM768,
+        "X25519" => ring::kx_group::X25519,
+        "secp256r1" => ring::kx_group::SECP256R1,
+        "secp384r1" => ring::kx_group::SECP384R1,
+        _ => return None,
+    })
+}

@@ -19,6 +19,52 @@ tls_cert() {
       -out srv.pem 2>/dev/null)
 }
 
+# tls_chain WORK ALG: a root, an intermediate and a leaf for lh.test and 127.0.0.1 in the
+# profile of a public CA's (Let's Encrypt's, say): SKI/AKI, key usages, serverAuth, an OCSP and
+# CA-issuers AIA, a CRL distribution point, a policy, and two embedded SCTs' worth of opaque
+# bytes (random, as signatures are: they do not compress). ALG: ecdsa (P-256 throughout) or
+# rsa (RSA-2048). Writes WORK/chain-ALG.pem (leaf, then intermediate) and WORK/leaf-ALG.key.
+tls_chain() {
+  local work=$1 alg=$2 newkey
+  case $alg in
+    ecdsa) newkey=(-newkey ec -pkeyopt ec_paramgen_curve:P-256) ;;
+    rsa) newkey=(-newkey rsa:2048) ;;
+  esac
+  (cd "$work" &&
+    openssl req -x509 -nodes -days 30 -subj "/C=US/O=lasthop perf/CN=lasthop perf Root X1" \
+      "${newkey[@]}" -keyout "root-$alg.key" -out "root-$alg.pem" 2>/dev/null &&
+    openssl req -nodes -subj "/C=US/O=lasthop perf/CN=E1" "${newkey[@]}" \
+      -keyout "int-$alg.key" -out "int-$alg.csr" 2>/dev/null &&
+    cat >"int-$alg.ext" <<EXT &&
+basicConstraints=critical,CA:TRUE,pathlen:0
+keyUsage=critical,digitalSignature,keyCertSign,cRLSign
+extendedKeyUsage=serverAuth,clientAuth
+subjectKeyIdentifier=hash
+authorityKeyIdentifier=keyid
+authorityInfoAccess=caIssuers;URI:http://x1.i.lasthop.test/
+crlDistributionPoints=URI:http://x1.c.lasthop.test/
+certificatePolicies=2.23.140.1.2.1
+EXT
+    openssl x509 -req -in "int-$alg.csr" -CA "root-$alg.pem" -CAkey "root-$alg.key" \
+      -CAcreateserial -days 30 -extfile "int-$alg.ext" -out "int-$alg.pem" 2>/dev/null &&
+    openssl req -nodes -subj /CN=lh.test "${newkey[@]}" -keyout "leaf-$alg.key" \
+      -out "leaf-$alg.csr" 2>/dev/null &&
+    cat >"leaf-$alg.ext" <<EXT &&
+basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature$([ "$alg" = rsa ] && echo ,keyEncipherment)
+extendedKeyUsage=serverAuth
+subjectKeyIdentifier=hash
+authorityKeyIdentifier=keyid
+subjectAltName=DNS:lh.test,IP:127.0.0.1
+authorityInfoAccess=OCSP;URI:http://e1.o.lasthop.test,caIssuers;URI:http://e1.i.lasthop.test/
+certificatePolicies=2.23.140.1.2.1
+1.3.6.1.4.1.11129.2.4.2=DER:0481F0$(openssl rand -hex 240)
+EXT
+    openssl x509 -req -in "leaf-$alg.csr" -CA "int-$alg.pem" -CAkey "int-$alg.key" \
+      -CAcreateserial -days 7 -extfile "leaf-$alg.ext" -out "leaf-$alg.pem" 2>/dev/null &&
+    cat "leaf-$alg.pem" "int-$alg.pem" >"chain-$alg.pem")
+}
+
 # The median of the numbers on stdin (one per line or space separated).
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print (NR%2)? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 

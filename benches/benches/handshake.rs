@@ -1,6 +1,7 @@
 //! The crypto floor of a TLS 1.3 handshake on the server, with ring (the provider the engine's
-//! rustls uses): what a full handshake and a resumption cannot go below per server core, to put
-//! beside the handshakes per server CPU-second that `perf/tls.sh` measures.
+//! rustls uses; aws-lc-rs for the post-quantum hybrid's key exchange, as in the engine): what a
+//! full handshake and a resumption cannot go below per server core, to put beside the
+//! handshakes per server CPU-second that `perf/tls.sh` measures.
 //!
 //! - `ecdsa_p256_sign`: the CertificateVerify signature (P-256, SHA-256) over its 130-byte
 //!   content (64 spaces, the context string, a 32-byte transcript hash).
@@ -11,13 +12,22 @@
 //! - `transcript`: SHA-256 over a typical handshake's messages (ClientHello, ServerHello,
 //!   EncryptedExtensions, a one-certificate chain, CertificateVerify, Finished: about 2.5 KB).
 //! - `full`: all of the above, one after another: the floor of a full handshake.
+//! - `mlkem768_encapsulate`: the server's ML-KEM-768 half of X25519MLKEM768 (aws-lc-rs, as the
+//!   engine has it): the client's 1,184-byte encapsulation key parsed, one encapsulation.
+//! - `x25519mlkem768`: the server's whole hybrid key exchange through rustls' group (the
+//!   encapsulation, an X25519 key pair and agreement, the shares joined).
+//! - `full_x25519mlkem768`: `full` with `x25519mlkem768` in place of ring's X25519: the floor
+//!   of a full handshake with the hybrid. Its X25519 half is aws-lc-rs', which costs about half
+//!   of ring's on this machine's CPUs, so with the ML-KEM-768 encapsulation added it is still
+//!   cheaper than `full`.
 //! - `resumed_psk_dhe`: a TLS 1.3 resumption as rustls does it (psk_dhe_ke): the binder, the
 //!   X25519 exchange and the key schedule, no signature.
 //! - `rustls_server_full`: the server's side of a whole full TLS 1.3 handshake in rustls, in
 //!   memory, configured as the engine's: its connection made, the ClientHello read, its flight
 //!   written, the client's Finished read and two tickets written (the client's own work is not
 //!   timed). What a rustls server pays beyond `full` before any I/O: the floor of the engine's
-//!   handshakes with no TCP, no syscalls and no HTTP.
+//!   handshakes with no TCP, no syscalls and no HTTP. With X25519 (the client offers it alone).
+//! - `rustls_server_full_x25519mlkem768`: the same with a client offering only the hybrid.
 //!
 //! Run: `cargo bench -p lasthop-benches --bench handshake`.
 
@@ -25,6 +35,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aws_lc_rs::kem::{EncapsulationKey, ML_KEM_768};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ring::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey, X25519};
 use ring::digest::{self, SHA256};
@@ -137,7 +148,10 @@ const CERT_LEN: usize = 560;
 /// A server configured as the engine's by default (`engine/src/tls/config.rs`: TLS 1.3 and 1.2,
 /// the server's suite order, ALPN http/1.1, a 16,384-session cache, two TLS 1.3 tickets) with a
 /// P-256 key, and a TLS 1.3 client that never resumes.
-fn rustls_pair(pkcs8: &[u8]) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
+fn rustls_pair(
+    pkcs8: &[u8],
+    group: &'static dyn rustls::crypto::SupportedKxGroup,
+) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
     use rustls::crypto::ring::cipher_suite as cs;
     let provider = Arc::new(CryptoProvider {
         cipher_suites: vec![
@@ -146,6 +160,10 @@ fn rustls_pair(pkcs8: &[u8]) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
             cs::TLS13_AES_256_GCM_SHA384,
             cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
         ],
+        kx_groups: ["X25519MLKEM768", "X25519", "secp256r1", "secp384r1"]
+            .into_iter()
+            .filter_map(lasthop_benches::kx_group)
+            .collect(),
         ..rustls::crypto::ring::default_provider()
     });
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pkcs8.to_vec()));
@@ -169,7 +187,11 @@ fn rustls_pair(pkcs8: &[u8]) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
     let schemes = provider
         .signature_verification_algorithms
         .supported_schemes();
-    let mut client = ClientConfig::builder_with_provider(provider)
+    let client_provider = Arc::new(CryptoProvider {
+        kx_groups: vec![group],
+        ..(*provider).clone()
+    });
+    let mut client = ClientConfig::builder_with_provider(client_provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("versions")
         .dangerous()
@@ -279,13 +301,53 @@ fn handshake(c: &mut Criterion) {
             black_box((schedule, signature))
         })
     });
-    let (server, client) = rustls_pair(pkcs8.as_ref());
     let mut buf = Vec::new();
-    group.bench_function("rustls_server_full", |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| server_side(&server, &client, &mut buf))
-                .sum()
+    for (name, kx) in [
+        ("rustls_server_full", rustls::crypto::ring::kx_group::X25519),
+        (
+            "rustls_server_full_x25519mlkem768",
+            rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768,
+        ),
+    ] {
+        let (server, client) = rustls_pair(pkcs8.as_ref(), kx);
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| server_side(&server, &client, &mut buf))
+                    .sum()
+            })
+        });
+    }
+    // The hybrid: the client's shares as a client makes them.
+    let hybrid = rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768;
+    let hybrid_client = hybrid.start().expect("a hybrid key pair");
+    let hybrid_share = hybrid_client.pub_key().to_vec();
+    // X25519MLKEM768's client share: the ML-KEM-768 encapsulation key first, then X25519's.
+    let mlkem_key = hybrid_share[..1184].to_vec();
+    let encapsulate = || {
+        let key = EncapsulationKey::new(&ML_KEM_768, black_box(&mlkem_key)).expect("a key");
+        key.encapsulate().expect("encapsulates")
+    };
+    group.bench_function("mlkem768_encapsulate", |b| b.iter(encapsulate));
+    group.bench_function("x25519mlkem768", |b| {
+        b.iter(|| {
+            hybrid
+                .start_and_complete(black_box(&hybrid_share))
+                .expect("a valid share")
+        })
+    });
+    group.bench_function("full_x25519mlkem768", |b| {
+        b.iter(|| {
+            let kx = hybrid
+                .start_and_complete(&hybrid_share)
+                .expect("a valid share");
+            let shared = kx.secret.secret_bytes();
+            let hash = digest::digest(&SHA256, &transcript);
+            let mut th = [0u8; 32];
+            th.copy_from_slice(hash.as_ref());
+            let schedule = key_schedule(&[0; 32], shared, &th);
+            let signature = key.sign(&rng, &to_sign).expect("signs");
+            black_box((kx.pub_key.len(), schedule, signature))
         })
     });
     group.bench_function("resumed_psk_dhe", |b| {

@@ -21,7 +21,11 @@
 //! - `resumed13`: TLS 1.3 resuming with the ticket of the previous connection (psk_dhe_ke);
 //! - `resumed12`: TLS 1.2 resuming with a session ticket (no asymmetric crypto).
 //!
-//! `cargo run --release -p lasthop-benches --example tls_load -- ADDR PATH MODE CONNS SECS`
+//! GROUP (default `X25519`) is the one key exchange group offered (`X25519MLKEM768` from
+//! aws-lc-rs, as the engine has it; `X25519`, `secp256r1`, `secp384r1` from ring), so each
+//! group's handshakes can be counted alone.
+//!
+//! `cargo run --release -p lasthop-benches --example tls_load -- ADDR PATH MODE CONNS SECS [GROUP]`
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -38,7 +42,7 @@ use rustls::{ClientConfig, ClientConnection};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "tls_load ADDR PATH full|resumed13|resumed12 CONNS SECS";
+    let usage = "tls_load ADDR PATH full|resumed13|resumed12 CONNS SECS [GROUP]";
     let (Some(addr), Some(path), Some(mode)) = (args.get(1), args.get(2), args.get(3)) else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -46,7 +50,15 @@ fn main() {
     let addr: SocketAddr = addr.parse().expect("ADDR is ip:port");
     let conns: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(16);
     let secs: u64 = args.get(5).and_then(|s| s.parse().ok()).unwrap_or(5);
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let group = args.get(6).map(String::as_str).unwrap_or("X25519");
+    let Some(group) = lasthop_benches::kx_group(group) else {
+        eprintln!("{usage}: no group {group}");
+        std::process::exit(2);
+    };
+    let provider = Arc::new(CryptoProvider {
+        kx_groups: vec![group],
+        ..rustls::crypto::ring::default_provider()
+    });
     let versions: &[&rustls::SupportedProtocolVersion] = match mode.as_str() {
         "resumed12" => &[&rustls::version::TLS12],
         "full" | "resumed13" => &[&rustls::version::TLS13],

@@ -1,7 +1,13 @@
-//! TLS at the edge: the rustls server configuration (ring provider), session tickets whose keys
-//! can be shared between processes, the kernel-TLS probe, and the TLS counters.
+//! TLS at the edge: the rustls server configuration (ring provider, with aws-lc-rs' post-quantum
+//! hybrid key exchange), session tickets whose keys can be shared between processes, the
+//! kernel-TLS probe, and the TLS counters.
 //!
-//! - TLS 1.3, and 1.2 with the ring provider's suites only (all ECDHE + AEAD); ALPN `http/1.1`.
+//! - TLS 1.3, and 1.2 with the ring provider's suites only (all ECDHE + AEAD); ALPN `h2` and
+//!   `http/1.1`.
+//! - Key exchange (`--tls-groups`): X25519MLKEM768 (aws-lc-rs; ring 0.17 has no ML-KEM), then
+//!   ring's X25519, P-256 and P-384; the client's preference picks among them.
+//! - The certificate chain compressed for clients that ask (RFC 8879: brotli, zlib), once per
+//!   chain and algorithm (`config::CERT_COMPRESSION_CACHE`); `--no-tls-cert-compression`.
 //! - Resumption. One `ServerConfig` (behind an `Arc`) serves every core, so whatever resumes a
 //!   session is shared by the whole process. rustls accepts 0-RTT only on stateful resumption
 //!   (the single-use session-cache entry is its replay guard), so there are two modes:

@@ -1,12 +1,12 @@
 //! The TLS first flight with a rustls client that says exactly what it offers: the
 //! post-quantum hybrid (X25519MLKEM768) and X25519 each alone on the io_uring listener (the
-//! AF_XDP one in `xdp`), `--tls-groups` refusing what it leaves out, the certificate chain compressed for
-//! clients that ask (RFC 8879) and not with `--no-tls-cert-compression`, and a ClientHello
-//! that reaches the server in pieces.
-
+//! AF_XDP one in `xdp`), `--tls-groups` refusing what it leaves out, the certificate chain
+//! compressed for clients that ask (RFC 8879) and not with `--no-tls-cert-compression`, a
+//! ClientHello that reaches the server in pieces, and testssl.sh's vulnerability scan.
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -342,4 +342,74 @@ fn a_client_hello_in_pieces_is_reassembled() {
     let pki = pki(&site, false);
     let e = start(&site, &pki, "uring", &[]);
     check_hello_in_pieces(e.tls.as_deref().unwrap(), &pki, &code, "io_uring");
+}
+
+/// testssl.sh's vulnerability checks (`-U`: Heartbleed, CCS, Ticketbleed, ROBOT,
+/// renegotiation, CRIME, BREACH, POODLE, fallback, SWEET32, FREAK, DROWN, LOGJAM, BEAST,
+/// LUCKY13, RC4) find nothing on the HTTPS listener as it starts by default.
+#[test]
+fn testssl_finds_no_vulnerability() {
+    if Command::new("testssl").arg("--version").output().is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "testssl.sh is missing under CI (scripts/test installs it)"
+        );
+        eprintln!(
+            "SKIPPED flight::testssl_finds_no_vulnerability: testssl is not installed (apt install testssl.sh)"
+        );
+        return;
+    }
+    let site = Site::new();
+    links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, "uring", &["--cores", "1"]);
+    let json = site.dir.path().join("testssl.json");
+    let out = Command::new("timeout")
+        .arg("300")
+        .arg("testssl")
+        .args([
+            "--quiet",
+            "--color",
+            "0",
+            "--nodns",
+            "none",
+            "--warnings",
+            "off",
+        ])
+        .args(["-U", "--jsonfile"])
+        .arg(&json)
+        .arg(e.tls.as_deref().unwrap())
+        .output()
+        .expect("testssl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let findings: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&json).unwrap_or_default())
+            .unwrap_or_else(|err| panic!("testssl's JSON: {err}\n{text}"));
+    let severity = |id: &str| {
+        findings
+            .iter()
+            .find(|f| f["id"] == id)
+            .and_then(|f| f["severity"].as_str())
+            .unwrap_or_else(|| panic!("no {id} in testssl's findings\n{text}"))
+            .to_owned()
+    };
+    for id in [
+        "heartbleed",
+        "CCS",
+        "ticketbleed",
+        "secure_client_renego",
+        "CRIME_TLS",
+    ] {
+        assert_eq!(severity(id), "OK", "{id}\n{text}");
+    }
+    let bad: Vec<&serde_json::Value> = findings
+        .iter()
+        .filter(|f| {
+            matches!(
+                f["severity"].as_str(),
+                Some("LOW" | "MEDIUM" | "HIGH" | "CRITICAL")
+            )
+        })
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}\n{text}");
 }
