@@ -163,21 +163,9 @@ pub(crate) fn exchange(
     })
 }
 
+/// `tls::start` (HTTPS through userspace rustls) on the `io` backend.
 fn start(site: &Site, pki: &Pki, io: &str, extra: &[&str]) -> Engine {
-    let (cert, key) = (pki.cert.to_str().unwrap(), pki.key.to_str().unwrap());
-    let mut args = vec![
-        "--no-ktls",
-        "--io",
-        io,
-        "--tls-listen",
-        "127.0.0.1:0",
-        "--cert",
-        cert,
-        "--key",
-        key,
-    ];
-    args.extend_from_slice(extra);
-    site.start(&args)
+    crate::tls::start(site, pki, &[&["--io", io][..], extra].concat())
 }
 
 fn key_exchanges(e: &Engine, group: &str) -> f64 {

@@ -97,7 +97,7 @@ pub(crate) fn pki(site: &Site, rsa: bool) -> Pki {
 /// An engine with HTTPS served through userspace rustls (`--no-ktls`), whatever the kernel:
 /// these tests pin the path every host has; `ktls_hand_off_where_the_kernel_has_it` takes the
 /// kernel's.
-fn start(site: &Site, pki: &Pki, extra: &[&str]) -> Engine {
+pub(crate) fn start(site: &Site, pki: &Pki, extra: &[&str]) -> Engine {
     let mut args = vec!["--no-ktls"];
     args.extend_from_slice(extra);
     start_with_kernel_tls(site, pki, &args)

@@ -219,6 +219,30 @@ impl Pair {
         self.xdp_engine_at(site, &self.listen(), extra)
     }
 
+    /// The HTTPS listener of [`Pair::https_engine`]: the server end's address, port 8443.
+    fn tls_listen(&self) -> String {
+        format!("{}:8443", self.server)
+    }
+
+    /// [`Pair::xdp_engine`] with HTTPS on [`Pair::tls_listen`] and `pki`'s certificate.
+    fn https_engine(
+        &self,
+        site: &crate::harness::Site,
+        pki: &crate::tls::Pki,
+        extra: &[&str],
+    ) -> crate::harness::Engine {
+        let tls_listen = self.tls_listen();
+        let args = [
+            "--tls-listen",
+            &tls_listen,
+            "--cert",
+            pki.cert.to_str().unwrap(),
+            "--key",
+            pki.key.to_str().unwrap(),
+        ];
+        self.xdp_engine(site, &[&args[..], extra].concat())
+    }
+
     /// [`Pair::xdp_engine`] serving `listen` (the admin listener stays on the IPv4 address).
     fn xdp_engine_at(
         &self,
@@ -785,16 +809,11 @@ fn the_engine_serves_https_over_af_xdp() {
     let code = crate::tls::links(&site);
     let pki = crate::tls::pki(&site, false);
     let listen = pair.listen();
-    let tls_listen = format!("{}:8443", pair.server);
-    let engine = pair.xdp_engine(
+    let tls_listen = pair.tls_listen();
+    let engine = pair.https_engine(
         &site,
+        &pki,
         &[
-            "--tls-listen",
-            &tls_listen,
-            "--cert",
-            pki.cert.to_str().unwrap(),
-            "--key",
-            pki.key.to_str().unwrap(),
             "--tls-handshake-timeout-ms",
             "500",
             // One handshake at a time: each must give its slot back when it ends, however.
@@ -1497,20 +1516,8 @@ fn the_first_flight_over_af_xdp_takes_the_hybrid_and_a_client_hello_in_pieces() 
     let site = crate::harness::Site::new();
     let code = crate::tls::links(&site);
     let pki = crate::tls::pki(&site, false);
-    let tls_listen = format!("{}:8443", pair.server);
-    let engine = pair.xdp_engine(
-        &site,
-        &[
-            "--tls-listen",
-            &tls_listen,
-            "--cert",
-            pki.cert.to_str().unwrap(),
-            "--key",
-            pki.key.to_str().unwrap(),
-            "--cores",
-            "1",
-        ],
-    );
+    let tls_listen = pair.tls_listen();
+    let engine = pair.https_engine(&site, &pki, &["--cores", "1"]);
     crate::flight::check_each_group_alone(&tls_listen, &pki, &code, "AF_XDP");
     crate::flight::check_hello_in_pieces(&tls_listen, &pki, &code, "AF_XDP");
 
