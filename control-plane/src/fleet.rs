@@ -229,7 +229,12 @@ impl Fleet {
             return Ok(());
         };
         let text = serde_json::to_string(&entry)?;
-        shared.put_edge(engine, &text, entry.received_ms)
+        shared.put_edge(
+            engine,
+            &text,
+            entry.received_ms,
+            entry.received_ms - FORGET_AFTER_MS,
+        )
     }
 
     /// Folds in the reports other control planes received (blocking; nothing to do without a

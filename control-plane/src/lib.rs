@@ -1,8 +1,9 @@
 //! `lasthop-control`: the control plane.
 //!
-//! - [`store`]: the durable record behind a trait, [`store::embedded`], the default redb store
-//!   with group commit, counter-block leasing and the ordered change log, and
-//!   [`store::postgres`], the shared store several control planes use (control-plane/STORE.md);
+//! - [`store`]: the durable record, the `lasthop-store` crate re-exported: [`store::embedded`],
+//!   the default redb store with group commit, counter-block leasing and the ordered change log,
+//!   and [`store::postgres`], the shared store several control planes use
+//!   (store/STORE.md);
 //! - [`backup`]: `export` and `import` of the whole record;
 //! - [`api`]: the public HTTP API (axum) and its one error type;
 //! - [`edge`]: the internal edge listener engines use: origin lookups, the feed, snapshot
@@ -10,7 +11,6 @@
 //! - [`edge_token`]: the shared secret the edge listener requires;
 //! - [`edge_tls`]: TLS on the edge listener, with client certificates optionally;
 //! - [`signing`]: the snapshot signing key;
-//! - `error_chain`: an error and its causes on one log line;
 //! - [`feed`]: the edge feed stream (core/FEED.md);
 //! - [`publish`]: publishing, serving and garbage-collecting snapshots in `serve`;
 //! - [`fleet`]: engines' status reports, their lag and the lag alarm;
@@ -21,7 +21,7 @@
 //!   verdict webhook, bulk takedowns (list entries, hosts, suspended owners), velocity holds;
 //! - [`metrics`]: the Prometheus registry;
 //! - [`snapshot`]: building an edge snapshot from the store;
-//! - [`clock`]: wall-clock milliseconds and RFC 3339 formatting;
+//! - [`clock`]: wall-clock milliseconds and RFC 3339 formatting (`lasthop-store`'s);
 //! - [`clicks`]: the click stream processor (spool or Kafka → dedup, bots, rollups, archive),
 //!   the rollup store behind `GET /v1/links/{code}/stats`, recompute and the synthetic stream.
 
@@ -30,12 +30,10 @@ pub mod auth;
 pub mod backup;
 pub mod body_stream;
 pub mod clicks;
-pub mod clock;
 pub mod dashboard;
 pub mod edge;
 pub mod edge_tls;
 pub mod edge_token;
-mod error_chain;
 pub mod feed;
 pub mod fleet;
 pub mod metrics;
@@ -46,7 +44,10 @@ pub mod ratelimit;
 pub mod safety;
 pub mod signing;
 pub mod snapshot;
-pub mod store;
+
+pub use lasthop_store as store;
+pub use lasthop_store::clock;
+pub(crate) use lasthop_store::error_chain;
 
 pub use api::{router, ApiConfig, AppState};
 pub use auth::{ApiKeys, Principal};

@@ -71,7 +71,7 @@ enum Command {
         #[command(subcommand)]
         command: StoreCommand,
     },
-    /// Write the whole record as NDJSON (control-plane/src/store/transfer.rs has the format):
+    /// Write the whole record as NDJSON (store/src/transfer.rs has the format):
     /// every link and its state, aliases, audit records, reports, owners' flags and
     /// suspensions, lease high-water marks and API key hashes, streamed from one consistent
     /// read. A logical backup, and the way between the embedded store and PostgreSQL.

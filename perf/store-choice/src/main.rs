@@ -15,7 +15,7 @@
 //!   random:  key = the 7-char random base62 code (every create hits a random leaf)
 //!   counter: key = 0x00 ‖ n (u64 BE), n a sequential counter handed out by the
 //!            writer, code = base62(n) — the control plane's `record_key` for
-//!            generated codes (control-plane/src/store/embedded.rs), so the
+//!            generated codes (store/src/embedded/mod.rs), so the
 //!            creates of one group commit land on the same few leaves.
 
 use std::error::Error;

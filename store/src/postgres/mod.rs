@@ -48,7 +48,7 @@ use super::{
     HostEntry, HostPage, LinkPage, OwnChange, OwnerRecord, ReplicateOutcome, Replicated, Report,
     ReportFilter, ReportPage, Resolution, Store, StoreError, StoredLink,
 };
-pub(crate) use crate::store::corrupt;
+pub(crate) use crate::corrupt;
 use writer::{Op, Writer};
 
 /// The channel every commit is announced on.
@@ -68,7 +68,7 @@ pub struct PgStoreConfig {
     /// Pooled connections for reads.
     pub pool_size: usize,
     /// Observes each group commit (operations, seconds from begin to durable).
-    pub observer: Option<crate::store::CommitObserver>,
+    pub observer: Option<crate::CommitObserver>,
 }
 
 impl PgStoreConfig {
@@ -157,11 +157,11 @@ impl StateNews {
     }
 
     /// The generation of `what`.
-    pub fn get(&self, what: crate::store::News) -> u64 {
+    pub fn get(&self, what: crate::News) -> u64 {
         match what {
-            crate::store::News::Keys => self.keys(),
-            crate::store::News::Owners => self.owners(),
-            crate::store::News::Snapshots => self.snapshots.load(Ordering::Acquire),
+            crate::News::Keys => self.keys(),
+            crate::News::Owners => self.owners(),
+            crate::News::Snapshots => self.snapshots.load(Ordering::Acquire),
         }
     }
 
@@ -508,8 +508,8 @@ fn limit_i64(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-impl crate::store::keys::KeyStore for PgStore {
-    fn add_key(&self, key: &crate::store::keys::KeyRecord) -> Result<(), StoreError> {
+impl crate::keys::KeyStore for PgStore {
+    fn add_key(&self, key: &crate::keys::KeyRecord) -> Result<(), StoreError> {
         let key = key.clone();
         self.with_client(move |mut c| async move { keys::insert(&mut c, &key).await })
     }
@@ -519,14 +519,11 @@ impl crate::store::keys::KeyStore for PgStore {
         self.with_client(move |mut c| async move { keys::revoke(&mut c, &id, &at).await })
     }
 
-    fn keys(&self) -> Result<Vec<crate::store::keys::KeyRecord>, StoreError> {
+    fn keys(&self) -> Result<Vec<crate::keys::KeyRecord>, StoreError> {
         self.with_client(|c| async move { keys::all(&c).await })
     }
 
-    fn key_by_hash(
-        &self,
-        hash: &[u8; 32],
-    ) -> Result<Option<crate::store::keys::KeyRecord>, StoreError> {
+    fn key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<crate::keys::KeyRecord>, StoreError> {
         let hash = *hash;
         self.with_client(move |c| async move { keys::by_hash(&c, &hash).await })
     }
@@ -544,11 +541,11 @@ impl PgStore {
 }
 
 impl Store for PgStore {
-    fn key_store(self: Arc<Self>) -> Option<Arc<dyn crate::store::keys::KeyStore>> {
+    fn key_store(self: Arc<Self>) -> Option<Arc<dyn crate::keys::KeyStore>> {
         Some(self)
     }
 
-    fn shared(self: Arc<Self>) -> Option<Arc<dyn crate::store::Shared>> {
+    fn shared(self: Arc<Self>) -> Option<Arc<dyn crate::Shared>> {
         Some(self)
     }
 

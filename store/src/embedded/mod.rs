@@ -59,7 +59,7 @@ use super::{
     HostEntry, HostPage, LinkPage, Origin, OwnChange, OwnerRecord, ReplicateOutcome, Replicated,
     Report, ReportFilter, ReportPage, Resolution, Store, StoreError, StoredLink,
 };
-use crate::store::corrupt;
+use crate::corrupt;
 
 pub mod transfer;
 
@@ -102,7 +102,7 @@ const COUNTER_PREFIX: &str = "counter_next/";
 /// Idempotency records purged per commit, so a purge never makes one batch slow.
 const PURGE_PER_COMMIT: usize = 256;
 
-fn storage<E: Into<crate::store::Cause>>(e: E) -> StoreError {
+fn storage<E: Into<crate::Cause>>(e: E) -> StoreError {
     StoreError::Embedded(e.into())
 }
 

@@ -5,7 +5,7 @@
 
 use tokio_postgres::Client;
 
-use crate::store::StoreError;
+use crate::StoreError;
 
 /// Every migration, in order: (version, what it does, SQL).
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[

@@ -3,7 +3,7 @@
 //! A library error's message says what failed and leaves the underlying failure to
 //! [`std::error::Error::source`], so a log line that showed only the message would lose it (the
 //! binary's `{:#}` of its error shows the same line). An error that writes its cause into its
-//! own message does not also report it as its source ([`crate::store::StoreError`]), so no
+//! own message does not also report it as its source ([`crate::StoreError`]), so no
 //! cause is written twice.
 
 use std::error::Error;
@@ -11,7 +11,7 @@ use std::fmt;
 
 /// Displays an error followed by each of its causes, `: ` between them.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ErrorChain<'a>(pub(crate) &'a (dyn Error + 'static));
+pub struct ErrorChain<'a>(pub &'a (dyn Error + 'static));
 
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -5,8 +5,8 @@
 use tokio_postgres::Client;
 
 use super::{corrupt, pg};
-use crate::store::keys::KeyRecord;
-use crate::store::StoreError;
+use crate::keys::KeyRecord;
+use crate::StoreError;
 
 /// The channel shared-state changes (keys, owners, lists) are announced on; the payload names
 /// what changed.
@@ -129,7 +129,7 @@ impl PgKeys {
     }
 }
 
-impl crate::store::keys::KeyStore for PgKeys {
+impl crate::keys::KeyStore for PgKeys {
     fn add_key(&self, key: &KeyRecord) -> Result<(), StoreError> {
         self.rt
             .block_on(async { insert(&mut *self.client.lock().await, key).await })

@@ -1,4 +1,4 @@
-//! Export and import of the PostgreSQL store ([`crate::store::transfer`] has the format).
+//! Export and import of the PostgreSQL store ([`crate::transfer`] has the format).
 //!
 //! Export reads everything in one `REPEATABLE READ READ ONLY` transaction through portals, a
 //! page at a time. Import is one transaction that first locks `links` and `counters` (a
@@ -16,8 +16,8 @@ use super::{
     consistent_read, corrupt, keys, pg, pool_err, row_link, stream_pages, PgStore, CHANGES_CHANNEL,
     LINK_COLUMNS,
 };
-use crate::store::transfer::{AuditLine, Imported, KeyLine, LinkRecord, Reader, Record};
-use crate::store::{AuditRecord, OwnerRecord, Report, StoreError};
+use crate::transfer::{AuditLine, Imported, KeyLine, LinkRecord, Reader, Record};
+use crate::{AuditRecord, OwnerRecord, Report, StoreError};
 
 /// Records written per batch of statements.
 const PAGE: i32 = 2048;
@@ -28,7 +28,7 @@ fn parse<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, St
     serde_json::from_str(text).map_err(|e| corrupt(what, e))
 }
 
-/// [`crate::store::Store::export`] of the PostgreSQL store.
+/// [`crate::Store::export`] of the PostgreSQL store.
 pub(super) fn export(
     store: &PgStore,
     out: &mut dyn FnMut(Record) -> Result<(), StoreError>,
@@ -291,12 +291,7 @@ impl ImportState {
                             let n = self.scheme.decode(l.code.as_bytes()).ok_or_else(|| {
                                 corrupt("import", format!("link {:?} is no valid code", l.code))
                             })?;
-                            crate::store::transfer::check_counter(
-                                &l.code,
-                                n,
-                                self.regions,
-                                &self.marks,
-                            )?;
+                            crate::transfer::check_counter(&l.code, n, self.regions, &self.marks)?;
                         }
                         CodeKind::Alias => {}
                         CodeKind::Invalid => {

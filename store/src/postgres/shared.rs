@@ -13,7 +13,7 @@ use tokio_postgres::NoTls;
 
 use super::keys::STATE_CHANNEL;
 use super::{corrupt, pg, PgStore};
-use crate::store::{Lead, News, Shared, StoreError};
+use crate::{Lead, News, Shared, StoreError};
 
 /// Bytes per stored snapshot chunk.
 const CHUNK: usize = 1 << 20;
@@ -69,7 +69,13 @@ impl Shared for PgStore {
         self.news().get(what)
     }
 
-    fn put_edge(&self, engine: &str, entry: &str, received_ms: i64) -> Result<(), StoreError> {
+    fn put_edge(
+        &self,
+        engine: &str,
+        entry: &str,
+        received_ms: i64,
+        forget_before_ms: i64,
+    ) -> Result<(), StoreError> {
         let (engine, entry) = (engine.to_string(), entry.to_string());
         self.with_client(move |c| async move {
             c.execute(
@@ -85,7 +91,7 @@ impl Shared for PgStore {
             // (the fleet forgets them too); silent ones before that stay listed as missing.
             c.execute(
                 "DELETE FROM edge_reports WHERE received_ms < $1",
-                &[&(received_ms - crate::fleet::FORGET_AFTER_MS)],
+                &[&forget_before_ms],
             )
             .await
             .map_err(pg)?;

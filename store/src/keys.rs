@@ -1,5 +1,5 @@
 //! API key records, for the stores that keep them (the PostgreSQL store; beside the embedded
-//! store they are the `api-keys` file, `crate::auth`), and the rules for their ids and owners.
+//! store they are the `api-keys` file, the control plane's `auth`), and the rules for their ids and owners.
 
 use super::StoreError;
 

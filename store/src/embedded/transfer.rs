@@ -1,4 +1,4 @@
-//! Export and import of the embedded store ([`crate::store::transfer`] has the format).
+//! Export and import of the embedded store ([`crate::transfer`] has the format).
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -13,8 +13,8 @@ use super::{
     META, META_AUDIT_NEXT, META_DEST_INDEX, META_KEY_ID, META_REPORT_NEXT, OWNERS, OWNER_LINKS,
     POSITIONS, REPORTS, STATES,
 };
-use crate::store::transfer::{AuditLine, Imported, LinkRecord, Reader, Record};
-use crate::store::{OwnerRecord, Report, StoreError};
+use crate::transfer::{AuditLine, Imported, LinkRecord, Reader, Record};
+use crate::{OwnerRecord, Report, StoreError};
 
 /// Records written per intermediate transaction (not fsynced; the last one is).
 const CHUNK: usize = 20_000;
@@ -34,7 +34,7 @@ fn code_of(store: &EmbeddedStore, key: &[u8]) -> Result<String, StoreError> {
     }
 }
 
-/// [`crate::store::Store::export`] of the embedded store: one read transaction.
+/// [`crate::Store::export`] of the embedded store: one read transaction.
 pub(super) fn export(
     store: &EmbeddedStore,
     out: &mut dyn FnMut(Record) -> Result<(), StoreError>,
@@ -154,7 +154,7 @@ fn not_empty(path: &Path) -> Result<Option<String>, StoreError> {
 pub fn import<R: BufRead>(
     config: &EmbeddedStoreConfig,
     reader: &mut Reader<R>,
-) -> Result<(Imported, Vec<crate::store::keys::KeyRecord>), StoreError> {
+) -> Result<(Imported, Vec<crate::keys::KeyRecord>), StoreError> {
     if let Some(why) = not_empty(&config.path)? {
         return Err(StoreError::Refused(format!(
             "{} cannot take an import: {why} (import writes only into an empty store)",
@@ -191,7 +191,7 @@ fn write_all<R: BufRead>(
     config: &EmbeddedStoreConfig,
     path: &Path,
     reader: &mut Reader<R>,
-) -> Result<(Imported, Vec<crate::store::keys::KeyRecord>), StoreError> {
+) -> Result<(Imported, Vec<crate::keys::KeyRecord>), StoreError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(storage)?;
     }
@@ -241,12 +241,7 @@ fn write_all<R: BufRead>(
                         })?;
                         if lasthop_core::classify(l.code.as_bytes()) == CodeKind::Generated {
                             let n = scheme.decode(l.code.as_bytes()).unwrap_or(u64::MAX);
-                            crate::store::transfer::check_counter(
-                                &l.code,
-                                n,
-                                config.regions,
-                                &marks,
-                            )?;
+                            crate::transfer::check_counter(&l.code, n, config.regions, &marks)?;
                         }
                         if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
                             return Err(corrupt("import", format!("link {} twice", l.code)));

@@ -1,11 +1,18 @@
-//! The durable record, behind a trait so PostgreSQL can stand beside the embedded default.
+//! `lasthop-store`: the control plane's durable record, behind a trait so PostgreSQL can stand
+//! beside the embedded default ([`embedded`], redb with group commit, counter-block leasing and
+//! the ordered change log; [`postgres`], the shared store several control planes use, see
+//! store/STORE.md), with the whole record's export and import ([`transfer`]), API key
+//! records ([`keys`]), the wall clock ([`clock`]) and one-line error chains ([`error_chain`]).
+//! It depends on `lasthop-core` and `lasthop-trust` alone.
 //!
 //! Every method is synchronous and may block on disk; async callers run them on the blocking
 //! pool. A `create` that returns `Created` is durable: the link, its state, the owner index, the
 //! change-log entry and any counter lease are committed (fsync) in one transaction; so is a
 //! state change with its change-log entry and its denylist entry.
 
+pub mod clock;
 pub mod embedded;
+pub mod error_chain;
 pub mod keys;
 pub mod postgres;
 pub mod transfer;
@@ -709,7 +716,7 @@ pub struct Suspension {
 pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A [`Cause`] and its own causes on one line (see [`ErrorChain`]).
-pub(crate) fn chain(cause: &Cause) -> ErrorChain<'_> {
+pub fn chain(cause: &Cause) -> ErrorChain<'_> {
     ErrorChain(&**cause)
 }
 
@@ -952,7 +959,7 @@ pub trait Store: Send + Sync + 'static {
 /// Cached shared state a control plane reloads when another changes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum News {
-    /// API keys ([`crate::auth::ApiKeys`]).
+    /// API keys (the control plane's `auth::ApiKeys`).
     Keys,
     /// Owners' trust records (flags, suspensions).
     Owners,
@@ -967,7 +974,7 @@ pub trait Lead: Send + Sync {
 }
 
 /// What several control planes on one store share beyond the record itself (the PostgreSQL
-/// store). See control-plane/STORE.md.
+/// store). See store/STORE.md.
 pub trait Shared: Send + Sync {
     /// Takes the leader lock `name` if no control plane holds it; released when the returned
     /// guard drops (or its connection is lost).
@@ -975,8 +982,15 @@ pub trait Shared: Send + Sync {
     /// The generation of `what`: raised whenever any control plane changes it (and whenever
     /// news could have been missed); a cache loaded at an older generation is stale.
     fn generation(&self, what: News) -> u64;
-    /// Records engine `engine`'s latest status entry (JSON) as of `received_ms`.
-    fn put_edge(&self, engine: &str, entry: &str, received_ms: i64) -> Result<(), StoreError>;
+    /// Records engine `engine`'s latest status entry (JSON) as of `received_ms`, and forgets
+    /// every engine's entry received before `forget_before_ms` (the fleet's horizon).
+    fn put_edge(
+        &self,
+        engine: &str,
+        entry: &str,
+        received_ms: i64,
+        forget_before_ms: i64,
+    ) -> Result<(), StoreError>;
     /// Every engine's entry received since `since_ms`.
     fn edges(&self, since_ms: i64) -> Result<Vec<String>, StoreError>;
     /// Forgets `engine`'s entry (an admin removed it from the fleet); false when there was none.

@@ -38,7 +38,7 @@ use lasthop_core::LinkState;
 use serde::{Deserialize, Serialize};
 
 use super::{AuditRecord, OwnerRecord, Report, StoreError};
-use crate::store::keys::KeyRecord;
+use crate::keys::KeyRecord;
 
 /// The header's `format`.
 pub const FORMAT: &str = "lasthop-export";

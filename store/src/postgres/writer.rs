@@ -21,7 +21,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Transaction};
 
 use super::{announce, connect, corrupt, pg, PgStoreConfig, CHANGES_CHANNEL};
-use crate::store::{
+use crate::{
     Actor, AuditRecord, Batch, BatchResult, CreateOutcome, CreateRequest, DeleteOutcome, Origin,
     OwnerRecord, ReplicateOutcome, Replicated, Report, Resolution, StoreError, StoredLink,
 };
@@ -267,7 +267,7 @@ pub(crate) struct Writer {
     idempotency_ttl_ms: i64,
     max_batch: usize,
     commits: Arc<watch::Sender<u64>>,
-    observer: Option<crate::store::CommitObserver>,
+    observer: Option<crate::CommitObserver>,
 }
 
 impl Writer {
@@ -939,7 +939,7 @@ async fn erase(
 }
 
 /// Applies another region's own changes (see [`Replicated`]) after the saved position: links
-/// we lack are written as they are there, states as the rule says ([`crate::store::restrict`]
+/// we lack are written as they are there, states as the rule says ([`crate::restrict`]
 /// unless the region is the link's home), their audit records added; every change-log entry
 /// this writes is marked as that region's (`change_origins`), so it is never served back. The
 /// region's high-water mark and the position are saved in the same transaction, which holds
@@ -952,7 +952,7 @@ async fn apply_replicate(
     next_seq: &mut i64,
     appends: &mut Appends,
 ) -> Result<ReplicateOutcome, StoreError> {
-    let name = crate::store::peer_position(page.region);
+    let name = crate::peer_position(page.region);
     let done: u64 = txn
         .query_opt("SELECT value FROM positions WHERE name = $1", &[&name])
         .await
@@ -1012,7 +1012,7 @@ async fn apply_replicate(
     Ok(outcome)
 }
 
-/// Saves a position (`positions`), as [`crate::store::Store::position`] reads it.
+/// Saves a position (`positions`), as [`crate::Store::position`] reads it.
 async fn save_position(txn: &Transaction<'_>, name: &str, value: &str) -> Result<(), StoreError> {
     txn.execute(
         "INSERT INTO positions (name, value) VALUES ($1, $2) \
@@ -1082,7 +1082,7 @@ async fn replicate_link(
     Ok(true)
 }
 
-/// Applies another region's state of `code` by the rule ([`crate::store::replicated_state`]);
+/// Applies another region's state of `code` by the rule ([`crate::replicated_state`]);
 /// true if it changed anything.
 async fn replicate_state(
     txn: &Transaction<'_>,
@@ -1096,7 +1096,7 @@ async fn replicate_state(
     let Some(s) = found.remove(code) else {
         return Ok(false);
     };
-    let Some(next) = crate::store::replicated_state(&s.state, theirs, authoritative) else {
+    let Some(next) = crate::replicated_state(&s.state, theirs, authoritative) else {
         return Ok(false);
     };
     if next.deleted {
