@@ -21,6 +21,9 @@
 //! line it started with, then compares the [`FileConfig::values`] it runs with against the new
 //! ones ([`FileConfig::changed_keys`]), applies what it can and says what needs a restart.
 
+#[cfg(feature = "bootstrap")]
+pub mod bootstrap;
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

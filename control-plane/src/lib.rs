@@ -22,14 +22,13 @@
 //! - [`metrics`]: the Prometheus registry;
 //! - [`snapshot`]: building an edge snapshot from the store;
 //! - [`clock`]: wall-clock milliseconds and RFC 3339 formatting (`lasthop-store`'s);
-//! - [`clicks`]: the click stream processor (spool or Kafka → dedup, bots, rollups, archive),
+//! - [`clicks`]: the `lasthop-clicks` crate re-exported: the click stream processor (spool or Kafka → dedup, bots, rollups, archive),
 //!   the rollup store behind `GET /v1/links/{code}/stats`, recompute and the synthetic stream.
 
 pub mod api;
 pub mod auth;
 pub mod backup;
 pub mod body_stream;
-pub mod clicks;
 pub mod dashboard;
 pub mod edge;
 pub mod edge_tls;
@@ -45,6 +44,7 @@ pub mod safety;
 pub mod signing;
 pub mod snapshot;
 
+pub use lasthop_clicks as clicks;
 pub use lasthop_store as store;
 pub use lasthop_store::clock;
 pub(crate) use lasthop_store::error_chain;

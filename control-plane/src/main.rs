@@ -6,11 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use lasthop_control::clicks::archiver::Archiver;
-use lasthop_control::clicks::kafka::KafkaConfig;
-use lasthop_control::clicks::synth::SynthConfig;
-use lasthop_control::clicks::{Day, Processor, ProcessorConfig, SourceConfig};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use lasthop_cli::bootstrap::{notify, shutdown_signal};
+use lasthop_clicks::cli::{open_clicks, source, ClicksCommand, ClicksTuning, Toggle};
 use lasthop_control::edge::EdgeState;
 use lasthop_control::edge_token::EdgeToken;
 use lasthop_control::feed::Feed;
@@ -103,227 +101,6 @@ enum Command {
     Generate { dir: PathBuf },
 }
 
-#[derive(Subcommand)]
-enum ClicksCommand {
-    /// Fill a spool directory or a Kafka topic with a realistic synthetic click stream.
-    Synth(SynthArgs),
-    /// Run the processor standalone (the same code `serve` runs) on a spool or a topic, with
-    /// the archive consumer beside it unless --clicks-archive off.
-    Process(ProcessArgs),
-    /// Run the archive consumer alone: the raw archive from its own position on the spool or
-    /// its own Kafka group (GROUP.archive), for an analytics tier whose processors run with
-    /// --clicks-archive off.
-    Archive(ProcessArgs),
-    /// Rebuild one day's rollups from the archive with the current rules (server stopped; while
-    /// it runs, use `POST /v1/admin/clicks/recompute`).
-    Recompute {
-        #[arg(long, env = "LASTHOP_DATA_DIR")]
-        data_dir: PathBuf,
-        /// The day, YYYY-MM-DD (UTC).
-        #[arg(long)]
-        day: String,
-        #[command(flatten)]
-        rules: RuleArgs,
-    },
-}
-
-#[derive(Args)]
-struct SynthArgs {
-    /// Write sealed segments into this spool directory.
-    #[arg(long, conflicts_with = "kafka", required_unless_present = "kafka")]
-    spool: Option<PathBuf>,
-    /// Produce to this Kafka cluster instead.
-    #[arg(long)]
-    kafka: Option<String>,
-    #[arg(long, default_value = "lasthop.clicks")]
-    topic: String,
-    /// Producer compression (none, gzip, snappy, lz4, zstd).
-    #[arg(long, default_value = "lz4")]
-    compression: String,
-    /// Spool writer name.
-    #[arg(long, default_value = "synth")]
-    writer: String,
-    /// Events, about 1% of them duplicate deliveries.
-    #[arg(long)]
-    events: u64,
-    #[arg(long, default_value_t = 1000)]
-    codes: u32,
-    /// Events for these codes (repeatable) instead of `--codes` generated ones: real links,
-    /// whose stats and console pages can then be read.
-    #[arg(long = "code")]
-    fixed_codes: Vec<String>,
-    #[arg(long, default_value_t = 100_000)]
-    visitors: u64,
-    #[arg(long, default_value_t = 0.1)]
-    bot_share: f64,
-    /// Days the events span, ending now.
-    #[arg(long, default_value_t = 1)]
-    days: u32,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-}
-
-#[derive(Args)]
-struct ProcessArgs {
-    #[arg(long, env = "LASTHOP_DATA_DIR")]
-    data_dir: PathBuf,
-    /// Spool directory (default DATA_DIR/clicks/spool).
-    #[arg(long, conflicts_with = "kafka")]
-    spool: Option<PathBuf>,
-    /// Consume this Kafka cluster instead of a spool.
-    #[arg(long)]
-    kafka: Option<String>,
-    #[arg(long, default_value = "lasthop.clicks")]
-    topic: String,
-    #[arg(long, default_value = "lasthop-clicks")]
-    group: String,
-    /// Stop once the source is drained and print a JSON summary line.
-    #[arg(long)]
-    exit_when_idle: bool,
-    #[command(flatten)]
-    tuning: ClicksTuning,
-}
-
-/// Bot rules files.
-#[derive(Args, Clone)]
-struct RuleArgs {
-    /// User-agent patterns file (default: the shipped list).
-    #[arg(long, env = "LASTHOP_BOT_AGENTS")]
-    bot_agents: Option<PathBuf>,
-    /// Published crawler ranges file (default: the shipped list).
-    #[arg(long, env = "LASTHOP_CRAWLER_RANGES")]
-    crawler_ranges: Option<PathBuf>,
-    /// One user agent on one public network (/24 or /48) fetching this many distinct codes
-    /// within one `--clicks-burst-secs` window counts as a bot (mail scanners, link unfurlers)
-    /// from that fetch on; 0 turns the rule off.
-    #[arg(long, env = "LASTHOP_CLICKS_BURST_CODES", default_value_t = lasthop_analytics::rules::DEFAULT_BURST_CODES,
-          value_parser = burst_codes)]
-    clicks_burst_codes: u32,
-    /// The burst rule's window, in seconds (1-3600).
-    #[arg(long, env = "LASTHOP_CLICKS_BURST_SECS", default_value_t = lasthop_analytics::rules::DEFAULT_BURST_SECS,
-          value_parser = clap::value_parser!(u32).range(1..=3600))]
-    clicks_burst_secs: u32,
-}
-
-/// `--clicks-burst-codes`: 0 (off) or at least 2 (one code is a click, not a burst).
-fn burst_codes(s: &str) -> Result<u32, String> {
-    match s.parse::<u32>() {
-        Ok(1) => Err("1 would count every click as a bot: use 0 (off) or at least 2".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-impl RuleArgs {
-    fn load(&self) -> anyhow::Result<Arc<lasthop_analytics::Rules>> {
-        let mut rules = lasthop_analytics::Rules::load(
-            self.bot_agents.as_deref(),
-            self.crawler_ranges.as_deref(),
-        )
-        .context("loading the bot rules")?;
-        rules.burst_codes = self.clicks_burst_codes;
-        rules.burst_secs = self.clicks_burst_secs;
-        Ok(Arc::new(rules))
-    }
-}
-
-/// Processor settings shared by `serve` and `clicks process`.
-#[derive(Args, Clone)]
-struct ClicksTuning {
-    /// Where rollups are kept: `embedded` (DATA_DIR/clicks/rollups.redb, one processor) or
-    /// `clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DB` (several processors may share it and one
-    /// Kafka consumer group).
-    #[arg(long, env = "LASTHOP_CLICKS_STORE", default_value = "embedded")]
-    clicks_store: lasthop_control::clicks::StoreLocation,
-    /// How long the Kafka group waits for a silent processor (killed, hung) before handing its
-    /// partitions to the others, milliseconds (librdkafka's session.timeout.ms).
-    #[arg(long, env = "LASTHOP_CLICKS_KAFKA_SESSION_MS", default_value_t = lasthop_control::clicks::kafka::DEFAULT_SESSION_TIMEOUT_MS)]
-    clicks_kafka_session_ms: u32,
-    /// Run the archive consumer beside the processor: it writes the raw archive
-    /// (DATA_DIR/clicks/archive) from its own position on the spool, or its own Kafka group
-    /// (GROUP.archive). With several processors, run it on one host (`clicks archive`) and
-    /// `off` on the others.
-    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE", value_enum, default_value_t = Toggle::On)]
-    clicks_archive: Toggle,
-    /// How often (seconds) the processor looks for days past their grace to rebuild from the
-    /// archive with the current rules ("fresh, then correct"); 0 never. Needs the archive
-    /// consumer beside it; with several processors a lock in the rollup store picks one.
-    #[arg(
-        long,
-        env = "LASTHOP_CLICKS_RECOMPUTE_EVERY_SECS",
-        default_value_t = 600
-    )]
-    clicks_recompute_every_secs: u64,
-    /// Dedup window for event ids, seconds (at least 600).
-    #[arg(long, env = "LASTHOP_CLICKS_DEDUP_SECS", default_value_t = 600)]
-    clicks_dedup_secs: u64,
-    /// How long after its end a day still counts late events, seconds.
-    #[arg(long, env = "LASTHOP_CLICKS_GRACE_SECS", default_value_t = 7200)]
-    clicks_grace_secs: u64,
-    /// Flush interval: archive, rollups and offsets, milliseconds.
-    #[arg(long, env = "LASTHOP_CLICKS_FLUSH_MS", default_value_t = 2000)]
-    clicks_flush_ms: u64,
-    /// Days of raw events kept in the archive.
-    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE_DAYS", default_value_t = 90)]
-    clicks_archive_days: u32,
-    /// An `.open` spool file untouched this long (seconds) belongs to a dead writer; at least
-    /// 120 (engines seal their segments after 30 s).
-    #[arg(long, env = "LASTHOP_CLICKS_SPOOL_STALE_SECS", default_value_t = 600)]
-    clicks_spool_stale_secs: u64,
-    #[command(flatten)]
-    rules: RuleArgs,
-}
-
-impl ClicksTuning {
-    fn config(
-        &self,
-        data_dir: &std::path::Path,
-        mut source: SourceConfig,
-    ) -> anyhow::Result<ProcessorConfig> {
-        anyhow::ensure!(
-            (1000..=3_600_000).contains(&self.clicks_kafka_session_ms),
-            "--clicks-kafka-session-ms must be 1000..=3600000"
-        );
-        if let SourceConfig::Kafka(k) = &mut source {
-            k.session_timeout_ms = self.clicks_kafka_session_ms;
-        }
-        anyhow::ensure!(
-            self.clicks_dedup_secs >= 600,
-            "--clicks-dedup-secs must be at least 600 (ten minutes)"
-        );
-        anyhow::ensure!(
-            self.clicks_archive_days >= 1,
-            "--clicks-archive-days must be at least 1"
-        );
-        let min_stale = lasthop_control::clicks::spool::MIN_STALE.as_secs();
-        anyhow::ensure!(
-            self.clicks_spool_stale_secs >= min_stale,
-            "--clicks-spool-stale-secs must be at least {min_stale}: engines seal a segment after \
-             30 s, and a shorter stale period would delete a live writer's .open file"
-        );
-        Ok(ProcessorConfig {
-            clicks_dir: data_dir.join("clicks"),
-            store: self.clicks_store.clone(),
-            archive_peer: self.clicks_archive == Toggle::On,
-            recompute_every: (self.clicks_recompute_every_secs > 0)
-                .then(|| Duration::from_secs(self.clicks_recompute_every_secs)),
-            source,
-            dedup_ms: self.clicks_dedup_secs * 1000,
-            grace_ms: self.clicks_grace_secs.saturating_mul(1000),
-            flush_every: Duration::from_millis(self.clicks_flush_ms.max(10)),
-            archive_days: self.clicks_archive_days,
-            spool_stale: Duration::from_secs(self.clicks_spool_stale_secs),
-            rules: self.rules.load()?,
-        })
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Toggle {
-    On,
-    Off,
-}
-
 /// The click processor inside `serve`.
 #[derive(Args)]
 struct ServeClicks {
@@ -342,24 +119,6 @@ struct ServeClicks {
     clicks_group: String,
     #[command(flatten)]
     tuning: ClicksTuning,
-}
-
-fn source(
-    data_dir: &std::path::Path,
-    spool: Option<PathBuf>,
-    kafka: Option<String>,
-    topic: &str,
-    group: &str,
-) -> SourceConfig {
-    match kafka {
-        Some(brokers) => SourceConfig::Kafka(KafkaConfig {
-            brokers,
-            topic: topic.to_owned(),
-            group: group.to_owned(),
-            session_timeout_ms: lasthop_control::clicks::kafka::DEFAULT_SESSION_TIMEOUT_MS,
-        }),
-        None => SourceConfig::Spool(spool.unwrap_or_else(|| data_dir.join("clicks").join("spool"))),
-    }
 }
 
 /// Where a command finds the store.
@@ -772,15 +531,7 @@ struct ServeArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour only for a terminal: log files and the journal get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    lasthop_cli::bootstrap::init_tracing();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let (cli, file) =
         lasthop_cli::parse::<Cli>(Cli::command(), argv.clone()).unwrap_or_else(|e| e.exit());
@@ -889,7 +640,7 @@ fn main() -> anyhow::Result<()> {
             println!("wrote {} (seq {seq}, {info:?})", out.display());
             Ok(())
         }
-        Command::Clicks { command } => clicks(command),
+        Command::Clicks { command } => lasthop_clicks::cli::run(command),
         Command::Store {
             command: StoreCommand::FindText { store, text },
         } => {
@@ -1056,127 +807,6 @@ fn apikey(command: ApikeyCommand) -> anyhow::Result<()> {
                     Ok(())
                 }
             }
-        }
-    }
-}
-
-/// The click processor and, with `--clicks-archive on`, the archive consumer beside it (the
-/// processor flushes it before a recompute reads the archive).
-fn open_clicks(
-    config: ProcessorConfig,
-    metrics: Metrics,
-) -> anyhow::Result<(Processor, Option<Archiver>)> {
-    let archiver = config
-        .archive_peer
-        .then(|| Archiver::open(config.archiver(), &metrics))
-        .transpose()
-        .context("starting the archive consumer")?;
-    let mut processor = Processor::open(config, metrics).context("starting the click processor")?;
-    if let Some(a) = &archiver {
-        processor.set_archive(a.handle());
-    }
-    Ok((processor, archiver))
-}
-
-/// Runs `stop` on a thread of its own once SIGTERM or SIGINT arrives (for the standalone click
-/// commands, which have no runtime of their own).
-fn on_shutdown_signal(stop: impl FnOnce() + Send + 'static) {
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build();
-        if let Ok(rt) = rt {
-            rt.block_on(shutdown_signal());
-        }
-        stop();
-    });
-}
-
-fn clicks(command: ClicksCommand) -> anyhow::Result<()> {
-    match command {
-        ClicksCommand::Synth(a) => {
-            anyhow::ensure!(
-                (0.0..=1.0).contains(&a.bot_share),
-                "--bot-share must be 0..=1"
-            );
-            let cfg = SynthConfig {
-                events: a.events,
-                codes: a.codes.max(1),
-                fixed_codes: a.fixed_codes.clone(),
-                visitors: a.visitors.max(1),
-                bot_share: a.bot_share,
-                days: a.days.max(1),
-                seed: a.seed,
-                now_ms: u64::try_from(lasthop_control::clock::now_ms()).unwrap_or(0),
-            };
-            let report = match (&a.spool, &a.kafka) {
-                (Some(dir), _) => lasthop_control::clicks::synth::write_spool(dir, &a.writer, cfg)?,
-                (None, Some(brokers)) => lasthop_control::clicks::synth::produce_kafka(
-                    brokers,
-                    &a.topic,
-                    &a.compression,
-                    cfg,
-                )?,
-                (None, None) => anyhow::bail!("pass --spool DIR or --kafka BROKERS"),
-            };
-            println!("{}", serde_json::to_string(&report)?);
-            Ok(())
-        }
-        ClicksCommand::Process(a) => {
-            let source = source(&a.data_dir, a.spool, a.kafka, &a.topic, &a.group);
-            let config = a.tuning.config(&a.data_dir, source)?;
-            let (processor, archiver) = open_clicks(config, Metrics::new()?)?;
-            let archive = archiver.as_ref().map(Archiver::handle);
-            if !a.exit_when_idle {
-                let (handle, archive) = (processor.handle(), archive.clone());
-                on_shutdown_signal(move || {
-                    handle.stop();
-                    if let Some(a) = archive {
-                        a.stop();
-                    }
-                });
-            }
-            let exit_when_idle = a.exit_when_idle;
-            let archiving = archiver.map(|ar| std::thread::spawn(move || ar.run(exit_when_idle)));
-            let summary = processor.run(a.exit_when_idle);
-            if let Some(t) = archiving {
-                if let Some(a) = &archive {
-                    a.stop();
-                }
-                match t.join() {
-                    Ok(s) => tracing::info!(archived = s.archived, "archive consumer done"),
-                    Err(_) => anyhow::bail!("the archive consumer panicked"),
-                }
-            }
-            println!("{}", serde_json::to_string(&summary)?);
-            Ok(())
-        }
-        ClicksCommand::Archive(a) => {
-            let source = source(&a.data_dir, a.spool, a.kafka, &a.topic, &a.group);
-            let config = a.tuning.config(&a.data_dir, source)?;
-            let archiver = Archiver::open(config.archiver(), &Metrics::new()?)
-                .context("starting the archive consumer")?;
-            if !a.exit_when_idle {
-                let handle = archiver.handle();
-                on_shutdown_signal(move || handle.stop());
-            }
-            let summary = archiver.run(a.exit_when_idle);
-            println!("{}", serde_json::to_string(&summary)?);
-            Ok(())
-        }
-        ClicksCommand::Recompute {
-            data_dir,
-            day,
-            rules,
-        } => {
-            let day = Day::parse(&day).context("--day must be YYYY-MM-DD")?;
-            let report = lasthop_control::clicks::recompute::recompute_offline(
-                &data_dir.join("clicks"),
-                day,
-                rules.load()?,
-            )?;
-            println!("{}", serde_json::to_string(&report)?);
-            Ok(())
         }
     }
 }
@@ -1430,7 +1060,7 @@ fn serve(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
                 &c.clicks_group,
             );
             let config = c.tuning.config(&args.data_dir, source)?;
-            Some(open_clicks(config, metrics.clone())?)
+            Some(open_clicks(config, metrics.clicks.clone())?)
         }
     };
     let safety = start_safety(&args, Arc::clone(&dyn_store), &metrics)?;
@@ -1852,28 +1482,4 @@ async fn reload_on_sighup(
         }
         notify(&[sd_notify::NotifyState::Ready]);
     }
-}
-
-/// Tells systemd (`Type=notify`) where `serve` stands; a no-op when not run by it.
-fn notify(state: &[sd_notify::NotifyState<'_>]) {
-    if let Err(e) = sd_notify::notify(false, state) {
-        tracing::debug!(error = %e, "sd_notify");
-    }
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGTERM");
-            std::future::pending::<()>().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: draining"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
-    }
-    notify(&[sd_notify::NotifyState::Stopping]);
 }

@@ -36,21 +36,8 @@ pub struct Metrics {
     pub peer_lag_seconds: GaugeVec,
     /// 1 while a peer region's lag is past `--peer-lag-alarm-secs`.
     pub peer_lag_alarm: IntGaugeVec,
-    /// Click events by outcome: human, bot, duplicate, late, invalid; corrupt and torn count
-    /// spool frames (or files) whose events are lost.
-    pub clicks_events: IntCounterVec,
-    /// Click processor flushes by result (ok, error).
-    pub clicks_flushes: IntCounterVec,
-    /// Seconds per flush (archive fsync and store commit included).
-    pub clicks_flush_seconds: Histogram,
-    /// Now minus the newest event time the processor has seen.
-    pub clicks_lag_seconds: Gauge,
-    /// Spool bytes not yet read.
-    pub clicks_spool_pending_bytes: IntGauge,
-    /// Kafka client errors (broker down, poll and commit failures).
-    pub clicks_kafka_errors: IntCounter,
-    /// Event ids held by the dedup window.
-    pub clicks_dedup_ids: IntGauge,
+    /// The click pipeline's (`lasthop-clicks`), in the same registry.
+    pub clicks: lasthop_clicks::metrics::ClickMetrics,
     /// Entries of each reputation list as loaded now.
     pub reputation_list_entries: IntGaugeVec,
     /// Malformed (skipped) lines of each list's loaded version.
@@ -214,51 +201,7 @@ impl Metrics {
                     &["region"],
                 ),
             )?,
-            clicks_events: registered(
-                &registry,
-                IntCounterVec::new(
-                    Opts::new("clicks_events_total", "Click events by processing outcome"),
-                    &["outcome"],
-                ),
-            )?,
-            clicks_flushes: registered(
-                &registry,
-                IntCounterVec::new(
-                    Opts::new("clicks_flushes_total", "Click processor flushes by result"),
-                    &["result"],
-                ),
-            )?,
-            clicks_flush_seconds: registered(
-                &registry,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "clicks_flush_seconds",
-                        "Click flush duration: archive fsync and rollup commit",
-                    )
-                    .buckets(vec![
-                        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                    ]),
-                ),
-            )?,
-            clicks_lag_seconds: registered(
-                &registry,
-                Gauge::new(
-                    "clicks_lag_seconds",
-                    "Now minus the newest click event time the processor has seen",
-                ),
-            )?,
-            clicks_spool_pending_bytes: registered(
-                &registry,
-                IntGauge::new("clicks_spool_pending_bytes", "Spool bytes not yet read"),
-            )?,
-            clicks_kafka_errors: registered(
-                &registry,
-                IntCounter::new("clicks_kafka_errors_total", "Kafka consumer errors"),
-            )?,
-            clicks_dedup_ids: registered(
-                &registry,
-                IntGauge::new("clicks_dedup_ids", "Event ids held by the dedup window"),
-            )?,
+            clicks: lasthop_clicks::metrics::ClickMetrics::register(&registry)?,
             reputation_list_entries: registered(
                 &registry,
                 IntGaugeVec::new(

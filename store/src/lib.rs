@@ -2,17 +2,15 @@
 //! beside the embedded default ([`embedded`], redb with group commit, counter-block leasing and
 //! the ordered change log; [`postgres`], the shared store several control planes use, see
 //! store/STORE.md), with the whole record's export and import ([`transfer`]), API key
-//! records ([`keys`]), the wall clock ([`clock`]) and one-line error chains ([`error_chain`]).
-//! It depends on `lasthop-core` and `lasthop-trust` alone.
+//! records ([`keys`]). It depends on `lasthop-core` and `lasthop-trust` alone (the wall clock
+//! and one-line error chains are core's, re-exported here).
 //!
 //! Every method is synchronous and may block on disk; async callers run them on the blocking
 //! pool. A `create` that returns `Created` is durable: the link, its state, the owner index, the
 //! change-log entry and any counter lease are committed (fsync) in one transaction; so is a
 //! state change with its change-log entry and its denylist entry.
 
-pub mod clock;
 pub mod embedded;
-pub mod error_chain;
 pub mod keys;
 pub mod postgres;
 pub mod transfer;
@@ -25,7 +23,8 @@ use lasthop_trust::CanonicalHost;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::error_chain::ErrorChain;
+pub use lasthop_core::error_chain::{chain, Cause};
+pub use lasthop_core::{clock, error_chain};
 
 /// A link with its state and the change-log sequence that created it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -710,14 +709,6 @@ pub struct Suspension {
     pub takedown_links: bool,
     /// The takedown reason its links carry, which the unsuspension lifts.
     pub takedown_reason: String,
-}
-
-/// A failure's cause, kept whole (with its own `source` chain) for the log.
-pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// A [`Cause`] and its own causes on one line (see [`ErrorChain`]).
-pub fn chain(cause: &Cause) -> ErrorChain<'_> {
-    ErrorChain(&**cause)
 }
 
 /// Storage failures. Logical outcomes (alias taken, not found) are not errors.

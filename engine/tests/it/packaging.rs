@@ -272,6 +272,7 @@ fn the_package_installs_and_runs_from_its_paths() {
         "./usr/bin/lasthop-engine",
         "./usr/bin/lasthop-control",
         "./usr/bin/lasthop-snapshot",
+        "./usr/bin/lasthop-clicks",
         "./etc/lasthop/engine.toml",
         "./etc/lasthop/control.toml",
         "./usr/lib/systemd/system/lasthop-engine.service",

@@ -25,8 +25,8 @@ use super::kafka::{KafkaConfig, KafkaSource};
 use super::processor::{ProcessorError, SourceConfig, MAX_FUTURE_MS};
 use super::spool::{self, Input, SpoolReader};
 use super::Day;
-use crate::clock::now_ms;
-use crate::metrics::Metrics;
+use crate::metrics::ClickMetrics as Metrics;
+use lasthop_core::clock::now_ms;
 
 /// How long an idle poll waits before looking again.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
@@ -219,7 +219,7 @@ impl Archiver {
                 Source::Kafka(Box::new(KafkaSource::open(
                     &group,
                     Vec::new(),
-                    metrics.clicks_kafka_errors.clone(),
+                    metrics.kafka_errors.clone(),
                     None,
                 )?))
             }

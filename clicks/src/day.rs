@@ -24,7 +24,7 @@ impl Day {
 
     /// Today, by the wall clock.
     pub fn today() -> Day {
-        Day::of_ms(u64::try_from(crate::clock::now_ms()).unwrap_or(0))
+        Day::of_ms(u64::try_from(lasthop_core::clock::now_ms()).unwrap_or(0))
     }
 
     /// The first millisecond of the day.

@@ -7,7 +7,7 @@
 //! minutes long, and the archive may hold an interval twice after a crash), classified in time
 //! order by a fresh [`Classifier`], and every code's rollup for the day is replaced in one
 //! transaction. The running processor does this on its own thread, after a flush
-//! ([`crate::clicks::ClicksHandle::recompute`]); `lasthop-control clicks recompute` does it
+//! ([`crate::ClicksHandle::recompute`]); `lasthop-control clicks recompute` does it
 //! offline ([`recompute_offline`]).
 
 use std::collections::{HashMap, HashSet};

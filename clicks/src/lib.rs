@@ -1,4 +1,6 @@
-//! The click stream processor and what it writes (docs/ARCHITECTURE.md, "The click pipeline").
+//! `lasthop-clicks`: the click stream processor and what it writes (docs/ARCHITECTURE.md, "The
+//! click pipeline"), as a library for `lasthop-control serve` and as its own program
+//! (`lasthop-clicks process|archive|recompute|synth`).
 //!
 //! Events come from a [`spool`] directory (the embedded default) or a Kafka consumer group
 //! ([`kafka`]); the [`processor`] drops duplicates, classifies bots, keeps per-(code, day)
@@ -14,9 +16,11 @@
 
 pub mod archive;
 pub mod archiver;
+pub mod cli;
 pub mod clickhouse;
 pub mod day;
 pub mod kafka;
+pub mod metrics;
 pub mod processor;
 pub mod recompute;
 pub mod spool;

@@ -82,8 +82,8 @@ pub enum StoreError {
         path: PathBuf,
     },
     /// redb or the disk failed.
-    #[error("rollup store: {}", crate::store::chain(.0))]
-    Storage(crate::store::Cause),
+    #[error("rollup store: {}", lasthop_core::error_chain::chain(.0))]
+    Storage(lasthop_core::error_chain::Cause),
     /// A stored rollup does not decode. It is never treated as absent (that would count from
     /// zero and overwrite it); recomputing its day replaces it.
     #[error("unreadable rollup of {code} on {day}: {reason} (recompute the day to repair it)")]
@@ -97,7 +97,7 @@ pub enum StoreError {
     },
 }
 
-fn storage(e: impl Into<crate::store::Cause>) -> StoreError {
+fn storage(e: impl Into<lasthop_core::error_chain::Cause>) -> StoreError {
     StoreError::Storage(e.into())
 }
 

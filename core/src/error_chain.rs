@@ -3,11 +3,19 @@
 //! A library error's message says what failed and leaves the underlying failure to
 //! [`std::error::Error::source`], so a log line that showed only the message would lose it (the
 //! binary's `{:#}` of its error shows the same line). An error that writes its cause into its
-//! own message does not also report it as its source ([`crate::StoreError`]), so no
-//! cause is written twice.
+//! own message does not also report it as its source (the store's `StoreError`), so no cause
+//! is written twice.
 
 use std::error::Error;
 use std::fmt;
+
+/// A failure's cause, kept whole (with its own `source` chain) for the log.
+pub type Cause = Box<dyn Error + Send + Sync + 'static>;
+
+/// A [`Cause`] and its own causes on one line (see [`ErrorChain`]).
+pub fn chain(cause: &Cause) -> ErrorChain<'_> {
+    ErrorChain(&**cause)
+}
 
 /// Displays an error followed by each of its causes, `: ` between them.
 #[derive(Debug, Clone, Copy)]

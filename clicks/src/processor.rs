@@ -35,8 +35,8 @@ use super::recompute::{self, RecomputeError, RecomputeReport};
 use super::spool::{self, Input, Polled, SpoolError, SpoolReader};
 use super::store::{FlushBatch, Pos, RollupRow, RollupStore, StoreError, StoreLocation};
 use super::Day;
-use crate::clock::now_ms;
-use crate::metrics::Metrics;
+use crate::metrics::ClickMetrics as Metrics;
+use lasthop_core::clock::now_ms;
 
 /// Events further in the future than this are invalid (clock skew allowance).
 pub const MAX_FUTURE_MS: u64 = 5 * 60 * 1000;
@@ -150,7 +150,7 @@ impl OutcomeCounters {
     ];
 
     fn new(m: &Metrics) -> OutcomeCounters {
-        OutcomeCounters(Self::NAMES.map(|n| m.clicks_events.with_label_values(&[n])))
+        OutcomeCounters(Self::NAMES.map(|n| m.events.with_label_values(&[n])))
     }
 
     fn values(o: &Outcomes) -> [u64; 8] {
@@ -507,7 +507,7 @@ impl Processor {
                 Source::Kafka(Box::new(KafkaSource::open(
                     k,
                     stored,
-                    metrics.clicks_kafka_errors.clone(),
+                    metrics.kafka_errors.clone(),
                     shared.then(|| Arc::clone(&store)),
                 )?))
             }
@@ -772,30 +772,26 @@ impl Processor {
                     tracing::info!("click flushes recovered");
                 }
                 self.flush_failing = false;
-                self.metrics.clicks_flushes.with_label_values(&["ok"]).inc();
+                self.metrics.flushes.with_label_values(&["ok"]).inc();
             }
             Err(e) => {
                 if !self.flush_failing {
                     tracing::error!(error = %e, "click flush failed; retrying every interval");
                 }
                 self.flush_failing = true;
-                self.metrics
-                    .clicks_flushes
-                    .with_label_values(&["error"])
-                    .inc();
+                self.metrics.flushes.with_label_values(&["error"]).inc();
             }
         }
         let m = &self.metrics;
-        m.clicks_flush_seconds
-            .observe(started.elapsed().as_secs_f64());
-        m.clicks_dedup_ids
+        m.flush_seconds.observe(started.elapsed().as_secs_f64());
+        m.dedup_ids
             .set(i64::try_from(self.state.dedup.len()).unwrap_or(i64::MAX));
         if self.state.newest_ms > 0 {
             let lag = now_ms() - i64::try_from(self.state.newest_ms).unwrap_or(i64::MAX);
-            m.clicks_lag_seconds.set(lag as f64 / 1000.0);
+            m.lag_seconds.set(lag as f64 / 1000.0);
         }
         if let Source::Spool(r) = &self.source {
-            m.clicks_spool_pending_bytes
+            m.spool_pending_bytes
                 .set(i64::try_from(r.pending_bytes()).unwrap_or(i64::MAX));
         }
     }

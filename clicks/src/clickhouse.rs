@@ -129,7 +129,7 @@ pub struct ServerError {
 #[error("clickhouse: unexpected answer: {0}")]
 pub struct BadAnswer(String);
 
-fn storage(e: impl Into<crate::store::Cause>) -> StoreError {
+fn storage(e: impl Into<lasthop_core::error_chain::Cause>) -> StoreError {
     StoreError::Storage(e.into())
 }
 
@@ -377,7 +377,7 @@ impl ClickHouse {
 
     /// A strictly increasing write sequence (wall milliseconds), for rows with one writer.
     fn next_seq(&self) -> u64 {
-        let now = u64::try_from(crate::clock::now_ms()).unwrap_or(0);
+        let now = u64::try_from(lasthop_core::clock::now_ms()).unwrap_or(0);
         let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
         *seq = (*seq + 1).max(now);
         *seq

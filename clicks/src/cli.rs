@@ -1,0 +1,362 @@
+//! The command line of the click pipeline: `lasthop-clicks process|archive|recompute|synth`
+//! (the same commands and flags as `lasthop-control clicks ...`, which calls [`run`]), and the
+//! processor settings `lasthop-control serve` flattens into its own ([`ClicksTuning`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+
+use crate::archiver::Archiver;
+use crate::kafka::KafkaConfig;
+use crate::metrics::ClickMetrics;
+use crate::synth::SynthConfig;
+use crate::{Day, Processor, ProcessorConfig, SourceConfig};
+
+/// `lasthop-clicks`' commands (and `lasthop-control clicks`').
+#[derive(Debug, Subcommand)]
+pub enum ClicksCommand {
+    /// Fill a spool directory or a Kafka topic with a realistic synthetic click stream.
+    Synth(SynthArgs),
+    /// Run the processor standalone (the same code `serve` runs) on a spool or a topic, with
+    /// the archive consumer beside it unless --clicks-archive off.
+    Process(ProcessArgs),
+    /// Run the archive consumer alone: the raw archive from its own position on the spool or
+    /// its own Kafka group (GROUP.archive), for an analytics tier whose processors run with
+    /// --clicks-archive off.
+    Archive(ProcessArgs),
+    /// Rebuild one day's rollups from the archive with the current rules (server stopped; while
+    /// it runs, use `POST /v1/admin/clicks/recompute`).
+    Recompute {
+        #[arg(long, env = "LASTHOP_DATA_DIR")]
+        data_dir: PathBuf,
+        /// The day, YYYY-MM-DD (UTC).
+        #[arg(long)]
+        day: String,
+        #[command(flatten)]
+        rules: RuleArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SynthArgs {
+    /// Write sealed segments into this spool directory.
+    #[arg(long, conflicts_with = "kafka", required_unless_present = "kafka")]
+    pub spool: Option<PathBuf>,
+    /// Produce to this Kafka cluster instead.
+    #[arg(long)]
+    pub kafka: Option<String>,
+    #[arg(long, default_value = "lasthop.clicks")]
+    pub topic: String,
+    /// Producer compression (none, gzip, snappy, lz4, zstd).
+    #[arg(long, default_value = "lz4")]
+    pub compression: String,
+    /// Spool writer name.
+    #[arg(long, default_value = "synth")]
+    pub writer: String,
+    /// Events, about 1% of them duplicate deliveries.
+    #[arg(long)]
+    pub events: u64,
+    #[arg(long, default_value_t = 1000)]
+    pub codes: u32,
+    /// Events for these codes (repeatable) instead of `--codes` generated ones: real links,
+    /// whose stats and console pages can then be read.
+    #[arg(long = "code")]
+    pub fixed_codes: Vec<String>,
+    #[arg(long, default_value_t = 100_000)]
+    pub visitors: u64,
+    #[arg(long, default_value_t = 0.1)]
+    pub bot_share: f64,
+    /// Days the events span, ending now.
+    #[arg(long, default_value_t = 1)]
+    pub days: u32,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ProcessArgs {
+    #[arg(long, env = "LASTHOP_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Spool directory (default DATA_DIR/clicks/spool).
+    #[arg(long, conflicts_with = "kafka")]
+    pub spool: Option<PathBuf>,
+    /// Consume this Kafka cluster instead of a spool.
+    #[arg(long)]
+    pub kafka: Option<String>,
+    #[arg(long, default_value = "lasthop.clicks")]
+    pub topic: String,
+    #[arg(long, default_value = "lasthop-clicks")]
+    pub group: String,
+    /// Stop once the source is drained and print a JSON summary line.
+    #[arg(long)]
+    pub exit_when_idle: bool,
+    #[command(flatten)]
+    pub tuning: ClicksTuning,
+}
+
+/// Bot rules files.
+#[derive(Debug, Args, Clone)]
+pub struct RuleArgs {
+    /// User-agent patterns file (default: the shipped list).
+    #[arg(long, env = "LASTHOP_BOT_AGENTS")]
+    pub bot_agents: Option<PathBuf>,
+    /// Published crawler ranges file (default: the shipped list).
+    #[arg(long, env = "LASTHOP_CRAWLER_RANGES")]
+    pub crawler_ranges: Option<PathBuf>,
+    /// One user agent on one public network (/24 or /48) fetching this many distinct codes
+    /// within one `--clicks-burst-secs` window counts as a bot (mail scanners, link unfurlers)
+    /// from that fetch on; 0 turns the rule off.
+    #[arg(long, env = "LASTHOP_CLICKS_BURST_CODES", default_value_t = lasthop_analytics::rules::DEFAULT_BURST_CODES,
+          value_parser = burst_codes)]
+    pub clicks_burst_codes: u32,
+    /// The burst rule's window, in seconds (1-3600).
+    #[arg(long, env = "LASTHOP_CLICKS_BURST_SECS", default_value_t = lasthop_analytics::rules::DEFAULT_BURST_SECS,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub clicks_burst_secs: u32,
+}
+
+/// `--clicks-burst-codes`: 0 (off) or at least 2 (one code is a click, not a burst).
+fn burst_codes(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(1) => Err("1 would count every click as a bot: use 0 (off) or at least 2".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl RuleArgs {
+    /// The bot rules these files and settings make.
+    pub fn load(&self) -> anyhow::Result<Arc<lasthop_analytics::Rules>> {
+        let mut rules = lasthop_analytics::Rules::load(
+            self.bot_agents.as_deref(),
+            self.crawler_ranges.as_deref(),
+        )
+        .context("loading the bot rules")?;
+        rules.burst_codes = self.clicks_burst_codes;
+        rules.burst_secs = self.clicks_burst_secs;
+        Ok(Arc::new(rules))
+    }
+}
+
+/// Processor settings shared by `serve` and `clicks process`.
+#[derive(Debug, Args, Clone)]
+pub struct ClicksTuning {
+    /// Where rollups are kept: `embedded` (DATA_DIR/clicks/rollups.redb, one processor) or
+    /// `clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DB` (several processors may share it and one
+    /// Kafka consumer group).
+    #[arg(long, env = "LASTHOP_CLICKS_STORE", default_value = "embedded")]
+    pub clicks_store: crate::StoreLocation,
+    /// How long the Kafka group waits for a silent processor (killed, hung) before handing its
+    /// partitions to the others, milliseconds (librdkafka's session.timeout.ms).
+    #[arg(long, env = "LASTHOP_CLICKS_KAFKA_SESSION_MS", default_value_t = crate::kafka::DEFAULT_SESSION_TIMEOUT_MS)]
+    pub clicks_kafka_session_ms: u32,
+    /// Run the archive consumer beside the processor: it writes the raw archive
+    /// (DATA_DIR/clicks/archive) from its own position on the spool, or its own Kafka group
+    /// (GROUP.archive). With several processors, run it on one host (`clicks archive`) and
+    /// `off` on the others.
+    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE", value_enum, default_value_t = Toggle::On)]
+    pub clicks_archive: Toggle,
+    /// How often (seconds) the processor looks for days past their grace to rebuild from the
+    /// archive with the current rules ("fresh, then correct"); 0 never. Needs the archive
+    /// consumer beside it; with several processors a lock in the rollup store picks one.
+    #[arg(
+        long,
+        env = "LASTHOP_CLICKS_RECOMPUTE_EVERY_SECS",
+        default_value_t = 600
+    )]
+    pub clicks_recompute_every_secs: u64,
+    /// Dedup window for event ids, seconds (at least 600).
+    #[arg(long, env = "LASTHOP_CLICKS_DEDUP_SECS", default_value_t = 600)]
+    pub clicks_dedup_secs: u64,
+    /// How long after its end a day still counts late events, seconds.
+    #[arg(long, env = "LASTHOP_CLICKS_GRACE_SECS", default_value_t = 7200)]
+    pub clicks_grace_secs: u64,
+    /// Flush interval: archive, rollups and offsets, milliseconds.
+    #[arg(long, env = "LASTHOP_CLICKS_FLUSH_MS", default_value_t = 2000)]
+    pub clicks_flush_ms: u64,
+    /// Days of raw events kept in the archive.
+    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE_DAYS", default_value_t = 90)]
+    pub clicks_archive_days: u32,
+    /// An `.open` spool file untouched this long (seconds) belongs to a dead writer; at least
+    /// 120 (engines seal their segments after 30 s).
+    #[arg(long, env = "LASTHOP_CLICKS_SPOOL_STALE_SECS", default_value_t = 600)]
+    pub clicks_spool_stale_secs: u64,
+    #[command(flatten)]
+    pub rules: RuleArgs,
+}
+
+impl ClicksTuning {
+    /// The processor's configuration for `data_dir` reading `source`.
+    pub fn config(
+        &self,
+        data_dir: &std::path::Path,
+        mut source: SourceConfig,
+    ) -> anyhow::Result<ProcessorConfig> {
+        anyhow::ensure!(
+            (1000..=3_600_000).contains(&self.clicks_kafka_session_ms),
+            "--clicks-kafka-session-ms must be 1000..=3600000"
+        );
+        if let SourceConfig::Kafka(k) = &mut source {
+            k.session_timeout_ms = self.clicks_kafka_session_ms;
+        }
+        anyhow::ensure!(
+            self.clicks_dedup_secs >= 600,
+            "--clicks-dedup-secs must be at least 600 (ten minutes)"
+        );
+        anyhow::ensure!(
+            self.clicks_archive_days >= 1,
+            "--clicks-archive-days must be at least 1"
+        );
+        let min_stale = crate::spool::MIN_STALE.as_secs();
+        anyhow::ensure!(
+            self.clicks_spool_stale_secs >= min_stale,
+            "--clicks-spool-stale-secs must be at least {min_stale}: engines seal a segment after \
+             30 s, and a shorter stale period would delete a live writer's .open file"
+        );
+        Ok(ProcessorConfig {
+            clicks_dir: data_dir.join("clicks"),
+            store: self.clicks_store.clone(),
+            archive_peer: self.clicks_archive == Toggle::On,
+            recompute_every: (self.clicks_recompute_every_secs > 0)
+                .then(|| Duration::from_secs(self.clicks_recompute_every_secs)),
+            source,
+            dedup_ms: self.clicks_dedup_secs * 1000,
+            grace_ms: self.clicks_grace_secs.saturating_mul(1000),
+            flush_every: Duration::from_millis(self.clicks_flush_ms.max(10)),
+            archive_days: self.clicks_archive_days,
+            spool_stale: Duration::from_secs(self.clicks_spool_stale_secs),
+            rules: self.rules.load()?,
+        })
+    }
+}
+
+/// `on` or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Toggle {
+    On,
+    Off,
+}
+
+/// Where events come from: Kafka with `kafka`, else the spool (`spool`, or DATA_DIR/clicks/spool).
+pub fn source(
+    data_dir: &std::path::Path,
+    spool: Option<PathBuf>,
+    kafka: Option<String>,
+    topic: &str,
+    group: &str,
+) -> SourceConfig {
+    match kafka {
+        Some(brokers) => SourceConfig::Kafka(KafkaConfig {
+            brokers,
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            session_timeout_ms: crate::kafka::DEFAULT_SESSION_TIMEOUT_MS,
+        }),
+        None => SourceConfig::Spool(spool.unwrap_or_else(|| data_dir.join("clicks").join("spool"))),
+    }
+}
+
+/// The click processor and, with `--clicks-archive on`, the archive consumer beside it (the
+/// processor flushes it before a recompute reads the archive).
+pub fn open_clicks(
+    config: ProcessorConfig,
+    metrics: ClickMetrics,
+) -> anyhow::Result<(Processor, Option<Archiver>)> {
+    let archiver = config
+        .archive_peer
+        .then(|| Archiver::open(config.archiver(), &metrics))
+        .transpose()
+        .context("starting the archive consumer")?;
+    let mut processor = Processor::open(config, metrics).context("starting the click processor")?;
+    if let Some(a) = &archiver {
+        processor.set_archive(a.handle());
+    }
+    Ok((processor, archiver))
+}
+
+/// Runs one `lasthop-clicks` command (also `lasthop-control clicks ...`).
+pub fn run(command: ClicksCommand) -> anyhow::Result<()> {
+    match command {
+        ClicksCommand::Synth(a) => {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&a.bot_share),
+                "--bot-share must be 0..=1"
+            );
+            let cfg = SynthConfig {
+                events: a.events,
+                codes: a.codes.max(1),
+                fixed_codes: a.fixed_codes.clone(),
+                visitors: a.visitors.max(1),
+                bot_share: a.bot_share,
+                days: a.days.max(1),
+                seed: a.seed,
+                now_ms: u64::try_from(lasthop_core::clock::now_ms()).unwrap_or(0),
+            };
+            let report = match (&a.spool, &a.kafka) {
+                (Some(dir), _) => crate::synth::write_spool(dir, &a.writer, cfg)?,
+                (None, Some(brokers)) => {
+                    crate::synth::produce_kafka(brokers, &a.topic, &a.compression, cfg)?
+                }
+                (None, None) => anyhow::bail!("pass --spool DIR or --kafka BROKERS"),
+            };
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+        ClicksCommand::Process(a) => {
+            let source = source(&a.data_dir, a.spool, a.kafka, &a.topic, &a.group);
+            let config = a.tuning.config(&a.data_dir, source)?;
+            let (processor, archiver) = open_clicks(config, ClickMetrics::standalone()?)?;
+            let archive = archiver.as_ref().map(Archiver::handle);
+            if !a.exit_when_idle {
+                let (handle, archive) = (processor.handle(), archive.clone());
+                lasthop_cli::bootstrap::on_shutdown_signal(move || {
+                    handle.stop();
+                    if let Some(a) = archive {
+                        a.stop();
+                    }
+                });
+            }
+            let exit_when_idle = a.exit_when_idle;
+            let archiving = archiver.map(|ar| std::thread::spawn(move || ar.run(exit_when_idle)));
+            let summary = processor.run(a.exit_when_idle);
+            if let Some(t) = archiving {
+                if let Some(a) = &archive {
+                    a.stop();
+                }
+                match t.join() {
+                    Ok(s) => tracing::info!(archived = s.archived, "archive consumer done"),
+                    Err(_) => anyhow::bail!("the archive consumer panicked"),
+                }
+            }
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        ClicksCommand::Archive(a) => {
+            let source = source(&a.data_dir, a.spool, a.kafka, &a.topic, &a.group);
+            let config = a.tuning.config(&a.data_dir, source)?;
+            let archiver = Archiver::open(config.archiver(), &ClickMetrics::standalone()?)
+                .context("starting the archive consumer")?;
+            if !a.exit_when_idle {
+                let handle = archiver.handle();
+                lasthop_cli::bootstrap::on_shutdown_signal(move || handle.stop());
+            }
+            let summary = archiver.run(a.exit_when_idle);
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        ClicksCommand::Recompute {
+            data_dir,
+            day,
+            rules,
+        } => {
+            let day = Day::parse(&day).context("--day must be YYYY-MM-DD")?;
+            let report =
+                crate::recompute::recompute_offline(&data_dir.join("clicks"), day, rules.load()?)?;
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+    }
+}
