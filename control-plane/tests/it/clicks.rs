@@ -790,7 +790,10 @@ fn produce(brokers: &str, topic: &str, events: &[Ev]) {
 #[test]
 fn kafka_source() {
     let Some(tansu) = tansu() else {
-        println!("SKIPPED kafka_source: tansu is not installed (~/.cargo/bin/tansu or PATH)");
+        lasthop_testkit::skip(
+            "kafka_source",
+            "tansu is not installed (~/.cargo/bin/tansu or PATH)",
+        );
         return;
     };
     let topic = "lasthop.clicks";
@@ -907,7 +910,7 @@ fn total_clicks(server: &Server, key: &str, codes: &[String]) -> Option<Vec<u64>
 fn processors_share_a_group_into_clickhouse() {
     let test = "processors_share_a_group_into_clickhouse";
     let Some(tansu) = tansu() else {
-        println!("SKIPPED {test}: tansu is not installed (~/.cargo/bin/tansu or PATH)");
+        lasthop_testkit::skip(test, "tansu is not installed (~/.cargo/bin/tansu or PATH)");
         return;
     };
     let Some(ch) = crate::harness::ClickHouse::shared(test) else {
@@ -1201,7 +1204,7 @@ fn days_past_their_grace_are_recomputed_by_themselves() {
 fn clickhouse_down_and_back_loses_nothing() {
     let test = "clickhouse_down_and_back_loses_nothing";
     let Some(tansu) = tansu() else {
-        println!("SKIPPED {test}: tansu is not installed (~/.cargo/bin/tansu or PATH)");
+        lasthop_testkit::skip(test, "tansu is not installed (~/.cargo/bin/tansu or PATH)");
         return;
     };
     let Some(mut ch) = crate::harness::ClickHouse::start(test) else {

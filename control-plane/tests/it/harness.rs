@@ -570,7 +570,10 @@ impl Postgres {
     /// PostgreSQL is not installed (`scripts/test` installs it).
     pub fn start(test: &str) -> Option<Postgres> {
         let Some(bin) = Postgres::bin_dir() else {
-            println!("SKIPPED {test}: PostgreSQL is not installed (apt-get install postgresql)");
+            lasthop_testkit::skip(
+                test,
+                "PostgreSQL is not installed (apt-get install postgresql)",
+            );
             return None;
         };
         let pg = Postgres::in_temp_dir(bin, running_as_root());
@@ -807,8 +810,9 @@ impl ClickHouse {
     /// ClickHouse is not installed (`scripts/test` installs it).
     pub fn start(test: &str) -> Option<ClickHouse> {
         if !Path::new(Self::BIN).exists() {
-            println!(
-                "SKIPPED {test}: ClickHouse is not installed (apt-get install clickhouse-server)"
+            lasthop_testkit::skip(
+                test,
+                "ClickHouse is not installed (apt-get install clickhouse-server)",
             );
             return None;
         }

@@ -879,7 +879,10 @@ async fn qr_codes_of_the_short_url() {
         .output()
         .is_err()
     {
-        println!("SKIPPED router::qr_codes_of_the_short_url decoding: zbarimg (zbar-tools) is not installed");
+        lasthop_testkit::skip(
+            "router::qr_codes_of_the_short_url decoding",
+            "zbarimg (zbar-tools) is not installed",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

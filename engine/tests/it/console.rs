@@ -39,9 +39,10 @@ fn installed(bin: &str) -> Option<PathBuf> {
 impl Driver {
     fn start() -> Option<Driver> {
         let (Some(driver), Some(_)) = (installed("chromedriver"), installed("chromium")) else {
-            println!(
-                "SKIPPED console::a_browser_signs_in_creates_and_reads_its_clicks: chromium and \
-                 chromium-driver are not installed (apt-get install chromium chromium-driver)"
+            lasthop_testkit::skip(
+                "console::a_browser_signs_in_creates_and_reads_its_clicks",
+                "chromium and chromium-driver are not installed \
+                 (apt-get install chromium chromium-driver)",
             );
             return None;
         };
@@ -294,9 +295,10 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
                 short,
                 "the QR code on the page"
             ),
-            Err(_) => {
-                println!("SKIPPED console QR decoding: zbarimg (zbar-tools) is not installed")
-            }
+            Err(_) => lasthop_testkit::skip(
+                "console QR decoding",
+                "zbarimg (zbar-tools) is not installed",
+            ),
         }
 
         // Clicks at the engine with known user agents: 4 human, 2 bot.

@@ -735,9 +735,10 @@ impl Tansu {
     /// `SKIPPED <test>: ...`) when tansu is not installed.
     pub fn start(site: &Site, test: &str, topic: &str) -> Option<Tansu> {
         let Some(bin) = Tansu::find() else {
-            println!(
-                "SKIPPED {test}: no Kafka-protocol broker (tansu) installed; scripts/test installs it \
-                 with `cargo install --locked tansu --features dynostore`"
+            lasthop_testkit::skip(
+                test,
+                "no Kafka-protocol broker (tansu) installed; scripts/test installs it \
+                 with `cargo install --locked tansu --features dynostore`",
             );
             return None;
         };
