@@ -28,7 +28,9 @@ use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use lasthop_core::click::spool::{self, Next, FRAME_HEADER, MAX_FRAME_PAYLOAD, SEGMENT_MAGIC};
+use lasthop_core::click::spool::{
+    self, parse_stem, Next, SegmentName, FRAME_HEADER, MAX_FRAME_PAYLOAD, SEGMENT_MAGIC,
+};
 use lasthop_core::click::ClickEvent;
 
 /// Bytes read from a file at a time: always more than one whole frame.
@@ -87,61 +89,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
         path: path.to_owned(),
         source,
     }
-}
-
-/// A spool file name's parts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SegmentName {
-    /// The writer.
-    pub writer: String,
-    /// Its file number.
-    pub n: u64,
-    /// `.seg` (true) or `.open`.
-    pub sealed: bool,
-}
-
-impl SegmentName {
-    /// Parses `<writer>.<n:010>.open|seg`.
-    pub fn parse(name: &str) -> Option<SegmentName> {
-        let (stem, sealed) = if let Some(s) = name.strip_suffix(".seg") {
-            (s, true)
-        } else {
-            (name.strip_suffix(".open")?, false)
-        };
-        let (writer, n) = stem.rsplit_once('.')?;
-        let writer_ok = (1..=96).contains(&writer.len())
-            && writer
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if !writer_ok || n.len() != 10 || !n.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        Some(SegmentName {
-            writer: writer.to_owned(),
-            n: n.parse().ok()?,
-            sealed,
-        })
-    }
-
-    /// `<writer>.<n:010>`: the file's identity across the rename.
-    pub fn stem(&self) -> String {
-        format!("{}.{:010}", self.writer, self.n)
-    }
-
-    /// The file name.
-    pub fn file_name(&self) -> String {
-        format!(
-            "{}.{}",
-            self.stem(),
-            if self.sealed { "seg" } else { "open" }
-        )
-    }
-}
-
-/// `<writer>.<n:010>` back to its parts.
-fn parse_stem(stem: &str) -> Option<(String, u64)> {
-    let name = SegmentName::parse(&format!("{stem}.seg"))?;
-    Some((name.writer, name.n))
 }
 
 #[derive(Debug)]
@@ -287,7 +234,8 @@ impl SpoolReader {
     }
 
     fn marker(&self, writer: &str, n: u64, reader: &str) -> PathBuf {
-        self.dir.join(format!(".{writer}.{n:010}.{reader}.done"))
+        self.dir
+            .join(format!(".{}.{reader}.done", spool::stem(writer, n)))
     }
 
     /// Leaves this reader's done marker on a finished file (once); true when every reader's is
@@ -403,7 +351,7 @@ impl SpoolReader {
             };
             if !self.files.contains_key(&key) {
                 let read = self.stored.remove(&key).map_or(0, |(pos, _)| pos);
-                let stem = format!("{}.{:010}", key.0, key.1);
+                let stem = spool::stem(&key.0, key.1);
                 // Back after being given up on: never send a key's removal beside its position.
                 self.forget.retain(|s| *s != stem);
                 self.files.insert(
@@ -453,12 +401,12 @@ impl SpoolReader {
             let finished = self.files.get(&key).is_some_and(FileState::finished);
             if finished {
                 // Another reader of the spool deleted it once all were done.
-                tracing::debug!(file = %format!("{}.{:010}", key.0, key.1), "a finished spool file was deleted");
+                tracing::debug!(file = %spool::stem(&key.0, key.1), "a finished spool file was deleted");
             } else {
-                tracing::warn!(file = %format!("{}.{:010}", key.0, key.1), "a spool file vanished without being consumed; forgetting it");
+                tracing::warn!(file = %spool::stem(&key.0, key.1), "a spool file vanished without being consumed; forgetting it");
             }
             self.files.remove(&key);
-            self.forget.push(format!("{}.{:010}", key.0, key.1));
+            self.forget.push(spool::stem(&key.0, key.1));
         }
         let mut orphans = Vec::new();
         for (key, (_, missed)) in self.stored.iter_mut() {
@@ -472,7 +420,7 @@ impl SpoolReader {
         }
         for key in orphans {
             self.stored.remove(&key);
-            self.forget.push(format!("{}.{:010}", key.0, key.1));
+            self.forget.push(spool::stem(&key.0, key.1));
         }
         Ok(())
     }
@@ -642,7 +590,7 @@ impl SpoolReader {
             self.files
                 .iter()
                 .filter(|(_, f)| f.read != f.committed)
-                .map(|((w, n), f)| (format!("{KEY_PREFIX}{w}.{n:010}"), Some(f.read))),
+                .map(|((w, n), f)| (format!("{KEY_PREFIX}{}", spool::stem(w, *n)), Some(f.read))),
         );
         out.into_iter().collect()
     }
@@ -688,7 +636,7 @@ impl SpoolReader {
                 let _ = std::fs::remove_file(self.marker(&writer, n, reader));
             }
             self.files.remove(&(writer.clone(), n));
-            self.forget.push(format!("{writer}.{n:010}"));
+            self.forget.push(spool::stem(&writer, n));
         }
     }
 

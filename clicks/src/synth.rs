@@ -348,11 +348,11 @@ pub fn write_spool(dir: &Path, writer: &str, cfg: SynthConfig) -> Result<SynthRe
     let mut payload = Vec::new();
     let mut n = 0u64;
     let seal = |buf: &mut Vec<u8>, n: &mut u64, report: &mut SynthReport| {
-        let open = dir.join(format!("{writer}.{:010}.open", *n));
+        let open = dir.join(format!("{}.open", spool::stem(writer, *n)));
         let mut f = std::fs::File::create(&open).map_err(io(&open))?;
         f.write_all(buf).map_err(io(&open))?;
         f.sync_all().map_err(io(&open))?;
-        let sealed = dir.join(format!("{writer}.{:010}.seg", *n));
+        let sealed = dir.join(format!("{}.seg", spool::stem(writer, *n)));
         std::fs::rename(&open, &sealed).map_err(io(&sealed))?;
         report.files += 1;
         report.bytes += buf.len() as u64;

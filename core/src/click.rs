@@ -548,6 +548,66 @@ pub mod spool {
     /// Largest frame payload a reader accepts.
     pub const MAX_FRAME_PAYLOAD: usize = 16 << 20;
 
+    /// A spool file name's parts.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct SegmentName {
+        /// The writer.
+        pub writer: String,
+        /// Its file number.
+        pub n: u64,
+        /// `.seg` (true) or `.open`.
+        pub sealed: bool,
+    }
+
+    impl SegmentName {
+        /// Parses `<writer>.<n:010>.open|seg`.
+        pub fn parse(name: &str) -> Option<SegmentName> {
+            let (stem, sealed) = if let Some(s) = name.strip_suffix(".seg") {
+                (s, true)
+            } else {
+                (name.strip_suffix(".open")?, false)
+            };
+            let (writer, n) = stem.rsplit_once('.')?;
+            let writer_ok = (1..=96).contains(&writer.len())
+                && writer
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !writer_ok || n.len() != 10 || !n.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            Some(SegmentName {
+                writer: writer.to_owned(),
+                n: n.parse().ok()?,
+                sealed,
+            })
+        }
+
+        /// `<writer>.<n:010>`: the file's identity across the rename.
+        pub fn stem(&self) -> String {
+            stem(&self.writer, self.n)
+        }
+
+        /// The file name.
+        pub fn file_name(&self) -> String {
+            format!(
+                "{}.{}",
+                self.stem(),
+                if self.sealed { "seg" } else { "open" }
+            )
+        }
+    }
+
+    /// `<writer>.<n:010>`: a segment's identity across its rename from `.open` to `.seg`.
+    pub fn stem(writer: &str, n: u64) -> String {
+        format!("{writer}.{n:010}")
+    }
+
+    /// `<writer>.<n:010>` back to its parts.
+    pub fn parse_stem(stem: &str) -> Option<(String, u64)> {
+        let name = SegmentName::parse(&format!("{stem}.seg"))?;
+        Some((name.writer, name.n))
+    }
+
     /// Appends one frame holding `payload` (events already encoded back to back, `count` of them).
     pub fn encode_frame(out: &mut Vec<u8>, payload: &[u8], count: u32) {
         out.extend_from_slice(&(payload.len() as u32).to_le_bytes());

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use lasthop_core::click::spool::{encode_frame, SEGMENT_MAGIC};
+use lasthop_core::click::spool::{encode_frame, SegmentName, SEGMENT_MAGIC};
 
 use crate::clicks::{Sink, SinkStats};
 
@@ -95,14 +95,19 @@ impl SpoolWriter {
         &self.writer
     }
 
-    fn segment_path(&self, n: u64, ext: &str) -> PathBuf {
-        self.cfg.dir.join(format!("{}.{n:010}.{ext}", self.writer))
+    fn segment_path(&self, n: u64, sealed: bool) -> PathBuf {
+        let name = SegmentName {
+            writer: self.writer.clone(),
+            n,
+            sealed,
+        };
+        self.cfg.dir.join(name.file_name())
     }
 
     fn ensure_open(&mut self) -> std::io::Result<&mut Segment> {
         if self.open.is_none() {
             std::fs::create_dir_all(&self.cfg.dir)?;
-            let path = self.segment_path(self.next, "open");
+            let path = self.segment_path(self.next, false);
             self.next += 1;
             let mut file = OpenOptions::new()
                 .create_new(true)
@@ -255,7 +260,14 @@ mod tests {
         assert_eq!(open.len(), 1);
         w.send(&[b'x'; 40], 2, &stats);
         w.tick(&stats); // over 64: sealed
-        let sealed = cfg.dir.join(format!("{}.0000000000.seg", w.name()));
+        let sealed = cfg.dir.join(
+            SegmentName {
+                writer: w.name().to_owned(),
+                n: 0,
+                sealed: true,
+            }
+            .file_name(),
+        );
         let bytes = std::fs::read(&sealed).unwrap();
         let body = segment_body(&bytes).unwrap();
         let Next::Frame {
