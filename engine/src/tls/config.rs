@@ -82,13 +82,6 @@ impl KxGroup {
             KxGroup::Secp384r1 => "secp384r1",
         }
     }
-
-    /// The group rustls negotiated, if it is one of ours.
-    pub fn of(group: rustls::NamedGroup) -> Option<KxGroup> {
-        KxGroup::DEFAULT
-            .into_iter()
-            .find(|g| g.provider_group().name() == group)
-    }
 }
 
 /// The server's provider: ring for everything (suites in [`server_suites`]' order, signatures,

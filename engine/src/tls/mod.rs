@@ -105,8 +105,9 @@ impl TlsStats {
     /// A completed handshake's key exchange group (`None`: a resumption without one).
     pub fn key_exchange(&self, group: Option<rustls::NamedGroup>) {
         let i = match group {
-            Some(g) => config::KxGroup::of(g)
-                .and_then(|g| config::KxGroup::DEFAULT.iter().position(|d| *d == g))
+            Some(g) => config::KxGroup::DEFAULT
+                .iter()
+                .position(|d| d.provider_group().name() == g)
                 .unwrap_or(5),
             None => 4,
         };
