@@ -1,7 +1,10 @@
-//! What both control-plane programs (`lasthop-control`, `lasthop-clicks`) do at start and at
-//! stop: the log set-up, the shutdown signal (SIGTERM or SIGINT, told to systemd), and
-//! sd-notify. Behind the `bootstrap` feature: the engine, which handles its own signals on its
-//! cores, builds without tokio here.
+//! What every program (`lasthop-engine`, `lasthop-control`, `lasthop-clicks`) does at start and
+//! at stop: the log set-up and sd-notify (the `bootstrap` feature); with `shutdown`, the
+//! shutdown signal (SIGTERM or SIGINT, told to systemd) on tokio, for the control-plane
+//! programs. The engine takes its signals synchronously on its control thread, without tokio.
+
+/// What [`notify`] tells systemd (`Ready`, `Reloading`, `Stopping`, ...).
+pub use sd_notify::NotifyState;
 
 /// Logs to stderr at `RUST_LOG`'s levels (default `info`), coloured only for a terminal: log
 /// files and the journal get plain text.
@@ -24,6 +27,7 @@ pub fn notify(state: &[sd_notify::NotifyState<'_>]) {
 }
 
 /// Resolves on SIGTERM or SIGINT, having told systemd the process is stopping.
+#[cfg(feature = "shutdown")]
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = match signal(SignalKind::terminate()) {
@@ -43,6 +47,7 @@ pub async fn shutdown_signal() {
 
 /// Calls `stop` from a thread of its own once [`shutdown_signal`] resolves: for programs whose
 /// work runs on blocking threads.
+#[cfg(feature = "shutdown")]
 pub fn on_shutdown_signal(stop: impl FnOnce() + Send + 'static) {
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -22,14 +22,11 @@ use serde::Serialize;
 
 use super::archive::{self, ArchiveError, ArchiveWriter};
 use super::kafka::{KafkaConfig, KafkaSource};
-use super::processor::{ProcessorError, SourceConfig, MAX_FUTURE_MS};
+use super::source::{ProcessorError, SourceConfig, IDLE_WAIT, MAX_FUTURE_MS};
 use super::spool::{self, Input, SpoolReader};
 use super::Day;
 use crate::metrics::ClickMetrics as Metrics;
 use lasthop_core::clock::now_ms;
-
-/// How long an idle poll waits before looking again.
-const IDLE_WAIT: Duration = Duration::from_millis(100);
 
 /// The archive consumer's settings.
 #[derive(Debug, Clone)]
@@ -44,20 +41,6 @@ pub struct ArchiverConfig {
     pub archive_days: u32,
     /// An `.open` spool file untouched this long belongs to a dead writer.
     pub spool_stale: Duration,
-}
-
-impl super::ProcessorConfig {
-    /// The settings of the archive consumer beside this processor: the same source, flush
-    /// interval and retention.
-    pub fn archiver(&self) -> ArchiverConfig {
-        ArchiverConfig {
-            clicks_dir: self.clicks_dir.clone(),
-            source: self.source.clone(),
-            flush_every: self.flush_every,
-            archive_days: self.archive_days,
-            spool_stale: self.spool_stale,
-        }
-    }
 }
 
 /// The archive consumer's Kafka group for the processors' `group`.

@@ -4,8 +4,8 @@ use std::fmt;
 
 use chrono::{Datelike, NaiveDate};
 
-/// Milliseconds in a day.
-pub const DAY_MS: u64 = 86_400_000;
+/// Milliseconds in a day ([`lasthop_core::day::DAY_MS`], unsigned as event times are).
+pub const DAY_MS: u64 = lasthop_core::day::DAY_MS as u64;
 
 /// A UTC calendar day, as days since 1970-01-01.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -19,7 +19,8 @@ impl Day {
     /// The day an event at `ms` (Unix milliseconds) belongs to. Times past year ~11.7 million
     /// saturate; the processor rejects events from the future long before that.
     pub fn of_ms(ms: u64) -> Day {
-        Day(u32::try_from(ms / DAY_MS).unwrap_or(u32::MAX))
+        let day = lasthop_core::day::of_ms(i64::try_from(ms).unwrap_or(i64::MAX));
+        Day(u32::try_from(day).unwrap_or(u32::MAX))
     }
 
     /// Today, by the wall clock.

@@ -28,18 +28,16 @@ use lasthop_core::click::{ClickEvent, EventId};
 use prometheus::IntCounter;
 use serde::Serialize;
 
-use super::archive::ArchiveError;
-use super::archiver::ArchiveHandle;
-use super::kafka::{self, KafkaConfig, KafkaSource, KafkaSourceError};
+use super::archiver::{ArchiveHandle, ArchiverConfig};
+use super::kafka::{self, KafkaSource};
 use super::recompute::{self, RecomputeError, RecomputeReport};
-use super::spool::{self, Input, Polled, SpoolError, SpoolReader};
+use super::source::{ProcessorError, SourceConfig, IDLE_WAIT, MAX_FUTURE_MS};
+use super::spool::{self, Input, Polled, SpoolReader};
 use super::store::{FlushBatch, Pos, RollupRow, RollupStore, StoreError, StoreLocation};
 use super::Day;
 use crate::metrics::ClickMetrics as Metrics;
 use lasthop_core::clock::now_ms;
 
-/// Events further in the future than this are invalid (clock skew allowance).
-pub const MAX_FUTURE_MS: u64 = 5 * 60 * 1000;
 /// The shortest dedup window accepted.
 pub const MIN_DEDUP_MS: u64 = 10 * 60 * 1000;
 /// Days one scheduled run rebuilds at most (the rest wait for the next run).
@@ -48,17 +46,6 @@ const SCHEDULED_PER_RUN: usize = 4;
 const LOCK_TTL: Duration = Duration::from_secs(3600);
 /// The pause before reading a partition again after its rows would not load.
 const REWIND_PAUSE: Duration = Duration::from_secs(1);
-/// How long an idle spool poll waits before looking again.
-const IDLE_WAIT: Duration = Duration::from_millis(100);
-
-/// Where events come from.
-#[derive(Debug, Clone)]
-pub enum SourceConfig {
-    /// A spool directory.
-    Spool(PathBuf),
-    /// A Kafka consumer group.
-    Kafka(KafkaConfig),
-}
 
 /// The processor's settings.
 #[derive(Debug, Clone)]
@@ -90,25 +77,18 @@ pub struct ProcessorConfig {
     pub rules: Arc<Rules>,
 }
 
-/// Why the processor could not start or stopped.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ProcessorError {
-    /// The rollup store.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The archive.
-    #[error(transparent)]
-    Archive(#[from] ArchiveError),
-    /// The spool directory.
-    #[error(transparent)]
-    Spool(#[from] SpoolError),
-    /// The Kafka consumer.
-    #[error(transparent)]
-    Kafka(#[from] KafkaSourceError),
-    /// The thread could not start.
-    #[error("starting the processor thread: {0}")]
-    Thread(std::io::Error),
+impl ProcessorConfig {
+    /// The settings of the archive consumer beside this processor: the same source, flush
+    /// interval and retention.
+    pub fn archiver(&self) -> ArchiverConfig {
+        ArchiverConfig {
+            clicks_dir: self.clicks_dir.clone(),
+            source: self.source.clone(),
+            flush_every: self.flush_every,
+            archive_days: self.archive_days,
+            spool_stale: self.spool_stale,
+        }
+    }
 }
 
 /// Event counts by outcome.

@@ -5,17 +5,16 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
 use lasthop_core::click::{spool, ClickEvent, EventId, Method, Net};
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::ClientContext;
 use serde::Serialize;
 
 use super::Day;
+
+#[cfg(feature = "kafka")]
+mod producer;
+
+pub use producer::produce_kafka;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -66,8 +65,12 @@ pub enum SynthError {
         source: std::io::Error,
     },
     /// The producer failed.
+    #[cfg(feature = "kafka")]
     #[error("kafka producer: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    /// This build has no Kafka producer.
+    #[error("--kafka: this build of lasthop-clicks has no `kafka` feature")]
+    NotBuilt,
 }
 
 /// splitmix64: small, fast, good enough for test data.
@@ -382,74 +385,20 @@ pub fn write_spool(dir: &Path, writer: &str, cfg: SynthConfig) -> Result<SynthRe
     Ok(report)
 }
 
-struct Delivery {
-    failed: Arc<AtomicU64>,
-}
+/// Without the `kafka` feature: no producer.
+#[cfg(not(feature = "kafka"))]
+mod producer {
+    use super::{SynthConfig, SynthError, SynthReport};
 
-impl ClientContext for Delivery {}
-
-impl ProducerContext for Delivery {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if result.is_err() {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-        }
+    /// Always [`SynthError::NotBuilt`].
+    pub fn produce_kafka(
+        _: &str,
+        _: &str,
+        _: &str,
+        _: SynthConfig,
+    ) -> Result<SynthReport, SynthError> {
+        Err(SynthError::NotBuilt)
     }
-}
-
-/// Produces `cfg.events` events to `topic` (key = code, value = one event), waits for delivery.
-pub fn produce_kafka(
-    brokers: &str,
-    topic: &str,
-    compression: &str,
-    cfg: SynthConfig,
-) -> Result<SynthReport, SynthError> {
-    let failed = Arc::new(AtomicU64::new(0));
-    let producer: BaseProducer<Delivery> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("acks", "1")
-        .set("linger.ms", "20")
-        .set("batch.num.messages", "10000")
-        .set("queue.buffering.max.messages", "1000000")
-        .set("compression.type", compression)
-        .create_with_context(Delivery {
-            failed: Arc::clone(&failed),
-        })?;
-    let total = cfg.events;
-    let mut synth = Synth::new(cfg);
-    let mut report = SynthReport::default();
-    let mut value = Vec::new();
-    for _ in 0..total {
-        value.clear();
-        synth.next_into(&mut value);
-        // The code is inside the event; decode it back rather than track it twice.
-        let key = ClickEvent::decode(&value)
-            .map(|(e, _)| e.code)
-            .unwrap_or("");
-        let mut record = BaseRecord::to(topic).key(key).payload(&value);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((
-                    rdkafka::error::KafkaError::MessageProduction(
-                        rdkafka::types::RDKafkaErrorCode::QueueFull,
-                    ),
-                    r,
-                )) => {
-                    producer.poll(Duration::from_millis(50));
-                    record = r;
-                }
-                Err((e, _)) => return Err(e.into()),
-            }
-        }
-        report.bytes += value.len() as u64;
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(120))?;
-    report.events = total;
-    report.duplicates = synth.duplicates;
-    report.failed = failed.load(Ordering::Relaxed);
-    Ok(report)
 }
 
 #[cfg(test)]

@@ -54,3 +54,47 @@ fn synth_then_process_from_the_program_alone() {
     assert!(data.join("clicks").join("archive").is_dir());
     assert!(data.join("clicks").join("rollups.redb").is_file());
 }
+
+/// A build that left a backend out (`--no-default-features`) still takes its flags, and fails
+/// at start with an error naming the Cargo feature it lacks.
+#[cfg(not(all(feature = "kafka", feature = "clickhouse")))]
+#[test]
+fn a_backend_left_out_fails_at_start_naming_its_feature() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], bool, &str); 3] = [
+        (
+            &["process", "--exit-when-idle", "--kafka", "127.0.0.1:9"],
+            cfg!(feature = "kafka"),
+            "no `kafka` feature",
+        ),
+        (
+            &["synth", "--kafka", "127.0.0.1:9", "--events", "1"],
+            cfg!(feature = "kafka"),
+            "--kafka: this build of lasthop-clicks has no `kafka` feature",
+        ),
+        (
+            &[
+                "process",
+                "--exit-when-idle",
+                "--clicks-store",
+                "clickhouse://127.0.0.1:9/lasthop",
+            ],
+            cfg!(feature = "clickhouse"),
+            "--clicks-store clickhouse://: this build of lasthop-clicks has no `clickhouse` feature",
+        ),
+    ];
+    for (args, built, message) in cases {
+        if built {
+            continue;
+        }
+        let out = Command::new(CLICKS)
+            .args(args)
+            .env("LASTHOP_DATA_DIR", dir.path())
+            .output()
+            .expect("lasthop-clicks runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}

@@ -71,11 +71,16 @@ pub fn import_all(
         })?;
         return Ok(done);
     }
-    let mut config = crate::store::postgres::PgStoreConfig::new(spec, scheme.clone());
-    config.region = region;
-    config.regions = regions;
-    let store = crate::store::postgres::PgStore::open(config)?;
-    let done = crate::store::postgres::transfer::import(&store, scheme, regions, &mut reader);
-    store.shutdown()?;
-    done
+    #[cfg(feature = "postgres")]
+    {
+        let mut config = crate::store::postgres::PgStoreConfig::new(spec, scheme.clone());
+        config.region = region;
+        config.regions = regions;
+        let store = crate::store::postgres::PgStore::open(config)?;
+        let done = crate::store::postgres::transfer::import(&store, scheme, regions, &mut reader);
+        store.shutdown()?;
+        done
+    }
+    #[cfg(not(feature = "postgres"))]
+    Err(StoreError::NotBuilt("--store"))
 }

@@ -52,6 +52,7 @@ use crate::error_chain::ErrorChain;
 use crate::feed::Feed;
 use crate::fleet::{Fleet, FleetError};
 use crate::publish::Publisher;
+use crate::reply::{offload, ApiError};
 use crate::store::{Store, StoredLink};
 
 /// Largest status report body.
@@ -79,9 +80,8 @@ struct Inner {
     /// The other regions (`--peer`): a code of another region's range not found here is
     /// asked of that region before any 404.
     peers: Option<Arc<crate::peers::Peers>>,
-    /// The public API's state, whose click rollups peer regions read (`GET
-    /// /peer/v1/stats/{code}`).
-    api: Option<crate::api::AppState>,
+    /// This region's click rollups, which peer regions read (`GET /peer/v1/stats/{code}`).
+    rollups: Option<Arc<crate::clicks::RollupStore>>,
 }
 
 /// Shared state of the edge handlers.
@@ -94,10 +94,65 @@ impl std::fmt::Debug for EdgeState {
     }
 }
 
+/// Every part of the edge listener's state, each built once by the server's composition root
+/// and handed over here whole.
+pub struct EdgeParts {
+    /// The same store the public API reads.
+    pub store: Arc<dyn Store>,
+    /// The token engines present.
+    pub token: EdgeToken,
+    pub feed: Feed,
+    /// Where status reports are recorded.
+    pub fleet: Arc<Fleet>,
+    /// What snapshots were published (without one, the snapshot endpoints answer 404
+    /// `no_snapshot`/`unknown_snapshot`).
+    pub snapshots: Option<Arc<Publisher>>,
+    /// Every connection presented a client certificate the client CA signed
+    /// (`--edge-client-ca`): requests without a token are admitted (a token presented is still
+    /// checked).
+    pub client_certs: bool,
+    /// With peer regions: the `/peer/` endpoints of this region, what they answer to and read.
+    pub peering: Option<Peering>,
+}
+
+/// What the `/peer/` endpoints need (`--peer-token-file` with `--peer`).
+pub struct Peering {
+    /// This region.
+    pub region: u32,
+    /// The token peer regions present; it opens nothing but `/peer/`.
+    pub token: EdgeToken,
+    /// The other regions: a code of another region's range not found here is asked of that
+    /// region before any 404.
+    pub peers: Option<Arc<crate::peers::Peers>>,
+    /// This region's `--max-mint-rate`, told to peer regions.
+    pub mint_rate: u64,
+    /// The API keys peer regions copy (`GET /peer/v1/keys`).
+    pub keys: Arc<crate::auth::ApiKeys>,
+    /// This region's click rollups (`GET /peer/v1/stats/{code}`), where it runs a processor.
+    pub rollups: Option<Arc<crate::clicks::RollupStore>>,
+}
+
+impl std::fmt::Debug for EdgeParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EdgeParts")
+            .field("client_certs", &self.client_certs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Peering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peering")
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
 impl EdgeState {
     /// The edge handlers read the same store as the public API, accept `token`, stream `feed`,
     /// record reports into `fleet` and serve what `snapshots` published (without one, the
-    /// snapshot endpoints answer 404 `no_snapshot`/`unknown_snapshot`).
+    /// snapshot endpoints answer 404 `no_snapshot`/`unknown_snapshot`); no peer regions, the
+    /// token required.
     pub fn new(
         store: Arc<dyn Store>,
         token: EdgeToken,
@@ -105,67 +160,51 @@ impl EdgeState {
         fleet: Arc<Fleet>,
         snapshots: Option<Arc<Publisher>>,
     ) -> Self {
-        EdgeState(Arc::new(Inner {
+        EdgeState::from_parts(EdgeParts {
             store,
             token,
             feed,
             fleet,
             snapshots,
             client_certs: false,
-            peer: None,
-            peers: None,
-            mint_rate: None,
-            keys: None,
-            api: None,
+            peering: None,
+        })
+    }
+
+    /// Every part given: the full server.
+    pub fn from_parts(parts: EdgeParts) -> Self {
+        let EdgeParts {
+            store,
+            token,
+            feed,
+            fleet,
+            snapshots,
+            client_certs,
+            peering,
+        } = parts;
+        let (peer, peers, mint_rate, keys, rollups) = match peering {
+            Some(p) => (
+                Some((p.region, p.token)),
+                p.peers,
+                Some(p.mint_rate).filter(|&r| r > 0),
+                Some(p.keys),
+                p.rollups,
+            ),
+            None => (None, None, None, None, None),
+        };
+        EdgeState(Arc::new(Inner {
+            store,
+            token,
+            feed,
+            fleet,
+            snapshots,
+            client_certs,
+            peer,
+            mint_rate,
+            keys,
+            peers,
+            rollups,
         }))
-    }
-
-    /// Serves `api`'s click rollups to peer regions (`GET /peer/v1/stats/{code}`). Call before
-    /// the state is cloned.
-    pub fn with_peer_stats(mut self, api: crate::api::AppState) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.0) {
-            inner.api = Some(api);
-        }
-        self
-    }
-
-    /// Serves this region's API keys to peer regions (`GET /peer/v1/keys`). Call before the
-    /// state is cloned.
-    pub fn with_peer_keys(mut self, keys: Arc<crate::auth::ApiKeys>) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.0) {
-            inner.keys = Some(keys);
-        }
-        self
-    }
-
-    /// Serves the `/peer/` endpoints of `region` to callers presenting `token`, and reads
-    /// through to `peers` (the other regions) for codes of theirs not found here. Call before
-    /// the state is cloned.
-    pub fn with_peers(
-        mut self,
-        region: u32,
-        token: EdgeToken,
-        peers: Option<Arc<crate::peers::Peers>>,
-        mint_rate: u64,
-    ) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.0) {
-            inner.peer = Some((region, token));
-            inner.peers = peers;
-            inner.mint_rate = Some(mint_rate).filter(|&r| r > 0);
-        }
-        self
-    }
-
-    /// The same state for a listener whose TLS handshake requires a client certificate signed
-    /// by the client CA: requests without a token are admitted (a token presented is still
-    /// checked). Call before the state is cloned.
-    pub fn with_client_certificates(mut self) -> Self {
-        // Unshared right after `new`; were it shared, nothing changes, which fails closed (the
-        // token stays required).
-        if let Some(inner) = Arc::get_mut(&mut self.0) {
-            inner.client_certs = true;
-        }
-        self
     }
 }
 
@@ -174,18 +213,14 @@ impl EdgeState {
 async fn on_store<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
     what: &'static str,
     f: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, EdgeError> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => {
+) -> Result<T, ApiError> {
+    offload(what, f)
+        .await
+        .map_err(|_| ApiError::unavailable())?
+        .map_err(|e| {
             tracing::error!(error = %e, "{what}: store failure");
-            Err(EdgeError::unavailable())
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "{what}: task failed");
-            Err(EdgeError::unavailable())
-        }
-    }
+            ApiError::unavailable()
+        })
 }
 
 /// The edge's view of a stored link at `now_ms` (the wire type is core's, shared with engines).
@@ -193,54 +228,13 @@ fn edge_link(s: &StoredLink, now_ms: i64) -> EdgeLink {
     EdgeLink::new(&s.link.code, &s.link.long_url, &s.state, now_ms)
 }
 
-/// The edge router's one error shape: a status and `{"error":{"code","message"}}`, like the API.
-#[derive(Debug)]
-struct EdgeError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl EdgeError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        EdgeError {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-
-    fn not_found() -> Self {
-        EdgeError::new(StatusCode::NOT_FOUND, "not_found", "no link has this code")
-    }
-
-    fn unavailable() -> Self {
-        EdgeError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "storage_unavailable",
-            "storage is unavailable, retry later",
-        )
-    }
-
-    fn bad(code: &'static str, message: impl Into<String>) -> Self {
-        EdgeError::new(StatusCode::BAD_REQUEST, code, message)
-    }
-}
-
-impl IntoResponse for EdgeError {
-    fn into_response(self) -> Response {
-        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
-        (self.status, body).into_response()
-    }
-}
-
 async fn get_link(
     State(state): State<EdgeState>,
     Path(code): Path<String>,
-) -> Result<Json<EdgeLink>, EdgeError> {
+) -> Result<Json<EdgeLink>, ApiError> {
     // A code no namespace can hold never existed: answered without touching the store.
     if !lasthop_core::code::plausible(code.as_bytes()) {
-        return Err(EdgeError::not_found());
+        return Err(ApiError::not_found());
     }
     let store = Arc::clone(&state.0.store);
     let asked = code.clone();
@@ -249,7 +243,7 @@ async fn get_link(
         Some(s) => Ok(Json(edge_link(&s, now_ms()))),
         None => match read_through(&state, code).await? {
             Some(s) => Ok(Json(edge_link(&s, now_ms()))),
-            None => Err(EdgeError::not_found()),
+            None => Err(ApiError::not_found()),
         },
     }
 }
@@ -257,33 +251,20 @@ async fn get_link(
 /// A code not found here whose home is another region: that region is asked (only the home
 /// may say a code does not exist), and 503 `home_region_unavailable` stands in for its answer
 /// while it cannot give one, never a 404.
-async fn read_through(state: &EdgeState, code: String) -> Result<Option<StoredLink>, EdgeError> {
+async fn read_through(state: &EdgeState, code: String) -> Result<Option<StoredLink>, ApiError> {
     let Some(peers) = state.0.peers.clone() else {
         return Ok(None);
     };
     let Some(home) = peers.home_elsewhere(&code) else {
         return Ok(None);
     };
-    let asked = tokio::task::spawn_blocking(move || peers.fetch_link(home, &code)).await;
-    match asked {
-        Ok(Ok(found)) => Ok(found),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "read-through to the home region failed");
-            Err(home_unavailable(home))
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "read-through: task failed");
-            Err(EdgeError::unavailable())
-        }
-    }
-}
-
-fn home_unavailable(region: u32) -> EdgeError {
-    EdgeError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "home_region_unavailable",
-        format!("the code's home region {region} cannot be reached; retry later"),
-    )
+    let asked = offload("read-through", move || peers.fetch_link(home, &code))
+        .await
+        .map_err(|_| ApiError::unavailable())?;
+    asked.map_err(|e| {
+        tracing::warn!(error = %e, "read-through to the home region failed");
+        ApiError::home_unavailable(home)
+    })
 }
 
 /// `GET /peer/v1/links/{code}`: the link as this region has it (its record and state), for a
@@ -291,15 +272,15 @@ fn home_unavailable(region: u32) -> EdgeError {
 async fn peer_link(
     State(state): State<EdgeState>,
     Path(code): Path<String>,
-) -> Result<Json<StoredLink>, EdgeError> {
+) -> Result<Json<StoredLink>, ApiError> {
     if !lasthop_core::code::plausible(code.as_bytes()) {
-        return Err(EdgeError::not_found());
+        return Err(ApiError::not_found());
     }
     let store = Arc::clone(&state.0.store);
     on_store("peer lookup", move || store.get(&code))
         .await?
         .map(Json)
-        .ok_or_else(EdgeError::not_found)
+        .ok_or_else(ApiError::not_found)
 }
 
 /// `POST /peer/v1/aliases`: another region forwards an alias create to this one, the alias
@@ -308,12 +289,12 @@ async fn peer_link(
 async fn peer_alias(
     State(state): State<EdgeState>,
     body: Body,
-) -> Result<Json<crate::peers::CreateAnswer>, EdgeError> {
+) -> Result<Json<crate::peers::CreateAnswer>, ApiError> {
     use crate::store::CreateOutcome;
     let forwarded: crate::peers::ForwardedCreate = peer_body(body, "a forwarded create").await?;
     let req = forwarded
         .request()
-        .map_err(|e| EdgeError::bad("invalid_body", e))?;
+        .map_err(|e| ApiError::bad("invalid_body", e))?;
     let store = Arc::clone(&state.0.store);
     let outcome = on_store("forwarded alias create", move || store.create(req)).await?;
     let (outcome, link) = match outcome {
@@ -333,9 +314,9 @@ async fn peer_alias(
 /// reaches every region. 404 `no_keys` where keys are not served.
 async fn peer_keys(
     State(state): State<EdgeState>,
-) -> Result<Json<Vec<crate::store::transfer::KeyLine>>, EdgeError> {
+) -> Result<Json<Vec<crate::store::transfer::KeyLine>>, ApiError> {
     let keys = state.0.keys.clone().ok_or_else(|| {
-        EdgeError::new(
+        ApiError::new(
             StatusCode::NOT_FOUND,
             "no_keys",
             "this region serves no keys",
@@ -355,7 +336,7 @@ async fn peer_keys(
 /// reaches every region ([`crate::safety::enforce::copy_suspension`]).
 async fn peer_owners(
     State(state): State<EdgeState>,
-) -> Result<Json<Vec<crate::store::OwnerRecord>>, EdgeError> {
+) -> Result<Json<Vec<crate::store::OwnerRecord>>, ApiError> {
     let store = Arc::clone(&state.0.store);
     let mut owners = on_store("peer owners", move || store.owners()).await?;
     owners.retain(|o| o.suspension_event_ms().is_some());
@@ -375,33 +356,29 @@ async fn peer_stats(
     State(state): State<EdgeState>,
     Path(code): Path<String>,
     Query(q): Query<StatsQuery>,
-) -> Result<Json<Vec<crate::clicks::stats::WireDay>>, EdgeError> {
-    let rollups = state
-        .0
-        .api
-        .as_ref()
-        .and_then(|a| a.rollups())
-        .ok_or_else(|| {
-            EdgeError::new(
-                StatusCode::NOT_FOUND,
-                "no_stats",
-                "this region runs no click processor",
-            )
-        })?;
+) -> Result<Json<Vec<crate::clicks::stats::WireDay>>, ApiError> {
+    let rollups = state.0.rollups.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_stats",
+            "this region runs no click processor",
+        )
+    })?;
     let (from, to) =
         crate::clicks::stats::range(Some(&q.from), Some(&q.to), crate::clicks::Day::today())
-            .map_err(|e| EdgeError::bad(e.code(), e.to_string()))?;
-    let days = tokio::task::spawn_blocking(move || rollups.range(&code, from, to))
-        .await
-        .map_err(|e| EdgeError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
-        .map_err(|e| {
-            tracing::error!(error = %e, "reading stats for a peer region");
-            EdgeError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "storage_unavailable",
-                "stats are unavailable, retry later",
-            )
-        })?;
+            .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
+    let days = offload("reading stats for a peer region", move || {
+        rollups.range(&code, from, to)
+    })
+    .await?
+    .map_err(|e| {
+        tracing::error!(error = %e, "reading stats for a peer region");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_unavailable",
+            "stats are unavailable, retry later",
+        )
+    })?;
     Ok(Json(crate::clicks::stats::to_wire(&days)))
 }
 
@@ -409,12 +386,12 @@ async fn peer_stats(
 const PEER_BODY_MAX: usize = 16 * 1024;
 
 /// A peer region's JSON body: `what` it should be, or 400 `invalid_body` saying why not.
-async fn peer_body<T: serde::de::DeserializeOwned>(body: Body, what: &str) -> Result<T, EdgeError> {
+async fn peer_body<T: serde::de::DeserializeOwned>(body: Body, what: &str) -> Result<T, ApiError> {
     let bytes = axum::body::to_bytes(body, PEER_BODY_MAX)
         .await
-        .map_err(|_| EdgeError::bad("invalid_body", "the body is unreadable or too large"))?;
+        .map_err(|_| ApiError::bad("invalid_body", "the body is unreadable or too large"))?;
     serde_json::from_slice(&bytes)
-        .map_err(|e| EdgeError::bad("invalid_body", format!("not {what}: {e}")))
+        .map_err(|e| ApiError::bad("invalid_body", format!("not {what}: {e}")))
 }
 
 #[derive(Debug, Deserialize)]
@@ -439,13 +416,13 @@ async fn peer_update(
     State(state): State<EdgeState>,
     Path(code): Path<String>,
     body: Body,
-) -> Result<Json<StoredLink>, EdgeError> {
+) -> Result<Json<StoredLink>, ApiError> {
     let Some(region) = state.0.peer.as_ref().map(|(r, _)| *r) else {
-        return Err(EdgeError::not_found());
+        return Err(ApiError::not_found());
     };
     let forwarded: ForwardedUpdate = peer_body(body, "a forwarded update").await?;
     if forwarded.actor.len() > 200 || forwarded.actor.chars().any(char::is_control) {
-        return Err(EdgeError::bad(
+        return Err(ApiError::bad(
             "invalid_body",
             "actor: at most 200 printable characters",
         ));
@@ -467,13 +444,13 @@ async fn peer_update(
             .await?
         }
         _ => {
-            return Err(EdgeError::bad(
+            return Err(ApiError::bad(
                 "invalid_body",
                 "one of update and delete: true",
             ))
         }
     }
-    .ok_or_else(EdgeError::not_found)?;
+    .ok_or_else(ApiError::not_found)?;
     tracing::info!(code = %applied.link.code, region, "applied a change forwarded by a peer region");
     Ok(Json(applied))
 }
@@ -491,10 +468,10 @@ struct FeedQuery {
 async fn feed(
     State(state): State<EdgeState>,
     Query(q): Query<FeedQuery>,
-) -> Result<Response, EdgeError> {
+) -> Result<Response, ApiError> {
     let name = |v: Option<String>, what: &str| {
         v.filter(|v| valid_name(v)).ok_or_else(|| {
-            EdgeError::bad(
+            ApiError::bad(
                 "invalid_engine",
                 format!("{what} must be 1-64 characters of A-Z a-z 0-9 . _ : -"),
             )
@@ -505,7 +482,7 @@ async fn feed(
     let after = match q.after.as_deref() {
         None | Some("") => 0,
         Some(a) => a.parse::<u64>().map_err(|_| {
-            EdgeError::bad(
+            ApiError::bad(
                 "invalid_after",
                 "after must be a change sequence (an unsigned integer)",
             )
@@ -525,26 +502,23 @@ async fn feed(
         .into_response())
 }
 
-async fn status_report(
-    State(state): State<EdgeState>,
-    body: Body,
-) -> Result<StatusCode, EdgeError> {
+async fn status_report(State(state): State<EdgeState>, body: Body) -> Result<StatusCode, ApiError> {
     let bytes = axum::body::to_bytes(body, MAX_STATUS_BODY)
         .await
         .map_err(|_| {
-            EdgeError::bad(
+            ApiError::bad(
                 "body_too_large",
                 format!("a status report is at most {MAX_STATUS_BODY} bytes"),
             )
         })?;
     let report: StatusReport = serde_json::from_slice(&bytes)
-        .map_err(|e| EdgeError::bad("invalid_report", format!("not a status report: {e}")))?;
+        .map_err(|e| ApiError::bad("invalid_report", format!("not a status report: {e}")))?;
     report.validate().map_err(|e| {
         let code = match e {
             FrameError::Field("engine" | "pop") => "invalid_engine",
             _ => "invalid_report",
         };
-        EdgeError::bad(code, e.to_string())
+        ApiError::bad(code, e.to_string())
     })?;
     let last_seq = *state.0.store.commits().borrow();
     let engine = report.engine.clone();
@@ -553,24 +527,21 @@ async fn status_report(
         Ok(recorded) => {
             if state.0.fleet.save_due(recorded, now) {
                 let fleet = Arc::clone(&state.0.fleet);
-                match tokio::task::spawn_blocking(move || fleet.save(now)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::warn!(error = %e, "saving the fleet"),
-                    Err(e) => tracing::warn!(error = %e, "saving the fleet: task"),
+                if let Ok(Err(e)) = offload("saving the fleet", move || fleet.save(now)).await {
+                    tracing::warn!(error = %e, "saving the fleet");
                 }
             }
             if state.0.fleet.is_shared() {
                 // Every control plane on the store lists this engine.
                 let fleet = Arc::clone(&state.0.fleet);
-                match tokio::task::spawn_blocking(move || fleet.persist(&engine)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::warn!(error = %e, "sharing an engine report"),
-                    Err(e) => tracing::warn!(error = %e, "sharing an engine report: task"),
+                let shared = offload("sharing an engine report", move || fleet.persist(&engine));
+                if let Ok(Err(e)) = shared.await {
+                    tracing::warn!(error = %e, "sharing an engine report");
                 }
             }
             Ok(StatusCode::NO_CONTENT)
         }
-        Err(e @ FleetError::Full) => Err(EdgeError::new(
+        Err(e @ FleetError::Full) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "too_many_engines",
             e.to_string(),
@@ -578,23 +549,23 @@ async fn status_report(
     }
 }
 
-fn no_snapshot() -> EdgeError {
-    EdgeError::new(
+fn no_snapshot() -> ApiError {
+    ApiError::new(
         StatusCode::NOT_FOUND,
         "no_snapshot",
         "no snapshot has been published yet",
     )
 }
 
-fn unknown_snapshot() -> EdgeError {
-    EdgeError::new(
+fn unknown_snapshot() -> ApiError {
+    ApiError::new(
         StatusCode::NOT_FOUND,
         "unknown_snapshot",
         "no such snapshot (never published, or garbage-collected)",
     )
 }
 
-async fn latest_snapshot(State(state): State<EdgeState>) -> Result<Response, EdgeError> {
+async fn latest_snapshot(State(state): State<EdgeState>) -> Result<Response, ApiError> {
     let latest = state.0.snapshots.as_ref().and_then(|p| p.latest());
     latest
         .map(|f| Json(f).into_response())
@@ -607,7 +578,7 @@ async fn download_snapshot(
     State(state): State<EdgeState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<Response, EdgeError> {
+) -> Result<Response, ApiError> {
     let publisher = state.0.snapshots.clone().ok_or_else(unknown_snapshot)?;
     // `<id>.zst`: the zstd copy (made on first demand if publishing did not make it). On a
     // shared store a snapshot another control plane published may not be copied here yet: it
@@ -616,46 +587,40 @@ async fn download_snapshot(
         Some(base) => (base.to_string(), true),
         None => (id.clone(), false),
     };
-    let found = tokio::task::spawn_blocking(move || {
+    let found = offload("preparing a snapshot download", move || {
         if compressed {
             publisher.compressed_copy(&wanted)
         } else {
             publisher.local_copy(&wanted)
         }
     })
-    .await;
+    .await
+    .map_err(|_| ApiError::unavailable())?;
     let path = match found {
-        Ok(Ok(Some(path))) => path,
-        Ok(Ok(None)) => return Err(unknown_snapshot()),
-        Ok(Err(e)) => {
-            tracing::error!(%id, error = %ErrorChain(&e), "preparing a snapshot download");
-            return Err(EdgeError::unavailable());
-        }
+        Ok(Some(path)) => path,
+        Ok(None) => return Err(unknown_snapshot()),
         Err(e) => {
-            tracing::error!(%id, error = %e, "preparing a snapshot download: task failed");
-            return Err(EdgeError::unavailable());
+            tracing::error!(%id, error = %ErrorChain(&e), "preparing a snapshot download");
+            return Err(ApiError::unavailable());
         }
     };
-    let opened = tokio::task::spawn_blocking(move || {
+    let opened = offload("opening a snapshot", move || {
         let file = std::fs::File::open(&path)?;
         let len = file.metadata()?.len();
         Ok::<_, std::io::Error>((file, len))
     })
-    .await;
+    .await
+    .map_err(|_| ApiError::unavailable())?;
     let (mut file, len) = match opened {
-        Ok(Ok(opened)) => opened,
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown_snapshot()),
-        Ok(Err(e)) => {
+        Ok(opened) => opened,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown_snapshot()),
+        Err(e) => {
             tracing::error!(%id, error = %e, "opening a snapshot");
-            return Err(EdgeError::new(
+            return Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
                 "cannot read the snapshot",
             ));
-        }
-        Err(e) => {
-            tracing::error!(%id, error = %e, "opening a snapshot: task failed");
-            return Err(EdgeError::unavailable());
         }
     };
     // Both files are immutable under their name, so the id is a strong validator.
@@ -669,7 +634,7 @@ async fn download_snapshot(
         RangeAnswer::Whole => (StatusCode::OK, 0, len),
         RangeAnswer::Part { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
         RangeAnswer::Unsatisfiable => {
-            let mut resp = EdgeError::new(
+            let mut resp = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 "range_not_satisfiable",
                 format!("the snapshot has {len} bytes"),
@@ -813,9 +778,9 @@ const PEER_WAIT_MAX_MS: u64 = 25_000;
 async fn peer_changes(
     State(state): State<EdgeState>,
     Query(q): Query<ChangesQuery>,
-) -> Result<Response, EdgeError> {
+) -> Result<Response, ApiError> {
     let Some(region) = state.0.peer.as_ref().map(|(r, _)| *r) else {
-        return Err(EdgeError::not_found());
+        return Err(ApiError::not_found());
     };
     let limit = q.limit.unwrap_or(1_000).clamp(1, PEER_PAGE_MAX);
     let deadline = tokio::time::Instant::now()
@@ -854,8 +819,8 @@ async fn peer_changes(
     }
 }
 
-async fn fallback() -> EdgeError {
-    EdgeError::new(StatusCode::NOT_FOUND, "no_route", "no such endpoint")
+async fn fallback() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such endpoint")
 }
 
 /// Everything but `/healthz` needs the edge token; `/peer/` needs the peer token instead.
@@ -872,13 +837,13 @@ async fn require_token(State(state): State<EdgeState>, req: Request, next: Next)
     if req.uri().path().starts_with("/peer/") {
         return match (&state.0.peer, presented) {
             (Some((_, token)), Some(t)) if token.matches(t) => next.run(req).await,
-            (None, _) => EdgeError::new(
+            (None, _) => ApiError::new(
                 StatusCode::NOT_FOUND,
                 "no_peers",
                 "this control plane replicates with no region (--peer, --peer-token-file)",
             )
             .into_response(),
-            _ => EdgeError::new(
+            _ => ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "peer_unauthorized",
                 "missing or wrong Authorization: Bearer <peer token> (--peer-token-file)",
@@ -890,13 +855,13 @@ async fn require_token(State(state): State<EdgeState>, req: Request, next: Next)
         Some(t) if state.0.token.matches(t) => next.run(req).await,
         // Mutual TLS: the handshake already proved the client's certificate.
         None if state.0.client_certs => next.run(req).await,
-        Some(_) => EdgeError::new(
+        Some(_) => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "edge_unauthorized",
             "wrong edge token",
         )
         .into_response(),
-        None => EdgeError::new(
+        None => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "edge_unauthorized",
             "missing Authorization: Bearer <edge token> (DATA_DIR/edge.token)",

@@ -2,11 +2,13 @@
 //! with client certificates (`--edge-client-ca FILE`): the channel that carries every
 //! destination, every takedown and every snapshot to the engines.
 //!
-//! rustls with ring, TLS 1.3 and 1.2, `http/1.1` over ALPN. Handshakes run in tasks of their
-//! own (each bounded by [`HANDSHAKE_TIMEOUT`], at most [`MAX_HANDSHAKES`] at once) so a slow or
-//! hostile client never holds up the accept loop; finished ones are handed to `axum::serve` through [`TlsListener`]. A failed handshake
-//! (a client that does not trust our certificate, a client certificate our CA did not sign, a
-//! port scanner) is logged with its peer and reason and counts nothing else.
+//! rustls with ring, TLS 1.3 and 1.2 with the engine's suites ([`lasthop_tls`], which also reads
+//! the PEM files and builds the peers' client configuration), `http/1.1` over ALPN. Handshakes
+//! run in tasks of their own (each bounded by [`HANDSHAKE_TIMEOUT`], at most [`MAX_HANDSHAKES`]
+//! at once) so a slow or hostile client never holds up the accept loop; finished ones are
+//! handed to `axum::serve` through [`TlsListener`]. A failed handshake (a client that does not
+//! trust our certificate, a client certificate our CA did not sign, a port scanner) is logged
+//! with its peer and reason and counts nothing else.
 //!
 //! With `--edge-client-ca`, a client certificate signed by that CA is required to complete the
 //! handshake, and it replaces the edge token (the mutual-TLS alternative): the router then
@@ -17,10 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::RootCertStore;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
@@ -36,14 +35,9 @@ pub const MAX_HANDSHAKES: usize = 256;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EdgeTlsError {
-    #[error("reading {what} {}: {source}", path.display())]
-    Pem {
-        what: &'static str,
-        path: PathBuf,
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("{} holds no {what}", path.display())]
-    Empty { what: &'static str, path: PathBuf },
+    /// A certificate, key or CA file (the message names it and what was wrong).
+    #[error(transparent)]
+    Pem(#[from] lasthop_tls::Error),
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
     #[error("client CA {}: {source}", path.display())]
@@ -51,60 +45,6 @@ pub enum EdgeTlsError {
         path: PathBuf,
         source: rustls::server::VerifierBuilderError,
     },
-}
-
-/// The certificate chain in a PEM file.
-pub fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, EdgeTlsError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|source| EdgeTlsError::Pem {
-            what: "certificates",
-            path: path.to_path_buf(),
-            source,
-        })?;
-    if certs.is_empty() {
-        return Err(EdgeTlsError::Empty {
-            what: "certificate",
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(certs)
-}
-
-/// The private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
-pub fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, EdgeTlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|source| EdgeTlsError::Pem {
-        what: "private key",
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// A TLS client that trusts only the CAs in `ca` (a PEM file): how a region verifies its
-/// peers' edge listeners (`--peer-ca`).
-pub fn client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, EdgeTlsError> {
-    client_config_with(ca, None)
-}
-
-/// [`client_config`], presenting `identity` (a certificate chain and its key, PEM files) to a
-/// listener that asks for one (`--edge-client-ca`).
-pub fn client_config_with(
-    ca: &Path,
-    identity: Option<(&Path, &Path)>,
-) -> Result<Arc<rustls::ClientConfig>, EdgeTlsError> {
-    let mut roots = RootCertStore::empty();
-    for c in certs(ca)? {
-        roots.add(c)?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots);
-    let config = match identity {
-        Some((cert, key)) => builder.with_client_auth_cert(certs(cert)?, private_key(key)?)?,
-        None => builder.with_no_client_auth(),
-    };
-    Ok(Arc::new(config))
 }
 
 /// The edge listener's TLS settings.
@@ -130,15 +70,12 @@ impl EdgeTls {
         key: &Path,
         client_ca: Option<&Path>,
     ) -> Result<EdgeTls, EdgeTlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(lasthop_tls::provider());
         let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()?;
+            .with_protocol_versions(lasthop_tls::VERSIONS)?;
         let builder = match client_ca {
             Some(path) => {
-                let mut roots = RootCertStore::empty();
-                for c in certs(path)? {
-                    roots.add(c)?;
-                }
+                let roots = lasthop_tls::root_store(path)?;
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                         .build()
@@ -150,7 +87,8 @@ impl EdgeTls {
             }
             None => builder.with_no_client_auth(),
         };
-        let mut config = builder.with_single_cert(certs(cert)?, private_key(key)?)?;
+        let mut config =
+            builder.with_single_cert(lasthop_tls::certs(cert)?, lasthop_tls::private_key(key)?)?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(EdgeTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),

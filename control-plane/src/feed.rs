@@ -51,9 +51,51 @@ pub struct Feed {
     mint_rate: Option<u64>,
     snapshots: Option<watch::Receiver<Option<SnapshotFrame>>>,
     stop: Option<watch::Receiver<bool>>,
-    /// Peer regions (`--peer`): those out of touch widen their window (hello and heartbeat
-    /// `widen`).
-    peers: Option<Arc<crate::peers::Peers>>,
+    /// The windows of peer regions out of touch (`--peer`), announced in hello and heartbeat
+    /// frames (`widen`).
+    windows: Option<Windows>,
+}
+
+/// What tells the feed, at a time (Unix ms), which peer regions' windows to widen
+/// ([`crate::peers::Peers::windows`] in `serve`).
+pub type Windows = Arc<dyn Fn(i64) -> Vec<lasthop_core::feed::Window> + Send + Sync>;
+
+/// Every setting of a feed, given once (`serve` builds it; [`Feed::new`] is the plain one).
+pub struct FeedParts {
+    pub store: Arc<dyn Store>,
+    /// A heartbeat at least this often when idle.
+    pub heartbeat: Duration,
+    /// Announced in hello and heartbeat frames: codes per second the region mints at most
+    /// (`None` or 0: unbounded).
+    pub mint_rate: Option<u64>,
+    /// Published snapshots to announce (the newest on subscription, then each new one).
+    pub snapshots: Option<watch::Receiver<Option<SnapshotFrame>>>,
+    /// Ends every stream once this turns true (graceful shutdown: streams never end otherwise,
+    /// and the server waits for open responses).
+    pub stop: Option<watch::Receiver<bool>>,
+    pub windows: Option<Windows>,
+}
+
+impl FeedParts {
+    /// A feed of `store`'s changes with a heartbeat at least every `heartbeat`, and nothing else.
+    pub fn new(store: Arc<dyn Store>, heartbeat: Duration) -> FeedParts {
+        FeedParts {
+            store,
+            heartbeat,
+            mint_rate: None,
+            snapshots: None,
+            stop: None,
+            windows: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for FeedParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeedParts")
+            .field("heartbeat", &self.heartbeat)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Feed {
@@ -67,47 +109,26 @@ impl std::fmt::Debug for Feed {
 impl Feed {
     /// A feed of `store`'s changes, with a heartbeat at least every `heartbeat` when idle.
     pub fn new(store: Arc<dyn Store>, heartbeat: Duration) -> Feed {
+        Feed::from_parts(FeedParts::new(store, heartbeat))
+    }
+
+    /// A feed with every setting given.
+    pub fn from_parts(parts: FeedParts) -> Feed {
         Feed {
-            store,
-            heartbeat: heartbeat.max(Duration::from_millis(1)),
-            mint_rate: None,
-            snapshots: None,
-            stop: None,
-            peers: None,
+            store: parts.store,
+            heartbeat: parts.heartbeat.max(Duration::from_millis(1)),
+            mint_rate: parts.mint_rate.filter(|&r| r > 0),
+            snapshots: parts.snapshots,
+            stop: parts.stop,
+            windows: parts.windows,
         }
     }
 
-    /// Announces the windows of peer regions out of touch ([`crate::peers::Peers::windows`]).
-    pub fn with_peers(mut self, peers: Option<Arc<crate::peers::Peers>>) -> Feed {
-        self.peers = peers;
-        self
-    }
-
     fn windows(&self) -> Vec<lasthop_core::feed::Window> {
-        self.peers
+        self.windows
             .as_ref()
-            .map(|p| p.windows(now_ms()))
+            .map(|w| w(now_ms()))
             .unwrap_or_default()
-    }
-
-    /// Announces `rate` (codes per second the region mints at most; `None` or 0: unbounded)
-    /// in hello and heartbeat frames.
-    pub fn with_mint_rate(mut self, rate: Option<u64>) -> Feed {
-        self.mint_rate = rate.filter(|&r| r > 0);
-        self
-    }
-
-    /// Published snapshots to announce (the newest on subscription, then each new one).
-    pub fn with_snapshots(mut self, snapshots: watch::Receiver<Option<SnapshotFrame>>) -> Feed {
-        self.snapshots = Some(snapshots);
-        self
-    }
-
-    /// Ends every stream once this turns true (graceful shutdown: streams never end otherwise,
-    /// and the server waits for open responses).
-    pub fn with_stop(mut self, stop: watch::Receiver<bool>) -> Feed {
-        self.stop = Some(stop);
-        self
     }
 
     /// Starts a subscription from change `after` and returns the response body it writes.
@@ -301,14 +322,16 @@ fn line(frame: &Frame) -> Vec<u8> {
     line
 }
 
+/// A store call on the blocking pool ([`crate::reply::offload`]); its failure, or the task's,
+/// ends the stream.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, End> {
-    match tokio::task::spawn_blocking(f).await {
+    match crate::reply::offload("feed: store task", f).await {
         Ok(result) => result.map_err(End::Store),
         Err(e) => Err(End::Store(StoreError::Task {
-            what: "store task",
-            cause: Box::new(e),
+            what: e.what,
+            cause: Box::new(e.source),
         })),
     }
 }

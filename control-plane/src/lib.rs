@@ -5,7 +5,9 @@
 //!   and [`store::postgres`], the shared store several control planes use
 //!   (store/STORE.md);
 //! - [`backup`]: `export` and `import` of the whole record;
-//! - [`api`]: the public HTTP API (axum) and its one error type;
+//! - [`api`]: the public HTTP API (axum);
+//! - [`reply`]: the one error envelope of the API and the edge listener, and the one way their
+//!   handlers run blocking work;
 //! - [`edge`]: the internal edge listener engines use: origin lookups, the feed, snapshot
 //!   downloads, status reports;
 //! - [`edge_token`]: the shared secret the edge listener requires;
@@ -29,6 +31,7 @@ pub mod api;
 pub mod auth;
 pub mod backup;
 pub mod body_stream;
+#[cfg(feature = "console")]
 pub mod dashboard;
 pub mod edge;
 pub mod edge_tls;
@@ -40,6 +43,7 @@ pub mod peers;
 pub mod publish;
 pub mod qr;
 pub mod ratelimit;
+pub mod reply;
 pub mod safety;
 pub mod signing;
 pub mod snapshot;
@@ -49,7 +53,7 @@ pub use lasthop_store as store;
 pub use lasthop_store::clock;
 pub(crate) use lasthop_store::error_chain;
 
-pub use api::{router, ApiConfig, AppState};
+pub use api::{router, ApiConfig, ApiParts, AppState};
 pub use auth::{ApiKeys, Principal};
 pub use store::embedded::{EmbeddedStore, EmbeddedStoreConfig};
 pub use store::{

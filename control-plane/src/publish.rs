@@ -39,6 +39,7 @@ use crate::clicks::store::RollupStore;
 use crate::clock::now_ms;
 use crate::error_chain::ErrorChain;
 use crate::fleet::Fleet;
+use crate::reply::{offload, TaskFailed};
 use crate::signing::SigningKey;
 use crate::snapshot::SnapshotBuildError;
 use crate::snapshot::{HotSet, POPULAR_DAYS};
@@ -124,8 +125,11 @@ impl PublishError {
         }
     }
 
-    fn task(what: &'static str) -> impl FnOnce(tokio::task::JoinError) -> PublishError {
-        move |source| PublishError::Task { what, source }
+    fn task(what: &'static str) -> impl FnOnce(TaskFailed) -> PublishError {
+        move |failed| PublishError::Task {
+            what,
+            source: failed.source,
+        }
     }
 
     fn store(op: &'static str) -> impl FnOnce(StoreError) -> PublishError {
@@ -175,8 +179,9 @@ pub struct Publisher {
     /// One copy from the store at a time, so a download and a catch-up that want the same
     /// snapshot never write one temporary file together (the second finds the copy made).
     fetching: std::sync::Mutex<()>,
-    /// The click rollups, where popular links come from (set once the processor runs).
-    rollups: std::sync::OnceLock<Arc<RollupStore>>,
+    /// The click rollups, where popular links come from (the click processor's, where this
+    /// server runs one).
+    rollups: Option<Arc<RollupStore>>,
     /// One zstd copy made at a time.
     compressing: std::sync::Mutex<()>,
 }
@@ -200,11 +205,13 @@ struct OnDisk {
 
 impl Publisher {
     /// A publisher over `config.dir` (created if missing; leftovers of interrupted builds are
-    /// removed). Call [`Publisher::start`] to load the newest snapshot and begin the schedule.
+    /// removed). Popular links come from `rollups`, where there are some. Call
+    /// [`Publisher::start`] to load the newest snapshot and begin the schedule.
     pub fn new(
         store: Arc<dyn Store>,
         fleet: Arc<Fleet>,
         config: PublishConfig,
+        rollups: Option<Arc<RollupStore>>,
     ) -> Result<Arc<Publisher>, PublishError> {
         std::fs::create_dir_all(&config.dir)
             .map_err(PublishError::file("creating", &config.dir))?;
@@ -225,21 +232,16 @@ impl Publisher {
             latest,
             building: tokio::sync::Mutex::new(()),
             fetching: std::sync::Mutex::new(()),
-            rollups: std::sync::OnceLock::new(),
+            rollups,
             compressing: std::sync::Mutex::new(()),
         }))
-    }
-
-    /// Popular links come from these rollups from now on (the click processor's).
-    pub fn set_rollups(&self, rollups: Arc<RollupStore>) {
-        let _ = self.rollups.set(rollups);
     }
 
     /// The codes with the most human clicks over the last [`POPULAR_DAYS`] days, most first, as
     /// many as the budget could hold; none without rollups (or when they cannot be read: the
     /// snapshot then holds the recent links alone, and says so in the log).
     fn popular(&self, hot: &HotSet) -> Vec<(String, u64)> {
-        let Some(rollups) = self.rollups.get() else {
+        let Some(rollups) = &self.rollups else {
             return Vec::new();
         };
         let today = Day::today();
@@ -302,7 +304,7 @@ impl Publisher {
                 } else {
                     Duration::ZERO
                 };
-                let lead = tokio::task::spawn_blocking(move || take_lead(&*shared, wait))
+                let lead = offload("snapshot lock", move || take_lead(&*shared, wait))
                     .await
                     .map_err(PublishError::task("snapshot lock task"))??;
                 let Some(lead) = lead else {
@@ -310,7 +312,7 @@ impl Publisher {
                 };
                 // What another control plane published meanwhile counts.
                 let this = Arc::clone(self);
-                tokio::task::spawn_blocking(move || this.adopt_newest())
+                offload("snapshot adoption", move || this.adopt_newest())
                     .await
                     .map_err(PublishError::task("snapshot adoption task"))??;
                 if let Some(threshold) = threshold {
@@ -323,7 +325,7 @@ impl Publisher {
             }
         };
         let this = Arc::clone(self);
-        let frame = tokio::task::spawn_blocking(move || {
+        let frame = offload("snapshot build", move || {
             let frame = this.build()?;
             if let Some(shared) = &this.shared {
                 let path = this.snap_path(&frame.id);
@@ -337,10 +339,12 @@ impl Publisher {
         .map_err(PublishError::task("snapshot build task"))??;
         let frame = self.announce(frame);
         let this = Arc::clone(self);
-        match tokio::task::spawn_blocking(move || this.collect_garbage()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %ErrorChain(&e), "snapshot garbage collection"),
-            Err(e) => tracing::warn!(error = %e, "snapshot garbage collection task"),
+        if let Ok(Err(e)) = offload("snapshot garbage collection", move || {
+            this.collect_garbage()
+        })
+        .await
+        {
+            tracing::warn!(error = %ErrorChain(&e), "snapshot garbage collection");
         }
         drop(lead);
         Ok(Some(frame))
@@ -504,16 +508,15 @@ impl Publisher {
     /// behind the change log, then keeps to the schedule until `stop` turns true.
     pub async fn start(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let this = Arc::clone(&self);
-        match tokio::task::spawn_blocking(move || this.load_newest()).await {
+        match offload("reading the snapshot directory", move || this.load_newest()).await {
             Ok(Ok(Some(frame))) => {
                 tracing::info!(id = %frame.id, seq = frame.seq, "newest snapshot on disk");
                 self.announce(frame);
             }
-            Ok(Ok(None)) => {}
+            Ok(Ok(None)) | Err(_) => {}
             Ok(Err(e)) => {
                 tracing::warn!(error = %ErrorChain(&e), "reading the snapshot directory")
             }
-            Err(e) => tracing::warn!(error = %e, "reading the snapshot directory"),
         }
         self.adopt_logged().await;
         let mut commits = self.store.commits();
@@ -571,12 +574,12 @@ impl Publisher {
         }
         let _one_at_a_time = self.building.lock().await;
         let this = Arc::clone(self);
-        match tokio::task::spawn_blocking(move || this.adopt_newest()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(error = %ErrorChain(&e), "catching up with stored snapshots")
-            }
-            Err(e) => tracing::warn!(error = %e, "catching up with stored snapshots: task"),
+        if let Ok(Err(e)) = offload("catching up with stored snapshots", move || {
+            this.adopt_newest()
+        })
+        .await
+        {
+            tracing::warn!(error = %ErrorChain(&e), "catching up with stored snapshots");
         }
     }
 

@@ -150,7 +150,7 @@ pub fn build_hot_snapshot(
     // Taken before the reads, as for a full build.
     let sequence = store.last_seq()?;
     let mut stats = HotStats::default();
-    let cutoff = now_ms.saturating_sub(i64::from(hot.recent_days) * 86_400_000);
+    let cutoff = now_ms.saturating_sub(i64::from(hot.recent_days) * lasthop_core::day::DAY_MS);
     let keep = usize::try_from(hot.max_links).unwrap_or(usize::MAX);
     let recent = recent_links(store, cutoff, sequence, keep, &mut stats)?;
     let meta = SnapshotMeta::new(sequence, key_id, high_water).with_layout(hot.layout);
@@ -377,7 +377,7 @@ mod tests {
         }
     }
 
-    const DAY: i64 = 86_400_000;
+    const DAY: i64 = lasthop_core::day::DAY_MS;
 
     #[test]
     fn the_hot_set_is_recent_links_then_popular_ones_within_the_budget() {

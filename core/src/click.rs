@@ -532,6 +532,18 @@ impl ArchivedClick {
     }
 }
 
+/// The librdkafka producer settings every click producer starts from (the engine's sink,
+/// `lasthop-clicks synth`; core/EVENTS.md, "Kafka"): the leader's acknowledgement only (so no
+/// idempotence, which needs every replica's), lz4, batches of up to 10,000 events lingering up to
+/// 20 ms. Each producer adds its brokers and local queue bound and may override any of these.
+pub const KAFKA_PRODUCER: &[(&str, &str)] = &[
+    ("acks", "1"),
+    ("enable.idempotence", "false"),
+    ("compression.type", "lz4"),
+    ("linger.ms", "20"),
+    ("batch.num.messages", "10000"),
+];
+
 /// The spool: append-only segment files of checksummed frames, each frame a batch of events.
 ///
 /// Segment: the 8-byte magic [`SEGMENT_MAGIC`], then frames. Frame: `len: u32 LE` (payload bytes),

@@ -9,7 +9,8 @@
 //! - [`destination`]: destination URL rules (create time and serve time);
 //! - [`link`]: link, link state and change-log types;
 //! - [`feed`]: the edge feed's frames and status reports (core/FEED.md);
-//! - [`click`]: click events and the spool's frames (core/EVENTS.md).
+//! - [`click`]: click events and the spool's frames (core/EVENTS.md);
+//! - [`day`]: UTC days of Unix-millisecond times.
 
 #[cfg(all(
     target_arch = "x86_64",
@@ -23,6 +24,7 @@ pub mod click;
 pub mod clock;
 pub mod code;
 pub mod cursor;
+pub mod day;
 pub mod destination;
 pub mod error_chain;
 pub mod feed;

@@ -56,7 +56,7 @@ impl ClickBuilder {
 
     /// The SipHash keys of the UTC day of `now_ms`, derived once a day.
     fn salt(&mut self, now_ms: i64) -> (u64, u64) {
-        let day = now_ms.div_euclid(86_400_000);
+        let day = lasthop_core::day::of_ms(now_ms);
         match self.salt {
             Some((d, k0, k1)) if d == day => (k0, k1),
             _ => {
@@ -221,6 +221,7 @@ pub fn user_agent(raw: &[u8]) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lasthop_core::day::DAY_MS;
 
     #[test]
     fn referrer_hosts() {
@@ -272,7 +273,7 @@ mod tests {
         let mut out = Vec::new();
         assert!(b.encode(&req, b"abc1234", "fra1", from, day, &mut out));
         assert!(b.encode(&req, b"abc1234", "fra1", from, day + 1, &mut out));
-        assert!(b.encode(&req, b"abc1234", "fra1", from, day + 86_400_000, &mut out));
+        assert!(b.encode(&req, b"abc1234", "fra1", from, day + DAY_MS, &mut out));
         assert!(
             !b.encode(&req, b"\xff", "fra1", from, day, &mut out),
             "not text"

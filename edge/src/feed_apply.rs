@@ -43,9 +43,9 @@ struct Entry {
     changed: bool,
 }
 
-/// What applying a frame did, beyond the tables.
+/// What applying a frame did, beyond the tables. Exhaustive on purpose: the engine's applier
+/// acts on every variant, so a new one is a compile error there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Applied {
     /// Nothing the tables show changed.
     Nothing,

@@ -49,9 +49,10 @@ pub trait Coverage: std::fmt::Debug + Sync {
     fn covers(&self, host: &[u8]) -> bool;
 }
 
-/// What a session asks of the loop that drives it, in the order it happens.
+/// What a session asks of the loop that drives it, in the order it happens. Exhaustive on
+/// purpose: the engine matches every variant, so a new one is a compile error there, not an
+/// effect silently dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Effect<'a> {
     /// Look `code` up at the origin and hand the answer to [`Session::on_origin`]; the
     /// connection is parked until then.

@@ -164,6 +164,8 @@ pub(crate) struct Args {
     pub(crate) xdp_interface: Option<String>,
     /// The interface's RX queues, one per serving core, comma separated (default 0..cores).
     #[arg(long, env = "LASTHOP_XDP_QUEUES", value_delimiter = ',')]
+    // Parsed in every build (the CLI does not change with the features), read by AF_XDP only.
+    #[cfg_attr(not(feature = "xdp"), allow(dead_code))]
     pub(crate) xdp_queues: Vec<u32>,
     /// Benchmark floor: answer every request with one fixed 302, no lookup.
     #[arg(long)]
@@ -277,20 +279,27 @@ pub(crate) struct Args {
     /// Stop writing (drop and count) while the spool holds more than this many MiB.
     #[arg(long, default_value_t = 2048)]
     pub(crate) click_spool_max_mib: u64,
+    // The Kafka sink's flags, to `click_kafka_timeout_ms`: parsed in every build (the CLI does
+    // not change with the features), read with the `kafka` feature only.
     /// Kafka bootstrap servers for `--clicks kafka`.
     #[arg(long, env = "LASTHOP_CLICK_KAFKA")]
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub(crate) click_kafka: Option<String>,
     /// The click topic (messages keyed by code).
     #[arg(long, env = "LASTHOP_CLICK_TOPIC", default_value = "lasthop.clicks")]
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub(crate) click_topic: String,
     /// Extra librdkafka producer property, `key=value` (repeatable: security, tuning).
     #[arg(long = "click-kafka-option", value_parser = parse_kv)]
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub(crate) click_kafka_options: Vec<(String, String)>,
     /// Clicks queued for Kafka (broker slow or down) before new ones are dropped.
     #[arg(long, default_value_t = 500_000)]
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub(crate) click_kafka_queue: u32,
     /// Clicks not delivered to Kafka within this many milliseconds are dropped (and counted).
     #[arg(long, default_value_t = 30_000)]
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub(crate) click_kafka_timeout_ms: u64,
     /// Bytes of click events each core may hold between flushes (KiB).
     #[arg(long, default_value_t = 4096)]

@@ -1,26 +1,31 @@
 //! Start, run and drain: what the engine does with its [`Args`], from loading the key and the
-//! snapshot to the last core's drain (the steps are in order below; `docs/ARCHITECTURE.md`,
-//! "The edge engine", has the threads they start).
+//! snapshot to the last core's drain. [`run`] is the sequence of phases, each a function below
+//! in the same order that says what it establishes; `docs/ARCHITECTURE.md`, "The edge engine",
+//! has the threads they start.
 
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use lasthop_cli::bootstrap::{notify, NotifyState};
 use lasthop_core::feed::valid_name;
 use lasthop_core::HighWater;
 use lasthop_core::{CodeScheme, PermutationKey};
 use lasthop_engine::admin::{spawn_admin, AdminState};
-use lasthop_engine::clicks::{self, kafka, spool};
+use lasthop_engine::clicks::{self, spool};
 use lasthop_engine::control::ControlPlanes;
 use lasthop_engine::feed::{self, FeedConfig, FeedStats, LoadFn};
 use lasthop_engine::http::Limits;
 use lasthop_engine::io::signals::{self, Signal};
-use lasthop_engine::io::uring::{self, UringConfig};
+use lasthop_engine::io::uring::{self, TlsListen, UringConfig};
+#[cfg(feature = "xdp")]
+use lasthop_engine::io::xdp::{run::XdpCore, Attachment, Program, XskMap};
 use lasthop_engine::metrics::EngineMetrics;
-use lasthop_engine::origin::{Origin, OriginConfig};
+use lasthop_engine::origin::{Origin, OriginConfig, OriginInbox};
 use lasthop_engine::serve::{self, Backend, CoreConfig, CoreStart, Shared};
 use lasthop_engine::tables::Tables;
 use lasthop_engine::tls::{self, TlsSettings};
@@ -107,10 +112,12 @@ impl Reloads {
     }
 }
 
-/// `--check-config`: what `run` reads before it binds anything, read the same way: the key
-/// file, the snapshot (verified), the TLS certificate and key, the control plane's CA and
-/// client certificate, the edge token and the snapshot-signing keys.
+/// `--check-config`: what `run` reads before it binds anything, read the same way: the flags
+/// this build has the features for, the key file, the snapshot (verified), the TLS certificate
+/// and key, the control plane's CA and client certificate, the edge token and the
+/// snapshot-signing keys.
 pub(crate) fn check(args: &Args) -> anyhow::Result<()> {
+    check_features(args)?;
     let key = PermutationKey::load(key_file(args)?)?;
     CodeScheme::new(&key)?;
     if let Some(path) = &args.snapshot {
@@ -159,22 +166,23 @@ fn tls_settings(args: &Args, ktls: bool) -> Option<TlsSettings> {
     }
 }
 
-/// The control planes of `--control` (TLS with `--control-ca`), or `None` without any.
+/// The control planes of `--control` (`https://` verified against `--control-ca`, else the
+/// public web PKI), or `None` without any.
 fn control_planes(args: &Args) -> anyhow::Result<Option<ControlPlanes>> {
     if args.control.is_empty() {
         return Ok(None);
     }
-    let mut c = ControlPlanes::new(&args.control)?;
-    if let Some(ca) = &args.control_ca {
-        let client = args
-            .control_client_cert
-            .as_deref()
-            .zip(args.control_client_key.as_deref());
-        c = c.with_tls(lasthop_engine::tls::config::control_client_config(
-            ca, client,
-        )?);
-    }
-    Ok(Some(c))
+    let roots = match &args.control_ca {
+        Some(ca) => lasthop_tls::Roots::CaFile(ca),
+        None => lasthop_tls::Roots::WebPki,
+    };
+    // clap takes a client certificate only with --control-ca.
+    let client = args
+        .control_client_cert
+        .as_deref()
+        .zip(args.control_client_key.as_deref());
+    let tls = lasthop_tls::client_config(roots, client)?;
+    Ok(Some(ControlPlanes::new(&args.control)?.with_tls(tls)))
 }
 
 /// The token of `--edge-token-file`, if given.
@@ -197,25 +205,108 @@ fn key_file(args: &Args) -> anyhow::Result<&Path> {
         .ok_or_else(|| anyhow::anyhow!("--key-file is required"))
 }
 
-/// Tells systemd (`Type=notify`) where the engine stands; a no-op when not run by it.
-fn notify(state: &[sd_notify::NotifyState<'_>]) {
-    if let Err(e) = sd_notify::notify(false, state) {
-        tracing::debug!(error = %e, "sd_notify");
-    }
+/// Why a flag value is refused in this build (it parses the same in every build).
+fn without_feature(feature: &str) -> String {
+    format!("this engine was built without the `{feature}` feature")
 }
 
-/// Runs the engine until SIGTERM has drained it (or a core fails).
+/// Refuses the flag values that need a Cargo feature this build left out: `--io xdp` needs
+/// `xdp`, `--clicks kafka` needs `kafka`. The flags themselves are the same in every build, so
+/// `--help`, config files and the scripts that pass them do not change with the features.
+fn check_features(args: &Args) -> anyhow::Result<()> {
+    if matches!(args.io, Io::Xdp) && !cfg!(feature = "xdp") {
+        anyhow::bail!("--io xdp: {}", without_feature("xdp"));
+    }
+    if args.clicks == ClicksSink::Kafka && !cfg!(feature = "kafka") {
+        anyhow::bail!("--clicks kafka: {}", without_feature("kafka"));
+    }
+    Ok(())
+}
+
+/// Runs the engine until SIGTERM has drained it (or a core fails): the phases below, in order.
+/// Each builds what the next ones are handed; none is filled in later.
 pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
+    raise_open_file_limit();
+    let inputs = read_inputs(&args)?;
+    let start = open_tables(&args, &inputs)?;
+    let mut cores = plan_cores(&args)?;
+    let (services, inboxes) = start_services(&args, &inputs, start.snapshot.as_deref(), &cores)?;
+    let (listeners, bound) = serve::listeners(args.listen, cores.count)
+        .with_context(|| format!("binding {}", args.listen))?;
+    let (mut https, tls_listeners) = start_tls(&args, &cores, &services)?;
+    let admin = start_admin(&args, &services)?;
+    let publishing = start_feed(
+        &args,
+        inputs.feed,
+        start.tables,
+        start.snapshot_id,
+        bound,
+        &services,
+    )?;
+    let config = core_config(&args, cores.backend, &https, &services)?;
+    let sockets = CoreSockets {
+        listeners,
+        inboxes,
+        tls: tls_listeners,
+    };
+    let handles = start_cores(&cores, sockets, &config, &services, &publishing.shared)?;
+    let flusher = start_clicks(&args, &services, &publishing.engine_id)?;
+    let addrs = Addrs {
+        listen: bound,
+        tls: https.bound,
+        admin: admin.addr,
+    };
+    go_live(
+        &mut cores,
+        &publishing.shared,
+        &admin.state,
+        addrs,
+        start.snapshot.as_deref(),
+    )?;
+    serve_until_stop(
+        &mut args,
+        &mut reloads,
+        &mut https,
+        inputs.load,
+        &publishing,
+        &services.metrics,
+        &admin.state,
+    )?;
+    drain(&publishing.shared, handles, config.drain, flusher);
+    Ok(())
+}
+
+/// Lifts the open-file limit to its hard limit (every connection is a descriptor); a limit that
+/// stays low is logged, not fatal.
+fn raise_open_file_limit() {
     match lasthop_engine::io::socket::raise_nofile_limit() {
         Ok(n) => tracing::debug!(limit = n, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
     }
+}
 
-    let key = PermutationKey::load(key_file(&args)?)?;
+/// What [`read_inputs`] establishes: the files and flags read and checked, nothing bound or
+/// started yet.
+struct Inputs {
+    scheme: CodeScheme,
+    load: LoadFn,
+    token: Option<String>,
+    controls: Option<Arc<ControlPlanes>>,
+    /// The feed's settings, with `--control` (its engine id is named once the port is known).
+    feed: Option<FeedConfig>,
+}
+
+/// Reads and checks what the flags name, before anything is bound or started: the key (and
+/// the code scheme under it), the edge token, the control planes, the snapshot-signing keys
+/// and, with `--control`, the feed's settings and the names it reports. Refuses flag values
+/// this build has no feature for.
+fn read_inputs(args: &Args) -> anyhow::Result<Inputs> {
+    check_features(args)?;
+    let key = PermutationKey::load(key_file(args)?)?;
     let scheme = CodeScheme::new(&key)?;
     let load = snapshot_loader(args.snapshot_memory);
-    let token = edge_token(&args)?;
-    let controls = control_planes(&args)?.map(|c| {
+    let token = edge_token(args)?;
+    let controls = control_planes(args)?.map(|c| {
         tracing::info!(control = ?args.control, using = c.url(0),
             "control planes: the first that answers is used, the next on failure");
         for url in c.plain() {
@@ -230,28 +321,48 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
             "snapshots must be signed by a pinned key"
         );
     }
-    let mut feed_cfg = controls.as_ref().map(|control| FeedConfig {
+    let feed = controls.as_ref().map(|control| FeedConfig {
         control: Arc::clone(control),
         token: token.clone(),
-        // Named below, once the listener's port is known.
+        // Named in `start_feed`, once the listener's port is known.
         engine_id: String::new(),
         pop: args.pop.clone(),
         data_dir: args.data_dir.clone(),
         timeout: Duration::from_millis(args.feed_timeout_ms),
         safe_mode: matches!(args.safe_mode, SafeMode::Confirm),
         load,
-        verify_keys: verify_keys.clone(),
+        verify_keys,
     });
-    if let Some(cfg) = &feed_cfg {
+    if let Some(cfg) = &feed {
         anyhow::ensure!(
-            // A default id (host name and port) is checked once the port is known, below.
+            // A default id (host name and port) is checked once the port is known.
             args.engine_id.as_deref().is_none_or(valid_name) && valid_name(&cfg.pop),
             "{NAMES_RULE}"
         );
     }
-    // The snapshot to start from: the file given, else the newest verified one downloaded
-    // before, else the control plane's newest; with none at all, every lookup reads through.
-    let (snapshot, snapshot_id) = match (&args.snapshot, &feed_cfg) {
+    Ok(Inputs {
+        scheme,
+        load,
+        token,
+        controls,
+        feed,
+    })
+}
+
+/// What [`open_tables`] establishes: the first tables generation and the snapshot under it.
+struct Start {
+    snapshot: Option<Arc<Snapshot>>,
+    /// Names `snapshot` when it came from the feed (downloaded before, or just now).
+    snapshot_id: Option<String>,
+    tables: Tables,
+}
+
+/// Opens the snapshot to start from (the file given, else the newest verified one downloaded
+/// before, else the control plane's newest) and builds the first tables on it; with no
+/// snapshot at all, every lookup reads through to the origin.
+fn open_tables(args: &Args, inputs: &Inputs) -> anyhow::Result<Start> {
+    let load = inputs.load;
+    let (snapshot, snapshot_id) = match (&args.snapshot, &inputs.feed) {
         (Some(path), _) => (Some(open_snapshot(path, load)?), None),
         (None, Some(cfg)) => match feed::newest_local(&cfg.data_dir, load) {
             Some((s, id)) => {
@@ -268,30 +379,46 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
         },
         (None, None) => anyhow::bail!("--snapshot is required without --control"),
     };
+    let scheme = inputs.scheme.clone();
     let tables = match &snapshot {
-        Some(s) => Tables::from_snapshot(scheme.clone(), Arc::clone(s), controls.is_some())?,
+        Some(s) => Tables::from_snapshot(scheme, Arc::clone(s), inputs.controls.is_some())?,
         // No marks known: let every code through to the origin rather than reject a real one.
-        None => Tables::new(
-            scheme.clone(),
-            HighWater::new(1, lasthop_core::CODE_SPACE)?,
-            true,
-        ),
+        None => Tables::new(scheme, HighWater::new(1, lasthop_core::CODE_SPACE)?, true),
     };
+    Ok(Start {
+        snapshot,
+        snapshot_id,
+        tables,
+    })
+}
 
-    let cores = args
+/// What [`plan_cores`] establishes: how many serving cores, where, and which loop drives them.
+struct Cores {
+    count: usize,
+    /// The CPU each core is pinned to, by core.
+    cpus: Vec<Option<usize>>,
+    backend: Backend,
+    /// With the AF_XDP backend: its program, loaded here and attached in [`go_live`].
+    xdp: Option<XdpSetup>,
+}
+
+/// Decides the serving cores (`--cores`, `--cpus`) and their loop: AF_XDP when asked for (or,
+/// with `--io auto`, when `--xdp-interface` is given and it loads), else io_uring where the
+/// kernel allows it, else epoll.
+fn plan_cores(args: &Args) -> anyhow::Result<Cores> {
+    let count = args
         .cores
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
     let cpus: Vec<Option<usize>> = if args.cpus.is_empty() {
-        (0..cores).map(Some).collect()
+        (0..count).map(Some).collect()
     } else {
         anyhow::ensure!(
-            args.cpus.len() >= cores,
+            args.cpus.len() >= count,
             "--cpus lists fewer CPUs than --cores"
         );
         args.cpus.iter().copied().map(Some).collect()
     };
-
     let kernel_backend = || match uring::probe() {
         Ok(()) => Backend::Uring,
         Err(e) => {
@@ -299,50 +426,71 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
             Backend::Epoll
         }
     };
-    let mut xdp = None;
-    let backend = match args.io {
-        Io::Xdp => {
-            xdp = Some(xdp_setup(&args, cores).context("--io xdp")?);
-            Backend::Xdp
-        }
-        Io::Auto if args.xdp_interface.is_some() => match xdp_setup(&args, cores) {
-            Ok(setup) => {
-                xdp = Some(setup);
-                Backend::Xdp
-            }
-            Err(e) => {
+    let (backend, xdp) = match args.io {
+        Io::Xdp => xdp_backend(args, count).context("--io xdp")?,
+        Io::Auto if args.xdp_interface.is_some() => {
+            xdp_backend(args, count).unwrap_or_else(|e| {
                 tracing::warn!(error = %format!("{e:#}"), "AF_XDP unavailable on --xdp-interface: serving through the kernel");
-                kernel_backend()
-            }
-        },
-        Io::Epoll => Backend::Epoll,
+                (kernel_backend(), None)
+            })
+        }
+        Io::Epoll => (Backend::Epoll, None),
         Io::Uring => {
             uring::probe().context("io_uring requested but unavailable")?;
-            Backend::Uring
+            (Backend::Uring, None)
         }
-        Io::Auto => kernel_backend(),
+        Io::Auto => (kernel_backend(), None),
     };
+    Ok(Cores {
+        count,
+        cpus,
+        backend,
+        xdp,
+    })
+}
 
-    let mut metrics = EngineMetrics::new(cores, backend.as_str());
+/// What [`start_services`] establishes: what the cores share besides the tables.
+struct Services {
+    metrics: Arc<EngineMetrics>,
+    origin: Option<Arc<Origin>>,
+    /// One hot-code sketch per core.
+    tops: Vec<Arc<TopK>>,
+    /// With `--control`.
+    feed_stats: Option<Arc<FeedStats>>,
+    /// With `--tls-listen`.
+    tls_stats: Option<Arc<tls::TlsStats>>,
+    /// The cores' click buffers, unless `--clicks off`.
+    clicks: Option<Arc<clicks::Clicks>>,
+}
 
-    metrics.control = controls.clone();
-    let (origin, inboxes) = match &controls {
+/// Builds the engine's metrics and what they count, starts the origin's fetching threads (with
+/// `--control`) and sets up the click buffers (creating the visitor key file if missing).
+/// Returns each core's origin inbox beside them, in core order.
+fn start_services(
+    args: &Args,
+    inputs: &Inputs,
+    snapshot: Option<&Snapshot>,
+    cores: &Cores,
+) -> anyhow::Result<(Services, Vec<Option<OriginInbox>>)> {
+    let mut metrics = EngineMetrics::new(cores.count, cores.backend.as_str());
+    metrics.control = inputs.controls.clone();
+    let (origin, inboxes) = match &inputs.controls {
         Some(c) => {
             let cfg = OriginConfig {
-                token: token.clone(),
+                token: inputs.token.clone(),
                 max_pending: args.origin_max_pending,
                 ..OriginConfig::default()
             };
-            let (origin, inboxes) = Origin::start(Arc::clone(c), cfg, cores)?;
+            let (origin, inboxes) = Origin::start(Arc::clone(c), cfg, cores.count)?;
             metrics.origin = Some(origin.stats());
             (
                 Some(Arc::new(origin)),
                 inboxes.into_iter().map(Some).collect(),
             )
         }
-        None => (None, (0..cores).map(|_| None).collect::<Vec<_>>()),
+        None => (None, (0..cores.count).map(|_| None).collect::<Vec<_>>()),
     };
-    if let Some(s) = &snapshot {
+    if let Some(s) = snapshot {
         metrics
             .snapshot_sequence
             .store(s.sequence(), Ordering::Relaxed);
@@ -353,55 +501,122 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
             .snapshot_missing
             .store(true, Ordering::Relaxed);
     }
-    let feed_stats = feed_cfg.as_ref().map(|_| Arc::new(FeedStats::default()));
+    let feed_stats = inputs.feed.as_ref().map(|_| Arc::new(FeedStats::default()));
     metrics.feed = feed_stats.clone();
     let tls_stats = args.tls_listen.map(|_| Arc::new(tls::TlsStats::default()));
     metrics.tls = tls_stats.clone();
-    if args.clicks != ClicksSink::Off {
-        anyhow::ensure!(
-            valid_name(&args.pop),
-            "--pop must be 1-64 characters of [A-Za-z0-9._:-] (it is carried in every click)"
-        );
-    }
-    let clicks = match args.clicks {
-        ClicksSink::Off => None,
-        _ => Some(clicks::Clicks::new(
-            cores,
-            clicks::ClickSettings {
-                pop: args.pop.clone(),
-                visitor_key: match &args.visitor_key_file {
-                    Some(file) => clicks::visitor_key(file)?,
-                    // The default file: if the data dir cannot hold it, count visitors under a
-                    // key of this process (clicks are never worth refusing to start over).
-                    None => clicks::visitor_key(&args.data_dir.join("visitor.key"))
-                        .or_else(|e| {
-                            tracing::warn!(error = %format!("{e:#}"), "no visitor key file: unique visitors are counted under a key of this process only");
-                            clicks::random_visitor_key()
-                        })?,
-                },
-                geo: match &args.geoip_db {
-                    Some(p) => Some(clicks::Geo::open(p)?),
-                    None => None,
-                },
-                // One batch is one spool frame, and readers refuse frames over 16 MiB.
-                buffer_bytes: (args.click_buffer_kib.max(4) << 10)
-                    .min(lasthop_core::click::spool::MAX_FRAME_PAYLOAD),
-            },
-        )),
-    };
+    let clicks = click_buffers(args, cores.count)?;
     metrics.clicks = clicks.clone();
-    let metrics = Arc::new(metrics);
-    let tops: Vec<Arc<TopK>> = (0..cores).map(|_| Arc::new(TopK::new())).collect();
+    let services = Services {
+        metrics: Arc::new(metrics),
+        origin,
+        tops: (0..cores.count).map(|_| Arc::new(TopK::new())).collect(),
+        feed_stats,
+        tls_stats,
+        clicks,
+    };
+    Ok((services, inboxes))
+}
 
-    let (listeners, bound) =
-        serve::listeners(args.listen, cores).with_context(|| format!("binding {}", args.listen))?;
-    // HTTPS: one config for the whole process (so its ticket keys are shared by every core),
-    // swapped on SIGHUP; one SO_REUSEPORT listener per core.
-    // kTLS: probed once; where the kernel takes the TLS ULP, connections are handed to it after
-    // their handshake.
-    let ktls = match (args.tls_listen, args.no_ktls) {
+/// The cores' click buffers, unless `--clicks off` (the sink starts in [`start_clicks`]).
+fn click_buffers(args: &Args, cores: usize) -> anyhow::Result<Option<Arc<clicks::Clicks>>> {
+    if args.clicks == ClicksSink::Off {
+        return Ok(None);
+    }
+    anyhow::ensure!(
+        valid_name(&args.pop),
+        "--pop must be 1-64 characters of [A-Za-z0-9._:-] (it is carried in every click)"
+    );
+    let settings = clicks::ClickSettings {
+        pop: args.pop.clone(),
+        visitor_key: match &args.visitor_key_file {
+            Some(file) => clicks::visitor_key(file)?,
+            // The default file: if the data dir cannot hold it, count visitors under a
+            // key of this process (clicks are never worth refusing to start over).
+            None => clicks::visitor_key(&args.data_dir.join("visitor.key")).or_else(|e| {
+                tracing::warn!(error = %format!("{e:#}"), "no visitor key file: unique visitors are counted under a key of this process only");
+                clicks::random_visitor_key()
+            })?,
+        },
+        geo: match &args.geoip_db {
+            Some(p) => Some(clicks::Geo::open(p)?),
+            None => None,
+        },
+        // One batch is one spool frame, and readers refuse frames over 16 MiB.
+        buffer_bytes: (args.click_buffer_kib.max(4) << 10)
+            .min(lasthop_core::click::spool::MAX_FRAME_PAYLOAD),
+    };
+    Ok(Some(clicks::Clicks::new(cores, settings)))
+}
+
+/// What [`start_tls`] establishes, with `--tls-listen`: what SIGHUP reloads, and the port bound.
+struct Https {
+    /// The certificate and key files and the handshake's settings.
+    settings: Option<TlsSettings>,
+    /// The configuration new connections get, one for the whole process (so its ticket keys are
+    /// shared by every core); SIGHUP swaps it.
+    config: Option<Arc<Mutex<Arc<rustls::ServerConfig>>>>,
+    /// The names the certificate covers (HTTP/2's 421).
+    coverage: Option<Arc<tls::CertCoverage>>,
+    bound: Option<SocketAddr>,
+}
+
+/// With `--tls-listen`: decides kTLS, loads the certificate and key, and binds one
+/// SO_REUSEPORT HTTPS listener per core (returned in core order; all `None` without it).
+fn start_tls(
+    args: &Args,
+    cores: &Cores,
+    services: &Services,
+) -> anyhow::Result<(Https, Vec<Option<TlsListen>>)> {
+    let ktls = ktls(args, cores.backend);
+    let mut https = Https {
+        settings: tls_settings(args, ktls.is_some()),
+        config: None,
+        coverage: None,
+        bound: None,
+    };
+    let mut listeners: Vec<Option<TlsListen>> = (0..cores.count).map(|_| None).collect();
+    if let (Some(settings), Some(addr), Some(stats)) =
+        (&https.settings, args.tls_listen, &services.tls_stats)
+    {
+        anyhow::ensure!(
+            cores.backend.serves_tls(),
+            "--tls-listen needs the io_uring or AF_XDP backend (the epoll fallback serves plain HTTP only)"
+        );
+        let config = tls::server_config(settings).context("loading the TLS certificate and key")?;
+        https.coverage = Some(Arc::new(
+            tls::CertCoverage::load(&settings.cert).context("loading the TLS certificate")?,
+        ));
+        stats
+            .ktls_available
+            .store(ktls.is_some(), Ordering::Relaxed);
+        let holder = Arc::new(Mutex::new(config));
+        let (ls, b) =
+            serve::listeners(addr, cores.count).with_context(|| format!("binding {addr}"))?;
+        for (slot, listener) in listeners.iter_mut().zip(ls) {
+            *slot = Some(TlsListen {
+                listener,
+                serve: tls::TlsServe {
+                    config: Arc::clone(&holder),
+                    stats: Arc::clone(stats),
+                    max_handshakes: args.tls_max_handshakes_per_core,
+                    handshake_timeout_ms: args.tls_handshake_timeout_ms as i64,
+                    ktls,
+                },
+            });
+        }
+        https.bound = Some(b);
+        https.config = Some(holder);
+    }
+    Ok((https, listeners))
+}
+
+/// kTLS, probed once with `--tls-listen`: where the kernel takes the TLS ULP, connections are
+/// handed to it after their handshake.
+fn ktls(args: &Args, backend: Backend) -> Option<tls::KtlsSupport> {
+    match (args.tls_listen, args.no_ktls) {
         (None, _) => None,
-        (Some(_), _) if backend == Backend::Xdp => {
+        (Some(_), _) if !backend.kernel_sockets() => {
             tracing::info!(
                 "TLS over AF_XDP stays in userspace rustls (no kernel socket to hand kTLS)"
             );
@@ -424,79 +639,89 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
                 None
             }
         },
-    };
-    let mut tls_settings = tls_settings(&args, ktls.is_some());
-    let mut tls_listeners: Vec<Option<lasthop_engine::io::uring::TlsListen>> =
-        (0..cores).map(|_| None).collect();
-    let mut tls_bound = None;
-    let mut tls_config_holder = None;
-    let mut coverage = None;
-    if let (Some(settings), Some(addr), Some(stats)) = (&tls_settings, args.tls_listen, &tls_stats)
-    {
-        anyhow::ensure!(
-            matches!(backend, Backend::Uring | Backend::Xdp),
-            "--tls-listen needs the io_uring or AF_XDP backend (the epoll fallback serves plain HTTP only)"
-        );
-        let config = tls::server_config(settings).context("loading the TLS certificate and key")?;
-        coverage = Some(Arc::new(
-            tls::CertCoverage::load(&settings.cert).context("loading the TLS certificate")?,
-        ));
-        stats
-            .ktls_available
-            .store(ktls.is_some(), Ordering::Relaxed);
-        let holder = Arc::new(std::sync::Mutex::new(config));
-        let (ls, b) = serve::listeners(addr, cores).with_context(|| format!("binding {addr}"))?;
-        for (slot, listener) in tls_listeners.iter_mut().zip(ls) {
-            *slot = Some(lasthop_engine::io::uring::TlsListen {
-                listener,
-                serve: tls::TlsServe {
-                    config: Arc::clone(&holder),
-                    stats: Arc::clone(stats),
-                    max_handshakes: args.tls_max_handshakes_per_core,
-                    handshake_timeout_ms: args.tls_handshake_timeout_ms as i64,
-                    ktls,
-                },
-            });
-        }
-        tls_bound = Some(b);
-        tls_config_holder = Some(holder);
     }
-    let admin_listener = TcpListener::bind(args.admin_listen)
+}
+
+/// What [`start_admin`] establishes: the operator surface, up (and not ready yet).
+struct Admin {
+    state: Arc<AdminState>,
+    addr: SocketAddr,
+}
+
+/// Binds `--admin-listen` and starts the admin thread: metrics, `/healthz`, `/readyz` (not
+/// ready until [`go_live`]) and the hot codes.
+fn start_admin(args: &Args, services: &Services) -> anyhow::Result<Admin> {
+    let listener = TcpListener::bind(args.admin_listen)
         .with_context(|| format!("binding admin {}", args.admin_listen))?;
-    let admin_addr = admin_listener.local_addr()?;
-    let admin = Arc::new(AdminState {
-        metrics: Arc::clone(&metrics),
-        sketches: tops.clone(),
+    let addr = listener.local_addr()?;
+    let state = Arc::new(AdminState {
+        metrics: Arc::clone(&services.metrics),
+        sketches: services.tops.clone(),
         top_sample: args.top_sample,
     });
-    spawn_admin(admin_listener, Arc::clone(&admin))?;
+    spawn_admin(listener, Arc::clone(&state))?;
+    Ok(Admin { state, addr })
+}
 
+/// What [`start_feed`] establishes: the tables published to the cores, the engine's name, and
+/// with `--control` the feed that keeps the tables current.
+struct Publishing {
+    shared: Arc<Shared>,
+    /// Names the engine in status reports and its click spool files.
+    engine_id: String,
+    feed: Option<feed::Feed>,
+}
+
+/// Publishes the first tables (the cores read them from [`Shared`]), names the engine by the
+/// port actually bound (`--listen :0` included) unless `--engine-id` does, and with
+/// `--control` starts the feed's reader, applier and reporter threads.
+fn start_feed(
+    args: &Args,
+    feed_cfg: Option<FeedConfig>,
+    tables: Tables,
+    snapshot_id: Option<String>,
+    bound: SocketAddr,
+    services: &Services,
+) -> anyhow::Result<Publishing> {
     let shared = Shared::new(tables.clone());
-    // The port actually bound (`--listen :0` included) names the engine in status reports and
-    // its click spool files.
     let engine_id = args
         .engine_id
         .clone()
         .unwrap_or_else(|| default_engine_id(bound));
-    if let Some(cfg) = &mut feed_cfg {
-        anyhow::ensure!(valid_name(&engine_id), "{NAMES_RULE}");
-        cfg.engine_id = engine_id.clone();
-    }
-    let feed = match (feed_cfg, &feed_stats) {
-        (Some(cfg), Some(stats)) => Some(
-            feed::start(
-                cfg,
-                shared.published(),
-                tables,
-                snapshot_id,
-                Arc::clone(&metrics),
-                Arc::clone(stats),
+    let feed = match (feed_cfg, &services.feed_stats) {
+        (Some(mut cfg), Some(stats)) => {
+            anyhow::ensure!(valid_name(&engine_id), "{NAMES_RULE}");
+            cfg.engine_id = engine_id.clone();
+            Some(
+                feed::start(
+                    cfg,
+                    shared.published(),
+                    tables,
+                    snapshot_id,
+                    Arc::clone(&services.metrics),
+                    Arc::clone(stats),
+                )
+                .context("starting the feed threads")?,
             )
-            .context("starting the feed threads")?,
-        ),
+        }
         _ => None,
     };
-    let config = CoreConfig {
+    Ok(Publishing {
+        shared,
+        engine_id,
+        feed,
+    })
+}
+
+/// The serving cores' settings, the same for every core: timeouts and limits, the pages, HSTS,
+/// and what the HTTPS listener decided (the redirect's port, the certificate's names).
+fn core_config(
+    args: &Args,
+    backend: Backend,
+    https: &Https,
+    services: &Services,
+) -> anyhow::Result<CoreConfig> {
+    Ok(CoreConfig {
         backend,
         uring: UringConfig {
             max_conns: args.max_conns_per_core,
@@ -525,147 +750,274 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
         fixed: args.fixed_response,
         top_sample: args.top_sample,
         hsts: hsts_header(args.hsts_max_age, args.hsts_preload).into(),
+        coverage: https.coverage.clone(),
         // The port bound (an ephemeral `:0` is known only now).
-        coverage: coverage.clone(),
-        https_redirect: tls_bound
+        https_redirect: https
+            .bound
             .filter(|_| args.redirect_http_to_https)
             .map(|a: SocketAddr| a.port()),
         pages: Arc::new(match &args.report_url {
             Some(url) => lasthop_engine::render::Pages::with_report_url(url)?,
             None => lasthop_engine::render::Pages::default(),
         }),
-        tls_stats: tls_stats.clone(),
+        tls_stats: services.tls_stats.clone(),
         drain: Duration::from_secs(args.drain_timeout),
         glommio_io_memory: 256 << 10,
-    };
-    let mut handles = Vec::with_capacity(cores);
-    for (index, ((listener, inbox), tls)) in listeners
+    })
+}
+
+/// What each serving core is handed of its own, in core order.
+struct CoreSockets {
+    listeners: Vec<OwnedFd>,
+    inboxes: Vec<Option<OriginInbox>>,
+    tls: Vec<Option<TlsListen>>,
+}
+
+/// A serving core's thread, which returns once the core has drained.
+type CoreHandle = glommio::ExecutorJoinHandle<Result<(), serve::CoreError>>;
+
+/// Starts one pinned executor per core, each handed its sockets, its counters and sketch, its
+/// click recorder and (with AF_XDP) its queue.
+fn start_cores(
+    cores: &Cores,
+    sockets: CoreSockets,
+    config: &CoreConfig,
+    services: &Services,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Vec<CoreHandle>> {
+    let mut handles = Vec::with_capacity(cores.count);
+    for (index, ((listener, inbox), tls)) in sockets
+        .listeners
         .into_iter()
-        .zip(inboxes)
-        .zip(tls_listeners)
+        .zip(sockets.inboxes)
+        .zip(sockets.tls)
         .enumerate()
     {
         let start = CoreStart {
             index,
-            cpu: cpus.get(index).copied().flatten(),
+            cpu: cores.cpus.get(index).copied().flatten(),
             listener,
             inbox,
-            metrics: Arc::clone(&metrics.cores[index]),
-            top: Arc::clone(&tops[index]),
-            feed: feed_stats.clone(),
+            metrics: Arc::clone(&services.metrics.cores[index]),
+            top: Arc::clone(&services.tops[index]),
+            feed: services.feed_stats.clone(),
             tls,
-            clicks: clicks.as_ref().and_then(|c| c.recorder(index)),
-            xdp: xdp
-                .as_ref()
-                .map(|x: &XdpSetup| (x.cores[index].clone(), Arc::clone(&x.map))),
+            clicks: services.clicks.as_ref().and_then(|c| c.recorder(index)),
+            #[cfg(feature = "xdp")]
+            xdp: cores.xdp.as_ref().map(|x| x.core(index)),
         };
         handles.push(serve::spawn_core(
             start,
             config.clone(),
-            Arc::clone(&shared),
-            origin.clone(),
+            Arc::clone(shared),
+            services.origin.clone(),
         )?);
     }
-    let flusher = match &clicks {
-        Some(c) => Some(start_click_sink(&args, c, &engine_id)?),
-        None => None,
+    Ok(handles)
+}
+
+/// Starts the click flusher on the configured sink (`--clicks`), unless `--clicks off`.
+fn start_clicks(
+    args: &Args,
+    services: &Services,
+    engine_id: &str,
+) -> anyhow::Result<Option<clicks::Flusher>> {
+    let Some(clicks) = &services.clicks else {
+        return Ok(None);
     };
+    let sink: Box<dyn clicks::Sink> = match args.clicks {
+        ClicksSink::Kafka => kafka_sink(args, clicks)?,
+        // (`off` has no click buffers, so never gets here.)
+        ClicksSink::Spool | ClicksSink::Off => {
+            let dir = args
+                .click_spool
+                .clone()
+                .unwrap_or_else(|| args.data_dir.join("clicks").join("spool"));
+            let cfg = spool::SpoolConfig {
+                dir: dir.clone(),
+                max_segment_bytes: 64 << 20,
+                max_segment_age: Duration::from_secs(30),
+                max_dir_bytes: args.click_spool_max_mib << 20,
+            };
+            let writer = spool::SpoolWriter::new(cfg, engine_id)
+                .with_context(|| format!("opening the click spool {}", dir.display()))?;
+            tracing::info!(dir = %dir.display(), writer = writer.name(), "click events go to the spool");
+            Box::new(writer)
+        }
+    };
+    Ok(Some(clicks.start(
+        sink,
+        Duration::from_millis(args.click_flush_ms.max(1)),
+    )))
+}
+
+/// `--clicks kafka`: a producer to `--click-kafka`, counting into the flusher's stats.
+#[cfg(feature = "kafka")]
+fn kafka_sink(args: &Args, clicks: &clicks::Clicks) -> anyhow::Result<Box<dyn clicks::Sink>> {
+    use lasthop_engine::clicks::kafka;
+    let brokers = args
+        .click_kafka
+        .clone()
+        .context("--clicks kafka needs --click-kafka BROKERS")?;
+    let cfg = kafka::KafkaConfig {
+        brokers,
+        topic: args.click_topic.clone(),
+        queue_events: args.click_kafka_queue.max(1),
+        delivery_timeout: Duration::from_millis(args.click_kafka_timeout_ms.max(1)),
+        options: args.click_kafka_options.clone(),
+    };
+    Ok(Box::new(kafka::KafkaSink::new(
+        &cfg,
+        Arc::clone(&clicks.sink),
+    )?))
+}
+
+/// `--clicks kafka` without the `kafka` feature (`check_features` refuses it before this).
+#[cfg(not(feature = "kafka"))]
+fn kafka_sink(_: &Args, _: &clicks::Clicks) -> anyhow::Result<Box<dyn clicks::Sink>> {
+    anyhow::bail!("--clicks kafka: {}", without_feature("kafka"))
+}
+
+/// The addresses the engine serves on, as bound.
+#[derive(Debug, Clone, Copy)]
+struct Addrs {
+    listen: SocketAddr,
+    tls: Option<SocketAddr>,
+    admin: SocketAddr,
+}
+
+/// Says the engine is serving, once it is: every core's listeners armed, the XDP program
+/// attached (it redirects into the cores' sockets from now on), `/readyz` ready, the listening
+/// lines on stdout and READY=1 to systemd.
+fn go_live(
+    cores: &mut Cores,
+    shared: &Shared,
+    admin: &AdminState,
+    addrs: Addrs,
+    snapshot: Option<&Snapshot>,
+) -> anyhow::Result<()> {
     // Every core serving before the engine says so: a core that never arms its listeners
     // would leave its share of connections (the kernel hashes them to its socket) waiting.
     shared
-        .wait_started(cores, Duration::from_secs(10))
+        .wait_started(cores.count, Duration::from_secs(10))
         .context("starting the serving cores")?;
     // Every core's socket is in the map: now the program may redirect into them. The link
-    // detaches it when the engine exits, however it exits.
-    let _xdp_link =
-        match &xdp {
-            Some(x) => Some(x.program.attach(x.ifindex).with_context(|| {
-                format!("attaching the XDP program to {} natively", x.interface)
-            })?),
-            None => None,
-        };
+    // (kept in the setup) detaches it when the engine exits, however it exits.
+    if let Some(x) = &mut cores.xdp {
+        x.attach()?;
+    }
     admin.set_ready(true);
-    tracing::info!(listen = %bound, admin = %admin_addr, cores, io = backend.as_str(),
-        snapshot_links = snapshot.as_ref().map_or(0, |s| s.links()),
-        sequence = snapshot.as_ref().map_or(0, |s| s.sequence()), "engine serving");
+    let (listen, backend, count) = (addrs.listen, cores.backend.as_str(), cores.count);
+    tracing::info!(listen = %listen, admin = %addrs.admin, cores = count, io = backend,
+        snapshot_links = snapshot.map_or(0, |s| s.links()),
+        sequence = snapshot.map_or(0, |s| s.sequence()), "engine serving");
     // Machine-readable lines for scripts and tests (`--listen 127.0.0.1:0` works).
-    println!(
-        "engine listening on http://{bound} ({}, {cores} cores)",
-        backend.as_str()
-    );
-    println!("admin listening on http://{admin_addr}");
-    if let Some(b) = tls_bound {
+    println!("engine listening on http://{listen} ({backend}, {count} cores)");
+    println!("admin listening on http://{}", addrs.admin);
+    if let Some(b) = addrs.tls {
         println!("tls listening on https://{b}");
     }
     use std::io::Write as _;
     std::io::stdout().flush()?;
-    notify(&[sd_notify::NotifyState::Ready]);
+    notify(&[NotifyState::Ready]);
+    Ok(())
+}
 
+/// Serves until SIGTERM, applying each SIGHUP ([`reload`]); on SIGTERM, says not ready and
+/// tells the cores to drain.
+fn serve_until_stop(
+    args: &mut Args,
+    reloads: &mut Reloads,
+    https: &mut Https,
+    load: LoadFn,
+    publishing: &Publishing,
+    metrics: &EngineMetrics,
+    admin: &AdminState,
+) -> anyhow::Result<()> {
     loop {
         match signals::wait()? {
             Signal::Reload => {
-                notify(&[sd_notify::NotifyState::Reloading]);
-                if let Some(next) = reloads.reread() {
-                    // The live keys: the files SIGHUP re-reads below.
-                    if let Some(settings) = tls_settings.as_mut() {
-                        if let (Some(cert), Some(key)) = (&next.cert, &next.key) {
-                            settings.cert = cert.clone();
-                            settings.key = key.clone();
-                        }
-                    }
-                    args.snapshot = next.snapshot;
-                }
-                if let (Some(settings), Some(holder)) = (&tls_settings, &tls_config_holder) {
-                    // New connections get the new certificate; open ones keep theirs.
-                    match tls::server_config(settings) {
-                        Ok(config) => {
-                            if let Ok(mut c) = holder.lock() {
-                                *c = config;
-                            }
-                            if let Some(c) = &coverage {
-                                if let Err(e) = c.reload(&settings.cert) {
-                                    tracing::error!(error = %e, "SIGHUP: the certificate's names for 421 are the old ones");
-                                }
-                            }
-                            tracing::info!("SIGHUP: TLS certificate and key reloaded");
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "SIGHUP: keeping the current TLS certificate")
-                        }
-                    }
-                }
-                let Some(path) = &args.snapshot else {
-                    tracing::info!(
-                        "SIGHUP: no --snapshot file to reload (the feed manages snapshots)"
-                    );
-                    notify(&[sd_notify::NotifyState::Ready]);
-                    continue;
-                };
-                let swapped = open_snapshot(path, load).and_then(|s| match &feed {
-                    // The feed's applier owns the tables: it swaps the file in if not older.
-                    Some(f) => {
-                        f.reload(s);
-                        Ok(())
-                    }
-                    None => swap_in(&shared, &metrics, s),
-                });
-                if let Err(e) = swapped {
-                    tracing::error!(error = %format!("{e:#}"), "SIGHUP: keeping the current snapshot");
-                }
-                notify(&[sd_notify::NotifyState::Ready]);
+                notify(&[NotifyState::Reloading]);
+                reload(args, reloads, https, load, publishing, metrics);
+                notify(&[NotifyState::Ready]);
             }
             Signal::Stop => {
-                notify(&[sd_notify::NotifyState::Stopping]);
+                notify(&[NotifyState::Stopping]);
                 tracing::info!("SIGTERM: draining");
                 admin.set_ready(false);
-                shared.stop();
-                break;
+                publishing.shared.stop();
+                return Ok(());
             }
         }
     }
-    // Wait for the cores to drain, but never past the drain timeout plus a grace: a stop must
-    // always end the process.
-    let deadline = std::time::Instant::now() + config.drain + Duration::from_secs(2);
+}
+
+/// SIGHUP: re-reads the config file (applying its live keys), the TLS certificate and key,
+/// and the `--snapshot` file. Whatever fails to load is logged and the running one kept.
+fn reload(
+    args: &mut Args,
+    reloads: &mut Reloads,
+    https: &mut Https,
+    load: LoadFn,
+    publishing: &Publishing,
+    metrics: &EngineMetrics,
+) {
+    if let Some(next) = reloads.reread() {
+        // The live keys: the files SIGHUP re-reads below.
+        if let Some(settings) = https.settings.as_mut() {
+            if let (Some(cert), Some(key)) = (&next.cert, &next.key) {
+                settings.cert = cert.clone();
+                settings.key = key.clone();
+            }
+        }
+        args.snapshot = next.snapshot;
+    }
+    if let (Some(settings), Some(holder)) = (&https.settings, &https.config) {
+        // New connections get the new certificate; open ones keep theirs.
+        match tls::server_config(settings) {
+            Ok(config) => {
+                if let Ok(mut c) = holder.lock() {
+                    *c = config;
+                }
+                if let Some(c) = &https.coverage {
+                    if let Err(e) = c.reload(&settings.cert) {
+                        tracing::error!(error = %e, "SIGHUP: the certificate's names for 421 are the old ones");
+                    }
+                }
+                tracing::info!("SIGHUP: TLS certificate and key reloaded");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: keeping the current TLS certificate")
+            }
+        }
+    }
+    let Some(path) = &args.snapshot else {
+        tracing::info!("SIGHUP: no --snapshot file to reload (the feed manages snapshots)");
+        return;
+    };
+    let swapped = open_snapshot(path, load).and_then(|s| match &publishing.feed {
+        // The feed's applier owns the tables: it swaps the file in if not older.
+        Some(f) => {
+            f.reload(s);
+            Ok(())
+        }
+        None => swap_in(&publishing.shared, metrics, s),
+    });
+    if let Err(e) = swapped {
+        tracing::error!(error = %format!("{e:#}"), "SIGHUP: keeping the current snapshot");
+    }
+}
+
+/// Waits for the cores to drain, but never past the drain timeout plus a grace (a stop must
+/// always end the process: past it, exits 1), then joins them and stops the click flusher,
+/// which sends what they recorded last.
+fn drain(
+    shared: &Shared,
+    handles: Vec<CoreHandle>,
+    drain: Duration,
+    flusher: Option<clicks::Flusher>,
+) {
+    let deadline = std::time::Instant::now() + drain + Duration::from_secs(2);
     while shared.finished() < handles.len() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -688,63 +1040,70 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
         f.stop();
     }
     tracing::info!("stopped");
-    Ok(())
 }
 
-/// Starts the click flusher on the configured sink.
-fn start_click_sink(
-    args: &Args,
-    clicks: &Arc<clicks::Clicks>,
-    engine_id: &str,
-) -> anyhow::Result<clicks::Flusher> {
-    let sink: Box<dyn clicks::Sink> = match args.clicks {
-        ClicksSink::Kafka => {
-            let brokers = args
-                .click_kafka
-                .clone()
-                .context("--clicks kafka needs --click-kafka BROKERS")?;
-            let cfg = kafka::KafkaConfig {
-                brokers,
-                topic: args.click_topic.clone(),
-                queue_events: args.click_kafka_queue.max(1),
-                delivery_timeout: Duration::from_millis(args.click_kafka_timeout_ms.max(1)),
-                options: args.click_kafka_options.clone(),
-            };
-            Box::new(kafka::KafkaSink::new(&cfg, Arc::clone(&clicks.sink))?)
-        }
-        _ => {
-            let dir = args
-                .click_spool
-                .clone()
-                .unwrap_or_else(|| args.data_dir.join("clicks").join("spool"));
-            let cfg = spool::SpoolConfig {
-                dir: dir.clone(),
-                max_segment_bytes: 64 << 20,
-                max_segment_age: Duration::from_secs(30),
-                max_dir_bytes: args.click_spool_max_mib << 20,
-            };
-            let writer = spool::SpoolWriter::new(cfg, engine_id)
-                .with_context(|| format!("opening the click spool {}", dir.display()))?;
-            tracing::info!(dir = %dir.display(), writer = writer.name(), "click events go to the spool");
-            Box::new(writer)
-        }
-    };
-    Ok(clicks.start(sink, Duration::from_millis(args.click_flush_ms.max(1))))
-}
-
-/// `--io xdp`: what the engine loads once and hands its cores.
+/// `--io xdp`: what the engine loads once and hands its cores, and the program's link once
+/// attached (dropping the setup detaches the program, however the engine exits).
+#[cfg(feature = "xdp")]
 struct XdpSetup {
+    /// First, so that it is dropped (the program detached) before the rest.
+    link: Option<Attachment>,
     interface: String,
     ifindex: u32,
-    map: Arc<lasthop_engine::io::xdp::XskMap>,
-    program: lasthop_engine::io::xdp::Program,
-    cores: Vec<lasthop_engine::io::xdp::run::XdpCore>,
+    map: Arc<XskMap>,
+    program: Program,
+    cores: Vec<XdpCore>,
+}
+
+#[cfg(feature = "xdp")]
+impl XdpSetup {
+    /// What core `index` serves: its queue, and the XSKMAP its socket goes in.
+    fn core(&self, index: usize) -> (XdpCore, Arc<XskMap>) {
+        (self.cores[index].clone(), Arc::clone(&self.map))
+    }
+
+    /// Attaches the program to the interface natively: from now on it redirects into the
+    /// cores' sockets.
+    fn attach(&mut self) -> anyhow::Result<()> {
+        let link = self
+            .program
+            .attach(self.ifindex)
+            .with_context(|| format!("attaching the XDP program to {} natively", self.interface))?;
+        self.link = Some(link);
+        Ok(())
+    }
+}
+
+/// The AF_XDP backend, its program loaded.
+#[cfg(feature = "xdp")]
+fn xdp_backend(args: &Args, cores: usize) -> anyhow::Result<(Backend, Option<XdpSetup>)> {
+    Ok((Backend::Xdp, Some(xdp_setup(args, cores)?)))
+}
+
+/// Without the `xdp` feature there is no AF_XDP path: nothing to set up, ever.
+#[cfg(not(feature = "xdp"))]
+#[derive(Debug)]
+enum XdpSetup {}
+
+#[cfg(not(feature = "xdp"))]
+impl XdpSetup {
+    fn attach(&mut self) -> anyhow::Result<()> {
+        match *self {}
+    }
+}
+
+/// The AF_XDP backend, which this build does not have (`--io auto` serves through the kernel
+/// instead; `check_features` refuses `--io xdp` before this).
+#[cfg(not(feature = "xdp"))]
+fn xdp_backend(_: &Args, _: usize) -> anyhow::Result<(Backend, Option<XdpSetup>)> {
+    anyhow::bail!("{}", without_feature("xdp"))
 }
 
 /// Checks `--io xdp`'s flags, creates the XSKMAP and loads the XDP program (not attached:
 /// that waits for every core's socket).
+#[cfg(feature = "xdp")]
 fn xdp_setup(args: &Args, cores: usize) -> anyhow::Result<XdpSetup> {
-    use lasthop_engine::io::xdp::{self, prog, Filter, XskConfig, XskMap};
+    use lasthop_engine::io::xdp::{self, prog, Filter, XskConfig};
     let interface = args
         .xdp_interface
         .clone()
@@ -841,6 +1200,7 @@ fn xdp_setup(args: &Args, cores: usize) -> anyhow::Result<XdpSetup> {
         })
         .collect();
     Ok(XdpSetup {
+        link: None,
         interface,
         ifindex,
         map: Arc::new(map),

@@ -17,6 +17,12 @@
 //!   [`origin`]: read-through to it on a miss; [`feed`]: the subscription to its changes;
 //! - [`clicks`]: per-core click buffers, their flusher and sinks (spool, Kafka);
 //! - [`metrics`], [`admin`]: the operator surface.
+//!
+//! Two Cargo features, both default, gate the paths that link a C library built from source:
+//! `kafka` (the Kafka click sink, `clicks::kafka`: rdkafka and librdkafka) and `xdp` (the
+//! AF_XDP path, `io::xdp` and `serve::Backend::Xdp`: libbpf). Without them the engine serves
+//! through io_uring or epoll and spools its clicks; the binary still parses `--io xdp` and
+//! `--clicks kafka`, and refuses them at start, naming the feature.
 
 pub mod admin;
 pub mod clicks;

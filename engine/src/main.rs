@@ -12,15 +12,7 @@ fn main() -> anyhow::Result<()> {
     // Before any thread exists, so every thread inherits the mask and only the control thread
     // (this one) takes SIGHUP/SIGTERM.
     signals::block()?;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour only for a terminal: log files and the journal get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    lasthop_cli::bootstrap::init_tracing();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let (args, file) = lasthop_cli::parse::<config::Args>(config::Args::command(), argv.clone())
         .unwrap_or_else(|e| e.exit());

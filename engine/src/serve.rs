@@ -13,6 +13,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use crate::http::Limits;
 use crate::io::epoll::EpollLoop;
 use crate::io::uring::{UringConfig, UringLoop};
+#[cfg(feature = "xdp")]
 use crate::io::xdp::run::XdpLoop;
 use crate::metrics::CoreMetrics;
 use crate::origin::{Origin, OriginInbox};
@@ -25,7 +26,8 @@ use crate::topk::TopK;
 pub enum Backend {
     Uring,
     Epoll,
-    /// AF_XDP on one interface, a userspace TCP (`--io xdp`).
+    /// AF_XDP on one interface, a userspace TCP (`--io xdp`; the `xdp` feature).
+    #[cfg(feature = "xdp")]
     Xdp,
 }
 
@@ -35,7 +37,27 @@ impl Backend {
         match self {
             Backend::Uring => "io_uring",
             Backend::Epoll => "epoll",
+            #[cfg(feature = "xdp")]
             Backend::Xdp => "af_xdp",
+        }
+    }
+
+    /// Whether connections are kernel sockets, which kTLS can take over after the handshake.
+    pub fn kernel_sockets(self) -> bool {
+        match self {
+            Backend::Uring | Backend::Epoll => true,
+            #[cfg(feature = "xdp")]
+            Backend::Xdp => false,
+        }
+    }
+
+    /// Whether the loop serves `--tls-listen` (the epoll fallback serves plain HTTP only).
+    pub fn serves_tls(self) -> bool {
+        match self {
+            Backend::Uring => true,
+            Backend::Epoll => false,
+            #[cfg(feature = "xdp")]
+            Backend::Xdp => true,
         }
     }
 }
@@ -167,12 +189,14 @@ pub struct CoreStart {
     /// The core's click recorder, unless `--clicks off`.
     pub clicks: Option<crate::clicks::Recorder>,
     /// With `--io xdp`: the queue this core serves and the XSKMAP its socket goes in.
+    #[cfg(feature = "xdp")]
     pub xdp: Option<(crate::io::xdp::run::XdpCore, Arc<crate::io::xdp::XskMap>)>,
 }
 
 enum Loop {
     Uring(Box<UringLoop>),
     Epoll(Box<EpollLoop>),
+    #[cfg(feature = "xdp")]
     Xdp(Box<XdpLoop>),
 }
 
@@ -181,6 +205,7 @@ impl Loop {
         match self {
             Loop::Uring(l) => l.turn(ctx),
             Loop::Epoll(l) => l.turn(ctx),
+            #[cfg(feature = "xdp")]
             Loop::Xdp(l) => l.turn(ctx),
         }
     }
@@ -188,6 +213,7 @@ impl Loop {
         match self {
             Loop::Uring(l) => l.stop_accepting(ctx),
             Loop::Epoll(l) => l.stop_accepting(ctx),
+            #[cfg(feature = "xdp")]
             Loop::Xdp(l) => l.stop_accepting(ctx),
         }
     }
@@ -195,6 +221,7 @@ impl Loop {
         match self {
             Loop::Uring(l) => l.open_conns(),
             Loop::Epoll(l) => l.open_conns(),
+            #[cfg(feature = "xdp")]
             Loop::Xdp(l) => l.open_conns(),
         }
     }
@@ -309,6 +336,7 @@ async fn run_core(
             config.uring.idle_timeout_ms,
             config.uring.header_timeout_ms,
         )?)),
+        #[cfg(feature = "xdp")]
         Backend::Xdp => {
             let (core, map) = start.xdp.ok_or_else(|| {
                 std::io::Error::new(

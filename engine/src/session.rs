@@ -145,7 +145,6 @@ impl Effects for CoreEffects<'_> {
                 }
             }
             Effect::H2(event) => ctx.metrics.h2(event),
-            _ => {}
         }
     }
 }

@@ -2,8 +2,10 @@
 //! beside the embedded default ([`embedded`], redb with group commit, counter-block leasing and
 //! the ordered change log; [`postgres`], the shared store several control planes use, see
 //! store/STORE.md), with the whole record's export and import ([`transfer`]), API key
-//! records ([`keys`]). It depends on `lasthop-core` and `lasthop-trust` alone (the wall clock
-//! and one-line error chains are core's, re-exported here).
+//! records ([`keys`]), and one write path, for both backends, for the changes another region
+//! sends (`replica.rs`: each backend supplies only its storage steps). It depends on
+//! `lasthop-core` and `lasthop-trust` alone (the wall clock and one-line error chains are
+//! core's, re-exported here).
 //!
 //! Every method is synchronous and may block on disk; async callers run them on the blocking
 //! pool. A `create` that returns `Created` is durable: the link, its state, the owner index, the
@@ -12,7 +14,9 @@
 
 pub mod embedded;
 pub mod keys;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+mod replica;
 pub mod transfer;
 
 use std::sync::Arc;
@@ -722,6 +726,10 @@ pub enum StoreError {
     /// The embedded database (redb) failed.
     #[error("embedded store: {}", chain(.0))]
     Embedded(Cause),
+    /// The store named needs a backend this build does not have (a `postgres://` store
+    /// without the `postgres` feature).
+    #[error("{0}: this build has no `postgres` feature (the PostgreSQL store)")]
+    NotBuilt(&'static str),
     /// PostgreSQL failed: `what` says where (a statement, the pool, migrations, the client's
     /// runtime).
     #[error("postgres {what}: {}", chain(cause))]

@@ -1,22 +1,49 @@
 //! `lasthop-testkit`: what the workspace's test suites share (a dev-dependency only).
 //!
-//! - [`skip`]: a test that cannot run here (a tool or server is missing) says so as `SKIPPED
-//!   <what>: <why>`, which `scripts/test` lists; under `CI=true`, where `scripts/test` has
-//!   installed every such tool, the same call fails the test instead, so a green CI means those
-//!   suites ran.
+//! Real processes, each started on loopback ports of its choosing with its state in a temp dir
+//! and stopped when dropped:
+//!
+//! - [`Engine`] on a [`Site`] (a key and a snapshot), and [`Control`], a control plane for that
+//!   site with engines [subscribed](subscribed_engine) to its feed; their binaries found by
+//!   [`engine_bin`] and [`control_bin`] from any crate's tests;
+//! - [`Postgres`] and [`ClickHouse`] servers (Debian's packages, no system service), and a
+//!   Kafka-protocol broker, [`Tansu`];
+//! - [`pki`]: a CA and server certificates made with openssl.
+//!
+//! Around them: [`wait_until`] a condition holds, [`free_port`], [`process`] signals and a
+//! [`KillOnDrop`] guard, [`logs`] and [`metrics`] (a sample from a `/metrics` text), the
+//! clients ([`curl`], a raw HTTP/1.1 [`Conn`], [`Load`]), and [`skip`]: a test that cannot
+//! run here (a tool or server is missing) says so as `SKIPPED <what>: <why>`, which
+//! `scripts/test` lists; under `CI=true`, where `scripts/test` has installed every such tool,
+//! the same call fails the test instead, so a green CI means those suites ran.
 
-/// True under `CI=true` (`.ci/run`, and `scripts/test` when CI sets it).
-pub fn under_ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-}
+mod binary;
+mod broker;
+mod clickhouse;
+mod control;
+mod engine;
+mod http;
+mod load;
+mod pki;
+mod port;
+mod postgres;
+mod skip;
+mod wait;
 
-/// Reports that `what` cannot run here because of `why`: `SKIPPED what: why` on stdout, or, under
-/// `CI=true`, a panic naming both (CI installs what these tests need; a skip there hides a
-/// broken install).
-pub fn skip(what: &str, why: &str) {
-    assert!(
-        !under_ci(),
-        "{what} cannot run under CI: {why} (scripts/test installs what it needs)"
-    );
-    println!("SKIPPED {what}: {why}");
-}
+pub mod logs;
+pub mod metrics;
+pub mod process;
+
+pub use binary::{control_bin, engine_bin};
+pub use broker::Tansu;
+pub use clickhouse::ClickHouse;
+pub use control::{spool_to, subscribed_engine, Control};
+pub use engine::{in_sync, set_mode, Engine, Site};
+pub use http::{curl, h2_status, status_of, Conn, Resp};
+pub use load::Load;
+pub use pki::{openssl, pki, server_cert, Pki};
+pub use port::free_port;
+pub use postgres::Postgres;
+pub use process::KillOnDrop;
+pub use skip::{skip, under_ci};
+pub use wait::{wait_until, wait_until_every};

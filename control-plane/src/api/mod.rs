@@ -10,7 +10,7 @@
 mod safety;
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
@@ -36,6 +36,8 @@ use crate::fleet::{summarize, Fleet};
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
 use crate::ratelimit::RateLimiter;
+pub use crate::reply::ApiError;
+use crate::reply::{blocking, offload};
 use crate::safety::Safety;
 use crate::store::{
     Actor, CreateOutcome, CreateRequest, DeleteOutcome, IdempotencyClaim, StateUpdate, Store,
@@ -106,9 +108,9 @@ struct Inner {
     metrics: Metrics,
     fleet: Arc<Fleet>,
     snapshots: Option<Arc<Publisher>>,
-    clicks: OnceLock<ClicksHandle>,
+    clicks: Option<ClicksHandle>,
     /// Replication between regions, with `--peer`.
-    peers: OnceLock<Arc<crate::peers::Peers>>,
+    peers: Option<Arc<crate::peers::Peers>>,
     safety: Arc<Safety>,
     report_limiter: RateLimiter,
     report_global: RateLimiter,
@@ -124,11 +126,54 @@ impl std::fmt::Debug for AppState {
     }
 }
 
+/// Every part of the API's state, each built once by the server's composition root and handed
+/// over here whole.
+pub struct ApiParts {
+    pub store: Arc<dyn Store>,
+    pub keys: ApiKeys,
+    pub config: ApiConfig,
+    pub metrics: Metrics,
+    /// The engines `GET /v1/edges` and the lag gauges show.
+    pub fleet: Arc<Fleet>,
+    /// Publishing on demand (`POST /v1/admin/snapshots`; without one, 503).
+    pub snapshots: Option<Arc<Publisher>>,
+    pub safety: Arc<Safety>,
+    /// The click processor behind stats and recompute (without one, both answer 503).
+    pub clicks: Option<ClicksHandle>,
+    /// Replication between regions (`GET /v1/regions`, read-through, merged stats).
+    pub peers: Option<Arc<crate::peers::Peers>>,
+}
+
+impl std::fmt::Debug for ApiParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiParts").finish_non_exhaustive()
+    }
+}
+
+impl ApiParts {
+    /// A store, its keys and settings; no engines, no publisher, trust and safety on defaults
+    /// (no lists), no click processor, no peer regions.
+    pub fn new(store: Arc<dyn Store>, keys: ApiKeys, config: ApiConfig, metrics: Metrics) -> Self {
+        let safety = Arc::new(Safety::with_defaults(Arc::clone(&store), metrics.clone()));
+        ApiParts {
+            store,
+            keys,
+            config,
+            metrics,
+            fleet: Arc::new(Fleet::new()),
+            snapshots: None,
+            safety,
+            clicks: None,
+            peers: None,
+        }
+    }
+}
+
 impl AppState {
     /// Wires a store, the keys file and settings together, with no engines and no snapshot
     /// publisher (`POST /v1/admin/snapshots` then answers 503).
     pub fn new(store: Arc<dyn Store>, keys: ApiKeys, config: ApiConfig, metrics: Metrics) -> Self {
-        AppState::with_edges(store, keys, config, metrics, Arc::new(Fleet::new()), None)
+        AppState::from_parts(ApiParts::new(store, keys, config, metrics))
     }
 
     /// As [`AppState::new`], showing the engines in `fleet` (`GET /v1/edges`, the lag gauges)
@@ -141,20 +186,26 @@ impl AppState {
         fleet: Arc<Fleet>,
         snapshots: Option<Arc<Publisher>>,
     ) -> Self {
-        let safety = Arc::new(Safety::with_defaults(Arc::clone(&store), metrics.clone()));
-        AppState::with_safety(store, keys, config, metrics, fleet, snapshots, safety)
+        AppState::from_parts(ApiParts {
+            fleet,
+            snapshots,
+            ..ApiParts::new(store, keys, config, metrics)
+        })
     }
 
     /// Every part given: the full server.
-    pub fn with_safety(
-        store: Arc<dyn Store>,
-        keys: ApiKeys,
-        config: ApiConfig,
-        metrics: Metrics,
-        fleet: Arc<Fleet>,
-        snapshots: Option<Arc<Publisher>>,
-        safety: Arc<Safety>,
-    ) -> Self {
+    pub fn from_parts(parts: ApiParts) -> Self {
+        let ApiParts {
+            store,
+            keys,
+            config,
+            metrics,
+            fleet,
+            snapshots,
+            safety,
+            clicks,
+            peers,
+        } = parts;
         let limiter = RateLimiter::new(config.create_rate, config.create_burst);
         let rate = config.max_mint_rate as f64;
         let mint_limiter = RateLimiter::new(rate, rate);
@@ -169,8 +220,8 @@ impl AppState {
             metrics,
             fleet,
             snapshots,
-            clicks: OnceLock::new(),
-            peers: OnceLock::new(),
+            clicks,
+            peers,
             safety,
             report_limiter,
             report_global,
@@ -182,119 +233,15 @@ impl AppState {
         &self.0.safety
     }
 
-    /// Serves stats and recompute from the click processor behind `clicks` (without one, both
-    /// answer 503). Set once, at start.
-    pub fn set_clicks(&self, clicks: ClicksHandle) {
-        if self.0.clicks.set(clicks).is_err() {
-            tracing::warn!("the click processor was already set; keeping the first");
-        }
-    }
-
     /// The click processor's rollups, where this server runs one (peer regions read them to
     /// merge a link's stats).
     pub fn rollups(&self) -> Option<Arc<crate::clicks::RollupStore>> {
-        self.0.clicks.get().map(|c| Arc::clone(c.store()))
-    }
-
-    /// Shows replication between regions (`GET /v1/regions`, the peer gauges). Set once, at
-    /// start.
-    pub fn set_peers(&self, peers: Arc<crate::peers::Peers>) {
-        if self.0.peers.set(peers).is_err() {
-            tracing::warn!("the peers were already set; keeping the first");
-        }
+        self.0.clicks.as_ref().map(|c| Arc::clone(c.store()))
     }
 
     /// The metrics registry.
     pub fn metrics(&self) -> &Metrics {
         &self.0.metrics
-    }
-}
-
-/// The one error type of the API.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-    retry_after: Option<u64>,
-    /// Why, in machine words, for refusals that have several causes (`destination_blocked`,
-    /// `alias_reserved`).
-    reason: Option<String>,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-            retry_after: None,
-            reason: None,
-        }
-    }
-
-    fn with_reason(self, reason: impl Into<String>) -> Self {
-        ApiError {
-            reason: Some(reason.into()),
-            ..self
-        }
-    }
-
-    fn forbidden(message: &str) -> Self {
-        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
-    }
-
-    fn bad(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, code, message)
-    }
-
-    fn not_found() -> Self {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", "no link has this code")
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::BadCursor => ApiError::bad("invalid_cursor", "cursor is not valid"),
-            StoreError::ShuttingDown => ApiError {
-                retry_after: Some(1),
-                ..ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "shutting down, retry",
-                )
-            },
-            other => {
-                tracing::error!(error = %other, "store failure");
-                // A lost database connection is retried by the store itself: clients retry.
-                ApiError {
-                    retry_after: Some(1),
-                    ..ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "storage_unavailable",
-                        "storage is unavailable, retry later",
-                    )
-                }
-            }
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = match &self.reason {
-            Some(reason) => Json(
-                json!({"error": {"code": self.code, "reason": reason, "message": self.message}}),
-            ),
-            None => Json(json!({"error": {"code": self.code, "message": self.message}})),
-        };
-        let mut resp = (self.status, body).into_response();
-        if let Some(secs) = self.retry_after {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        resp
     }
 }
 
@@ -324,7 +271,7 @@ impl FromRequestParts<AppState> for Auth {
                 // threads.
                 let st = state.clone();
                 let key = key.to_string();
-                tokio::task::spawn_blocking(move || st.0.keys.authenticate(&key))
+                offload("authenticating a key", move || st.0.keys.authenticate(&key))
                     .await
                     .unwrap_or(Err(AuthError::Unavailable))
             }
@@ -332,16 +279,7 @@ impl FromRequestParts<AppState> for Auth {
         let who = match answer {
             Ok(p) => p,
             Err(AuthError::Unknown) => return Err(unauthorized("unknown api key")),
-            Err(AuthError::Unavailable) => {
-                return Err(ApiError {
-                    retry_after: Some(1),
-                    ..ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "storage_unavailable",
-                        "storage is unavailable, retry later",
-                    )
-                })
-            }
+            Err(AuthError::Unavailable) => return Err(ApiError::unavailable()),
             Err(AuthError::Revoked) => {
                 return Err(ApiError::new(
                     StatusCode::UNAUTHORIZED,
@@ -365,26 +303,6 @@ impl Principal {
     /// The audit trail's actor for this caller.
     fn actor(&self) -> Actor {
         Actor::Key(self.key_id.clone())
-    }
-}
-
-/// Runs blocking store work off the async threads.
-async fn blocking<T: Send + 'static, E: Send + 'static>(
-    f: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, ApiError>
-where
-    ApiError: From<E>,
-{
-    match tokio::task::spawn_blocking(f).await {
-        Ok(result) => result.map_err(ApiError::from),
-        Err(e) => {
-            tracing::error!(error = %e, "store task failed");
-            Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "internal error",
-            ))
-        }
     }
 }
 
@@ -563,7 +481,7 @@ async fn create_link(
     let scan = safety.scans();
     let req_alias = parsed.alias;
     // Aliases have one home region: a create of one anywhere else is forwarded there.
-    let forward = match (&req_alias, state.0.peers.get()) {
+    let forward = match (&req_alias, state.0.peers.as_ref()) {
         (Some(_), Some(peers)) => peers
             .alias_home_elsewhere()
             .map(|home| (Arc::clone(peers), home)),
@@ -733,7 +651,7 @@ async fn fetch_anywhere(
     let c = code.clone();
     let found = match blocking(move || store.get(&c)).await? {
         Some(s) => Some((s, true)),
-        None => match state.0.peers.get().cloned() {
+        None => match state.0.peers.as_ref().cloned() {
             Some(peers) => match peers.home_elsewhere(&code) {
                 Some(home) => {
                     let asked =
@@ -743,7 +661,7 @@ async fn fetch_anywhere(
                         Ok(link) => link.map(|s| (s, false)),
                         Err(e) => {
                             tracing::warn!(error = %e, "reading through to the home region failed");
-                            return Err(home_unavailable(home));
+                            return Err(ApiError::home_unavailable(home));
                         }
                     }
                 }
@@ -761,17 +679,6 @@ async fn fetch_anywhere(
         ));
     }
     Ok((s, local))
-}
-
-/// 503 `home_region_unavailable`: region `home` holds the answer and cannot be reached.
-fn home_unavailable(home: u32) -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "home_region_unavailable",
-        format!(
-            "this link's home region {home} holds the answer and cannot be reached; retry later"
-        ),
-    )
 }
 
 async fn get_link(
@@ -820,7 +727,7 @@ async fn delete_link(
     let actor = who.actor();
     if !local {
         // Not replicated here yet: the home deletes it, and the deletion comes back.
-        let peers = state.0.peers.get().cloned();
+        let peers = state.0.peers.as_ref().cloned();
         if let Some((peers, home)) = peers.and_then(|p| p.home_elsewhere(&code).map(|h| (p, h))) {
             let who = actor.to_string();
             let forwarded =
@@ -831,7 +738,7 @@ async fn delete_link(
                 Ok(None) => Err(ApiError::not_found()),
                 Err(e) => {
                     tracing::warn!(error = %e, "forwarding a deletion to the home region failed");
-                    Err(home_unavailable(home))
+                    Err(ApiError::home_unavailable(home))
                 }
             };
         }
@@ -874,7 +781,7 @@ async fn update_link(
     // to apply: forwarded there, it comes back here by replication. One that only restricts
     // applies here at once, and reaches the home the same way; unless this region has not
     // replicated the link yet, when the home applies it too.
-    if let Some(peers) = state.0.peers.get() {
+    if let Some(peers) = state.0.peers.as_ref() {
         let home = peers.home_elsewhere(&code);
         let forward = !local || !update.restricts_only(&current.state, &actor);
         if let (Some(home), true) = (home, forward) {
@@ -889,7 +796,7 @@ async fn update_link(
                 Ok(None) => Err(ApiError::not_found()),
                 Err(e) => {
                     tracing::warn!(error = %e, "forwarding a change to the home region failed");
-                    Err(home_unavailable(home))
+                    Err(ApiError::home_unavailable(home))
                 }
             };
         }
@@ -1078,7 +985,7 @@ async fn list_regions(
     Auth(who): Auth,
 ) -> Result<Response, ApiError> {
     require_admin(&who)?;
-    let body = match state.0.peers.get() {
+    let body = match state.0.peers.as_ref() {
         Some(peers) => peers.view(now_ms()),
         None => json!({"peers": []}),
     };
@@ -1139,7 +1046,7 @@ async fn publish_snapshot(
 }
 
 fn clicks(state: &AppState) -> Result<ClicksHandle, ApiError> {
-    state.0.clicks.get().cloned().ok_or_else(|| {
+    state.0.clicks.as_ref().cloned().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "stats_unavailable",
@@ -1170,25 +1077,27 @@ async fn link_stats(
     let store = Arc::clone(clicks.store());
     let c = code.clone();
     let mut days = blocking(move || store.range(&c, from, to)).await?;
-    let Some(peers) = state.0.peers.get().cloned() else {
+    let Some(peers) = state.0.peers.as_ref().cloned() else {
         return Ok(Json(crate::clicks::stats::render(&code, from, to, &days)).into_response());
     };
-    let asks: Vec<_> = peers
-        .regions()
-        .into_iter()
-        .map(|region| {
-            let (peers, code) = (Arc::clone(&peers), code.clone());
-            let ask = tokio::task::spawn_blocking(move || peers.stats(region, &code, from, to));
-            (region, ask)
-        })
-        .collect();
+    // Every region asked at once.
+    let asks = peers.regions().into_iter().map(|region| {
+        let (peers, code) = (Arc::clone(&peers), code.clone());
+        async move {
+            let ask = offload("asking a peer region for stats", move || {
+                peers.stats(region, &code, from, to)
+            });
+            (region, ask.await)
+        }
+    });
+    let asked = futures_util::future::join_all(asks).await;
     let mut answered = vec![peers.region()];
     let mut unavailable = Vec::new();
-    for (region, ask) in asks {
-        let theirs = match ask.await {
+    for (region, ask) in asked {
+        let theirs = match ask {
             Ok(Ok(wire)) => crate::clicks::stats::from_wire(wire),
             Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(format!("the request failed: {e}")),
+            Err(e) => Err(format!("the request failed: {}", e.source)),
         };
         match theirs {
             Ok(theirs) => {
@@ -1410,7 +1319,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
     m.edge_lag_alarm.set(i64::from(
         summary.worst_lag_seconds > state.0.config.edge_lag_alarm_secs,
     ));
-    if let Some(peers) = state.0.peers.get() {
+    if let Some(peers) = state.0.peers.as_ref() {
         for p in peers.status(now_ms()) {
             let region = p.region.to_string();
             m.peer_connected

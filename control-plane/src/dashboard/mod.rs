@@ -1,5 +1,5 @@
 //! The console (`serve --dashboard-listen ADDR`): server-rendered pages for link owners and
-//! operators, on a listener of its own (docs/ARCHITECTURE.md, "The console").
+//! operators, on a listener of its own (docs/ARCHITECTURE.md, "Listeners and API").
 //!
 //! Every page is HTML rendered here (maud: templates compiled into the binary, every value
 //! escaped); the one script (`/assets/app.js`) only adds a copy button and refreshes a link's

@@ -6,9 +6,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lasthop_core::click::{spool, ClickEvent, EventId, Method, Net};
+use lasthop_testkit::{free_port, KillOnDrop, Tansu};
 use serde_json::Value;
 
-use crate::harness::{call, free_port, json, Server, Site, BIN};
+use crate::harness::{call, json, Server, Site, BIN};
 
 const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
 const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
@@ -198,11 +199,7 @@ fn wait_counts(
 }
 
 fn metric(server: &Server, line_prefix: &str) -> Option<f64> {
-    let (_, body) = call("GET", &server.url("/metrics"), None, None).ok()?;
-    body.lines()
-        .find(|l| l.starts_with(line_prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+    server.metric(line_prefix)
 }
 
 fn outcome(server: &Server, outcome: &str) -> f64 {
@@ -690,77 +687,6 @@ fn standalone_process_drains_a_synthetic_spool() {
     );
 }
 
-fn tansu() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from)?;
-    let local = home.join(".cargo").join("bin").join("tansu");
-    if local.exists() {
-        return Some(local);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("tansu"))
-            .find(|p| p.exists())
-    })
-}
-
-/// A tansu broker on a free port, with the clicks topic.
-struct Broker {
-    child: std::process::Child,
-    addr: String,
-}
-
-impl Broker {
-    fn start(tansu: &Path, topic: &str) -> Broker {
-        Broker::with_partitions(tansu, topic, 2)
-    }
-
-    fn with_partitions(tansu: &Path, topic: &str, partitions: u32) -> Broker {
-        let port = free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(tansu)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args(["--storage-engine", "memory://tansu/"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("tansu starts");
-        let addr = format!("127.0.0.1:{port}");
-        wait_for(20, "tansu to listen", || {
-            std::net::TcpStream::connect(&addr).ok()
-        });
-        let broker = Broker { child, addr };
-        wait_for(20, "the topic to be created", || {
-            let out = Command::new(tansu)
-                .args([
-                    "topic",
-                    "create",
-                    topic,
-                    "--partitions",
-                    &partitions.to_string(),
-                    "--broker",
-                    &url,
-                ])
-                .output()
-                .ok()?;
-            out.status.success().then_some(())
-        });
-        broker
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn produce(brokers: &str, topic: &str, events: &[Ev]) {
     use rdkafka::config::ClientConfig;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -789,7 +715,7 @@ fn produce(brokers: &str, topic: &str, events: &[Ev]) {
 /// stats over HTTP; a restart neither loses nor double counts.
 #[test]
 fn kafka_source() {
-    let Some(tansu) = tansu() else {
+    let Some(tansu) = Tansu::find() else {
         lasthop_testkit::skip(
             "kafka_source",
             "tansu is not installed (~/.cargo/bin/tansu or PATH)",
@@ -797,7 +723,7 @@ fn kafka_source() {
         return;
     };
     let topic = "lasthop.clicks";
-    let broker = Broker::start(&tansu, topic);
+    let broker = Tansu::on(&tansu, topic, 2);
     let site = Site::new();
     let args = [
         "--clicks-flush-ms",
@@ -832,7 +758,7 @@ fn kafka_source() {
     // its end. It is reset (a warning, a Kafka error counted) instead of skipping for ever.
     server.terminate();
     drop(broker);
-    let broker = Broker::start(&tansu, topic);
+    let broker = Tansu::on(&tansu, topic, 2);
     let args = [
         "--clicks-flush-ms",
         "200",
@@ -874,16 +800,6 @@ fn kafka_broker_down_is_counted() {
     server.terminate();
 }
 
-/// A child process killed on drop, so a failed assertion leaves none running.
-struct Proc(std::process::Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Sum of `clicks` over `codes` (stats over HTTP).
 fn total_clicks(server: &Server, key: &str, codes: &[String]) -> Option<Vec<u64>> {
     codes
@@ -909,15 +825,15 @@ fn total_clicks(server: &Server, key: &str, codes: &[String]) -> Option<Vec<u64>
 #[test]
 fn processors_share_a_group_into_clickhouse() {
     let test = "processors_share_a_group_into_clickhouse";
-    let Some(tansu) = tansu() else {
+    let Some(tansu) = Tansu::find() else {
         lasthop_testkit::skip(test, "tansu is not installed (~/.cargo/bin/tansu or PATH)");
         return;
     };
-    let Some(ch) = crate::harness::ClickHouse::shared(test) else {
+    let Some(ch) = lasthop_testkit::ClickHouse::shared(test) else {
         return;
     };
     let topic = "lasthop.clicks";
-    let broker = Broker::with_partitions(&tansu, topic, 6);
+    let broker = Tansu::on(&tansu, topic, 6);
     let store = ch.url("shared_group");
     let tuning = [
         "--clicks-flush-ms",
@@ -948,7 +864,7 @@ fn processors_share_a_group_into_clickhouse() {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("clicks process starts");
-        (Proc(child), log)
+        (KillOnDrop(child), log)
     };
     // The partitions a processor's log says it holds now.
     let holds = |log: &str| -> Vec<u32> {
@@ -1083,7 +999,7 @@ fn the_archive_consumer_stands_alone() {
     let server = site.start(&args);
     let code = create_link(&server, &site.api_key);
     let archiver = || {
-        Proc(
+        KillOnDrop(
             Command::new(BIN)
                 .args(["clicks", "archive", "--data-dir"])
                 .arg(site.dir.path().join("data"))
@@ -1203,15 +1119,15 @@ fn days_past_their_grace_are_recomputed_by_themselves() {
 #[test]
 fn clickhouse_down_and_back_loses_nothing() {
     let test = "clickhouse_down_and_back_loses_nothing";
-    let Some(tansu) = tansu() else {
+    let Some(tansu) = Tansu::find() else {
         lasthop_testkit::skip(test, "tansu is not installed (~/.cargo/bin/tansu or PATH)");
         return;
     };
-    let Some(mut ch) = crate::harness::ClickHouse::start(test) else {
+    let Some(mut ch) = lasthop_testkit::ClickHouse::start(test) else {
         return;
     };
     let topic = "lasthop.clicks";
-    let broker = Broker::with_partitions(&tansu, topic, 2);
+    let broker = Tansu::on(&tansu, topic, 2);
     let store = ch.url("blink");
     let site = Site::new();
     let server = site.start(&[

@@ -5,7 +5,9 @@
 
 use std::process::Command;
 
-use crate::harness::{call, get_bytes, json, FeedClient, Postgres, Site, BIN};
+use lasthop_testkit::Postgres;
+
+use crate::harness::{call, get_bytes, json, FeedClient, Site, BIN};
 
 #[test]
 fn a_deleted_destination_is_found_nowhere() {

@@ -1,4 +1,6 @@
-//! Starting the real binary on a temp data dir, and talking to it.
+//! Starting the real binary on a temp data dir, and talking to it: what only the control
+//! plane's own tests need. (PostgreSQL, ClickHouse, the broker, ports, signals, logs and metrics
+//! come from `lasthop-testkit`.)
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -9,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lasthop_core::{CodeScheme, PermutationKey};
+use lasthop_testkit::{logs, metrics, process};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_lasthop-control");
 
@@ -148,7 +151,7 @@ impl Site {
         let mut child = cmd
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).expect("log file"))
+            .stderr(logs::create(&log))
             .spawn()
             .expect("serve starts");
         let stdout = child.stdout.take().expect("piped stdout");
@@ -185,26 +188,19 @@ pub struct Server {
 impl Server {
     /// What it logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        logs::read(&self.log)
     }
 
     /// The value of the first `/metrics` sample whose line starts with `prefix` (a name, or a
     /// name with its labels).
     pub fn metric(&self, prefix: &str) -> Option<f64> {
         let (_, text) = call("GET", &self.url("/metrics"), None, None).ok()?;
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
+        metrics::first_starting_with(&text, prefix)
     }
 
     /// Sends a signal (`HUP`, `TERM`, ...).
     pub fn signal(&self, sig: &str) {
-        let sent = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success(), "sending SIG{sig}");
+        process::signal(&self.child, sig);
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -223,11 +219,7 @@ impl Server {
 
     /// SIGTERM and wait for a clean exit.
     pub fn terminate(mut self) {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success(), "sending SIGTERM");
+        self.signal("TERM");
         let status = self.child.wait().expect("wait");
         assert!(status.success(), "graceful shutdown exit status {status:?}");
     }
@@ -505,440 +497,9 @@ fn serve_hook(
     }
 }
 
-/// Polls `f` every 50 ms until it holds or `limit` passes; the time it took.
-pub fn wait_until(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
-    let start = std::time::Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    start.elapsed()
-}
-
-/// A real PostgreSQL server from Debian's `postgresql` package: `initdb` into a temp dir and
-/// `pg_ctl` on a loopback port (no system service), torn down when dropped. As root the server
-/// runs as the `postgres` user (`runuser`), as PostgreSQL refuses to run as root.
-pub struct Postgres {
-    pub dir: tempfile::TempDir,
-    pub port: u16,
-    bin: PathBuf,
-    as_postgres: bool,
-    pub data: PathBuf,
-}
-
-impl Postgres {
-    /// The newest installed server's `bin` folder.
-    pub fn bin_dir() -> Option<PathBuf> {
-        let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let v: u32 = e.file_name().to_str()?.parse().ok()?;
-                let bin = e.path().join("bin");
-                bin.join("initdb").exists().then_some((v, bin))
-            })
-            .collect();
-        versions.sort();
-        versions.pop().map(|(_, b)| b)
-    }
-
-    /// A server not yet made: a temp dir (owned by `postgres` when we run as root) and a port.
-    fn in_temp_dir(bin: PathBuf, as_postgres: bool) -> Postgres {
-        let dir = tempfile::tempdir().expect("tempdir");
-        if as_postgres {
-            let ok = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(dir.path())
-                .status()
-                .expect("chown")
-                .success();
-            assert!(ok, "chown the PostgreSQL dir");
-        }
-        Postgres {
-            port: free_port(),
-            data: dir.path().join("pg"),
-            dir,
-            bin,
-            as_postgres,
-        }
-    }
-
-    /// Starts a fresh server, or says SKIPPED (with the reason) and returns `None` where
-    /// PostgreSQL is not installed (`scripts/test` installs it).
-    pub fn start(test: &str) -> Option<Postgres> {
-        let Some(bin) = Postgres::bin_dir() else {
-            lasthop_testkit::skip(
-                test,
-                "PostgreSQL is not installed (apt-get install postgresql)",
-            );
-            return None;
-        };
-        let pg = Postgres::in_temp_dir(bin, running_as_root());
-        let out = pg
-            .command("initdb")
-            .args(["-D"])
-            .arg(&pg.data)
-            .args([
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--locale=C.UTF-8",
-            ])
-            .output()
-            .expect("initdb runs");
-        assert!(
-            out.status.success(),
-            "initdb: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        pg.configure(&[
-            "listen_addresses = '127.0.0.1'",
-            "max_connections = 200",
-            "fsync = on",
-            "synchronous_commit = on",
-            "wal_level = replica",
-            "max_wal_senders = 5",
-            "shared_buffers = 64MB",
-        ]);
-        pg.append_hba("host replication postgres 127.0.0.1/32 trust");
-        pg.pg_ctl_start();
-        Some(pg)
-    }
-
-    /// One server for every test running at the same time (each makes its own database):
-    /// started by the first, stopped when the last one lets go.
-    pub fn shared(test: &str) -> Option<Arc<Postgres>> {
-        static SHARED: Mutex<std::sync::Weak<Postgres>> = Mutex::new(std::sync::Weak::new());
-        let mut slot = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(pg) = slot.upgrade() {
-            return Some(pg);
-        }
-        let pg = Arc::new(Postgres::start(test)?);
-        *slot = Arc::downgrade(&pg);
-        Some(pg)
-    }
-
-    /// A `Command` for one of the server's programs, as the `postgres` user when we are root.
-    pub fn command(&self, program: &str) -> Command {
-        let path = self.bin.join(program);
-        if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(path);
-            c
-        } else {
-            Command::new(path)
-        }
-    }
-
-    /// Appends lines to `postgresql.conf`.
-    pub fn configure(&self, lines: &[&str]) {
-        use std::io::Write as _;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.data.join("postgresql.conf"))
-            .expect("postgresql.conf");
-        writeln!(f, "port = {}", self.port).expect("write conf");
-        writeln!(f, "unix_socket_directories = '{}'", self.data.display()).expect("write conf");
-        for l in lines {
-            writeln!(f, "{l}").expect("write conf");
-        }
-    }
-
-    fn append_hba(&self, line: &str) {
-        use std::io::Write as _;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.data.join("pg_hba.conf"))
-            .expect("pg_hba.conf");
-        writeln!(f, "{line}").expect("write hba");
-    }
-
-    pub fn pg_ctl_start(&self) {
-        let log = self.dir.path().join(format!("pg-{}.log", self.port));
-        let out = self
-            .command("pg_ctl")
-            .args(["-D"])
-            .arg(&self.data)
-            .args(["-l"])
-            .arg(&log)
-            .args(["-w", "-t", "60", "start"])
-            .output()
-            .expect("pg_ctl runs");
-        assert!(
-            out.status.success(),
-            "pg_ctl start: {} {}",
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-    }
-
-    /// A streaming standby of `primary` (`pg_basebackup -R`), started, on a port of its own.
-    pub fn standby_of(primary: &Postgres) -> Postgres {
-        let standby = Postgres::in_temp_dir(primary.bin.clone(), primary.as_postgres);
-        let out = standby
-            .command("pg_basebackup")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &primary.port.to_string(),
-                "-U",
-                "postgres",
-            ])
-            .args(["-X", "stream", "-R", "-c", "fast", "-D"])
-            .arg(&standby.data)
-            .output()
-            .expect("pg_basebackup runs");
-        assert!(
-            out.status.success(),
-            "pg_basebackup: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        standby.configure(&["hot_standby = on"]);
-        standby.pg_ctl_start();
-        standby
-    }
-
-    /// `pg_ctl promote`: the standby becomes a primary.
-    pub fn promote(&self) {
-        let out = self
-            .command("pg_ctl")
-            .args(["-D"])
-            .arg(&self.data)
-            .args(["-w", "promote"])
-            .output()
-            .expect("pg_ctl promote runs");
-        assert!(
-            out.status.success(),
-            "promote: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// A new empty database on this server; its URL.
-    pub fn database(&self, name: &str) -> String {
-        self.psql(&format!("CREATE DATABASE {name}"));
-        format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
-    }
-
-    /// Runs SQL through `psql` (as the superuser, on the `postgres` database); its output.
-    pub fn psql(&self, sql: &str) -> String {
-        self.psql_on("postgres", sql)
-    }
-
-    pub fn psql_on(&self, db: &str, sql: &str) -> String {
-        let out = Command::new(self.bin.join("psql"))
-            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                db,
-                "-c",
-                sql,
-            ])
-            .output()
-            .expect("psql runs");
-        assert!(
-            out.status.success(),
-            "psql {sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// SIGKILLs the server (the postmaster: every backend goes with it).
-    pub fn kill(&self) {
-        if let Ok(pid) = std::fs::read_to_string(self.data.join("postmaster.pid")) {
-            if let Some(pid) = pid.lines().next() {
-                let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
-            }
-        }
-    }
-
-    pub fn stop(&self) {
-        let _ = self
-            .command("pg_ctl")
-            .args(["-D"])
-            .arg(&self.data)
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn running_as_root() -> bool {
-    // `id -u` rather than libc: the tests carry no unsafe code.
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A ClickHouse server (Debian's `clickhouse-server`) in a temp dir on a loopback port.
-pub struct ClickHouse {
-    pub port: u16,
-    child: std::process::Child,
-    _dir: tempfile::TempDir,
-}
-
-impl ClickHouse {
-    const BIN: &'static str = "/usr/sbin/clickhouse-server";
-
-    /// Starts a fresh server, or says SKIPPED (with the reason) and returns `None` where
-    /// ClickHouse is not installed (`scripts/test` installs it).
-    pub fn start(test: &str) -> Option<ClickHouse> {
-        if !Path::new(Self::BIN).exists() {
-            lasthop_testkit::skip(
-                test,
-                "ClickHouse is not installed (apt-get install clickhouse-server)",
-            );
-            return None;
-        }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = dir.path();
-        let port = free_port();
-        let tcp = free_port();
-        let config = format!(
-            r#"<?xml version="1.0"?>
-<yandex>
-  <logger><level>warning</level><log>{root}/server.log</log><errorlog>{root}/error.log</errorlog><console>0</console></logger>
-  <http_port>{port}</http_port>
-  <tcp_port>{tcp}</tcp_port>
-  <listen_host>127.0.0.1</listen_host>
-  <path>{root}/data/</path>
-  <tmp_path>{root}/tmp/</tmp_path>
-  <user_files_path>{root}/user_files/</user_files_path>
-  <format_schema_path>{root}/format_schemas/</format_schema_path>
-  <users_config>users.xml</users_config>
-  <default_profile>default</default_profile>
-  <default_database>default</default_database>
-  <mark_cache_size>67108864</mark_cache_size>
-  <uncompressed_cache_size>0</uncompressed_cache_size>
-  <max_concurrent_queries>100</max_concurrent_queries>
-</yandex>
-"#,
-            root = root.display()
-        );
-        std::fs::write(root.join("config.xml"), config).expect("config.xml");
-        std::fs::write(
-            root.join("users.xml"),
-            r#"<?xml version="1.0"?>
-<yandex>
-  <profiles><default></default></profiles>
-  <users><default><password></password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></default></users>
-  <quotas><default></default></quotas>
-</yandex>
-"#,
-        )
-        .expect("users.xml");
-        let mut server = ClickHouse {
-            port,
-            child: Self::spawn(root),
-            _dir: dir,
-        };
-        server.wait_up();
-        Some(server)
-    }
-
-    fn spawn(root: &Path) -> std::process::Child {
-        Command::new(Self::BIN)
-            .arg(format!(
-                "--config-file={}",
-                root.join("config.xml").display()
-            ))
-            .current_dir(root)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("clickhouse-server starts")
-    }
-
-    fn wait_up(&mut self) {
-        let started = std::time::Instant::now();
-        while self.try_query("SELECT 1").as_deref() != Ok("1\n") {
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "clickhouse-server did not answer within 60 s: {}",
-                std::fs::read_to_string(root_of(self).join("error.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// SIGKILLs the server (its data stays).
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Starts it again on the same port and data, and waits until it answers.
-    pub fn restart(&mut self) {
-        self.child = Self::spawn(self._dir.path());
-        self.wait_up();
-    }
-
-    /// One server for every test running at the same time (each uses its own database).
-    pub fn shared(test: &str) -> Option<Arc<ClickHouse>> {
-        static SHARED: Mutex<std::sync::Weak<ClickHouse>> = Mutex::new(std::sync::Weak::new());
-        let mut slot = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(ch) = slot.upgrade() {
-            return Some(ch);
-        }
-        let ch = Arc::new(ClickHouse::start(test)?);
-        *slot = Arc::downgrade(&ch);
-        Some(ch)
-    }
-
-    /// The `--clicks-store` URL of database `db` (created by the store on first use).
-    pub fn url(&self, db: &str) -> String {
-        format!("clickhouse://127.0.0.1:{}/{db}", self.port)
-    }
-
-    fn try_query(&self, sql: &str) -> Result<String, String> {
-        ureq::post(&format!("http://127.0.0.1:{}/", self.port))
-            .timeout(Duration::from_secs(30))
-            .send_string(sql)
-            .map_err(|e| e.to_string())?
-            .into_string()
-            .map_err(|e| e.to_string())
-    }
-
-    /// Runs SQL; its `TabSeparated` answer.
-    pub fn query(&self, sql: &str) -> String {
-        self.try_query(sql)
-            .unwrap_or_else(|e| panic!("clickhouse {sql}: {e}"))
-    }
-}
-
-fn root_of(ch: &ClickHouse) -> &Path {
-    ch._dir.path()
-}
-
-impl Drop for ClickHouse {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Polls `f` every 50 ms until it holds or `limit` passes; the time it took. (Every 50 ms
+/// rather than testkit's 10: these conditions are API calls, feed connections and store
+/// queries against control planes that share one PostgreSQL.)
+pub fn wait_until(limit: Duration, what: &str, f: impl FnMut() -> bool) -> Duration {
+    lasthop_testkit::wait_until_every(Duration::from_millis(50), limit, what, f)
 }

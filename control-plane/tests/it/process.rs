@@ -119,8 +119,8 @@ fn graceful_shutdown_returns_the_block_and_a_crash_burns_it_on_postgres() {
 }
 
 /// A database on the shared PostgreSQL test server, with its server kept alive.
-fn postgres_store(test: &str) -> Option<(Arc<crate::harness::Postgres>, String)> {
-    let pg = crate::harness::Postgres::shared(test)?;
+fn postgres_store(test: &str) -> Option<(Arc<lasthop_testkit::Postgres>, String)> {
+    let pg = lasthop_testkit::Postgres::shared(test)?;
     let mut b = [0u8; 6];
     use std::io::Read as _;
     std::fs::File::open("/dev/urandom")

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{call, json, Postgres, Site};
+use lasthop_testkit::Postgres;
+
+use crate::harness::{call, json, Site};
 
 #[test]
 fn failover_to_a_synchronous_standby_loses_no_acknowledged_link() {

@@ -6,8 +6,7 @@ use lasthop_analytics::{BotReason, Device, Rollup, Verdict};
 use lasthop_control::clicks::store::{FlushBatch, Pos, RollupRow};
 use lasthop_control::clicks::{Day, DayState, RollupStore, StoreLocation};
 use lasthop_core::click::{ClickEvent, EventId, Method};
-
-use crate::harness::ClickHouse;
+use lasthop_testkit::ClickHouse;
 
 /// `n` clicks, every second one a bot, each from its own visitor.
 fn rollup_of(n: u64, seed: u64) -> Rollup {
@@ -227,7 +226,7 @@ fn clickhouse_contract() {
 
 #[test]
 fn a_store_that_is_down_is_an_error() {
-    let port = crate::harness::free_port();
+    let port = lasthop_testkit::free_port();
     let location: StoreLocation = format!("clickhouse://127.0.0.1:{port}/x").parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let err = RollupStore::open_at(&location, dir.path()).unwrap_err();

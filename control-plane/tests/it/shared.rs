@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lasthop_core::feed::Frame;
+use lasthop_testkit::{free_port, Postgres};
 
-use crate::harness::{call, free_port, json, wait_until, FeedClient, Postgres, Server, Site, BIN};
+use crate::harness::{call, json, wait_until, FeedClient, Server, Site, BIN};
 
 fn shared_site(test: &str) -> Option<(Arc<Postgres>, Site)> {
     let pg = Postgres::shared(test)?;

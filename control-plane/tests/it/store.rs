@@ -13,9 +13,8 @@ use lasthop_control::store::{
 };
 use lasthop_core::feed::DenyKind;
 use lasthop_core::{Change, CodeScheme, LinkState, PermutationKey};
+use lasthop_testkit::Postgres;
 use lasthop_trust::{CanonicalHost, Destination};
-
-use crate::harness::Postgres;
 
 /// A fresh store of one backend.
 pub enum Backend {

@@ -6,7 +6,9 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::harness::{call, json, Postgres, Site, BIN};
+use lasthop_testkit::Postgres;
+
+use crate::harness::{call, json, Site, BIN};
 
 fn cli(args: &[&str], dir: Option<&Path>, key: &Path, store: Option<&str>) -> Output {
     let mut cmd = Command::new(BIN);

@@ -133,9 +133,9 @@ impl Flood {
     }
 }
 
-/// What an HTTP/2 connection reports beside the shared effects (metrics).
+/// What an HTTP/2 connection reports beside the shared effects (metrics). Exhaustive on
+/// purpose, as [`crate::session::Effect`] is: a new event must be counted somewhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Event {
     /// The connection started speaking HTTP/2.
     Connection,

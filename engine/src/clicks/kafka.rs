@@ -67,12 +67,10 @@ impl KafkaSink {
     /// A producer for `cfg` whose deliveries count into `stats` (the flusher's).
     pub fn new(cfg: &KafkaConfig, stats: Arc<SinkStats>) -> Result<KafkaSink, ClickSetupError> {
         let mut c = ClientConfig::new();
+        for (k, v) in lasthop_core::click::KAFKA_PRODUCER {
+            c.set(*k, *v);
+        }
         c.set("bootstrap.servers", &cfg.brokers)
-            .set("acks", "1")
-            .set("enable.idempotence", "false")
-            .set("compression.type", "lz4")
-            .set("linger.ms", "20")
-            .set("batch.num.messages", "10000")
             .set("queue.buffering.max.messages", cfg.queue_events.to_string())
             .set(
                 "message.timeout.ms",

@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 use crate::http::Request;
 use crate::metrics::prom::{family, sample};
 
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod spool;
 
@@ -61,6 +62,7 @@ pub enum ClickSetupError {
         path: PathBuf,
         source: maxminddb::MaxMindDbError,
     },
+    #[cfg(feature = "kafka")]
     #[error("creating the Kafka producer: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
 }

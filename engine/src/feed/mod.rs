@@ -563,7 +563,7 @@ impl Applier {
                 tracing::warn!(part, "denylist part without its first part; ignored");
                 false
             }
-            _ => false,
+            Applied::Nothing => false,
         }
     }
 

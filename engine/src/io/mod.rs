@@ -1,14 +1,15 @@
 //! The engine's syscalls, and the only modules allowed `unsafe` (each says so for itself, and
 //! every block carries a `SAFETY:` comment): [`uring`], the per-core io_uring loop; [`epoll`],
 //! its fallback; [`socket`], SO_REUSEPORT listeners and addresses; [`signals`], SIGHUP/SIGTERM
-//! on the control thread; [`eventfd`], the wakeup origin replies ring; [`xdp`], the AF_XDP
-//! path's XDP program and sockets.
+//! on the control thread; [`eventfd`], the wakeup origin replies ring; `xdp` (the `xdp`
+//! feature), the AF_XDP path's XDP program and sockets.
 
 pub mod epoll;
 pub mod eventfd;
 pub mod signals;
 pub mod socket;
 pub mod uring;
+#[cfg(feature = "xdp")]
 pub mod xdp;
 
 /// How long a serving loop's turn may work through TLS handshakes before it sends what is

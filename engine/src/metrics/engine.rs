@@ -188,7 +188,6 @@ impl CoreMetrics {
                 Some(i) => &self.h2_refused[i],
                 None => return,
             },
-            _ => return,
         };
         bump(c, 1);
     }

@@ -1,41 +1,16 @@
 //! The rustls server configuration: certificates, versions, ALPN, resumption and 0-RTT (the
 //! module docs of [`crate::tls`] say which mode does what).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::ServerConfig;
 
 use super::tickets::{FileTicketer, TicketKeyError};
 
 /// Sessions kept by the stateful cache (beside tickets).
 pub const SESSION_CACHE: usize = 16_384;
-
-/// The cipher suites in the server's order of preference, which it applies
-/// (`ignore_client_order`): the SHA-256 suites first. A suite's hash runs the whole key schedule
-/// (some thirty HMACs a handshake), and ring's SHA-384 has no vector code on many x86 CPUs, so
-/// a client that lists AES-256-GCM-SHA384 first (OpenSSL's default order) cost the server about
-/// a fifth of a full handshake's CPU in that hash alone (perf, `perf/tls.sh` full-conc). A
-/// redirect's records are a few hundred bytes, so the bulk cipher's speed on the client hardly
-/// matters; AES-128-GCM and ChaCha20-Poly1305 are both strong. AES-256 stays for clients that
-/// offer nothing else.
-pub fn server_suites() -> Vec<rustls::SupportedCipherSuite> {
-    use rustls::crypto::ring::cipher_suite as cs;
-    vec![
-        cs::TLS13_AES_128_GCM_SHA256,
-        cs::TLS13_CHACHA20_POLY1305_SHA256,
-        cs::TLS13_AES_256_GCM_SHA384,
-        cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-        cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-        cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-        cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-        cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-        cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    ]
-}
 
 /// A key exchange group `--tls-groups` names (RFC 8446 §4.2.7 and the IANA TLS Supported
 /// Groups registry's names).
@@ -84,10 +59,11 @@ impl KxGroup {
     }
 }
 
-/// The server's provider: ring for everything (suites in [`server_suites`]' order, signatures,
-/// randomness, tickets), with `groups` as its key exchanges, duplicates dropped. rustls takes
-/// the first of the client's `supported_groups` that is also here, so the client's order
-/// chooses and a client that sent a key share for it never gets a HelloRetryRequest.
+/// The server's provider: the shared one ([`lasthop_tls::provider`]: ring for suites in
+/// [`lasthop_tls::cipher_suites`]' order, which the server applies, signatures, randomness,
+/// tickets) with `groups` as its key exchanges, duplicates dropped. rustls takes the first of
+/// the client's `supported_groups` that is also here, so the client's order chooses and a
+/// client that sent a key share for it never gets a HelloRetryRequest.
 pub fn server_provider(groups: &[KxGroup]) -> rustls::crypto::CryptoProvider {
     let mut kx_groups: Vec<&'static dyn rustls::crypto::SupportedKxGroup> = Vec::new();
     for g in groups {
@@ -97,9 +73,8 @@ pub fn server_provider(groups: &[KxGroup]) -> rustls::crypto::CryptoProvider {
         }
     }
     rustls::crypto::CryptoProvider {
-        cipher_suites: server_suites(),
         kx_groups,
-        ..rustls::crypto::ring::default_provider()
+        ..lasthop_tls::provider()
     }
 }
 
@@ -132,71 +107,19 @@ pub struct TlsSettings {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TlsError {
-    #[error("reading {path}: {source}")]
-    Pem {
-        path: PathBuf,
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("{path} holds no certificate")]
-    NoCertificate { path: PathBuf },
+    /// A certificate or key file (the message names it and what was wrong).
+    #[error(transparent)]
+    Pem(#[from] lasthop_tls::Error),
     #[error("certificate and key: {0}")]
     Rustls(#[from] rustls::Error),
     #[error(transparent)]
     TicketKey(#[from] TicketKeyError),
 }
 
-fn pem(path: &Path) -> impl Fn(rustls::pki_types::pem::Error) -> TlsError + '_ {
-    move |source| TlsError::Pem {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-/// The certificates in a PEM file (at least one).
-pub fn pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(pem(path))?
-        .collect::<Result<_, _>>()
-        .map_err(pem(path))?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(certs)
-}
-
-/// The private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
-pub fn pem_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(pem(path))
-}
-
-/// The client configuration engines reach control planes with (`--control https://...`):
-/// the server is verified against the CAs in `ca`; with `client`, a certificate and key for
-/// control planes that require mutual TLS (`--edge-client-ca`).
-pub fn control_client_config(
-    ca: &Path,
-    client: Option<(&Path, &Path)>,
-) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in pem_certs(ca)? {
-        roots.add(cert)?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-        .with_root_certificates(roots);
-    let config = match client {
-        Some((cert, key)) => builder.with_client_auth_cert(pem_certs(cert)?, pem_key(key)?)?,
-        None => builder.with_no_client_auth(),
-    };
-    Ok(Arc::new(config))
-}
-
 /// Builds the server configuration from the PEM files (ECDSA P-256, Ed25519 and RSA keys work).
 pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
-    let certs = pem_certs(&s.cert)?;
-    let key = pem_key(&s.key)?;
+    let certs = lasthop_tls::certs(&s.cert)?;
+    let key = lasthop_tls::private_key(&s.key)?;
     let groups = if s.groups.is_empty() {
         &KxGroup::DEFAULT[..]
     } else {
@@ -204,7 +127,7 @@ pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
     };
     let provider = Arc::new(server_provider(groups));
     let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_protocol_versions(lasthop_tls::VERSIONS)?
         .with_no_client_auth()
         .with_single_cert(certs, key)?;
     config.alpn_protocols = if s.alpn.is_empty() {

@@ -34,8 +34,8 @@ impl CertCoverage {
 }
 
 fn leaf(path: &Path) -> Result<CertificateDer<'static>, TlsError> {
-    // `pem_certs` refuses a file without a certificate, so the first exists.
-    let mut certs = super::config::pem_certs(path)?;
+    // `lasthop_tls::certs` refuses a file without a certificate, so the first exists.
+    let mut certs = lasthop_tls::certs(path)?;
     Ok(certs.swap_remove(0))
 }
 

@@ -2,8 +2,9 @@
 //! hybrid key exchange), session tickets whose keys can be shared between processes, the
 //! kernel-TLS probe, and the TLS counters.
 //!
-//! - TLS 1.3, and 1.2 with the ring provider's suites only (all ECDHE + AEAD); ALPN `h2` and
-//!   `http/1.1`.
+//! - TLS 1.3, and 1.2 with the ring provider's suites only (all ECDHE + AEAD), SHA-256 suites
+//!   first: `lasthop-tls`' versions and suites, which the control plane and this engine's
+//!   client to it use too (as they do its PEM readers); ALPN `h2` and `http/1.1`.
 //! - Key exchange (`--tls-groups`): X25519MLKEM768 (aws-lc-rs; ring 0.17 has no ML-KEM), then
 //!   ring's X25519, P-256 and P-384; the client's preference picks among them.
 //! - The certificate chain compressed for clients that ask (RFC 8879: brotli, zlib), once per

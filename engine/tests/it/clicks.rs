@@ -1,13 +1,16 @@
 //! Click recording at the edge: real redirects over real sockets become events in the spool
 //! (what they carry, on both socket backends; country from a MaxMind database or a trusted
-//! header), and through the control plane's processor they become stats.
+//! header) or go to a Kafka-protocol broker, whose outage costs redirects nothing. (Through the
+//! control plane's processor into stats: the whole-system tests, `lasthop-e2e`'s `clicks`.)
 
 use std::path::Path;
 use std::time::Duration;
 
 use lasthop_core::click::{spool, ClickEvent, Method, Net};
 
-use crate::harness::{curl, wait_until, Control, Engine, Site, Tansu};
+#[cfg(feature = "kafka")]
+use lasthop_testkit::Tansu;
+use lasthop_testkit::{curl, wait_until, Engine, Site};
 
 /// Every event in the spool directory `dir`, in file order (owned copies).
 pub fn spool_events(dir: &Path) -> Vec<(ClickEvent<'static>, String)> {
@@ -219,132 +222,12 @@ fn clicks_off_records_nothing() {
     assert_eq!(engine.metric("lasthop_engine_clicks_recorded_total"), None);
 }
 
-const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
-const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1";
-const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
-
-/// Redirects of `code` at `engine`: four by one Firefox visitor (two referrers), one by an
-/// iPhone, one by Googlebot, one HEAD, one Firefox prefetch. Five human clicks, two visitors,
-/// three bot clicks.
-fn click_mix(engine: &Engine, code: &str) {
-    let url = format!("http://{}/{code}", engine.addr);
-    for referer in [
-        "https://news.example.com/a",
-        "https://news.example.com/b",
-        "https://blog.example.org/",
-        "",
-    ] {
-        let mut args = vec!["-A", FIREFOX];
-        if !referer.is_empty() {
-            args.extend(["-e", referer]);
-        }
-        args.push(&url);
-        assert_eq!(curl(&args).0, 302);
-    }
-    assert_eq!(curl(&["-A", IPHONE, &url]).0, 302);
-    assert_eq!(curl(&["-A", GOOGLEBOT, &url]).0, 302);
-    assert_eq!(curl(&["-I", "-A", FIREFOX, &url]).0, 302);
-    let prefetch = ["-A", FIREFOX, "-H", "Sec-Purpose: prefetch;prerender", &url];
-    assert_eq!(curl(&prefetch).0, 302);
-}
-
-fn assert_mix_counted(control: &Control, code: &str) {
-    let mut last = serde_json::Value::Null;
-    wait_until(Duration::from_secs(30), "the clicks in the stats", || {
-        last = control.stats(code);
-        last["clicks"] == 5 && last["bot_clicks"] == 3
-    });
-    let s = last;
-    assert_eq!(s["visitor_days"], 2, "{s}");
-    assert_eq!(s["referrers"]["news.example.com"], 2, "{s}");
-    assert_eq!(s["referrers"]["blog.example.org"], 1, "{s}");
-    assert_eq!(s["browsers"]["Firefox"], 4, "{s}");
-    assert_eq!(s["browsers"]["Safari"], 1, "{s}");
-    assert_eq!(s["devices"]["mobile"], 1, "{s}");
-    assert_eq!(s["os"]["iOS"], 1, "{s}");
-    assert_eq!(s["bot_reasons"]["user_agent"], 1, "{s}");
-    assert_eq!(s["bot_reasons"]["head"], 1, "{s}");
-    assert_eq!(s["bot_reasons"]["prefetch"], 1, "{s}");
-    let days = s["days"].as_array().expect("days");
-    assert_eq!(days.len(), 1, "{s}");
-    assert_eq!(days[0]["clicks"], 5, "{s}");
-}
-
-/// An engine subscribed to `control` (flushing clicks every 50 ms, plus `extra`) and a new link
-/// it already serves.
-fn edge_with_a_link(site: &Site, control: &Control, extra: &[&str]) -> (Engine, String) {
-    let mut args = control.engine_args();
-    args.extend(["--click-flush-ms", "50"].map(String::from));
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let engine = Engine::launch(
-        std::process::Command::new(crate::harness::ENGINE),
-        site,
-        &args,
-    );
-    let code = control.create("https://example.com/spring-launch");
-    wait_until(Duration::from_secs(10), "the link at the edge", || {
-        curl(&[
-            "-o",
-            "/dev/null",
-            &format!("http://{}/{code}+", engine.addr),
-        ])
-        .0 == 200
-    });
-    (engine, code)
-}
-
-#[test]
-fn redirects_become_stats_through_the_spool() {
-    let site = Site::new();
-    let control = Control::start(&site, &["--clicks-flush-ms", "200"]);
-    let spool_dir = control.data.join("clicks").join("spool");
-    let (engine, code) = edge_with_a_link(
-        &site,
-        &control,
-        &["--click-spool", spool_dir.to_str().unwrap()],
-    );
-    click_mix(&engine, &code);
-    assert_mix_counted(&control, &code);
-}
-
-#[test]
-fn redirects_become_stats_through_kafka() {
-    let site = Site::new();
-    let Some(broker) = Tansu::start(
-        &site,
-        "redirects_become_stats_through_kafka",
-        "lasthop.clicks",
-    ) else {
-        return;
-    };
-    let control = Control::start(
-        &site,
-        &[
-            "--clicks-kafka",
-            &broker.brokers(),
-            "--clicks-flush-ms",
-            "200",
-        ],
-    );
-    let (engine, code) = edge_with_a_link(
-        &site,
-        &control,
-        &["--clicks", "kafka", "--click-kafka", &broker.brokers()],
-    );
-    click_mix(&engine, &code);
-    assert_mix_counted(&control, &code);
-    assert_eq!(
-        metric(&engine, "lasthop_engine_clicks_sent_total{sink=\"kafka\"}"),
-        8.0
-    );
-}
-
+#[cfg(feature = "kafka")]
 #[test]
 fn a_broker_outage_costs_redirects_nothing_and_clicks_are_counted_lost() {
     let (site, code) = fixture();
     let test = "a_broker_outage_costs_redirects_nothing_and_clicks_are_counted_lost";
-    let Some(mut broker) = Tansu::start(&site, test, "lasthop.clicks") else {
+    let Some(mut broker) = Tansu::start(test, "lasthop.clicks") else {
         return;
     };
     let engine = site.start(&[

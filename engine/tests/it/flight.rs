@@ -14,8 +14,9 @@ use rustls::crypto::{aws_lc_rs, ring, SupportedKxGroup};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, NamedGroup};
 
-use crate::harness::{Engine, Site};
-use crate::tls::{links, pki, Pki};
+use lasthop_testkit::{pki, Engine, Pki, Site};
+
+use crate::tls::links;
 
 /// What a client offers: its key exchange groups (one key share, for the first) and whether
 /// it takes a compressed certificate chain.
@@ -35,7 +36,7 @@ pub(crate) const HYBRID_AND_X25519: &[&dyn SupportedKxGroup] = &[
 /// A TLS 1.3 client for `lh.test` trusting `ca` alone, offering `offer`, ALPN http/1.1.
 pub(crate) fn client(ca: &Path, offer: Offer) -> ClientConnection {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in lasthop_engine::tls::config::pem_certs(ca).unwrap() {
+    for cert in lasthop_tls::certs(ca).unwrap() {
         roots.add(cert).unwrap();
     }
     let provider = rustls::crypto::CryptoProvider {

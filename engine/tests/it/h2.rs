@@ -9,8 +9,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lasthop_engine::h2::frame::{self, flag, kind, setting, ErrorCode, Header};
+use lasthop_testkit::{curl, Engine};
 
-use crate::harness::{curl, Engine};
 use crate::serving::Fixture;
 
 /// The serving contract over HTTP/2 against `base` (`http://ADDR` with prior knowledge, or
@@ -109,11 +109,6 @@ pub fn check_serving_h2(f: &Fixture, base: &str, extra: &[&str], https: bool, wh
     assert_eq!(err.matches("< HTTP/2 404").count(), 1, "{what}: {err}");
 }
 
-/// The status of `GET path` over h2c with prior knowledge (curl), 0 when it failed.
-pub fn h2_status(addr: &str, path: &str) -> u16 {
-    curl(&["--http2-prior-knowledge", &format!("http://{addr}{path}")]).0
-}
-
 fn h2c(io: &str) {
     let f = crate::serving::fixture();
     let engine = f.site.start(&["--io", io]);
@@ -148,8 +143,8 @@ fn h2c_with_prior_knowledge_on_epoll() {
 }
 
 /// The engine with HTTPS (`--no-ktls`: the path every host has).
-fn tls_engine(f: &Fixture, extra: &[&str]) -> (Engine, crate::tls::Pki) {
-    let pki = crate::tls::pki(&f.site, false);
+fn tls_engine(f: &Fixture, extra: &[&str]) -> (Engine, lasthop_testkit::Pki) {
+    let pki = lasthop_testkit::pki(&f.site, false);
     let (cert, key) = (pki.cert.to_str().unwrap(), pki.key.to_str().unwrap());
     let mut args = vec![
         "--tls-listen",
@@ -303,14 +298,14 @@ fn chromium_follows_a_short_url_over_h2_to_its_landing_page() {
             );
         }
     });
-    let site = crate::harness::Site::new();
+    let site = lasthop_testkit::Site::new();
     let code = site.scheme().encode_string(3).unwrap();
     site.write_snapshot(
         1,
         10,
         &[(code.clone(), format!("http://{landing_addr}/landing"), None)],
     );
-    let pki = crate::tls::pki(&site, false);
+    let pki = lasthop_testkit::pki(&site, false);
     let (cert, key) = (pki.cert.to_str().unwrap(), pki.key.to_str().unwrap());
     let e = site.start(&[
         "--tls-listen",

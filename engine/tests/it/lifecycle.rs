@@ -4,7 +4,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Conn, Engine, Load, Site};
+use lasthop_testkit::{Conn, Engine, Load, Site};
 
 /// SIGHUP swaps in a new snapshot while keep-alive clients hammer the engine: no request fails,
 /// every answer is one of the two snapshots' answers, and the new links appear.
@@ -218,7 +218,7 @@ fn starts_as_non_root_under_an_8_mib_memlock_limit() {
     assert_eq!(r.header("location"), Some("https://example.com/np"));
     // Its data dir belongs to root, so the click spool cannot be written: that costs the click
     // (counted), never the start or the redirect.
-    crate::harness::wait_until(Duration::from_secs(10), "the lost click counted", || {
+    lasthop_testkit::wait_until(Duration::from_secs(10), "the lost click counted", || {
         engine.metric("lasthop_engine_clicks_dropped_total{reason=\"sink\"}") == Some(1.0)
     });
 }

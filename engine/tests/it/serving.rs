@@ -1,6 +1,6 @@
 //! The request path end to end, on the io_uring loop and on the epoll fallback.
 
-use crate::harness::{curl, Conn, Engine, Site};
+use lasthop_testkit::{curl, Conn, Engine, Site};
 
 pub struct Fixture {
     pub site: Site,

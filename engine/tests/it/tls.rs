@@ -3,96 +3,10 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{curl, Engine, Site};
-
-/// A test CA and a server certificate for `lh.test` and 127.0.0.1.
-pub(crate) struct Pki {
-    pub(crate) ca: PathBuf,
-    pub(crate) cert: PathBuf,
-    pub(crate) key: PathBuf,
-}
-
-pub(crate) fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl (scripts/test installs it)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A server certificate for `/CN=<cn>` (SAN from `san.ext`: lh.test and 127.0.0.1), signed by
-/// the test CA in `dir`, with its key of algorithm `alg`.
-pub(crate) fn server_cert(dir: &Path, alg: &[&str], cn: &str, key: &str, cert: &str) {
-    let subject = format!("/CN={cn}");
-    let mut csr = vec!["req", "-nodes", "-subj", &subject];
-    csr.extend_from_slice(alg);
-    csr.extend_from_slice(&["-keyout", key, "-out", "srv.csr"]);
-    openssl(dir, &csr);
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "srv.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            cert,
-        ],
-    );
-}
-
-pub(crate) fn pki(site: &Site, rsa: bool) -> Pki {
-    let dir = site.dir.path();
-    let alg: &[&str] = if rsa {
-        &["-newkey", "rsa:2048"]
-    } else {
-        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
-    };
-    let mut ca = vec![
-        "req",
-        "-x509",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=lasthop test CA",
-    ];
-    ca.extend_from_slice(alg);
-    ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
-    openssl(dir, &ca);
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=DNS:lh.test,IP:127.0.0.1\n",
-    )
-    .unwrap();
-    server_cert(dir, alg, "lh.test", "srv.key", "srv.pem");
-    for f in ["srv.pem", "srv.key", "ca.pem"] {
-        crate::harness::set_mode(&dir.join(f), 0o644);
-    }
-    Pki {
-        ca: dir.join("ca.pem"),
-        cert: dir.join("srv.pem"),
-        key: dir.join("srv.key"),
-    }
-}
+use lasthop_testkit::{curl, pki, server_cert, set_mode, Engine, Pki, Site};
 
 /// An engine with HTTPS served through userspace rustls (`--no-ktls`), whatever the kernel:
 /// these tests pin the path every host has; `ktls_hand_off_where_the_kernel_has_it` takes the
@@ -573,8 +487,8 @@ fn sighup_reloads_the_certificate() {
     server_cert(dir, &ec, "renewed.lh.test", "new.key", "new.pem");
     std::fs::rename(dir.join("new.pem"), &pki.cert).unwrap();
     std::fs::rename(dir.join("new.key"), &pki.key).unwrap();
-    crate::harness::set_mode(&pki.cert, 0o644);
-    crate::harness::set_mode(&pki.key, 0o644);
+    set_mode(&pki.cert, 0o644);
+    set_mode(&pki.key, 0o644);
     e.signal("HUP");
     let deadline = Instant::now() + Duration::from_secs(5);
     while !subject(&e).contains("renewed.lh.test") {

@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use lasthop_edge::tcp::{ConnId, Tcp, TcpConfig, TcpEvent};
 use lasthop_edge::wire::{self, TcpControl, TcpRepr, TcpSeqNumber};
 use lasthop_engine::io::xdp::{self, prog, Filter, Xsk, XskConfig, XskMap};
+use lasthop_testkit::KillOnDrop;
+
+use crate::harness::ENGINE;
 
 const ROLE: &str = "LASTHOP_XDP_ROLE";
 
@@ -202,10 +205,10 @@ impl Pair {
     }
 
     /// `lasthop-engine` in the namespace, with the site's snapshot and key and `args`.
-    fn engine(&self, site: &crate::harness::Site, args: &[&str]) -> crate::harness::Engine {
+    fn engine(&self, site: &lasthop_testkit::Site, args: &[&str]) -> lasthop_testkit::Engine {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns, crate::harness::ENGINE]);
-        crate::harness::Engine::start(cmd, site, args)
+        cmd.args(["netns", "exec", &self.ns, ENGINE]);
+        lasthop_testkit::Engine::start(cmd, site, args)
     }
 
     /// The engine's plain listener in the namespace: the server end's address, port 8080.
@@ -215,7 +218,7 @@ impl Pair {
 
     /// `lasthop-engine --io xdp` on the server end, listening (and answering admin requests)
     /// on its address, with `extra`.
-    fn xdp_engine(&self, site: &crate::harness::Site, extra: &[&str]) -> crate::harness::Engine {
+    fn xdp_engine(&self, site: &lasthop_testkit::Site, extra: &[&str]) -> lasthop_testkit::Engine {
         self.xdp_engine_at(site, &self.listen(), extra)
     }
 
@@ -227,10 +230,10 @@ impl Pair {
     /// [`Pair::xdp_engine`] with HTTPS on [`Pair::tls_listen`] and `pki`'s certificate.
     fn https_engine(
         &self,
-        site: &crate::harness::Site,
-        pki: &crate::tls::Pki,
+        site: &lasthop_testkit::Site,
+        pki: &lasthop_testkit::Pki,
         extra: &[&str],
-    ) -> crate::harness::Engine {
+    ) -> lasthop_testkit::Engine {
         let tls_listen = self.tls_listen();
         let args = [
             "--tls-listen",
@@ -246,10 +249,10 @@ impl Pair {
     /// [`Pair::xdp_engine`] serving `listen` (the admin listener stays on the IPv4 address).
     fn xdp_engine_at(
         &self,
-        site: &crate::harness::Site,
+        site: &lasthop_testkit::Site,
         listen: &str,
         extra: &[&str],
-    ) -> crate::harness::Engine {
+    ) -> lasthop_testkit::Engine {
         let admin = format!("{}:0", self.server);
         let args = [
             "--io",
@@ -265,7 +268,7 @@ impl Pair {
     }
 
     /// SIGTERM: the engine drains, exits 0 and leaves no program on the interface.
-    fn drain(&self, mut engine: crate::harness::Engine) {
+    fn drain(&self, mut engine: lasthop_testkit::Engine) {
         engine.signal("TERM");
         let status = engine.child.wait().unwrap();
         assert!(
@@ -657,7 +660,7 @@ fn the_engine_serves_its_contract_over_af_xdp() {
     engine.signal("HUP");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (status, headers, _) = crate::harness::curl(&[&format!("http://{listen}/{added}")]);
+        let (status, headers, _) = lasthop_testkit::curl(&[&format!("http://{listen}/{added}")]);
         if status == 302 {
             assert!(
                 headers.contains("Location: https://example.com/added"),
@@ -690,8 +693,11 @@ fn the_engine_serves_its_contract_over_af_xdp() {
         for _ in 0..5 {
             // Room for the client's SYN retransmissions (1 s, then 3 s), should the flood fill
             // the socket's ring when it first knocks (seen once under a full suite's load).
-            let (status, _, err) =
-                crate::harness::curl(&["--max-time", "15", &format!("http://{listen}/{}", f.live)]);
+            let (status, _, err) = lasthop_testkit::curl(&[
+                "--max-time",
+                "15",
+                &format!("http://{listen}/{}", f.live),
+            ]);
             assert_eq!(status, 302, "served during the flood: {err}");
         }
         flood.wait().unwrap();
@@ -699,7 +705,7 @@ fn the_engine_serves_its_contract_over_af_xdp() {
         // retransmitted by the client): give them a few seconds, then nothing may be left.
         let open_now = || -> f64 {
             let (_, _, metrics) =
-                crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]);
+                lasthop_testkit::curl(&[&format!("http://{}/metrics", engine.admin)]);
             metrics
                 .lines()
                 .filter(|l| l.starts_with("lasthop_engine_open_connections"))
@@ -715,7 +721,7 @@ fn the_engine_serves_its_contract_over_af_xdp() {
         assert!(open <= 1.0, "the flood left {open} connections open");
         // The loop copies TCP's counters into /metrics once a second.
         std::thread::sleep(Duration::from_millis(1_100));
-        let (_, _, metrics) = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]);
+        let (_, _, metrics) = lasthop_testkit::curl(&[&format!("http://{}/metrics", engine.admin)]);
         let syns: f64 = metrics
             .lines()
             .find_map(|l| l.strip_prefix("lasthop_engine_xdp_tcp_events_total{event=\"syns\"} "))
@@ -742,7 +748,7 @@ fn the_engine_serves_ipv6_over_af_xdp() {
     };
     let server6 = pair.server6.expect("an IPv6 pair");
     let f = crate::serving::fixture();
-    let pki = crate::tls::pki(&f.site, false);
+    let pki = lasthop_testkit::pki(&f.site, false);
     let (listen, tls_listen) = (format!("[{server6}]:8080"), format!("[{server6}]:8443"));
     let engine = pair.xdp_engine_at(
         &f.site,
@@ -767,7 +773,7 @@ fn the_engine_serves_ipv6_over_af_xdp() {
     let resolve = format!("lh.test:8443:[{server6}]");
     let url = format!("https://lh.test:8443/{}", f.live);
     for version in ["--tlsv1.3", "--tlsv1.2"] {
-        let (status, headers, err) = crate::harness::curl(&[
+        let (status, headers, err) = lasthop_testkit::curl(&[
             version,
             "--http1.1",
             "--cacert",
@@ -805,9 +811,9 @@ fn the_engine_serves_https_over_af_xdp() {
     let Some(pair) = engine_pair("f", "HTTPS over AF_XDP", 1, false) else {
         return;
     };
-    let site = crate::harness::Site::new();
+    let site = lasthop_testkit::Site::new();
     let code = crate::tls::links(&site);
-    let pki = crate::tls::pki(&site, false);
+    let pki = lasthop_testkit::pki(&site, false);
     let listen = pair.listen();
     let tls_listen = pair.tls_listen();
     let engine = pair.https_engine(
@@ -885,7 +891,7 @@ fn the_engine_serves_https_over_af_xdp() {
     );
 
     // TLS 1.2, and the preview page (several segments of records).
-    let (status, headers, e12) = crate::harness::curl(&[
+    let (status, headers, e12) = lasthop_testkit::curl(&[
         "--cacert",
         ca,
         "--resolve",
@@ -897,7 +903,7 @@ fn the_engine_serves_https_over_af_xdp() {
     ]);
     assert_eq!(status, 302, "TLS 1.2: {headers}\n{e12}");
     assert!(e12.contains("TLSv1.2"), "{e12}");
-    let (status, _, page) = crate::harness::curl(&[
+    let (status, _, page) = lasthop_testkit::curl(&[
         "--cacert",
         ca,
         "--resolve",
@@ -953,7 +959,7 @@ fn the_engine_serves_https_over_af_xdp() {
     );
     // That failed handshake's slot is free while its client still holds the connection open.
     let (status, _, _) =
-        crate::harness::curl(&["--cacert", ca, "--resolve", &resolve, &url(&code)]);
+        lasthop_testkit::curl(&["--cacert", ca, "--resolve", &resolve, &url(&code)]);
     assert_eq!(status, 302, "a handshake after a failed one");
     drop(s);
 
@@ -972,11 +978,11 @@ fn the_engine_serves_https_over_af_xdp() {
     drop(s);
 
     // Plain HTTP beside it, without HSTS.
-    let (status, headers, _) = crate::harness::curl(&[&format!("http://{listen}/{code}")]);
+    let (status, headers, _) = lasthop_testkit::curl(&[&format!("http://{listen}/{code}")]);
     assert_eq!(status, 302);
     assert!(!headers.contains("Strict-Transport-Security"), "{headers}");
 
-    let m = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]).2;
+    let m = lasthop_testkit::curl(&[&format!("http://{}/metrics", engine.admin)]).2;
     for needle in [
         // Five over HTTP/1.1 and one over HTTP/2.
         "lasthop_engine_tls_handshakes_total{kind=\"full\"} 6",
@@ -1055,7 +1061,7 @@ fn two_cores_serve_two_queues() {
             engine.log()
         );
     }
-    let (_, _, metrics) = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]);
+    let (_, _, metrics) = lasthop_testkit::curl(&[&format!("http://{}/metrics", engine.admin)]);
     for core in 0..2 {
         let served = crate::serving::core_requests(&metrics, core);
         eprintln!("core {core}: {served} requests");
@@ -1074,7 +1080,7 @@ fn io_auto_serves_through_the_kernel_where_the_interface_refuses_af_xdp() {
     let f = crate::serving::fixture();
     let run = |args: &[&str]| {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &pair.ns, crate::harness::ENGINE]);
+        cmd.args(["netns", "exec", &pair.ns, ENGINE]);
         cmd.args(["--snapshot", f.site.snapshot_path().to_str().unwrap()])
             .arg("--key-file")
             .arg(f.site.key_file())
@@ -1113,14 +1119,14 @@ fn io_auto_serves_through_the_kernel_where_the_interface_refuses_af_xdp() {
     // The same with --io auto: served through the kernel.
     let args = [&["--io", "auto", "--xdp-queues", "3"][..], &base].concat();
     let engine = pair.engine(&f.site, &args);
-    let (status, _, _) = crate::harness::curl(&[&format!("http://{listen}/{}", f.live)]);
+    let (status, _, _) = lasthop_testkit::curl(&[&format!("http://{listen}/{}", f.live)]);
     assert_eq!(status, 302, "served through the kernel:\n{}", engine.log());
     assert!(
         engine.log().contains("AF_XDP unavailable") && engine.log().contains("queue 3"),
         "{}",
         engine.log()
     );
-    let m = crate::harness::curl(&[&format!("http://{}/metrics", engine.admin)]).2;
+    let m = lasthop_testkit::curl(&[&format!("http://{}/metrics", engine.admin)]).2;
     assert!(
         m.contains("lasthop_engine_io_backend{backend=\"io_uring\"} 1"),
         "{m}"
@@ -1148,23 +1154,11 @@ fn io_auto_serves_through_the_kernel_where_the_interface_refuses_af_xdp() {
     assert!(err.contains("already has an XDP program attached"), "{err}");
     let fallback = pair.engine(&f.site, &[&["--io", "auto"][..], &second].concat());
     for addr in [&listen, &other] {
-        let (status, _, _) = crate::harness::curl(&[&format!("http://{addr}/{}", f.live)]);
+        let (status, _, _) = lasthop_testkit::curl(&[&format!("http://{addr}/{}", f.live)]);
         assert_eq!(status, 302, "{addr}:\n{}\n{}", first.log(), fallback.log());
     }
     drop(fallback);
     drop(first);
-}
-
-/// The server side's process, killed if the test fails before it is told to stop.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 }
 
 /// The server side, inside the namespace: the program, one socket on queue 0, the kernel's own
@@ -1513,9 +1507,9 @@ fn the_first_flight_over_af_xdp_takes_the_hybrid_and_a_client_hello_in_pieces() 
     let Some(pair) = engine_pair("j", "the TLS first flight over AF_XDP", 1, false) else {
         return;
     };
-    let site = crate::harness::Site::new();
+    let site = lasthop_testkit::Site::new();
     let code = crate::tls::links(&site);
-    let pki = crate::tls::pki(&site, false);
+    let pki = lasthop_testkit::pki(&site, false);
     let tls_listen = pair.tls_listen();
     let engine = pair.https_engine(&site, &pki, &["--cores", "1"]);
     crate::flight::check_each_group_alone(&tls_listen, &pki, &code, "AF_XDP");

@@ -1,10 +1,11 @@
 //! The default store: one redb file, one writer thread, group commit.
 //!
-//! Writes go through a single thread that drains whatever is queued (up to `max_batch`
-//! operations), applies them in order inside one write transaction and commits it with
-//! `Durability::Immediate` (fsync) before answering any of them. Serialising writes this way is
-//! what makes an alias claim a real conditional write: the check and the insert of two competing
-//! claims can never interleave, and the second claim sees the first even within one batch.
+//! Writes go through a single thread (`writer.rs`) that drains whatever is queued (up to
+//! `max_batch` operations), applies them in order inside one write transaction and commits it
+//! with `Durability::Immediate` (fsync) before answering any of them. Serialising writes this
+//! way is what makes an alias claim a real conditional write: the check and the insert of two
+//! competing claims can never interleave, and the second claim sees the first even within one
+//! batch.
 //!
 //! Counter blocks are leased from `meta["counter_next/<region>"]` inside the same transaction
 //! as the first link that uses them, so a block is durable before any of its codes is. A crash
@@ -36,7 +37,6 @@
 //! `tokio::sync::watch` channel ([`Store::commits`]) before answering the batch's callers, so a
 //! feed subscriber is woken by the commit itself, never by polling.
 
-use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -56,12 +56,14 @@ use tokio::sync::watch;
 
 use super::{
     Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest, DeleteOutcome,
-    HostEntry, HostPage, LinkPage, Origin, OwnChange, OwnerRecord, ReplicateOutcome, Replicated,
-    Report, ReportFilter, ReportPage, Resolution, Store, StoreError, StoredLink,
+    HostEntry, HostPage, LinkPage, OwnChange, OwnerRecord, ReplicateOutcome, Replicated, Report,
+    ReportFilter, ReportPage, Resolution, Store, StoreError, StoredLink,
 };
 use crate::corrupt;
+use writer::{Op, Reply, Writer};
 
 pub mod transfer;
+mod writer;
 
 const LINKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("links");
 const STATES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("link_state");
@@ -99,33 +101,9 @@ const META_AUDIT_NEXT: &str = "audit_next";
 const META_REPORT_NEXT: &str = "report_next";
 
 const COUNTER_PREFIX: &str = "counter_next/";
-/// Idempotency records purged per commit, so a purge never makes one batch slow.
-const PURGE_PER_COMMIT: usize = 256;
 
 fn storage<E: Into<crate::Cause>>(e: E) -> StoreError {
     StoreError::Embedded(e.into())
-}
-
-/// A link and its state inside a write transaction, `None` if the record does not exist.
-fn read_record(
-    t: &Tables<'_>,
-    key: &[u8],
-    code: &str,
-) -> Result<Option<(Link, LinkState)>, StoreError> {
-    let Some(raw) = t
-        .links
-        .get(key)
-        .map_err(storage)?
-        .map(|g| g.value().to_vec())
-    else {
-        return Ok(None);
-    };
-    let link: Link = serde_json::from_slice(&raw).map_err(|e| corrupt(code, e))?;
-    let state: LinkState = match t.states.get(key).map_err(storage)? {
-        Some(s) => serde_json::from_slice(s.value()).map_err(|e| corrupt(code, e))?,
-        None => LinkState::default(),
-    };
-    Ok(Some((link, state)))
 }
 
 /// Settings of the embedded store.
@@ -161,21 +139,8 @@ impl EmbeddedStoreConfig {
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct IdempotencyRecord {
-    body_hash: String,
-    created_at_ms: i64,
-    /// The code the first create made; a replay answers with the link as it is now, so an
-    /// erased destination is never replayed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    code: Option<String>,
-    /// The whole first answer, as records written before `code` existed held it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    answer: Option<StoredLink>,
-}
-
 /// A `links` row: the link and the change-log sequence of its creation (rows written before
-/// `seq` was stored have none; [`Writer::creation_seq`] finds it another way).
+/// `seq` was stored have none; [`writer::Writer::creation_seq`] finds it another way).
 #[derive(Serialize)]
 struct LinkRow<'a> {
     #[serde(flatten)]
@@ -188,27 +153,6 @@ struct LinkRow<'a> {
 struct RowSeq {
     #[serde(default)]
     seq: Option<u64>,
-}
-
-type Reply<T> = mpsc::SyncSender<Result<T, StoreError>>;
-
-enum Op {
-    Create(Box<CreateRequest>, Reply<CreateOutcome>),
-    Delete {
-        code: String,
-        actor: Actor,
-        reply: Reply<DeleteOutcome>,
-    },
-    Batch(Box<Batch>, Reply<Vec<BatchResult>>),
-    AddReport(Box<Report>, Reply<Report>),
-    ResolveReport {
-        id: u64,
-        resolution: Resolution,
-        reply: Reply<Option<Result<Report, Report>>>,
-    },
-    PutOwner(Box<OwnerRecord>, Reply<()>),
-    Replicate(Box<Replicated>, Reply<ReplicateOutcome>),
-    Shutdown(Reply<()>),
 }
 
 pub use super::CommitObserver;
@@ -299,28 +243,19 @@ impl EmbeddedStore {
             txn.commit().map_err(storage)?;
             last + 1
         };
-        let next_audit = read_meta(&db, META_AUDIT_NEXT)?;
-
         let (tx, rx) = mpsc::channel();
         let (commits_tx, commits) = watch::channel(next_seq - 1);
-        let writer = Writer {
-            db: Arc::clone(&db),
-            scheme: config.scheme.clone(),
-            region: config.region,
+        let writer = Writer::new(
+            Arc::clone(&db),
+            &config,
             counter_range,
-            block_size: config.block_size.max(1),
-            block: 0..0,
             next_seq,
-            next_audit,
-            idempotency_ttl_ms: config.idempotency_ttl_ms,
-            max_batch: config.max_batch.max(1),
-            rx,
             observer,
-            commits: commits_tx,
-        };
+            commits_tx,
+        )?;
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || writer.run())
+            .spawn(move || writer.run(rx))
             .map_err(storage)?;
         Ok(EmbeddedStore {
             db,
@@ -969,10 +904,6 @@ fn owner_prefix(owner: &str) -> Vec<u8> {
     key
 }
 
-fn idempotency_key(owner: &str, key: &str) -> String {
-    format!("{owner}\0{key}")
-}
-
 /// Writes (or erases) a link's destination-index entry (`key` its record key); false when
 /// its URL is no web destination (deleted links have none).
 fn index_destination(
@@ -1133,659 +1064,6 @@ impl<'t> Tables<'t> {
     }
 }
 
-/// What to tell a caller once its batch is durable (or failed).
-type Finish = Box<dyn FnOnce(Option<&StoreError>) + Send>;
-
-fn finish<T: Send + 'static>(reply: Reply<T>, outcome: Result<T, StoreError>) -> Finish {
-    Box::new(move |commit_error| {
-        let answer = match (commit_error, outcome) {
-            (Some(e), Ok(_)) => Err(StoreError::CommitFailed {
-                cause: e.to_string(),
-            }),
-            (_, outcome) => outcome,
-        };
-        // The caller may have gone away (timeout, disconnect); nothing to do then.
-        let _ = reply.send(answer);
-    })
-}
-
-struct Writer {
-    db: Arc<Database>,
-    scheme: CodeScheme,
-    region: u32,
-    counter_range: Range<u64>,
-    block_size: u64,
-    /// The unused part of the leased block.
-    block: Range<u64>,
-    next_seq: u64,
-    /// The next audit record's number (persisted in `meta` by each commit that writes one).
-    next_audit: u64,
-    idempotency_ttl_ms: i64,
-    max_batch: usize,
-    rx: mpsc::Receiver<Op>,
-    observer: Option<CommitObserver>,
-    /// Last durable change-log sequence, for [`Store::commits`].
-    commits: watch::Sender<u64>,
-}
-
-impl Writer {
-    fn run(mut self) {
-        while let Ok(first) = self.rx.recv() {
-            let mut batch = vec![first];
-            while batch.len() < self.max_batch {
-                match self.rx.try_recv() {
-                    Ok(op) => batch.push(op),
-                    Err(_) => break,
-                }
-            }
-            if self.commit_batch(batch) {
-                return;
-            }
-        }
-        // Every sender is gone without a Shutdown: hand the block back anyway.
-        let _ = self.commit_batch(Vec::new());
-    }
-
-    /// Applies and commits one batch; true when a shutdown was in it.
-    fn commit_batch(&mut self, batch: Vec<Op>) -> bool {
-        let started = std::time::Instant::now();
-        let size = batch.len();
-        let mut finishes: Vec<Finish> = Vec::with_capacity(size);
-        let mut shutdown = batch.is_empty();
-        let result = (|| -> Result<(), StoreError> {
-            let mut txn = self.db.begin_write().map_err(storage)?;
-            txn.set_durability(Durability::Immediate).map_err(storage)?;
-            {
-                let mut t = Tables::open(&txn)?;
-                let audit_before = self.next_audit;
-                for op in batch {
-                    match op {
-                        Op::Create(req, reply) => {
-                            let outcome = self.apply_create(&mut t, &req);
-                            finishes.push(finish(reply, outcome));
-                        }
-                        Op::Delete { code, actor, reply } => {
-                            let outcome = self.erase(&mut t, &code, Some(&actor));
-                            finishes.push(finish(reply, outcome));
-                        }
-                        Op::Batch(batch, reply) => {
-                            let outcome = self.apply_batch(&mut t, &batch);
-                            finishes.push(finish(reply, outcome));
-                        }
-                        Op::AddReport(report, reply) => {
-                            let outcome = self.apply_add_report(&mut t, *report);
-                            finishes.push(finish(reply, outcome));
-                        }
-                        Op::ResolveReport {
-                            id,
-                            resolution,
-                            reply,
-                        } => {
-                            let outcome = apply_resolve_report(&mut t, id, resolution);
-                            finishes.push(finish(reply, outcome));
-                        }
-                        Op::PutOwner(record, reply) => {
-                            let outcome = apply_put_owner(&mut t, &record);
-                            finishes.push(finish(reply, outcome));
-                        }
-                        Op::Replicate(page, reply) => {
-                            let outcome = self.apply_replicate(&mut t, &page);
-                            finishes.push(finish(reply, outcome));
-                        }
-                        Op::Shutdown(reply) => {
-                            shutdown = true;
-                            finishes.push(finish(reply, Ok(())));
-                        }
-                    }
-                }
-                if shutdown && !self.block.is_empty() {
-                    t.free
-                        .insert(self.block.start, self.block.end)
-                        .map_err(storage)?;
-                    self.block = 0..0;
-                }
-                self.purge_idempotency(&mut t)?;
-                if self.next_audit != audit_before {
-                    t.meta
-                        .insert(META_AUDIT_NEXT, self.next_audit)
-                        .map_err(storage)?;
-                }
-            }
-            txn.commit().map_err(storage)
-        })();
-        if let Err(e) = &result {
-            tracing::error!(error = %e, ops = size, "group commit failed");
-            // In-memory state may be ahead of the disk: burn the block, re-read the counters.
-            self.block = 0..0;
-            if let Ok(txn) = self.db.begin_read() {
-                if let Ok(changes) = txn.open_table(CHANGES) {
-                    if let Ok(last) = changes.last() {
-                        self.next_seq = last.map(|(k, _)| k.value()).unwrap_or(0) + 1;
-                    }
-                }
-            }
-            if let Ok(n) = read_meta(&self.db, META_AUDIT_NEXT) {
-                self.next_audit = n;
-            }
-        } else {
-            if let Some(observer) = &self.observer {
-                observer(size, started.elapsed().as_secs_f64());
-            }
-            // Before the callers hear back: a takedown's 200 never precedes the feed's wake-up.
-            let last = self.next_seq - 1;
-            self.commits.send_if_modified(|seen| {
-                let newer = *seen < last;
-                if newer {
-                    *seen = last;
-                }
-                newer
-            });
-        }
-        let err = result.err();
-        for f in finishes {
-            f(err.as_ref());
-        }
-        shutdown
-    }
-
-    fn next_counter(&mut self, t: &mut Tables<'_>) -> Result<u64, StoreError> {
-        if self.block.is_empty() {
-            let reused = t.free.pop_first().map_err(storage)?;
-            self.block = match reused {
-                Some((s, e)) => s.value()..e.value(),
-                None => {
-                    let key = format!("{COUNTER_PREFIX}{}", self.region);
-                    let next = t
-                        .meta
-                        .get(key.as_str())
-                        .map_err(storage)?
-                        .map(|g| g.value())
-                        .unwrap_or(self.counter_range.start);
-                    if next >= self.counter_range.end {
-                        return Err(StoreError::CounterExhausted {
-                            region: self.region,
-                        });
-                    }
-                    let end = next
-                        .saturating_add(self.block_size)
-                        .min(self.counter_range.end);
-                    t.meta.insert(key.as_str(), end).map_err(storage)?;
-                    next..end
-                }
-            };
-        }
-        let n = self.block.start;
-        self.block.start += 1;
-        Ok(n)
-    }
-
-    fn apply_create(
-        &mut self,
-        t: &mut Tables<'_>,
-        req: &CreateRequest,
-    ) -> Result<CreateOutcome, StoreError> {
-        let idem_key = req.idempotency.as_ref().map(|c| {
-            (
-                idempotency_key(&req.owner, &c.key),
-                hex::encode(c.body_hash),
-            )
-        });
-        if let Some((key, hash)) = &idem_key {
-            if let Some(raw) = t.idem.get(key.as_str()).map_err(storage)? {
-                let record: IdempotencyRecord =
-                    serde_json::from_slice(raw.value()).map_err(|e| corrupt("idempotency", e))?;
-                if req.now_ms - record.created_at_ms < self.idempotency_ttl_ms {
-                    if &record.body_hash != hash {
-                        return Ok(CreateOutcome::IdempotencyMismatch);
-                    }
-                    let replayed = match (record.code, record.answer) {
-                        (Some(code), _) => {
-                            let key = record_key(&self.scheme, &code)
-                                .ok_or_else(|| corrupt("idempotency", format!("code {code}")))?;
-                            let (link, state) = read_record(t, &key, &code)?
-                                .ok_or_else(|| corrupt("idempotency", format!("no link {code}")))?;
-                            let seq = self.creation_seq(t, &key, &link)?.unwrap_or(0);
-                            StoredLink { link, state, seq }
-                        }
-                        (None, Some(answer)) => answer,
-                        (None, None) => {
-                            return Err(corrupt("idempotency", "a record without its answer"))
-                        }
-                    };
-                    return Ok(CreateOutcome::Replayed(replayed));
-                }
-            }
-        }
-
-        let (code, key) = match &req.alias {
-            Some(alias) => {
-                let key = record_key(&self.scheme, alias).ok_or_else(|| StoreError::Corrupt {
-                    what: format!("alias {alias:?}"),
-                    detail: "invalid length".into(),
-                })?;
-                if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
-                    return Ok(CreateOutcome::AliasTaken);
-                }
-                (alias.clone(), key)
-            }
-            None => loop {
-                let n = self.next_counter(t)?;
-                let key = counter_key(n);
-                if t.links.get(key.as_slice()).map_err(storage)?.is_none() {
-                    break (self.scheme.encode_string(n).map_err(storage)?, key);
-                }
-                // Leasing never hands a counter out twice; burn it if it ever does.
-                tracing::error!(counter = n, "counter already used; skipping");
-            },
-        };
-
-        let link = Link {
-            code: code.clone(),
-            long_url: req.long_url.clone(),
-            owner: req.owner.clone(),
-            created_at_ms: req.now_ms,
-        };
-        let state = LinkState {
-            expires_at_ms: req.expires_at_ms,
-            held: req.hold,
-            ..LinkState::default()
-        };
-        let seq = self.write_new_link(t, &key, &link, &state)?;
-        match &req.destination {
-            Some(dest) => index_entry(&mut t.dest_hosts, &key, &link.code, dest, true)?,
-            None => {
-                index_destination(&mut t.dest_hosts, &key, &link, true)?;
-            }
-        }
-        // A creation's audit record is written only when it says more than the link itself
-        // (who owns it, when): a hold. An unconditional one cost ~15% of creates/s (its bytes
-        // on every group commit's fsync); history shows the others from the link.
-        if let Some(hold) = req.hold {
-            let record = AuditRecord::created_held(req.now_ms, &req.actor, hold);
-            self.write_audit(t, &key, record, Some(seq))?;
-        }
-
-        let stored = StoredLink { link, state, seq };
-        if let Some((key, hash)) = idem_key {
-            let record = IdempotencyRecord {
-                body_hash: hash,
-                created_at_ms: req.now_ms,
-                code: Some(stored.link.code.clone()),
-                answer: None,
-            };
-            let raw = serde_json::to_vec(&record)?;
-            t.idem
-                .insert(key.as_str(), raw.as_slice())
-                .map_err(storage)?;
-            t.idem_expiry
-                .insert((req.now_ms, key.as_str()), ())
-                .map_err(storage)?;
-        }
-        Ok(CreateOutcome::Created(stored))
-    }
-
-    /// Soft-deletes `code` (see [`Store::delete`]), with `actor`'s audit record (a replicated
-    /// deletion, without one, brings the record of the region that made it instead).
-    fn erase(
-        &mut self,
-        t: &mut Tables<'_>,
-        code: &str,
-        actor: Option<&Actor>,
-    ) -> Result<DeleteOutcome, StoreError> {
-        let Some(key) = record_key(&self.scheme, code) else {
-            return Ok(DeleteOutcome::NotFound);
-        };
-        let key = key.as_slice();
-        let Some((mut link, mut state)) = read_record(t, key, code)? else {
-            return Ok(DeleteOutcome::NotFound);
-        };
-        if state.deleted {
-            return Ok(DeleteOutcome::AlreadyDeleted);
-        }
-        // The index names the destination's host: it goes with the URL.
-        index_destination(&mut t.dest_hosts, key, &link, false)?;
-        // Erasure: the creation's log entry carried the URL; it keeps the code, not the URL.
-        let created = self.creation_seq(t, key, &link)?;
-        if let Some(seq) = created {
-            scrub_creation(t, seq, code)?;
-        }
-        link.long_url.clear();
-        state.deleted = true;
-        let row = LinkRow {
-            link: &link,
-            seq: created.unwrap_or(0),
-        };
-        let link_json = serde_json::to_vec(&row)?;
-        t.links.insert(key, link_json.as_slice()).map_err(storage)?;
-        let seq = self.write_state(t, key, code, &state)?;
-        if let Some(actor) = actor {
-            self.write_audit(t, key, AuditRecord::deleted(actor), Some(seq))?;
-        }
-        Ok(DeleteOutcome::Deleted)
-    }
-
-    /// Applies another region's own changes (see [`Replicated`]): links we lack are written
-    /// as they are there, states as the rule says; every change-log entry this writes is
-    /// marked as that region's.
-    fn apply_replicate(
-        &mut self,
-        t: &mut Tables<'_>,
-        page: &Replicated,
-    ) -> Result<ReplicateOutcome, StoreError> {
-        let mut outcome = ReplicateOutcome::default();
-        // Changes up to the saved position are applied already (a page sent twice).
-        let done: u64 = t
-            .positions
-            .get(super::peer_position(page.region).as_str())
-            .map_err(storage)?
-            .and_then(|p| p.value().parse().ok())
-            .unwrap_or(0);
-        for c in page.changes.iter().filter(|c| c.seq > done) {
-            let first = self.next_seq;
-            let applied = match &c.change {
-                Change::LinkCreated { link, state } => self.replicate_link(t, link, state)?,
-                Change::StateChanged { code, state } => {
-                    self.replicate_state(t, code, state, c.authoritative)?
-                }
-            };
-            // Their history of the link joins ours, once: the page and its position commit
-            // together.
-            if let Some(key) = record_key(&self.scheme, c.change.code()) {
-                if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
-                    for record in &c.audit {
-                        self.write_audit(t, &key, record.clone(), None)?;
-                    }
-                }
-            }
-            for seq in first..self.next_seq {
-                t.origins.insert(seq, page.region).map_err(storage)?;
-            }
-            if applied {
-                outcome.applied += 1;
-            } else {
-                outcome.skipped += 1;
-            }
-        }
-        let mark = format!("{COUNTER_PREFIX}{}", page.region);
-        let known = t
-            .meta
-            .get(mark.as_str())
-            .map_err(storage)?
-            .map(|g| g.value());
-        if page.region != self.region && known.is_none_or(|k| k < page.high_water) {
-            t.meta
-                .insert(mark.as_str(), page.high_water)
-                .map_err(storage)?;
-        }
-        let position = page.position.max(done).to_string();
-        t.positions
-            .insert(
-                super::peer_position(page.region).as_str(),
-                position.as_str(),
-            )
-            .map_err(storage)?;
-        Ok(outcome)
-    }
-
-    /// Applies another region's state of `code` by the rule ([`super::replicated_state`]);
-    /// true if it changed anything.
-    fn replicate_state(
-        &mut self,
-        t: &mut Tables<'_>,
-        code: &str,
-        theirs: &LinkState,
-        authoritative: bool,
-    ) -> Result<bool, StoreError> {
-        let Some(key) = record_key(&self.scheme, code) else {
-            return Ok(false);
-        };
-        let Some((_, ours)) = read_record(t, &key, code)? else {
-            return Ok(false);
-        };
-        let Some(next) = super::replicated_state(&ours, theirs, authoritative) else {
-            return Ok(false);
-        };
-        if next.deleted {
-            self.erase(t, code, None)?;
-        } else {
-            self.write_state(t, &key, code, &next)?;
-        }
-        Ok(true)
-    }
-
-    /// Writes another region's link as it is there, unless we have it; true if written.
-    fn replicate_link(
-        &mut self,
-        t: &mut Tables<'_>,
-        link: &Link,
-        state: &LinkState,
-    ) -> Result<bool, StoreError> {
-        let Some(key) = record_key(&self.scheme, &link.code) else {
-            return Ok(false);
-        };
-        if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
-            return Ok(false);
-        }
-        self.write_new_link(t, &key, link, state)?;
-        if !state.deleted {
-            index_destination(&mut t.dest_hosts, &key, link, true)?;
-        }
-        Ok(true)
-    }
-
-    /// Writes a new link under `key` as it is given: its row, state, owner index entry,
-    /// denylist entry and `LinkCreated` change; returns the change's sequence.
-    fn write_new_link(
-        &mut self,
-        t: &mut Tables<'_>,
-        key: &[u8],
-        link: &Link,
-        state: &LinkState,
-    ) -> Result<u64, StoreError> {
-        let seq = self.next_seq;
-        let link_json = serde_json::to_vec(&LinkRow { link, seq })?;
-        t.links.insert(key, link_json.as_slice()).map_err(storage)?;
-        let state_json = serde_json::to_vec(state)?;
-        t.states
-            .insert(key, state_json.as_slice())
-            .map_err(storage)?;
-        let mut index_key = owner_prefix(&link.owner);
-        index_key.extend_from_slice(&(!seq).to_be_bytes());
-        t.owner_links
-            .insert(index_key.as_slice(), link.code.as_str())
-            .map_err(storage)?;
-        let change = Change::LinkCreated {
-            link: link.clone(),
-            state: state.clone(),
-        };
-        let change_json = serde_json::to_vec(&change)?;
-        t.changes
-            .insert(seq, change_json.as_slice())
-            .map_err(storage)?;
-        self.next_seq += 1;
-        write_denied(t, &link.code, state)?;
-        Ok(seq)
-    }
-
-    fn apply_batch(
-        &mut self,
-        t: &mut Tables<'_>,
-        batch: &Batch,
-    ) -> Result<Vec<BatchResult>, StoreError> {
-        let mut out = Vec::with_capacity(batch.updates.len());
-        for u in &batch.updates {
-            let code = u.code.as_str();
-            let key = record_key(&self.scheme, code);
-            if let (Some(set), Some(key)) = (&batch.unmark, &key) {
-                t.code_sets
-                    .remove((set.as_str(), key.as_slice()))
-                    .map_err(storage)?;
-            }
-            let found = match key {
-                Some(key) => read_record(t, &key, code)?.map(|r| (key, r)),
-                None => None,
-            };
-            let Some((key, (link, state))) = found else {
-                out.push(BatchResult {
-                    code: u.code.clone(),
-                    link: None,
-                    changed: false,
-                });
-                continue;
-            };
-            let next = u.update.apply(&state, &batch.actor);
-            let changed = next != state;
-            if changed {
-                let seq = self.write_state(t, &key, code, &next)?;
-                let record = u.update.audit(&state, &next, &batch.actor, batch.now_ms);
-                self.write_audit(t, &key, record, Some(seq))?;
-                if let Some(set) = &batch.mark_changed {
-                    t.code_sets
-                        .insert((set.as_str(), key.as_slice()), code)
-                        .map_err(storage)?;
-                }
-            }
-            out.push(BatchResult {
-                code: u.code.clone(),
-                link: Some(StoredLink {
-                    link,
-                    state: next,
-                    seq: 0,
-                }),
-                changed,
-            });
-        }
-        for (name, value) in &batch.positions {
-            t.positions
-                .insert(name.as_str(), value.as_str())
-                .map_err(storage)?;
-        }
-        Ok(out)
-    }
-
-    /// The change-log sequence of a link's creation: stored in its row, or (rows from before
-    /// it was) found through its owner's index, whose keys end in the inverted sequence.
-    fn creation_seq(
-        &self,
-        t: &Tables<'_>,
-        key: &[u8],
-        link: &Link,
-    ) -> Result<Option<u64>, StoreError> {
-        if let Some(raw) = t.links.get(key).map_err(storage)? {
-            let row: RowSeq =
-                serde_json::from_slice(raw.value()).map_err(|e| corrupt(&link.code, e))?;
-            if let Some(seq) = row.seq.filter(|s| *s > 0) {
-                return Ok(Some(seq));
-            }
-        }
-        seq_in_owner_index(&t.owner_links, link)
-    }
-
-    /// Appends an audit record to the trail of the link whose record key is `record_key`.
-    /// `change` is the sequence of our change it goes with (see [`AuditRecord::origin`]); a
-    /// record that has an origin (another region's) keeps it.
-    fn write_audit(
-        &mut self,
-        t: &mut Tables<'_>,
-        record_key: &[u8],
-        mut record: AuditRecord,
-        change: Option<u64>,
-    ) -> Result<(), StoreError> {
-        let key = audit_key(record_key, self.next_audit);
-        if record.origin.is_none() {
-            record.origin = change.map(|seq| Origin {
-                region: self.region,
-                seq,
-            });
-        }
-        let json = serde_json::to_vec(&record)?;
-        t.audit
-            .insert(key.as_slice(), json.as_slice())
-            .map_err(storage)?;
-        self.next_audit += 1;
-        Ok(())
-    }
-
-    fn apply_add_report(
-        &mut self,
-        t: &mut Tables<'_>,
-        mut report: Report,
-    ) -> Result<Report, StoreError> {
-        let id = t
-            .meta
-            .get(META_REPORT_NEXT)
-            .map_err(storage)?
-            .map(|g| g.value())
-            .unwrap_or(1);
-        t.meta.insert(META_REPORT_NEXT, id + 1).map_err(storage)?;
-        report.id = id;
-        report.resolution = None;
-        let json = serde_json::to_vec(&report)?;
-        t.reports.insert(id, json.as_slice()).map_err(storage)?;
-        t.reports_open.insert(id, ()).map_err(storage)?;
-        let record = AuditRecord::filed(&report);
-        if let Some(key) = record_key(&self.scheme, &report.code) {
-            self.write_audit(t, &key, record, None)?;
-        }
-        Ok(report)
-    }
-
-    /// Writes a link's new state, its denylist entry and its `StateChanged` change.
-    fn write_state(
-        &mut self,
-        t: &mut Tables<'_>,
-        key: &[u8],
-        code: &str,
-        state: &LinkState,
-    ) -> Result<u64, StoreError> {
-        let state_json = serde_json::to_vec(state)?;
-        t.states
-            .insert(key, state_json.as_slice())
-            .map_err(storage)?;
-        write_denied(t, code, state)?;
-        let change = Change::StateChanged {
-            code: code.to_string(),
-            state: state.clone(),
-        };
-        let change_json = serde_json::to_vec(&change)?;
-        let seq = self.next_seq;
-        t.changes
-            .insert(seq, change_json.as_slice())
-            .map_err(storage)?;
-        self.next_seq += 1;
-        Ok(seq)
-    }
-
-    fn purge_idempotency(&mut self, t: &mut Tables<'_>) -> Result<(), StoreError> {
-        let cutoff = crate::clock::now_ms() - self.idempotency_ttl_ms;
-        let mut expired = Vec::new();
-        for item in t
-            .idem_expiry
-            .range::<(i64, &str)>(..(cutoff, ""))
-            .map_err(storage)?
-            .take(PURGE_PER_COMMIT)
-        {
-            let (k, _) = item.map_err(storage)?;
-            let (at, key) = k.value();
-            expired.push((at, key.to_string()));
-        }
-        for (at, key) in expired {
-            t.idem_expiry.remove((at, key.as_str())).map_err(storage)?;
-            // Only remove the record if it is the one this expiry entry belongs to.
-            let stale = match t.idem.get(key.as_str()).map_err(storage)? {
-                Some(raw) => serde_json::from_slice::<IdempotencyRecord>(raw.value())
-                    .map(|r| r.created_at_ms == at)
-                    .unwrap_or(true),
-                None => false,
-            };
-            if stale {
-                t.idem.remove(key.as_str()).map_err(storage)?;
-            }
-        }
-        Ok(())
-    }
-}
-
 /// A link's creation sequence from its owner's index, whose keys end in the inverted sequence
 /// (for rows written before the sequence was stored in them).
 fn seq_in_owner_index(
@@ -1811,64 +1089,6 @@ fn seq_in_owner_index(
         }
     }
     Ok(None)
-}
-
-/// Rewrites the creation entry (sequence `seq`) of a deleted link without its URL.
-fn scrub_creation(t: &mut Tables<'_>, seq: u64, code: &str) -> Result<(), StoreError> {
-    let Some(raw) = t
-        .changes
-        .get(seq)
-        .map_err(storage)?
-        .map(|g| g.value().to_vec())
-    else {
-        return Ok(());
-    };
-    let mut change: Change = serde_json::from_slice(&raw).map_err(|e| corrupt("changes", e))?;
-    if let Change::LinkCreated { link, .. } = &mut change {
-        if link.code == code {
-            link.long_url.clear();
-            let json = serde_json::to_vec(&change)?;
-            t.changes.insert(seq, json.as_slice()).map_err(storage)?;
-        }
-    }
-    Ok(())
-}
-
-fn apply_resolve_report(
-    t: &mut Tables<'_>,
-    id: u64,
-    resolution: Resolution,
-) -> Result<Option<Result<Report, Report>>, StoreError> {
-    let Some(raw) = t
-        .reports
-        .get(id)
-        .map_err(storage)?
-        .map(|g| g.value().to_vec())
-    else {
-        return Ok(None);
-    };
-    let mut report: Report = serde_json::from_slice(&raw).map_err(|e| corrupt("reports", e))?;
-    if report.resolution.is_some() {
-        return Ok(Some(Err(report)));
-    }
-    report.resolution = Some(resolution);
-    let json = serde_json::to_vec(&report)?;
-    t.reports.insert(id, json.as_slice()).map_err(storage)?;
-    t.reports_open.remove(id).map_err(storage)?;
-    Ok(Some(Ok(report)))
-}
-
-fn apply_put_owner(t: &mut Tables<'_>, record: &OwnerRecord) -> Result<(), StoreError> {
-    if record.flagged.is_none() && record.suspended.is_none() && record.unsuspended_at_ms.is_none()
-    {
-        t.owners.remove(record.owner.as_str()).map_err(storage)?;
-    } else {
-        let json = serde_json::to_vec(record)?;
-        t.owners
-            .insert(record.owner.as_str(), json.as_slice())
-            .map_err(storage)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

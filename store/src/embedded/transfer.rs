@@ -335,7 +335,7 @@ fn write_all<R: BufRead>(
                         done.other += 1;
                     }
                     Record::Owner { record } => {
-                        super::apply_put_owner(&mut t, &record)?;
+                        super::writer::apply_put_owner(&mut t, &record)?;
                         done.other += 1;
                     }
                     Record::Position { name, value } => {

@@ -21,6 +21,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Transaction};
 
 use super::{announce, connect, corrupt, pg, PgStoreConfig, CHANGES_CHANNEL};
+use crate::replica::{self, Replica};
 use crate::{
     Actor, AuditRecord, Batch, BatchResult, CreateOutcome, CreateRequest, DeleteOutcome, Origin,
     OwnerRecord, ReplicateOutcome, Replicated, Report, Resolution, StoreError, StoredLink,
@@ -135,6 +136,8 @@ struct Appends {
     changes: Vec<(i64, String)>,
     audit: Vec<(String, String)>,
     deny_set: HashMap<String, Option<i16>>,
+    /// Change-log entries another region originated (`change_origins`): sequence, region.
+    origins: Vec<(i64, i32)>,
 }
 
 impl Appends {
@@ -202,6 +205,18 @@ impl Appends {
                     txn,
                     "INSERT INTO audit (code, record) SELECT * FROM unnest($1::text[], $2::text[])",
                     &[(&codes, Type::TEXT_ARRAY), (&records, Type::TEXT_ARRAY)],
+                )
+                .await
+            }));
+        }
+        if !self.origins.is_empty() {
+            let (seqs, regions): (Vec<i64>, Vec<i32>) = self.origins.into_iter().unzip();
+            out.push(Box::pin(async move {
+                run(
+                    txn,
+                    "INSERT INTO change_origins (seq, region) \
+                     SELECT * FROM unnest($1::bigint[], $2::int[])",
+                    &[(&seqs, Type::INT8_ARRAY), (&regions, Type::INT4_ARRAY)],
                 )
                 .await
             }));
@@ -464,9 +479,13 @@ impl Writer {
                     fill(&slot, Ok(()));
                 }
                 Work::Replicate(page, slot) => {
-                    let outcome =
-                        apply_replicate(&txn, &page, counters.region, &mut next_seq, &mut appends)
-                            .await?;
+                    let mut steps = ReplicaSteps {
+                        txn: &txn,
+                        region: counters.region,
+                        next_seq: &mut next_seq,
+                        appends: &mut appends,
+                    };
+                    let outcome = replica::apply(&mut steps, &page).await?;
                     fill(&slot, Ok(outcome));
                 }
                 Work::Shutdown(slot) => fill(&slot, Ok(())),
@@ -938,78 +957,158 @@ async fn erase(
     Ok(())
 }
 
-/// Applies another region's own changes (see [`Replicated`]) after the saved position: links
-/// we lack are written as they are there, states as the rule says ([`crate::restrict`]
-/// unless the region is the link's home), their audit records added; every change-log entry
-/// this writes is marked as that region's (`change_origins`), so it is never served back. The
-/// region's high-water mark and the position are saved in the same transaction, which holds
-/// the change-log lock: control planes of one region applying the same page take turns, and
-/// the second skips what the first applied.
-async fn apply_replicate(
-    txn: &Transaction<'_>,
-    page: &Replicated,
-    here: u32,
-    next_seq: &mut i64,
-    appends: &mut Appends,
-) -> Result<ReplicateOutcome, StoreError> {
-    let name = crate::peer_position(page.region);
-    let done: u64 = txn
-        .query_opt("SELECT value FROM positions WHERE name = $1", &[&name])
-        .await
-        .map_err(pg)?
-        .and_then(|r| r.get::<_, String>(0).parse().ok())
-        .unwrap_or(0);
-    let first = *next_seq;
-    let mut outcome = ReplicateOutcome::default();
-    for c in page.changes.iter().filter(|c| c.seq > done) {
-        let (applied, code) = match &c.change {
-            Change::LinkCreated { link, state } => (
-                replicate_link(txn, link, state, next_seq, appends).await?,
-                link.code.as_str(),
-            ),
-            Change::StateChanged { code, state } => (
-                replicate_state(txn, code, state, c.authoritative, next_seq, appends).await?,
-                code.as_str(),
-            ),
-        };
-        if applied {
-            outcome.applied += 1;
-        } else {
-            outcome.skipped += 1;
+/// The PostgreSQL store's steps of a replicated page ([`crate::replica`]), in the batch's
+/// transaction. That transaction holds the change-log lock, so control planes of one region
+/// applying the same page take turns, and the second skips what the first applied. Its
+/// change-log entries, denylist entries, audit records and origins go out with the batch's
+/// other appends ([`Appends`]).
+struct ReplicaSteps<'a, 't> {
+    txn: &'a Transaction<'t>,
+    region: u32,
+    next_seq: &'a mut i64,
+    appends: &'a mut Appends,
+}
+
+impl Replica for ReplicaSteps<'_, '_> {
+    /// The link, read and locked for update.
+    type Held = StoredLink;
+
+    fn region(&self) -> u32 {
+        self.region
+    }
+
+    fn state(held: &StoredLink) -> &LinkState {
+        &held.state
+    }
+
+    fn next_seq(&self) -> u64 {
+        u64::try_from(*self.next_seq).unwrap_or(0)
+    }
+
+    async fn position(&mut self, name: &str) -> Result<Option<String>, StoreError> {
+        let row = self
+            .txn
+            .query_opt("SELECT value FROM positions WHERE name = $1", &[&name])
+            .await
+            .map_err(pg)?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn insert_link(&mut self, link: &Link, state: &LinkState) -> Result<bool, StoreError> {
+        let seq = *self.next_seq;
+        let written = self
+            .txn
+            .execute(
+                "INSERT INTO links (code, long_url, owner, created_at_ms, created_seq, state) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (code) DO NOTHING",
+                &[
+                    &link.code,
+                    &link.long_url,
+                    &link.owner,
+                    &link.created_at_ms,
+                    &seq,
+                    &json(state)?,
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        if written == 0 {
+            return Ok(false);
         }
-        if !c.audit.is_empty() {
-            let here = txn
-                .query_opt("SELECT 1 FROM links WHERE code = $1", &[&code])
-                .await
-                .map_err(pg)?
-                .is_some();
-            if here {
-                for record in &c.audit {
-                    appends.record(code, record.clone(), None)?;
-                }
+        *self.next_seq += 1;
+        self.appends.changes.push((
+            seq,
+            json(&Change::LinkCreated {
+                link: link.clone(),
+                state: state.clone(),
+            })?,
+        ));
+        if let Some(kind) = state.deny_kind() {
+            self.appends
+                .deny_set
+                .insert(link.code.clone(), Some(deny_code(kind)));
+        }
+        if !state.deleted {
+            if let Some(dest) = Destination::parse(&link.long_url) {
+                self.txn
+                    .execute(
+                        "INSERT INTO dest_hosts (index_key, code, url_hash) VALUES ($1, $2, $3) \
+                         ON CONFLICT DO NOTHING",
+                        &[
+                            &dest.host.index_key(),
+                            &link.code,
+                            &(dest.url_hash() as i64),
+                        ],
+                    )
+                    .await
+                    .map_err(pg)?;
             }
         }
+        Ok(true)
     }
-    if *next_seq > first {
-        txn.execute(
-            "INSERT INTO change_origins (seq, region) \
-             SELECT generate_series($1::bigint, $2::bigint), $3",
-            &[&first, &(*next_seq - 1), &(page.region as i32)],
-        )
-        .await
-        .map_err(pg)?;
+
+    async fn hold(&mut self, code: &str) -> Result<Option<StoredLink>, StoreError> {
+        let mut found = read_for_update(self.txn, &[code.to_string()]).await?;
+        Ok(found.remove(code))
     }
-    if page.region != here {
-        txn.execute(
-            "INSERT INTO counters (region, next) VALUES ($1, $2) \
-             ON CONFLICT (region) DO UPDATE SET next = GREATEST(counters.next, excluded.next)",
-            &[&(page.region as i32), &i64_of(page.high_water)],
-        )
-        .await
-        .map_err(pg)?;
+
+    async fn set_state(
+        &mut self,
+        code: &str,
+        _: StoredLink,
+        state: &LinkState,
+    ) -> Result<(), StoreError> {
+        self.txn
+            .execute(
+                "UPDATE links SET state = $2 WHERE code = $1",
+                &[&code, &json(state)?],
+            )
+            .await
+            .map_err(pg)?;
+        self.appends.state_changed(self.next_seq, code, state)?;
+        Ok(())
     }
-    save_position(txn, &name, &page.position.max(done).to_string()).await?;
-    Ok(outcome)
+
+    async fn erase(&mut self, _: &str, held: StoredLink) -> Result<(), StoreError> {
+        erase(self.txn, held, None, self.next_seq, self.appends).await
+    }
+
+    async fn has_link(&mut self, code: &str) -> Result<bool, StoreError> {
+        let row = self
+            .txn
+            .query_opt("SELECT 1 FROM links WHERE code = $1", &[&code])
+            .await
+            .map_err(pg)?;
+        Ok(row.is_some())
+    }
+
+    async fn add_audit(&mut self, code: &str, record: AuditRecord) -> Result<(), StoreError> {
+        self.appends.record(code, record, None)
+    }
+
+    async fn mark_origins(&mut self, seqs: Range<u64>, region: u32) -> Result<(), StoreError> {
+        let region = region as i32;
+        self.appends
+            .origins
+            .extend(seqs.map(|seq| (i64_of(seq), region)));
+        Ok(())
+    }
+
+    async fn raise_mark(&mut self, region: u32, mark: u64) -> Result<(), StoreError> {
+        self.txn
+            .execute(
+                "INSERT INTO counters (region, next) VALUES ($1, $2) \
+                 ON CONFLICT (region) DO UPDATE SET next = GREATEST(counters.next, excluded.next)",
+                &[&(region as i32), &i64_of(mark)],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    async fn save_position(&mut self, name: &str, value: &str) -> Result<(), StoreError> {
+        save_position(self.txn, name, value).await
+    }
 }
 
 /// Saves a position (`positions`), as [`crate::Store::position`] reads it.
@@ -1022,95 +1121,6 @@ async fn save_position(txn: &Transaction<'_>, name: &str, value: &str) -> Result
     .await
     .map_err(pg)?;
     Ok(())
-}
-
-/// Writes another region's link as it is there, unless we have it; true if written.
-async fn replicate_link(
-    txn: &Transaction<'_>,
-    link: &Link,
-    state: &LinkState,
-    next_seq: &mut i64,
-    appends: &mut Appends,
-) -> Result<bool, StoreError> {
-    let seq = *next_seq;
-    let written = txn
-        .execute(
-            "INSERT INTO links (code, long_url, owner, created_at_ms, created_seq, state) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (code) DO NOTHING",
-            &[
-                &link.code,
-                &link.long_url,
-                &link.owner,
-                &link.created_at_ms,
-                &seq,
-                &json(state)?,
-            ],
-        )
-        .await
-        .map_err(pg)?;
-    if written == 0 {
-        return Ok(false);
-    }
-    *next_seq += 1;
-    appends.changes.push((
-        seq,
-        json(&Change::LinkCreated {
-            link: link.clone(),
-            state: state.clone(),
-        })?,
-    ));
-    if let Some(kind) = state.deny_kind() {
-        appends
-            .deny_set
-            .insert(link.code.clone(), Some(deny_code(kind)));
-    }
-    if !state.deleted {
-        if let Some(dest) = Destination::parse(&link.long_url) {
-            txn.execute(
-                "INSERT INTO dest_hosts (index_key, code, url_hash) VALUES ($1, $2, $3) \
-                 ON CONFLICT DO NOTHING",
-                &[
-                    &dest.host.index_key(),
-                    &link.code,
-                    &(dest.url_hash() as i64),
-                ],
-            )
-            .await
-            .map_err(pg)?;
-        }
-    }
-    Ok(true)
-}
-
-/// Applies another region's state of `code` by the rule ([`crate::replicated_state`]);
-/// true if it changed anything.
-async fn replicate_state(
-    txn: &Transaction<'_>,
-    code: &str,
-    theirs: &LinkState,
-    authoritative: bool,
-    next_seq: &mut i64,
-    appends: &mut Appends,
-) -> Result<bool, StoreError> {
-    let mut found = read_for_update(txn, &[code.to_string()]).await?;
-    let Some(s) = found.remove(code) else {
-        return Ok(false);
-    };
-    let Some(next) = crate::replicated_state(&s.state, theirs, authoritative) else {
-        return Ok(false);
-    };
-    if next.deleted {
-        erase(txn, s, None, next_seq, appends).await?;
-        return Ok(true);
-    }
-    txn.execute(
-        "UPDATE links SET state = $2 WHERE code = $1",
-        &[&code, &json(&next)?],
-    )
-    .await
-    .map_err(pg)?;
-    appends.state_changed(next_seq, code, &next)?;
-    Ok(true)
 }
 
 /// Rewrites the creation entry (sequence `seq`) of a deleted link without its URL.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{
+use lasthop_testkit::{
     curl, in_sync, spool_to, subscribed_engine, wait_until, Control, Engine, Site,
 };
 

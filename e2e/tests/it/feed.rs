@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use crate::harness::{
-    in_sync, status_of, subscribed_engine as engine, wait_until, Conn, Control, Engine, Load, Site,
-    ENGINE,
+use lasthop_testkit::{
+    engine_bin, in_sync, status_of, subscribed_engine as engine, wait_until, Conn, Control, Engine,
+    Load, Site,
 };
 
 /// Nothing listens on port 1 (privileged, unassigned): connections are refused at once.
@@ -26,7 +26,7 @@ fn engine_with_controls(
     let mut args: Vec<&str> = controls.iter().flat_map(|c| ["--control", *c]).collect();
     args.extend(["--edge-token-file", &token]);
     args.extend(extra);
-    Engine::launch(std::process::Command::new(ENGINE), site, &args)
+    Engine::launch(std::process::Command::new(engine_bin()), site, &args)
 }
 
 fn failovers(e: &Engine) -> f64 {
@@ -186,7 +186,7 @@ fn a_lost_feed_means_safe_mode_and_takedowns_meanwhile_apply_before_it_ends() {
             e.metric("lasthop_engine_safe_mode") == Some(1.0)
         });
         let (status, _, body) =
-            crate::harness::curl(&["-m", "2", &format!("http://{}/readyz", e.admin)]);
+            lasthop_testkit::curl(&["-m", "2", &format!("http://{}/readyz", e.admin)]);
         assert_eq!(status, 200, "still serving");
         assert!(body.contains("degraded"), "{body}");
         // Redirect availability comes first: served unconfirmed, and counted.
@@ -284,7 +284,7 @@ fn the_feed_refuses_engines_without_the_token() {
     std::fs::write(&wrong, "0".repeat(64)).unwrap();
     let wrong_arg = wrong.to_string_lossy().into_owned();
     let e = Engine::launch(
-        std::process::Command::new(crate::harness::ENGINE),
+        std::process::Command::new(engine_bin()),
         &site,
         &["--control", &control.edge, "--edge-token-file", &wrong_arg],
     );
@@ -347,7 +347,7 @@ fn with_a_list_a_killed_control_plane_means_safe_mode_until_it_is_back() {
         e.metric("lasthop_engine_safe_mode") == Some(1.0)
     });
     let (status, _, body) =
-        crate::harness::curl(&["-m", "2", &format!("http://{}/readyz", e.admin)]);
+        lasthop_testkit::curl(&["-m", "2", &format!("http://{}/readyz", e.admin)]);
     assert_eq!(status, 200, "still serving");
     assert!(body.contains("degraded"), "{body}");
     assert_eq!(status_of(&e.addr, &format!("/{live}")), 302);

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::harness::{
-    control_bin, curl, status_of, subscribed_engine, wait_until, Control, Engine, Site, ENGINE,
+use lasthop_testkit::{
+    control_bin, curl, engine_bin, status_of, subscribed_engine, wait_until, Control, Engine, Site,
 };
 
 fn run(cmd: &mut Command) -> Output {
@@ -63,7 +63,7 @@ fn config_files_sit_under_flags_and_check_config_says_so() {
         ),
     );
     let check = |config: &Path| {
-        run(Command::new(ENGINE)
+        run(Command::new(engine_bin())
             .arg("--config")
             .arg(config)
             .arg("--check-config"))
@@ -72,7 +72,7 @@ fn config_files_sit_under_flags_and_check_config_says_so() {
     assert!(ok.status.success(), "{}", text(&ok));
     assert!(text(&ok).contains("configuration OK"), "{}", text(&ok));
     // The environment names the file as well as the flag does.
-    let ok = run(Command::new(ENGINE)
+    let ok = run(Command::new(engine_bin())
         .env("LASTHOP_CONFIG", &config)
         .arg("--check-config"));
     assert!(ok.status.success(), "{}", text(&ok));
@@ -117,7 +117,7 @@ fn config_files_sit_under_flags_and_check_config_says_so() {
     // The file alone starts an engine (the harness adds only its ports, key and data dir):
     // the snapshot comes from it.
     let engine = Engine::launch(
-        Command::new(ENGINE),
+        Command::new(engine_bin()),
         &site,
         &["--config", config.to_str().unwrap()],
     );
@@ -198,7 +198,7 @@ fn sighup_rereads_the_config_and_a_broken_one_drops_nothing() {
         |snapshot: &Path, idle: u32| format!("snapshot = {snapshot:?}\nidle-timeout = {idle}\n");
     write(&config, &good(&first, 60));
     let engine = Engine::launch(
-        Command::new(ENGINE),
+        Command::new(engine_bin()),
         &site,
         &["--config", config.to_str().unwrap()],
     );
@@ -461,7 +461,7 @@ fn dashboards_and_alerts_name_only_exported_metrics() {
             token.to_str().unwrap(),
         ],
     );
-    let pki = crate::tls::pki(&site, false);
+    let pki = lasthop_testkit::pki(&site, false);
     let engine = subscribed_engine(
         &site,
         &control,

@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{control_bin, in_sync, status_of, wait_until, Control, Engine, Site, ENGINE};
-use crate::tls::{openssl, server_cert};
+use lasthop_testkit::{
+    control_bin, engine_bin, in_sync, openssl, server_cert, status_of, wait_until, Control, Engine,
+    Site,
+};
 
 /// A CA in `dir` (`ca.pem`, `ca.key`) and, signed by it, a certificate `<name>.pem` /
 /// `<name>.key` for each name (SAN: lh.test and 127.0.0.1), P-256 keys.
@@ -85,7 +87,7 @@ fn signed_tls_control(site: &Site, pki: &Path, sign: &Path) -> Control {
 fn engine(site: &Site, control: &Control, flags: &[&str]) -> Engine {
     let mut args = vec!["--control", control.edge.as_str()];
     args.extend_from_slice(flags);
-    Engine::launch(Command::new(ENGINE), site, &args)
+    Engine::launch(Command::new(engine_bin()), site, &args)
 }
 
 #[test]

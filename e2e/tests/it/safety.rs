@@ -8,7 +8,7 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
 use std::time::Duration;
 
-use crate::harness::{
+use lasthop_testkit::{
     curl, in_sync, status_of, subscribed_engine as engine, wait_until, Conn, Control, Site,
 };
 
@@ -50,12 +50,12 @@ fn a_list_reload_takes_links_down_at_a_running_engine() {
     eprintln!("list update to 410 at the engine: {took:?}");
     assert_eq!(status_of(&e.addr, &format!("/{clean}")), 302);
     assert_eq!(
-        crate::h2::h2_status(&e.addr, &format!("/{code}")),
+        lasthop_testkit::h2_status(&e.addr, &format!("/{code}")),
         410,
         "h2"
     );
     assert_eq!(
-        crate::h2::h2_status(&e.addr, &format!("/{clean}")),
+        lasthop_testkit::h2_status(&e.addr, &format!("/{clean}")),
         302,
         "h2"
     );

@@ -1,26 +1,28 @@
-//! The rollup store: its own redb file, `DATA_DIR/clicks/rollups.redb`, apart from the link store.
+//! The rollup store: the processor's per-(code, day) rollups, its source positions and each
+//! day's state, behind one type ([`RollupStore`]) for everything that reads or writes them. Two
+//! backends, each built on the types here and neither on the other: [`embedded`] (a redb file of
+//! its own, `DATA_DIR/clicks/rollups.redb`, one processor; the default) and [`clickhouse`] (one
+//! database shared by several processors on one Kafka consumer group, with the `clickhouse`
+//! feature).
 //!
-//! Tables:
-//! - `rollups`: (day, code) → [`Rollup::to_bytes`]. Keyed day first, so a recompute replaces one
-//!   day with a range delete; stats read a code's range with one point lookup per day.
-//! - `source_offsets`: a source position → the next byte (spool) or message (Kafka) to read,
-//!   committed in the same transaction as the rollups it covers.
-//! - `days`: day → [`DayState`]: `open` while the day takes streaming counts (any flush that
-//!   counts events of a day marks it open), `closed` once past its grace, `recomputed` when a
-//!   closed day was rebuilt from the archive. A recompute of an open day replaces its numbers
-//!   but leaves it open: events keep streaming in on top, and it closes as usual.
+//! A day is `open` while it takes streaming counts (any flush that counts events of a day marks
+//! it open), `closed` once past its grace, `recomputed` when a closed day was rebuilt from the
+//! archive. A recompute of an open day replaces its numbers but leaves it open: events keep
+//! streaming in on top, and it closes as usual.
+
+#[cfg(feature = "clickhouse")]
+pub mod clickhouse;
+pub mod embedded;
+mod location;
 
 use std::path::{Path, PathBuf};
 
 use lasthop_analytics::Rollup;
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::clickhouse::{ClickHouse, ClickHouseUrl};
-use super::Day;
-
-const ROLLUPS: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("rollups");
-const OFFSETS: TableDefinition<&str, u64> = TableDefinition::new("source_offsets");
-const DAYS: TableDefinition<u32, u8> = TableDefinition::new("days");
+use self::clickhouse::ClickHouse;
+use self::embedded::Embedded;
+pub use self::location::{ClickHouseUrl, StoreLocation};
+use crate::Day;
 
 /// Where a day's numbers stand, in the order a day goes through them (so the least final of
 /// several is their `min`).
@@ -54,6 +56,7 @@ impl DayState {
         }
     }
 
+    /// The number both backends store for the state.
     fn to_u8(self) -> u8 {
         match self {
             DayState::Open => 0,
@@ -62,6 +65,7 @@ impl DayState {
         }
     }
 
+    /// [`to_u8`](Self::to_u8)'s inverse (an unknown number reads as open).
     fn from_u8(v: u8) -> DayState {
         match v {
             1 => DayState::Closed,
@@ -95,8 +99,17 @@ pub enum StoreError {
         /// What the decoder said.
         reason: String,
     },
+    /// The location names a backend this build left out.
+    #[error("--clicks-store {scheme}: this build of lasthop-clicks has no `{feature}` feature")]
+    NotBuilt {
+        /// The location's scheme, e.g. `clickhouse://`.
+        scheme: &'static str,
+        /// The Cargo feature that builds it.
+        feature: &'static str,
+    },
 }
 
+/// A backend's (or the disk's) failure.
 fn storage(e: impl Into<lasthop_core::error_chain::Cause>) -> StoreError {
     StoreError::Storage(e.into())
 }
@@ -177,236 +190,6 @@ pub struct DayRollup {
     pub rollup: Rollup,
     /// Its state.
     pub state: DayState,
-}
-
-/// The embedded rollup store: a redb file with one writer process.
-pub struct Embedded {
-    db: Database,
-    path: PathBuf,
-}
-
-impl std::fmt::Debug for Embedded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Embedded")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Embedded {
-    /// Opens (or creates) the store at `path`; [`StoreError::Busy`] when another process has it.
-    pub fn open(path: &Path) -> Result<Embedded, StoreError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(storage)?;
-        }
-        let db = Database::create(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Busy {
-                path: path.to_owned(),
-            },
-            other => storage(other),
-        })?;
-        let txn = db.begin_write().map_err(storage)?;
-        // Create every table so readers never meet a missing one.
-        txn.open_table(ROLLUPS).map_err(storage)?;
-        txn.open_table(OFFSETS).map_err(storage)?;
-        txn.open_table(DAYS).map_err(storage)?;
-        txn.commit().map_err(storage)?;
-        Ok(Embedded {
-            db,
-            path: path.to_owned(),
-        })
-    }
-
-    /// The stored rollup of `code` on `day`; `None` when there is none, [`StoreError::Corrupt`]
-    /// when the row does not decode.
-    pub fn rollup(&self, day: Day, code: &str) -> Result<Option<Rollup>, StoreError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(ROLLUPS).map_err(storage)?;
-        let Some(bytes) = table.get((day.0, code)).map_err(storage)? else {
-            return Ok(None);
-        };
-        decode(day, code, bytes.value()).map(Some)
-    }
-
-    /// `code`'s rollups from `from` to `to` (inclusive), days with data only, in day order;
-    /// [`StoreError::Corrupt`] when one of them does not decode.
-    pub fn range(&self, code: &str, from: Day, to: Day) -> Result<Vec<DayRollup>, StoreError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(ROLLUPS).map_err(storage)?;
-        let days = txn.open_table(DAYS).map_err(storage)?;
-        let mut out = Vec::new();
-        let mut day = from;
-        while day <= to {
-            if let Some(bytes) = table.get((day.0, code)).map_err(storage)? {
-                let rollup = decode(day, code, bytes.value())?;
-                let state = days
-                    .get(day.0)
-                    .map_err(storage)?
-                    .map_or(DayState::Open, |g| DayState::from_u8(g.value()));
-                out.push(DayRollup { day, rollup, state });
-            }
-            if day.0 == u32::MAX {
-                break;
-            }
-            day = day.next();
-        }
-        Ok(out)
-    }
-
-    /// The `n` codes with the most human clicks from `from` to `to` (inclusive), most first
-    /// (ties by code): what makes a link popular for the edge's hot-set snapshot. Reads every
-    /// rollup of those days once, so its cost follows the codes clicked, not the links stored.
-    pub fn top_codes(
-        &self,
-        from: Day,
-        to: Day,
-        n: usize,
-    ) -> Result<Vec<(String, u64)>, StoreError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(ROLLUPS).map_err(storage)?;
-        let mut clicks: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-        for row in table.range((from.0, "")..).map_err(storage)? {
-            let (k, v) = row.map_err(storage)?;
-            let (day, code) = k.value();
-            if day > to.0 {
-                break;
-            }
-            let rollup = decode(Day(day), code, v.value())?;
-            if rollup.human > 0 {
-                *clicks.entry(code.to_owned()).or_default() += rollup.human;
-            }
-        }
-        let mut top: Vec<(String, u64)> = clicks.into_iter().collect();
-        top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        top.truncate(n);
-        Ok(top)
-    }
-
-    /// Every stored source position whose key starts with `prefix`.
-    pub fn offsets(&self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(OFFSETS).map_err(storage)?;
-        let mut out = Vec::new();
-        for row in table.range(prefix..).map_err(storage)? {
-            let (k, v) = row.map_err(storage)?;
-            if !k.value().starts_with(prefix) {
-                break;
-            }
-            out.push((k.value().to_owned(), v.value()));
-        }
-        Ok(out)
-    }
-
-    /// A day's state; `None` when the day never had events.
-    pub fn day_state(&self, day: Day) -> Result<Option<DayState>, StoreError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(DAYS).map_err(storage)?;
-        Ok(table
-            .get(day.0)
-            .map_err(storage)?
-            .map(|g| DayState::from_u8(g.value())))
-    }
-
-    /// Commits one flush durably (fsync), all or nothing.
-    pub fn commit(&self, batch: &FlushBatch) -> Result<(), StoreError> {
-        let mut txn = self.db.begin_write().map_err(storage)?;
-        txn.set_durability(Durability::Immediate).map_err(storage)?;
-        {
-            let mut rollups = txn.open_table(ROLLUPS).map_err(storage)?;
-            for row in &batch.rollups {
-                rollups
-                    .insert((row.day.0, &*row.code), row.bytes.as_slice())
-                    .map_err(storage)?;
-            }
-            let mut offsets = txn.open_table(OFFSETS).map_err(storage)?;
-            for (key, value) in &batch.offsets {
-                match value {
-                    Some(v) => offsets.insert(key.as_str(), *v).map_err(storage)?,
-                    None => offsets.remove(key.as_str()).map_err(storage)?,
-                };
-            }
-            let mut days = txn.open_table(DAYS).map_err(storage)?;
-            for day in &batch.touched_days {
-                let state = days.get(day.0).map_err(storage)?.map(|g| g.value());
-                if state != Some(DayState::Open.to_u8()) {
-                    days.insert(day.0, DayState::Open.to_u8())
-                        .map_err(storage)?;
-                }
-            }
-            if let Some(last) = batch.closed_through {
-                let mut closing = Vec::new();
-                for row in days.range(..=last.0).map_err(storage)? {
-                    let (k, v) = row.map_err(storage)?;
-                    if DayState::from_u8(v.value()) == DayState::Open {
-                        closing.push(k.value());
-                    }
-                }
-                for d in closing {
-                    days.insert(d, DayState::Closed.to_u8()).map_err(storage)?;
-                }
-            }
-        }
-        txn.commit().map_err(storage)
-    }
-
-    /// Replaces every rollup of `day` with `rollups`, in one transaction, and returns the day's
-    /// state: an open day stays open, any other becomes recomputed.
-    pub fn replace_day<'a>(
-        &self,
-        day: Day,
-        rollups: impl Iterator<Item = (&'a str, &'a Rollup)>,
-    ) -> Result<DayState, StoreError> {
-        let state;
-        let mut txn = self.db.begin_write().map_err(storage)?;
-        txn.set_durability(Durability::Immediate).map_err(storage)?;
-        {
-            let mut table = txn.open_table(ROLLUPS).map_err(storage)?;
-            table
-                .retain_in((day.0, "")..(day.0.saturating_add(1), ""), |_, _| false)
-                .map_err(storage)?;
-            for (code, rollup) in rollups {
-                table
-                    .insert((day.0, code), rollup.to_bytes().as_slice())
-                    .map_err(storage)?;
-            }
-            let mut days = txn.open_table(DAYS).map_err(storage)?;
-            let was = days.get(day.0).map_err(storage)?.map(|g| g.value());
-            state = if was == Some(DayState::Open.to_u8()) {
-                DayState::Open
-            } else {
-                DayState::Recomputed
-            };
-            days.insert(day.0, state.to_u8()).map_err(storage)?;
-        }
-        txn.commit().map_err(storage)?;
-        Ok(state)
-    }
-}
-
-/// Where rollups are kept: `--clicks-store embedded` (the default) or
-/// `--clicks-store clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DB`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreLocation {
-    /// `DATA_DIR/clicks/rollups.redb`, one processor.
-    Embedded,
-    /// A ClickHouse database, shared by several processors.
-    ClickHouse(ClickHouseUrl),
-}
-
-impl std::str::FromStr for StoreLocation {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<StoreLocation, String> {
-        if s == "embedded" {
-            return Ok(StoreLocation::Embedded);
-        }
-        if s.starts_with("clickhouse://") {
-            return ClickHouseUrl::parse(s).map(StoreLocation::ClickHouse);
-        }
-        Err(format!(
-            "{s:?} is not a rollup store: use `embedded` or `clickhouse://HOST:8123/DB`"
-        ))
-    }
 }
 
 /// The rollup store, by [`StoreLocation`]: everything that reads or writes rollups (the
@@ -552,12 +335,95 @@ impl RollupStore {
     }
 }
 
+/// A stored rollup of `code` on `day`, or why it does not decode.
 fn decode(day: Day, code: &str, bytes: &[u8]) -> Result<Rollup, StoreError> {
     Rollup::from_bytes(bytes).map_err(|e| StoreError::Corrupt {
         day,
         code: code.to_owned(),
         reason: e.to_string(),
     })
+}
+
+/// Without the `clickhouse` feature: a ClickHouse store that cannot be opened. It has no
+/// values, so [`RollupStore`]'s ClickHouse arms cannot be reached and need no `cfg` of their own
+/// (as std's `sys/pal/unsupported` stubs do).
+#[cfg(not(feature = "clickhouse"))]
+pub mod clickhouse {
+    use std::time::Duration;
+
+    use lasthop_analytics::Rollup;
+
+    use super::{ClickHouseUrl, DayRollup, DayState, FlushBatch, StoreError, Stored};
+    use crate::Day;
+
+    /// The ClickHouse store (none in this build).
+    #[derive(Debug)]
+    pub enum ClickHouse {}
+
+    impl ClickHouse {
+        /// Always [`StoreError::NotBuilt`].
+        pub fn open(_: &ClickHouseUrl) -> Result<ClickHouse, StoreError> {
+            Err(StoreError::NotBuilt {
+                scheme: "clickhouse://",
+                feature: "clickhouse",
+            })
+        }
+
+        pub fn try_lock(&self, _: &str, _: Duration) -> Result<bool, StoreError> {
+            match *self {}
+        }
+
+        pub fn stored(
+            &self,
+            _: Day,
+            _: &str,
+            _: Option<i32>,
+        ) -> Result<Option<Stored>, StoreError> {
+            match *self {}
+        }
+
+        #[allow(clippy::type_complexity)]
+        pub fn stored_day(
+            &self,
+            _: Day,
+            _: Option<i32>,
+        ) -> Result<Vec<(Box<str>, Result<Stored, StoreError>)>, StoreError> {
+            match *self {}
+        }
+
+        pub fn range(&self, _: &str, _: Day, _: Day) -> Result<Vec<DayRollup>, StoreError> {
+            match *self {}
+        }
+
+        pub fn top_codes(
+            &self,
+            _: Day,
+            _: Day,
+            _: usize,
+        ) -> Result<Vec<(String, u64)>, StoreError> {
+            match *self {}
+        }
+
+        pub fn offsets(&self, _: &str) -> Result<Vec<(String, u64)>, StoreError> {
+            match *self {}
+        }
+
+        pub fn day_state(&self, _: Day) -> Result<Option<DayState>, StoreError> {
+            match *self {}
+        }
+
+        pub fn commit(&self, _: &FlushBatch) -> Result<(), StoreError> {
+            match *self {}
+        }
+
+        pub fn replace_day<'a>(
+            &self,
+            _: Day,
+            _: impl Iterator<Item = (&'a str, &'a Rollup)>,
+        ) -> Result<DayState, StoreError> {
+            match *self {}
+        }
+    }
 }
 
 #[cfg(test)]
@@ -593,18 +459,6 @@ mod tests {
             r.add(&e, &verdict);
         }
         r
-    }
-
-    #[test]
-    fn store_locations() {
-        assert_eq!("embedded".parse(), Ok(StoreLocation::Embedded));
-        assert!(matches!(
-            "clickhouse://127.0.0.1:8123/lasthop".parse::<StoreLocation>(),
-            Ok(StoreLocation::ClickHouse(_))
-        ));
-        for bad in ["", "redb", "postgres://h/db", "clickhouse://h"] {
-            assert!(bad.parse::<StoreLocation>().is_err(), "{bad}");
-        }
     }
 
     #[test]

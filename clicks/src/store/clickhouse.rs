@@ -37,8 +37,10 @@ use std::time::Duration;
 
 use lasthop_analytics::Rollup;
 
-use super::store::{DayRollup, DayState, FlushBatch, Pos, StoreError, Stored};
-use super::Day;
+use super::{
+    decode, storage, ClickHouseUrl, DayRollup, DayState, FlushBatch, Pos, StoreError, Stored,
+};
+use crate::Day;
 
 /// The partition of a recompute's rows.
 pub const RECOMPUTED: i32 = -2;
@@ -50,71 +52,6 @@ const LOW_MASK: u64 = (1 << GEN_SHIFT) - 1;
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest answer read (a stats range of a year of dense sketches is about 12 MiB).
 const MAX_ANSWER: u64 = 1 << 30;
-
-/// A parsed `clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DB` (port 8123 by default).
-#[derive(Clone, PartialEq, Eq)]
-pub struct ClickHouseUrl {
-    /// `http://HOST:PORT/`.
-    pub endpoint: String,
-    /// The database (created if missing).
-    pub database: String,
-    user: Option<(String, String)>,
-}
-
-impl std::fmt::Debug for ClickHouseUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print the password.
-        f.debug_struct("ClickHouseUrl")
-            .field("endpoint", &self.endpoint)
-            .field("database", &self.database)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ClickHouseUrl {
-    /// Parses the `--clicks-store` form.
-    pub fn parse(s: &str) -> Result<ClickHouseUrl, String> {
-        let url = url::Url::parse(s).map_err(|e| format!("{s:?}: {e}"))?;
-        if url.scheme() != "clickhouse" {
-            return Err(format!("{s:?}: the scheme must be clickhouse://"));
-        }
-        let host = url
-            .host_str()
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| format!("{s:?}: no host"))?;
-        let port = url.port().unwrap_or(8123);
-        let database = url.path().trim_start_matches('/').to_owned();
-        if database.is_empty()
-            || database.len() > 64
-            || !database
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        {
-            return Err(format!(
-                "{s:?}: the path must name a database (letters, digits, _), e.g. clickhouse://127.0.0.1:8123/lasthop"
-            ));
-        }
-        let user = (!url.username().is_empty()).then(|| {
-            let decode = |v: &str| {
-                url::form_urlencoded::parse(format!("v={v}").as_bytes())
-                    .next()
-                    .map(|(_, v)| v.into_owned())
-                    .unwrap_or_default()
-            };
-            (decode(url.username()), decode(url.password().unwrap_or("")))
-        });
-        let host = if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]")
-        } else {
-            host.to_owned()
-        };
-        Ok(ClickHouseUrl {
-            endpoint: format!("http://{host}:{port}/"),
-            database,
-            user,
-        })
-    }
-}
 
 /// A server answer that is not 200: its status and ClickHouse's message.
 #[derive(Debug, thiserror::Error)]
@@ -128,10 +65,6 @@ pub struct ServerError {
 #[derive(Debug, thiserror::Error)]
 #[error("clickhouse: unexpected answer: {0}")]
 pub struct BadAnswer(String);
-
-fn storage(e: impl Into<lasthop_core::error_chain::Cause>) -> StoreError {
-    StoreError::Storage(e.into())
-}
 
 /// The ClickHouse store.
 pub struct ClickHouse {
@@ -165,22 +98,6 @@ fn quote(s: &str) -> String {
     }
     out.push('\'');
     out
-}
-
-fn state_u8(s: DayState) -> u8 {
-    match s {
-        DayState::Open => 0,
-        DayState::Closed => 1,
-        DayState::Recomputed => 2,
-    }
-}
-
-fn state_of(v: u8) -> DayState {
-    match v {
-        1 => DayState::Closed,
-        2 => DayState::Recomputed,
-        _ => DayState::Open,
-    }
 }
 
 /// `RowBinary` for the columns we use.
@@ -235,11 +152,7 @@ fn unhex(day: Day, code: &str, s: Option<&&str>) -> Result<Rollup, StoreError> {
     let bytes = s
         .and_then(|v| hex::decode(v).ok())
         .ok_or_else(|| storage(BadAnswer("expected a hex sketch".into())))?;
-    Rollup::from_bytes(&bytes).map_err(|e| StoreError::Corrupt {
-        day,
-        code: code.to_owned(),
-        reason: e.to_string(),
-    })
+    decode(day, code, &bytes)
 }
 
 impl ClickHouse {
@@ -286,7 +199,7 @@ impl ClickHouse {
     /// How long a claimant waits for the others' claims to land before reading who won.
     const SETTLE: Duration = Duration::from_secs(2);
 
-    /// Claims lock `name` and reads the claims back after [`Self::SETTLE`]: the earliest live
+    /// Claims lock `name` and reads the claims back after `SETTLE` (2 s): the earliest live
     /// claim (the server's clock, then a random nonce) wins, and every claimant reads the same
     /// winner. A later claimant sees the earlier claim and loses; one whose claim lands after
     /// another's read would lose in that reader's view too (the earlier claim stays earliest).
@@ -395,7 +308,7 @@ impl ClickHouse {
             let day: u32 = num(f.first())?;
             let gen: u32 = num(f.get(1))?;
             let state: u8 = num(f.get(2))?;
-            out.insert(day, (gen, state_of(state)));
+            out.insert(day, (gen, DayState::from_u8(state)));
         }
         Ok(out)
     }
@@ -430,7 +343,7 @@ impl ClickHouse {
         for &(day, gen, state) in rows {
             body.u32(day)
                 .u32(gen)
-                .u8(state_u8(state))
+                .u8(state.to_u8())
                 .u64(self.next_seq());
         }
         let db = &self.url.database;
@@ -714,29 +627,6 @@ impl ClickHouse {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls() {
-        let u = ClickHouseUrl::parse("clickhouse://127.0.0.1:18123/lasthop").unwrap();
-        assert_eq!(u.endpoint, "http://127.0.0.1:18123/");
-        assert_eq!(u.database, "lasthop");
-        assert_eq!(u.user, None);
-        let u = ClickHouseUrl::parse("clickhouse://ana:p%40ss@ch.example:9000/db_1").unwrap();
-        assert_eq!(u.endpoint, "http://ch.example:9000/");
-        assert_eq!(u.user, Some(("ana".into(), "p@ss".into())));
-        assert!(!format!("{u:?}").contains("p@ss"), "no password in Debug");
-        let u = ClickHouseUrl::parse("clickhouse://[::1]/x").unwrap();
-        assert_eq!(u.endpoint, "http://[::1]:8123/");
-        for bad in [
-            "clickhouse://host",
-            "clickhouse://host/",
-            "clickhouse://host/a;DROP",
-            "clickhouse:///db",
-            "http://host/db",
-        ] {
-            assert!(ClickHouseUrl::parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn quoting_and_row_binary() {

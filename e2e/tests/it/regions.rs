@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{in_sync, status_of, subscribed_engine, wait_until, Control, Engine, Site};
+use lasthop_testkit::{in_sync, status_of, subscribed_engine, wait_until, Control, Engine, Site};
 
 struct Region {
     site: Site,
@@ -29,7 +29,7 @@ fn regions_of_two(clicks: bool) -> (Region, Region, String) {
     if !clicks {
         return regions_with(&[], &|_| Vec::new());
     }
-    regions_with(&["--clicks-flush-ms", "200"], &crate::harness::spool_to)
+    regions_with(&["--clicks-flush-ms", "200"], &lasthop_testkit::spool_to)
 }
 
 /// [`two_regions`] with `extra` flags for both control planes and `engine_extra` for the
@@ -323,7 +323,7 @@ fn three_regions_a_cut_link_is_named_and_catches_up() {
         let (cut, fine) = (peer_of(&controls[0], 2), peer_of(&controls[0], 1));
         cut["alarm"] == true && cut["connected"] == false && fine["alarm"] == false
     });
-    let (_, _, metrics) = crate::harness::curl(&[&format!("{}/metrics", controls[0].api)]);
+    let (_, _, metrics) = lasthop_testkit::curl(&[&format!("{}/metrics", controls[0].api)]);
     assert!(
         metrics.contains("lasthop_region_peer_lag_alarm{region=\"2\"} 1")
             && metrics.contains("lasthop_region_peer_lag_alarm{region=\"1\"} 0"),
@@ -520,7 +520,7 @@ fn api_keys_and_revocations_cross_regions() {
 
 /// An API key of `owner`, made in `c`'s region.
 fn key_of(c: &Control, owner: &str) -> String {
-    let out = std::process::Command::new(crate::harness::control_bin())
+    let out = std::process::Command::new(lasthop_testkit::control_bin())
         .args(["apikey", "create", "--owner", owner, "--data-dir"])
         .arg(&c.data)
         .output()
@@ -558,7 +558,7 @@ fn stats_history_and_suspensions_cross_regions() {
     for (engine, ua, n) in [(&a.engine, FIREFOX, 3), (&b.engine, IPHONE, 2)] {
         for _ in 0..n {
             let url = format!("http://{}/{code}", engine.addr);
-            assert_eq!(crate::harness::curl(&["-A", ua, &url]).0, 302);
+            assert_eq!(lasthop_testkit::curl(&["-A", ua, &url]).0, 302);
         }
     }
     let stats = |c: &Control| {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{wait_until, Conn, Control, Site};
+use lasthop_testkit::{wait_until, Conn, Control, Site};
 
 #[test]
 fn misses_read_through_to_the_control_plane() {
@@ -75,7 +75,7 @@ fn misses_read_through_to_the_control_plane() {
     let unknown = site.scheme().encode_string(5).unwrap();
     assert_eq!(conn.get(&format!("/{unknown}")).status, 503);
     assert_eq!(
-        crate::h2::h2_status(&engine.addr, &format!("/{unknown}")),
+        lasthop_testkit::h2_status(&engine.addr, &format!("/{unknown}")),
         503,
         "h2"
     );

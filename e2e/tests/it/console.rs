@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 
-use crate::harness::{curl, free_port, spool_to, subscribed_engine, wait_until, Control, Site};
+use lasthop_testkit::{curl, free_port, spool_to, subscribed_engine, wait_until, Control, Site};
 
 const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
 const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1";
@@ -234,7 +234,7 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
     let engine = subscribed_engine(&site, &control, &spool);
     let base = format!("http://{listen}");
     let other = {
-        let out = Command::new(crate::harness::control_bin())
+        let out = Command::new(lasthop_testkit::control_bin())
             .args(["apikey", "create", "--owner", "mallory", "--data-dir"])
             .arg(&control.data)
             .output()
@@ -451,7 +451,7 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
     });
     assert!(limited, "sign-ins are rate-limited");
     wait_until(Duration::from_secs(5), "the takedown at the engine", || {
-        crate::harness::status_of(&engine.addr, &format!("/{code}")) == 410
+        lasthop_testkit::status_of(&engine.addr, &format!("/{code}")) == 410
     });
     println!("console screenshots in {}", shots_dir().display());
 }

@@ -1,0 +1,125 @@
+//! Clicks through the whole system: real redirects at an engine subscribed to a control plane
+//! reach the control plane's processor, by the spool or by a Kafka-protocol broker, and become
+//! its stats. (What the engine records, alone, is tested in the engine's `clicks`.)
+
+use std::time::Duration;
+
+use lasthop_testkit::{curl, engine_bin, wait_until, Control, Engine, Site, Tansu};
+
+fn metric(engine: &Engine, name: &str) -> f64 {
+    engine.metric(name).unwrap_or(0.0)
+}
+
+const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
+const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1";
+const GOOGLEBOT: &str = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)";
+
+/// Redirects of `code` at `engine`: four by one Firefox visitor (two referrers), one by an
+/// iPhone, one by Googlebot, one HEAD, one Firefox prefetch. Five human clicks, two visitors,
+/// three bot clicks.
+fn click_mix(engine: &Engine, code: &str) {
+    let url = format!("http://{}/{code}", engine.addr);
+    for referer in [
+        "https://news.example.com/a",
+        "https://news.example.com/b",
+        "https://blog.example.org/",
+        "",
+    ] {
+        let mut args = vec!["-A", FIREFOX];
+        if !referer.is_empty() {
+            args.extend(["-e", referer]);
+        }
+        args.push(&url);
+        assert_eq!(curl(&args).0, 302);
+    }
+    assert_eq!(curl(&["-A", IPHONE, &url]).0, 302);
+    assert_eq!(curl(&["-A", GOOGLEBOT, &url]).0, 302);
+    assert_eq!(curl(&["-I", "-A", FIREFOX, &url]).0, 302);
+    let prefetch = ["-A", FIREFOX, "-H", "Sec-Purpose: prefetch;prerender", &url];
+    assert_eq!(curl(&prefetch).0, 302);
+}
+
+fn assert_mix_counted(control: &Control, code: &str) {
+    let mut last = serde_json::Value::Null;
+    wait_until(Duration::from_secs(30), "the clicks in the stats", || {
+        last = control.stats(code);
+        last["clicks"] == 5 && last["bot_clicks"] == 3
+    });
+    let s = last;
+    assert_eq!(s["visitor_days"], 2, "{s}");
+    assert_eq!(s["referrers"]["news.example.com"], 2, "{s}");
+    assert_eq!(s["referrers"]["blog.example.org"], 1, "{s}");
+    assert_eq!(s["browsers"]["Firefox"], 4, "{s}");
+    assert_eq!(s["browsers"]["Safari"], 1, "{s}");
+    assert_eq!(s["devices"]["mobile"], 1, "{s}");
+    assert_eq!(s["os"]["iOS"], 1, "{s}");
+    assert_eq!(s["bot_reasons"]["user_agent"], 1, "{s}");
+    assert_eq!(s["bot_reasons"]["head"], 1, "{s}");
+    assert_eq!(s["bot_reasons"]["prefetch"], 1, "{s}");
+    let days = s["days"].as_array().expect("days");
+    assert_eq!(days.len(), 1, "{s}");
+    assert_eq!(days[0]["clicks"], 5, "{s}");
+}
+
+/// An engine subscribed to `control` (flushing clicks every 50 ms, plus `extra`) and a new link
+/// it already serves.
+fn edge_with_a_link(site: &Site, control: &Control, extra: &[&str]) -> (Engine, String) {
+    let mut args = control.engine_args();
+    args.extend(["--click-flush-ms", "50"].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let engine = Engine::launch(std::process::Command::new(engine_bin()), site, &args);
+    let code = control.create("https://example.com/spring-launch");
+    wait_until(Duration::from_secs(10), "the link at the edge", || {
+        curl(&[
+            "-o",
+            "/dev/null",
+            &format!("http://{}/{code}+", engine.addr),
+        ])
+        .0 == 200
+    });
+    (engine, code)
+}
+
+#[test]
+fn redirects_become_stats_through_the_spool() {
+    let site = Site::new();
+    let control = Control::start(&site, &["--clicks-flush-ms", "200"]);
+    let spool_dir = control.data.join("clicks").join("spool");
+    let (engine, code) = edge_with_a_link(
+        &site,
+        &control,
+        &["--click-spool", spool_dir.to_str().unwrap()],
+    );
+    click_mix(&engine, &code);
+    assert_mix_counted(&control, &code);
+}
+
+#[test]
+fn redirects_become_stats_through_kafka() {
+    let site = Site::new();
+    let Some(broker) = Tansu::start("redirects_become_stats_through_kafka", "lasthop.clicks")
+    else {
+        return;
+    };
+    let control = Control::start(
+        &site,
+        &[
+            "--clicks-kafka",
+            &broker.brokers(),
+            "--clicks-flush-ms",
+            "200",
+        ],
+    );
+    let (engine, code) = edge_with_a_link(
+        &site,
+        &control,
+        &["--clicks", "kafka", "--click-kafka", &broker.brokers()],
+    );
+    click_mix(&engine, &code);
+    assert_mix_counted(&control, &code);
+    assert_eq!(
+        metric(&engine, "lasthop_engine_clicks_sent_total{sink=\"kafka\"}"),
+        8.0
+    );
+}

@@ -1,0 +1,96 @@
+//! A test PKI made with the openssl CLI at test time: a CA, and server certificates for
+//! `lh.test` and 127.0.0.1 that it signs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::engine::{set_mode, Site};
+
+/// A test CA and a server certificate for `lh.test` and 127.0.0.1 (files in the site's dir).
+#[derive(Debug)]
+pub struct Pki {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Runs `openssl args` in `dir`, and checks it succeeded.
+pub fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A server certificate for `/CN=<cn>` (SAN from `san.ext`: lh.test and 127.0.0.1), signed by
+/// the test CA in `dir`, with its key of algorithm `alg`.
+pub fn server_cert(dir: &Path, alg: &[&str], cn: &str, key: &str, cert: &str) {
+    let subject = format!("/CN={cn}");
+    let mut csr = vec!["req", "-nodes", "-subj", &subject];
+    csr.extend_from_slice(alg);
+    csr.extend_from_slice(&["-keyout", key, "-out", "srv.csr"]);
+    openssl(dir, &csr);
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            cert,
+        ],
+    );
+}
+
+/// A CA and a server certificate (RSA 2048 when `rsa`, else P-256) in `site`'s dir, readable
+/// by a non-root engine.
+pub fn pki(site: &Site, rsa: bool) -> Pki {
+    let dir = site.dir.path();
+    let alg: &[&str] = if rsa {
+        &["-newkey", "rsa:2048"]
+    } else {
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
+    };
+    let mut ca = vec![
+        "req",
+        "-x509",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=lasthop test CA",
+    ];
+    ca.extend_from_slice(alg);
+    ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
+    openssl(dir, &ca);
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:lh.test,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    server_cert(dir, alg, "lh.test", "srv.key", "srv.pem");
+    for f in ["srv.pem", "srv.key", "ca.pem"] {
+        set_mode(&dir.join(f), 0o644);
+    }
+    Pki {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("srv.pem"),
+        key: dir.join("srv.key"),
+    }
+}
