@@ -25,13 +25,12 @@
 //! publisher under the lock collects the store's garbage; each control plane prunes its copies
 //! of what the store no longer has.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use lasthop_core::feed::SnapshotDigest;
 use lasthop_core::feed::{snapshot_id, valid_snapshot_id, SnapshotFrame, SNAPSHOT_PATH};
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::clicks::day::Day;
@@ -808,23 +807,10 @@ fn sequence_of(id: &str) -> Option<u64> {
     u64::from_str_radix(seq, 16).ok()
 }
 
-/// SHA-256 (lowercase hex) and length of a file, read in 1 MiB blocks.
+/// SHA-256 (lowercase hex) and length of a file ([`SnapshotDigest::of`]).
 fn sha256_file(path: &Path) -> Result<(String, u64), PublishError> {
-    let mut file = std::fs::File::open(path).map_err(PublishError::file("opening", path))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut len = 0u64;
-    loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(PublishError::file("reading", path))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        len += n as u64;
-    }
-    Ok((hex::encode(hasher.finalize()), len))
+    let file = std::fs::File::open(path).map_err(PublishError::file("opening", path))?;
+    SnapshotDigest::of(file).map_err(PublishError::file("reading", path))
 }
 
 #[cfg(test)]
@@ -867,6 +853,9 @@ mod tests {
         );
         let (sha, len) = sha256_file(&dir.path().join("notes.txt")).unwrap();
         assert_eq!(len, 1);
-        assert_eq!(sha, hex::encode(Sha256::digest(b"x")));
+        assert_eq!(
+            sha,
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"x"))
+        );
     }
 }

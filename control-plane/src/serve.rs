@@ -11,8 +11,8 @@ use anyhow::Context;
 use clap::CommandFactory;
 use lasthop_cli::bootstrap::{notify, shutdown_signal, NotifyState};
 use lasthop_clicks::cli::{open_clicks, source, Toggle};
-use lasthop_control::clicks::archiver::{ArchiveHandle, ArchiveSummary};
-use lasthop_control::clicks::ClicksHandle;
+use lasthop_control::clicks::archiver::{ArchiveHandle, ArchiveSummary, Archiver};
+use lasthop_control::clicks::{ClicksHandle, Processor};
 use lasthop_control::edge::{EdgeParts, EdgeState, Peering};
 use lasthop_control::edge_tls::EdgeTls;
 use lasthop_control::edge_token::EdgeToken;
@@ -34,9 +34,11 @@ use crate::commands::open_store;
 /// 1. files: certificates, keys and tokens ([`ServeFiles`]), before anything is opened;
 /// 2. the record: metrics, the store (its lock keeps a second `serve` off this data dir), the
 ///    edge token, the fleet;
-/// 3. the click processor and archive consumer, whose rollups the publisher ranks by;
+/// 3. the click processor and archive consumer opened (not yet running), whose rollups the
+///    publisher ranks by;
 /// 4. the publisher, trust and safety (lists, watcher, scanner), the shared-store follower;
-/// 5. API keys and peer regions;
+/// 5. API keys; then, with nothing left to fail at start but replication, the click threads
+///    and peer regions;
 /// 6. the listeners ([`listen`]) until the shutdown signal;
 /// 7. draining ([`Running::stop`]).
 pub(crate) fn run(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
@@ -73,7 +75,7 @@ pub(crate) fn run(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
         // The embedded store's fleet survives restarts in a file beside it.
         None => Fleet::with_file(args.data_dir.join("fleet.json")),
     });
-    let clicks = start_clicks(&args, &metrics)?;
+    let clicks = open_processor(&args, &metrics)?;
     let rollups = clicks.as_ref().map(|c| Arc::clone(c.handle.store()));
     let publisher = Publisher::new(
         Arc::clone(&store),
@@ -102,6 +104,9 @@ pub(crate) fn run(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
         Some(_) => Some(Arc::new(open_keys(&args, &store, false)?)),
         None => None,
     };
+    // Clicks are consumed only once every part that can refuse the configuration has accepted
+    // it: a start that fails never joins a consumer group or reads a segment.
+    let clicks = clicks.map(OpenClicks::spawn).transpose()?;
     let peers = match (&files.peer_token, args.peers.is_empty()) {
         (Some(token), false) => Some(Peers::start(
             PeersConfig {
@@ -216,8 +221,31 @@ struct RunningClicks {
     archiving: Option<(ArchiveHandle, std::thread::JoinHandle<ArchiveSummary>)>,
 }
 
-/// Opens and starts the click processor (and the archive consumer) unless `--clicks off`.
-fn start_clicks(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Option<RunningClicks>> {
+/// The click processor and its archive consumer, opened: their stores and sources are ready,
+/// nothing is read yet.
+struct OpenClicks {
+    handle: ClicksHandle,
+    processor: Processor,
+    archiver: Option<Archiver>,
+}
+
+impl OpenClicks {
+    /// Starts the archive consumer's thread, then the processor's.
+    fn spawn(self) -> anyhow::Result<RunningClicks> {
+        let archiving = self
+            .archiver
+            .map(|a| anyhow::Ok((a.handle(), a.spawn()?)))
+            .transpose()?;
+        Ok(RunningClicks {
+            handle: self.handle,
+            thread: self.processor.spawn()?,
+            archiving,
+        })
+    }
+}
+
+/// Opens the click processor (and the archive consumer) unless `--clicks off`.
+fn open_processor(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Option<OpenClicks>> {
     let c = &args.clicks;
     if c.clicks == Toggle::Off {
         return Ok(None);
@@ -231,14 +259,10 @@ fn start_clicks(args: &ServeArgs, metrics: &Metrics) -> anyhow::Result<Option<Ru
     );
     let config = c.tuning.config(&args.data_dir, source)?;
     let (processor, archiver) = open_clicks(config, metrics.clicks.clone())?;
-    let handle = processor.handle();
-    let archiving = archiver
-        .map(|a| anyhow::Ok((a.handle(), a.spawn()?)))
-        .transpose()?;
-    Ok(Some(RunningClicks {
-        handle,
-        thread: processor.spawn()?,
-        archiving,
+    Ok(Some(OpenClicks {
+        handle: processor.handle(),
+        processor,
+        archiver,
     }))
 }
 

@@ -230,6 +230,42 @@ pub struct SnapshotFrame {
     pub signature: Option<String>,
 }
 
+/// A snapshot file's digest as [`SnapshotFrame`] carries it: the SHA-256 of every byte,
+/// lowercase hex, and the byte count. The control plane computes it when it publishes; an
+/// engine, as it downloads, to check what it got against what was announced.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotDigest {
+    hasher: sha2::Sha256,
+    size: u64,
+}
+
+impl SnapshotDigest {
+    /// Adds the file's next bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        sha2::Digest::update(&mut self.hasher, bytes);
+        self.size += bytes.len() as u64;
+    }
+
+    /// The SHA-256 (lowercase hex) and the size of everything added.
+    pub fn finish(self) -> (String, u64) {
+        (hex::encode(sha2::Digest::finalize(self.hasher)), self.size)
+    }
+
+    /// The digest of everything `input` yields, read in 1 MiB blocks.
+    pub fn of(mut input: impl std::io::Read) -> std::io::Result<(String, u64)> {
+        let mut digest = SnapshotDigest::default();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match input.read(&mut buf) {
+                Ok(0) => return Ok(digest.finish()),
+                Ok(n) => digest.update(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
 impl SnapshotFrame {
     /// The bytes a snapshot signature covers: a domain-separation label, then `id`, `seq`,
     /// `size` and `sha256` in that order, each ended by a newline. The SHA-256 binds the file's
@@ -370,6 +406,25 @@ pub fn snapshot_id(seq: u64, sha256_hex: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_snapshot_digest_is_sha256_in_hex_and_the_size_whatever_the_reads() {
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let whole = SnapshotDigest::of(&bytes[..]).unwrap();
+        let mut parts = SnapshotDigest::default();
+        for chunk in bytes.chunks(77_777) {
+            parts.update(chunk);
+        }
+        assert_eq!(parts.finish(), whole);
+        assert_eq!(whole.1, 3_000_000);
+        let (empty, size) = SnapshotDigest::of(&b""[..]).unwrap();
+        assert_eq!(size, 0);
+        assert_eq!(
+            empty,
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lasthop_core::feed::SnapshotDigest;
 use lasthop_core::feed::{parse_frame, Frame, FrameError, SnapshotFrame, MAX_FRAME_LEN};
 use lasthop_snapshot::{Snapshot, SnapshotError};
-use sha2::{Digest, Sha256};
 
 use super::{FeedConfig, LoadFn};
 
@@ -446,22 +446,21 @@ fn hash_copy(
     mut out: Option<(&mut File, &Path)>,
     read_error: impl Fn(std::io::Error) -> DownloadError,
 ) -> Result<(u64, String), DownloadError> {
-    let mut hasher = Sha256::new();
+    let mut digest = SnapshotDigest::default();
     let mut buf = vec![0u8; 256 * 1024];
-    let mut got = 0u64;
     loop {
         let n = input.read(&mut buf).map_err(&read_error)?;
         if n == 0 {
             break;
         }
-        hasher.update(&buf[..n]);
+        digest.update(&buf[..n]);
         if let Some((file, path)) = out.as_mut() {
             file.write_all(&buf[..n])
                 .map_err(DownloadError::local("writing", path))?;
         }
-        got += n as u64;
     }
-    Ok((got, hex::encode(hasher.finalize())))
+    let (sha256, got) = digest.finish();
+    Ok((got, sha256))
 }
 
 /// Loads the snapshot at `path` with `load` and checks every byte of it (`verify`).
