@@ -19,6 +19,22 @@ pub fn init_tracing() {
         .init();
 }
 
+/// `--check-config`'s answer, the same for every program: `<program>: configuration OK` on
+/// stdout and exit 0, or `<program>: configuration invalid: <why>` (the whole cause chain) on
+/// stderr and exit 1.
+pub fn answer_check<E: std::fmt::Display>(program: &str, checked: Result<(), E>) -> ! {
+    match checked {
+        Ok(()) => {
+            println!("{program}: configuration OK");
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!("{program}: configuration invalid: {e:#}");
+            std::process::exit(1)
+        }
+    }
+}
+
 /// Tells systemd (where it supervises the process) `state`; a failure is logged at debug.
 pub fn notify(state: &[sd_notify::NotifyState<'_>]) {
     if let Err(e) = sd_notify::notify(false, state) {

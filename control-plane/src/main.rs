@@ -19,16 +19,9 @@ fn main() -> anyhow::Result<()> {
         lasthop_cli::parse::<Cli>(Cli::command(), argv.clone()).unwrap_or_else(|e| e.exit());
     match cli.command {
         Command::Generate { dir } => commands::generate::run(&dir),
-        Command::Serve(args) if args.check_config => match serve::check(&args) {
-            Ok(()) => {
-                println!("lasthop-control: configuration OK");
-                Ok(())
-            }
-            Err(e) => {
-                eprintln!("lasthop-control: configuration invalid: {e:#}");
-                std::process::exit(1);
-            }
-        },
+        Command::Serve(args) if args.check_config => {
+            lasthop_cli::bootstrap::answer_check("lasthop-control", serve::check(&args))
+        }
         Command::Serve(args) => serve::run(*args, serve::ConfigReload { argv, file }),
         Command::Keygen {
             out,

@@ -24,16 +24,7 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     if args.check_config {
-        match engine::check(&args) {
-            Ok(()) => {
-                println!("lasthop-engine: configuration OK");
-                return Ok(());
-            }
-            Err(e) => {
-                eprintln!("lasthop-engine: configuration invalid: {e:#}");
-                std::process::exit(1);
-            }
-        }
+        lasthop_cli::bootstrap::answer_check("lasthop-engine", engine::check(&args));
     }
     engine::run(args, engine::Reloads { argv, file })
 }
