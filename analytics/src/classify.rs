@@ -523,6 +523,7 @@ mod tests {
             tls: true,
             prefetch: false,
             protocol: Default::default(),
+            early: false,
             visitor,
             net: Some(Net::V4([203, 0, 113])),
             user_agent: ua,

@@ -16,9 +16,16 @@
 //! id is remembered for **between W and 2W** of arrival time (W = `window_ms`), and memory is
 //! bounded by the ids that arrive in 2W, however long the processor runs. No clock is read:
 //! the caller passes arrival time, and time that goes backwards only delays rotation.
+//!
+//! **Early-data replays.** A request in TLS or QUIC 0-RTT early data can be replayed by whoever
+//! captured it; each replay the edge answers is a new event with a new id. So an early event
+//! also has an [`early_key`]: its visitor, code and UTC minute, and the processor counts one
+//! early event per key (a second [`Dedup`] of keys, through [`Dedup::first_key`]). A person
+//! clicking the same link twice within a minute from a resumed session loses one click;
+//! a click not in early data is never dropped by this rule.
 
 use hashbrown::HashSet;
-use lasthop_core::click::EventId;
+use lasthop_core::click::{ClickEvent, EventId};
 
 use crate::uniques::mix;
 
@@ -26,6 +33,23 @@ use crate::uniques::mix;
 fn fingerprint(id: EventId) -> u64 {
     let (nonce, seq) = ((id.0 >> 64) as u64, id.0 as u64);
     mix(seq.wrapping_add(mix(nonce)))
+}
+
+/// The length of the span in which an early-data event of one visitor and code counts once.
+pub const EARLY_SPAN_MS: u64 = 60_000;
+
+/// The key an early-data event is deduplicated on (`None` for an event not in early data): a
+/// 64-bit hash of its visitor, code and UTC minute ([`EARLY_SPAN_MS`]).
+pub fn early_key(e: &ClickEvent<'_>) -> Option<u64> {
+    if !e.early {
+        return None;
+    }
+    // FNV-1a over the code, then mixed with the visitor and the minute.
+    let code = e.code.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let minute = e.at_ms / EARLY_SPAN_MS;
+    Some(mix(e.visitor ^ mix(code ^ mix(minute))))
 }
 
 /// Remembers event ids for at least `window_ms` of arrival time; a second sighting is a duplicate.
@@ -53,8 +77,12 @@ impl Dedup {
 
     /// True the first time `id` is seen within the window; `now_ms` is arrival time.
     pub fn first(&mut self, id: EventId, now_ms: u64) -> bool {
+        self.first_key(fingerprint(id), now_ms)
+    }
+
+    /// True the first time the 64-bit `key` is seen within the window (an [`early_key`]).
+    pub fn first_key(&mut self, fp: u64, now_ms: u64) -> bool {
         self.rotate(now_ms);
-        let fp = fingerprint(id);
         if self.previous.contains(&fp) {
             return false;
         }
@@ -64,7 +92,11 @@ impl Dedup {
     /// Forgets `id`, so its next sighting counts: for an event whose counting was undone (a
     /// processor dropped it unflushed when its partition moved to another processor).
     pub fn forget(&mut self, id: EventId) {
-        let fp = fingerprint(id);
+        self.forget_key(fingerprint(id));
+    }
+
+    /// Forgets `key` (see [`Dedup::forget`]).
+    pub fn forget_key(&mut self, fp: u64) {
         self.current.remove(&fp);
         self.previous.remove(&fp);
     }
@@ -124,6 +156,41 @@ mod tests {
         assert!(!d.first(id, 1_000 + W - 1));
         assert!(!d.first(id, 1_000 + W + 5));
         assert_eq!(d.len(), 2);
+    }
+
+    fn early(visitor: u64, code: &'static str, at_ms: u64, early: bool) -> ClickEvent<'static> {
+        ClickEvent {
+            id: EventId::new(1, at_ms),
+            at_ms,
+            code,
+            pop: "",
+            country: None,
+            method: lasthop_core::click::Method::Get,
+            tls: true,
+            prefetch: false,
+            protocol: Default::default(),
+            early,
+            visitor,
+            net: None,
+            user_agent: "",
+            referrer_host: "",
+        }
+    }
+
+    #[test]
+    fn early_keys_are_visitor_code_and_minute() {
+        let t = 1_764_504_000_000; // a whole minute
+        let k = early_key(&early(7, "Ab3dE9x", t, true)).unwrap();
+        assert_eq!(early_key(&early(7, "Ab3dE9x", t + 59_999, true)), Some(k));
+        assert_ne!(early_key(&early(7, "Ab3dE9x", t + 60_000, true)), Some(k));
+        assert_ne!(early_key(&early(8, "Ab3dE9x", t, true)), Some(k));
+        assert_ne!(early_key(&early(7, "Ab3dE9y", t, true)), Some(k));
+        assert_eq!(early_key(&early(7, "Ab3dE9x", t, false)), None);
+        let mut d = Dedup::new(W);
+        assert!(d.first_key(k, t));
+        assert!(!d.first_key(k, t + 5), "a replay");
+        d.forget_key(k);
+        assert!(d.first_key(k, t + 6));
     }
 
     #[test]

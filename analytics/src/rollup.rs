@@ -273,6 +273,7 @@ mod tests {
             tls: true,
             prefetch: false,
             protocol: Default::default(),
+            early: false,
             visitor,
             net: None,
             user_agent: "Mozilla/5.0",

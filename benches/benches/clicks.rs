@@ -110,6 +110,7 @@ impl Traffic {
             tls: true,
             prefetch: false,
             protocol: Default::default(),
+            early: false,
             visitor,
             net: Some(net),
             user_agent: &self.agents[agent],

@@ -224,6 +224,7 @@ fn request(c: &mut Criterion) {
         country: None,
         https: true,
         protocol: lasthop_core::click::Protocol::H1,
+        early: false,
     };
     let mut events = Vec::with_capacity(1 << 20);
     let mut n = 0i64;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use lasthop_core::click::{ClickEvent, Method, Net};
+use lasthop_core::click::{ClickEvent, Method, Net, Protocol};
 use serde::{Serialize, Serializer};
 
 use super::Day;
@@ -124,6 +124,8 @@ pub fn write_line(out: &mut Vec<u8>, event: &ClickEvent<'_>) {
         m: event.method,
         tls: event.tls,
         pf: event.prefetch,
+        proto: event.protocol,
+        early: event.early,
         vis: std::str::from_utf8(&vis).unwrap_or_default(),
         net: event.net.map(NetText),
         ua: event.user_agent,
@@ -148,6 +150,10 @@ struct Line<'a> {
     tls: bool,
     #[serde(skip_serializing_if = "is_false")]
     pf: bool,
+    #[serde(skip_serializing_if = "is_h1")]
+    proto: Protocol,
+    #[serde(skip_serializing_if = "is_false")]
+    early: bool,
     vis: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     net: Option<NetText>,
@@ -157,6 +163,10 @@ struct Line<'a> {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_h1(p: &Protocol) -> bool {
+    *p == Protocol::H1
 }
 
 struct NetText(Net);
@@ -558,7 +568,8 @@ mod tests {
             },
             tls: i % 2 == 1,
             prefetch: i % 4 == 1,
-            protocol: Default::default(),
+            protocol: [Protocol::H1, Protocol::H2, Protocol::H3][(i % 3) as usize],
+            early: i % 4 == 2,
             visitor: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
             net: match i % 3 {
                 0 => None,

@@ -7,7 +7,7 @@ use prometheus::{Registry, Result};
 /// The processor's and the archive consumer's counters and gauges.
 #[derive(Debug, Clone)]
 pub struct ClickMetrics {
-    /// Click events by outcome: human, bot, duplicate, late, invalid; corrupt and torn count
+    /// Click events by outcome: human, bot, duplicate, early_replay, late, invalid; corrupt and torn count
     /// spool frames (or files) whose events are lost.
     pub events: IntCounterVec,
     /// Click processor flushes by result (ok, error).

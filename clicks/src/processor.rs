@@ -23,7 +23,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lasthop_analytics::{Classifier, Dedup, Rollup, Rules};
+use lasthop_analytics::{early_key, Classifier, Dedup, Rollup, Rules};
 use lasthop_core::click::{ClickEvent, EventId};
 use prometheus::IntCounter;
 use serde::Serialize;
@@ -102,6 +102,9 @@ pub struct Outcomes {
     pub bot: u64,
     /// Dropped: an id seen within the window.
     pub duplicate: u64,
+    /// Dropped: a second early-data event of one visitor and code in one minute (a possible
+    /// 0-RTT replay: `lasthop_analytics::early_key`).
+    pub early_replay: u64,
     /// Archived, not counted: the day was closed.
     pub late: u64,
     /// Undecodable, or too far in the future.
@@ -115,13 +118,14 @@ pub struct Outcomes {
 }
 
 /// Prometheus handles of [`Outcomes`], resolved once.
-struct OutcomeCounters([IntCounter; 8]);
+struct OutcomeCounters([IntCounter; 9]);
 
 impl OutcomeCounters {
-    const NAMES: [&'static str; 8] = [
+    const NAMES: [&'static str; 9] = [
         "human",
         "bot",
         "duplicate",
+        "early_replay",
         "late",
         "invalid",
         "corrupt",
@@ -133,11 +137,12 @@ impl OutcomeCounters {
         OutcomeCounters(Self::NAMES.map(|n| m.events.with_label_values(&[n])))
     }
 
-    fn values(o: &Outcomes) -> [u64; 8] {
+    fn values(o: &Outcomes) -> [u64; 9] {
         [
             o.human,
             o.bot,
             o.duplicate,
+            o.early_replay,
             o.late,
             o.invalid,
             o.corrupt,
@@ -217,6 +222,8 @@ const NO_PART: Part = -1;
 struct State {
     store: Arc<RollupStore>,
     dedup: Dedup,
+    /// Early-data events' keys ([`early_key`]): one counted per visitor, code and minute.
+    replays: Dedup,
     classifier: Classifier,
     grace_ms: u64,
     archive_days: u32,
@@ -226,7 +233,7 @@ struct State {
     dirty: Vec<(Day, Part, Box<str>)>,
     /// A shared store: the ids of each partition's events counted since the last flush, to
     /// forget when the partition leaves (its next owner counts them again).
-    unflushed: HashMap<Part, Vec<EventId>>,
+    unflushed: HashMap<Part, Vec<(EventId, Option<u64>)>>,
     shared: bool,
     /// Partitions whose rows could not be loaded during this poll: to read again.
     rewind: Vec<Part>,
@@ -250,8 +257,11 @@ impl State {
     fn revoked(&mut self, part: Part) {
         self.rollups.retain(|(_, p), _| *p != part);
         self.dirty.retain(|(_, p, _)| *p != part);
-        for id in self.unflushed.remove(&part).unwrap_or_default() {
+        for (id, early) in self.unflushed.remove(&part).unwrap_or_default() {
             self.dedup.forget(id);
+            if let Some(key) = early {
+                self.replays.forget_key(key);
+            }
         }
     }
 
@@ -320,10 +330,20 @@ impl State {
             self.out.late += 1;
             return;
         }
+        let early = early_key(e);
+        if let Some(key) = early {
+            if !self.replays.first_key(key, now) {
+                self.out.early_replay += 1;
+                return;
+            }
+        }
         let verdict = self.classifier.classify(e);
         if self.shared && !self.rollups.contains_key(&(day, part)) && !self.load(day, part, at) {
             // Read again after the rewind: not a duplicate then.
             self.dedup.forget(e.id);
+            if let Some(key) = early {
+                self.replays.forget_key(key);
+            }
             return;
         }
         let codes = self.rollups.entry((day, part)).or_default();
@@ -394,7 +414,7 @@ impl State {
             }
         }
         if self.shared && at.is_some() {
-            self.unflushed.entry(part).or_default().push(e.id);
+            self.unflushed.entry(part).or_default().push((e.id, early));
         }
         if verdict.bot.is_some() {
             self.out.bot += 1;
@@ -495,6 +515,7 @@ impl Processor {
         let state = State {
             store: Arc::clone(&store),
             dedup: Dedup::new(config.dedup_ms.max(MIN_DEDUP_MS)),
+            replays: Dedup::new(config.dedup_ms.max(MIN_DEDUP_MS)),
             classifier: Classifier::new(Arc::clone(&config.rules)),
             grace_ms: config.grace_ms,
             archive_days: config.archive_days,

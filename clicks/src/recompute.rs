@@ -4,7 +4,8 @@
 //!
 //! Every archive part of the day is read (unreadable lines counted and skipped, a torn last frame
 //! tolerated), events are deduplicated by id over the whole day (the streaming window is only
-//! minutes long, and the archive may hold an interval twice after a crash), classified in time
+//! minutes long, and the archive may hold an interval twice after a crash), early-data replays
+//! dropped as the processor drops them (one per visitor, code and minute), classified in time
 //! order by a fresh [`Classifier`], and every code's rollup for the day is replaced in one
 //! transaction. The running processor does this on its own thread, after a flush
 //! ([`crate::ClicksHandle::recompute`]); `lasthop-control clicks recompute` does it
@@ -14,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use lasthop_analytics::{Classifier, Rollup, Rules};
+use lasthop_analytics::{early_key, Classifier, Rollup, Rules};
 use lasthop_core::click::ArchivedClick;
 use serde::Serialize;
 
@@ -35,6 +36,9 @@ pub struct RecomputeReport {
     pub bot: u64,
     /// Archive lines dropped as duplicates of an id seen earlier that day.
     pub duplicates: u64,
+    /// Early-data events dropped as replays: a second one of its visitor, code and minute
+    /// (the processor's rule, `lasthop_analytics::early_key`).
+    pub early_replays: u64,
     /// Archive lines that are not a valid event of this day.
     pub invalid_lines: u64,
     /// Archive parts that ended in a torn frame.
@@ -118,9 +122,14 @@ pub fn rebuild(
     events.sort_unstable_by(|a, b| (a.t, &a.id).cmp(&(b.t, &b.id)));
     let mut classifier = Classifier::new(rules);
     let mut rollups: HashMap<Box<str>, Rollup> = HashMap::new();
+    let mut early = HashSet::new();
     for a in &events {
         // Checked above; a line that passed once passes again.
         let Ok(e) = a.event() else { continue };
+        if early_key(&e).is_some_and(|key| !early.insert(key)) {
+            report.early_replays += 1;
+            continue;
+        }
         let verdict = classifier.classify(&e);
         if verdict.bot.is_some() {
             report.bot += 1;

@@ -674,6 +674,7 @@ mod tests {
             tls: false,
             prefetch: false,
             protocol: Default::default(),
+            early: false,
             visitor: i,
             net: None,
             user_agent: "Mozilla/5.0",

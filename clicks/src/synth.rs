@@ -316,6 +316,7 @@ impl Synth {
             tls: true,
             prefetch: false,
             protocol: Default::default(),
+            early: false,
             visitor,
             net: Some(Net::V4([
                 (net_bits >> 16) as u8 | 1,

@@ -37,8 +37,12 @@ const FLAG_PREFETCH: u8 = 16;
 /// Bits 5 and 6: the HTTP version (0 HTTP/1.x, 1 HTTP/2, 2 HTTP/3; 3 is refused).
 const PROTOCOL_SHIFT: u8 = 5;
 const FLAG_PROTOCOL: u8 = 3 << PROTOCOL_SHIFT;
+/// Bit 7: the request came in TLS or QUIC 0-RTT early data (a replay of it is possible).
+const FLAG_EARLY: u8 = 128;
 const KNOWN_FLAGS: u8 =
-    FLAG_HEAD | FLAG_TLS | FLAG_NET4 | FLAG_NET6 | FLAG_PREFETCH | FLAG_PROTOCOL;
+    FLAG_HEAD | FLAG_TLS | FLAG_NET4 | FLAG_NET6 | FLAG_PREFETCH | FLAG_PROTOCOL | FLAG_EARLY;
+// Every bit of the flags byte now means something: a new flag needs a new format version.
+const _: () = assert!(KNOWN_FLAGS == u8::MAX);
 
 /// An edge-assigned event id: the engine instance's random 64-bit nonce, then its own counter.
 /// Unique without coordination; a duplicate id means the same event delivered twice.
@@ -195,6 +199,9 @@ pub struct ClickEvent<'a> {
     pub prefetch: bool,
     /// The HTTP version it was answered over (flag bits 5-6; rollups ignore it).
     pub protocol: Protocol,
+    /// The request came in 0-RTT early data (flag bit 7), which an attacker who saw it can
+    /// replay: the processor counts one early click per visitor, code and minute.
+    pub early: bool,
     /// Keyed hash of client address and user agent under the day's salt.
     pub visitor: u64,
     /// The client's truncated network, when the edge knew the peer address.
@@ -282,6 +289,9 @@ impl<'a> ClickEvent<'a> {
             flags |= FLAG_PREFETCH;
         }
         flags |= self.protocol.bits();
+        if self.early {
+            flags |= FLAG_EARLY;
+        }
         let mut net = [0u8; 6];
         match self.net {
             Some(Net::V4(p)) => {
@@ -317,8 +327,7 @@ impl<'a> ClickEvent<'a> {
             return Err(EventError::Version(version));
         }
         let flags = c.u8()?;
-        if flags & !KNOWN_FLAGS != 0
-            || flags & (FLAG_NET4 | FLAG_NET6) == FLAG_NET4 | FLAG_NET6
+        if flags & (FLAG_NET4 | FLAG_NET6) == FLAG_NET4 | FLAG_NET6
             || Protocol::from_flags(flags).is_none()
         {
             return Err(EventError::Flags(flags));
@@ -374,6 +383,7 @@ impl<'a> ClickEvent<'a> {
             tls: flags & FLAG_TLS != 0,
             prefetch: flags & FLAG_PREFETCH != 0,
             protocol: Protocol::from_flags(flags).unwrap_or_default(),
+            early: flags & FLAG_EARLY != 0,
             visitor,
             net,
             user_agent,
@@ -402,6 +412,7 @@ impl<'a> ClickEvent<'a> {
             tls: self.tls,
             pf: self.prefetch,
             proto: self.protocol,
+            early: self.early,
             vis: format!("{:016x}", self.visitor),
             net: self.net.map(|n| n.to_string()),
             ua: self.user_agent.to_owned(),
@@ -459,6 +470,9 @@ pub struct ArchivedClick {
     /// The HTTP version (absent for HTTP/1.x, and in lines written before it was recorded).
     #[serde(default, skip_serializing_if = "is_h1")]
     pub proto: Protocol,
+    /// Came in 0-RTT early data (absent when not).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub early: bool,
     /// Visitor hash, 16 hex digits.
     pub vis: String,
     /// Truncated network, when known.
@@ -512,6 +526,7 @@ impl ArchivedClick {
             tls: self.tls,
             prefetch: self.pf,
             protocol: self.proto,
+            early: self.early,
             visitor,
             net,
             user_agent: &self.ua,
@@ -718,6 +733,7 @@ mod tests {
             tls: true,
             prefetch: false,
             protocol: Default::default(),
+            early: false,
             visitor: 0x0123_4567_89ab_cdef,
             net: Some(Net::V4([203, 0, 113])),
             user_agent: "Mozilla/5.0 (X11; Linux x86_64) Firefox/133.0",
@@ -736,6 +752,26 @@ mod tests {
         let line = serde_json::to_string(&e.archived()).unwrap();
         let parsed: ArchivedClick = serde_json::from_str(&line).unwrap();
         assert_eq!(parsed.event().unwrap(), e);
+    }
+
+    #[test]
+    fn early_data_is_flag_bit_seven_and_an_archive_field() {
+        let mut e = sample();
+        e.early = true;
+        let mut buf = Vec::new();
+        e.encode(&mut buf);
+        assert_eq!(buf[1] & 0x80, 0x80);
+        assert_eq!(ClickEvent::decode(&buf).unwrap().0, e);
+        let line = serde_json::to_string(&e.archived()).unwrap();
+        assert!(line.contains(r#""early":true"#), "{line}");
+        let plain = serde_json::to_string(&sample().archived()).unwrap();
+        assert!(!plain.contains("early"), "absent when not: {plain}");
+        // Bits 5-6 at 3 are still refused, early or not.
+        buf[1] |= 0x60;
+        assert_eq!(
+            ClickEvent::decode(&buf).unwrap_err(),
+            EventError::Flags(buf[1])
+        );
     }
 
     #[test]
@@ -852,14 +888,14 @@ mod tests {
             seq in any::<u64>(), at in any::<u64>(), vis in any::<u64>(),
             code in "[A-Za-z0-9]{7}|[a-z][A-Za-z0-9_-]{7,63}", pop in "[a-z0-9]{0,12}",
             ua in "[ -~]{0,300}", rh in "[a-z0-9.-]{0,60}", head in any::<bool>(), v6 in any::<bool>(),
-            proto in 0u8..3,
+            proto in 0u8..3, early in any::<bool>(),
         ) {
             let protocol = [Protocol::H1, Protocol::H2, Protocol::H3][usize::from(proto)];
             let net = if v6 { Net::V6([0x20, 1, 0xd, 0xb8, 0, 1]) } else { Net::V4([10, 1, 2]) };
             let e = ClickEvent {
                 id: EventId::new(42, seq), at_ms: at, code: &code, pop: &pop, country: None,
                 method: if head { Method::Head } else { Method::Get }, tls: head, prefetch: !head, visitor: vis,
-                net: Some(net), user_agent: &ua, referrer_host: &rh, protocol,
+                net: Some(net), user_agent: &ua, referrer_host: &rh, protocol, early,
             };
             let mut buf = Vec::new();
             e.encode(&mut buf);
@@ -868,6 +904,7 @@ mod tests {
             prop_assert_eq!(back.user_agent, truncate(&ua, MAX_USER_AGENT));
             prop_assert_eq!(back.code, &code[..]);
             prop_assert_eq!(back.protocol, protocol);
+            prop_assert_eq!(back.early, early);
             let line = serde_json::to_string(&back.archived()).unwrap();
             let parsed: ArchivedClick = serde_json::from_str(&line).unwrap();
             prop_assert_eq!(parsed.event().unwrap(), back);

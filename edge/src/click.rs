@@ -40,6 +40,8 @@ pub struct Origin {
     pub https: bool,
     /// The HTTP version it arrived over.
     pub protocol: click::Protocol,
+    /// It came in TLS or QUIC 0-RTT early data.
+    pub early: bool,
 }
 
 impl ClickBuilder {
@@ -114,6 +116,7 @@ impl ClickBuilder {
             tls: from.https,
             prefetch: req.prefetch,
             protocol: from.protocol,
+            early: from.early,
             visitor: h.finish(),
             net: peer.map(Net::of),
             user_agent: &ua,
@@ -268,6 +271,7 @@ mod tests {
             country: Some(*b"DE"),
             https: true,
             protocol: click::Protocol::H2,
+            early: true,
         };
         let day = 1_764_504_000_000;
         let mut out = Vec::new();
@@ -285,6 +289,7 @@ mod tests {
         assert_eq!(e.referrer_host, "news.example.com");
         assert_eq!(e.country, Some(*b"DE"));
         assert!(e.tls);
+        assert!(e.early);
         assert_eq!(
             e.net,
             Some(Net::of("203.0.113.9".parse().unwrap())),

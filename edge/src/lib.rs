@@ -28,6 +28,7 @@ pub mod denylist;
 pub mod feed_apply;
 pub mod generations;
 pub mod h2;
+pub mod h3;
 pub mod http;
 pub mod origin_cache;
 pub mod overlay;

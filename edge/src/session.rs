@@ -65,8 +65,8 @@ pub enum Effect<'a> {
     Click {
         req: &'a Request<'a>,
         code: &'a [u8],
-        /// The HTTP version it arrived over.
-        proto: Proto,
+        /// How it arrived: over TLS, in early data, the HTTP version.
+        how: How,
     },
     /// An answer was rendered: its status, and the layer that settled it (`None` for answers
     /// no table was asked about: the fixed response, the HTTPS redirect).
@@ -500,7 +500,7 @@ impl Session {
 pub use lasthop_core::click::Protocol as Proto;
 
 /// How the connection a request came on shapes its answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct How {
     /// TLS 0-RTT early data: only GET and HEAD are answered.
     pub early: bool,
@@ -673,11 +673,7 @@ fn finish(
                 }
             }
         }
-        fx.effect(Effect::Click {
-            req,
-            code,
-            proto: how.proto,
-        });
+        fx.effect(Effect::Click { req, code, how });
     }
     fx.effect(Effect::Answered {
         status: answer.status(),

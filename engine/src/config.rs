@@ -29,6 +29,13 @@ pub(crate) enum SnapshotMemory {
     Map,
 }
 
+/// A switch given as `on` or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnOff {
+    On,
+    Off,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub(crate) enum SafeMode {
     Confirm,
@@ -204,6 +211,12 @@ pub(crate) struct Args {
     /// Most 0-RTT early-data bytes accepted per connection (0: no 0-RTT).
     #[arg(long, default_value_t = 16_384)]
     pub(crate) tls_max_early_data: u32,
+    /// Answer GET and HEAD that arrive in 0-RTT early data at once, in the server's first
+    /// flight (0.5-RTT data), so a returning visitor's redirect costs one round trip after the
+    /// TCP handshake; `off` holds the answer until the client's Finished, a round trip later.
+    /// Any other method in early data gets 425 Too Early either way.
+    #[arg(long, value_enum, default_value = "on")]
+    pub(crate) tls_early_answer: OnOff,
     /// The protocols offered in ALPN on `--tls-listen`, in order of preference: `h2` and
     /// `http/1.1` (`--alpn http/1.1` turns HTTP/2 off on TLS).
     #[arg(long, value_delimiter = ',', default_value = "h2,http/1.1", value_parser = ["h2", "http/1.1"])]

@@ -33,7 +33,7 @@ use lasthop_engine::topk::TopK;
 use lasthop_snapshot::Snapshot;
 
 use crate::config::{
-    default_engine_id, hsts_header, Args, ClicksSink, Io, SafeMode, SnapshotMemory,
+    default_engine_id, hsts_header, Args, ClicksSink, Io, OnOff, SafeMode, SnapshotMemory,
 };
 
 /// What `--engine-id` and `--pop` may be.
@@ -157,6 +157,7 @@ fn tls_settings(args: &Args, ktls: bool) -> Option<TlsSettings> {
             ticket_key_file: args.tls_ticket_key_file.clone(),
             ticket_lifetime: Duration::from_secs(args.tls_ticket_lifetime_secs),
             max_early_data: args.tls_max_early_data,
+            early_answer: args.tls_early_answer == OnOff::On,
             ktls,
             alpn: args.alpn.iter().map(|p| p.as_bytes().to_vec()).collect(),
             groups: args.tls_groups.clone(),

@@ -94,7 +94,6 @@ const LATENCY_SAMPLE: u64 = 16;
 struct CoreEffects<'a> {
     ctx: &'a CoreCtx,
     token: u64,
-    https: bool,
     peer: Option<std::net::IpAddr>,
 }
 
@@ -113,14 +112,14 @@ impl Effects for CoreEffects<'_> {
                     origin.submit(ctx.core, code, self.token, cache_negative);
                 }
             }
-            Effect::Click { req, code, proto } => {
+            Effect::Click { req, code, how } => {
                 // The click hook: count the code in the hot-code sketch (one request in
                 // `top_sample`) and record the event into this core's buffer.
                 if ctx.answered.get() % ctx.top_sample == 0 {
                     ctx.top.record(code);
                 }
                 if let Some(clicks) = &ctx.clicks {
-                    clicks.record(req, code, self.peer, self.https, proto, ctx.now_ms);
+                    clicks.record(req, code, self.peer, how, ctx.now_ms);
                 }
             }
             Effect::Answered { status, layer } => {
@@ -180,7 +179,6 @@ impl<'a> CoreEffects<'a> {
         CoreEffects {
             ctx,
             token,
-            https: session.https,
             peer: session.peer,
         }
     }

@@ -445,6 +445,7 @@ mod tests {
                 tls: true,
                 prefetch: false,
                 protocol: Default::default(),
+                early: false,
                 visitor: i,
                 net: None,
                 user_agent: "Mozilla/5.0",

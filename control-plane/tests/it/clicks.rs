@@ -42,6 +42,7 @@ struct Ev {
     visitor: u64,
     net: Net,
     prefetch: bool,
+    early: bool,
 }
 
 impl Ev {
@@ -55,7 +56,15 @@ impl Ev {
             visitor: 1000 + id,
             net: Net::V4([198, 51, 100]),
             prefetch: false,
+            early: false,
         }
+    }
+
+    /// In 0-RTT early data, from visitor `visitor`.
+    fn early(mut self, visitor: u64) -> Ev {
+        self.early = true;
+        self.visitor = visitor;
+        self
     }
 
     fn net(mut self, net: Net) -> Ev {
@@ -89,6 +98,7 @@ impl Ev {
             tls: true,
             prefetch: self.prefetch,
             protocol: Default::default(),
+            early: self.early,
             visitor: self.visitor,
             net: Some(self.net),
             user_agent: self.ua,
@@ -299,6 +309,50 @@ fn counts_dedup_and_bots() {
     wait_for(5, "the consumed segment to be deleted", || {
         (!spool_dir(&site).join("edge-a.0000000000.seg").exists()).then_some(())
     });
+}
+
+/// A replayed 0-RTT request is a new event with a new id: the processor counts one early-data
+/// click per visitor, code and minute, and a recompute of the day applies the same rule.
+#[test]
+fn early_data_replays_count_once_per_visitor_code_and_minute() {
+    let site = Site::new();
+    let admin = Site::create_key(site.dir.path(), "root", true);
+    let server = site.start(FAST);
+    let code = create_link(&server, &site.api_key);
+    let now = now_ms();
+    // Two whole minutes back, so every event is in the past and within one UTC day or two.
+    let minute = (now / 60_000) * 60_000 - 120_000;
+    let events = [
+        Ev::human(1, &code, minute + 1_000).early(77),
+        Ev::human(2, &code, minute + 5_000).early(77), // a replay: same visitor, code, minute
+        Ev::human(3, &code, minute + 6_000).early(78), // another visitor
+        Ev::human(4, &code, minute + 7_000).early(77).head(), // HEAD: a bot, still a replay
+        Ev::human(5, &code, minute + 61_000).early(77), // the next minute
+        Ev::human(6, &code, minute + 8_000),           // not early: never dropped by this rule
+    ];
+    put_segment(&site, "edge-a", 0, &events);
+    wait_for(10, "the replays in metrics", || {
+        (outcome(&server, "early_replay") == 2.0).then_some(())
+    });
+    assert_eq!(outcome(&server, "human"), 4.0);
+    assert_eq!(outcome(&server, "bot"), 0.0);
+    assert_eq!(outcome(&server, "duplicate"), 0.0);
+    let day = day_string(minute + 1_000);
+    if day == day_string(minute + 61_000) {
+        // The archive consumer reads the spool on its own: recompute once it has all six.
+        let report = wait_for(10, "a recompute over the whole archive", || {
+            let (status, body) = recompute(&server, &admin, &format!(r#"{{"day":"{day}"}}"#));
+            assert_eq!(status, 200, "{body}");
+            let report = json(&body);
+            (report["events"].as_u64().unwrap() + report["early_replays"].as_u64().unwrap() == 6)
+                .then_some(report)
+        });
+        assert_eq!(
+            (report["events"].as_u64(), report["early_replays"].as_u64()),
+            (Some(4), Some(2)),
+            "{report}"
+        );
+    }
 }
 
 /// (e) owner-only: another owner's key 403, unknown code 404, bad ranges 400.

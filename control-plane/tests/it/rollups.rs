@@ -22,6 +22,7 @@ fn rollup_of(n: u64, seed: u64) -> Rollup {
             tls: true,
             prefetch: false,
             protocol: Default::default(),
+            early: false,
             visitor: seed * 1000 + i,
             net: None,
             user_agent: "Mozilla/5.0",

@@ -89,7 +89,7 @@ impl Default for Decoder {
 }
 
 /// An HPACK integer with an `n`-bit prefix at the start of `b`: (value, bytes used).
-fn int(b: &[u8], n: u8) -> Result<(usize, usize), DecodeError> {
+pub(crate) fn int(b: &[u8], n: u8) -> Result<(usize, usize), DecodeError> {
     let max = (1usize << n) - 1;
     let first = usize::from(*b.first().ok_or(DecodeError::Integer)?) & max;
     if first < max {
@@ -346,6 +346,26 @@ pub fn decode(
     lim: BlockLimits,
     limits: &Limits,
     f: &mut Fields,
+    on_path: impl FnMut(&[u8]),
+) -> Result<(), Problem> {
+    collect(
+        |field| d.decode_with(block, field).is_ok(),
+        trailers,
+        lim,
+        limits,
+        f,
+        on_path,
+    )
+}
+
+/// Checks the fields `source` hands over (false: not decodable, [`Problem::Compression`]) as
+/// one request or trailer section into `f`: HPACK's blocks and QPACK's field sections both.
+pub(crate) fn collect(
+    source: impl FnOnce(&mut dyn FnMut(&[u8], &[u8])) -> bool,
+    trailers: bool,
+    lim: BlockLimits,
+    limits: &Limits,
+    f: &mut Fields,
     mut on_path: impl FnMut(&[u8]),
 ) -> Result<(), Problem> {
     f.clear();
@@ -353,7 +373,7 @@ pub fn decode(
     let mut count = 0usize;
     let mut problem: Option<Problem> = None;
     let mut regular_seen = false;
-    let result = d.decode_with(block, |name, value| {
+    let decodable = source(&mut |name, value| {
         size = size.saturating_add(name.len() + value.len() + 32);
         count += 1;
         if problem.is_some() {
@@ -371,7 +391,7 @@ pub fn decode(
             on_path(value);
         }
     });
-    if result.is_err() {
+    if !decodable {
         return Err(Problem::Compression);
     }
     if let Some(p) = problem {
@@ -514,7 +534,7 @@ static LOWER_TOKEN: [bool; 256] = {
 };
 
 /// Appends an HPACK integer with an `n`-bit prefix, `first` holding the bits above it.
-fn integer(out: &mut Vec<u8>, first: u8, n: u8, mut v: usize) {
+pub(crate) fn integer(out: &mut Vec<u8>, first: u8, n: u8, mut v: usize) {
     let max = (1usize << n) - 1;
     if v < max {
         out.push(first | v as u8);
@@ -573,7 +593,7 @@ fn status(out: &mut Vec<u8>, code: &[u8; 3]) {
 }
 
 /// Lines of an HTTP/1.1 response that have no place in HTTP/2 (RFC 9113 §8.2.2).
-fn connection_specific(name: &[u8]) -> bool {
+pub(crate) fn connection_specific(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"connection")
         || name.eq_ignore_ascii_case(b"keep-alive")
         || name.eq_ignore_ascii_case(b"transfer-encoding")

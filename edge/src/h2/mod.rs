@@ -1369,7 +1369,7 @@ impl H2Conn {
 /// and the request names neither that nor a name the certificate covers (browsers reuse a
 /// connection for every name its certificate lists). The verdict for the last name asked is
 /// kept in `seen`, so a connection asks the certificate once per name, not per request.
-fn misdirected(
+pub(crate) fn misdirected(
     sni: &Option<Box<[u8]>>,
     seen: &mut Option<(Box<[u8]>, bool)>,
     authority: &[u8],

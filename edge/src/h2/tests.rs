@@ -20,9 +20,9 @@ impl Effects for Fx {
             Effect::NeedOrigin { code, .. } => {
                 self.origin.push(String::from_utf8_lossy(code).into())
             }
-            Effect::Click { code, proto, .. } => self
+            Effect::Click { code, how, .. } => self
                 .clicks
-                .push((String::from_utf8_lossy(code).into(), proto)),
+                .push((String::from_utf8_lossy(code).into(), how.proto)),
             Effect::H2(ev) => self.events.push(ev),
             _ => {}
         }

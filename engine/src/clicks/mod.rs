@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use lasthop_core::click::{Net, MAX_EVENT_LEN};
 use lasthop_edge::click::{self, ClickBuilder};
+use lasthop_edge::session::How;
 use sha2::{Digest, Sha256};
 
 use crate::http::Request;
@@ -482,8 +483,7 @@ impl Recorder {
         req: &Request<'_>,
         code: &[u8],
         peer: Option<IpAddr>,
-        https: bool,
-        protocol: lasthop_core::click::Protocol,
+        how: How,
         now_ms: i64,
     ) {
         let peer = peer.map(click::unmapped);
@@ -499,8 +499,9 @@ impl Recorder {
         let from = click::Origin {
             peer,
             country,
-            https,
-            protocol,
+            https: how.https,
+            protocol: how.proto,
+            early: how.early,
         };
         let Ok(mut builder) = self.builder.try_borrow_mut() else {
             return;
@@ -544,6 +545,15 @@ mod tests {
         }
     }
 
+    /// Over TLS; the HTTP/2 request came in early data.
+    fn how(proto: Protocol) -> How {
+        How {
+            early: proto == Protocol::H2,
+            https: true,
+            proto,
+        }
+    }
+
     fn req(raw: &'static [u8]) -> Request<'static> {
         let limits = Limits {
             country_header: crate::http::HeaderName::new("cf-ipcountry").ok(),
@@ -581,16 +591,14 @@ mod tests {
             &r,
             b"Ab3dE9x",
             Some(peer),
-            true,
-            Protocol::H2,
+            how(Protocol::H2),
             1_764_504_000_000,
         );
         rec.record(
             &r,
             b"Ab3dE9x",
             Some(peer),
-            true,
-            Protocol::H1,
+            how(Protocol::H1),
             1_764_504_000_001,
         );
         // The same visitor the next day hashes differently (the salt rotates).
@@ -598,8 +606,7 @@ mod tests {
             &r,
             b"Ab3dE9x",
             Some(peer),
-            true,
-            Protocol::H1,
+            how(Protocol::H1),
             1_764_504_000_000 + 86_400_000,
         );
         let sink = Arc::new(Mutex::new(Collect::default()));
@@ -616,6 +623,7 @@ mod tests {
         assert!(e.tls);
         assert_eq!(e.protocol, Protocol::H2);
         assert_eq!(events[1].protocol, Protocol::H1);
+        assert!(e.early && !events[1].early);
         assert_eq!(e.net, Some(Net::V4([203, 0, 113])));
         assert_eq!(e.referrer_host, "news.example.com");
         assert_eq!(e.user_agent, "Mozilla/5.0 Test");
@@ -641,7 +649,17 @@ mod tests {
         let rec = clicks.recorder(0).unwrap();
         let r = req(b"GET /Ab3dE9x HTTP/1.1\r\nHost: a\r\n\r\n");
         for i in 0..10 {
-            rec.record(&r, b"Ab3dE9x", None, false, Protocol::H1, i);
+            rec.record(
+                &r,
+                b"Ab3dE9x",
+                None,
+                How {
+                    early: false,
+                    https: false,
+                    proto: Protocol::H1,
+                },
+                i,
+            );
         }
         let b = &clicks.buffers[0];
         assert_eq!(b.recorded.load(Ordering::Relaxed), 1);

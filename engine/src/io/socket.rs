@@ -8,7 +8,12 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::cvt;
 
-fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
+pub(super) fn set_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `value` outlives the call and its size is passed exactly; fd is a socket we own.
     cvt(unsafe {
         libc::setsockopt(
@@ -92,7 +97,7 @@ fn bound(addr: SocketAddr, reuseport: bool) -> io::Result<OwnedFd> {
     Ok(owned)
 }
 
-fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+pub(super) fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = match addr {
@@ -151,18 +156,23 @@ fn sockaddr_of(fd: RawFd, call: NameCall) -> io::Result<SocketAddr> {
             &mut len,
         )
     })?;
+    addr_of(&storage)
+}
+
+/// The address in a `sockaddr_storage` the kernel filled in.
+pub(super) fn addr_of(storage: &libc::sockaddr_storage) -> io::Result<SocketAddr> {
     match i32::from(storage.ss_family) {
         libc::AF_INET => {
             // SAFETY: the kernel wrote a sockaddr_in (family checked).
             let sin: libc::sockaddr_in =
-                unsafe { std::ptr::read((&storage as *const libc::sockaddr_storage).cast()) };
+                unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
             let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
             Ok(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
         }
         libc::AF_INET6 => {
             // SAFETY: the kernel wrote a sockaddr_in6 (family checked).
             let sin6: libc::sockaddr_in6 =
-                unsafe { std::ptr::read((&storage as *const libc::sockaddr_storage).cast()) };
+                unsafe { std::ptr::read((storage as *const libc::sockaddr_storage).cast()) };
             let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
             Ok(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
         }

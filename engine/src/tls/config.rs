@@ -93,6 +93,9 @@ pub struct TlsSettings {
     pub ticket_lifetime: Duration,
     /// Most early-data bytes accepted per connection (0 turns 0-RTT off).
     pub max_early_data: u32,
+    /// Send what answers early data in the server's first flight (TLS 1.3 0.5-RTT data),
+    /// before the client's Finished (`--tls-early-answer`).
+    pub early_answer: bool,
     /// Let connections export their traffic secrets after the handshake (for kTLS).
     pub ktls: bool,
     /// ALPN protocols offered, in order of preference (`h2`, `http/1.1`).
@@ -159,9 +162,13 @@ pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
         None if s.max_early_data > 0 => config.max_early_data_size = s.max_early_data,
         None => config.ticketer = rustls::crypto::ring::Ticketer::new()?,
     }
-    // Answers to early data wait for the client's Finished: nothing is sent on the strength of
-    // a replayable flight alone.
-    config.send_half_rtt_data = false;
+    // 0.5-RTT data: what answers early data (a GET or HEAD, whose replay changes nothing but a
+    // click the processor de-duplicates) rides the server's first flight, so a returning visitor
+    // has the redirect one round trip after the TCP handshake. Off, answers wait for the
+    // client's Finished. A full handshake has nothing to send early but HTTP/2's SETTINGS,
+    // which then go in the first flight as well (rustls never sends early when it asks for a
+    // client certificate, which the engine does not).
+    config.send_half_rtt_data = s.early_answer;
     config.enable_secret_extraction = s.ktls;
     Ok(Arc::new(config))
 }

@@ -505,3 +505,142 @@ fn sighup_reloads_the_certificate() {
     ]);
     assert_eq!(status, 302);
 }
+
+/// A rustls client of the engine's CA, TLS 1.3 only, keeping its tickets, willing to send
+/// early data.
+fn early_client(pki: &Pki) -> std::sync::Arc<rustls::ClientConfig> {
+    let roots = lasthop_tls::root_store(&pki.ca).unwrap();
+    let mut config =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(lasthop_tls::provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    config.enable_early_data = true;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    std::sync::Arc::new(config)
+}
+
+/// Reads from `sock` into `conn` for `wait` (or until an answer's head is in), sending
+/// nothing; the plaintext that arrived.
+fn read_without_writing(
+    conn: &mut rustls::ClientConnection,
+    sock: &mut TcpStream,
+    wait: Duration,
+) -> Vec<u8> {
+    let deadline = Instant::now() + wait;
+    let mut plain = Vec::new();
+    let mut buf = [0u8; 16_384];
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    while Instant::now() < deadline && !plain.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = match sock.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let mut data = &buf[..n];
+        while !data.is_empty() {
+            conn.read_tls(&mut data).unwrap();
+            conn.process_new_packets().unwrap();
+        }
+        let _ = conn.reader().read_to_end(&mut plain);
+    }
+    plain
+}
+
+/// 0-RTT early answers (`--tls-early-answer`, on by default): a resumed client sends its GET in
+/// early data and holds back its Finished; the 302 arrives all the same, in the server's first
+/// flight. Off, nothing arrives until the Finished is sent.
+#[test]
+fn early_data_is_answered_before_the_client_finished() {
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let get = format!("GET /{code} HTTP/1.1\r\nHost: lh.test\r\nUser-Agent: early/1\r\n\r\n");
+    for answer in ["on", "off"] {
+        let spool = site.dir.path().join(format!("spool-{answer}"));
+        let e = start(
+            &site,
+            &pki,
+            &[
+                "--tls-early-answer",
+                answer,
+                "--click-spool",
+                spool.to_str().unwrap(),
+                "--click-flush-ms",
+                "20",
+            ],
+        );
+        let addr = e.tls.as_deref().unwrap();
+        let config = early_client(&pki);
+        // A full handshake for a ticket (which arrives after the client's Finished).
+        {
+            let mut conn =
+                rustls::ClientConnection::new(config.clone(), "lh.test".try_into().unwrap())
+                    .unwrap();
+            let mut sock = TcpStream::connect(addr).unwrap();
+            let mut tls = rustls::Stream::new(&mut conn, &mut sock);
+            tls.write_all(get.as_bytes()).unwrap();
+            let mut head = [0u8; 20];
+            tls.read_exact(&mut head).unwrap();
+            assert_eq!(&head[..], b"HTTP/1.1 302 Found\r\n");
+        }
+        let mut conn =
+            rustls::ClientConnection::new(config.clone(), "lh.test".try_into().unwrap()).unwrap();
+        conn.early_data()
+            .expect("the ticket allows early data")
+            .write_all(get.as_bytes())
+            .unwrap();
+        let mut sock = TcpStream::connect(addr).unwrap();
+        // The ClientHello and the early data, then nothing more from this side.
+        while conn.wants_write() {
+            conn.write_tls(&mut sock).unwrap();
+        }
+        let early = read_without_writing(&mut conn, &mut sock, Duration::from_secs(1));
+        assert!(conn.is_early_data_accepted(), "{answer}");
+        assert!(
+            !conn.is_handshaking() && conn.wants_write(),
+            "the client's Finished is still unsent ({answer})"
+        );
+        let plain = if answer == "on" {
+            early
+        } else {
+            assert!(
+                early.is_empty(),
+                "no answer before the Finished: {}",
+                String::from_utf8_lossy(&early)
+            );
+            while conn.wants_write() {
+                conn.write_tls(&mut sock).unwrap();
+            }
+            read_without_writing(&mut conn, &mut sock, Duration::from_secs(5))
+        };
+        let text = String::from_utf8_lossy(&plain);
+        assert!(
+            text.starts_with("HTTP/1.1 302 Found\r\n"),
+            "{answer}: {text}"
+        );
+        let m = curl(&[&format!("http://{}/metrics", e.admin)]).2;
+        assert!(
+            m.contains("lasthop_engine_tls_handshakes_total{kind=\"early_data\"} 1"),
+            "{m}"
+        );
+        // Its click says it came in early data (the processor counts one per visitor, code
+        // and minute); the full handshake's does not.
+        lasthop_testkit::wait_until(Duration::from_secs(5), "two clicks in the spool", || {
+            crate::clicks::spool_events(&spool).len() == 2
+        });
+        let events = crate::clicks::spool_events(&spool);
+        let early = events.iter().filter(|(e, _)| e.early).count();
+        assert_eq!(early, 1, "{answer}: {events:?}");
+    }
+}
