@@ -42,6 +42,24 @@ pub(crate) enum SafeMode {
     Off,
 }
 
+/// An `--alt-svc` value: printable ASCII (it goes on the wire as it is).
+fn alt_svc_value(v: &str) -> Result<String, String> {
+    if v.is_empty() || !v.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err("printable ASCII, e.g. h3=\":443\"; ma=86400, or off".into());
+    }
+    Ok(v.to_string())
+}
+
+/// The `Alt-Svc` line for answers over TLS: `value` as given (none for `off`), else, when QUIC
+/// is served on `quic_port`, HTTP/3 there for a day.
+pub(crate) fn alt_svc_header(value: Option<&str>, quic_port: Option<u16>) -> Vec<u8> {
+    match (value, quic_port) {
+        (Some("off"), _) | (None, None) => Vec::new(),
+        (Some(v), _) => format!("Alt-Svc: {v}\r\n").into_bytes(),
+        (None, Some(port)) => format!("Alt-Svc: h3=\":{port}\"; ma=86400\r\n").into_bytes(),
+    }
+}
+
 /// The `Strict-Transport-Security` line for HTTPS answers (empty when `max_age` is 0).
 pub(crate) fn hsts_header(max_age: u64, preload: bool) -> Vec<u8> {
     if max_age == 0 {
@@ -217,6 +235,33 @@ pub(crate) struct Args {
     /// Any other method in early data gets 425 Too Early either way.
     #[arg(long, value_enum, default_value = "on")]
     pub(crate) tls_early_answer: OnOff,
+    /// HTTP/3 over QUIC v1 on this UDP address (default: `--tls-listen`'s address and port, over
+    /// UDP). The same certificate and key; TLS 1.3 only, ALPN `h3`, 0-RTT as on TCP.
+    #[arg(long, env = "LASTHOP_QUIC_LISTEN", requires_all = ["cert", "key"])]
+    pub(crate) quic_listen: Option<SocketAddr>,
+    /// Serve no QUIC (HTTP/3), not even on `--tls-listen`'s port.
+    #[arg(long, conflicts_with = "quic_listen")]
+    pub(crate) no_quic: bool,
+    /// When a new QUIC connection must first prove its address with a Retry (RFC 9000 §8.1.2):
+    /// `auto` once this core has more than `--quic-retry-threshold` handshakes in flight,
+    /// `always`, or `never`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(crate) quic_retry: lasthop_engine::quic::RetryMode,
+    /// Handshakes in flight on one core past which `--quic-retry auto` sends Retries.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) quic_retry_threshold: usize,
+    /// Bytes of early packets (0-RTT among them) buffered for one connection not yet accepted.
+    #[arg(long, default_value_t = 65_536)]
+    pub(crate) quic_max_early_buffer: u64,
+    /// Bytes of such packets buffered on one core in total.
+    #[arg(long, default_value_t = 16 << 20)]
+    pub(crate) quic_max_early_buffer_total: u64,
+    /// Most concurrent requests (bidirectional streams) per QUIC connection.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) quic_max_streams: u64,
+    /// Close QUIC connections idle this many seconds (default: `--idle-timeout`).
+    #[arg(long)]
+    pub(crate) quic_idle_timeout: Option<u64>,
     /// The protocols offered in ALPN on `--tls-listen`, in order of preference: `h2` and
     /// `http/1.1` (`--alpn http/1.1` turns HTTP/2 off on TLS).
     #[arg(long, value_delimiter = ',', default_value = "h2,http/1.1", value_parser = ["h2", "http/1.1"])]
@@ -262,6 +307,11 @@ pub(crate) struct Args {
     /// Add `includeSubDomains; preload` to the HSTS header.
     #[arg(long)]
     pub(crate) hsts_preload: bool,
+    /// The `Alt-Svc` field every answer over TLS carries, so a browser that came over TCP
+    /// tries HTTP/3 next (RFC 7838). Default, when QUIC is served: `h3=":PORT"; ma=86400` with
+    /// the QUIC port; `off` sends none.
+    #[arg(long, value_parser = alt_svc_value)]
+    pub(crate) alt_svc: Option<String>,
     /// Answer every request on the plain listener with a 301 to the same target on the HTTPS
     /// listener (`https://HOST[:port]/...`), as HSTS preload requires. Needs `--tls-listen`.
     #[arg(long, requires = "tls_listen")]

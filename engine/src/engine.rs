@@ -4,7 +4,7 @@
 //! has the threads they start.
 
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -26,14 +26,15 @@ use lasthop_engine::io::uring::{self, TlsListen, UringConfig};
 use lasthop_engine::io::xdp::{run::XdpCore, Attachment, Program, XskMap};
 use lasthop_engine::metrics::EngineMetrics;
 use lasthop_engine::origin::{Origin, OriginConfig, OriginInbox};
-use lasthop_engine::serve::{self, Backend, CoreConfig, CoreStart, Shared};
+use lasthop_engine::serve::{self, Backend, CoreConfig, CoreStart, QuicStart, Shared};
 use lasthop_engine::tables::Tables;
 use lasthop_engine::tls::{self, TlsSettings};
 use lasthop_engine::topk::TopK;
 use lasthop_snapshot::Snapshot;
 
 use crate::config::{
-    default_engine_id, hsts_header, Args, ClicksSink, Io, OnOff, SafeMode, SnapshotMemory,
+    alt_svc_header, default_engine_id, hsts_header, Args, ClicksSink, Io, OnOff, SafeMode,
+    SnapshotMemory,
 };
 
 /// What `--engine-id` and `--pop` may be.
@@ -235,6 +236,7 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
     let (listeners, bound) = serve::listeners(args.listen, cores.count)
         .with_context(|| format!("binding {}", args.listen))?;
     let (mut https, tls_listeners) = start_tls(&args, &cores, &services)?;
+    let (quic_bound, quic) = start_quic(&args, &cores, &https, &services)?;
     let admin = start_admin(&args, &services)?;
     let publishing = start_feed(
         &args,
@@ -244,17 +246,19 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
         bound,
         &services,
     )?;
-    let config = core_config(&args, cores.backend, &https, &services)?;
+    let config = core_config(&args, cores.backend, &https, quic_bound, &services)?;
     let sockets = CoreSockets {
         listeners,
         inboxes,
         tls: tls_listeners,
+        quic,
     };
     let handles = start_cores(&cores, sockets, &config, &services, &publishing.shared)?;
     let flusher = start_clicks(&args, &services, &publishing.engine_id)?;
     let addrs = Addrs {
         listen: bound,
         tls: https.bound,
+        quic: quic_bound,
         admin: admin.addr,
     };
     go_live(
@@ -460,6 +464,8 @@ struct Services {
     feed_stats: Option<Arc<FeedStats>>,
     /// With `--tls-listen`.
     tls_stats: Option<Arc<tls::TlsStats>>,
+    /// When HTTP/3 is served ([`quic_wanted`]).
+    quic_stats: Option<Arc<lasthop_engine::quic::QuicStats>>,
     /// The cores' click buffers, unless `--clicks off`.
     clicks: Option<Arc<clicks::Clicks>>,
 }
@@ -506,6 +512,10 @@ fn start_services(
     metrics.feed = feed_stats.clone();
     let tls_stats = args.tls_listen.map(|_| Arc::new(tls::TlsStats::default()));
     metrics.tls = tls_stats.clone();
+    let quic_stats = quic_wanted(args, cores.backend)
+        .is_ok()
+        .then(|| Arc::new(lasthop_engine::quic::QuicStats::default()));
+    metrics.quic = quic_stats.clone();
     let clicks = click_buffers(args, cores.count)?;
     metrics.clicks = clicks.clone();
     let services = Services {
@@ -514,6 +524,7 @@ fn start_services(
         tops: (0..cores.count).map(|_| Arc::new(TopK::new())).collect(),
         feed_stats,
         tls_stats,
+        quic_stats,
         clicks,
     };
     Ok((services, inboxes))
@@ -610,6 +621,83 @@ fn start_tls(
         https.config = Some(holder);
     }
     Ok((https, listeners))
+}
+
+/// Whether HTTP/3 is served: with `--quic-listen`, or `--tls-listen` without `--no-quic`, on
+/// the io_uring backend. `Err` says why not (logged at start when a listener was asked for).
+fn quic_wanted(args: &Args, backend: Backend) -> Result<(), &'static str> {
+    if args.no_quic {
+        return Err("--no-quic");
+    }
+    if args.quic_listen.is_none() && args.tls_listen.is_none() {
+        return Err("no --tls-listen or --quic-listen");
+    }
+    if backend != Backend::Uring {
+        return Err("QUIC is served on the io_uring backend only (the epoll fallback and AF_XDP serve none)");
+    }
+    Ok(())
+}
+
+/// With HTTP/3 wanted: one SO_REUSEPORT UDP socket per core (bound in core order, the steering
+/// program on the group) on `--quic-listen`, else `--tls-listen`'s address and port; the QUIC
+/// configuration every core shares. Returns the address bound and each core's socket.
+fn start_quic(
+    args: &Args,
+    cores: &Cores,
+    https: &Https,
+    services: &Services,
+) -> anyhow::Result<(Option<SocketAddr>, Vec<Option<QuicStart>>)> {
+    let mut sockets: Vec<Option<QuicStart>> = (0..cores.count).map(|_| None).collect();
+    if let Err(why) = quic_wanted(args, cores.backend) {
+        if args.quic_listen.is_some() || (args.tls_listen.is_some() && !args.no_quic) {
+            tracing::warn!(reason = why, "HTTP/3 is not served");
+        }
+        return Ok((None, sockets));
+    }
+    let (Some(settings), Some(stats)) = (&https.settings, &services.quic_stats) else {
+        anyhow::bail!("--quic-listen needs --cert and --key");
+    };
+    let Some(addr) = args.quic_listen.or(https.bound) else {
+        return Ok((None, sockets));
+    };
+    let tls = tls::config::quic_server_config(settings)
+        .context("loading the TLS certificate and key for QUIC")?;
+    let idle = args.quic_idle_timeout.unwrap_or(args.idle_timeout);
+    let quic_settings = lasthop_engine::quic::QuicSettings {
+        retry: args.quic_retry,
+        retry_threshold: args.quic_retry_threshold,
+        max_early_buffer: args.quic_max_early_buffer,
+        max_early_total: args.quic_max_early_buffer_total,
+        max_streams: args.quic_max_streams,
+        idle_timeout: Duration::from_secs(idle),
+        h3: lasthop_engine::h3::H3Limits {
+            max_field_section_size: u64::from(args.h2_max_header_list_size),
+            max_fields: args.h2_max_header_fields,
+        },
+    };
+    let shared = lasthop_engine::quic::QuicShared::new(tls, quic_settings, Arc::clone(stats))?;
+    let first = lasthop_engine::io::udp::reuseport_udp(addr)
+        .with_context(|| format!("binding udp {addr}"))?;
+    let bound = lasthop_engine::io::socket::local_addr(first.as_raw_fd())?;
+    let mut all = vec![first];
+    for _ in 1..cores.count {
+        all.push(
+            lasthop_engine::io::udp::reuseport_udp(bound)
+                .with_context(|| format!("binding udp {bound}"))?,
+        );
+    }
+    if let Err(e) = lasthop_engine::io::udp::steer_by_connection_id(all[0].as_raw_fd()) {
+        // Without it the kernel's hash still keeps a connection on one core while the
+        // client's address and port stay the same; a rebinding client loses its connection.
+        tracing::warn!(error = %e, "QUIC packets are steered by the kernel's hash only");
+    }
+    for (slot, socket) in sockets.iter_mut().zip(all) {
+        *slot = Some(QuicStart {
+            socket,
+            shared: shared.clone(),
+        });
+    }
+    Ok((Some(bound), sockets))
 }
 
 /// kTLS, probed once with `--tls-listen`: where the kernel takes the TLS ULP, connections are
@@ -720,6 +808,7 @@ fn core_config(
     args: &Args,
     backend: Backend,
     https: &Https,
+    quic: Option<SocketAddr>,
     services: &Services,
 ) -> anyhow::Result<CoreConfig> {
     Ok(CoreConfig {
@@ -750,7 +839,13 @@ fn core_config(
         },
         fixed: args.fixed_response,
         top_sample: args.top_sample,
-        hsts: hsts_header(args.hsts_max_age, args.hsts_preload).into(),
+        // The lines every answer over TLS carries: HSTS, then Alt-Svc.
+        hsts: [
+            hsts_header(args.hsts_max_age, args.hsts_preload),
+            alt_svc_header(args.alt_svc.as_deref(), quic.map(|q| q.port())),
+        ]
+        .concat()
+        .into(),
         coverage: https.coverage.clone(),
         // The port bound (an ephemeral `:0` is known only now).
         https_redirect: https
@@ -772,6 +867,7 @@ struct CoreSockets {
     listeners: Vec<OwnedFd>,
     inboxes: Vec<Option<OriginInbox>>,
     tls: Vec<Option<TlsListen>>,
+    quic: Vec<Option<QuicStart>>,
 }
 
 /// A serving core's thread, which returns once the core has drained.
@@ -787,11 +883,12 @@ fn start_cores(
     shared: &Arc<Shared>,
 ) -> anyhow::Result<Vec<CoreHandle>> {
     let mut handles = Vec::with_capacity(cores.count);
-    for (index, ((listener, inbox), tls)) in sockets
+    for (index, (((listener, inbox), tls), quic)) in sockets
         .listeners
         .into_iter()
         .zip(sockets.inboxes)
         .zip(sockets.tls)
+        .zip(sockets.quic)
         .enumerate()
     {
         let start = CoreStart {
@@ -803,6 +900,7 @@ fn start_cores(
             top: Arc::clone(&services.tops[index]),
             feed: services.feed_stats.clone(),
             tls,
+            quic,
             clicks: services.clicks.as_ref().and_then(|c| c.recorder(index)),
             #[cfg(feature = "xdp")]
             xdp: cores.xdp.as_ref().map(|x| x.core(index)),
@@ -884,6 +982,7 @@ fn kafka_sink(_: &Args, _: &clicks::Clicks) -> anyhow::Result<Box<dyn clicks::Si
 struct Addrs {
     listen: SocketAddr,
     tls: Option<SocketAddr>,
+    quic: Option<SocketAddr>,
     admin: SocketAddr,
 }
 
@@ -917,6 +1016,12 @@ fn go_live(
     println!("admin listening on http://{}", addrs.admin);
     if let Some(b) = addrs.tls {
         println!("tls listening on https://{b}");
+        match addrs.quic {
+            Some(q) => println!("quic listening on udp://{q}"),
+            None => println!("quic not served"),
+        }
+    } else if let Some(q) = addrs.quic {
+        println!("quic listening on udp://{q}");
     }
     use std::io::Write as _;
     std::io::stdout().flush()?;

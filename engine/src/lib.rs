@@ -31,8 +31,9 @@ pub mod feed;
 pub mod io;
 pub mod metrics;
 pub mod origin;
+pub mod quic;
 pub mod serve;
 pub mod session;
 pub mod tls;
 
-pub use lasthop_edge::{answer, h2, http, render, tables, topk};
+pub use lasthop_edge::{answer, h2, h3, http, render, tables, topk};

@@ -142,7 +142,7 @@ pub struct CoreConfig {
     pub fixed: bool,
     /// One redirect in this many is counted in the hot-code sketch.
     pub top_sample: u64,
-    /// `Strict-Transport-Security` line(s) for HTTPS answers.
+    /// Header lines for every answer over TLS: `Strict-Transport-Security`, then `Alt-Svc`.
     pub hsts: Arc<[u8]>,
     /// `--redirect-http-to-https`: the HTTPS port plain-listener requests are redirected to.
     pub https_redirect: Option<u16>,
@@ -173,6 +173,14 @@ pub fn listeners(addr: SocketAddr, cores: usize) -> std::io::Result<(Vec<OwnedFd
     Ok((all, bound))
 }
 
+/// A core's QUIC socket (its place in the reuseport group is the core's index) and the
+/// configuration shared by every core's endpoint.
+#[derive(Debug)]
+pub struct QuicStart {
+    pub socket: OwnedFd,
+    pub shared: crate::quic::QuicShared,
+}
+
 /// Everything one core needs to start.
 #[derive(Debug)]
 pub struct CoreStart {
@@ -186,6 +194,8 @@ pub struct CoreStart {
     pub feed: Option<Arc<crate::feed::FeedStats>>,
     /// The core's HTTPS listener, with `--tls-listen` (io_uring and AF_XDP backends).
     pub tls: Option<crate::io::uring::TlsListen>,
+    /// The core's QUIC socket and what every core's endpoint shares, when HTTP/3 is served.
+    pub quic: Option<QuicStart>,
     /// The core's click recorder, unless `--clicks off`.
     pub clicks: Option<crate::clicks::Recorder>,
     /// With `--io xdp`: the queue this core serves and the XSKMAP its socket goes in.
@@ -328,6 +338,9 @@ async fn run_core(
             start.inbox,
             config.uring.clone(),
             start.tls,
+            start
+                .quic
+                .map(|q| crate::quic::QuicCore::new(start.index, q.socket, q.shared)),
         )?)),
         Backend::Epoll => Loop::Epoll(Box::new(EpollLoop::new(
             start.listener,

@@ -28,7 +28,8 @@ pub struct CoreCtx {
     pub top: Arc<TopK>,
     /// The feed's counters, with `--control`.
     pub feed: Option<Arc<crate::feed::FeedStats>>,
-    /// Header lines added to every HTTPS answer (`Strict-Transport-Security`), CRLF-terminated.
+    /// Header lines added to every answer over TLS (`Strict-Transport-Security`, `Alt-Svc`),
+    /// CRLF-terminated.
     pub hsts: Arc<[u8]>,
     /// The preview and interstitial pages' extras (the report form).
     pub pages: Arc<Pages>,
@@ -91,7 +92,7 @@ impl CoreCtx {
 const LATENCY_SAMPLE: u64 = 16;
 
 /// A session's effects, carried out on this core for the connection `token` names.
-struct CoreEffects<'a> {
+pub(crate) struct CoreEffects<'a> {
     ctx: &'a CoreCtx,
     token: u64,
     peer: Option<std::net::IpAddr>,
@@ -173,6 +174,12 @@ pub trait Drive {
 }
 
 impl<'a> CoreEffects<'a> {
+    /// The sink for a connection without a [`Session`] (an HTTP/3 one): `token` names it to
+    /// the origin's replies, `peer` is its client.
+    pub(crate) fn for_peer(ctx: &'a CoreCtx, token: u64, peer: Option<std::net::IpAddr>) -> Self {
+        CoreEffects { ctx, token, peer }
+    }
+
     /// The sink for `session`, the connection `token` names on this core.
     #[inline]
     fn new(ctx: &'a CoreCtx, token: u64, session: &Session) -> Self {

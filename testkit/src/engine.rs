@@ -82,6 +82,9 @@ pub struct Engine {
     pub log: PathBuf,
     /// The HTTPS listener, when started with `--tls-listen`.
     pub tls: Option<String>,
+    /// The QUIC (HTTP/3) listener, when the engine serves one (`--tls-listen` without
+    /// `--no-quic`, on io_uring).
+    pub quic: Option<String>,
 }
 
 static ENGINES: AtomicUsize = AtomicUsize::new(0);
@@ -167,12 +170,24 @@ impl Engine {
         } else {
             None
         };
+        // With TLS the engine says where QUIC is, or that it serves none.
+        let quic = if tls.is_some() {
+            let mut fourth = String::new();
+            out.read_line(&mut fourth).expect("read");
+            fourth
+                .trim()
+                .strip_prefix("quic listening on udp://")
+                .map(str::to_string)
+        } else {
+            None
+        };
         Engine {
             child,
             addr,
             admin,
             log,
             tls,
+            quic,
         }
     }
 

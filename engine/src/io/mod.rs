@@ -8,6 +8,7 @@ pub mod epoll;
 pub mod eventfd;
 pub mod signals;
 pub mod socket;
+pub mod udp;
 pub mod uring;
 #[cfg(feature = "xdp")]
 pub mod xdp;

@@ -325,6 +325,8 @@ pub struct EngineMetrics {
     pub feed: Option<Arc<crate::feed::FeedStats>>,
     /// TLS counters, when `--tls-listen` is given.
     pub tls: Option<Arc<crate::tls::TlsStats>>,
+    /// QUIC counters, when HTTP/3 is served.
+    pub quic: Option<Arc<crate::quic::QuicStats>>,
     /// Click recording, unless `--clicks off`.
     pub clicks: Option<Arc<crate::clicks::Clicks>>,
 }
@@ -343,6 +345,7 @@ impl EngineMetrics {
             origin: None,
             feed: None,
             tls: None,
+            quic: None,
             clicks: None,
         }
     }
@@ -656,6 +659,9 @@ impl EngineMetrics {
         }
         if let Some(tls) = &self.tls {
             tls.render(o);
+        }
+        if let Some(quic) = &self.quic {
+            quic.render(o);
         }
         if let Some(clicks) = &self.clicks {
             clicks.render(o);

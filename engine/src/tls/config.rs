@@ -121,6 +121,22 @@ pub enum TlsError {
 
 /// Builds the server configuration from the PEM files (ECDSA P-256, Ed25519 and RSA keys work).
 pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
+    build(s, false)
+}
+
+/// The configuration of the QUIC listener: the same certificate, groups and certificate
+/// compression as TCP, TLS 1.3 only, ALPN `h3`, and 0-RTT with `max_early_data_size` at
+/// `u32::MAX` as QUIC requires (RFC 9001 §4.6.1: the transport's flow control bounds it) unless
+/// `--tls-max-early-data 0` or a ticket key file turns 0-RTT off. One configuration serves
+/// every core, so its session store (rustls' single-use replay guard) is shared: a resumed
+/// Initial may land on any core.
+pub fn quic_server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
+    build(s, true)
+}
+
+static TLS13_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+
+fn build(s: &TlsSettings, quic: bool) -> Result<Arc<ServerConfig>, TlsError> {
     let certs = lasthop_tls::certs(&s.cert)?;
     let key = lasthop_tls::private_key(&s.key)?;
     let groups = if s.groups.is_empty() {
@@ -130,10 +146,16 @@ pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
     };
     let provider = Arc::new(server_provider(groups));
     let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(lasthop_tls::VERSIONS)?
+        .with_protocol_versions(if quic {
+            TLS13_ONLY
+        } else {
+            lasthop_tls::VERSIONS
+        })?
         .with_no_client_auth()
         .with_single_cert(certs, key)?;
-    config.alpn_protocols = if s.alpn.is_empty() {
+    config.alpn_protocols = if quic {
+        vec![b"h3".to_vec()]
+    } else if s.alpn.is_empty() {
         vec![b"http/1.1".to_vec()]
     } else {
         s.alpn.clone()
@@ -159,7 +181,9 @@ pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
             config.ticketer = Arc::new(FileTicketer::load(path, s.ticket_lifetime)?);
             config.max_early_data_size = 0;
         }
-        None if s.max_early_data > 0 => config.max_early_data_size = s.max_early_data,
+        None if s.max_early_data > 0 => {
+            config.max_early_data_size = if quic { u32::MAX } else { s.max_early_data }
+        }
         None => config.ticketer = rustls::crypto::ring::Ticketer::new()?,
     }
     // 0.5-RTT data: what answers early data (a GET or HEAD, whose replay changes nothing but a
@@ -169,6 +193,6 @@ pub fn server_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
     // which then go in the first flight as well (rustls never sends early when it asks for a
     // client certificate, which the engine does not).
     config.send_half_rtt_data = s.early_answer;
-    config.enable_secret_extraction = s.ktls;
+    config.enable_secret_extraction = s.ktls && !quic;
     Ok(Arc::new(config))
 }

@@ -15,8 +15,8 @@ use crate::serving::Fixture;
 
 /// The serving contract over HTTP/2 against `base` (`http://ADDR` with prior knowledge, or
 /// `https://NAME:PORT`), curl given `extra` (`--http2-prior-knowledge`, or `--http2` and how
-/// to trust and reach the server). `https`: answers carry HSTS.
-pub fn check_serving_h2(f: &Fixture, base: &str, extra: &[&str], https: bool, what: &str) {
+/// to trust and reach the server). `https`: answers carry HSTS and this `Alt-Svc` value.
+pub fn check_serving_h2(f: &Fixture, base: &str, extra: &[&str], https: Option<&str>, what: &str) {
     let get = |args: &[&str]| {
         let mut all: Vec<&str> = extra.to_vec();
         all.extend_from_slice(args);
@@ -43,8 +43,11 @@ pub fn check_serving_h2(f: &Fixture, base: &str, extra: &[&str], https: bool, wh
         "cache-control: private, max-age=300",
         "content-length: 0",
     ];
-    if https {
+    let alt_svc;
+    if let Some(alt) = https {
         want.push("strict-transport-security: max-age=31536000");
+        alt_svc = format!("alt-svc: {alt}");
+        want.push(&alt_svc);
     }
     assert_eq!(rest, want, "{what}");
     assert!(body.is_empty());
@@ -113,7 +116,7 @@ fn h2c(io: &str) {
     let f = crate::serving::fixture();
     let engine = f.site.start(&["--io", io]);
     let base = format!("http://{}", engine.addr);
-    check_serving_h2(&f, &base, &["--http2-prior-knowledge"], false, io);
+    check_serving_h2(&f, &base, &["--http2-prior-knowledge"], None, io);
     // HTTP/1 on the same listener is untouched.
     crate::serving::check_serving(&f, &engine, io);
     assert!(
@@ -177,11 +180,14 @@ fn h2_over_tls_with_curl_nghttp_and_h2load() {
     let resolve = format!("lh.test:{port}:127.0.0.1");
     let ca = pki.ca.to_str().unwrap();
     let base = format!("https://lh.test:{port}");
+    // HTTP/3 on the same port over UDP, advertised on every answer over TLS.
+    let alt_svc = format!("h3=\":{port}\"; ma=86400");
+    assert_eq!(e.quic.as_deref(), Some(&*format!("127.0.0.1:{port}")));
     check_serving_h2(
         &f,
         &base,
         &["--http2", "--cacert", ca, "--resolve", &resolve],
-        true,
+        Some(&alt_svc),
         "tls",
     );
     // nghttp: the server's SETTINGS, then the answer.

@@ -9,6 +9,10 @@
 //! - `h2`: HTTP/2 on every backend (TLS with ALPN, h2c with prior knowledge): the serving
 //!   contract with curl, nghttp, h2load and headless Chromium, and each flood limit with raw
 //!   frames;
+//! - `h3`: HTTP/3 over QUIC with aioquic (the exact 302, 0-RTT's answer in the server's first
+//!   flight from its qlog, amplification, HEAD/404/410/preview/405/425, Retry, a client that
+//!   changes its port, SIGTERM's GOAWAY) and ngtcp2 (0-RTT, Retry, version negotiation), and
+//!   `Alt-Svc` over TCP;
 //! - `flight`: the TLS first flight with a rustls client: the post-quantum hybrid and X25519
 //!   each alone, `--tls-groups`, certificate compression, a ClientHello in pieces;
 //! - `tls`: HTTPS with curl and openssl: handshakes, resumption, 0-RTT, HSTS, the kTLS hand-off
@@ -23,6 +27,7 @@
 mod clicks;
 mod flight;
 mod h2;
+mod h3;
 mod harness;
 mod lifecycle;
 mod serving;

@@ -641,7 +641,7 @@ fn the_engine_serves_its_contract_over_af_xdp() {
         &f,
         &format!("http://{listen}"),
         &["--http2-prior-knowledge"],
-        false,
+        None,
         "xdp h2c",
     );
     // Every connection above reached the engine through the socket: the kernel in the

@@ -43,6 +43,8 @@ const WAKE: u64 = 6;
 const CANCEL: u64 = 7;
 const ACCEPT_TLS: u64 = 8;
 const INSTALL: u64 = 9;
+/// The QUIC socket is readable (a multishot poll).
+const QUIC: u64 = 10;
 
 /// A connection whose unanswered input grows past this is dropped (it is not speaking HTTP to us
 /// the way a client would).
@@ -163,6 +165,8 @@ pub struct UringLoop {
     /// user_data: the kernel may still read them, so they live until the completion arrives
     /// (the fixed slot itself may already serve a new connection).
     graveyard: Vec<(u64, Vec<u8>)>,
+    /// This core's QUIC endpoint, with `--quic-listen` (or `--tls-listen`).
+    quic: Option<crate::quic::QuicCore>,
 }
 
 impl std::fmt::Debug for UringLoop {
@@ -180,6 +184,7 @@ impl UringLoop {
         inbox: Option<OriginInbox>,
         config: UringConfig,
         tls: Option<TlsListen>,
+        quic: Option<crate::quic::QuicCore>,
     ) -> io::Result<Self> {
         let ring = build_ring(config.entries)?;
         ring.submitter().register_files_sparse(config.max_conns)?;
@@ -212,7 +217,9 @@ impl UringLoop {
             handshakes: 0,
             entered: Instant::now(),
             graveyard: Vec::new(),
+            quic,
         };
+        this.arm_quic()?;
         this.arm_accept()?;
         this.arm_accept_tls()?;
         let tick = opcode::Timeout::new(&*this.tick_ts)
@@ -272,6 +279,19 @@ impl UringLoop {
             .build()
             .user_data(user_data(ACCEPT_TLS, 0, 0));
         self.tls_accepting = true;
+        self.push(sqe)
+    }
+
+    /// Waits for datagrams on the QUIC socket (readiness only: they are read with `recvmsg`,
+    /// which GRO needs, in [`crate::quic::QuicCore::on_readable`]).
+    fn arm_quic(&mut self) -> io::Result<()> {
+        let Some(fd) = self.quic.as_ref().map(|q| q.socket().as_raw_fd()) else {
+            return Ok(());
+        };
+        let sqe = opcode::PollAdd::new(Fd(fd), libc::POLLIN as u32)
+            .multi(true)
+            .build()
+            .user_data(user_data(QUIC, 0, 0));
         self.push(sqe)
     }
 
@@ -368,6 +388,9 @@ impl UringLoop {
     /// Stops accepting (drain on SIGTERM): cancels the multishot accept; HTTP/2 connections
     /// say GOAWAY and close once their streams are answered.
     pub fn stop_accepting(&mut self, ctx: &CoreCtx) -> io::Result<()> {
+        if let Some(q) = self.quic.as_mut() {
+            q.drain(ctx);
+        }
         for (idx, slot) in self.conns.iter_mut().enumerate() {
             if let Some(conn) = slot.as_mut().filter(|c| c.session.is_h2() && !c.closing) {
                 let token = user_data(0, conn.gen, idx as u32);
@@ -394,6 +417,7 @@ impl UringLoop {
     /// Connections still open.
     pub fn open_conns(&self) -> usize {
         self.conns.iter().filter(|c| c.is_some()).count()
+            + self.quic.as_ref().map_or(0, crate::quic::QuicCore::open)
     }
 
     /// One turn: submit what is queued, wait for at least one completion (the tick bounds the
@@ -433,7 +457,20 @@ impl UringLoop {
                         self.arm_accept_tls()?;
                     }
                 }
-                TICK => self.on_tick(ctx)?,
+                TICK => {
+                    if let Some(q) = self.quic.as_mut() {
+                        q.on_tick(ctx);
+                    }
+                    self.on_tick(ctx)?;
+                }
+                QUIC => {
+                    if let Some(q) = self.quic.as_mut() {
+                        q.on_readable(ctx)?;
+                    }
+                    if !cqueue::more(flags) {
+                        self.arm_quic()?;
+                    }
+                }
                 INSTALL => self.on_install(gen, idx, res),
                 WAKE => {
                     self.on_wake(ctx)?;
@@ -779,7 +816,13 @@ impl UringLoop {
         let mut replies = std::mem::take(&mut self.replies);
         inbox.drain(&mut replies);
         for reply in replies.drain(..) {
-            let (_, gen, idx) = split(reply.token);
+            let (kind, gen, idx) = split(reply.token);
+            if kind == crate::quic::TOKEN_KIND {
+                if let Some(q) = self.quic.as_mut() {
+                    q.on_origin(reply.token, &reply.code, &reply.answer, ctx);
+                }
+                continue;
+            }
             if let Some(Some(conn)) = self.conns.get_mut(idx as usize) {
                 if conn.gen == gen && !conn.closing {
                     conn.session

@@ -1,0 +1,815 @@
+//! QUIC v1 (RFC 9000/9001) and HTTP/3 on a serving core: `quinn-proto`'s sans-I/O endpoint and
+//! connections, driven by the core's loop through [`QuicCore`] (datagrams in, timers, origin
+//! replies, transmits out), with [`lasthop_edge::h3`] on each connection's streams.
+//!
+//! - One endpoint per core over its own SO_REUSEPORT UDP socket. Connection IDs are 8 bytes
+//!   whose first is the core ([`CoreCids`]); the socket group's steering program
+//!   (`io::udp::steer_by_connection_id`) sends every packet of a connection to that core, a
+//!   client whose port changed included. Initial and 0-RTT packets follow the kernel's hash.
+//! - One `ServerConfig` for all cores: its rustls configuration (shared session store, the
+//!   0-RTT replay guard), its address-validation token key (a Retry issued by one core is
+//!   accepted by another) and the transport limits. The stateless-reset key is shared too.
+//! - 0-RTT: a request read while the handshake is still running came in early data; it is
+//!   answered at once (0.5-RTT data, the server's first flight) with its click flagged early.
+//! - Retry (`--quic-retry`): `always`, `never`, or `auto`, once this core has more handshakes in
+//!   flight than `--quic-retry-threshold`. The 3× amplification limit before validation is
+//!   quinn's (RFC 9000 §8.1).
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use lasthop_edge::h3::{Act, H3Conn, H3Limits};
+use lasthop_edge::session::{How, Proto};
+use quinn_proto::{
+    ConnectionHandle, ConnectionId, ConnectionIdGenerator, DatagramEvent, Dir, EndpointConfig,
+    Event, ServerConfig, StreamEvent, StreamId, Transmit, VarInt,
+};
+
+use crate::io::udp;
+use crate::metrics::prom::{family, sample};
+use crate::origin::OriginAnswer;
+use crate::session::{CoreCtx, CoreEffects};
+
+/// The top byte of the origin tokens of QUIC connections (TCP connections' is 0).
+pub const TOKEN_KIND: u64 = 0x51;
+
+/// Connection ID length: the core, then 7 random bytes.
+const CID_LEN: usize = 8;
+
+/// Datagrams one GSO send may carry.
+const MAX_GSO: usize = 10;
+
+/// When a new Initial is answered with a Retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RetryMode {
+    /// Once the core has more handshakes in flight than the threshold.
+    Auto,
+    Always,
+    Never,
+}
+
+/// What `--quic-*` configure.
+#[derive(Debug, Clone)]
+pub struct QuicSettings {
+    pub retry: RetryMode,
+    pub retry_threshold: usize,
+    /// 0-RTT (and other early) bytes buffered per incoming connection, and per core in total.
+    pub max_early_buffer: u64,
+    pub max_early_total: u64,
+    pub max_streams: u64,
+    pub idle_timeout: Duration,
+    pub h3: H3Limits,
+}
+
+/// QUIC counters, for all cores.
+#[derive(Debug, Default)]
+pub struct QuicStats {
+    connections: AtomicU64,
+    handshakes: AtomicU64,
+    zero_rtt: AtomicU64,
+    retries: AtomicU64,
+    refused: AtomicU64,
+    packets_in: AtomicU64,
+    packets_out: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    gso_sends: AtomicU64,
+    gso_segments: AtomicU64,
+    send_errors: AtomicU64,
+    open: AtomicU64,
+}
+
+impl QuicStats {
+    /// Appends the counters in the Prometheus text format.
+    pub fn render(&self, o: &mut String) {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let counters: [(&str, &str, &AtomicU64); 11] = [
+            (
+                "lasthop_engine_quic_connections_total",
+                "QUIC connections accepted.",
+                &self.connections,
+            ),
+            (
+                "lasthop_engine_quic_handshakes_total",
+                "QUIC handshakes completed.",
+                &self.handshakes,
+            ),
+            (
+                "lasthop_engine_quic_zero_rtt_accepted_total",
+                "QUIC connections that sent requests in accepted 0-RTT early data.",
+                &self.zero_rtt,
+            ),
+            (
+                "lasthop_engine_quic_retries_total",
+                "Initials answered with a Retry (address validation).",
+                &self.retries,
+            ),
+            (
+                "lasthop_engine_quic_refused_total",
+                "Initials refused (draining, or the endpoint's limits).",
+                &self.refused,
+            ),
+            (
+                "lasthop_engine_quic_packets_received_total",
+                "UDP datagrams received on the QUIC listener.",
+                &self.packets_in,
+            ),
+            (
+                "lasthop_engine_quic_packets_sent_total",
+                "UDP datagrams sent by the QUIC listener.",
+                &self.packets_out,
+            ),
+            (
+                "lasthop_engine_quic_bytes_received_total",
+                "UDP payload bytes received on the QUIC listener.",
+                &self.bytes_in,
+            ),
+            (
+                "lasthop_engine_quic_bytes_sent_total",
+                "UDP payload bytes sent by the QUIC listener.",
+                &self.bytes_out,
+            ),
+            (
+                "lasthop_engine_quic_gso_sends_total",
+                "sendmsg calls carrying more than one datagram (UDP_SEGMENT).",
+                &self.gso_sends,
+            ),
+            (
+                "lasthop_engine_quic_send_errors_total",
+                "Datagrams dropped because sendmsg failed (QUIC retransmits).",
+                &self.send_errors,
+            ),
+        ];
+        for (name, help, v) in counters {
+            family(o, name, "counter", help);
+            sample(o, name, "", get(v));
+        }
+        let name = "lasthop_engine_quic_gso_segments_total";
+        family(
+            o,
+            name,
+            "counter",
+            "Datagrams sent in sendmsg calls that carried more than one (segments per GSO send: this over gso_sends).",
+        );
+        sample(o, name, "", get(&self.gso_segments));
+        let name = "lasthop_engine_quic_open_connections";
+        family(o, name, "gauge", "QUIC connections open.");
+        sample(o, name, "", get(&self.open));
+    }
+}
+
+/// Connection IDs that name their core in their first byte.
+#[derive(Debug)]
+struct CoreCids {
+    core: u8,
+}
+
+impl ConnectionIdGenerator for CoreCids {
+    fn generate_cid(&mut self) -> ConnectionId {
+        let mut b = [0u8; CID_LEN];
+        let _ = getrandom::getrandom(&mut b[1..]);
+        b[0] = self.core;
+        ConnectionId::new(&b)
+    }
+
+    fn validate(&self, cid: &ConnectionId) -> Result<(), quinn_proto::InvalidCid> {
+        // Another core's (steering missed it): dropped here rather than answered with a
+        // stateless reset that would end that core's connection.
+        if cid.len() == CID_LEN && cid[0] == self.core {
+            Ok(())
+        } else {
+            Err(quinn_proto::InvalidCid)
+        }
+    }
+
+    fn cid_len(&self) -> usize {
+        CID_LEN
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// What every core's endpoint shares.
+#[derive(Clone)]
+pub struct QuicShared {
+    server: Arc<ServerConfig>,
+    reset_key: Arc<ring::hmac::Key>,
+    settings: QuicSettings,
+    pub stats: Arc<QuicStats>,
+}
+
+impl std::fmt::Debug for QuicShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicShared")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the QUIC listener could not be configured.
+#[derive(Debug, thiserror::Error)]
+pub enum QuicError {
+    #[error("the TLS configuration has no TLS_AES_128_GCM_SHA256, which QUIC's Initials need")]
+    NoInitialSuite,
+    #[error("QUIC transport settings: {0}")]
+    Config(String),
+}
+
+impl QuicShared {
+    /// The shared configuration over `tls` (a [`crate::tls::config::quic_server_config`]).
+    pub fn new(
+        tls: Arc<rustls::ServerConfig>,
+        settings: QuicSettings,
+        stats: Arc<QuicStats>,
+    ) -> Result<QuicShared, QuicError> {
+        let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
+            .map_err(|_| QuicError::NoInitialSuite)?;
+        let mut server = ServerConfig::with_crypto(Arc::new(crypto));
+        let mut transport = quinn_proto::TransportConfig::default();
+        transport
+            .max_concurrent_bidi_streams(
+                VarInt::from_u64(settings.max_streams)
+                    .map_err(|e| QuicError::Config(e.to_string()))?,
+            )
+            // The client's control stream and its two QPACK streams, and room for GREASE.
+            .max_concurrent_uni_streams(VarInt::from_u32(8))
+            .max_idle_timeout(Some(
+                VarInt::from_u64(settings.idle_timeout.as_millis() as u64)
+                    .map_err(|e| QuicError::Config(e.to_string()))?
+                    .into(),
+            ))
+            // Answers are small: the initial MTU (1200) always fits; no probing.
+            .mtu_discovery_config(None);
+        server
+            .transport_config(Arc::new(transport))
+            .incoming_buffer_size(settings.max_early_buffer)
+            .incoming_buffer_size_total(settings.max_early_total);
+        let mut seed = [0u8; 32];
+        let _ = getrandom::getrandom(&mut seed);
+        let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &seed);
+        Ok(QuicShared {
+            server: Arc::new(server),
+            reset_key: Arc::new(reset_key),
+            settings,
+            stats,
+        })
+    }
+}
+
+/// A reset key shared by the cores (quinn takes an `Arc<dyn HmacKey>`).
+struct SharedKey(Arc<ring::hmac::Key>);
+
+impl quinn_proto::crypto::HmacKey for SharedKey {
+    fn sign(&self, data: &[u8], out: &mut [u8]) {
+        self.0.sign(data, out)
+    }
+    fn signature_len(&self) -> usize {
+        self.0.signature_len()
+    }
+    fn verify(
+        &self,
+        data: &[u8],
+        signature: &[u8],
+    ) -> Result<(), quinn_proto::crypto::CryptoError> {
+        self.0.verify(data, signature)
+    }
+}
+
+/// One connection and its HTTP/3 state.
+struct Conn {
+    gen: u32,
+    conn: quinn_proto::Connection,
+    h3: Option<H3Conn>,
+    /// Our control stream, once opened; what is still to be written on it.
+    control: Option<StreamId>,
+    control_out: Vec<u8>,
+    /// Answers not yet taken whole by flow control: stream, bytes, how far written.
+    pending: Vec<(StreamId, Vec<u8>, usize)>,
+    /// Streams with data to read.
+    readable: Vec<StreamId>,
+    timeout: Option<Instant>,
+    handshaking: bool,
+    closing: bool,
+    /// Requests came in its 0-RTT data.
+    zero_rtt: bool,
+    /// When it said GOAWAY (SIGTERM): it closes once answered and the GOAWAY has had time to
+    /// arrive (a close discards stream data not yet sent).
+    goaway_at: Option<Instant>,
+}
+
+/// A core's QUIC endpoint, its connections and its socket.
+pub struct QuicCore {
+    socket: OwnedFd,
+    endpoint: quinn_proto::Endpoint,
+    shared: QuicShared,
+    conns: Vec<Option<Conn>>,
+    next_gen: u32,
+    /// Connections to drive at the end of this turn.
+    dirty: Vec<usize>,
+    /// Handshakes in flight on this core (the Retry threshold).
+    handshakes: usize,
+    draining: bool,
+    recv_buf: Vec<u8>,
+    send_buf: Vec<u8>,
+    acts: Vec<Act>,
+}
+
+impl std::fmt::Debug for QuicCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicCore")
+            .field("open", &self.open())
+            .finish_non_exhaustive()
+    }
+}
+
+fn token(gen: u32, idx: usize) -> u64 {
+    (TOKEN_KIND << 56) | ((u64::from(gen) & 0xff_ffff) << 32) | idx as u64
+}
+
+impl QuicCore {
+    /// Core `core`'s endpoint on `socket` (its place in the reuseport group is `core`).
+    pub fn new(core: usize, socket: OwnedFd, shared: QuicShared) -> QuicCore {
+        let mut config = EndpointConfig::new(Arc::new(SharedKey(Arc::clone(&shared.reset_key))));
+        let id = core as u8;
+        config.cid_generator(move || Box::new(CoreCids { core: id }));
+        let endpoint = quinn_proto::Endpoint::new(
+            Arc::new(config),
+            Some(Arc::clone(&shared.server)),
+            false,
+            None,
+        );
+        QuicCore {
+            socket,
+            endpoint,
+            shared,
+            conns: Vec::new(),
+            next_gen: 1,
+            dirty: Vec::new(),
+            handshakes: 0,
+            draining: false,
+            recv_buf: vec![0u8; 65_536],
+            send_buf: Vec::with_capacity(MAX_GSO * 1500),
+            acts: Vec::new(),
+        }
+    }
+
+    /// The socket, for the loop to wait on.
+    pub fn socket(&self) -> &OwnedFd {
+        &self.socket
+    }
+
+    /// Connections open.
+    pub fn open(&self) -> usize {
+        self.conns.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// Reads every datagram waiting on the socket and hands it to its connection (or makes a
+    /// new one); the connections they touched are driven by [`QuicCore::flush`].
+    pub fn on_readable(&mut self, ctx: &CoreCtx) -> std::io::Result<()> {
+        let now = Instant::now();
+        let mut buf = std::mem::take(&mut self.recv_buf);
+        // A bounded batch per turn, so a flood cannot starve the TCP side.
+        for _ in 0..64 {
+            let Some(r) = udp::recv(&self.socket, &mut buf)? else {
+                break;
+            };
+            for seg in buf[..r.len].chunks(r.segment.max(1)) {
+                self.shared.stats.packets_in.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .stats
+                    .bytes_in
+                    .fetch_add(seg.len() as u64, Ordering::Relaxed);
+                self.datagram(now, r.from, r.to, seg);
+            }
+        }
+        self.recv_buf = buf;
+        self.flush(ctx);
+        Ok(())
+    }
+
+    fn datagram(&mut self, now: Instant, from: SocketAddr, to: Option<IpAddr>, seg: &[u8]) {
+        let mut out = std::mem::take(&mut self.send_buf);
+        out.clear();
+        match self
+            .endpoint
+            .handle(now, from, to, None, BytesMut::from(seg), &mut out)
+        {
+            Some(DatagramEvent::NewConnection(incoming)) => self.incoming(now, incoming, &mut out),
+            Some(DatagramEvent::ConnectionEvent(ch, event)) => {
+                if let Some(Some(c)) = self.conns.get_mut(ch.0) {
+                    c.conn.handle_event(event);
+                    self.dirty.push(ch.0);
+                }
+            }
+            Some(DatagramEvent::Response(t)) => self.transmit(&t, &out),
+            None => {}
+        }
+        self.send_buf = out;
+    }
+
+    fn incoming(&mut self, now: Instant, incoming: quinn_proto::Incoming, out: &mut Vec<u8>) {
+        let s = &self.shared.settings;
+        let retry = !incoming.remote_address_validated()
+            && incoming.may_retry()
+            && match s.retry {
+                RetryMode::Always => true,
+                RetryMode::Never => false,
+                RetryMode::Auto => self.handshakes >= s.retry_threshold,
+            };
+        if self.draining {
+            let t = self.endpoint.refuse(incoming, out);
+            self.shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+            self.transmit(&t, out);
+            return;
+        }
+        if retry {
+            match self.endpoint.retry(incoming, out) {
+                Ok(t) => {
+                    self.shared.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    self.transmit(&t, out);
+                }
+                Err(e) => self.endpoint.ignore(e.into_incoming()),
+            }
+            return;
+        }
+        match self.endpoint.accept(incoming, now, out, None) {
+            Ok((ch, conn)) => {
+                let idx = ch.0;
+                if self.conns.len() <= idx {
+                    self.conns.resize_with(idx + 1, || None);
+                }
+                let gen = self.next_gen;
+                self.next_gen = self.next_gen.wrapping_add(1);
+                self.conns[idx] = Some(Conn {
+                    gen,
+                    conn,
+                    h3: None,
+                    control: None,
+                    control_out: Vec::new(),
+                    pending: Vec::new(),
+                    readable: Vec::new(),
+                    timeout: None,
+                    handshaking: true,
+                    closing: false,
+                    zero_rtt: false,
+                    goaway_at: None,
+                });
+                self.handshakes += 1;
+                self.shared
+                    .stats
+                    .connections
+                    .fetch_add(1, Ordering::Relaxed);
+                self.shared.stats.open.fetch_add(1, Ordering::Relaxed);
+                self.dirty.push(idx);
+            }
+            Err(e) => {
+                self.shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+                if let Some(t) = e.response {
+                    self.transmit(&t, out);
+                }
+            }
+        }
+    }
+
+    fn transmit(&self, t: &Transmit, buf: &[u8]) {
+        let data = &buf[..t.size];
+        let segments = t.segment_size.map_or(1, |s| data.len().div_ceil(s.max(1)));
+        let st = &self.shared.stats;
+        match udp::send(&self.socket, t.destination, t.src_ip, data, t.segment_size) {
+            Ok(()) => {
+                st.packets_out.fetch_add(segments as u64, Ordering::Relaxed);
+                st.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
+                if segments > 1 {
+                    st.gso_sends.fetch_add(1, Ordering::Relaxed);
+                    st.gso_segments
+                        .fetch_add(segments as u64, Ordering::Relaxed);
+                }
+            }
+            Err(_) => {
+                st.send_errors.fetch_add(segments as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Runs the timers that are due, then drives what they touched.
+    pub fn on_tick(&mut self, ctx: &CoreCtx) {
+        let now = Instant::now();
+        for (idx, slot) in self.conns.iter_mut().enumerate() {
+            if let Some(c) = slot {
+                if c.timeout.is_some_and(|t| t <= now) {
+                    c.conn.handle_timeout(now);
+                    self.dirty.push(idx);
+                } else if c.goaway_at.is_some() && !c.closing {
+                    self.dirty.push(idx);
+                }
+            }
+        }
+        self.flush(ctx);
+    }
+
+    /// The origin replied to a request of the connection `token` names.
+    pub fn on_origin(&mut self, token: u64, code: &[u8], answer: &OriginAnswer, ctx: &CoreCtx) {
+        let idx = (token & 0xffff_ffff) as usize;
+        let gen = ((token >> 32) & 0xff_ffff) as u32;
+        let Some(Some(c)) = self.conns.get_mut(idx) else {
+            return;
+        };
+        if c.gen & 0xff_ffff != gen {
+            return;
+        }
+        let peer = Some(c.conn.remote_address().ip());
+        if let Some(h3) = c.h3.as_mut() {
+            let mut fx = CoreEffects::for_peer(ctx, token, peer);
+            h3.on_origin(code, answer, &ctx.env(), &mut fx, &mut self.acts);
+        }
+        self.dirty.push(idx);
+        self.flush(ctx);
+    }
+
+    /// SIGTERM: no new connections; each connection says GOAWAY and closes once answered.
+    pub fn drain(&mut self, ctx: &CoreCtx) {
+        self.draining = true;
+        for idx in 0..self.conns.len() {
+            if let Some(Some(c)) = self.conns.get_mut(idx) {
+                match c.h3.as_mut() {
+                    Some(h3) => {
+                        h3.drain(&mut self.acts);
+                        c.goaway_at = Some(Instant::now());
+                    }
+                    None => {
+                        c.conn
+                            .close(Instant::now(), VarInt::from_u32(0x100), Bytes::new());
+                    }
+                }
+                apply(c, &mut self.acts);
+                self.dirty.push(idx);
+            }
+        }
+        self.flush(ctx);
+    }
+
+    /// Drives every connection something happened to: endpoint events, HTTP/3 on readable
+    /// streams, pending writes, transmits, the next timeout, and forgets drained ones.
+    pub fn flush(&mut self, ctx: &CoreCtx) {
+        if self.dirty.is_empty() {
+            return;
+        }
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        let now = Instant::now();
+        for &idx in &dirty {
+            self.drive(idx, now, ctx);
+        }
+        dirty.clear();
+        if self.dirty.is_empty() {
+            self.dirty = dirty;
+        }
+    }
+
+    fn drive(&mut self, idx: usize, now: Instant, ctx: &CoreCtx) {
+        let Some(Some(c)) = self.conns.get_mut(idx) else {
+            return;
+        };
+        let ch = ConnectionHandle(idx);
+        loop {
+            // Endpoint events may hand events back (new connection IDs), which may make more.
+            let mut any = false;
+            while let Some(ev) = c.conn.poll_endpoint_events() {
+                any = true;
+                if let Some(back) = self.endpoint.handle_event(ch, ev) {
+                    c.conn.handle_event(back);
+                }
+            }
+            while let Some(ev) = c.conn.poll() {
+                any = true;
+                match ev {
+                    Event::Stream(StreamEvent::Readable { id }) => c.readable.push(id),
+                    Event::Connected => {
+                        self.shared.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+            if c.h3.is_none() {
+                let data = c.conn.crypto_session().handshake_data();
+                if let Some(hd) = data.and_then(|d| {
+                    d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                        .ok()
+                }) {
+                    let (h3, control) =
+                        H3Conn::new(self.shared.settings.h3, hd.server_name.as_deref());
+                    c.h3 = Some(h3);
+                    c.control_out = control;
+                    if self.draining {
+                        if let Some(h3) = c.h3.as_mut() {
+                            h3.drain(&mut self.acts);
+                            c.goaway_at = Some(now);
+                        }
+                    }
+                }
+            }
+            if c.h3.is_some() && c.control.is_none() {
+                c.control = c.conn.streams().open(Dir::Uni);
+            }
+            while let Some(id) = c.conn.streams().accept(Dir::Bi) {
+                c.readable.push(id);
+            }
+            while let Some(id) = c.conn.streams().accept(Dir::Uni) {
+                c.readable.push(id);
+            }
+            if c.h3.is_some() && !c.readable.is_empty() {
+                let early = c.conn.is_handshaking();
+                if read_streams(c, idx, ctx, &mut self.acts) {
+                    any = true;
+                    // Stream data before the handshake's end came in accepted 0-RTT packets
+                    // (quinn tells only a client whether its 0-RTT was accepted).
+                    if early && !c.zero_rtt {
+                        c.zero_rtt = true;
+                        self.shared.stats.zero_rtt.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            apply(c, &mut self.acts);
+            write_pending(c);
+            if !any {
+                break;
+            }
+        }
+        if c.handshaking && !c.conn.is_handshaking() {
+            c.handshaking = false;
+            self.handshakes = self.handshakes.saturating_sub(1);
+        }
+        // Answered after GOAWAY: closed once the GOAWAY has had two round trips (at least
+        // 20 ms) to arrive and be acknowledged.
+        let settled = c
+            .goaway_at
+            .is_some_and(|at| now >= at + (c.conn.rtt() * 2).max(Duration::from_millis(20)));
+        if !c.closing
+            && c.h3.as_ref().is_some_and(H3Conn::done)
+            && c.pending.is_empty()
+            && c.control_out.is_empty()
+            && settled
+        {
+            c.closing = true;
+            c.conn.close(now, VarInt::from_u32(0x100), Bytes::new());
+        }
+        // Transmits: up to MAX_GSO datagrams per send.
+        let mut buf = std::mem::take(&mut self.send_buf);
+        loop {
+            buf.clear();
+            let Some(t) = c.conn.poll_transmit(now, MAX_GSO, &mut buf) else {
+                break;
+            };
+            let data = &buf[..t.size];
+            let segments = t.segment_size.map_or(1, |s| data.len().div_ceil(s.max(1)));
+            let st = &self.shared.stats;
+            match udp::send(&self.socket, t.destination, t.src_ip, data, t.segment_size) {
+                Ok(()) => {
+                    st.packets_out.fetch_add(segments as u64, Ordering::Relaxed);
+                    st.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    if segments > 1 {
+                        st.gso_sends.fetch_add(1, Ordering::Relaxed);
+                        st.gso_segments
+                            .fetch_add(segments as u64, Ordering::Relaxed);
+                    }
+                }
+                Err(_) => {
+                    st.send_errors.fetch_add(segments as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        self.send_buf = buf;
+        c.timeout = c.conn.poll_timeout();
+        if c.conn.is_drained() {
+            if c.handshaking {
+                self.handshakes = self.handshakes.saturating_sub(1);
+            }
+            self.conns[idx] = None;
+            self.shared.stats.open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Reads every readable stream of `c` into its HTTP/3 state. True when anything was read.
+fn read_streams(c: &mut Conn, idx: usize, ctx: &CoreCtx, acts: &mut Vec<Act>) -> bool {
+    let mut readable = std::mem::take(&mut c.readable);
+    readable.sort_unstable_by_key(|id| u64::from(*id));
+    readable.dedup();
+    let token = token(c.gen, idx);
+    let peer = Some(c.conn.remote_address().ip());
+    // Stream data read while the handshake runs can only have come in 0-RTT packets.
+    let how = How {
+        early: c.conn.is_handshaking(),
+        https: true,
+        proto: Proto::H3,
+    };
+    let mut any = false;
+    let mut data = Vec::new();
+    for id in readable.drain(..) {
+        data.clear();
+        let mut fin = false;
+        let mut recv = c.conn.recv_stream(id);
+        let Ok(mut chunks) = recv.read(true) else {
+            continue;
+        };
+        loop {
+            match chunks.next(usize::MAX) {
+                Ok(Some(chunk)) => data.extend_from_slice(&chunk.bytes),
+                Ok(None) => {
+                    fin = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = chunks.finalize();
+        if data.is_empty() && !fin {
+            continue;
+        }
+        any = true;
+        let Some(h3) = c.h3.as_mut() else {
+            continue;
+        };
+        let raw = u64::from(id);
+        if id.dir() == Dir::Bi {
+            let mut fx = CoreEffects::for_peer(ctx, token, peer);
+            h3.on_request(raw, &data, fin, how, &ctx.env(), &mut fx, acts);
+        } else {
+            h3.on_uni(raw, &data, fin, acts);
+        }
+    }
+    c.readable = readable;
+    any
+}
+
+/// Carries out what the HTTP/3 layer asked.
+fn apply(c: &mut Conn, acts: &mut Vec<Act>) {
+    for act in acts.drain(..) {
+        match act {
+            Act::Control(bytes) => c.control_out.extend_from_slice(&bytes),
+            Act::Answer { stream, data } => {
+                c.pending.push((
+                    StreamId::from(VarInt::from_u64(stream).unwrap_or_default()),
+                    data,
+                    0,
+                ));
+            }
+            Act::StopSending { stream, code } => {
+                let id = StreamId::from(VarInt::from_u64(stream).unwrap_or_default());
+                let _ = c
+                    .conn
+                    .recv_stream(id)
+                    .stop(VarInt::from_u64(code).unwrap_or_default());
+            }
+            Act::Reset { stream, code } => {
+                let id = StreamId::from(VarInt::from_u64(stream).unwrap_or_default());
+                let code = VarInt::from_u64(code).unwrap_or_default();
+                let _ = c.conn.recv_stream(id).stop(code);
+                let _ = c.conn.send_stream(id).reset(code);
+            }
+            Act::Close { code, reason } => {
+                c.closing = true;
+                c.conn.close(
+                    Instant::now(),
+                    VarInt::from_u64(code).unwrap_or_default(),
+                    Bytes::from_static(reason.as_bytes()),
+                );
+            }
+        }
+    }
+}
+
+/// Writes what flow control lets through: the control stream's bytes, then the answers.
+fn write_pending(c: &mut Conn) {
+    if let Some(id) = c.control {
+        if !c.control_out.is_empty() {
+            if let Ok(n) = c.conn.send_stream(id).write(&c.control_out) {
+                c.control_out.drain(..n);
+            }
+        }
+    }
+    c.pending.retain_mut(|(id, data, at)| {
+        let mut s = c.conn.send_stream(*id);
+        match s.write(&data[*at..]) {
+            Ok(n) => {
+                *at += n;
+                if *at < data.len() {
+                    return true;
+                }
+                let _ = s.finish();
+                false
+            }
+            // Blocked by flow control: again when the stream is writable (the next drive).
+            Err(quinn_proto::WriteError::Blocked) => true,
+            // Stopped or reset by the client: the answer is not wanted.
+            Err(_) => false,
+        }
+    });
+}

@@ -1,0 +1,455 @@
+//! HTTP/3 over QUIC with real clients: aioquic (the `client.py` beside these tests, in the
+//! Python that `scripts/test` installs it into: `$LASTHOP_AIOQUIC_PYTHON`, else `python3`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lasthop_testkit::{curl, pki, skip, Engine, Pki, Site};
+use serde_json::Value;
+
+use crate::tls::{links, start};
+
+fn python() -> String {
+    std::env::var("LASTHOP_AIOQUIC_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// Whether aioquic can be imported; says skipped (fails under CI) when not.
+fn aioquic(what: &str) -> bool {
+    let ok = Command::new(python())
+        .args(["-c", "import aioquic"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip(
+            what,
+            "no aioquic (scripts/test installs it in a venv: LASTHOP_AIOQUIC_PYTHON)",
+        );
+    }
+    ok
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py")
+}
+
+/// One request with `client.py`; its JSON answer.
+fn h3(e: &Engine, pki: &Pki, path: &str, extra: &[&str]) -> Value {
+    let quic = e.quic.as_deref().expect("the engine serves QUIC");
+    let (host, port) = quic.rsplit_once(':').unwrap();
+    let out = Command::new(python())
+        .arg(script())
+        .args([host, port, path, "--ca", pki.ca.to_str().unwrap()])
+        .args(extra)
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "client.py {path} {extra:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        e.log()
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+fn header<'a>(r: &'a Value, name: &str) -> Option<&'a str> {
+    r["headers"]
+        .as_array()?
+        .iter()
+        .find(|h| h[0] == name)
+        .and_then(|h| h[1].as_str())
+}
+
+/// The client's view of a connection in a qlog (aioquic's `QuicLogger`): datagrams and packets
+/// in the order it sent and received them.
+struct Qlog(Vec<Value>);
+
+impl Qlog {
+    fn read(path: &Path) -> Qlog {
+        let q: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        Qlog(q["traces"][0]["events"].as_array().unwrap().clone())
+    }
+
+    /// The events up to the client's handshake Finished (a Handshake packet it sent with a
+    /// CRYPTO frame).
+    fn before_finished(&self) -> &[Value] {
+        let at = self
+            .0
+            .iter()
+            .position(|e| {
+                e["name"] == "transport:packet_sent"
+                    && e["data"]["header"]["packet_type"] == "handshake"
+                    && frames(e).contains(&"crypto".to_string())
+            })
+            .expect("the client's Finished");
+        &self.0[..at]
+    }
+}
+
+fn frames(e: &Value) -> Vec<String> {
+    e["data"]["frames"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .map(|f| match f["stream_id"].as_u64() {
+                    Some(id) => format!("{}/{id}", f["frame_type"].as_str().unwrap_or("")),
+                    None => f["frame_type"].as_str().unwrap_or("").to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Bytes in the datagrams events of `name` among `events`.
+fn datagram_bytes(events: &[Value], name: &str) -> u64 {
+    events
+        .iter()
+        .filter(|e| e["name"] == name)
+        .flat_map(|e| e["data"]["raw"].as_array().cloned().unwrap_or_default())
+        .map(|r| r["payload_length"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn a_get_over_h3_gets_the_exact_redirect_and_0rtt_gets_it_in_the_first_flight() {
+    if !aioquic("h3 with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &[]);
+    let ticket = site.dir.path().join("ticket.bin");
+    let ticket = ticket.to_str().unwrap();
+    let qlog = site.dir.path().join("full.qlog");
+    let r = h3(
+        &e,
+        &pki,
+        &format!("/{code}"),
+        &["--ticket", ticket, "--qlog", qlog.to_str().unwrap()],
+    );
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(
+        header(&r, "location"),
+        Some("https://example.com/secure"),
+        "{r}"
+    );
+    assert_eq!(
+        header(&r, "cache-control"),
+        Some("private, max-age=300"),
+        "{r}"
+    );
+    assert_eq!(header(&r, "content-length"), Some("0"), "{r}");
+    assert!(header(&r, "date").is_some(), "{r}");
+    assert!(header(&r, "strict-transport-security").is_some(), "{r}");
+    let port = e.quic.as_deref().unwrap().rsplit(':').next().unwrap();
+    assert_eq!(
+        header(&r, "alt-svc"),
+        Some(&*format!("h3=\":{port}\"; ma=86400")),
+        "{r}"
+    );
+    assert_eq!(
+        r["headers"].as_array().unwrap().len(),
+        6,
+        "exactly these: {r}"
+    );
+    assert_eq!(r["body"], "");
+    assert_eq!(r["early_data_accepted"], false, "{r}");
+    // The full handshake with the ECDSA chain: the server's whole flight came at once, within
+    // 3x what the client had sent (RFC 9000 §8.1), with no round trip for more.
+    let q = Qlog::read(&qlog);
+    let before = q.before_finished();
+    let first_received = before
+        .iter()
+        .position(|e| e["name"] == "transport:datagrams_received")
+        .expect("the server's flight");
+    assert!(
+        before[first_received..]
+            .iter()
+            .all(|e| e["name"] != "transport:datagrams_sent"),
+        "the client sent nothing between the server's flight and its Finished"
+    );
+    let (sent, received) = (
+        datagram_bytes(before, "transport:datagrams_sent"),
+        datagram_bytes(before, "transport:datagrams_received"),
+    );
+    assert!(
+        received <= 3 * sent,
+        "amplification: {received} > 3 x {sent}"
+    );
+    let m = curl(&[&format!("http://{}/metrics", e.admin)]).2;
+    assert!(m.contains("lasthop_engine_quic_handshakes_total 1"), "{m}");
+
+    // Resumed with the ticket, the GET in 0-RTT: accepted, and its 302 in the server's first
+    // flight, received before the client sent its Finished.
+    let qlog = site.dir.path().join("early.qlog");
+    let r = h3(
+        &e,
+        &pki,
+        &format!("/{code}"),
+        &[
+            "--ticket",
+            ticket,
+            "--early",
+            "--qlog",
+            qlog.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(r["early_data_accepted"], true, "{r}");
+    assert_eq!(r["session_resumed"], true, "{r}");
+    let q = Qlog::read(&qlog);
+    let before = q.before_finished();
+    assert!(
+        before.iter().any(|e| e["name"] == "transport:packet_sent"
+            && e["data"]["header"]["packet_type"] == "0RTT"
+            && frames(e).contains(&"stream/0".to_string())),
+        "the request went in 0-RTT"
+    );
+    assert!(
+        before
+            .iter()
+            .any(|e| e["name"] == "transport:packet_received"
+                && e["data"]["header"]["packet_type"] == "1RTT"
+                && frames(e).contains(&"stream/0".to_string())),
+        "the answer came before the client's Finished"
+    );
+    let m = curl(&[&format!("http://{}/metrics", e.admin)]).2;
+    assert!(
+        m.contains("lasthop_engine_quic_zero_rtt_accepted_total 1"),
+        "{m}"
+    );
+}
+
+#[test]
+fn the_serving_contract_over_h3() {
+    if !aioquic("h3 serving with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    let code = site.scheme().encode_string(3).unwrap();
+    let gone = site.scheme().encode_string(4).unwrap();
+    let missing = site.scheme().encode_string(9).unwrap();
+    site.write_snapshot(
+        1,
+        10,
+        &[
+            (code.clone(), "https://example.com/secure".into(), None),
+            (gone.clone(), "".into(), None),
+        ],
+    );
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &[]);
+    let r = h3(&e, &pki, &format!("/{code}"), &["--method", "HEAD"]);
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(r["body"], "");
+    let r = h3(&e, &pki, &format!("/{missing}"), &[]);
+    assert_eq!(r["status"], 404, "{r}");
+    let r = h3(&e, &pki, &format!("/{gone}"), &[]);
+    assert!(r["status"] == 410 || r["status"] == 404, "{r}");
+    let r = h3(&e, &pki, &format!("/{code}+"), &[]);
+    assert_eq!(r["status"], 200, "{r}");
+    assert!(
+        r["body"]
+            .as_str()
+            .unwrap()
+            .contains("https://example.com/secure"),
+        "{r}"
+    );
+    let r = h3(&e, &pki, &format!("/{code}"), &["--method", "POST"]);
+    assert_eq!(r["status"], 405, "{r}");
+    // A POST in 0-RTT early data: 425 Too Early.
+    let ticket = site.dir.path().join("ticket.bin");
+    let ticket = ticket.to_str().unwrap();
+    h3(&e, &pki, &format!("/{code}"), &["--ticket", ticket]);
+    let r = h3(
+        &e,
+        &pki,
+        &format!("/{code}"),
+        &["--ticket", ticket, "--early", "--method", "POST"],
+    );
+    assert_eq!(r["early_data_accepted"], true, "{r}");
+    assert_eq!(r["status"], 425, "{r}");
+}
+
+#[test]
+fn retry_and_a_client_that_changes_its_port() {
+    if !aioquic("h3 retry with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    // Two cores: the steering program keeps the connection on its core after the port change.
+    let e = start(&site, &pki, &["--quic-retry", "always", "--cores", "2"]);
+    let r = h3(&e, &pki, &format!("/{code}"), &["--port-change"]);
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(r["second"]["status"], 302, "{r}");
+    let m = curl(&[&format!("http://{}/metrics", e.admin)]).2;
+    assert!(m.contains("lasthop_engine_quic_retries_total 1"), "{m}");
+    assert!(m.contains("lasthop_engine_quic_connections_total 1"), "{m}");
+}
+
+/// `Alt-Svc` over TCP: HTTP/3 on the QUIC port by default, a value of the operator's, or none.
+#[test]
+fn alt_svc_is_advertised_set_or_off() {
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let ca = pki.ca.to_str().unwrap().to_string();
+    let get = |e: &Engine| {
+        let tls = e.tls.as_deref().unwrap();
+        let port = tls.rsplit(':').next().unwrap();
+        let resolve = format!("lh.test:{port}:127.0.0.1");
+        curl(&[
+            "--http1.1",
+            "--cacert",
+            &ca,
+            "--resolve",
+            &resolve,
+            &format!("https://lh.test:{port}/{code}"),
+        ])
+        .1
+    };
+    let e = start(&site, &pki, &[]);
+    let port = e
+        .quic
+        .as_deref()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let h = get(&e);
+    assert!(
+        h.contains(&format!("Alt-Svc: h3=\":{port}\"; ma=86400\r\n")),
+        "{h}"
+    );
+    drop(e);
+    let e = start(&site, &pki, &["--alt-svc", "h3=\":443\"; ma=3600"]);
+    let h = get(&e);
+    assert!(h.contains("Alt-Svc: h3=\":443\"; ma=3600\r\n"), "{h}");
+    drop(e);
+    let e = start(&site, &pki, &["--alt-svc", "off"]);
+    assert!(!get(&e).contains("Alt-Svc"));
+    drop(e);
+    // No QUIC, no advertisement.
+    let e = start(&site, &pki, &["--no-quic"]);
+    assert!(e.quic.is_none());
+    assert!(!get(&e).contains("Alt-Svc"));
+}
+
+/// SIGTERM: an open HTTP/3 connection gets GOAWAY naming the first request stream not served
+/// (4, after the one request on stream 0), then a close with H3_NO_ERROR, and the engine exits.
+#[test]
+fn sigterm_says_goaway_then_closes_with_no_error() {
+    if !aioquic("h3 drain with aioquic") {
+        return;
+    }
+    use std::io::BufRead;
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let mut e = start(&site, &pki, &[]);
+    let quic = e.quic.clone().unwrap();
+    let (host, port) = quic.rsplit_once(':').unwrap();
+    let mut client = Command::new(python())
+        .arg(script())
+        .args([
+            host,
+            port,
+            &format!("/{code}"),
+            "--ca",
+            pki.ca.to_str().unwrap(),
+        ])
+        .args(["--hold", "10"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut out = std::io::BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "holding");
+    e.signal("TERM");
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert!(client.wait().unwrap().success());
+    let r: Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(r["goaway_id"], 4, "{r}");
+    assert_eq!(r["close_code"], 0x100, "H3_NO_ERROR: {r}");
+    let started = std::time::Instant::now();
+    let status = e.child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {}", e.log());
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// ngtcp2's client (GnuTLS; Debian's `ngtcp2-client`): a GET, then 0-RTT with the session and
+/// transport parameters it saved, Retry, and version negotiation for a version we do not speak.
+#[test]
+fn ngtcp2_gets_the_redirect_with_0rtt_retry_and_version_negotiation() {
+    if Command::new("gtlsclient").arg("--help").output().is_err() {
+        skip(
+            "h3 with ngtcp2",
+            "gtlsclient (ngtcp2-client) is not installed",
+        );
+        return;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &["--quic-retry", "always"]);
+    let quic = e.quic.clone().unwrap();
+    let (host, port) = quic.rsplit_once(':').unwrap();
+    let session = site.dir.path().join("ngtcp2.session");
+    let tp = site.dir.path().join("ngtcp2.tp");
+    let run = |extra: &[&str]| {
+        let out = Command::new("gtlsclient")
+            .args([
+                "--exit-on-all-streams-close",
+                "--timeout=5s",
+                "--no-quic-dump",
+            ])
+            .args(["--session-file", session.to_str().unwrap()])
+            .args(["--tp-file", tp.to_str().unwrap()])
+            .args(extra)
+            .args([host, port, &format!("https://lh.test:{port}/{code}")])
+            .output()
+            .expect("gtlsclient");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("{text}");
+        text
+    };
+    let first = run(&[]);
+    assert!(first.contains(":status: 302"), "{first}");
+    assert!(
+        first.contains("location: https://example.com/secure"),
+        "{first}"
+    );
+    // Resumed: the GET in 0-RTT packets, and the 302 before the client's Handshake packet
+    // (its Finished) went out.
+    let again = run(&[]);
+    let answer = again.find(":status: 302").expect("302");
+    assert!(again.contains("type=0RTT"), "{again}");
+    let finished = again
+        .lines()
+        .scan(0, |at, l| {
+            let start = *at;
+            *at += l.len() + 1;
+            Some((start, l))
+        })
+        .find(|(_, l)| l.contains("pkt tx") && l.contains("type=Handshake"))
+        .map(|(at, _)| at)
+        .expect("the client's Finished");
+    assert!(answer < finished, "{again}");
+    // A version we do not speak: a Version Negotiation packet listing QUIC v1 (this ngtcp2
+    // then stops: it does not retry with v1 by itself).
+    let vn = run(&["-v", "0x1a2a3a4a"]);
+    assert!(vn.contains("type=VN"), "{vn}");
+    assert!(vn.contains("VN v=0x00000001"), "{vn}");
+    let m = curl(&[&format!("http://{}/metrics", e.admin)]).2;
+    assert!(m.contains("lasthop_engine_quic_retries_total 2"), "{m}");
+}
