@@ -236,7 +236,11 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
     let (listeners, bound) = serve::listeners(args.listen, cores.count)
         .with_context(|| format!("binding {}", args.listen))?;
     let (mut https, tls_listeners) = start_tls(&args, &cores, &services)?;
-    let (quic_bound, quic) = start_quic(&args, &cores, &https, &services)?;
+    let QuicStarted {
+        bound: quic_bound,
+        cores: quic,
+        group: quic_group,
+    } = start_quic(&args, &cores, &https, &services)?;
     let admin = start_admin(&args, &services)?;
     let publishing = start_feed(
         &args,
@@ -278,6 +282,8 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
         &admin.state,
     )?;
     drain(&publishing.shared, handles, config.drain, flusher);
+    // Closed once every core has finished (see start_quic).
+    drop(quic_group);
     Ok(())
 }
 
@@ -638,27 +644,49 @@ fn quic_wanted(args: &Args, backend: Backend) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// What [`start_quic`] set up.
+struct QuicStarted {
+    /// The UDP address bound, when HTTP/3 is served.
+    bound: Option<SocketAddr>,
+    /// Each core's socket and the shared configuration.
+    cores: Vec<Option<QuicStart>>,
+    /// A duplicate of every socket, for the main thread to hold until all cores have finished:
+    /// the kernel fills a closed socket's place in a reuseport group with the group's last
+    /// socket, which would move the steering program's indexes while other cores still drain.
+    group: Vec<OwnedFd>,
+}
+
+impl QuicStarted {
+    fn none(cores: Vec<Option<QuicStart>>) -> QuicStarted {
+        QuicStarted {
+            bound: None,
+            cores,
+            group: Vec::new(),
+        }
+    }
+}
+
 /// With HTTP/3 wanted: one SO_REUSEPORT UDP socket per core (bound in core order, the steering
 /// program on the group) on `--quic-listen`, else `--tls-listen`'s address and port; the QUIC
-/// configuration every core shares. Returns the address bound and each core's socket.
+/// configuration every core shares.
 fn start_quic(
     args: &Args,
     cores: &Cores,
     https: &Https,
     services: &Services,
-) -> anyhow::Result<(Option<SocketAddr>, Vec<Option<QuicStart>>)> {
+) -> anyhow::Result<QuicStarted> {
     let mut sockets: Vec<Option<QuicStart>> = (0..cores.count).map(|_| None).collect();
     if let Err(why) = quic_wanted(args, cores.backend) {
         if args.quic_listen.is_some() || (args.tls_listen.is_some() && !args.no_quic) {
             tracing::warn!(reason = why, "HTTP/3 is not served");
         }
-        return Ok((None, sockets));
+        return Ok(QuicStarted::none(sockets));
     }
     let (Some(settings), Some(stats)) = (&https.settings, &services.quic_stats) else {
         anyhow::bail!("--quic-listen needs --cert and --key");
     };
     let Some(addr) = args.quic_listen.or(https.bound) else {
-        return Ok((None, sockets));
+        return Ok(QuicStarted::none(sockets));
     };
     let tls = tls::config::quic_server_config(settings)
         .context("loading the TLS certificate and key for QUIC")?;
@@ -691,13 +719,22 @@ fn start_quic(
         // client's address and port stay the same; a rebinding client loses its connection.
         tracing::warn!(error = %e, "QUIC packets are steered by the kernel's hash only");
     }
+    let group = all
+        .iter()
+        .map(OwnedFd::try_clone)
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("duplicating the QUIC sockets")?;
     for (slot, socket) in sockets.iter_mut().zip(all) {
         *slot = Some(QuicStart {
             socket,
             shared: shared.clone(),
         });
     }
-    Ok((Some(bound), sockets))
+    Ok(QuicStarted {
+        bound: Some(bound),
+        cores: sockets,
+        group,
+    })
 }
 
 /// kTLS, probed once with `--tls-listen`: where the kernel takes the TLS ULP, connections are

@@ -1,9 +1,51 @@
 //! Read-through to a running control plane: links the snapshot does not have yet are served
-//! from the origin, and only the origin says 404 (or 410) for them.
+//! from the origin, and only the origin says 404 (or 410) for them; over HTTP/1, HTTP/2 and
+//! HTTP/3.
 
 use std::time::Duration;
 
-use lasthop_testkit::{wait_until, Conn, Control, Site};
+use lasthop_testkit::{wait_until, Conn, Control, Engine, Pki, Site};
+
+/// One GET over HTTP/3 with the engine's aioquic test client: status and `location`.
+fn h3_get(engine: &Engine, pki: &Pki, path: &str) -> (u64, Option<String>) {
+    let python = std::env::var("LASTHOP_AIOQUIC_PYTHON").unwrap_or_else(|_| "python3".into());
+    let client =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/h3/client.py");
+    let quic = engine.quic.as_deref().expect("the engine serves QUIC");
+    let (host, port) = quic.rsplit_once(':').unwrap();
+    let out = std::process::Command::new(python)
+        .arg(client)
+        .args([host, port, path, "--ca", pki.ca.to_str().unwrap()])
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "client.py {path}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let location = r["headers"].as_array().and_then(|h| {
+        h.iter()
+            .find(|h| h[0] == "location")
+            .and_then(|h| h[1].as_str().map(String::from))
+    });
+    (r["status"].as_u64().unwrap(), location)
+}
+
+fn aioquic() -> bool {
+    let python = std::env::var("LASTHOP_AIOQUIC_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = std::process::Command::new(python)
+        .args(["-c", "import aioquic"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        lasthop_testkit::skip(
+            "origin::misses_read_through over HTTP/3",
+            "no aioquic (scripts/test installs it in a venv: LASTHOP_AIOQUIC_PYTHON)",
+        );
+    }
+    ok
+}
 
 #[test]
 fn misses_read_through_to_the_control_plane() {
@@ -16,8 +58,22 @@ fn misses_read_through_to_the_control_plane() {
 
     // `--snapshot` given and `--safe-mode off`: this test is about the read-through alone (the
     // feed, which also runs, has its own tests).
+    let pki = lasthop_testkit::pki(&site, false);
     let mut args = control.engine_args();
     args.extend(["--safe-mode".into(), "off".into()]);
+    // HTTPS and HTTP/3 beside the plain listener.
+    args.extend(
+        [
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--cert",
+            pki.cert.to_str().unwrap(),
+            "--key",
+            pki.key.to_str().unwrap(),
+            "--no-ktls",
+        ]
+        .map(String::from),
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let engine = site.start(&args);
     let mut conn = Conn::open(&engine.addr);
@@ -57,6 +113,30 @@ fn misses_read_through_to_the_control_plane() {
         "{err}"
     );
     assert_eq!(err.matches("< HTTP/2 404").count(), 1, "{err}");
+
+    // Over HTTP/3: a miss parked on its QUIC stream until the origin replies; the origin's 404;
+    // a takedown (the denylist, before any cache) turns the answer 410.
+    if aioquic() {
+        let three = control.create("https://example.com/h3-three");
+        assert_eq!(
+            h3_get(&engine, &pki, &format!("/{three}")),
+            (302, Some("https://example.com/h3-three".into()))
+        );
+        let not_found = "lasthop_engine_origin_replies_total{outcome=\"not_found\"}";
+        let before = engine.metric(not_found).unwrap();
+        assert_eq!(h3_get(&engine, &pki, "/never-created-h3").0, 404);
+        assert_eq!(
+            engine.metric(not_found).unwrap(),
+            before + 1.0,
+            "the origin said it"
+        );
+        control.takedown(&three, "phishing");
+        wait_until(
+            Duration::from_secs(3),
+            "a takedown answers 410 over h3",
+            || h3_get(&engine, &pki, &format!("/{three}")).0 == 410,
+        );
+    }
 
     // Deleted at the control plane: 410 within moments (the feed's state change, or the origin
     // once its one-second fresh answer ages out), never a lasting stale redirect.

@@ -88,11 +88,6 @@ struct ReqStream {
     buf: Vec<u8>,
     /// The request's fields, once its HEADERS frame is in.
     fields: Option<Fields>,
-    /// Body bytes received (DATA payloads).
-    received: u64,
-    /// Answered already (a 405, 425, 431 or 400 sent before the request ended): the rest of
-    /// the stream is dropped.
-    answered: bool,
 }
 
 /// A request waiting for the origin.
@@ -126,7 +121,9 @@ pub struct H3Conn {
     peer_settings: Option<frame::Settings>,
     /// GOAWAY sent naming this stream id: it and later ones are not served.
     goaway: Option<u64>,
-    /// The highest client-initiated bidirectional stream id seen.
+    /// The highest client-initiated bidirectional stream id seen (what GOAWAY names). Streams
+    /// may arrive out of order: a lower id first seen later is a new request, not a late one
+    /// (the transport delivers nothing on a stream after its end or after STOP_SENDING).
     last_request: Option<u64>,
     /// The SNI the client named (421 for another host the certificate does not cover).
     sni: Option<Box<[u8]>>,
@@ -223,10 +220,7 @@ impl H3Conn {
                     // More after the request ended: answered when the origin replies.
                     return;
                 }
-                if self.last_request.is_some_and(|last| id <= last) {
-                    return; // an old stream's late bytes
-                }
-                self.last_request = Some(id);
+                self.last_request = Some(self.last_request.map_or(id, |last| last.max(id)));
                 if self.goaway.is_some_and(|g| id >= g) {
                     acts.push(Act::Reset {
                         stream: id,
@@ -238,8 +232,6 @@ impl H3Conn {
                     id,
                     buf: Vec::new(),
                     fields: None,
-                    received: 0,
-                    answered: false,
                 });
                 self.requests.len() - 1
             }
@@ -285,25 +277,14 @@ impl H3Conn {
                 if r.fields.is_none() {
                     return Err((code::FRAME_UNEXPECTED, "DATA before HEADERS"));
                 }
-                // DATA is dropped as it comes: the body is only counted.
-                let have = (r.buf.len() - h.header_len) as u64;
-                let take = have.min(h.len);
-                r.received += take;
-                let partial = take < h.len;
-                if partial {
-                    // Keep the header with the rest of its length still due.
-                    let rest = h.len - take;
-                    r.buf.clear();
-                    frame::put_header(&mut r.buf, frame::kind::DATA, rest as usize);
-                } else {
-                    r.buf.drain(..whole as usize);
-                }
-                if !r.answered && h.len > 0 {
+                if h.len > 0 {
+                    // Only GET and HEAD get this far (any other method is answered on its
+                    // HEADERS), and they take no body: 400, the rest of the stream refused.
                     self.body_refused(i, how, env, fx, acts);
+                    self.requests.swap_remove(i);
+                    return Ok(());
                 }
-                if partial {
-                    break;
-                }
+                r.buf.drain(..h.header_len);
                 continue;
             }
             if h.kind == frame::kind::HEADERS && h.len > max_section {
@@ -312,7 +293,6 @@ impl H3Conn {
                 }
                 // Answered 431 without reading it; the rest of the stream is refused.
                 let id = r.id;
-                r.answered = true;
                 self.error_answer(id, HttpError::HeadersTooLarge, how, env, fx, acts);
                 acts.push(Act::StopSending {
                     stream: id,
@@ -356,7 +336,6 @@ impl H3Conn {
                 }
                 Err(Problem::TooLarge) => {
                     let id = self.requests[i].id;
-                    self.requests[i].answered = true;
                     self.error_answer(id, HttpError::HeadersTooLarge, how, env, fx, acts);
                     acts.push(Act::StopSending {
                         stream: id,
@@ -383,13 +362,12 @@ impl H3Conn {
         if fin {
             let r = self.requests.swap_remove(i);
             match r.fields {
-                _ if r.answered => {}
                 None => acts.push(Act::Reset {
                     stream: r.id,
                     code: code::REQUEST_INCOMPLETE,
                 }),
                 Some(f) => {
-                    if f.content_length.is_some_and(|cl| cl != r.received) {
+                    if f.content_length.is_some_and(|cl| cl != 0) {
                         acts.push(Act::Reset {
                             stream: r.id,
                             code: code::MESSAGE_ERROR,
@@ -413,7 +391,6 @@ impl H3Conn {
         acts: &mut Vec<Act>,
     ) {
         let id = self.requests[i].id;
-        self.requests[i].answered = true;
         self.error_answer(id, HttpError::BodyNotAllowed, how, env, fx, acts);
         acts.push(Act::StopSending {
             stream: id,
@@ -550,6 +527,31 @@ impl H3Conn {
             frame::put_frame(&mut data, frame::kind::DATA, &self.h1[body]);
         }
         acts.push(Act::Answer { stream: id, data });
+    }
+
+    /// The client reset its stream `id` (RESET_STREAM): a request on it is forgotten, unanswered;
+    /// a critical stream's reset is a connection error (RFC 9114 §6.2.1).
+    pub fn on_reset(&mut self, id: u64, acts: &mut Vec<Act>) {
+        if self.closed {
+            return;
+        }
+        self.requests.retain(|r| r.id != id);
+        self.parked.retain(|p| p.id != id);
+        if let Some(i) = self.uni.iter().position(|u| u.id == id) {
+            let critical = matches!(
+                self.uni[i].kind,
+                Some(
+                    frame::stream::CONTROL
+                        | frame::stream::QPACK_ENCODER
+                        | frame::stream::QPACK_DECODER
+                )
+            );
+            if critical {
+                self.close(acts, code::CLOSED_CRITICAL_STREAM, "critical stream reset");
+            } else {
+                self.uni.swap_remove(i);
+            }
+        }
     }
 
     /// Bytes on the client's unidirectional stream `id`.

@@ -433,6 +433,111 @@ fn drain_says_goaway_and_refuses_later_streams() {
     let _ = NOW;
 }
 
+#[test]
+fn streams_arriving_out_of_order_are_each_answered() {
+    let core = Core::new(false);
+    let env = core.env();
+    let mut fx = Fx::default();
+    let (mut c, _) = H3Conn::new(H3Limits::default(), None);
+    // Stream 8's packet overtook those of streams 0 and 4: all three are new requests.
+    for id in [8, 0, 4] {
+        let mut acts = Vec::new();
+        let req = get(&format!("/{}", core.f.code(0)));
+        c.on_request(id, &req, true, HOW, &env, &mut fx, &mut acts);
+        let (stream, (status, _, _)) = only_answer(&acts);
+        assert_eq!((stream, status), (id, 302));
+    }
+    assert_eq!(fx.clicks.len(), 3);
+    // GOAWAY names the stream after the highest one seen.
+    let mut acts = Vec::new();
+    c.drain(&mut acts);
+    let mut want = Vec::new();
+    frame::goaway(12, &mut want);
+    assert_eq!(acts, [Act::Control(want)]);
+    assert!(c.done());
+}
+
+#[test]
+fn a_reset_stream_is_forgotten_and_a_reset_control_stream_ends_the_connection() {
+    let core = Core::new(true);
+    let env = core.env();
+    let mut fx = Fx::default();
+    let (mut c, _) = H3Conn::new(H3Limits::default(), None);
+    let mut acts = Vec::new();
+    c.on_uni(2, &client_control(), false, &mut acts);
+    // One request half received, one parked on the origin: both reset by the client.
+    let req = get(&format!("/{}", core.f.code(0)));
+    c.on_request(0, &req[..5], false, HOW, &env, &mut fx, &mut acts);
+    c.on_request(
+        4,
+        &get(&format!("/{}", core.f.code(20))),
+        true,
+        HOW,
+        &env,
+        &mut fx,
+        &mut acts,
+    );
+    assert!(acts.is_empty() && c.waiting_origin(), "{acts:?}");
+    assert_eq!(c.open_requests(), 2);
+    c.on_reset(0, &mut acts);
+    c.on_reset(4, &mut acts);
+    assert_eq!(c.open_requests(), 0);
+    assert!(!c.waiting_origin());
+    c.drain(&mut acts);
+    assert!(c.done(), "nothing left to answer once drained");
+    // The origin's late reply answers nothing.
+    let mut acts = Vec::new();
+    let gone = OriginAnswer::Found {
+        url: (*b"https://example.com/x").into(),
+        expires_at_ms: None,
+        status: lasthop_core::LinkStatus::Active,
+        warn: false,
+    };
+    c.on_origin(core.f.code(20).as_bytes(), &gone, &env, &mut fx, &mut acts);
+    assert!(
+        acts.iter().all(|a| !matches!(a, Act::Answer { .. })),
+        "{acts:?}"
+    );
+    // The control stream is critical.
+    c.on_reset(2, &mut acts);
+    assert_eq!(
+        acts,
+        [Act::Close {
+            code: code::CLOSED_CRITICAL_STREAM,
+            reason: "critical stream reset"
+        }]
+    );
+}
+
+#[test]
+fn a_get_with_a_body_is_answered_400_and_forgotten() {
+    let core = Core::new(false);
+    let env = core.env();
+    let mut fx = Fx::default();
+    let (mut c, _) = H3Conn::new(H3Limits::default(), None);
+    let mut acts = Vec::new();
+    let mut req = get(&format!("/{}", core.f.code(0)));
+    put_frame(&mut req, kind::DATA, b"body");
+    c.on_request(0, &req, false, HOW, &env, &mut fx, &mut acts);
+    let (_, (status, _, _)) = only_answer(&acts);
+    assert_eq!(status, 400);
+    assert!(acts.contains(&Act::StopSending {
+        stream: 0,
+        code: code::NO_ERROR
+    }));
+    assert_eq!(
+        c.open_requests(),
+        0,
+        "nothing kept for a stream that was refused"
+    );
+    // An empty DATA frame is no body.
+    let mut acts = Vec::new();
+    let mut req = get(&format!("/{}", core.f.code(2)));
+    put_frame(&mut req, kind::DATA, b"");
+    c.on_request(4, &req, true, HOW, &env, &mut fx, &mut acts);
+    assert_eq!(only_answer(&acts).1 .0, 302);
+}
+
 proptest::proptest! {
     #[test]
     fn garbage_on_any_stream_never_panics(

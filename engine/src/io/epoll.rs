@@ -314,6 +314,7 @@ impl EpollLoop {
         let mut replies = std::mem::take(&mut self.replies);
         inbox.drain(&mut replies);
         for reply in replies.drain(..) {
+            ctx.metrics.origin_answer(&reply.answer);
             let fd = reply.token as u32 as RawFd;
             let gen = (reply.token >> 32) as u32;
             let close = match self.conns.get_mut(&fd) {

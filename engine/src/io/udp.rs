@@ -274,6 +274,27 @@ pub fn send(
     }
 }
 
+/// Whether a failed GSO send says the path cannot segment (a device or a kernel without UDP
+/// segmentation offload answers `EIO`, an unsupported size `EINVAL`): the caller then sends
+/// datagram by datagram ([`send_each`]) from now on, as quinn-udp does.
+pub fn gso_unsupported(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL))
+}
+
+/// Sends `data` as datagrams of `segment` bytes (the last may be shorter), one `sendmsg` each.
+pub fn send_each(
+    fd: &OwnedFd,
+    to: SocketAddr,
+    from: Option<IpAddr>,
+    data: &[u8],
+    segment: usize,
+) -> io::Result<()> {
+    for d in data.chunks(segment.max(1)) {
+        send(fd, to, from, d, None)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +323,31 @@ mod tests {
         assert_eq!(got, data);
         assert_eq!(sizes, [1200, 1200, 1200, 100], "segments as sent");
         assert!(recv(&b, &mut buf).unwrap().is_none());
+    }
+
+    #[test]
+    fn without_gso_each_datagram_goes_alone() {
+        let a = reuseport_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = reuseport_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b_addr = super::super::socket::local_addr(b.as_raw_fd()).unwrap();
+        let data: Vec<u8> = (0..2500u32).map(|i| (i * 7) as u8).collect();
+        send_each(&a, b_addr, None, &data, 1200).unwrap();
+        let mut buf = vec![0u8; 65_536];
+        let mut got = Vec::new();
+        let mut sizes = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while got.len() < data.len() && std::time::Instant::now() < deadline {
+            if let Some(r) = recv(&b, &mut buf).unwrap() {
+                got.extend_from_slice(&buf[..r.len]);
+                sizes.extend(buf[..r.len].chunks(r.segment).map(<[u8]>::len));
+            }
+        }
+        assert_eq!(got, data);
+        assert_eq!(sizes, [1200, 1200, 100]);
+        assert!(gso_unsupported(&io::Error::from_raw_os_error(libc::EIO)));
+        assert!(!gso_unsupported(&io::Error::from_raw_os_error(
+            libc::EAGAIN
+        )));
     }
 
     #[test]

@@ -252,6 +252,17 @@ impl CoreMetrics {
         bump(&self.origin[outcome as usize], 1);
     }
 
+    /// An origin reply reached this core: counted by what it said.
+    #[inline]
+    pub fn origin_answer(&self, answer: &crate::origin::OriginAnswer) {
+        use crate::origin::OriginAnswer;
+        self.origin_reply(match answer {
+            OriginAnswer::Found { .. } => OriginOutcome::Found,
+            OriginAnswer::NotFound => OriginOutcome::NotFound,
+            OriginAnswer::Unavailable => OriginOutcome::Unavailable,
+        });
+    }
+
     /// All responses sent so far.
     pub fn requests_total(&self) -> u64 {
         self.requests
@@ -419,11 +430,12 @@ impl EngineMetrics {
             .map(|c| c.requests_total())
             .fold(0, u64::wrapping_add);
         let h2 = self.sum(|c| &c.h2[1]);
+        let h3 = self.quic.as_ref().map_or(0, |q| q.answers());
         sample(
             o,
             "lasthop_engine_requests_by_protocol_total",
             "protocol=\"h1\"",
-            all.saturating_sub(h2),
+            all.saturating_sub(h2).saturating_sub(h3),
         );
         sample(
             o,
@@ -431,6 +443,14 @@ impl EngineMetrics {
             "protocol=\"h2\"",
             h2,
         );
+        if self.quic.is_some() {
+            sample(
+                o,
+                "lasthop_engine_requests_by_protocol_total",
+                "protocol=\"h3\"",
+                h3,
+            );
+        }
         family(
             o,
             "lasthop_engine_h2_connections_total",

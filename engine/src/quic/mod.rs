@@ -80,14 +80,22 @@ pub struct QuicStats {
     gso_sends: AtomicU64,
     gso_segments: AtomicU64,
     send_errors: AtomicU64,
+    recv_errors: AtomicU64,
     open: AtomicU64,
+    /// Answers sent over HTTP/3 (`lasthop_engine_requests_by_protocol_total{protocol="h3"}`).
+    answers: AtomicU64,
 }
 
 impl QuicStats {
+    /// Answers sent over HTTP/3.
+    pub fn answers(&self) -> u64 {
+        self.answers.load(Ordering::Relaxed)
+    }
+
     /// Appends the counters in the Prometheus text format.
     pub fn render(&self, o: &mut String) {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let counters: [(&str, &str, &AtomicU64); 11] = [
+        let counters: [(&str, &str, &AtomicU64); 12] = [
             (
                 "lasthop_engine_quic_connections_total",
                 "QUIC connections accepted.",
@@ -142,6 +150,11 @@ impl QuicStats {
                 "lasthop_engine_quic_send_errors_total",
                 "Datagrams dropped because sendmsg failed (QUIC retransmits).",
                 &self.send_errors,
+            ),
+            (
+                "lasthop_engine_quic_receive_errors_total",
+                "recvmsg calls on the QUIC listener that failed (the core reads on).",
+                &self.recv_errors,
             ),
         ];
         for (name, help, v) in counters {
@@ -245,7 +258,9 @@ impl QuicShared {
                     .into(),
             ))
             // Answers are small: the initial MTU (1200) always fits; no probing.
-            .mtu_discovery_config(None);
+            .mtu_discovery_config(None)
+            // No unreliable datagrams (RFC 9221): HTTP/3 here has no use for them.
+            .datagram_receive_buffer_size(None);
         server
             .transport_config(Arc::new(transport))
             .incoming_buffer_size(settings.max_early_buffer)
@@ -315,6 +330,8 @@ pub struct QuicCore {
     /// Handshakes in flight on this core (the Retry threshold).
     handshakes: usize,
     draining: bool,
+    /// Transmits are sent as one GSO buffer; cleared when the path cannot segment.
+    gso: bool,
     recv_buf: Vec<u8>,
     send_buf: Vec<u8>,
     acts: Vec<Act>,
@@ -353,6 +370,7 @@ impl QuicCore {
             dirty: Vec::new(),
             handshakes: 0,
             draining: false,
+            gso: true,
             recv_buf: vec![0u8; 65_536],
             send_buf: Vec::with_capacity(MAX_GSO * 1500),
             acts: Vec::new(),
@@ -369,15 +387,32 @@ impl QuicCore {
         self.conns.iter().filter(|c| c.is_some()).count()
     }
 
-    /// Reads every datagram waiting on the socket and hands it to its connection (or makes a
-    /// new one); the connections they touched are driven by [`QuicCore::flush`].
-    pub fn on_readable(&mut self, ctx: &CoreCtx) -> std::io::Result<()> {
+    /// Reads the datagrams waiting on the socket, a bounded batch, and hands each to its
+    /// connection (or makes a new one); the connections they touched are driven by
+    /// [`QuicCore::flush`]. True when the batch ended before the socket was empty: the loop
+    /// calls again next turn (its readiness wait fires only on new arrivals).
+    pub fn on_readable(&mut self, ctx: &CoreCtx) -> bool {
         let now = Instant::now();
         let mut buf = std::mem::take(&mut self.recv_buf);
+        let mut more = true;
         // A bounded batch per turn, so a flood cannot starve the TCP side.
         for _ in 0..64 {
-            let Some(r) = udp::recv(&self.socket, &mut buf)? else {
-                break;
+            let r = match udp::recv(&self.socket, &mut buf) {
+                Ok(Some(r)) => r,
+                Ok(None) => {
+                    more = false;
+                    break;
+                }
+                Err(e) => {
+                    // A datagram's error (none is expected on an unconnected socket): counted;
+                    // the next one is read on the next turn.
+                    self.shared
+                        .stats
+                        .recv_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "QUIC recvmsg");
+                    break;
+                }
             };
             for seg in buf[..r.len].chunks(r.segment.max(1)) {
                 self.shared.stats.packets_in.fetch_add(1, Ordering::Relaxed);
@@ -390,7 +425,7 @@ impl QuicCore {
         }
         self.recv_buf = buf;
         self.flush(ctx);
-        Ok(())
+        more
     }
 
     fn datagram(&mut self, now: Instant, from: SocketAddr, to: Option<IpAddr>, seg: &[u8]) {
@@ -477,24 +512,8 @@ impl QuicCore {
         }
     }
 
-    fn transmit(&self, t: &Transmit, buf: &[u8]) {
-        let data = &buf[..t.size];
-        let segments = t.segment_size.map_or(1, |s| data.len().div_ceil(s.max(1)));
-        let st = &self.shared.stats;
-        match udp::send(&self.socket, t.destination, t.src_ip, data, t.segment_size) {
-            Ok(()) => {
-                st.packets_out.fetch_add(segments as u64, Ordering::Relaxed);
-                st.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
-                if segments > 1 {
-                    st.gso_sends.fetch_add(1, Ordering::Relaxed);
-                    st.gso_segments
-                        .fetch_add(segments as u64, Ordering::Relaxed);
-                }
-            }
-            Err(_) => {
-                st.send_errors.fetch_add(segments as u64, Ordering::Relaxed);
-            }
-        }
+    fn transmit(&mut self, t: &Transmit, buf: &[u8]) {
+        send_transmit(&self.socket, &self.shared.stats, &mut self.gso, t, buf);
     }
 
     /// Runs the timers that are due, then drives what they touched.
@@ -547,7 +566,7 @@ impl QuicCore {
                             .close(Instant::now(), VarInt::from_u32(0x100), Bytes::new());
                     }
                 }
-                apply(c, &mut self.acts);
+                apply(c, &mut self.acts, &self.shared.stats);
                 self.dirty.push(idx);
             }
         }
@@ -591,6 +610,12 @@ impl QuicCore {
                 any = true;
                 match ev {
                     Event::Stream(StreamEvent::Readable { id }) => c.readable.push(id),
+                    // STOP_SENDING: the answer is not wanted; the stream is reset with the
+                    // client's code (RFC 9000 §3.5).
+                    Event::Stream(StreamEvent::Stopped { id, error_code }) => {
+                        let _ = c.conn.send_stream(id).reset(error_code);
+                        c.pending.retain(|(p, _, _)| *p != id);
+                    }
                     Event::Connected => {
                         self.shared.stats.handshakes.fetch_add(1, Ordering::Relaxed);
                     }
@@ -636,7 +661,7 @@ impl QuicCore {
                     }
                 }
             }
-            apply(c, &mut self.acts);
+            apply(c, &mut self.acts, &self.shared.stats);
             write_pending(c);
             if !any {
                 break;
@@ -664,26 +689,11 @@ impl QuicCore {
         let mut buf = std::mem::take(&mut self.send_buf);
         loop {
             buf.clear();
-            let Some(t) = c.conn.poll_transmit(now, MAX_GSO, &mut buf) else {
+            let most = if self.gso { MAX_GSO } else { 1 };
+            let Some(t) = c.conn.poll_transmit(now, most, &mut buf) else {
                 break;
             };
-            let data = &buf[..t.size];
-            let segments = t.segment_size.map_or(1, |s| data.len().div_ceil(s.max(1)));
-            let st = &self.shared.stats;
-            match udp::send(&self.socket, t.destination, t.src_ip, data, t.segment_size) {
-                Ok(()) => {
-                    st.packets_out.fetch_add(segments as u64, Ordering::Relaxed);
-                    st.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
-                    if segments > 1 {
-                        st.gso_sends.fetch_add(1, Ordering::Relaxed);
-                        st.gso_segments
-                            .fetch_add(segments as u64, Ordering::Relaxed);
-                    }
-                }
-                Err(_) => {
-                    st.send_errors.fetch_add(segments as u64, Ordering::Relaxed);
-                }
-            }
+            send_transmit(&self.socket, &self.shared.stats, &mut self.gso, &t, &buf);
         }
         self.send_buf = buf;
         c.timeout = c.conn.poll_timeout();
@@ -693,6 +703,42 @@ impl QuicCore {
             }
             self.conns[idx] = None;
             self.shared.stats.open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sends one transmit (`buf[..t.size]`), as one GSO buffer when it holds several datagrams.
+/// A path that cannot segment gets them one by one, now and from then on (`gso` cleared).
+fn send_transmit(socket: &OwnedFd, st: &QuicStats, gso: &mut bool, t: &Transmit, buf: &[u8]) {
+    let data = &buf[..t.size];
+    let segments = t.segment_size.map_or(1, |s| data.len().div_ceil(s.max(1)));
+    let mut sent = udp::send(socket, t.destination, t.src_ip, data, t.segment_size);
+    if let (Err(e), Some(size)) = (&sent, t.segment_size.filter(|_| segments > 1)) {
+        if udp::gso_unsupported(e) {
+            if *gso {
+                tracing::warn!(error = %e, "UDP segmentation offload refused: sending datagrams one by one");
+                *gso = false;
+            }
+            sent = udp::send_each(socket, t.destination, t.src_ip, data, size);
+            if sent.is_ok() {
+                st.packets_out.fetch_add(segments as u64, Ordering::Relaxed);
+                st.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+    match sent {
+        Ok(()) => {
+            st.packets_out.fetch_add(segments as u64, Ordering::Relaxed);
+            st.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
+            if segments > 1 {
+                st.gso_sends.fetch_add(1, Ordering::Relaxed);
+                st.gso_segments
+                    .fetch_add(segments as u64, Ordering::Relaxed);
+            }
+        }
+        Err(_) => {
+            st.send_errors.fetch_add(segments as u64, Ordering::Relaxed);
         }
     }
 }
@@ -715,6 +761,7 @@ fn read_streams(c: &mut Conn, idx: usize, ctx: &CoreCtx, acts: &mut Vec<Act>) ->
     for id in readable.drain(..) {
         data.clear();
         let mut fin = false;
+        let mut reset = false;
         let mut recv = c.conn.recv_stream(id);
         let Ok(mut chunks) = recv.read(true) else {
             continue;
@@ -726,18 +773,28 @@ fn read_streams(c: &mut Conn, idx: usize, ctx: &CoreCtx, acts: &mut Vec<Act>) ->
                     fin = true;
                     break;
                 }
+                Err(quinn_proto::ReadError::Reset(_)) => {
+                    reset = true;
+                    break;
+                }
                 Err(_) => break,
             }
         }
         let _ = chunks.finalize();
-        if data.is_empty() && !fin {
-            continue;
-        }
-        any = true;
         let Some(h3) = c.h3.as_mut() else {
             continue;
         };
         let raw = u64::from(id);
+        if reset {
+            // What came before the reset is dropped with the stream.
+            any = true;
+            h3.on_reset(raw, acts);
+            continue;
+        }
+        if data.is_empty() && !fin {
+            continue;
+        }
+        any = true;
         if id.dir() == Dir::Bi {
             let mut fx = CoreEffects::for_peer(ctx, token, peer);
             h3.on_request(raw, &data, fin, how, &ctx.env(), &mut fx, acts);
@@ -750,11 +807,12 @@ fn read_streams(c: &mut Conn, idx: usize, ctx: &CoreCtx, acts: &mut Vec<Act>) ->
 }
 
 /// Carries out what the HTTP/3 layer asked.
-fn apply(c: &mut Conn, acts: &mut Vec<Act>) {
+fn apply(c: &mut Conn, acts: &mut Vec<Act>, stats: &QuicStats) {
     for act in acts.drain(..) {
         match act {
             Act::Control(bytes) => c.control_out.extend_from_slice(&bytes),
             Act::Answer { stream, data } => {
+                stats.answers.fetch_add(1, Ordering::Relaxed);
                 c.pending.push((
                     StreamId::from(VarInt::from_u64(stream).unwrap_or_default()),
                     data,
@@ -808,7 +866,11 @@ fn write_pending(c: &mut Conn) {
             }
             // Blocked by flow control: again when the stream is writable (the next drive).
             Err(quinn_proto::WriteError::Blocked) => true,
-            // Stopped or reset by the client: the answer is not wanted.
+            // Stopped by the client: the answer is not wanted; reset with its code.
+            Err(quinn_proto::WriteError::Stopped(code)) => {
+                let _ = s.reset(code);
+                false
+            }
             Err(_) => false,
         }
     });

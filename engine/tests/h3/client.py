@@ -8,8 +8,12 @@ JSON (status, headers, body, whether 0-RTT was accepted, the order the client sa
 --early: send the request as soon as the connection starts (0-RTT, with a ticket).
 --port-change: after the response, rebind to a new local port and send a second request on
 the same connection (the server must follow it).
+--time: report elapsed_ms, from the connection's start to the answer's HEADERS.
 --hold SECONDS: after the response, keep the connection open until the server closes it (or
 SECONDS pass), reporting the GOAWAY on the server's control stream and the close's code.
+--abandon: before the request, abandon two others on the same connection: one whose stream
+the client resets once its HEADERS were sent, and one whose answer it refuses (STOP_SENDING
+H3_REQUEST_CANCELLED, then the stream's end); reports the resets the server sent ("resets").
 """
 
 import argparse
@@ -20,13 +24,21 @@ import pickle
 import socket
 import ssl
 import sys
+import time
 
 from aioquic.asyncio.client import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, StreamDataReceived
+from aioquic.quic.events import (
+    ConnectionTerminated,
+    HandshakeCompleted,
+    StreamDataReceived,
+    StreamReset,
+)
+
+H3_REQUEST_CANCELLED = 0x10C
 from aioquic.quic.logger import QuicLogger
 
 
@@ -40,11 +52,14 @@ class Client(QuicConnectionProtocol):
         self.early_accepted = None
         self.resumed = None
         self.server_control = b""
+        self.resets = {}
         self.closed = asyncio.get_event_loop().create_future()
 
     def quic_event_received(self, event):
         if isinstance(event, StreamDataReceived) and event.stream_id == 3:
             self.server_control += event.data
+        if isinstance(event, StreamReset):
+            self.resets[event.stream_id] = event.error_code
         if isinstance(event, ConnectionTerminated) and not self.closed.done():
             self.order.append("closed")
             self.closed.set_result(event.error_code)
@@ -55,6 +70,7 @@ class Client(QuicConnectionProtocol):
         for e in self.h3.handle_event(event):
             if isinstance(e, HeadersReceived):
                 self.order.append("headers")
+                self.headers_at = time.perf_counter()
                 r = self.responses.setdefault(e.stream_id, {"headers": [], "body": b""})
                 r["headers"] += [(k.decode(), v.decode()) for k, v in e.headers]
                 if e.stream_ended:
@@ -65,19 +81,34 @@ class Client(QuicConnectionProtocol):
                 if e.stream_ended:
                     self.waiters[e.stream_id].set_result(None)
 
+    def fields(self, method, authority, path):
+        return [
+            (b":method", method.encode()),
+            (b":scheme", b"https"),
+            (b":authority", authority.encode()),
+            (b":path", path.encode()),
+            (b"user-agent", b"aioquic-test/1"),
+        ]
+
+    async def abandon(self, authority, path):
+        """One request reset by the client mid-way, one whose answer it refuses."""
+        reset = self._quic.get_next_available_stream_id()
+        self.h3.send_headers(reset, self.fields("GET", authority, path), end_stream=False)
+        self.transmit()
+        await asyncio.sleep(0.15)  # the server has read the HEADERS
+        self._quic.reset_stream(reset, H3_REQUEST_CANCELLED)
+        stopped = self._quic.get_next_available_stream_id()
+        self.h3.send_headers(stopped, self.fields("GET", authority, path), end_stream=False)
+        self.transmit()
+        await asyncio.sleep(0.15)
+        self._quic.stop_stream(stopped, H3_REQUEST_CANCELLED)
+        self.h3.send_data(stopped, b"", end_stream=True)
+        self.transmit()
+        await asyncio.sleep(0.15)  # the server's RESET_STREAM for `stopped`
+
     async def request(self, method, authority, path):
         sid = self._quic.get_next_available_stream_id()
-        self.h3.send_headers(
-            sid,
-            [
-                (b":method", method.encode()),
-                (b":scheme", b"https"),
-                (b":authority", authority.encode()),
-                (b":path", path.encode()),
-                (b"user-agent", b"aioquic-test/1"),
-            ],
-            end_stream=True,
-        )
+        self.h3.send_headers(sid, self.fields(method, authority, path), end_stream=True)
         self.waiters[sid] = asyncio.get_running_loop().create_future()
         self.order.append("request_sent")
         self.transmit()
@@ -126,6 +157,8 @@ async def main():
     p.add_argument("--qlog")
     p.add_argument("--port-change", action="store_true")
     p.add_argument("--hold", type=float)
+    p.add_argument("--time", action="store_true")
+    p.add_argument("--abandon", action="store_true")
     a = p.parse_args()
 
     logger = QuicLogger() if a.qlog else None
@@ -145,6 +178,7 @@ async def main():
                 pickle.dump(ticket, f)
 
     out = {}
+    started = time.perf_counter()
     async with connect(
         a.host,
         a.port,
@@ -153,8 +187,13 @@ async def main():
         session_ticket_handler=save_ticket,
         wait_connected=not a.early,
     ) as client:
+        if a.abandon:
+            await client.abandon(a.sni, a.path)
         r = await client.request(a.method, a.sni, a.path)
         out.update(r)
+        if a.time:
+            # From the connection's start to the answer's HEADERS.
+            out["elapsed_ms"] = round((client.headers_at - started) * 1e3, 2)
         if a.port_change:
             client.change_connection_id()  # a new connection ID, as a migrating client would
             # Rebind: a new socket (a new local port) carries the rest of the connection.
@@ -178,6 +217,7 @@ async def main():
         out["early_data_accepted"] = client.early_accepted
         out["session_resumed"] = client.resumed
         out["order"] = client.order
+        out["resets"] = {str(k): v for k, v in client.resets.items()}
     if logger:
         with open(a.qlog, "w") as f:
             json.dump(logger.to_dict(), f)

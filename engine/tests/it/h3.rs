@@ -339,7 +339,10 @@ fn alt_svc_is_advertised_set_or_off() {
 }
 
 /// SIGTERM: an open HTTP/3 connection gets GOAWAY naming the first request stream not served
-/// (4, after the one request on stream 0), then a close with H3_NO_ERROR, and the engine exits.
+/// (12, after the requests on streams 0, 4 and 8), then a close with H3_NO_ERROR, and the engine
+/// exits. Before it, the client abandoned two requests: stream 0 reset mid-request (forgotten,
+/// so the drain is not left waiting for it) and stream 4's answer refused with STOP_SENDING
+/// (answered with RESET_STREAM and the client's code, RFC 9000 §3.5).
 #[test]
 fn sigterm_says_goaway_then_closes_with_no_error() {
     if !aioquic("h3 drain with aioquic") {
@@ -361,7 +364,7 @@ fn sigterm_says_goaway_then_closes_with_no_error() {
             "--ca",
             pki.ca.to_str().unwrap(),
         ])
-        .args(["--hold", "10"])
+        .args(["--hold", "10", "--abandon"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python");
@@ -375,12 +378,222 @@ fn sigterm_says_goaway_then_closes_with_no_error() {
     assert!(client.wait().unwrap().success());
     let r: Value = serde_json::from_str(&line).expect("json");
     assert_eq!(r["status"], 302, "{r}");
-    assert_eq!(r["goaway_id"], 4, "{r}");
+    assert_eq!(r["goaway_id"], 12, "{r}");
+    assert_eq!(r["resets"]["4"], 0x10c, "STOP_SENDING answered: {r}");
+    assert!(r["resets"].get("0").is_none(), "{r}");
     assert_eq!(r["close_code"], 0x100, "H3_NO_ERROR: {r}");
     let started = std::time::Instant::now();
     let status = e.child.wait().unwrap();
     assert!(status.success(), "{status:?}: {}", e.log());
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// Floods of real Initials (each a handshake's state, past `--quic-retry-threshold`: then
+/// answered with Retry) and of garbage datagrams, from one address, while a client is served on
+/// another: it gets its redirect during each, and the engine counts what the flood cost.
+#[test]
+fn floods_of_initials_and_garbage_leave_other_connections_served() {
+    if !aioquic("h3 floods with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &["--quic-retry-threshold", "20"]);
+    let quic = e.quic.clone().unwrap();
+    let (host, port) = quic.rsplit_once(':').unwrap();
+    let flood = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3/flood.py");
+    for kind in ["initial", "garbage"] {
+        let before = e
+            .metric("lasthop_engine_quic_packets_received_total")
+            .unwrap_or(0.0);
+        let flooder = Command::new(python())
+            .arg(&flood)
+            .args([host, port, "3", kind])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        for _ in 0..3 {
+            let r = h3(&e, &pki, &format!("/{code}"), &[]);
+            assert_eq!(r["status"], 302, "during the {kind} flood: {r}");
+        }
+        let out = flooder.wait_with_output().unwrap();
+        assert!(out.status.success(), "{kind} flood");
+        let sent: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        assert!(sent > 500.0, "{kind}: only {sent} datagrams");
+        let got = e
+            .metric("lasthop_engine_quic_packets_received_total")
+            .unwrap()
+            - before;
+        assert!(got > 500.0, "{kind}: the engine read {got} of {sent}");
+        if kind == "initial" {
+            let retries = e.metric("lasthop_engine_quic_retries_total").unwrap();
+            assert!(
+                retries > 0.0,
+                "past the threshold, Initials get Retry: {}",
+                e.log()
+            );
+        }
+    }
+    // And after both.
+    assert_eq!(h3(&e, &pki, &format!("/{code}"), &[])["status"], 302);
+}
+
+/// `--quic-idle-timeout`: a connection with nothing to say is forgotten after it (the client's
+/// own idle timeout, aioquic's 60 s, is longer: the smaller one applies, RFC 9000 §10.1).
+#[test]
+fn an_idle_connection_is_forgotten_after_the_quic_idle_timeout() {
+    if !aioquic("h3 idle timeout with aioquic") {
+        return;
+    }
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &["--quic-idle-timeout", "2"]);
+    let quic = e.quic.clone().unwrap();
+    let (host, port) = quic.rsplit_once(':').unwrap();
+    let mut client = Command::new(python())
+        .arg(script())
+        .args([
+            host,
+            port,
+            &format!("/{code}"),
+            "--ca",
+            pki.ca.to_str().unwrap(),
+        ])
+        .args(["--hold", "6"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut out = std::io::BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "holding");
+    let held = Instant::now();
+    let open = || e.metric("lasthop_engine_quic_open_connections").unwrap();
+    assert_eq!(open(), 1.0, "open while within the idle timeout");
+    while open() > 0.0 {
+        assert!(
+            held.elapsed() < Duration::from_secs(5),
+            "still open: {}",
+            e.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let gone = held.elapsed();
+    assert!(
+        gone >= Duration::from_millis(1500),
+        "forgotten after {gone:?}, before the 2 s"
+    );
+    let _ = client.kill();
+    let _ = client.wait();
+}
+
+/// Headless Chromium, told to speak QUIC to the engine (`--origin-to-force-quic-on`) and to
+/// trust its certificate by its SPKI pin (QUIC takes no `--ignore-certificate-errors`), follows a
+/// short URL over HTTP/3 to a landing page the test serves; its net log shows the QUIC session.
+#[test]
+fn chromium_follows_a_short_url_over_h3_to_its_landing_page() {
+    use std::io::{Read, Write};
+    let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        skip(
+            "h3::chromium_follows_a_short_url_over_h3",
+            "chromium is not installed",
+        );
+        return;
+    };
+    let landing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let landing_addr = landing.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut s in landing.incoming().flatten().take(8) {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let body = "<html><head><title>landed</title></head><body>landed over h3</body></html>";
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let site = Site::new();
+    let code = site.scheme().encode_string(3).unwrap();
+    site.write_snapshot(
+        1,
+        10,
+        &[(code.clone(), format!("http://{landing_addr}/landing"), None)],
+    );
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &[]);
+    let port = e
+        .quic
+        .as_deref()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    // The leaf's SubjectPublicKeyInfo, hashed (SHA-256, base64): Chromium's pin.
+    let spki = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64",
+            pki.cert.display()
+        ))
+        .output()
+        .expect("openssl");
+    let spki = String::from_utf8(spki.stdout).unwrap().trim().to_string();
+    assert_eq!(spki.len(), 44, "a SHA-256 in base64");
+    let profile = site.dir.path().join("chromium-profile");
+    let netlog = site.dir.path().join("netlog.json");
+    let out = Command::new("timeout")
+        .args(["60", chromium])
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--enable-quic",
+            &format!("--origin-to-force-quic-on=lh.test:{port}"),
+            &format!("--ignore-certificate-errors-spki-list={spki}"),
+            "--host-resolver-rules=MAP lh.test 127.0.0.1",
+            &format!("--log-net-log={}", netlog.display()),
+            &format!("--user-data-dir={}", profile.display()),
+            "--dump-dom",
+            &format!("https://lh.test:{port}/{code}"),
+        ])
+        .output()
+        .expect("chromium runs");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dom.contains("landed over h3"),
+        "{dom}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        e.log()
+    );
+    let log = std::fs::read_to_string(&netlog).unwrap_or_default();
+    assert!(
+        log.contains("QUIC_SESSION"),
+        "the net log shows no QUIC session"
+    );
+    assert!(
+        e.metric("lasthop_engine_requests_by_protocol_total{protocol=\"h3\"}")
+            .unwrap()
+            >= 1.0,
+        "{}",
+        e.log()
+    );
+    assert_eq!(
+        e.metric("lasthop_engine_requests_by_protocol_total{protocol=\"h1\"}"),
+        Some(0.0)
+    );
+    assert!(e.metric("lasthop_engine_quic_handshakes_total").unwrap() >= 1.0);
 }
 
 /// ngtcp2's client (GnuTLS; Debian's `ngtcp2-client`): a GET, then 0-RTT with the session and

@@ -45,6 +45,8 @@ const ACCEPT_TLS: u64 = 8;
 const INSTALL: u64 = 9;
 /// The QUIC socket is readable (a multishot poll).
 const QUIC: u64 = 10;
+/// The generation of [`QUIC`]'s no-op (a batch left datagrams waiting), beside its poll's 0.
+const QUIC_AGAIN: u32 = 1;
 
 /// A connection whose unanswered input grows past this is dropped (it is not speaking HTTP to us
 /// the way a client would).
@@ -464,10 +466,16 @@ impl UringLoop {
                     self.on_tick(ctx)?;
                 }
                 QUIC => {
-                    if let Some(q) = self.quic.as_mut() {
-                        q.on_readable(ctx)?;
+                    let more = self.quic.as_mut().is_some_and(|q| q.on_readable(ctx));
+                    if more {
+                        // Datagrams are still waiting: the poll fires only on new arrivals, so
+                        // a no-op completes at once and brings the next batch next turn.
+                        let sqe = opcode::Nop::new()
+                            .build()
+                            .user_data(user_data(QUIC, QUIC_AGAIN, 0));
+                        self.push(sqe)?;
                     }
-                    if !cqueue::more(flags) {
+                    if gen != QUIC_AGAIN && !cqueue::more(flags) {
                         self.arm_quic()?;
                     }
                 }
@@ -816,6 +824,7 @@ impl UringLoop {
         let mut replies = std::mem::take(&mut self.replies);
         inbox.drain(&mut replies);
         for reply in replies.drain(..) {
+            ctx.metrics.origin_answer(&reply.answer);
             let (kind, gen, idx) = split(reply.token);
             if kind == crate::quic::TOKEN_KIND {
                 if let Some(q) = self.quic.as_mut() {
