@@ -148,11 +148,12 @@ fn snapshot_loader(memory: SnapshotMemory) -> LoadFn {
     }
 }
 
-/// The HTTPS listener's settings, with `--tls-listen` (clap requires `--cert` and `--key`
-/// with it).
+/// The TLS settings of the HTTPS listener and of HTTP/3, with `--tls-listen` or `--quic-listen`
+/// (clap requires `--cert` and `--key` with the first; `start_quic` says so for the second).
 fn tls_settings(args: &Args, ktls: bool) -> Option<TlsSettings> {
-    match (&args.tls_listen, &args.cert, &args.key) {
-        (Some(_), Some(cert), Some(key)) => Some(TlsSettings {
+    let served = args.tls_listen.is_some() || args.quic_listen.is_some();
+    match (served, &args.cert, &args.key) {
+        (true, Some(cert), Some(key)) => Some(TlsSettings {
             cert: cert.clone(),
             key: key.clone(),
             ticket_key_file: args.tls_ticket_key_file.clone(),
@@ -630,7 +631,8 @@ fn start_tls(
 }
 
 /// Whether HTTP/3 is served: with `--quic-listen`, or `--tls-listen` without `--no-quic`, on
-/// the io_uring backend. `Err` says why not (logged at start when a listener was asked for).
+/// the io_uring and epoll backends (the epoll fallback serves no TLS over TCP: there, HTTP/3
+/// needs `--quic-listen`). `Err` says why not (logged at start when a listener was asked for).
 fn quic_wanted(args: &Args, backend: Backend) -> Result<(), &'static str> {
     if args.no_quic {
         return Err("--no-quic");
@@ -638,8 +640,8 @@ fn quic_wanted(args: &Args, backend: Backend) -> Result<(), &'static str> {
     if args.quic_listen.is_none() && args.tls_listen.is_none() {
         return Err("no --tls-listen or --quic-listen");
     }
-    if backend != Backend::Uring {
-        return Err("QUIC is served on the io_uring backend only (the epoll fallback and AF_XDP serve none)");
+    if !matches!(backend, Backend::Uring | Backend::Epoll) {
+        return Err("QUIC is served on the io_uring and epoll backends (AF_XDP serves none)");
     }
     Ok(())
 }

@@ -348,6 +348,9 @@ async fn run_core(
             config.uring.tick,
             config.uring.idle_timeout_ms,
             config.uring.header_timeout_ms,
+            start
+                .quic
+                .map(|q| crate::quic::QuicCore::new(start.index, q.socket, q.shared)),
         )?)),
         #[cfg(feature = "xdp")]
         Backend::Xdp => {

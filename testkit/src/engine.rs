@@ -83,7 +83,7 @@ pub struct Engine {
     /// The HTTPS listener, when started with `--tls-listen`.
     pub tls: Option<String>,
     /// The QUIC (HTTP/3) listener, when the engine serves one (`--tls-listen` without
-    /// `--no-quic`, on io_uring).
+    /// `--no-quic`, or `--quic-listen`; on io_uring and epoll).
     pub quic: Option<String>,
 }
 
@@ -170,8 +170,9 @@ impl Engine {
         } else {
             None
         };
-        // With TLS the engine says where QUIC is, or that it serves none.
-        let quic = if tls.is_some() {
+        // With TLS the engine says where QUIC is, or that it serves none; with `--quic-listen`
+        // alone, where QUIC is.
+        let quic = if tls.is_some() || extra.contains(&"--quic-listen") {
             let mut fourth = String::new();
             out.read_line(&mut fourth).expect("read");
             fourth

@@ -1,6 +1,8 @@
 //! The fallback loop, for kernels where io_uring is missing or disabled
 //! (`kernel.io_uring_disabled`, seccomp, old kernels): level-triggered epoll over non-blocking
-//! sockets, the same [`Session`] protocol as the ring.
+//! sockets, the same [`Session`] protocol as the ring, and HTTP/3 through the same
+//! [`QuicCore`] as the ring's (its UDP socket level-triggered: a batch that leaves datagrams
+//! waiting is simply ready again).
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
@@ -10,10 +12,12 @@ use std::time::Duration;
 
 use super::cvt;
 use crate::origin::OriginInbox;
+use crate::quic::QuicCore;
 use crate::session::{CoreCtx, Drive as _, Session};
 
 const LISTENER: u64 = u64::MAX;
 const WAKE: u64 = u64::MAX - 1;
+const QUIC: u64 = u64::MAX - 2;
 
 struct Conn {
     fd: OwnedFd,
@@ -37,6 +41,9 @@ pub struct EpollLoop {
     idle_timeout_ms: i64,
     header_timeout_ms: i64,
     last_sweep_ms: i64,
+    quic: Option<QuicCore>,
+    /// When the QUIC timers last ran.
+    quic_tick: std::time::Instant,
 }
 
 impl std::fmt::Debug for EpollLoop {
@@ -60,13 +67,15 @@ fn token(fd: RawFd, gen: u32) -> u64 {
 }
 
 impl EpollLoop {
-    /// Registers the listener (and the origin wake eventfd) with a new epoll instance.
+    /// Registers the listener (and the origin wake eventfd, and the QUIC socket) with a new
+    /// epoll instance.
     pub fn new(
         listener: OwnedFd,
         inbox: Option<OriginInbox>,
         tick: Duration,
         idle_timeout_ms: i64,
         header_timeout_ms: i64,
+        quic: Option<QuicCore>,
     ) -> io::Result<Self> {
         // SAFETY: epoll_create1 returns a new descriptor or -1 (checked), owned right away.
         let epfd = unsafe { OwnedFd::from_raw_fd(cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?) };
@@ -86,6 +95,15 @@ impl EpollLoop {
                 WAKE,
             )?;
         }
+        if let Some(q) = &quic {
+            ctl(
+                epfd.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                q.socket().as_raw_fd(),
+                libc::EPOLLIN as u32,
+                QUIC,
+            )?;
+        }
         Ok(EpollLoop {
             epfd,
             listener,
@@ -99,12 +117,17 @@ impl EpollLoop {
             idle_timeout_ms,
             header_timeout_ms,
             last_sweep_ms: 0,
+            quic,
+            quic_tick: std::time::Instant::now(),
         })
     }
 
     /// Stops accepting (drain on SIGTERM); HTTP/2 connections say GOAWAY and close once
     /// their streams are answered.
     pub fn stop_accepting(&mut self, ctx: &mut CoreCtx) -> io::Result<()> {
+        if let Some(q) = self.quic.as_mut() {
+            q.drain(ctx);
+        }
         let h2: Vec<RawFd> = self
             .conns
             .iter()
@@ -131,7 +154,7 @@ impl EpollLoop {
 
     /// Connections still open.
     pub fn open_conns(&self) -> usize {
-        self.conns.len()
+        self.conns.len() + self.quic.as_ref().map_or(0, QuicCore::open)
     }
 
     /// One turn: wait up to one tick, then serve every ready socket.
@@ -159,7 +182,18 @@ impl EpollLoop {
             match ev.u64 {
                 LISTENER => self.accept_all(ctx)?,
                 WAKE => self.on_wake(ctx),
+                QUIC => {
+                    if let Some(q) = self.quic.as_mut() {
+                        q.on_readable(ctx);
+                    }
+                }
                 data => self.on_ready(data as RawFd, ev.events, ctx),
+            }
+        }
+        if let Some(q) = self.quic.as_mut() {
+            if self.quic_tick.elapsed() >= self.tick {
+                self.quic_tick = std::time::Instant::now();
+                q.on_tick(ctx);
             }
         }
         self.sweep(ctx);
@@ -198,7 +232,9 @@ impl EpollLoop {
                 fd as u64,
             )?;
             let gen = self.next_gen;
-            self.next_gen = self.next_gen.wrapping_add(1).max(1);
+            // 24 bits, so a token's top byte (QUIC's kind) is always 0 here.
+            self.next_gen = (self.next_gen + 1) & 0xff_ffff;
+            self.next_gen = self.next_gen.max(1);
             let mut session = Session::new(ctx.now_ms);
             session.peer = ctx
                 .clicks
@@ -315,6 +351,12 @@ impl EpollLoop {
         inbox.drain(&mut replies);
         for reply in replies.drain(..) {
             ctx.metrics.origin_answer(&reply.answer);
+            if reply.token >> 56 == crate::quic::TOKEN_KIND {
+                if let Some(q) = self.quic.as_mut() {
+                    q.on_origin(reply.token, &reply.code, &reply.answer, ctx);
+                }
+                continue;
+            }
             let fd = reply.token as u32 as RawFd;
             let gen = (reply.token >> 32) as u32;
             let close = match self.conns.get_mut(&fd) {

@@ -596,6 +596,56 @@ fn chromium_follows_a_short_url_over_h3_to_its_landing_page() {
     assert!(e.metric("lasthop_engine_quic_handshakes_total").unwrap() >= 1.0);
 }
 
+/// The epoll fallback (no TLS over TCP there) serves HTTP/3 on `--quic-listen` with the same
+/// QUIC core: the redirect, 0-RTT, and on two cores a client that changes its port.
+#[test]
+fn http3_on_the_epoll_fallback() {
+    if !aioquic("h3 on epoll with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let (cert, key) = (pki.cert.to_str().unwrap(), pki.key.to_str().unwrap());
+    let e = site.start(&[
+        "--io",
+        "epoll",
+        "--quic-listen",
+        "127.0.0.1:0",
+        "--cert",
+        cert,
+        "--key",
+        key,
+        "--cores",
+        "2",
+    ]);
+    assert!(e.tls.is_none(), "no HTTPS over TCP on epoll");
+    let ticket = site.dir.path().join("ticket");
+    let ticket = ticket.to_str().unwrap();
+    let r = h3(
+        &e,
+        &pki,
+        &format!("/{code}"),
+        &["--ticket", ticket, "--port-change"],
+    );
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(header(&r, "location"), Some("https://example.com/secure"));
+    assert_eq!(r["second"]["status"], 302, "after the port change: {r}");
+    let r = h3(
+        &e,
+        &pki,
+        &format!("/{code}"),
+        &["--ticket", ticket, "--early"],
+    );
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(r["early_data_accepted"], true, "{r}");
+    assert!(
+        e.metric("lasthop_engine_quic_zero_rtt_accepted_total")
+            .unwrap()
+            >= 1.0
+    );
+}
+
 /// ngtcp2's client (GnuTLS; Debian's `ngtcp2-client`): a GET, then 0-RTT with the session and
 /// transport parameters it saved, Retry, and version negotiation for a version we do not speak.
 #[test]
