@@ -276,6 +276,27 @@ fn alpn_and_h2c_can_be_turned_off() {
     assert_eq!(e.metric("lasthop_engine_h2_connections_total"), Some(0.0));
 }
 
+/// A landing page served by the test over plain HTTP on loopback (a few visits): its address.
+/// The page's body says `text`.
+pub(crate) fn landing_page(text: &'static str) -> std::net::SocketAddr {
+    let landing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = landing.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut s in landing.incoming().flatten().take(8) {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let body =
+                format!("<html><head><title>landed</title></head><body>{text}</body></html>");
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
 #[test]
 fn chromium_follows_a_short_url_over_h2_to_its_landing_page() {
     let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
@@ -288,22 +309,7 @@ fn chromium_follows_a_short_url_over_h2_to_its_landing_page() {
         );
         return;
     };
-    // The landing page, served by the test over plain HTTP on loopback.
-    let landing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let landing_addr = landing.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in landing.incoming().flatten().take(8) {
-            let mut s = s;
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let body = "<html><head><title>landed</title></head><body>landed over h2</body></html>";
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
+    let landing_addr = landing_page("landed over h2");
     let site = lasthop_testkit::Site::new();
     let code = site.scheme().encode_string(3).unwrap();
     site.write_snapshot(

@@ -51,6 +51,47 @@ fn h3(e: &Engine, pki: &Pki, path: &str, extra: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("json")
 }
 
+/// `client.py --hold`: a connection kept open after its answer, until the server closes it.
+struct Holding {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Holding {
+    /// Started, answered, and holding (its "holding" line read).
+    fn start(e: &Engine, pki: &Pki, path: &str, extra: &[&str]) -> Holding {
+        use std::io::BufRead;
+        let quic = e.quic.as_deref().expect("the engine serves QUIC");
+        let (host, port) = quic.rsplit_once(':').unwrap();
+        let mut child = Command::new(python())
+            .arg(script())
+            .args([host, port, path, "--ca", pki.ca.to_str().unwrap()])
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python");
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "holding");
+        Holding { child, out }
+    }
+
+    /// Its JSON once the server closed the connection (or the hold ran out).
+    fn result(&mut self) -> Value {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        assert!(self.child.wait().unwrap().success());
+        serde_json::from_str(&line).expect("json")
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn header<'a>(r: &'a Value, name: &str) -> Option<&'a str> {
     r["headers"]
         .as_array()?
@@ -348,35 +389,18 @@ fn sigterm_says_goaway_then_closes_with_no_error() {
     if !aioquic("h3 drain with aioquic") {
         return;
     }
-    use std::io::BufRead;
     let site = Site::new();
     let code = links(&site);
     let pki = pki(&site, false);
     let mut e = start(&site, &pki, &[]);
-    let quic = e.quic.clone().unwrap();
-    let (host, port) = quic.rsplit_once(':').unwrap();
-    let mut client = Command::new(python())
-        .arg(script())
-        .args([
-            host,
-            port,
-            &format!("/{code}"),
-            "--ca",
-            pki.ca.to_str().unwrap(),
-        ])
-        .args(["--hold", "10", "--abandon"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python");
-    let mut out = std::io::BufReader::new(client.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "holding");
+    let mut client = Holding::start(
+        &e,
+        &pki,
+        &format!("/{code}"),
+        &["--hold", "10", "--abandon"],
+    );
     e.signal("TERM");
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    assert!(client.wait().unwrap().success());
-    let r: Value = serde_json::from_str(&line).expect("json");
+    let r = client.result();
     assert_eq!(r["status"], 302, "{r}");
     assert_eq!(r["goaway_id"], 12, "{r}");
     assert_eq!(r["resets"]["4"], 0x10c, "STOP_SENDING answered: {r}");
@@ -447,31 +471,12 @@ fn an_idle_connection_is_forgotten_after_the_quic_idle_timeout() {
     if !aioquic("h3 idle timeout with aioquic") {
         return;
     }
-    use std::io::BufRead;
     use std::time::{Duration, Instant};
     let site = Site::new();
     let code = links(&site);
     let pki = pki(&site, false);
     let e = start(&site, &pki, &["--quic-idle-timeout", "2"]);
-    let quic = e.quic.clone().unwrap();
-    let (host, port) = quic.rsplit_once(':').unwrap();
-    let mut client = Command::new(python())
-        .arg(script())
-        .args([
-            host,
-            port,
-            &format!("/{code}"),
-            "--ca",
-            pki.ca.to_str().unwrap(),
-        ])
-        .args(["--hold", "6"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python");
-    let mut out = std::io::BufReader::new(client.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "holding");
+    let client = Holding::start(&e, &pki, &format!("/{code}"), &["--hold", "6"]);
     let held = Instant::now();
     let open = || e.metric("lasthop_engine_quic_open_connections").unwrap();
     assert_eq!(open(), 1.0, "open while within the idle timeout");
@@ -488,8 +493,7 @@ fn an_idle_connection_is_forgotten_after_the_quic_idle_timeout() {
         gone >= Duration::from_millis(1500),
         "forgotten after {gone:?}, before the 2 s"
     );
-    let _ = client.kill();
-    let _ = client.wait();
+    client.stop();
 }
 
 /// Headless Chromium, told to speak QUIC to the engine (`--origin-to-force-quic-on`) and to
@@ -497,7 +501,6 @@ fn an_idle_connection_is_forgotten_after_the_quic_idle_timeout() {
 /// short URL over HTTP/3 to a landing page the test serves; its net log shows the QUIC session.
 #[test]
 fn chromium_follows_a_short_url_over_h3_to_its_landing_page() {
-    use std::io::{Read, Write};
     let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
         .into_iter()
         .find(|p| Path::new(p).exists())
@@ -508,20 +511,7 @@ fn chromium_follows_a_short_url_over_h3_to_its_landing_page() {
         );
         return;
     };
-    let landing = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let landing_addr = landing.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for mut s in landing.incoming().flatten().take(8) {
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let body = "<html><head><title>landed</title></head><body>landed over h3</body></html>";
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
+    let landing_addr = crate::h2::landing_page("landed over h3");
     let site = Site::new();
     let code = site.scheme().encode_string(3).unwrap();
     site.write_snapshot(
