@@ -242,6 +242,7 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
         cores: quic,
         group: quic_group,
     } = start_quic(&args, &cores, &https, &services)?;
+    https.quic = quic.iter().flatten().next().map(|q| q.shared.clone());
     let admin = start_admin(&args, &services)?;
     let publishing = start_feed(
         &args,
@@ -578,6 +579,8 @@ struct Https {
     /// The names the certificate covers (HTTP/2's 421).
     coverage: Option<Arc<tls::CertCoverage>>,
     bound: Option<SocketAddr>,
+    /// HTTP/3's shared configuration, when served: SIGHUP gives it the new certificate too.
+    quic: Option<lasthop_engine::quic::QuicShared>,
 }
 
 /// With `--tls-listen`: decides kTLS, loads the certificate and key, and binds one
@@ -593,6 +596,7 @@ fn start_tls(
         config: None,
         coverage: None,
         bound: None,
+        quic: None,
     };
     let mut listeners: Vec<Option<TlsListen>> = (0..cores.count).map(|_| None).collect();
     if let (Some(settings), Some(addr), Some(stats)) =
@@ -1133,6 +1137,17 @@ fn reload(
             }
             Err(e) => {
                 tracing::error!(error = %e, "SIGHUP: keeping the current TLS certificate")
+            }
+        }
+    }
+    if let (Some(settings), Some(quic)) = (&https.settings, &https.quic) {
+        let loaded = tls::config::quic_server_config(settings)
+            .map_err(anyhow::Error::from)
+            .and_then(|tls| quic.reload(tls).map_err(anyhow::Error::from));
+        match loaded {
+            Ok(()) => tracing::info!("SIGHUP: HTTP/3 certificate and key reloaded"),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "SIGHUP: HTTP/3 keeps the current certificate")
             }
         }
     }

@@ -81,6 +81,7 @@ pub struct QuicStats {
     gso_segments: AtomicU64,
     send_errors: AtomicU64,
     recv_errors: AtomicU64,
+    resumed: AtomicU64,
     open: AtomicU64,
     /// Answers sent over HTTP/3 (`lasthop_engine_requests_by_protocol_total{protocol="h3"}`).
     answers: AtomicU64,
@@ -95,7 +96,7 @@ impl QuicStats {
     /// Appends the counters in the Prometheus text format.
     pub fn render(&self, o: &mut String) {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let counters: [(&str, &str, &AtomicU64); 12] = [
+        let counters: [(&str, &str, &AtomicU64); 13] = [
             (
                 "lasthop_engine_quic_connections_total",
                 "QUIC connections accepted.",
@@ -110,6 +111,11 @@ impl QuicStats {
                 "lasthop_engine_quic_zero_rtt_accepted_total",
                 "QUIC connections that sent requests in accepted 0-RTT early data.",
                 &self.zero_rtt,
+            ),
+            (
+                "lasthop_engine_quic_resumed_total",
+                "QUIC handshakes that resumed a session (a ticket found in the session store; the rest of handshakes_total are full).",
+                &self.resumed,
             ),
             (
                 "lasthop_engine_quic_retries_total",
@@ -212,6 +218,10 @@ impl ConnectionIdGenerator for CoreCids {
 #[derive(Clone)]
 pub struct QuicShared {
     server: Arc<ServerConfig>,
+    /// What SIGHUP loaded ([`QuicShared::reload`]), by generation: each core's endpoint takes
+    /// it on its next tick.
+    reloaded: Arc<std::sync::Mutex<(u64, Arc<ServerConfig>)>>,
+    generation: Arc<AtomicU64>,
     reset_key: Arc<ring::hmac::Key>,
     settings: QuicSettings,
     pub stats: Arc<QuicStats>,
@@ -241,6 +251,7 @@ impl QuicShared {
         settings: QuicSettings,
         stats: Arc<QuicStats>,
     ) -> Result<QuicShared, QuicError> {
+        let tls = counting_resumptions(tls, &stats);
         let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
             .map_err(|_| QuicError::NoInitialSuite)?;
         let mut server = ServerConfig::with_crypto(Arc::new(crypto));
@@ -268,12 +279,85 @@ impl QuicShared {
         let mut seed = [0u8; 32];
         let _ = getrandom::getrandom(&mut seed);
         let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &seed);
+        let server = Arc::new(server);
         Ok(QuicShared {
-            server: Arc::new(server),
+            reloaded: Arc::new(std::sync::Mutex::new((0, Arc::clone(&server)))),
+            generation: Arc::new(AtomicU64::new(0)),
+            server,
             reset_key: Arc::new(reset_key),
             settings,
             stats,
         })
+    }
+}
+
+impl QuicShared {
+    /// SIGHUP's new certificate and key (`tls`, a [`crate::tls::config::quic_server_config`]):
+    /// new connections on every core get it from the core's next tick; open ones keep theirs.
+    /// The transport limits and the Retry token key stay (a Retry issued before still counts).
+    pub fn reload(&self, tls: Arc<rustls::ServerConfig>) -> Result<(), QuicError> {
+        let tls = counting_resumptions(tls, &self.stats);
+        let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
+            .map_err(|_| QuicError::NoInitialSuite)?;
+        let mut next = (*self.server).clone();
+        next.crypto = Arc::new(crypto);
+        let mut slot = self
+            .reloaded
+            .lock()
+            .map_err(|_| QuicError::Config("a core panicked holding the reload".into()))?;
+        slot.0 += 1;
+        slot.1 = Arc::new(next);
+        self.generation.store(slot.0, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// `tls` with its session store counting the sessions it hands back (resumptions) into
+/// `stats`. With stateless tickets (`--tls-ticket-key-file`) there is no store to count in, and
+/// no 0-RTT.
+fn counting_resumptions(
+    tls: Arc<rustls::ServerConfig>,
+    stats: &Arc<QuicStats>,
+) -> Arc<rustls::ServerConfig> {
+    let mut config = (*tls).clone();
+    config.session_storage = Arc::new(CountingStore {
+        inner: Arc::clone(&config.session_storage),
+        stats: Arc::clone(stats),
+    });
+    Arc::new(config)
+}
+
+/// A session store that counts the sessions found (each a resumed handshake).
+#[derive(Debug)]
+struct CountingStore {
+    inner: Arc<dyn rustls::server::StoresServerSessions>,
+    stats: Arc<QuicStats>,
+}
+
+impl rustls::server::StoresServerSessions for CountingStore {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.inner.put(key, value)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.found(self.inner.get(key))
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.found(self.inner.take(key))
+    }
+
+    fn can_cache(&self) -> bool {
+        self.inner.can_cache()
+    }
+}
+
+impl CountingStore {
+    fn found(&self, session: Option<Vec<u8>>) -> Option<Vec<u8>> {
+        if session.is_some() {
+            self.stats.resumed.fetch_add(1, Ordering::Relaxed);
+        }
+        session
     }
 }
 
@@ -330,6 +414,8 @@ pub struct QuicCore {
     /// Handshakes in flight on this core (the Retry threshold).
     handshakes: usize,
     draining: bool,
+    /// The generation of the server configuration in use ([`QuicShared::reload`]).
+    config_generation: u64,
     /// Transmits are sent as one GSO buffer; cleared when the path cannot segment.
     gso: bool,
     recv_buf: Vec<u8>,
@@ -370,6 +456,7 @@ impl QuicCore {
             dirty: Vec::new(),
             handshakes: 0,
             draining: false,
+            config_generation: 0,
             gso: true,
             recv_buf: vec![0u8; 65_536],
             send_buf: Vec::with_capacity(MAX_GSO * 1500),
@@ -518,6 +605,13 @@ impl QuicCore {
 
     /// Runs the timers that are due, then drives what they touched.
     pub fn on_tick(&mut self, ctx: &CoreCtx) {
+        let generation = self.shared.generation.load(Ordering::Acquire);
+        if generation != self.config_generation {
+            if let Ok(slot) = self.shared.reloaded.lock() {
+                self.endpoint.set_server_config(Some(Arc::clone(&slot.1)));
+                self.config_generation = slot.0;
+            }
+        }
         let now = Instant::now();
         for (idx, slot) in self.conns.iter_mut().enumerate() {
             if let Some(c) = slot {

@@ -27,6 +27,7 @@ import sys
 import time
 
 from aioquic.asyncio.client import connect
+from cryptography.x509.oid import NameOID
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
@@ -217,6 +218,10 @@ async def main():
         out["early_data_accepted"] = client.early_accepted
         out["session_resumed"] = client.resumed
         out["order"] = client.order
+        cert = client._quic.tls._peer_certificate
+        out["peer_cn"] = (
+            cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value if cert else None
+        )
         out["resets"] = {str(k): v for k, v in client.resets.items()}
     if logger:
         with open(a.qlog, "w") as f:

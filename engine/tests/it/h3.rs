@@ -14,7 +14,7 @@ fn python() -> String {
 }
 
 /// Whether aioquic can be imported; says skipped (fails under CI) when not.
-fn aioquic(what: &str) -> bool {
+pub(crate) fn aioquic(what: &str) -> bool {
     let ok = Command::new(python())
         .args(["-c", "import aioquic"])
         .output()
@@ -33,7 +33,7 @@ fn script() -> PathBuf {
 }
 
 /// One request with `client.py`; its JSON answer.
-fn h3(e: &Engine, pki: &Pki, path: &str, extra: &[&str]) -> Value {
+pub(crate) fn h3(e: &Engine, pki: &Pki, path: &str, extra: &[&str]) -> Value {
     let quic = e.quic.as_deref().expect("the engine serves QUIC");
     let (host, port) = quic.rsplit_once(':').unwrap();
     let out = Command::new(python())
@@ -259,6 +259,9 @@ fn a_get_over_h3_gets_the_exact_redirect_and_0rtt_gets_it_in_the_first_flight() 
         m.contains("lasthop_engine_quic_zero_rtt_accepted_total 1"),
         "{m}"
     );
+    // Two handshakes: the first full, the second resumed.
+    assert!(m.contains("lasthop_engine_quic_handshakes_total 2"), "{m}");
+    assert!(m.contains("lasthop_engine_quic_resumed_total 1"), "{m}");
 }
 
 #[test]

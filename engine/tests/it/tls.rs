@@ -462,7 +462,7 @@ fn ktls_hand_off_where_the_kernel_has_it() {
 }
 
 /// SIGHUP re-reads the certificate and key: new connections get the new certificate, the
-/// connection opened before keeps working.
+/// connection opened before keeps working; over HTTP/3 too.
 #[test]
 fn sighup_reloads_the_certificate() {
     let site = Site::new();
@@ -478,6 +478,11 @@ fn sighup_reloads_the_certificate() {
             .to_string()
     };
     assert!(subject(&e).contains("lh.test"), "{}", subject(&e));
+    let h3 = crate::h3::aioquic("SIGHUP over h3");
+    let h3_cn = |e: &Engine| crate::h3::h3(e, &pki, &format!("/{code}"), &[])["peer_cn"].clone();
+    if h3 {
+        assert_eq!(h3_cn(&e), "lh.test");
+    }
     let resolve = format!("lh.test:{}:127.0.0.1", port(&e));
     let url = format!("https://lh.test:{}/{code}", port(&e));
 
@@ -504,6 +509,17 @@ fn sighup_reloads_the_certificate() {
         &url,
     ]);
     assert_eq!(status, 302);
+    if h3 {
+        // Every core's QUIC endpoint takes the new one on its next tick.
+        while h3_cn(&e) != "renewed.lh.test" {
+            assert!(
+                Instant::now() < deadline,
+                "HTTP/3 kept the old certificate: {}",
+                e.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 /// A rustls client of the engine's CA, TLS 1.3 only, keeping its tickets, willing to send
