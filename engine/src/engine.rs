@@ -241,8 +241,9 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
         bound: quic_bound,
         cores: quic,
         group: quic_group,
+        shared: quic_shared,
     } = start_quic(&args, &cores, &https, &services)?;
-    https.quic = quic.iter().flatten().next().map(|q| q.shared.clone());
+    https.quic = quic_shared;
     let admin = start_admin(&args, &services)?;
     let publishing = start_feed(
         &args,
@@ -660,6 +661,8 @@ struct QuicStarted {
     /// the kernel fills a closed socket's place in a reuseport group with the group's last
     /// socket, which would move the steering program's indexes while other cores still drain.
     group: Vec<OwnedFd>,
+    /// What the cores share (SIGHUP's reload goes through it).
+    shared: Option<lasthop_engine::quic::QuicShared>,
 }
 
 impl QuicStarted {
@@ -668,6 +671,7 @@ impl QuicStarted {
             bound: None,
             cores,
             group: Vec::new(),
+            shared: None,
         }
     }
 }
@@ -740,6 +744,7 @@ fn start_quic(
         bound: Some(bound),
         cores: sockets,
         group,
+        shared: Some(shared),
     })
 }
 

@@ -6,45 +6,15 @@ use std::time::Duration;
 
 use lasthop_testkit::{wait_until, Conn, Control, Engine, Pki, Site};
 
-/// One GET over HTTP/3 with the engine's aioquic test client: status and `location`.
+/// One GET over HTTP/3 (the engine's aioquic test client): status and `location`.
 fn h3_get(engine: &Engine, pki: &Pki, path: &str) -> (u64, Option<String>) {
-    let python = std::env::var("LASTHOP_AIOQUIC_PYTHON").unwrap_or_else(|_| "python3".into());
-    let client =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/h3/client.py");
-    let quic = engine.quic.as_deref().expect("the engine serves QUIC");
-    let (host, port) = quic.rsplit_once(':').unwrap();
-    let out = std::process::Command::new(python)
-        .arg(client)
-        .args([host, port, path, "--ca", pki.ca.to_str().unwrap()])
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "client.py {path}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let r = lasthop_testkit::h3(engine, pki, path, &[]);
     let location = r["headers"].as_array().and_then(|h| {
         h.iter()
             .find(|h| h[0] == "location")
             .and_then(|h| h[1].as_str().map(String::from))
     });
     (r["status"].as_u64().unwrap(), location)
-}
-
-fn aioquic() -> bool {
-    let python = std::env::var("LASTHOP_AIOQUIC_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = std::process::Command::new(python)
-        .args(["-c", "import aioquic"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        lasthop_testkit::skip(
-            "origin::misses_read_through over HTTP/3",
-            "no aioquic (scripts/test installs it in a venv: LASTHOP_AIOQUIC_PYTHON)",
-        );
-    }
-    ok
 }
 
 #[test]
@@ -116,7 +86,7 @@ fn misses_read_through_to_the_control_plane() {
 
     // Over HTTP/3: a miss parked on its QUIC stream until the origin replies; the origin's 404;
     // a takedown (the denylist, before any cache) turns the answer 410.
-    if aioquic() {
+    if lasthop_testkit::aioquic("origin::misses_read_through over HTTP/3") {
         let three = control.create("https://example.com/h3-three");
         assert_eq!(
             h3_get(&engine, &pki, &format!("/{three}")),

@@ -132,6 +132,14 @@ pub struct H3Conn {
     closed: bool,
 }
 
+/// The client's unidirectional streams HTTP/3 knows: one of each, never closed or reset
+/// (RFC 9114 §6.2.1).
+const CRITICAL: [u64; 3] = [
+    frame::stream::CONTROL,
+    frame::stream::QPACK_ENCODER,
+    frame::stream::QPACK_DECODER,
+];
+
 /// A frame that no stream of the peer's may carry to a server: a connection error.
 fn forbidden_anywhere(kind: u64) -> bool {
     frame::kind::reserved_h2(kind) || kind == frame::kind::PUSH_PROMISE
@@ -538,15 +546,7 @@ impl H3Conn {
         self.requests.retain(|r| r.id != id);
         self.parked.retain(|p| p.id != id);
         if let Some(i) = self.uni.iter().position(|u| u.id == id) {
-            let critical = matches!(
-                self.uni[i].kind,
-                Some(
-                    frame::stream::CONTROL
-                        | frame::stream::QPACK_ENCODER
-                        | frame::stream::QPACK_DECODER
-                )
-            );
-            if critical {
+            if self.uni[i].kind.is_some_and(|k| CRITICAL.contains(&k)) {
                 self.close(acts, code::CLOSED_CRITICAL_STREAM, "critical stream reset");
             } else {
                 self.uni.swap_remove(i);
@@ -598,12 +598,7 @@ impl H3Conn {
                 return Ok(());
             };
             u.buf.drain(..n);
-            let known = [
-                frame::stream::CONTROL,
-                frame::stream::QPACK_ENCODER,
-                frame::stream::QPACK_DECODER,
-            ];
-            if known.contains(&kind) && self.uni.iter().any(|o| o.kind == Some(kind)) {
+            if CRITICAL.contains(&kind) && self.uni.iter().any(|o| o.kind == Some(kind)) {
                 return Err((code::STREAM_CREATION_ERROR, "a second critical stream"));
             }
             let u = &mut self.uni[i];
@@ -611,7 +606,7 @@ impl H3Conn {
             if kind == frame::stream::PUSH {
                 return Err((code::STREAM_CREATION_ERROR, "a push stream from the client"));
             }
-            if !known.contains(&kind) {
+            if !CRITICAL.contains(&kind) {
                 // Unknown (GREASE among them): not read.
                 u.buf = Vec::new();
                 acts.push(Act::StopSending {

@@ -233,8 +233,7 @@ impl EpollLoop {
             )?;
             let gen = self.next_gen;
             // 24 bits, so a token's top byte (QUIC's kind) is always 0 here.
-            self.next_gen = (self.next_gen + 1) & 0xff_ffff;
-            self.next_gen = self.next_gen.max(1);
+            self.next_gen = ((self.next_gen + 1) & 0xff_ffff).max(1);
             let mut session = Session::new(ctx.now_ms);
             session.peer = ctx
                 .clicks
@@ -350,7 +349,7 @@ impl EpollLoop {
         let mut replies = std::mem::take(&mut self.replies);
         inbox.drain(&mut replies);
         for reply in replies.drain(..) {
-            ctx.metrics.origin_answer(&reply.answer);
+            ctx.metrics.origin_reply(&reply.answer);
             if reply.token >> 56 == crate::quic::TOKEN_KIND {
                 if let Some(q) = self.quic.as_mut() {
                     q.on_origin(reply.token, &reply.code, &reply.answer, ctx);

@@ -132,6 +132,8 @@ pub struct CoreMetrics {
     h2_goaway: [AtomicU64; 14],
     /// HTTP/2 clients refused by a limit, by `Flood::ALL`'s order.
     h2_refused: [AtomicU64; 9],
+    /// HTTP/3 answers (requests).
+    h3: AtomicU64,
 }
 
 /// Single-writer increment: a relaxed load and store, no locked instruction. Correct because
@@ -167,6 +169,7 @@ impl CoreMetrics {
             h2: Default::default(),
             h2_goaway: Default::default(),
             h2_refused: Default::default(),
+            h3: AtomicU64::new(0),
         }
     }
 
@@ -246,21 +249,22 @@ impl CoreMetrics {
         bump(&self.bytes_out, n);
     }
 
-    /// An origin reply reached this core.
-    #[inline]
-    pub fn origin_reply(&self, outcome: OriginOutcome) {
-        bump(&self.origin[outcome as usize], 1);
-    }
-
     /// An origin reply reached this core: counted by what it said.
     #[inline]
-    pub fn origin_answer(&self, answer: &crate::origin::OriginAnswer) {
+    pub fn origin_reply(&self, answer: &crate::origin::OriginAnswer) {
         use crate::origin::OriginAnswer;
-        self.origin_reply(match answer {
+        let outcome = match answer {
             OriginAnswer::Found { .. } => OriginOutcome::Found,
             OriginAnswer::NotFound => OriginOutcome::NotFound,
             OriginAnswer::Unavailable => OriginOutcome::Unavailable,
-        });
+        };
+        bump(&self.origin[outcome as usize], 1);
+    }
+
+    /// One answer sent over HTTP/3.
+    #[inline]
+    pub fn h3_answer(&self) {
+        bump(&self.h3, 1);
     }
 
     /// All responses sent so far.
@@ -430,7 +434,7 @@ impl EngineMetrics {
             .map(|c| c.requests_total())
             .fold(0, u64::wrapping_add);
         let h2 = self.sum(|c| &c.h2[1]);
-        let h3 = self.quic.as_ref().map_or(0, |q| q.answers());
+        let h3 = self.sum(|c| &c.h3);
         sample(
             o,
             "lasthop_engine_requests_by_protocol_total",
@@ -821,7 +825,7 @@ mod tests {
         a.connection_closed();
         b.bytes_in(100);
         a.bytes_out(40);
-        b.origin_reply(OriginOutcome::NotFound);
+        b.origin_reply(&crate::origin::OriginAnswer::NotFound);
         m.snapshot_sequence.store(42, Ordering::Relaxed);
         m.snapshot_links.store(1_000_000, Ordering::Relaxed);
         let text = m.render_prometheus();

@@ -31,6 +31,7 @@ use quinn_proto::{
 
 use crate::io::udp;
 use crate::metrics::prom::{family, sample};
+use crate::metrics::CoreMetrics;
 use crate::origin::OriginAnswer;
 use crate::session::{CoreCtx, CoreEffects};
 
@@ -83,16 +84,9 @@ pub struct QuicStats {
     recv_errors: AtomicU64,
     resumed: AtomicU64,
     open: AtomicU64,
-    /// Answers sent over HTTP/3 (`lasthop_engine_requests_by_protocol_total{protocol="h3"}`).
-    answers: AtomicU64,
 }
 
 impl QuicStats {
-    /// Answers sent over HTTP/3.
-    pub fn answers(&self) -> u64 {
-        self.answers.load(Ordering::Relaxed)
-    }
-
     /// Appends the counters in the Prometheus text format.
     pub fn render(&self, o: &mut String) {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -217,10 +211,10 @@ impl ConnectionIdGenerator for CoreCids {
 /// What every core's endpoint shares.
 #[derive(Clone)]
 pub struct QuicShared {
-    server: Arc<ServerConfig>,
-    /// What SIGHUP loaded ([`QuicShared::reload`]), by generation: each core's endpoint takes
-    /// it on its next tick.
-    reloaded: Arc<std::sync::Mutex<(u64, Arc<ServerConfig>)>>,
+    /// The server configuration and its generation (each SIGHUP's [`QuicShared::reload`] makes
+    /// the next): each core's endpoint takes a new one on its next tick.
+    server: Arc<std::sync::Mutex<(u64, Arc<ServerConfig>)>>,
+    /// The generation in `server`, for the cores to compare without the lock.
     generation: Arc<AtomicU64>,
     reset_key: Arc<ring::hmac::Key>,
     settings: QuicSettings,
@@ -279,19 +273,15 @@ impl QuicShared {
         let mut seed = [0u8; 32];
         let _ = getrandom::getrandom(&mut seed);
         let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &seed);
-        let server = Arc::new(server);
         Ok(QuicShared {
-            reloaded: Arc::new(std::sync::Mutex::new((0, Arc::clone(&server)))),
+            server: Arc::new(std::sync::Mutex::new((0, Arc::new(server)))),
             generation: Arc::new(AtomicU64::new(0)),
-            server,
             reset_key: Arc::new(reset_key),
             settings,
             stats,
         })
     }
-}
 
-impl QuicShared {
     /// SIGHUP's new certificate and key (`tls`, a [`crate::tls::config::quic_server_config`]):
     /// new connections on every core get it from the core's next tick; open ones keep theirs.
     /// The transport limits and the Retry token key stay (a Retry issued before still counts).
@@ -299,16 +289,20 @@ impl QuicShared {
         let tls = counting_resumptions(tls, &self.stats);
         let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
             .map_err(|_| QuicError::NoInitialSuite)?;
-        let mut next = (*self.server).clone();
+        let mut slot = self.slot();
+        let mut next = (*slot.1).clone();
         next.crypto = Arc::new(crypto);
-        let mut slot = self
-            .reloaded
-            .lock()
-            .map_err(|_| QuicError::Config("a core panicked holding the reload".into()))?;
         slot.0 += 1;
         slot.1 = Arc::new(next);
         self.generation.store(slot.0, Ordering::Release);
         Ok(())
+    }
+
+    /// The configuration's slot (a plain pair, whole whatever a panicking holder did).
+    fn slot(&self) -> std::sync::MutexGuard<'_, (u64, Arc<ServerConfig>)> {
+        self.server
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -441,12 +435,8 @@ impl QuicCore {
         let mut config = EndpointConfig::new(Arc::new(SharedKey(Arc::clone(&shared.reset_key))));
         let id = core as u8;
         config.cid_generator(move || Box::new(CoreCids { core: id }));
-        let endpoint = quinn_proto::Endpoint::new(
-            Arc::new(config),
-            Some(Arc::clone(&shared.server)),
-            false,
-            None,
-        );
+        let (config_generation, server) = shared.slot().clone();
+        let endpoint = quinn_proto::Endpoint::new(Arc::new(config), Some(server), false, None);
         QuicCore {
             socket,
             endpoint,
@@ -456,7 +446,7 @@ impl QuicCore {
             dirty: Vec::new(),
             handshakes: 0,
             draining: false,
-            config_generation: 0,
+            config_generation,
             gso: true,
             recv_buf: vec![0u8; 65_536],
             send_buf: Vec::with_capacity(MAX_GSO * 1500),
@@ -482,6 +472,7 @@ impl QuicCore {
         let now = Instant::now();
         let mut buf = std::mem::take(&mut self.recv_buf);
         let mut more = true;
+        let (mut packets, mut bytes) = (0u64, 0u64);
         // A bounded batch per turn, so a flood cannot starve the TCP side.
         for _ in 0..64 {
             let r = match udp::recv(&self.socket, &mut buf) {
@@ -502,14 +493,15 @@ impl QuicCore {
                 }
             };
             for seg in buf[..r.len].chunks(r.segment.max(1)) {
-                self.shared.stats.packets_in.fetch_add(1, Ordering::Relaxed);
-                self.shared
-                    .stats
-                    .bytes_in
-                    .fetch_add(seg.len() as u64, Ordering::Relaxed);
+                packets += 1;
                 self.datagram(now, r.from, r.to, seg);
             }
+            bytes += r.len as u64;
         }
+        // Counted once a batch: the counters are shared by every core.
+        let st = &self.shared.stats;
+        st.packets_in.fetch_add(packets, Ordering::Relaxed);
+        st.bytes_in.fetch_add(bytes, Ordering::Relaxed);
         self.recv_buf = buf;
         self.flush(ctx);
         more
@@ -605,12 +597,10 @@ impl QuicCore {
 
     /// Runs the timers that are due, then drives what they touched.
     pub fn on_tick(&mut self, ctx: &CoreCtx) {
-        let generation = self.shared.generation.load(Ordering::Acquire);
-        if generation != self.config_generation {
-            if let Ok(slot) = self.shared.reloaded.lock() {
-                self.endpoint.set_server_config(Some(Arc::clone(&slot.1)));
-                self.config_generation = slot.0;
-            }
+        if self.shared.generation.load(Ordering::Acquire) != self.config_generation {
+            let (generation, server) = self.shared.slot().clone();
+            self.endpoint.set_server_config(Some(server));
+            self.config_generation = generation;
         }
         let now = Instant::now();
         for (idx, slot) in self.conns.iter_mut().enumerate() {
@@ -660,7 +650,7 @@ impl QuicCore {
                             .close(Instant::now(), VarInt::from_u32(0x100), Bytes::new());
                     }
                 }
-                apply(c, &mut self.acts, &self.shared.stats);
+                apply(c, &mut self.acts, &ctx.metrics);
                 self.dirty.push(idx);
             }
         }
@@ -755,7 +745,7 @@ impl QuicCore {
                     }
                 }
             }
-            apply(c, &mut self.acts, &self.shared.stats);
+            apply(c, &mut self.acts, &ctx.metrics);
             write_pending(c);
             if !any {
                 break;
@@ -806,34 +796,28 @@ impl QuicCore {
 fn send_transmit(socket: &OwnedFd, st: &QuicStats, gso: &mut bool, t: &Transmit, buf: &[u8]) {
     let data = &buf[..t.size];
     let segments = t.segment_size.map_or(1, |s| data.len().div_ceil(s.max(1)));
+    let mut segmented = segments > 1;
     let mut sent = udp::send(socket, t.destination, t.src_ip, data, t.segment_size);
-    if let (Err(e), Some(size)) = (&sent, t.segment_size.filter(|_| segments > 1)) {
+    if let (Err(e), Some(size), true) = (&sent, t.segment_size, segmented) {
         if udp::gso_unsupported(e) {
             if *gso {
                 tracing::warn!(error = %e, "UDP segmentation offload refused: sending datagrams one by one");
                 *gso = false;
             }
+            segmented = false;
             sent = udp::send_each(socket, t.destination, t.src_ip, data, size);
-            if sent.is_ok() {
-                st.packets_out.fetch_add(segments as u64, Ordering::Relaxed);
-                st.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
-                return;
-            }
         }
     }
-    match sent {
-        Ok(()) => {
-            st.packets_out.fetch_add(segments as u64, Ordering::Relaxed);
-            st.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
-            if segments > 1 {
-                st.gso_sends.fetch_add(1, Ordering::Relaxed);
-                st.gso_segments
-                    .fetch_add(segments as u64, Ordering::Relaxed);
-            }
-        }
-        Err(_) => {
-            st.send_errors.fetch_add(segments as u64, Ordering::Relaxed);
-        }
+    if sent.is_err() {
+        st.send_errors.fetch_add(segments as u64, Ordering::Relaxed);
+        return;
+    }
+    st.packets_out.fetch_add(segments as u64, Ordering::Relaxed);
+    st.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
+    if segmented {
+        st.gso_sends.fetch_add(1, Ordering::Relaxed);
+        st.gso_segments
+            .fetch_add(segments as u64, Ordering::Relaxed);
     }
 }
 
@@ -901,12 +885,12 @@ fn read_streams(c: &mut Conn, idx: usize, ctx: &CoreCtx, acts: &mut Vec<Act>) ->
 }
 
 /// Carries out what the HTTP/3 layer asked.
-fn apply(c: &mut Conn, acts: &mut Vec<Act>, stats: &QuicStats) {
+fn apply(c: &mut Conn, acts: &mut Vec<Act>, metrics: &CoreMetrics) {
     for act in acts.drain(..) {
         match act {
             Act::Control(bytes) => c.control_out.extend_from_slice(&bytes),
             Act::Answer { stream, data } => {
-                stats.answers.fetch_add(1, Ordering::Relaxed);
+                metrics.h3_answer();
                 c.pending.push((
                     StreamId::from(VarInt::from_u64(stream).unwrap_or_default()),
                     data,

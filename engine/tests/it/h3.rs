@@ -1,55 +1,13 @@
 //! HTTP/3 over QUIC with real clients: aioquic (the `client.py` beside these tests, in the
 //! Python that `scripts/test` installs it into: `$LASTHOP_AIOQUIC_PYTHON`, else `python3`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use lasthop_testkit::{curl, pki, skip, Engine, Pki, Site};
+use lasthop_testkit::{aioquic, aioquic_python, curl, h3, h3_client, pki, skip, Engine, Pki, Site};
 use serde_json::Value;
 
 use crate::tls::{links, start};
-
-fn python() -> String {
-    std::env::var("LASTHOP_AIOQUIC_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-/// Whether aioquic can be imported; says skipped (fails under CI) when not.
-pub(crate) fn aioquic(what: &str) -> bool {
-    let ok = Command::new(python())
-        .args(["-c", "import aioquic"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        skip(
-            what,
-            "no aioquic (scripts/test installs it in a venv: LASTHOP_AIOQUIC_PYTHON)",
-        );
-    }
-    ok
-}
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py")
-}
-
-/// One request with `client.py`; its JSON answer.
-pub(crate) fn h3(e: &Engine, pki: &Pki, path: &str, extra: &[&str]) -> Value {
-    let quic = e.quic.as_deref().expect("the engine serves QUIC");
-    let (host, port) = quic.rsplit_once(':').unwrap();
-    let out = Command::new(python())
-        .arg(script())
-        .args([host, port, path, "--ca", pki.ca.to_str().unwrap()])
-        .args(extra)
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "client.py {path} {extra:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        e.log()
-    );
-    serde_json::from_slice(&out.stdout).expect("json")
-}
 
 /// `client.py --hold`: a connection kept open after its answer, until the server closes it.
 struct Holding {
@@ -63,8 +21,8 @@ impl Holding {
         use std::io::BufRead;
         let quic = e.quic.as_deref().expect("the engine serves QUIC");
         let (host, port) = quic.rsplit_once(':').unwrap();
-        let mut child = Command::new(python())
-            .arg(script())
+        let mut child = Command::new(aioquic_python())
+            .arg(h3_client())
             .args([host, port, path, "--ca", pki.ca.to_str().unwrap()])
             .args(extra)
             .stdout(std::process::Stdio::piped())
@@ -434,7 +392,7 @@ fn floods_of_initials_and_garbage_leave_other_connections_served() {
         let before = e
             .metric("lasthop_engine_quic_packets_received_total")
             .unwrap_or(0.0);
-        let flooder = Command::new(python())
+        let flooder = Command::new(aioquic_python())
             .arg(&flood)
             .args([host, port, "3", kind])
             .stdout(std::process::Stdio::piped())

@@ -478,8 +478,9 @@ fn sighup_reloads_the_certificate() {
             .to_string()
     };
     assert!(subject(&e).contains("lh.test"), "{}", subject(&e));
-    let h3 = crate::h3::aioquic("SIGHUP over h3");
-    let h3_cn = |e: &Engine| crate::h3::h3(e, &pki, &format!("/{code}"), &[])["peer_cn"].clone();
+    let h3 = lasthop_testkit::aioquic("SIGHUP over h3");
+    let h3_cn =
+        |e: &Engine| lasthop_testkit::h3(e, &pki, &format!("/{code}"), &[])["peer_cn"].clone();
     if h3 {
         assert_eq!(h3_cn(&e), "lh.test");
     }

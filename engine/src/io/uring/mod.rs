@@ -824,7 +824,7 @@ impl UringLoop {
         let mut replies = std::mem::take(&mut self.replies);
         inbox.drain(&mut replies);
         for reply in replies.drain(..) {
-            ctx.metrics.origin_answer(&reply.answer);
+            ctx.metrics.origin_reply(&reply.answer);
             let (kind, gen, idx) = split(reply.token);
             if kind == crate::quic::TOKEN_KIND {
                 if let Some(q) = self.quic.as_mut() {

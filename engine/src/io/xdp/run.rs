@@ -474,7 +474,7 @@ impl XdpLoop {
         let Some(inbox) = &self.inbox else { return };
         inbox.drain(&mut self.replies);
         for reply in self.replies.drain(..) {
-            ctx.metrics.origin_answer(&reply.answer);
+            ctx.metrics.origin_reply(&reply.answer);
             let Some(&key) = self.tokens.get(&reply.token) else {
                 continue;
             };
