@@ -597,6 +597,46 @@ fn http3_on_the_epoll_fallback() {
     );
 }
 
+/// 0-RTT is off over QUIC exactly when it is over TCP: with `--tls-max-early-data 0`, and with
+/// stateless tickets (`--tls-ticket-key-file`: rustls takes early data only with its single-use
+/// session store). A returning client's GET then waits for the handshake, and is still a 302.
+#[test]
+fn no_0rtt_over_quic_where_tcp_has_none() {
+    if !aioquic("h3 without 0-RTT with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let keyfile = site.dir.path().join("tickets.key");
+    std::fs::write(&keyfile, "42".repeat(32)).unwrap();
+    let off: [&[&str]; 2] = [
+        &["--tls-max-early-data", "0"],
+        &["--tls-ticket-key-file", keyfile.to_str().unwrap()],
+    ];
+    for args in off {
+        let e = start(&site, &pki, args);
+        let ticket = site.dir.path().join("no-0rtt.ticket");
+        let _ = std::fs::remove_file(&ticket);
+        let ticket = ticket.to_str().unwrap();
+        h3(&e, &pki, &format!("/{code}"), &["--ticket", ticket]);
+        let r = h3(
+            &e,
+            &pki,
+            &format!("/{code}"),
+            &["--ticket", ticket, "--early"],
+        );
+        assert_eq!(r["status"], 302, "{args:?}: {r}");
+        assert_eq!(r["session_resumed"], true, "{args:?}: {r}");
+        assert_eq!(r["early_data_accepted"], false, "{args:?}: {r}");
+        assert_eq!(
+            e.metric("lasthop_engine_quic_zero_rtt_accepted_total"),
+            Some(0.0),
+            "{args:?}"
+        );
+    }
+}
+
 /// ngtcp2's client (GnuTLS; Debian's `ngtcp2-client`): a GET, then 0-RTT with the session and
 /// transport parameters it saved, Retry, and version negotiation for a version we do not speak.
 #[test]
