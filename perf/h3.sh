@@ -33,6 +33,11 @@
 #   engine h3/engine h2 per server CPU-second, at -m M                goal >= 0.8
 #   engine h3/Caddy h3 per server CPU-second, at -m M                 goal >= 2
 #   engine 0-RTT resumptions/full handshakes per server CPU-second    goal >= 3
+# and, last, the floor under that goal, measured on CPU 0 in the same run (cargo bench --bench
+# handshake: `full` and `resumed_psk_dhe`): what a resumption's crypto saves, and the best
+# 0-RTT/full ratio that saving allows against the engine's CPU per full QUIC connection.
+# A peer that refuses connections under the handshake load (quic-go's accept queue: "the
+# server refused to accept a new connection") fails the run like any other failure.
 # Any answer but a 3xx, or another protocol than the one asked for (h3_load offers only ALPN h3
 # and checks it; h2load's "Application protocol"), fails the script.
 #
@@ -156,7 +161,10 @@ engine_quic() {
   curl -s "$admin/metrics" | awk '/^lasthop_engine_quic_handshakes_total / {h = $2}
     /^lasthop_engine_quic_zero_rtt_accepted_total / {z = $2}
     /^lasthop_engine_quic_retries_total / {r = $2}
-    END {printf "quic handshakes %s, 0-RTT accepted %s, retries %s", h, z, r}'
+    /^lasthop_engine_quic_packets_received_total / {pi = $2}
+    /^lasthop_engine_quic_packets_sent_total / {po = $2}
+    /^lasthop_engine_quic_send_batches_total / {b = $2}
+    END {printf "quic handshakes %s, 0-RTT accepted %s, retries %s, datagrams in %s out %s in %s sendmmsg", h, z, r, pi, po, b}'
 }
 
 declare -A results
@@ -267,3 +275,29 @@ ratio "engine 0-RTT/full handshakes" "engine h3 0-rtt" "engine h3 full" "goal >=
 ratio "caddy 0-RTT/full handshakes" "caddy h3 0-rtt" "caddy h3 full"
 ratio "engine/caddy full handshakes" "engine h3 full" "caddy h3 full"
 ratio "engine/caddy 0-RTT" "engine h3 0-rtt" "caddy h3 0-rtt"
+
+# The floor under the 0-RTT/full goal, in the same run and on the same CPU the servers had: a
+# resumption's crypto (rustls resumes with psk_dhe_ke only: the binder, an X25519 exchange, the
+# key schedule) against a full handshake's (the same plus the ECDSA signature and the
+# transcript), from benches/benches/handshake.rs. Everything else a QUIC connection costs
+# (packets, AEAD, the GET) is the same for both, so the best 0-RTT/full ratio any server on
+# rustls can reach is 1 / (1 - (full - resumed) / (per-connection CPU of a full handshake)).
+echo
+floor=$(taskset -c 0 cargo bench -q -p lasthop-benches --bench handshake -- --warm-up-time 1 \
+  --measurement-time 3 --noplot 'handshake/(full|resumed_psk_dhe)$' 2>/dev/null |
+  awk '$1 ~ /^handshake\/(full|resumed_psk_dhe)$/ {name = $1}
+    name { for (i = 1; i <= NF; i++) if ($i == "time:") {
+      v = $(i + 3); u = $(i + 4)
+      us = (u == "ns") ? v / 1000 : (u == "ms") ? v * 1000 : v
+      sub(/^handshake\//, "", name); printf "%s=%.2f ", name, us; name = "" } }')
+full_us=$(echo "$floor" | tr ' ' '\n' | awk -F= '$1 == "full" {print $2}')
+res_us=$(echo "$floor" | tr ' ' '\n' | awk -F= '$1 == "resumed_psk_dhe" {print $2}')
+if [ -n "$full_us" ] && [ -n "$res_us" ]; then
+  per_conn=$(pers "engine h3 full" | median)
+  awk -v f="$full_us" -v r="$res_us" -v p="$per_conn" 'BEGIN {
+    conn = 1e6 / p
+    printf "crypto floor (CPU 0): full handshake %.1f us, psk_dhe_ke resumption %.1f us: a resumption saves %.1f us\n", f, r, f - r
+    printf "  of the engine'"'"'s %.1f us per full QUIC connection: best 0-RTT/full per server CPU-second on rustls %.2fx (goal 3x)\n", conn, conn / (conn - (f - r)) }'
+else
+  echo "crypto floor: cargo bench --bench handshake gave no figures" >&2
+fi

@@ -14,6 +14,7 @@
 //!   overlay); [`denylist`], [`overlay`]: the two changeable tables, published in
 //!   [`generations`] that cost what changed;
 //! - [`feed_apply`]: what the feed's frames do to the tables;
+//! - [`quic`]: what a QUIC datagram's long headers say (0-RTT, Handshake), beside quinn-proto;
 //! - [`origin_cache`]: the read-through's decisions (singleflight, fresh, stale and negative
 //!   caches, breakers);
 //! - [`topk`]: the hot-code sketch;
@@ -32,6 +33,7 @@ pub mod h3;
 pub mod http;
 pub mod origin_cache;
 pub mod overlay;
+pub mod quic;
 pub mod render;
 pub mod session;
 pub mod tables;

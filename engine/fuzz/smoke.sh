@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Smoke-runs the engine's fuzz targets (request: HTTP parse, decide, render; frame: the
-# kernel-bypass path's Ethernet/IPv4/TCP frames) for N seconds each
-# (default 30). Optional, outside the required CI path: needs cargo-fuzz and a nightly
+# kernel-bypass path's Ethernet/IPv4/TCP frames; quic_packets: the QUIC listener's long-header
+# walk) for N seconds each (default 30). Optional, outside the required CI path: needs cargo-fuzz and a nightly
 # toolchain, and says "skipped: <reason>" otherwise.
 #   engine/fuzz/smoke.sh [SECONDS]
 set -euo pipefail
@@ -49,4 +49,19 @@ def frame(flags, payload):
 open(sys.argv[1] + "/syn", "wb").write(frame(2, b""))
 open(sys.argv[1] + "/request", "wb").write(frame(0x18, b"GET /abcDEF1 HTTP/1.1\r\nHost: a\r\n\r\n"))
 PY
-exec cargo +nightly fuzz run frame corpus/frame -- -max_total_time="$secs" -max_len=2000
+cargo +nightly fuzz run frame corpus/frame -- -max_total_time="$secs" -max_len=2000
+
+# QUIC datagrams: an Initial (with a token) coalesced with a 0-RTT packet, and a Handshake
+# packet followed by a short-header one.
+mkdir -p corpus/quic_packets
+python3 - corpus/quic_packets <<'PY'
+import sys
+def long(kind, payload, token=None):
+    p = bytes([0xC0 | (kind << 4), 0, 0, 0, 1, 8]) + bytes(8) + bytes([8]) + bytes(8)
+    if token is not None:
+        p += bytes([len(token)]) + token
+    return p + bytes([0x40 | (len(payload) >> 8), len(payload) & 0xFF]) + payload
+open(sys.argv[1] + "/initial-0rtt", "wb").write(long(0, bytes(900), b"tok") + long(1, bytes(200)))
+open(sys.argv[1] + "/handshake-short", "wb").write(long(2, bytes(60)) + bytes([0x41]) + bytes(40))
+PY
+exec cargo +nightly fuzz run quic_packets corpus/quic_packets -- -max_total_time="$secs" -max_len=1500

@@ -250,10 +250,13 @@ pub(crate) struct Args {
     /// Handshakes in flight on one core past which `--quic-retry auto` sends Retries.
     #[arg(long, default_value_t = 1000)]
     pub(crate) quic_retry_threshold: usize,
-    /// Bytes of early packets (0-RTT among them) buffered for one connection not yet accepted.
-    #[arg(long, default_value_t = 65_536)]
+    /// Bytes one QUIC connection may send before the engine has read them: its flow-control
+    /// window (initial_max_data, and per stream), which a resuming client remembers, so also
+    /// the most it may send in 0-RTT.
+    #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u64).range(1200..=(1 << 30)))]
     pub(crate) quic_max_early_buffer: u64,
-    /// Bytes of such packets buffered on one core in total.
+    /// Bytes of 0-RTT one core holds for its handshakes in flight; past it, datagrams of
+    /// 0-RTT packets alone are dropped (their data comes again in 1-RTT).
     #[arg(long, default_value_t = 16 << 20)]
     pub(crate) quic_max_early_buffer_total: u64,
     /// Most concurrent requests (bidirectional streams) per QUIC connection.

@@ -187,36 +187,71 @@ pub fn recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<Received>> {
     }))
 }
 
-/// Sends `data` to `to`: one datagram, or with `segment`, datagrams of that size (GSO). `from`
-/// pins the source address (the one the client sent to). A full socket buffer is reported as
-/// `WouldBlock`; the caller drops the datagrams (QUIC retransmits).
-pub fn send(
-    fd: &OwnedFd,
-    to: SocketAddr,
-    from: Option<IpAddr>,
-    data: &[u8],
-    segment: Option<usize>,
-) -> io::Result<()> {
-    let (mut storage, len) = sockaddr(to);
-    let mut control = Control([0; 128]);
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: zeroed msghdr is valid; every pointer set below outlives the call.
+/// One datagram, or with `segment` datagrams of that size (GSO), for [`send`] and
+/// [`send_batch`]: to `to`, from `from` (the address the client sent to, pinned).
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    pub to: SocketAddr,
+    pub from: Option<IpAddr>,
+    pub data: &'a [u8],
+    pub segment: Option<usize>,
+}
+
+/// A `msghdr` and what it points at, for one [`Outgoing`].
+struct Prepared {
+    storage: libc::sockaddr_storage,
+    namelen: libc::socklen_t,
+    iov: libc::iovec,
+    control: Control,
+    controllen: usize,
+}
+
+impl Prepared {
+    fn new(o: &Outgoing<'_>) -> Prepared {
+        let (storage, namelen) = sockaddr(o.to);
+        let mut p = Prepared {
+            storage,
+            namelen,
+            iov: libc::iovec {
+                iov_base: o.data.as_ptr() as *mut libc::c_void,
+                iov_len: o.data.len(),
+            },
+            control: Control([0; 128]),
+            controllen: 0,
+        };
+        p.controllen = write_control(&mut p.control, o);
+        p
+    }
+
+    /// The header over this (which must not move while the header is in use).
+    fn header(&mut self) -> libc::msghdr {
+        // SAFETY: zeroed msghdr is valid; the pointers set are into `self`.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut self.storage as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = self.namelen;
+        msg.msg_iov = &mut self.iov;
+        msg.msg_iovlen = 1;
+        if self.controllen > 0 {
+            msg.msg_control = self.control.0.as_mut_ptr().cast();
+            msg.msg_controllen = self.controllen;
+        }
+        msg
+    }
+}
+
+/// Writes `o`'s control messages (the GSO segment size, the source address) into `control`;
+/// returns their length.
+fn write_control(control: &mut Control, o: &Outgoing<'_>) -> usize {
+    // SAFETY: zeroed msghdr is valid; it only frames `control` for the CMSG_* walk.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut storage as *mut libc::sockaddr_storage).cast();
-    msg.msg_namelen = len;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
     msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = control.0.len();
     let mut used = 0usize;
     // SAFETY: each control message is written within `control` (CMSG_SPACE of its payload,
     // 128 bytes hold all of them) and the header walk follows what was written.
     unsafe {
-        msg.msg_controllen = control.0.len();
         let mut c = libc::CMSG_FIRSTHDR(&msg);
-        if let Some(s) = segment.filter(|&s| s < data.len()) {
+        if let Some(s) = o.segment.filter(|&s| s < o.data.len()) {
             (*c).cmsg_level = libc::SOL_UDP;
             (*c).cmsg_type = libc::UDP_SEGMENT;
             (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
@@ -224,7 +259,7 @@ pub fn send(
             used += libc::CMSG_SPACE(2) as usize;
             c = libc::CMSG_NXTHDR(&msg, c);
         }
-        match (from, to) {
+        match (o.from, o.to) {
             (Some(IpAddr::V4(ip)), SocketAddr::V4(_)) if !c.is_null() => {
                 let size = std::mem::size_of::<libc::in_pktinfo>() as u32;
                 (*c).cmsg_level = libc::IPPROTO_IP;
@@ -256,13 +291,29 @@ pub fn send(
             }
             _ => {}
         }
-        msg.msg_controllen = used;
-        if used == 0 {
-            msg.msg_control = std::ptr::null_mut();
-        }
     }
+    used
+}
+
+/// Sends `data` to `to`: one datagram, or with `segment`, datagrams of that size (GSO). `from`
+/// pins the source address (the one the client sent to). A full socket buffer is reported as
+/// `WouldBlock`; the caller drops the datagrams (QUIC retransmits).
+pub fn send(
+    fd: &OwnedFd,
+    to: SocketAddr,
+    from: Option<IpAddr>,
+    data: &[u8],
+    segment: Option<usize>,
+) -> io::Result<()> {
+    let mut p = Prepared::new(&Outgoing {
+        to,
+        from,
+        data,
+        segment,
+    });
+    let msg = p.header();
     loop {
-        // SAFETY: msg describes buffers valid for reads of the sizes given.
+        // SAFETY: msg describes buffers (in `p`, `data`) valid for reads of the sizes given.
         let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, 0) };
         if n >= 0 {
             return Ok(());
@@ -272,6 +323,55 @@ pub fn send(
             return Err(e);
         }
     }
+}
+
+/// Sends every one of `out` in as few `sendmmsg` calls as the kernel allows (one, unless a
+/// message fails). A message the kernel refuses is handed to `failed` with its index and error,
+/// and the rest are sent after it. Returns how many were sent.
+pub fn send_batch(
+    fd: &OwnedFd,
+    out: &[Outgoing<'_>],
+    mut failed: impl FnMut(usize, io::Error),
+) -> usize {
+    let mut prepared: Vec<Prepared> = out.iter().map(Prepared::new).collect();
+    let mut headers: Vec<libc::mmsghdr> = prepared
+        .iter_mut()
+        .map(|p| libc::mmsghdr {
+            msg_hdr: p.header(),
+            msg_len: 0,
+        })
+        .collect();
+    let (mut at, mut sent) = (0usize, 0usize);
+    while at < headers.len() {
+        let rest = &mut headers[at..];
+        // SAFETY: each header points into `prepared` (not moved since: the Vec is not touched
+        // again) and into `out`'s data, valid for reads; `rest.len()` headers follow the pointer.
+        let n = unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                rest.as_mut_ptr(),
+                rest.len().min(u32::MAX as usize) as libc::c_uint,
+                0,
+            )
+        };
+        if n > 0 {
+            at += n as usize;
+            sent += n as usize;
+            continue;
+        }
+        if n == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        // The first message of `rest` failed (sendmmsg reports an error only for its first).
+        failed(at, e);
+        at += 1;
+    }
+    drop(prepared);
+    sent
 }
 
 /// Whether a failed GSO send says the path cannot segment (a device or a kernel without UDP
@@ -348,6 +448,75 @@ mod tests {
         assert!(!gso_unsupported(&io::Error::from_raw_os_error(
             libc::EAGAIN
         )));
+    }
+
+    #[test]
+    fn a_batch_of_messages_in_one_call_gso_and_single() {
+        let a = reuseport_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = reuseport_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let c = reuseport_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let local = |s: &OwnedFd| super::super::socket::local_addr(s.as_raw_fd()).unwrap();
+        let (a_addr, b_addr, c_addr) = (local(&a), local(&b), local(&c));
+        let gso: Vec<u8> = (0..2500u32).map(|i| i as u8).collect();
+        let one = vec![7u8; 300];
+        let out = [
+            Outgoing {
+                to: b_addr,
+                from: Some(a_addr.ip()),
+                data: &gso,
+                segment: Some(1200),
+            },
+            Outgoing {
+                to: c_addr,
+                from: None,
+                data: &one,
+                segment: None,
+            },
+            Outgoing {
+                to: b_addr,
+                from: None,
+                data: &one[..10],
+                segment: None,
+            },
+        ];
+        let mut failures = 0;
+        assert_eq!(send_batch(&a, &out, |_, _| failures += 1), 3);
+        assert_eq!(failures, 0);
+        let mut buf = vec![0u8; 65_536];
+        let read_all = |s: &OwnedFd, buf: &mut Vec<u8>, want: usize| {
+            let mut sizes = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while sizes.iter().sum::<usize>() < want && std::time::Instant::now() < deadline {
+                if let Some(r) = recv(s, buf).unwrap() {
+                    assert_eq!(r.from, a_addr);
+                    sizes.extend(buf[..r.len].chunks(r.segment).map(<[u8]>::len));
+                }
+            }
+            sizes
+        };
+        assert_eq!(read_all(&b, &mut buf, 2510), [1200, 1200, 100, 10]);
+        assert_eq!(read_all(&c, &mut buf, 300), [300]);
+        // A message the kernel refuses (a datagram over UDP's 65,507 bytes: EMSGSIZE) is
+        // reported with its index; the ones after it still go.
+        let big = vec![1u8; 70_000];
+        let out = [
+            Outgoing {
+                to: c_addr,
+                from: None,
+                data: &big,
+                segment: None,
+            },
+            Outgoing {
+                to: c_addr,
+                from: None,
+                data: &one,
+                segment: None,
+            },
+        ];
+        let mut failed = Vec::new();
+        let sent = send_batch(&a, &out, |i, _| failed.push(i));
+        assert_eq!((sent, failed), (1, vec![0]));
+        assert_eq!(read_all(&c, &mut buf, 300), [300]);
     }
 
     #[test]

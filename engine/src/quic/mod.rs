@@ -13,7 +13,15 @@
 //!   answered at once (0.5-RTT data, the server's first flight) with its click flagged early.
 //! - Retry (`--quic-retry`): `always`, `never`, or `auto`, once this core has more handshakes in
 //!   flight than `--quic-retry-threshold`. The 3× amplification limit before validation is
-//!   quinn's (RFC 9000 §8.1).
+//!   quinn's (RFC 9000 §8.1); a handshake that reached it is counted.
+//! - What quinn does not tell a server is read from each datagram's long headers
+//!   ([`lasthop_edge::quic::packets`]): 0-RTT tried (so rejected is counted), the client's first
+//!   Handshake packet (its address validated), and the 0-RTT bytes a core holds for handshakes
+//!   in flight, bounded by `--quic-max-early-buffer-total` (0-RTT-only datagrams past it are
+//!   dropped; the client sends their data again in 1-RTT). `--quic-max-early-buffer` is each
+//!   connection's flow-control window, and so what a resuming client may send in 0-RTT.
+//! - Transmits: every one of a loop turn (all connections', the endpoint's) is queued and leaves
+//!   in one `sendmmsg` at the turn's end ([`QuicCore::flush`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
@@ -72,6 +80,10 @@ pub struct QuicStats {
     connections: AtomicU64,
     handshakes: AtomicU64,
     zero_rtt: AtomicU64,
+    zero_rtt_rejected: AtomicU64,
+    amplification_limited: AtomicU64,
+    early_dropped: AtomicU64,
+    send_batches: AtomicU64,
     retries: AtomicU64,
     refused: AtomicU64,
     packets_in: AtomicU64,
@@ -90,7 +102,7 @@ impl QuicStats {
     /// Appends the counters in the Prometheus text format.
     pub fn render(&self, o: &mut String) {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let counters: [(&str, &str, &AtomicU64); 13] = [
+        let counters: [(&str, &str, &AtomicU64); 17] = [
             (
                 "lasthop_engine_quic_connections_total",
                 "QUIC connections accepted.",
@@ -103,8 +115,28 @@ impl QuicStats {
             ),
             (
                 "lasthop_engine_quic_zero_rtt_accepted_total",
-                "QUIC connections that sent requests in accepted 0-RTT early data.",
+                "QUIC handshakes that accepted the client's 0-RTT early data.",
                 &self.zero_rtt,
+            ),
+            (
+                "lasthop_engine_quic_zero_rtt_rejected_total",
+                "QUIC handshakes whose client sent 0-RTT packets the server did not accept (no usable ticket, or 0-RTT off): their requests came again in 1-RTT.",
+                &self.zero_rtt_rejected,
+            ),
+            (
+                "lasthop_engine_quic_amplification_limited_total",
+                "QUIC handshakes whose server flight used up the 3x anti-amplification budget before the client's address was validated (the rest waited for more from the client, RFC 9000 section 8.1).",
+                &self.amplification_limited,
+            ),
+            (
+                "lasthop_engine_quic_early_dropped_total",
+                "Datagrams of 0-RTT packets alone dropped because the core held --quic-max-early-buffer-total bytes of 0-RTT for handshakes in flight (the client sends their data again in 1-RTT).",
+                &self.early_dropped,
+            ),
+            (
+                "lasthop_engine_quic_send_batches_total",
+                "sendmmsg batches of the QUIC listener, one or more a loop turn (datagrams per batch: packets_sent over this).",
+                &self.send_batches,
             ),
             (
                 "lasthop_engine_quic_resumed_total",
@@ -257,6 +289,16 @@ impl QuicShared {
             )
             // The client's control stream and its two QPACK streams, and room for GREASE.
             .max_concurrent_uni_streams(VarInt::from_u32(8))
+            // What a client may send before the server has read it: its initial_max_data,
+            // which a resuming client remembers, so also what it may send in 0-RTT.
+            .receive_window(
+                VarInt::from_u64(settings.max_early_buffer)
+                    .map_err(|e| QuicError::Config(e.to_string()))?,
+            )
+            .stream_receive_window(
+                VarInt::from_u64(settings.max_early_buffer)
+                    .map_err(|e| QuicError::Config(e.to_string()))?,
+            )
             .max_idle_timeout(Some(
                 VarInt::from_u64(settings.idle_timeout.as_millis() as u64)
                     .map_err(|e| QuicError::Config(e.to_string()))?
@@ -389,8 +431,16 @@ struct Conn {
     timeout: Option<Instant>,
     handshaking: bool,
     closing: bool,
-    /// Requests came in its 0-RTT data.
-    zero_rtt: bool,
+    /// While it is handshaking: the datagram bytes received (the anti-amplification budget is
+    /// 3x this until `validated`: a Retry token, or the client's first Handshake packet).
+    rx: u64,
+    validated: bool,
+    /// Counted once in `amplification_limited`.
+    amp_limited: bool,
+    /// The client sent 0-RTT packets; their bytes, held in the core's total until the
+    /// handshake ends.
+    tried_0rtt: bool,
+    early: u64,
     /// When it said GOAWAY (SIGTERM): it closes once answered and the GOAWAY has had time to
     /// arrive (a close discards stream data not yet sent).
     goaway_at: Option<Instant>,
@@ -412,10 +462,34 @@ pub struct QuicCore {
     config_generation: u64,
     /// Transmits are sent as one GSO buffer; cleared when the path cannot segment.
     gso: bool,
+    /// 0-RTT bytes received by this core's connections still handshaking.
+    early_held: u64,
     recv_buf: Vec<u8>,
     send_buf: Vec<u8>,
+    /// Transmits of this turn, sent in one `sendmmsg` at its end ([`QuicCore::send_out`]).
+    out: Outbox,
     acts: Vec<Act>,
 }
+
+/// Datagrams queued for the turn's `sendmmsg`.
+#[derive(Default)]
+struct Outbox {
+    data: Vec<u8>,
+    msgs: Vec<Queued>,
+}
+
+/// One queued transmit: `Outbox::data[start..start + len]`.
+#[derive(Clone, Copy)]
+struct Queued {
+    to: SocketAddr,
+    from: Option<IpAddr>,
+    start: usize,
+    len: usize,
+    segment: Option<usize>,
+}
+
+/// Transmits queued before the outbox is sent whatever the turn still holds.
+const MAX_BATCH: usize = 64;
 
 impl std::fmt::Debug for QuicCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -448,8 +522,10 @@ impl QuicCore {
             draining: false,
             config_generation,
             gso: true,
+            early_held: 0,
             recv_buf: vec![0u8; 65_536],
             send_buf: Vec::with_capacity(MAX_GSO * 1500),
+            out: Outbox::default(),
             acts: Vec::new(),
         }
     }
@@ -510,13 +586,37 @@ impl QuicCore {
     fn datagram(&mut self, now: Instant, from: SocketAddr, to: Option<IpAddr>, seg: &[u8]) {
         let mut out = std::mem::take(&mut self.send_buf);
         out.clear();
+        // What quinn does not tell a server: 0-RTT tried, the client's first Handshake packet.
+        let kinds = lasthop_edge::quic::packets(seg);
         match self
             .endpoint
             .handle(now, from, to, None, BytesMut::from(seg), &mut out)
         {
-            Some(DatagramEvent::NewConnection(incoming)) => self.incoming(now, incoming, &mut out),
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                self.incoming(now, incoming, kinds, seg.len(), &mut out)
+            }
             Some(DatagramEvent::ConnectionEvent(ch, event)) => {
                 if let Some(Some(c)) = self.conns.get_mut(ch.0) {
+                    if c.handshaking {
+                        let early = kinds.zero_rtt as u64;
+                        // 0-RTT alone, past the core's total: dropped (the Initial and
+                        // Handshake packets a handshake needs are never).
+                        if kinds.only_zero_rtt()
+                            && self.early_held + early > self.shared.settings.max_early_total
+                        {
+                            self.shared
+                                .stats
+                                .early_dropped
+                                .fetch_add(1, Ordering::Relaxed);
+                            self.send_buf = out;
+                            return;
+                        }
+                        c.validated |= kinds.handshake;
+                        c.tried_0rtt |= early > 0;
+                        c.early += early;
+                        self.early_held += early;
+                        c.rx += seg.len() as u64;
+                    }
                     c.conn.handle_event(event);
                     self.dirty.push(ch.0);
                 }
@@ -527,8 +627,16 @@ impl QuicCore {
         self.send_buf = out;
     }
 
-    fn incoming(&mut self, now: Instant, incoming: quinn_proto::Incoming, out: &mut Vec<u8>) {
+    fn incoming(
+        &mut self,
+        now: Instant,
+        incoming: quinn_proto::Incoming,
+        kinds: lasthop_edge::quic::Packets,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) {
         let s = &self.shared.settings;
+        let validated = incoming.remote_address_validated();
         let retry = !incoming.remote_address_validated()
             && incoming.may_retry()
             && match s.retry {
@@ -571,9 +679,14 @@ impl QuicCore {
                     timeout: None,
                     handshaking: true,
                     closing: false,
-                    zero_rtt: false,
+                    rx: len as u64,
+                    validated,
+                    amp_limited: false,
+                    tried_0rtt: kinds.zero_rtt > 0,
+                    early: kinds.zero_rtt as u64,
                     goaway_at: None,
                 });
+                self.early_held += kinds.zero_rtt as u64;
                 self.handshakes += 1;
                 self.shared
                     .stats
@@ -591,8 +704,82 @@ impl QuicCore {
         }
     }
 
+    /// Queues a transmit (`buf[..t.size]`) for the turn's `sendmmsg`.
     fn transmit(&mut self, t: &Transmit, buf: &[u8]) {
-        send_transmit(&self.socket, &self.shared.stats, &mut self.gso, t, buf);
+        queue(&mut self.out, t, buf);
+        if self.out.msgs.len() >= MAX_BATCH {
+            self.send_out();
+        }
+    }
+
+    /// Sends what the turn queued, in one `sendmmsg` (more only where the kernel refuses a
+    /// message). A GSO buffer the path cannot segment goes datagram by datagram, now and from
+    /// then on (`gso` cleared), as quinn-udp does.
+    fn send_out(&mut self) {
+        let ob = &mut self.out;
+        if ob.msgs.is_empty() {
+            return;
+        }
+        let st = &self.shared.stats;
+        let out: Vec<udp::Outgoing<'_>> = ob
+            .msgs
+            .iter()
+            .map(|q| udp::Outgoing {
+                to: q.to,
+                from: q.from,
+                data: &ob.data[q.start..q.start + q.len],
+                segment: q.segment,
+            })
+            .collect();
+        // Per message: None sent as queued; Some(true) sent one by one; Some(false) dropped.
+        let mut fate: Vec<Option<bool>> = vec![None; out.len()];
+        let (socket, gso) = (&self.socket, &mut self.gso);
+        udp::send_batch(socket, &out, |i, e| {
+            let o = out[i];
+            let segmented = o.segment.filter(|&s| s < o.data.len());
+            if let (Some(size), true) = (segmented, udp::gso_unsupported(&e)) {
+                if *gso {
+                    tracing::warn!(error = %e, "UDP segmentation offload refused: sending datagrams one by one");
+                    *gso = false;
+                }
+                fate[i] = Some(udp::send_each(socket, o.to, o.from, o.data, size).is_ok());
+            } else {
+                tracing::debug!(error = %e, "QUIC sendmsg");
+                fate[i] = Some(false);
+            }
+        });
+        st.send_batches.fetch_add(1, Ordering::Relaxed);
+        let (mut packets, mut bytes, mut errors, mut gso_sends, mut gso_segments) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
+        for (o, fate) in out.iter().zip(&fate) {
+            let segments = o
+                .segment
+                .map_or(1, |s| o.data.len().div_ceil(s.max(1)) as u64);
+            match fate {
+                Some(false) => errors += segments,
+                _ => {
+                    packets += segments;
+                    bytes += o.data.len() as u64;
+                    if fate.is_none() && segments > 1 {
+                        gso_sends += 1;
+                        gso_segments += segments;
+                    }
+                }
+            }
+        }
+        drop(out);
+        let add = |a: &AtomicU64, v: u64| {
+            if v > 0 {
+                a.fetch_add(v, Ordering::Relaxed);
+            }
+        };
+        add(&st.packets_out, packets);
+        add(&st.bytes_out, bytes);
+        add(&st.send_errors, errors);
+        add(&st.gso_sends, gso_sends);
+        add(&st.gso_segments, gso_segments);
+        ob.msgs.clear();
+        ob.data.clear();
     }
 
     /// Runs the timers that are due, then drives what they touched.
@@ -661,6 +848,7 @@ impl QuicCore {
     /// streams, pending writes, transmits, the next timeout, and forgets drained ones.
     pub fn flush(&mut self, ctx: &CoreCtx) {
         if self.dirty.is_empty() {
+            self.send_out();
             return;
         }
         let mut dirty = std::mem::take(&mut self.dirty);
@@ -674,6 +862,7 @@ impl QuicCore {
         if self.dirty.is_empty() {
             self.dirty = dirty;
         }
+        self.send_out();
     }
 
     fn drive(&mut self, idx: usize, now: Instant, ctx: &CoreCtx) {
@@ -733,17 +922,9 @@ impl QuicCore {
             while let Some(id) = c.conn.streams().accept(Dir::Uni) {
                 c.readable.push(id);
             }
-            if c.h3.is_some() && !c.readable.is_empty() {
-                let early = c.conn.is_handshaking();
-                if read_streams(c, idx, ctx, &mut self.acts) {
-                    any = true;
-                    // Stream data before the handshake's end came in accepted 0-RTT packets
-                    // (quinn tells only a client whether its 0-RTT was accepted).
-                    if early && !c.zero_rtt {
-                        c.zero_rtt = true;
-                        self.shared.stats.zero_rtt.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+            if c.h3.is_some() && !c.readable.is_empty() && read_streams(c, idx, ctx, &mut self.acts)
+            {
+                any = true;
             }
             apply(c, &mut self.acts, &ctx.metrics);
             write_pending(c);
@@ -754,6 +935,14 @@ impl QuicCore {
         if c.handshaking && !c.conn.is_handshaking() {
             c.handshaking = false;
             self.handshakes = self.handshakes.saturating_sub(1);
+            self.early_held = self.early_held.saturating_sub(std::mem::take(&mut c.early));
+            // A server's 0-RTT keys exist only where it accepted the client's early data.
+            let st = &self.shared.stats;
+            if c.conn.has_0rtt() {
+                st.zero_rtt.fetch_add(1, Ordering::Relaxed);
+            } else if c.tried_0rtt {
+                st.zero_rtt_rejected.fetch_add(1, Ordering::Relaxed);
+            }
         }
         // Answered after GOAWAY: closed once the GOAWAY has had two round trips (at least
         // 20 ms) to arrive and be acknowledged.
@@ -769,56 +958,58 @@ impl QuicCore {
             c.closing = true;
             c.conn.close(now, VarInt::from_u32(0x100), Bytes::new());
         }
-        // Transmits: up to MAX_GSO datagrams per send.
+        // Transmits: up to MAX_GSO datagrams each, queued for the turn's sendmmsg.
         let mut buf = std::mem::take(&mut self.send_buf);
+        let mut full = false;
         loop {
             buf.clear();
             let most = if self.gso { MAX_GSO } else { 1 };
             let Some(t) = c.conn.poll_transmit(now, most, &mut buf) else {
                 break;
             };
-            send_transmit(&self.socket, &self.shared.stats, &mut self.gso, &t, &buf);
+            queue(&mut self.out, &t, &buf);
+            full |= self.out.msgs.len() >= MAX_BATCH;
         }
         self.send_buf = buf;
+        // Before validation a server may send 3x what it received (quinn stops there): a
+        // handshake whose flight reached that waited for more from the client.
+        if c.handshaking
+            && !c.validated
+            && !c.amp_limited
+            && c.conn.stats().udp_tx.bytes >= 3 * c.rx
+        {
+            c.amp_limited = true;
+            self.shared
+                .stats
+                .amplification_limited
+                .fetch_add(1, Ordering::Relaxed);
+        }
         c.timeout = c.conn.poll_timeout();
         if c.conn.is_drained() {
             if c.handshaking {
                 self.handshakes = self.handshakes.saturating_sub(1);
+                self.early_held = self.early_held.saturating_sub(c.early);
             }
             self.conns[idx] = None;
             self.shared.stats.open.fetch_sub(1, Ordering::Relaxed);
         }
+        if full {
+            self.send_out();
+        }
     }
 }
 
-/// Sends one transmit (`buf[..t.size]`), as one GSO buffer when it holds several datagrams.
-/// A path that cannot segment gets them one by one, now and from then on (`gso` cleared).
-fn send_transmit(socket: &OwnedFd, st: &QuicStats, gso: &mut bool, t: &Transmit, buf: &[u8]) {
-    let data = &buf[..t.size];
-    let segments = t.segment_size.map_or(1, |s| data.len().div_ceil(s.max(1)));
-    let mut segmented = segments > 1;
-    let mut sent = udp::send(socket, t.destination, t.src_ip, data, t.segment_size);
-    if let (Err(e), Some(size), true) = (&sent, t.segment_size, segmented) {
-        if udp::gso_unsupported(e) {
-            if *gso {
-                tracing::warn!(error = %e, "UDP segmentation offload refused: sending datagrams one by one");
-                *gso = false;
-            }
-            segmented = false;
-            sent = udp::send_each(socket, t.destination, t.src_ip, data, size);
-        }
-    }
-    if sent.is_err() {
-        st.send_errors.fetch_add(segments as u64, Ordering::Relaxed);
-        return;
-    }
-    st.packets_out.fetch_add(segments as u64, Ordering::Relaxed);
-    st.bytes_out.fetch_add(data.len() as u64, Ordering::Relaxed);
-    if segmented {
-        st.gso_sends.fetch_add(1, Ordering::Relaxed);
-        st.gso_segments
-            .fetch_add(segments as u64, Ordering::Relaxed);
-    }
+/// Appends a transmit (`buf[..t.size]`) to `out`.
+fn queue(out: &mut Outbox, t: &Transmit, buf: &[u8]) {
+    let start = out.data.len();
+    out.data.extend_from_slice(&buf[..t.size]);
+    out.msgs.push(Queued {
+        to: t.destination,
+        from: t.src_ip,
+        start,
+        len: t.size,
+        segment: t.segment_size,
+    });
 }
 
 /// Reads every readable stream of `c` into its HTTP/3 state. True when anything was read.

@@ -2,7 +2,11 @@
 JSON (status, headers, body, whether 0-RTT was accepted, the order the client saw things in).
 
     client.py HOST PORT PATH [--method M] [--ca FILE] [--sni NAME] [--ticket FILE]
-              [--early] [--qlog FILE] [--port-change]
+              [--early] [--qlog FILE] [--port-change] [--header NAME:VALUE]
+              [--requests N]
+
+The output also carries "params": the server's transport parameters as the handshake left
+them (initial_max_streams_bidi, initial_max_data, initial_max_stream_data_bidi_remote).
 
 --ticket FILE: load a session ticket from FILE if it exists, and save the one received into it.
 --early: send the request as soon as the connection starts (0-RTT, with a ticket).
@@ -11,6 +15,9 @@ the same connection (the server must follow it).
 --time: report elapsed_ms, from the connection's start to the answer's HEADERS.
 --hold SECONDS: after the response, keep the connection open until the server closes it (or
 SECONDS pass), reporting the GOAWAY on the server's control stream and the close's code.
+--header NAME:VALUE: one more request header (repeatable).
+--requests N: N requests at once on the connection (their statuses in "statuses"), then the
+one the output describes.
 --abandon: before the request, abandon two others on the same connection: one whose stream
 the client resets once its HEADERS were sent, and one whose answer it refuses (STOP_SENDING
 H3_REQUEST_CANCELLED, then the stream's end); reports the resets the server sent ("resets").
@@ -55,6 +62,8 @@ class Client(QuicConnectionProtocol):
         self.server_control = b""
         self.resets = {}
         self.closed = asyncio.get_event_loop().create_future()
+        self.params = None
+        self.extra_headers = []
 
     def quic_event_received(self, event):
         if isinstance(event, StreamDataReceived) and event.stream_id == 3:
@@ -68,6 +77,12 @@ class Client(QuicConnectionProtocol):
             self.order.append("handshake_completed")
             self.early_accepted = event.early_data_accepted
             self.resumed = event.session_resumed
+            q = self._quic
+            self.params = {
+                "initial_max_streams_bidi": q._remote_max_streams_bidi,
+                "initial_max_data": q._remote_max_data,
+                "initial_max_stream_data_bidi_remote": q._remote_max_stream_data_bidi_remote,
+            }
         for e in self.h3.handle_event(event):
             if isinstance(e, HeadersReceived):
                 self.order.append("headers")
@@ -89,7 +104,7 @@ class Client(QuicConnectionProtocol):
             (b":authority", authority.encode()),
             (b":path", path.encode()),
             (b"user-agent", b"aioquic-test/1"),
-        ]
+        ] + self.extra_headers
 
     async def abandon(self, authority, path):
         """One request reset by the client mid-way, one whose answer it refuses."""
@@ -160,6 +175,8 @@ async def main():
     p.add_argument("--hold", type=float)
     p.add_argument("--time", action="store_true")
     p.add_argument("--abandon", action="store_true")
+    p.add_argument("--header", action="append", default=[])
+    p.add_argument("--requests", type=int, default=0)
     a = p.parse_args()
 
     logger = QuicLogger() if a.qlog else None
@@ -188,8 +205,17 @@ async def main():
         session_ticket_handler=save_ticket,
         wait_connected=not a.early,
     ) as client:
+        client.extra_headers = [
+            (n.strip().lower().encode(), v.strip().encode())
+            for n, v in (h.split(":", 1) for h in a.header)
+        ]
         if a.abandon:
             await client.abandon(a.sni, a.path)
+        if a.requests:
+            many = await asyncio.gather(
+                *(client.request(a.method, a.sni, a.path) for _ in range(a.requests))
+            )
+            out["statuses"] = [r["status"] for r in many]
         r = await client.request(a.method, a.sni, a.path)
         out.update(r)
         if a.time:
@@ -218,6 +244,7 @@ async def main():
         out["early_data_accepted"] = client.early_accepted
         out["session_resumed"] = client.resumed
         out["order"] = client.order
+        out["params"] = client.params
         cert = client._quic.tls._peer_certificate
         out["peer_cn"] = (
             cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value if cert else None

@@ -707,3 +707,233 @@ fn ngtcp2_gets_the_redirect_with_0rtt_retry_and_version_negotiation() {
     let m = curl(&[&format!("http://{}/metrics", e.admin)]).2;
     assert!(m.contains("lasthop_engine_quic_retries_total 2"), "{m}");
 }
+
+/// A client that tries 0-RTT with a ticket this engine never issued (another engine's): a full
+/// handshake, its 0-RTT counted rejected, and its GET answered in 1-RTT.
+#[test]
+fn a_0rtt_the_server_cannot_accept_is_counted_rejected() {
+    if !aioquic("h3 0-RTT rejected with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let ticket = site.dir.path().join("elsewhere.ticket");
+    let ticket = ticket.to_str().unwrap();
+    let issuer = start(&site, &pki, &[]);
+    h3(&issuer, &pki, &format!("/{code}"), &["--ticket", ticket]);
+    drop(issuer);
+    let e = start(&site, &pki, &[]);
+    let r = h3(
+        &e,
+        &pki,
+        &format!("/{code}"),
+        &["--ticket", ticket, "--early"],
+    );
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(r["early_data_accepted"], false, "{r}");
+    assert_eq!(r["session_resumed"], false, "{r}");
+    assert_eq!(
+        e.metric("lasthop_engine_quic_zero_rtt_rejected_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        e.metric("lasthop_engine_quic_zero_rtt_accepted_total"),
+        Some(0.0)
+    );
+    // With a ticket of its own: accepted, nothing more rejected.
+    let r = h3(
+        &e,
+        &pki,
+        &format!("/{code}"),
+        &["--ticket", ticket, "--early"],
+    );
+    assert_eq!(r["early_data_accepted"], true, "{r}");
+    assert_eq!(
+        e.metric("lasthop_engine_quic_zero_rtt_accepted_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        e.metric("lasthop_engine_quic_zero_rtt_rejected_total"),
+        Some(1.0)
+    );
+}
+
+/// `--quic-retry never` sends no Retry even past a threshold of 0 (where `auto` sends one to
+/// every new client); `--quic-max-streams` and `--quic-max-early-buffer` are what the client
+/// is told (initial_max_streams_bidi, initial_max_data), and ten requests at once on a
+/// connection allowed three streams are all answered as streams free up.
+#[test]
+fn quic_limits_retry_never_streams_and_flow_window() {
+    if !aioquic("h3 limits with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let e = start(
+        &site,
+        &pki,
+        &[
+            "--quic-retry",
+            "never",
+            "--quic-retry-threshold",
+            "0",
+            "--quic-max-streams",
+            "3",
+            "--quic-max-early-buffer",
+            "5000",
+        ],
+    );
+    let r = h3(&e, &pki, &format!("/{code}"), &["--requests", "10"]);
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(r["statuses"], serde_json::json!(vec![302; 10]), "{r}");
+    assert_eq!(r["params"]["initial_max_streams_bidi"], 3, "{r}");
+    assert_eq!(r["params"]["initial_max_data"], 5000, "{r}");
+    assert_eq!(
+        r["params"]["initial_max_stream_data_bidi_remote"], 5000,
+        "{r}"
+    );
+    assert_eq!(e.metric("lasthop_engine_quic_retries_total"), Some(0.0));
+    assert_eq!(e.metric("lasthop_engine_quic_handshakes_total"), Some(1.0));
+    drop(e);
+    let auto = start(&site, &pki, &["--quic-retry-threshold", "0"]);
+    let r = h3(&auto, &pki, &format!("/{code}"), &[]);
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(r["params"]["initial_max_streams_bidi"], 100, "{r}");
+    assert_eq!(r["params"]["initial_max_data"], 65_536, "{r}");
+    assert_eq!(auto.metric("lasthop_engine_quic_retries_total"), Some(1.0));
+}
+
+/// `--quic-max-early-buffer-total`: past the bytes of 0-RTT a core holds for handshakes in
+/// flight, datagrams of 0-RTT alone are dropped, and their request comes again in 1-RTT and
+/// is answered. A request that spans several 0-RTT datagrams (a 3 KB header) shows it; under
+/// the default total the same request drops nothing.
+#[test]
+fn early_data_past_the_cores_total_is_dropped_and_comes_again() {
+    if !aioquic("h3 early buffer with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    let pad = format!("x-pad:{}", "p".repeat(3000));
+    for (total, dropped) in [(Some("1"), true), (None, false)] {
+        let extra: Vec<&str> = total
+            .map(|t| vec!["--quic-max-early-buffer-total", t])
+            .unwrap_or_default();
+        let e = start(&site, &pki, &extra);
+        let ticket = site.dir.path().join(format!("early-{total:?}.ticket"));
+        let ticket = ticket.to_str().unwrap();
+        h3(&e, &pki, &format!("/{code}"), &["--ticket", ticket]);
+        let r = h3(
+            &e,
+            &pki,
+            &format!("/{code}"),
+            &["--ticket", ticket, "--early", "--header", &pad],
+        );
+        assert_eq!(r["status"], 302, "{total:?}: {r}");
+        assert_eq!(r["early_data_accepted"], true, "{total:?}: {r}");
+        let n = e.metric("lasthop_engine_quic_early_dropped_total").unwrap();
+        assert_eq!(n > 0.0, dropped, "{total:?}: {n} dropped");
+    }
+}
+
+/// Stateless reset (RFC 9000 §10.3): once the server has forgotten a connection (its idle
+/// timeout passed while the client stayed quiet), a packet on it is answered with a datagram
+/// smaller than the packet, shaped as a short header, ending in the reset token the server gave
+/// for that connection ID; while the connection lives, the same packet gets no reset.
+#[test]
+fn a_forgotten_connection_gets_a_stateless_reset() {
+    if !aioquic("h3 stateless reset with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    links(&site);
+    let pki = pki(&site, false);
+    let e = start(&site, &pki, &["--quic-idle-timeout", "1"]);
+    let quic = e.quic.clone().unwrap();
+    let (host, port) = quic.rsplit_once(':').unwrap();
+    let script = h3_client().with_file_name("reset.py");
+    let out = Command::new(aioquic_python())
+        .arg(script)
+        .args([
+            host,
+            port,
+            "--ca",
+            pki.ca.to_str().unwrap(),
+            "--wait",
+            "2.5",
+        ])
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "reset.py: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        e.log()
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(r["alive_reply_is_reset"], false, "{r}");
+    assert_eq!(r["reset"], true, "{r}\n{}", e.log());
+    assert!(
+        r["got"].as_u64().unwrap() < r["sent"].as_u64().unwrap(),
+        "{r}"
+    );
+    assert_eq!(r["first_byte"].as_u64().unwrap() & 0xc0, 0x40, "{r}");
+    assert_eq!(e.metric("lasthop_engine_quic_open_connections"), Some(0.0));
+}
+
+/// Amplification (RFC 9000 §8.1): a certificate chain larger than 3x the client's Initial
+/// (here 200 names in the leaf) cannot go in one flight before the client's address is
+/// validated: the handshake is counted amplification-limited, and completes once the client's
+/// next packets lift the budget. The usual ECDSA chain fits: counted nothing.
+#[test]
+fn a_flight_past_three_times_what_the_client_sent_waits_and_is_counted() {
+    if !aioquic("h3 amplification with aioquic") {
+        return;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let small = pki(&site, false);
+    let e = start(&site, &small, &[]);
+    assert_eq!(h3(&e, &small, &format!("/{code}"), &[])["status"], 302);
+    assert_eq!(
+        e.metric("lasthop_engine_quic_amplification_limited_total"),
+        Some(0.0)
+    );
+    drop(e);
+    let dir = site.dir.path();
+    let names: String = (0..200)
+        .map(|i| format!(",DNS:name-{i:03}.padding.lh.test"))
+        .collect();
+    std::fs::write(
+        dir.join("san.ext"),
+        format!("subjectAltName=DNS:lh.test,IP:127.0.0.1{names}\n"),
+    )
+    .unwrap();
+    lasthop_testkit::server_cert(
+        dir,
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+        "lh.test",
+        "big.key",
+        "big.pem",
+    );
+    for f in ["big.pem", "big.key"] {
+        lasthop_testkit::set_mode(&dir.join(f), 0o644);
+    }
+    let big = Pki {
+        ca: small.ca.clone(),
+        cert: dir.join("big.pem"),
+        key: dir.join("big.key"),
+    };
+    assert!(std::fs::metadata(&big.cert).unwrap().len() > 6000);
+    let e = start(&site, &big, &[]);
+    let r = h3(&e, &big, &format!("/{code}"), &[]);
+    assert_eq!(r["status"], 302, "{r}");
+    assert_eq!(
+        e.metric("lasthop_engine_quic_amplification_limited_total"),
+        Some(1.0)
+    );
+    assert_eq!(e.metric("lasthop_engine_quic_handshakes_total"), Some(1.0));
+}
