@@ -9,6 +9,18 @@ use serde_json::Value;
 
 use crate::tls::{links, start};
 
+/// A site with the test links and an ECDSA test PKI, where aioquic is installed (else the test
+/// `what` is reported skipped).
+fn quic_site(what: &str) -> Option<(Site, String, Pki)> {
+    if !aioquic(what) {
+        return None;
+    }
+    let site = Site::new();
+    let code = links(&site);
+    let pki = pki(&site, false);
+    Some((site, code, pki))
+}
+
 /// `client.py --hold`: a connection kept open after its answer, until the server closes it.
 struct Holding {
     child: std::process::Child,
@@ -110,12 +122,9 @@ fn datagram_bytes(events: &[Value], name: &str) -> u64 {
 
 #[test]
 fn a_get_over_h3_gets_the_exact_redirect_and_0rtt_gets_it_in_the_first_flight() {
-    if !aioquic("h3 with aioquic") {
+    let Some((site, code, pki)) = quic_site("h3 with aioquic") else {
         return;
-    }
-    let site = Site::new();
-    let code = links(&site);
-    let pki = pki(&site, false);
+    };
     let e = start(&site, &pki, &[]);
     let ticket = site.dir.path().join("ticket.bin");
     let ticket = ticket.to_str().unwrap();
@@ -275,12 +284,9 @@ fn the_serving_contract_over_h3() {
 
 #[test]
 fn retry_and_a_client_that_changes_its_port() {
-    if !aioquic("h3 retry with aioquic") {
+    let Some((site, code, pki)) = quic_site("h3 retry with aioquic") else {
         return;
-    }
-    let site = Site::new();
-    let code = links(&site);
-    let pki = pki(&site, false);
+    };
     // Two cores: the steering program keeps the connection on its core after the port change.
     let e = start(&site, &pki, &["--quic-retry", "always", "--cores", "2"]);
     let r = h3(&e, &pki, &format!("/{code}"), &["--port-change"]);
@@ -347,12 +353,9 @@ fn alt_svc_is_advertised_set_or_off() {
 /// (answered with RESET_STREAM and the client's code, RFC 9000 §3.5).
 #[test]
 fn sigterm_says_goaway_then_closes_with_no_error() {
-    if !aioquic("h3 drain with aioquic") {
+    let Some((site, code, pki)) = quic_site("h3 drain with aioquic") else {
         return;
-    }
-    let site = Site::new();
-    let code = links(&site);
-    let pki = pki(&site, false);
+    };
     let mut e = start(&site, &pki, &[]);
     let mut client = Holding::start(
         &e,
@@ -378,12 +381,9 @@ fn sigterm_says_goaway_then_closes_with_no_error() {
 /// another: it gets its redirect during each, and the engine counts what the flood cost.
 #[test]
 fn floods_of_initials_and_garbage_leave_other_connections_served() {
-    if !aioquic("h3 floods with aioquic") {
+    let Some((site, code, pki)) = quic_site("h3 floods with aioquic") else {
         return;
-    }
-    let site = Site::new();
-    let code = links(&site);
-    let pki = pki(&site, false);
+    };
     let e = start(&site, &pki, &["--quic-retry-threshold", "20"]);
     let quic = e.quic.clone().unwrap();
     let (host, port) = quic.rsplit_once(':').unwrap();
@@ -551,12 +551,9 @@ fn chromium_follows_a_short_url_over_h3_to_its_landing_page() {
 /// QUIC core: the redirect, 0-RTT, and on two cores a client that changes its port.
 #[test]
 fn http3_on_the_epoll_fallback() {
-    if !aioquic("h3 on epoll with aioquic") {
+    let Some((site, code, pki)) = quic_site("h3 on epoll with aioquic") else {
         return;
-    }
-    let site = Site::new();
-    let code = links(&site);
-    let pki = pki(&site, false);
+    };
     let (cert, key) = (pki.cert.to_str().unwrap(), pki.key.to_str().unwrap());
     let e = site.start(&[
         "--io",
@@ -602,12 +599,9 @@ fn http3_on_the_epoll_fallback() {
 /// session store). A returning client's GET then waits for the handshake, and is still a 302.
 #[test]
 fn no_0rtt_over_quic_where_tcp_has_none() {
-    if !aioquic("h3 without 0-RTT with aioquic") {
+    let Some((site, code, pki)) = quic_site("h3 without 0-RTT with aioquic") else {
         return;
-    }
-    let site = Site::new();
-    let code = links(&site);
-    let pki = pki(&site, false);
+    };
     let keyfile = site.dir.path().join("tickets.key");
     std::fs::write(&keyfile, "42".repeat(32)).unwrap();
     let off: [&[&str]; 2] = [
@@ -712,12 +706,9 @@ fn ngtcp2_gets_the_redirect_with_0rtt_retry_and_version_negotiation() {
 /// handshake, its 0-RTT counted rejected, and its GET answered in 1-RTT.
 #[test]
 fn a_0rtt_the_server_cannot_accept_is_counted_rejected() {
-    if !aioquic("h3 0-RTT rejected with aioquic") {
+    let Some((site, code, pki)) = quic_site("h3 0-RTT rejected with aioquic") else {
         return;
-    }
-    let site = Site::new();
-    let code = links(&site);
-    let pki = pki(&site, false);
+    };
     let ticket = site.dir.path().join("elsewhere.ticket");
     let ticket = ticket.to_str().unwrap();
     let issuer = start(&site, &pki, &[]);
@@ -765,12 +756,9 @@ fn a_0rtt_the_server_cannot_accept_is_counted_rejected() {
 /// connection allowed three streams are all answered as streams free up.
 #[test]
 fn quic_limits_retry_never_streams_and_flow_window() {
-    if !aioquic("h3 limits with aioquic") {
+    let Some((site, code, pki)) = quic_site("h3 limits with aioquic") else {
         return;
-    }
-    let site = Site::new();
-    let code = links(&site);
-    let pki = pki(&site, false);
+    };
     let e = start(
         &site,
         &pki,
@@ -811,12 +799,9 @@ fn quic_limits_retry_never_streams_and_flow_window() {
 /// the default total the same request drops nothing.
 #[test]
 fn early_data_past_the_cores_total_is_dropped_and_comes_again() {
-    if !aioquic("h3 early buffer with aioquic") {
+    let Some((site, code, pki)) = quic_site("h3 early buffer with aioquic") else {
         return;
-    }
-    let site = Site::new();
-    let code = links(&site);
-    let pki = pki(&site, false);
+    };
     let pad = format!("x-pad:{}", "p".repeat(3000));
     for (total, dropped) in [(Some("1"), true), (None, false)] {
         let extra: Vec<&str> = total
@@ -890,12 +875,9 @@ fn a_forgotten_connection_gets_a_stateless_reset() {
 /// next packets lift the budget. The usual ECDSA chain fits: counted nothing.
 #[test]
 fn a_flight_past_three_times_what_the_client_sent_waits_and_is_counted() {
-    if !aioquic("h3 amplification with aioquic") {
+    let Some((site, code, small)) = quic_site("h3 amplification with aioquic") else {
         return;
-    }
-    let site = Site::new();
-    let code = links(&site);
-    let small = pki(&site, false);
+    };
     let e = start(&site, &small, &[]);
     assert_eq!(h3(&e, &small, &format!("/{code}"), &[])["status"], 302);
     assert_eq!(
