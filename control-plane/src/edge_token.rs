@@ -7,8 +7,6 @@
 //! both sides are hashed to 32 bytes first, so neither the position of the first differing byte
 //! nor the presented length shows in the timing. The token never appears in `Debug` or logs.
 
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -159,27 +157,10 @@ pub fn generate_text() -> Result<String, crate::store::StoreError> {
     })
 }
 
-/// Temp file (0600 from birth), fsync, rename, fsync the directory.
+/// A secret file (0600 from its first byte, renamed into place), in a directory made first.
 fn write_new(path: &Path, token: &str) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let temp: PathBuf = dir.join(format!(".{TOKEN_FILE}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)?;
-        file.write_all(format!("{token}\n").as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&temp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+    lasthop_core::secret::write(path, format!("{token}\n").as_bytes())
 }
 
 #[cfg(test)]

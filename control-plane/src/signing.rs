@@ -74,9 +74,11 @@ impl SigningKey {
             pem.push('\n');
         }
         pem.push_str("-----END PRIVATE KEY-----\n");
-        write_private(path, pem.as_bytes()).map_err(|source| SigningError::Write {
-            path: path.to_path_buf(),
-            source,
+        lasthop_core::secret::write(path, pem.as_bytes()).map_err(|source| {
+            SigningError::Write {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         SigningKey::load(path)
     }
@@ -108,19 +110,6 @@ impl SigningKey {
         frame.signature = Some(hex::encode(sig.as_ref()));
         frame
     }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
 }
 
 #[cfg(test)]

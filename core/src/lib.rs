@@ -10,7 +10,8 @@
 //! - [`link`]: link, link state and change-log types;
 //! - [`feed`]: the edge feed's frames and status reports (core/FEED.md);
 //! - [`click`]: click events and the spool's frames (core/EVENTS.md);
-//! - [`day`]: UTC days of Unix-millisecond times.
+//! - [`day`]: UTC days of Unix-millisecond times;
+//! - [`secret`]: secret files, written 0600 from their first byte.
 
 #[cfg(all(
     target_arch = "x86_64",
@@ -32,6 +33,7 @@ pub mod ff1;
 pub mod key;
 pub mod link;
 pub mod region;
+pub mod secret;
 
 pub use alias::{validate_alias, AliasError};
 pub use code::{classify, CodeKind, CodeScheme, CODE_LEN, CODE_SPACE};

@@ -5,8 +5,6 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use lasthop_core::PermutationKey;
 
-use super::restrict_permissions;
-
 /// Writes a snapshot signing key to `out` and its public key beside it (`OUT.pub`).
 pub(crate) fn signing(out: &Path, force: bool) -> anyhow::Result<()> {
     let key = lasthop_control::signing::SigningKey::generate(out, force)?;
@@ -34,9 +32,8 @@ pub(crate) fn permutation(out: &Path, bits: usize, force: bool) -> anyhow::Resul
         "--bits must be 128, 192 or 256"
     );
     let key = PermutationKey::generate(bits / 8)?;
-    std::fs::write(out, key.to_file_text())
+    lasthop_core::secret::write(out, key.to_file_text().as_bytes())
         .with_context(|| format!("writing {}", out.display()))?;
-    restrict_permissions(out)?;
     println!("wrote {} (key id {:08x})", out.display(), key.id());
     Ok(())
 }

@@ -102,9 +102,3 @@ fn postgres_store(
 pub(crate) fn is_postgres(spec: &str) -> bool {
     spec.starts_with("postgres://") || spec.starts_with("postgresql://") || spec.contains('=')
 }
-
-pub(crate) fn restrict_permissions(path: &std::path::Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(())
-}

@@ -321,3 +321,45 @@ fn snapshot_build_from_the_store() {
     let n = site.scheme().decode(live.as_bytes()).unwrap();
     assert!(snap.high_water().may_be_issued(n));
 }
+
+/// The secret files `keygen` writes (the permutation key, and with `--signing` the snapshot
+/// signing key; its `.pub` beside it is public) are 0600 from their first byte, a
+/// world-readable file replaced with `--force` included: the new key never lives under the old
+/// file's mode.
+#[test]
+fn keygen_writes_its_keys_0600_even_over_a_loose_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let keygen = |args: &[&str]| {
+        let out = Command::new(crate::harness::BIN)
+            .arg("keygen")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "keygen {args:?}: {out:?}");
+    };
+    for (name, signing) in [("ff1.key", false), ("signing.key", true)] {
+        let path = dir.path().join(name);
+        let p = path.to_str().unwrap();
+        let mut args = vec!["--out", p];
+        if signing {
+            args.push("--signing");
+        }
+        keygen(&args);
+        assert_eq!(mode(&path), 0o600, "{name}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        args.push("--force");
+        keygen(&args);
+        assert_eq!(mode(&path), 0o600, "{name} replaced");
+        assert_ne!(std::fs::read(&path).unwrap(), before, "{name}: a new key");
+    }
+    // Nothing left but the keys and the signing key's public half.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["ff1.key", "signing.key", "signing.key.pub"]);
+}
