@@ -40,7 +40,7 @@ pub use broker::Tansu;
 pub use clickhouse::ClickHouse;
 pub use control::{spool_to, subscribed_engine, Control};
 pub use engine::{in_sync, set_mode, Engine, Site};
-pub use h3::{aioquic, aioquic_python, h3, h3_client};
+pub use h3::{aioquic, aioquic_json, aioquic_python, h3, h3_client};
 pub use http::{curl, h2_status, status_of, Conn, Resp};
 pub use load::Load;
 pub use pki::{openssl, pki, server_cert, Pki};

@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use lasthop_testkit::{aioquic, aioquic_python, curl, h3, h3_client, pki, skip, Engine, Pki, Site};
+use lasthop_testkit::{
+    aioquic, aioquic_json, aioquic_python, curl, h3, h3_client, pki, skip, Engine, Pki, Site,
+};
 use serde_json::Value;
 
 use crate::tls::{links, start};
@@ -19,6 +21,15 @@ fn quic_site(what: &str) -> Option<(Site, String, Pki)> {
     let code = links(&site);
     let pki = pki(&site, false);
     Some((site, code, pki))
+}
+
+/// A returning visitor: a first request that saves a ticket in `ticket`, then the request again
+/// with it, sent in 0-RTT (with `extra`); the second's answer.
+fn returning(e: &Engine, pki: &Pki, path: &str, ticket: &str, extra: &[&str]) -> Value {
+    h3(e, pki, path, &["--ticket", ticket]);
+    let mut args = vec!["--ticket", ticket, "--early"];
+    args.extend_from_slice(extra);
+    h3(e, pki, path, &args)
 }
 
 /// `client.py --hold`: a connection kept open after its answer, until the server closes it.
@@ -271,13 +282,7 @@ fn the_serving_contract_over_h3() {
     // A POST in 0-RTT early data: 425 Too Early.
     let ticket = site.dir.path().join("ticket.bin");
     let ticket = ticket.to_str().unwrap();
-    h3(&e, &pki, &format!("/{code}"), &["--ticket", ticket]);
-    let r = h3(
-        &e,
-        &pki,
-        &format!("/{code}"),
-        &["--ticket", ticket, "--early", "--method", "POST"],
-    );
+    let r = returning(&e, &pki, &format!("/{code}"), ticket, &["--method", "POST"]);
     assert_eq!(r["early_data_accepted"], true, "{r}");
     assert_eq!(r["status"], 425, "{r}");
 }
@@ -613,13 +618,7 @@ fn no_0rtt_over_quic_where_tcp_has_none() {
         let ticket = site.dir.path().join("no-0rtt.ticket");
         let _ = std::fs::remove_file(&ticket);
         let ticket = ticket.to_str().unwrap();
-        h3(&e, &pki, &format!("/{code}"), &["--ticket", ticket]);
-        let r = h3(
-            &e,
-            &pki,
-            &format!("/{code}"),
-            &["--ticket", ticket, "--early"],
-        );
+        let r = returning(&e, &pki, &format!("/{code}"), ticket, &[]);
         assert_eq!(r["status"], 302, "{args:?}: {r}");
         assert_eq!(r["session_resumed"], true, "{args:?}: {r}");
         assert_eq!(r["early_data_accepted"], false, "{args:?}: {r}");
@@ -810,13 +809,7 @@ fn early_data_past_the_cores_total_is_dropped_and_comes_again() {
         let e = start(&site, &pki, &extra);
         let ticket = site.dir.path().join(format!("early-{total:?}.ticket"));
         let ticket = ticket.to_str().unwrap();
-        h3(&e, &pki, &format!("/{code}"), &["--ticket", ticket]);
-        let r = h3(
-            &e,
-            &pki,
-            &format!("/{code}"),
-            &["--ticket", ticket, "--early", "--header", &pad],
-        );
+        let r = returning(&e, &pki, &format!("/{code}"), ticket, &["--header", &pad]);
         assert_eq!(r["status"], 302, "{total:?}: {r}");
         assert_eq!(r["early_data_accepted"], true, "{total:?}: {r}");
         let n = e.metric("lasthop_engine_quic_early_dropped_total").unwrap();
@@ -840,25 +833,8 @@ fn a_forgotten_connection_gets_a_stateless_reset() {
     let quic = e.quic.clone().unwrap();
     let (host, port) = quic.rsplit_once(':').unwrap();
     let script = h3_client().with_file_name("reset.py");
-    let out = Command::new(aioquic_python())
-        .arg(script)
-        .args([
-            host,
-            port,
-            "--ca",
-            pki.ca.to_str().unwrap(),
-            "--wait",
-            "2.5",
-        ])
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "reset.py: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        e.log()
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let ca = pki.ca.to_str().unwrap();
+    let r = aioquic_json(&e, &script, &[host, port, "--ca", ca, "--wait", "2.5"]);
     assert_eq!(r["alive_reply_is_reset"], false, "{r}");
     assert_eq!(r["reset"], true, "{r}\n{}", e.log());
     assert!(
