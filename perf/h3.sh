@@ -33,9 +33,11 @@
 #   engine h3/engine h2 per server CPU-second, at -m M                goal >= 0.8
 #   engine h3/Caddy h3 per server CPU-second, at -m M                 goal >= 2
 #   engine 0-RTT resumptions/full handshakes per server CPU-second    goal >= 3
-# and, last, the floor under that goal, measured on CPU 0 in the same run (cargo bench --bench
-# handshake: `full` and `resumed_psk_dhe`): what a resumption's crypto saves, and the best
-# 0-RTT/full ratio that saving allows against the engine's CPU per full QUIC connection.
+# and, last, the floors under two goals, measured on CPU 0 in the same run: cargo bench --bench
+# handshake (`full` and `resumed_psk_dhe`): what a resumption's crypto saves, and the best
+# 0-RTT/full ratio that saving allows against the engine's CPU per full QUIC connection; and
+# cargo bench --bench quic: quinn-proto's own CPU per request in memory, and the best h3/h2
+# ratio it allows against the engine's h2 CPU per request.
 # A peer that refuses connections under the handshake load (quic-go's accept queue: "the
 # server refused to accept a new connection") fails the run like any other failure.
 # Any answer but a 3xx, or another protocol than the one asked for (h3_load offers only ALPN h3
@@ -300,4 +302,29 @@ if [ -n "$full_us" ] && [ -n "$res_us" ]; then
     printf "  of the engine'"'"'s %.1f us per full QUIC connection: best 0-RTT/full per server CPU-second on rustls %.2fx (goal 3x)\n", conn, conn / (conn - (f - r)) }'
 else
   echo "crypto floor: cargo bench --bench handshake gave no figures" >&2
+fi
+
+# The floor under the h3/h2 goal, in the same run and on the same CPU: the QUIC implementation
+# the engine drives (quinn-proto, configured as the engine configures it) alone, in memory, per
+# request on a long-lived connection with M streams in flight (benches/benches/quic.rs: the
+# server's calls only: datagrams decrypted and handled, streams accepted, read, answered and
+# finished, packets built and encrypted, acknowledgements; no sockets, no syscalls, no HTTP/3,
+# no lookup). Beside the engine's whole h2 cost per request (1 / its requests per CPU-second),
+# it bounds the h3/h2 ratio any server on this QUIC stack can reach.
+quic=$(taskset -c 0 cargo bench -q -p lasthop-benches --bench quic -- --warm-up-time 1 \
+  --measurement-time 5 --noplot 2>/dev/null |
+  awk '$1 == "quic/quinn_server_request" {name = 1}
+    name { for (i = 1; i <= NF; i++) if ($i == "time:") {
+      v = $(i + 3); u = $(i + 4)
+      us = (u == "ns") ? v / 1000 : (u == "ms") ? v * 1000 : v
+      printf "%.3f", us; name = 0 } }')
+if [ -n "$quic" ]; then
+  h2_per=$(pers "engine h2 -m $M" | median)
+  h3_per=$(pers "engine h3 -m $M" | median)
+  awk -v q="$quic" -v h2="$h2_per" -v h3="$h3_per" 'BEGIN {
+    h2us = 1e6 / h2; h3us = 1e6 / h3
+    printf "QUIC floor (CPU 0): quinn-proto alone %.2f us per request in memory; the engine'"'"'s h3 %.2f us, its h2 %.2f us per request, all in\n", q, h3us, h2us
+    printf "  best h3/h2 per server CPU-second on quinn-proto with nothing else: %.2fx (goal 0.8x); quinn-proto is %.0f%% of the engine'"'"'s h3 CPU\n", h2us / q, 100 * q / h3us }'
+else
+  echo "QUIC floor: cargo bench --bench quic gave no figures" >&2
 fi

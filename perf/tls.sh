@@ -70,7 +70,7 @@ trap 'stop_server; rm -rf "$work"' EXIT
 
 tls_cert "$work" 127.0.0.1
 cd "$work"
-openssl rand -hex 32 >tickets.key
+(umask 077; openssl rand -hex 32 >tickets.key)
 "$BIN/lasthop-control" keygen --out key >/dev/null
 "$BIN/lasthop-snapshot" synth --key-file key --count 1000 --out links.snap --codes-out codes >/dev/null
 code=$(head -1 codes)

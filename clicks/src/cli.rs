@@ -146,13 +146,24 @@ impl RuleArgs {
 pub struct ClicksTuning {
     /// Where rollups are kept: `embedded` (DATA_DIR/clicks/rollups.redb, one processor) or
     /// `clickhouse://[USER[:PASSWORD]@]HOST[:PORT]/DB` (several processors may share it and one
-    /// Kafka consumer group).
+    /// Kafka consumer group), `clickhouses://…` over HTTPS (ClickHouse's https_port, 8443).
     #[arg(long, env = "LASTHOP_CLICKS_STORE", default_value = "embedded")]
     pub clicks_store: crate::StoreLocation,
+    /// The CA file (PEM) a `clickhouses://` store's certificate must chain to; without it,
+    /// the system's trusted CAs.
+    #[arg(long, env = "LASTHOP_CLICKS_STORE_CA", value_name = "FILE")]
+    pub clicks_store_ca: Option<std::path::PathBuf>,
     /// How long the Kafka group waits for a silent processor (killed, hung) before handing its
     /// partitions to the others, milliseconds (librdkafka's session.timeout.ms).
     #[arg(long, env = "LASTHOP_CLICKS_KAFKA_SESSION_MS", default_value_t = crate::kafka::DEFAULT_SESSION_TIMEOUT_MS)]
     pub clicks_kafka_session_ms: u32,
+    /// A librdkafka consumer property, `key=value`, for the processor's and the archive
+    /// consumer's Kafka clients (repeatable): TLS (`security.protocol=SSL`,
+    /// `ssl.ca.location=FILE`, `ssl.certificate.location`, `ssl.key.location`) and SASL
+    /// (`security.protocol=SASL_SSL`, `sasl.mechanism=SCRAM-SHA-512`, `sasl.username`,
+    /// `sasl.password`). Applied after lasthop's own settings, so it may change them.
+    #[arg(long = "clicks-kafka-option", value_name = "KEY=VALUE", value_parser = crate::kafka::parse_option)]
+    pub clicks_kafka_options: Vec<(String, String)>,
     /// Run the archive consumer beside the processor: it writes the raw archive
     /// (DATA_DIR/clicks/archive) from its own position on the spool, or its own Kafka group
     /// (GROUP.archive). With several processors, run it on one host (`clicks archive`) and
@@ -189,6 +200,14 @@ pub struct ClicksTuning {
 }
 
 impl ClicksTuning {
+    /// `--clicks-store` with `--clicks-store-ca`.
+    pub fn store_location(&self) -> anyhow::Result<crate::StoreLocation> {
+        self.clicks_store
+            .clone()
+            .with_ca(self.clicks_store_ca.clone())
+            .map_err(anyhow::Error::msg)
+    }
+
     /// The processor's configuration for `data_dir` reading `source`.
     pub fn config(
         &self,
@@ -201,6 +220,7 @@ impl ClicksTuning {
         );
         if let SourceConfig::Kafka(k) = &mut source {
             k.session_timeout_ms = self.clicks_kafka_session_ms;
+            k.options = self.clicks_kafka_options.clone();
         }
         anyhow::ensure!(
             self.clicks_dedup_secs >= 600,
@@ -218,7 +238,7 @@ impl ClicksTuning {
         );
         Ok(ProcessorConfig {
             clicks_dir: data_dir.join("clicks"),
-            store: self.clicks_store.clone(),
+            store: self.store_location()?,
             archive_peer: self.clicks_archive == Toggle::On,
             recompute_every: (self.clicks_recompute_every_secs > 0)
                 .then(|| Duration::from_secs(self.clicks_recompute_every_secs)),
@@ -254,6 +274,7 @@ pub fn source(
             topic: topic.to_owned(),
             group: group.to_owned(),
             session_timeout_ms: crate::kafka::DEFAULT_SESSION_TIMEOUT_MS,
+            options: Vec::new(),
         }),
         None => SourceConfig::Spool(spool.unwrap_or_else(|| data_dir.join("clicks").join("spool"))),
     }

@@ -28,7 +28,7 @@ mod consumer;
 pub use consumer::KafkaSource;
 
 /// Where to consume from.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KafkaConfig {
     /// `bootstrap.servers`.
     pub brokers: String,
@@ -39,6 +39,31 @@ pub struct KafkaConfig {
     /// How long the group waits for a silent member (a killed processor) before handing its
     /// partitions to the others (librdkafka's `session.timeout.ms`).
     pub session_timeout_ms: u32,
+    /// `--clicks-kafka-option`s: librdkafka properties set after lasthop's own (TLS, SASL,
+    /// tuning). Values are never logged (a SASL password is one).
+    pub options: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The options' keys only: a value may be a password.
+        let keys: Vec<&str> = self.options.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .field("group", &self.group)
+            .field("session_timeout_ms", &self.session_timeout_ms)
+            .field("options", &keys)
+            .finish()
+    }
+}
+
+/// `--clicks-kafka-option KEY=VALUE`.
+pub fn parse_option(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err("expected KEY=VALUE (a librdkafka property)".to_string()),
+    }
 }
 
 /// librdkafka's default `session.timeout.ms`.

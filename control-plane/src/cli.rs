@@ -154,10 +154,15 @@ pub(crate) enum SnapshotCommand {
         /// DATA_DIR/clicks/rollups.redb when it exists), instead of every link.
         #[arg(long)]
         hot: bool,
-        /// The rollup store the popular links come from (`embedded` or
-        /// `clickhouse://HOST:8123/DB`, as `serve --clicks-store`).
+        /// The rollup store the popular links come from (`embedded`,
+        /// `clickhouse://HOST:8123/DB` or `clickhouses://HOST:8443/DB`, as `serve
+        /// --clicks-store`).
         #[arg(long, env = "LASTHOP_CLICKS_STORE", default_value = "embedded")]
         clicks_store: lasthop_control::clicks::StoreLocation,
+        /// The CA file a `clickhouses://` store's certificate must chain to (as `serve
+        /// --clicks-store-ca`).
+        #[arg(long, env = "LASTHOP_CLICKS_STORE_CA", value_name = "FILE")]
+        clicks_store_ca: Option<std::path::PathBuf>,
         #[command(flatten)]
         budget: HotSetArgs,
     },
@@ -450,8 +455,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "LASTHOP_PEER_LAG_ALARM_SECS", default_value_t = 30.0)]
     pub(crate) peer_lag_alarm_secs: f64,
     /// Where the record lives: `embedded` (redb in DATA_DIR) or a PostgreSQL connection string
-    /// (`postgres://user@host1,host2/db?target_session_attrs=read-write`), shared by every
-    /// control plane on it.
+    /// (`postgres://user@host1,host2/db?target_session_attrs=read-write&sslrootcert=FILE`),
+    /// shared by every control plane on it. TLS as libpq's `sslmode` (`disable`, `prefer`,
+    /// `require`, `verify-ca`, `verify-full`), `sslrootcert`, `sslcert`, `sslkey`; without
+    /// `sslmode`, `verify-full` for any host that is not loopback.
     #[arg(long, env = "LASTHOP_STORE", default_value = "embedded")]
     pub(crate) store: String,
     #[command(flatten)]

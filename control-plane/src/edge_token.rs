@@ -22,6 +22,9 @@ const TOKEN_BYTES: usize = 32;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EdgeTokenError {
+    /// Others can read or write the token file.
+    #[error("edge token {0}")]
+    Loose(lasthop_core::secret::SecretError),
     /// The token file exists but could not be read.
     #[error("reading {}", path.display())]
     Read {
@@ -92,7 +95,10 @@ impl EdgeToken {
     pub fn load_or_create(data_dir: &Path) -> Result<EdgeToken, EdgeTokenError> {
         let path = data_dir.join(TOKEN_FILE);
         match std::fs::read_to_string(&path) {
-            Ok(text) => parse(&text).map_err(|source| EdgeTokenError::Malformed { path, source }),
+            Ok(text) => {
+                refuse_loose(&path)?;
+                parse(&text).map_err(|source| EdgeTokenError::Malformed { path, source })
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let token = generate()?;
                 if let Err(source) = write_new(&path, &token) {
@@ -114,6 +120,9 @@ impl EdgeToken {
         let on_disk = std::fs::read_to_string(&path)
             .ok()
             .and_then(|t| parse(&t).ok());
+        if on_disk.as_ref().is_some_and(|t| t.digest == shared.digest) {
+            refuse_loose(&path)?;
+        }
         if on_disk.is_none_or(|t| t.digest != shared.digest) {
             if let Err(source) = write_new(&path, token.trim_end()) {
                 return Err(EdgeTokenError::WriteShared { path, source });
@@ -128,6 +137,14 @@ impl EdgeToken {
         use subtle::ConstantTimeEq as _;
         let other: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         self.digest.ct_eq(&other).into()
+    }
+}
+
+/// Refuses a token file users other than its owner and group can reach.
+fn refuse_loose(path: &Path) -> Result<(), EdgeTokenError> {
+    match lasthop_core::secret::check(path) {
+        Err(e @ lasthop_core::secret::SecretError::Loose { .. }) => Err(EdgeTokenError::Loose(e)),
+        _ => Ok(()),
     }
 }
 
@@ -191,9 +208,35 @@ mod tests {
     }
 
     #[test]
+    fn a_token_file_others_can_read_is_refused_naming_it_and_group_access_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = EdgeToken::load_or_create(dir.path()).unwrap();
+        let path = dir.path().join(TOKEN_FILE);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(EdgeToken::load_or_create(dir.path()).is_ok());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = EdgeToken::load_or_create(dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&path.display().to_string()) && e.contains("chmod o-rwx"),
+            "{e}"
+        );
+        // The store's token over a loose file of the same token: refused too.
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(token.matches(text.trim_end()));
+        assert!(EdgeToken::from_shared(dir.path(), text.trim_end()).is_err());
+    }
+
+    #[test]
     fn a_malformed_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(TOKEN_FILE), "short\n").unwrap();
+        std::fs::set_permissions(
+            dir.path().join(TOKEN_FILE),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
         let err = EdgeToken::load_or_create(dir.path()).unwrap_err();
         assert!(
             matches!(&err, EdgeTokenError::Malformed { path, .. } if path.ends_with(TOKEN_FILE)),

@@ -41,9 +41,15 @@ fn main() -> anyhow::Result<()> {
                     reserve,
                     hot,
                     clicks_store,
+                    clicks_store_ca,
                     budget,
                 },
-        } => commands::snapshot::build(&store, &out, reserve, hot, &clicks_store, budget),
+        } => {
+            let clicks_store = clicks_store
+                .with_ca(clicks_store_ca)
+                .map_err(anyhow::Error::msg)?;
+            commands::snapshot::build(&store, &out, reserve, hot, &clicks_store, budget)
+        }
         Command::Clicks { command } => lasthop_clicks::cli::run(command),
         Command::Store {
             command: StoreCommand::FindText { store, text },

@@ -107,6 +107,11 @@ pub fn read_token(path: &std::path::Path) -> Result<String, PeersError> {
         path: path.display().to_string(),
         cause,
     };
+    if let Err(e @ lasthop_core::secret::SecretError::Loose { .. }) =
+        lasthop_core::secret::check(path)
+    {
+        return Err(bad(e.to_string()));
+    }
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let token = text.trim();
     if token.len() < 32 || token.bytes().any(|b| !b.is_ascii_graphic()) {
@@ -798,6 +803,21 @@ impl Peers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_token_others_can_read_is_refused_naming_it() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("peer.token");
+        lasthop_core::secret::write(&path, b"0123456789abcdef0123456789abcdef-peers\n").unwrap();
+        assert!(read_token(&path).is_ok());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = read_token(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("other users can read and write") && e.contains("chmod o-rwx"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn peer_flags_parse_or_say_why() {

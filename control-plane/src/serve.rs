@@ -585,6 +585,13 @@ impl ServeFiles {
 /// in full only at start: big lists take seconds).
 pub(crate) fn check(args: &ServeArgs) -> anyhow::Result<()> {
     ServeFiles::read(args)?;
+    // A shared store: reached as `serve` would reach it (its TLS verified, the login taken).
+    if crate::commands::is_postgres(&args.store) {
+        #[cfg(feature = "postgres")]
+        lasthop_control::store::postgres::check_connection(&args.store)?;
+        #[cfg(not(feature = "postgres"))]
+        return Err(lasthop_control::StoreError::NotBuilt("--store").into());
+    }
     let lists = args
         .safety
         .shortener_list

@@ -43,6 +43,9 @@ pub enum SigningError {
     NotEd25519 { path: PathBuf, reason: String },
     #[error("generating a key: the system's random source failed")]
     Random,
+    /// Others can read or write the key file.
+    #[error("snapshot signing key {0}")]
+    Loose(lasthop_core::secret::SecretError),
 }
 
 /// The control plane's snapshot signing key.
@@ -85,6 +88,11 @@ impl SigningKey {
 
     /// Loads the key in `path` (PKCS#8 PEM, v1 or v2).
     pub fn load(path: &Path) -> Result<SigningKey, SigningError> {
+        if let Err(e @ lasthop_core::secret::SecretError::Loose { .. }) =
+            lasthop_core::secret::check(path)
+        {
+            return Err(SigningError::Loose(e));
+        }
         let der = PrivatePkcs8KeyDer::from_pem_file(path).map_err(|source| SigningError::Read {
             path: path.to_path_buf(),
             source,
@@ -129,6 +137,21 @@ mod tests {
     }
 
     #[test]
+    fn a_signing_key_others_can_read_is_refused_naming_it() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("signing.key");
+        SigningKey::generate(&path, false).unwrap();
+        assert!(SigningKey::load(&path).is_ok());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = SigningKey::load(&path).err().unwrap().to_string();
+        assert!(
+            e.starts_with("snapshot signing key ") && e.contains("chmod o-rwx"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn signs_what_the_public_key_verifies() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("signing.key");
@@ -155,7 +178,7 @@ mod tests {
     fn refuses_what_is_not_an_ed25519_key() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k");
-        std::fs::write(&path, "not a key").unwrap();
+        lasthop_core::secret::write(&path, b"not a key").unwrap();
         assert!(matches!(
             SigningKey::load(&path),
             Err(SigningError::Read { .. })

@@ -28,6 +28,9 @@ pub enum KeyError {
     Cipher { path: String, source: Ff1Error },
     #[error("generating a key: {0}")]
     Random(String),
+    /// Others can read or write the file.
+    #[error("key file {0}")]
+    Loose(crate::secret::SecretError),
 }
 
 /// A loaded permutation key.
@@ -76,9 +79,14 @@ impl PermutationKey {
         })
     }
 
-    /// Reads a key file.
+    /// Reads a key file, refused when users other than its owner and group can reach it.
     pub fn load(path: &Path) -> Result<Self, KeyError> {
         let shown = path.display().to_string();
+        match crate::secret::check(path) {
+            Err(e @ crate::secret::SecretError::Loose { .. }) => return Err(KeyError::Loose(e)),
+            // A file that cannot be read says so below.
+            Err(crate::secret::SecretError::Io { .. }) | Ok(()) => {}
+        }
         let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
             path: shown.clone(),
             source,
@@ -114,6 +122,32 @@ impl PermutationKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_file_others_can_read_is_refused_and_group_access_is_not() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        let k = PermutationKey::generate(16).unwrap();
+        crate::secret::write(&path, k.to_file_text().as_bytes()).unwrap();
+        assert_eq!(PermutationKey::load(&path).unwrap().id(), k.id());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert_eq!(PermutationKey::load(&path).unwrap().id(), k.id());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = PermutationKey::load(&path).err().unwrap().to_string();
+        let shown = path.display().to_string();
+        assert!(
+            e.starts_with(&format!("key file {shown} is a secret file"))
+                && e.contains(&format!("chmod o-rwx {shown}")),
+            "{e}"
+        );
+        // A file that is not there says so, not "loose".
+        let e = PermutationKey::load(&dir.path().join("none"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.starts_with("reading key file"), "{e}");
+    }
 
     #[test]
     fn parse_round_trip_and_id_is_stable() {

@@ -193,10 +193,8 @@ fn edge_token(args: &Args) -> anyhow::Result<Option<String>> {
     args.edge_token_file
         .as_deref()
         .map(|path| {
-            Ok(std::fs::read_to_string(path)
-                .with_context(|| format!("reading the edge token {}", path.display()))?
-                .trim()
-                .to_string())
+            let bytes = lasthop_core::secret::read(path).context("--edge-token-file")?;
+            Ok(String::from_utf8_lossy(&bytes).trim().to_string())
         })
         .transpose()
 }
@@ -554,10 +552,15 @@ fn click_buffers(args: &Args, cores: usize) -> anyhow::Result<Option<Arc<clicks:
             Some(file) => clicks::visitor_key(file)?,
             // The default file: if the data dir cannot hold it, count visitors under a
             // key of this process (clicks are never worth refusing to start over).
-            None => clicks::visitor_key(&args.data_dir.join("visitor.key")).or_else(|e| {
-                tracing::warn!(error = %format!("{e:#}"), "no visitor key file: unique visitors are counted under a key of this process only");
-                clicks::random_visitor_key()
-            })?,
+            // A file others can read is refused all the same: it is a secret.
+            None => match clicks::visitor_key(&args.data_dir.join("visitor.key")) {
+                Err(e @ clicks::ClickSetupError::Loose(_)) => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "no visitor key file: unique visitors are counted under a key of this process only");
+                    clicks::random_visitor_key()?
+                }
+                Ok(key) => key,
+            },
         },
         geo: match &args.geoip_db {
             Some(p) => Some(clicks::Geo::open(p)?),

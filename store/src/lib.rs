@@ -734,6 +734,10 @@ pub enum StoreError {
     /// runtime).
     #[error("postgres {what}: {}", chain(cause))]
     Postgres { what: &'static str, cause: Cause },
+    /// A connection to the store could not be made or secured: the message names the store,
+    /// the `sslmode` in force and, where it can, what to change.
+    #[error("{0}")]
+    Connect(String),
     /// A file kept beside the store (an export, the API keys, a snapshot, the edge token).
     #[error("{what}: {}", chain(cause))]
     File { what: &'static str, cause: Cause },

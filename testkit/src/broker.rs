@@ -21,6 +21,9 @@ pub struct Tansu {
     partitions: u32,
     child: Option<Child>,
     dir: tempfile::TempDir,
+    /// With [`Tansu::start_tls`]: the TLS front (socat) every client reaches the broker
+    /// through, and its port (what the broker advertises).
+    tls: Option<(Child, u16)>,
 }
 
 impl Tansu {
@@ -54,6 +57,61 @@ impl Tansu {
         Some(Tansu::on(&bin, topic, 2))
     }
 
+    /// A broker reached over TLS only: tansu (which speaks plaintext alone) behind a TLS
+    /// front (`socat OPENSSL-LISTEN`, a certificate for 127.0.0.1 from the test CA
+    /// [`Tansu::ca`]) on the port it advertises, so bootstrap and every later connection a
+    /// client makes go through TLS. `None` (SKIPPED) without tansu or socat.
+    pub fn start_tls(test: &str, topic: &str) -> Option<Tansu> {
+        let mut t = Tansu::start(test, topic)?;
+        if Command::new("socat").arg("-V").output().is_err() {
+            skip(test, "socat is not installed (apt-get install socat)");
+            return None;
+        }
+        let pki = t.dir.path().join("pki");
+        std::fs::create_dir_all(&pki).expect("pki dir");
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+        let mut ca = vec![
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=tansu test CA",
+        ];
+        ca.extend_from_slice(&ec);
+        ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
+        crate::pki::openssl(&pki, &ca);
+        std::fs::write(pki.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("san.ext");
+        crate::pki::server_cert(&pki, &ec, "127.0.0.1", "srv.key", "srv.pem");
+        let front = free_port();
+        let listen = format!(
+            "OPENSSL-LISTEN:{front},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",
+            pki.join("srv.pem").display(),
+            pki.join("srv.key").display()
+        );
+        let child = Command::new("socat")
+            .arg(listen)
+            .arg(format!("TCP:127.0.0.1:{}", t.port))
+            .stdout(logs::append(&t.log_path()))
+            .stderr(logs::append(&t.log_path()))
+            .spawn()
+            .expect("socat starts");
+        t.tls = Some((child, front));
+        wait_until(Duration::from_secs(10), "the TLS front listening", || {
+            std::net::TcpStream::connect(("127.0.0.1", front)).is_ok()
+        });
+        // The broker again, now advertising the TLS front.
+        t.down();
+        t.up(topic);
+        Some(t)
+    }
+
+    /// The test CA of a [`Tansu::start_tls`] broker's certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("pki").join("ca.pem")
+    }
+
     /// Starts the broker `bin` on a free loopback port with `topic` created with
     /// `partitions` partitions.
     pub fn on(bin: &Path, topic: &str, partitions: u32) -> Tansu {
@@ -65,14 +123,19 @@ impl Tansu {
             partitions,
             child: None,
             dir: tempfile::tempdir().expect("tempdir"),
+            tls: None,
         };
         t.up(topic);
         t
     }
 
-    /// The bootstrap brokers for a Kafka client.
+    /// The bootstrap brokers for a Kafka client (the TLS front's, on a [`Tansu::start_tls`]
+    /// broker).
     pub fn brokers(&self) -> String {
-        self.addr.clone()
+        match &self.tls {
+            Some((_, front)) => format!("127.0.0.1:{front}"),
+            None => self.addr.clone(),
+        }
     }
 
     /// What the broker logged so far (every start of it).
@@ -87,13 +150,14 @@ impl Tansu {
     /// (Re)starts the broker (empty: its storage is in memory) and creates `topic`.
     pub fn up(&mut self, topic: &str) {
         let url = format!("tcp://{}", self.addr);
+        let advertised = format!("tcp://{}", self.brokers());
         let child = Command::new(&self.bin)
             .args([
                 "broker",
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
-                &url,
+                &advertised,
             ])
             .args(["--storage-engine", "memory://tansu/"])
             .stdout(logs::append(&self.log_path()))
@@ -136,6 +200,10 @@ impl Tansu {
 
 impl Drop for Tansu {
     fn drop(&mut self) {
+        if let Some((mut front, _)) = self.tls.take() {
+            let _ = front.kill();
+            let _ = front.wait();
+        }
         self.down();
     }
 }

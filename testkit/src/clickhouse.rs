@@ -12,9 +12,14 @@ use crate::skip::skip;
 #[derive(Debug)]
 pub struct ClickHouse {
     pub port: u16,
+    /// The HTTPS interface's port, on a server made by [`ClickHouse::start_tls`].
+    pub https_port: Option<u16>,
     child: std::process::Child,
     dir: tempfile::TempDir,
 }
+
+/// The user with a password a [`ClickHouse::start_tls`] server also has.
+pub const CLICKHOUSE_USER: (&str, &str) = ("ana", "s3cret-Pa55word");
 
 impl ClickHouse {
     const BIN: &'static str = "/usr/sbin/clickhouse-server";
@@ -22,6 +27,21 @@ impl ClickHouse {
     /// Starts a fresh server, or says SKIPPED (with the reason) and returns `None` where
     /// ClickHouse is not installed (`scripts/test` installs it).
     pub fn start(test: &str) -> Option<ClickHouse> {
+        Self::start_with(test, false)
+    }
+
+    /// A server that also serves HTTPS (`https_port`) with a certificate for 127.0.0.1 and
+    /// `lh.test` from a test CA ([`ClickHouse::ca`]), and has the user [`CLICKHOUSE_USER`].
+    pub fn start_tls(test: &str) -> Option<ClickHouse> {
+        Self::start_with(test, true)
+    }
+
+    /// The test CA of a [`ClickHouse::start_tls`] server.
+    pub fn ca(&self) -> std::path::PathBuf {
+        self.dir.path().join("pki").join("ca.pem")
+    }
+
+    fn start_with(test: &str, tls: bool) -> Option<ClickHouse> {
         if !Path::new(Self::BIN).exists() {
             skip(
                 test,
@@ -33,11 +53,41 @@ impl ClickHouse {
         let root = dir.path();
         let port = free_port();
         let tcp = free_port();
+        let https_port = tls.then(free_port);
+        let https = match https_port {
+            None => String::new(),
+            Some(https) => {
+                let pki = root.join("pki");
+                std::fs::create_dir_all(&pki).expect("pki dir");
+                let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+                let mut ca = vec!["req", "-x509", "-nodes", "-days", "2", "-subj"];
+                ca.extend_from_slice(&["/CN=lasthop ClickHouse test CA"]);
+                ca.extend_from_slice(&ec);
+                ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
+                crate::pki::openssl(&pki, &ca);
+                std::fs::write(
+                    pki.join("san.ext"),
+                    "subjectAltName=DNS:lh.test,IP:127.0.0.1\n",
+                )
+                .expect("san.ext");
+                crate::pki::server_cert(&pki, &ec, "lh.test", "server.key", "server.pem");
+                format!(
+                    "<https_port>{https}</https_port>\n  <openSSL><server>\
+                     <certificateFile>{pki}/server.pem</certificateFile>\
+                     <privateKeyFile>{pki}/server.key</privateKeyFile>\
+                     <verificationMode>none</verificationMode><loadDefaultCAFile>false</loadDefaultCAFile>\
+                     <cacheSessions>true</cacheSessions><disableProtocols>sslv2,sslv3,tlsv1,tlsv1_1</disableProtocols>\
+                     <preferServerCiphers>true</preferServerCiphers></server></openSSL>",
+                    pki = pki.display()
+                )
+            }
+        };
         let config = format!(
             r#"<?xml version="1.0"?>
 <yandex>
   <logger><level>warning</level><log>{root}/server.log</log><errorlog>{root}/error.log</errorlog><console>0</console></logger>
   <http_port>{port}</http_port>
+  {https}
   <tcp_port>{tcp}</tcp_port>
   <listen_host>127.0.0.1</listen_host>
   <path>{root}/data/</path>
@@ -60,7 +110,7 @@ impl ClickHouse {
             r#"<?xml version="1.0"?>
 <yandex>
   <profiles><default></default></profiles>
-  <users><default><password></password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></default></users>
+  <users><default><password></password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></default><ana><password>s3cret-Pa55word</password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></ana></users>
   <quotas><default></default></quotas>
 </yandex>
 "#,
@@ -68,6 +118,7 @@ impl ClickHouse {
         .expect("users.xml");
         let mut server = ClickHouse {
             port,
+            https_port,
             child: Self::spawn(root),
             dir,
         };

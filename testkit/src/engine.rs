@@ -12,7 +12,8 @@ use crate::binary::engine_bin;
 use crate::http::curl;
 use crate::{logs, metrics, process};
 
-/// A directory (world-readable, so a non-root engine can read it) with a key file.
+/// A directory (world-readable, so a non-root engine can read it) with a key file (0600: a
+/// secret file; [`Site::share_key_with_group`] gives a non-root engine the packaged layout).
 #[derive(Debug)]
 pub struct Site {
     pub dir: tempfile::TempDir,
@@ -26,9 +27,21 @@ impl Site {
         set_mode(dir.path(), 0o755);
         let key = PermutationKey::from_bytes(&[9u8; 16]).expect("key");
         let path = dir.path().join("key");
-        std::fs::write(&path, key.to_file_text()).expect("write key");
-        set_mode(&path, 0o644);
+        write_secret(&path, key.to_file_text());
         Site { dir, key }
+    }
+
+    /// The key file as the package installs it: owned by root and `group`, mode 0640, for an
+    /// engine that runs as a user of that group.
+    pub fn share_key_with_group(&self, group: &str) {
+        let ok = Command::new("chown")
+            .arg(format!("root:{group}"))
+            .arg(self.key_file())
+            .status()
+            .expect("chown")
+            .success();
+        assert!(ok, "chown root:{group} the key file");
+        set_mode(&self.key_file(), 0o640);
     }
 
     pub fn scheme(&self) -> CodeScheme {
@@ -66,6 +79,13 @@ impl Site {
     pub fn start(&self, extra: &[&str]) -> Engine {
         Engine::start(Command::new(engine_bin()), self, extra)
     }
+}
+
+/// Writes a secret file a test hands a program (a key, a token): mode 0600, which every
+/// program requires of one (`lasthop_core::secret::check`).
+pub fn write_secret(path: &Path, body: impl AsRef<[u8]>) {
+    std::fs::write(path, body).expect("write a secret file");
+    set_mode(path, 0o600);
 }
 
 pub fn set_mode(path: &Path, mode: u32) {

@@ -37,9 +37,9 @@ pub mod process;
 
 pub use binary::{control_bin, engine_bin};
 pub use broker::Tansu;
-pub use clickhouse::ClickHouse;
+pub use clickhouse::{ClickHouse, CLICKHOUSE_USER};
 pub use control::{spool_to, subscribed_engine, Control};
-pub use engine::{in_sync, set_mode, Engine, Site};
+pub use engine::{in_sync, set_mode, write_secret, Engine, Site};
 pub use h3::{aioquic, aioquic_json, aioquic_python, h3, h3_client};
 pub use http::{curl, h2_status, status_of, Conn, Resp};
 pub use load::Load;

@@ -87,6 +87,7 @@ impl Postgres {
             "initdb: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        pg.make_pki();
         pg.configure(&[
             "listen_addresses = '127.0.0.1'",
             "max_connections = 200",
@@ -95,10 +96,135 @@ impl Postgres {
             "wal_level = replica",
             "max_wal_senders = 5",
             "shared_buffers = 64MB",
+            // TLS on (clients choose: the store's sslmode); the files are in the data dir, so
+            // a standby's base backup has them too.
+            "ssl = on",
+            "ssl_cert_file = 'server.pem'",
+            "ssl_key_file = 'server.key'",
+            "ssl_ca_file = 'ca.pem'",
         ]);
         pg.append_hba("host replication postgres 127.0.0.1/32 trust");
         pg.pg_ctl_start();
         Some(pg)
+    }
+
+    /// The test CA (`pki/ca.pem`) that signed the server's certificate (for `lh.test`,
+    /// `localhost` and 127.0.0.1) and the client certificates of [`Postgres::client_cert`].
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("pki").join("ca.pem")
+    }
+
+    /// A test CA of its own and the server's certificate and key in the data dir (owned by the
+    /// server's user, the key 0600 as PostgreSQL requires).
+    fn make_pki(&self) {
+        let pki = self.dir.path().join("pki");
+        std::fs::create_dir_all(&pki).expect("pki dir");
+        crate::pki::openssl(
+            &pki,
+            &[
+                "req",
+                "-x509",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=lasthop PostgreSQL test CA",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+            ],
+        );
+        std::fs::write(
+            pki.join("san.ext"),
+            "subjectAltName=DNS:lh.test,DNS:localhost,IP:127.0.0.1\n",
+        )
+        .expect("san.ext");
+        crate::pki::server_cert(
+            &pki,
+            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+            "lh.test",
+            "server.key",
+            "server.pem",
+        );
+        for f in ["server.pem", "server.key", "ca.pem"] {
+            std::fs::copy(pki.join(f), self.data.join(f)).expect("copy into the data dir");
+        }
+        crate::engine::set_mode(&self.data.join("server.key"), 0o600);
+        if self.as_postgres {
+            let ok = Command::new("chown")
+                .args(["postgres:postgres", "server.pem", "server.key", "ca.pem"])
+                .current_dir(&self.data)
+                .status()
+                .expect("chown")
+                .success();
+            assert!(ok, "chown the server's TLS files");
+        }
+    }
+
+    /// A client certificate for PostgreSQL user `user` (its CN) signed by the test CA, and its
+    /// key (0600): `sslcert` and `sslkey` for `hostssl ... cert`.
+    pub fn client_cert(&self, user: &str) -> (PathBuf, PathBuf) {
+        let pki = self.dir.path().join("pki");
+        let (cert, key) = (format!("{user}.pem"), format!("{user}.key"));
+        let subject = format!("/CN={user}");
+        crate::pki::openssl(
+            &pki,
+            &[
+                "req",
+                "-nodes",
+                "-subj",
+                &subject,
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-keyout",
+                &key,
+                "-out",
+                "client.csr",
+            ],
+        );
+        // Extensions make it X.509 v3 (webpki refuses v1).
+        std::fs::write(
+            pki.join("client.ext"),
+            "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+        )
+        .expect("client.ext");
+        crate::pki::openssl(
+            &pki,
+            &[
+                "x509",
+                "-req",
+                "-extfile",
+                "client.ext",
+                "-in",
+                "client.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &cert,
+            ],
+        );
+        crate::engine::set_mode(&pki.join(&key), 0o600);
+        (pki.join(cert), pki.join(key))
+    }
+
+    /// Puts `line` first in `pg_hba.conf` (the first matching line decides) and reloads.
+    pub fn prepend_hba(&self, line: &str) {
+        let path = self.data.join("pg_hba.conf");
+        let old = std::fs::read_to_string(&path).expect("pg_hba.conf");
+        std::fs::write(&path, format!("{line}\n{old}")).expect("write pg_hba.conf");
+        self.psql("SELECT pg_reload_conf()");
     }
 
     /// One server for every test running at the same time (each makes its own database):

@@ -18,6 +18,21 @@ pub enum Roots<'a> {
     /// The public web PKI (Mozilla's roots as `webpki-roots` ships them, the ones ureq uses
     /// when given no configuration).
     WebPki,
+    /// The system's trusted CAs (`/etc/ssl/certs` on Debian, read by `rustls-native-certs`):
+    /// for a backend's certificate from the operator's own CA installed there (PostgreSQL's
+    /// `sslrootcert=system`, ClickHouse without `--clicks-store-ca`).
+    System,
+}
+
+/// The system's trusted CAs; an error when there are none (no ca-certificates).
+pub fn system_roots() -> Result<rustls::RootCertStore, Error> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(found.certs);
+    if roots.is_empty() {
+        return Err(Error::NoSystemRoots);
+    }
+    Ok(roots)
 }
 
 /// A client on [`provider`] and [`VERSIONS`] that verifies servers against `roots`; with
@@ -32,6 +47,7 @@ pub fn client_config(
         Roots::WebPki => rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         },
+        Roots::System => system_roots()?,
     };
     let builder = ClientConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(VERSIONS)?

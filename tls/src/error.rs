@@ -42,6 +42,12 @@ impl std::fmt::Display for FileKind {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// No CA file was given and the system has no trusted CAs.
+    #[error(
+        "the system has no trusted CAs (install ca-certificates, or give the CA file that signed \
+         the server's certificate)"
+    )]
+    NoSystemRoots,
     /// The file could not be read (missing, not permitted, a directory).
     #[error("reading {kind} {}: {source}", path.display())]
     Read {

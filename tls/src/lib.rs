@@ -20,7 +20,7 @@ mod error;
 mod pem;
 mod protocol;
 
-pub use client::{client_config, Roots};
+pub use client::{client_config, system_roots, Roots};
 pub use error::{Error, FileKind};
 pub use pem::{certs, private_key, root_store};
 pub use protocol::{cipher_suites, provider, VERSIONS};

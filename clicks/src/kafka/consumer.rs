@@ -215,7 +215,8 @@ impl KafkaSource {
         shared: Option<Arc<RollupStore>>,
     ) -> Result<KafkaSource, KafkaSourceError> {
         let is_shared = shared.is_some();
-        let consumer: BaseConsumer<Context> = ClientConfig::new()
+        let mut client = ClientConfig::new();
+        client
             .set("bootstrap.servers", &config.brokers)
             .set("group.id", &config.group)
             .set("enable.auto.commit", "false")
@@ -228,15 +229,18 @@ impl KafkaSource {
                 "heartbeat.interval.ms",
                 (config.session_timeout_ms / 3).clamp(100, 3000).to_string(),
             )
-            .set_log_level(RDKafkaLogLevel::Warning)
-            .create_with_context(Context {
-                errors,
-                last_log: std::sync::Mutex::new(None),
-                changes: std::sync::Mutex::new(Vec::new()),
-                group: config.group.clone(),
-                topic: config.topic.clone(),
-                shared: shared.map(|s| (s, key_prefix(&config.topic))),
-            })?;
+            .set_log_level(RDKafkaLogLevel::Warning);
+        for (key, value) in &config.options {
+            client.set(key, value);
+        }
+        let consumer: BaseConsumer<Context> = client.create_with_context(Context {
+            errors,
+            last_log: std::sync::Mutex::new(None),
+            changes: std::sync::Mutex::new(Vec::new()),
+            group: config.group.clone(),
+            topic: config.topic.clone(),
+            shared: shared.map(|s| (s, key_prefix(&config.topic))),
+        })?;
         consumer.subscribe(&[config.topic.as_str()])?;
         let next: BTreeMap<i32, i64> = stored
             .into_iter()

@@ -158,10 +158,19 @@ fn unhex(day: Day, code: &str, s: Option<&&str>) -> Result<Rollup, StoreError> {
 impl ClickHouse {
     /// Connects and creates the database and tables if missing.
     pub fn open(url: &ClickHouseUrl) -> Result<ClickHouse, StoreError> {
-        let agent = ureq::AgentBuilder::new()
+        let mut agent = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(5))
-            .timeout(TIMEOUT)
-            .build();
+            .timeout(TIMEOUT);
+        if url.tls {
+            // `clickhouses://`: the server verified against --clicks-store-ca, or the
+            // system's trusted CAs, under the versions and suites every lasthop client uses.
+            let roots = match &url.ca {
+                Some(ca) => lasthop_tls::Roots::CaFile(ca),
+                None => lasthop_tls::Roots::System,
+            };
+            agent = agent.tls_config(lasthop_tls::client_config(roots, None).map_err(storage)?);
+        }
+        let agent = agent.build();
         let store = ClickHouse {
             agent,
             url: url.clone(),

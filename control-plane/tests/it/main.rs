@@ -12,7 +12,10 @@
 //! - `router`: every API call through the axum router without a socket, on a real store;
 //! - `process`: the real binary over real sockets (curl and an HTTP client crate): concurrent
 //!   alias claims, graceful and hard restarts, and the SIGKILL crash test;
-//! - `replication`: a PostgreSQL primary and synchronous standby, failover under load;
+//! - `pg_tls`: the shared store over TLS (sslmode, the default for hosts that are not loopback,
+//!   client certificates, `--check-config`) against PostgreSQL with `ssl = on`;
+//! - `replication`: a PostgreSQL primary and synchronous standby, failover under load, over
+//!   TLS (`verify-full` against the test CA);
 //! - `store`: the store's contract, one suite run on the embedded store and on a real
 //!   PostgreSQL;
 //! - `safety`: trust and safety in the real binary: reputation lists (spellings, formats,
@@ -24,6 +27,7 @@ mod edge;
 mod erasure;
 mod feed;
 mod harness;
+mod pg_tls;
 mod process;
 mod replication;
 mod rollups;

@@ -1,6 +1,6 @@
 //! The shared record on a real PostgreSQL pair: a primary with a synchronous streaming standby
 //! (`pg_basebackup -R`, `synchronous_standby_names`), the control plane pointed at both hosts
-//! with `target_session_attrs=read-write`. The primary is SIGKILLed under load and the standby
+//! with `target_session_attrs=read-write`, over TLS (`sslmode=verify-full`). The primary is SIGKILLed under load and the standby
 //! promoted: every link that got a 201 is there with its exact URL, no code was issued twice,
 //! and creates resume without restarting the control plane.
 
@@ -35,9 +35,13 @@ fn failover_to_a_synchronous_standby_loses_no_acknowledged_link() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Over TLS, both hosts verified (the standby's base backup has the primary's certificate).
     let url = format!(
-        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/lasthop?target_session_attrs=read-write",
-        primary.port, standby.port
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/lasthop?target_session_attrs=read-write\
+         &sslmode=verify-full&sslrootcert={}",
+        primary.port,
+        standby.port,
+        primary.ca().display()
     );
     let site = Site::shared(&url);
     let server = site.start(&["--scanner", "off"]);
@@ -102,6 +106,15 @@ fn failover_to_a_synchronous_standby_loses_no_acknowledged_link() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let resumed = promoted.elapsed();
+    // The connections the control plane made to the promoted standby are TLS too.
+    let rows = standby.psql(
+        "SELECT s.ssl, count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+         WHERE a.datname = 'lasthop' AND a.backend_type = 'client backend' GROUP BY s.ssl",
+    );
+    assert!(
+        rows.trim().starts_with("t|") && rows.trim().lines().count() == 1,
+        "plain connections to the promoted standby: {rows}"
+    );
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().expect("client thread");

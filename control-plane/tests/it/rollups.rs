@@ -260,3 +260,117 @@ fn one_lock_holder() {
     assert!(!stores[0].try_lock("recompute/2026-01-01", ttl).unwrap());
     assert!(stores[1].try_lock("recompute/2026-01-02", ttl).unwrap());
 }
+
+/// `clickhouses://`: the whole contract over ClickHouse's HTTPS interface, its certificate
+/// verified against `--clicks-store-ca`; another CA is refused; a user's password is in no
+/// message and no log line.
+#[test]
+fn clickhouse_over_tls() {
+    let Some(ch) = ClickHouse::start_tls("clickhouse_over_tls") else {
+        return;
+    };
+    let https = ch.https_port.expect("an HTTPS port");
+    let (user, password) = lasthop_testkit::CLICKHOUSE_USER;
+    let tls_url = format!("clickhouses://{user}:{password}@127.0.0.1:{https}/tls");
+    let dir = tempfile::tempdir().unwrap();
+    let location: StoreLocation = tls_url.parse().unwrap();
+    let location = location.with_ca(Some(ch.ca())).unwrap();
+    let store = RollupStore::open_at(&location, dir.path()).unwrap();
+    contract(&store);
+    // The rows went in over TLS: they are in the server (read here over its plain port).
+    assert_ne!(ch.query("SELECT count() FROM tls.rollups").trim(), "0");
+
+    // A CA that did not sign the server's certificate.
+    let pki = tempfile::tempdir().unwrap();
+    lasthop_testkit::openssl(
+        pki.path(),
+        &[
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=another CA",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-keyout",
+            "other.key",
+            "-out",
+            "other.pem",
+        ],
+    );
+    let wrong: StoreLocation = tls_url.parse().unwrap();
+    let wrong = wrong.with_ca(Some(pki.path().join("other.pem"))).unwrap();
+    let e = RollupStore::open_at(&wrong, dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("UnknownIssuer") || e.contains("certificate"),
+        "{e}"
+    );
+    assert!(!e.contains(password), "{e}");
+    // A wrong password: refused by the server, the password in no message.
+    let bad: StoreLocation = format!("clickhouses://{user}:wrong-{password}@127.0.0.1:{https}/tls")
+        .parse()
+        .unwrap();
+    let e = RollupStore::open_at(&bad.with_ca(Some(ch.ca())).unwrap(), dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("clickhouse answered") && !e.contains(password),
+        "{e}"
+    );
+
+    // The processor program with the flags, logging everything: counts land, the password is
+    // in none of its output.
+    let data = dir.path().join("data");
+    let spool = dir.path().join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let synth = std::process::Command::new(crate::harness::BIN)
+        .args([
+            "clicks", "synth", "--events", "200", "--codes", "5", "--spool",
+        ])
+        .arg(&spool)
+        .output()
+        .unwrap();
+    assert!(synth.status.success(), "{synth:?}");
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args(["clicks", "process", "--exit-when-idle", "--data-dir"])
+        .arg(&data)
+        .arg("--spool")
+        .arg(&spool)
+        .args([
+            "--clicks-store",
+            &format!("clickhouses://{user}:{password}@127.0.0.1:{https}/program"),
+        ])
+        .arg("--clicks-store-ca")
+        .arg(ch.ca())
+        .args(["--clicks-archive", "off"])
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{all}");
+    assert!(!all.contains(password), "the password was printed: {all}");
+    assert_ne!(ch.query("SELECT count() FROM program.rollups").trim(), "0");
+    // --clicks-store-ca beside a plain store is refused, not ignored.
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args(["clicks", "process", "--exit-when-idle", "--data-dir"])
+        .arg(&data)
+        .args(["--clicks-store", &ch.url("plain"), "--clicks-store-ca"])
+        .arg(ch.ca())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("only a clickhouses:// store"),
+        "{stderr}"
+    );
+}

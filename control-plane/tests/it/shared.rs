@@ -528,7 +528,7 @@ fn regions_on_postgres_replicate_once_and_forward_to_the_home() {
     // One permutation key for every region: any region decodes any code's counter.
     std::fs::copy(site_a.key_file(), site_b.key_file()).unwrap();
     let token = site_a.dir.path().join("peer.token");
-    std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
+    lasthop_testkit::write_secret(&token, "0123456789abcdef0123456789abcdef-peers\n");
     let token = token.to_str().unwrap().to_string();
     let (pa0, pa1, pb) = (free_port(), free_port(), free_port());
     let region = |site: &Site, name: &str, r: &str, edge: u16, peer: String| {

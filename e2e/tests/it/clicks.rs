@@ -95,6 +95,76 @@ fn redirects_become_stats_through_the_spool() {
     assert_mix_counted(&control, &code);
 }
 
+/// The same over TLS: the engine's producer and the processor's consumer reach the broker
+/// only through a TLS front (`security.protocol=SSL`, the test CA as `ssl.ca.location`),
+/// configured with `--click-kafka-option` and `--clicks-kafka-option`.
+#[test]
+fn redirects_become_stats_through_kafka_over_tls() {
+    let site = Site::new();
+    let Some(broker) = Tansu::start_tls(
+        "redirects_become_stats_through_kafka_over_tls",
+        "lasthop.clicks",
+    ) else {
+        return;
+    };
+    let ca = format!("ssl.ca.location={}", broker.ca().display());
+    let control = Control::start(
+        &site,
+        &[
+            "--clicks-kafka",
+            &broker.brokers(),
+            "--clicks-kafka-option",
+            "security.protocol=SSL",
+            "--clicks-kafka-option",
+            &ca,
+            "--clicks-flush-ms",
+            "200",
+        ],
+    );
+    let (engine, code) = edge_with_a_link(
+        &site,
+        &control,
+        &[
+            "--clicks",
+            "kafka",
+            "--click-kafka",
+            &broker.brokers(),
+            "--click-kafka-option",
+            "security.protocol=SSL",
+            "--click-kafka-option",
+            &ca,
+        ],
+    );
+    click_mix(&engine, &code);
+    assert_mix_counted(&control, &code);
+    assert_eq!(
+        metric(&engine, "lasthop_engine_clicks_sent_total{sink=\"kafka\"}"),
+        8.0
+    );
+}
+
+/// A librdkafka property it does not know, or a value it refuses, stops the start naming it.
+#[test]
+fn a_bad_kafka_option_stops_the_start() {
+    let site = Site::new();
+    let out = std::process::Command::new(lasthop_testkit::control_bin())
+        .args(["clicks", "process", "--exit-when-idle", "--data-dir"])
+        .arg(site.dir.path().join("cp"))
+        .args([
+            "--kafka",
+            "127.0.0.1:9",
+            "--clicks-kafka-option",
+            "security.protocol=NOPE",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("security.protocol"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn redirects_become_stats_through_kafka() {
     let site = Site::new();

@@ -447,7 +447,7 @@ fn dashboards_and_alerts_name_only_exported_metrics() {
 
     let site = Site::new();
     let token = site.dir.path().join("peer.token");
-    write(&token, "a-peer-token-of-enough-length-0123456789\n");
+    lasthop_testkit::write_secret(&token, "a-peer-token-of-enough-length-0123456789\n");
     let control = Control::start(
         &site,
         &[

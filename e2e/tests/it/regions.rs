@@ -15,7 +15,7 @@ struct Region {
 /// The peer token file every region of a test shares, written in `site`; its path.
 fn peer_token(site: &Site) -> String {
     let token = site.dir.path().join("peer.token");
-    std::fs::write(&token, "0123456789abcdef0123456789abcdef-peers\n").unwrap();
+    lasthop_testkit::write_secret(&token, "0123456789abcdef0123456789abcdef-peers\n");
     token.to_string_lossy().into_owned()
 }
 

@@ -16,7 +16,7 @@ use rdkafka::ClientContext;
 use crate::clicks::{ClickSetupError, Sink, SinkStats};
 
 /// Where and how to produce.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KafkaConfig {
     /// `bootstrap.servers`.
     pub brokers: String,
@@ -28,6 +28,20 @@ pub struct KafkaConfig {
     pub delivery_timeout: Duration,
     /// Extra librdkafka properties (`key=value`: security, tuning), applied last.
     pub options: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The options' keys only: a value may be a password (`sasl.password`).
+        let keys: Vec<&str> = self.options.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .field("queue_events", &self.queue_events)
+            .field("delivery_timeout", &self.delivery_timeout)
+            .field("options", &keys)
+            .finish()
+    }
 }
 
 /// Counts deliveries into the sink's counters (librdkafka calls it from `poll`).

@@ -56,6 +56,9 @@ pub enum ClickSetupError {
     },
     #[error("{} must hold at least 32 bytes (hex or raw)", path.display())]
     ShortKey { path: PathBuf },
+    /// Others can read or write the visitor key file.
+    #[error("visitor key {0}")]
+    Loose(lasthop_core::secret::SecretError),
     #[error("no randomness for the visitor key: {0}")]
     Random(getrandom::Error),
     #[error("opening GeoIP database {}: {source}", path.display())]
@@ -90,7 +93,14 @@ fn io_err<'a>(
 /// within itself.
 pub fn visitor_key(file: &Path) -> Result<[u8; 32], ClickSetupError> {
     let raw = match std::fs::read(file) {
-        Ok(raw) => raw,
+        Ok(raw) => {
+            if let Err(e @ lasthop_core::secret::SecretError::Loose { .. }) =
+                lasthop_core::secret::check(file)
+            {
+                return Err(ClickSetupError::Loose(e));
+            }
+            raw
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let random = random_visitor_key()?;
             let text = format!("{}\n", hex::encode(random));
@@ -535,6 +545,29 @@ mod tests {
     use super::*;
     use crate::http::{parse, Limits, Parse};
     use lasthop_core::click::{self, Method, Protocol};
+
+    #[test]
+    fn the_visitor_key_is_created_0600_and_a_loose_one_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/visitor.key");
+        let made = visitor_key(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(
+            visitor_key(&path).unwrap(),
+            made,
+            "read back, not made again"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert_eq!(visitor_key(&path).unwrap(), made);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = visitor_key(&path).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("visitor key {}", path.display())) && e.contains("chmod o-rwx"),
+            "{e}"
+        );
+    }
 
     fn settings(buffer_bytes: usize) -> ClickSettings {
         ClickSettings {

@@ -51,7 +51,10 @@ impl FileTicketer {
             path: path.to_path_buf(),
             why,
         };
-        let raw = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+        let raw = lasthop_core::secret::read(path).map_err(|e| match e {
+            lasthop_core::secret::SecretError::Io { source, .. } => err(source.to_string()),
+            loose => err(loose.to_string()),
+        })?;
         let text = String::from_utf8_lossy(&raw);
         let bytes = hex::decode(text.trim()).unwrap_or(raw);
         if bytes.len() < 32 {
@@ -176,6 +179,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_ticket_key_file_others_can_read_is_refused_naming_it() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tickets.key");
+        lasthop_core::secret::write(&path, "42".repeat(32).as_bytes()).unwrap();
+        assert!(FileTicketer::load(&path, Duration::from_secs(3600)).is_ok());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o604)).unwrap();
+        let e = FileTicketer::load(&path, Duration::from_secs(3600))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("other users can read") && e.contains("chmod o-rwx"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn file_tickets_are_shared_between_instances_and_rotate_out() {
         let a = FileTicketer::new(&[7u8; 32], Duration::from_secs(3600));
         let b = FileTicketer::new(&[7u8; 32], Duration::from_secs(3600));
@@ -229,9 +250,9 @@ mod tests {
     fn short_ticket_keys_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("k");
-        std::fs::write(&p, "abcd").unwrap();
+        lasthop_core::secret::write(&p, b"abcd").unwrap();
         assert!(FileTicketer::load(&p, Duration::from_secs(60)).is_err());
-        std::fs::write(&p, hex::encode([1u8; 32])).unwrap();
+        lasthop_core::secret::write(&p, hex::encode([1u8; 32]).as_bytes()).unwrap();
         assert!(FileTicketer::load(&p, Duration::from_secs(60)).is_ok());
     }
 }

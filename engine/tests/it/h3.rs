@@ -608,7 +608,7 @@ fn no_0rtt_over_quic_where_tcp_has_none() {
         return;
     };
     let keyfile = site.dir.path().join("tickets.key");
-    std::fs::write(&keyfile, "42".repeat(32)).unwrap();
+    lasthop_testkit::write_secret(&keyfile, "42".repeat(32));
     let off: [&[&str]; 2] = [
         &["--tls-max-early-data", "0"],
         &["--tls-ticket-key-file", keyfile.to_str().unwrap()],

@@ -193,6 +193,9 @@ fn starts_as_non_root_under_an_8_mib_memlock_limit() {
         return;
     }
     let site = Site::new();
+    // The key as the package installs it (root:GROUP 0640): the engine reads it as a member of
+    // the group; others could not.
+    site.share_key_with_group("nogroup");
     let code = site.scheme().encode_string(3).unwrap();
     site.write_snapshot(
         1,
@@ -221,4 +224,58 @@ fn starts_as_non_root_under_an_8_mib_memlock_limit() {
     lasthop_testkit::wait_until(Duration::from_secs(10), "the lost click counted", || {
         engine.metric("lasthop_engine_clicks_dropped_total{reason=\"sink\"}") == Some(1.0)
     });
+}
+
+/// A permutation key or a ticket key that other users can read stops the engine at start (and
+/// `--check-config`), naming the file and the chmod that fixes it; group access does not.
+#[test]
+fn refuses_a_secret_file_others_can_read() {
+    let site = Site::new();
+    site.write_snapshot(1, 10, &[]);
+    let run = |extra: &[&str]| {
+        let out = Command::new(crate::harness::ENGINE)
+            .arg("--check-config")
+            .arg("--key-file")
+            .arg(site.key_file())
+            .arg("--snapshot")
+            .arg(site.snapshot_path())
+            .args(extra)
+            .output()
+            .expect("the engine runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = run(&[]);
+    assert!(ok, "{err}");
+    lasthop_testkit::set_mode(&site.key_file(), 0o640);
+    let (ok, err) = run(&[]);
+    assert!(ok, "group access is the packaged layout: {err}");
+    lasthop_testkit::set_mode(&site.key_file(), 0o644);
+    let (ok, err) = run(&[]);
+    let key = site.key_file().display().to_string();
+    assert!(
+        !ok && err.contains(&key) && err.contains(&format!("chmod o-rwx {key}")),
+        "{err}"
+    );
+    lasthop_testkit::set_mode(&site.key_file(), 0o600);
+    let tickets = site.dir.path().join("tickets.key");
+    std::fs::write(&tickets, "42".repeat(32)).unwrap();
+    lasthop_testkit::set_mode(&tickets, 0o644);
+    let pki = lasthop_testkit::pki(&site, false);
+    let (ok, err) = run(&[
+        "--tls-listen",
+        "127.0.0.1:0",
+        "--cert",
+        pki.cert.to_str().unwrap(),
+        "--key",
+        pki.key.to_str().unwrap(),
+        "--tls-ticket-key-file",
+        tickets.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && err.contains("tickets.key") && err.contains("chmod o-rwx"),
+        "{err}"
+    );
 }

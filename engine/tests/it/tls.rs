@@ -348,7 +348,7 @@ fn sessions_resume_across_processes_sharing_a_ticket_key_file() {
     let code = links(&site);
     let pki = pki(&site, false);
     let keyfile = site.dir.path().join("tickets.key");
-    std::fs::write(&keyfile, hex_of(&[0x42; 32])).unwrap();
+    lasthop_testkit::write_secret(&keyfile, hex_of(&[0x42; 32]));
     let args = ["--tls-ticket-key-file", keyfile.to_str().unwrap()];
     let get = format!("GET /{code} HTTP/1.1\r\nHost: lh.test\r\nConnection: close\r\n\r\n");
     let sess = site.dir.path().join("sess.pem");

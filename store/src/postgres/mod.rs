@@ -27,6 +27,7 @@
 pub mod keys;
 mod schema;
 mod shared;
+pub mod tls;
 pub mod transfer;
 mod writer;
 
@@ -39,7 +40,6 @@ use lasthop_core::feed::DenyKind;
 use lasthop_core::{Change, CodeScheme, Link, LinkState};
 use lasthop_trust::CanonicalHost;
 use tokio::sync::watch;
-use tokio_postgres::NoTls;
 
 pub use schema::{migrate, MIGRATIONS};
 
@@ -102,20 +102,19 @@ fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     }
 }
 
-/// Parses a connection string (`postgres://…` or `host=… port=…`).
-pub fn parse_config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
-    url.parse::<tokio_postgres::Config>()
-        .map_err(|e| StoreError::Postgres {
-            what: "store URL",
-            cause: Box::new(e),
-        })
+/// Parses a connection string (`postgres://…` or `host=… port=…`) with its TLS settings
+/// ([`tls`]: `sslmode`, `sslrootcert`, `sslcert`, `sslkey`), reading the files they name.
+pub fn parse_config(url: &str) -> Result<tls::PgTarget, StoreError> {
+    tls::target(url)
 }
 
 /// One connection, its connection task spawned on the current runtime.
-pub(crate) async fn connect(
-    config: &tokio_postgres::Config,
-) -> Result<tokio_postgres::Client, StoreError> {
-    let (client, connection) = config.connect(NoTls).await.map_err(pg)?;
+pub(crate) async fn connect(target: &tls::PgTarget) -> Result<tokio_postgres::Client, StoreError> {
+    let (client, connection) = target
+        .config
+        .connect(target.tls.clone())
+        .await
+        .map_err(|e| tls::connect_error(target, e))?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "postgres connection ended");
@@ -183,7 +182,7 @@ pub struct PgStore {
     region: u32,
     rt: tokio::runtime::Runtime,
     pool: Pool,
-    config: tokio_postgres::Config,
+    config: tls::PgTarget,
     writer: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Op>>>,
     writer_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     commits: watch::Receiver<u64>,
@@ -245,8 +244,8 @@ impl PgStore {
             }
             let last = head_seq(&client).await?;
             let manager = Manager::from_config(
-                pg_config.clone(),
-                NoTls,
+                pg_config.config.clone(),
+                pg_config.tls.clone(),
                 ManagerConfig {
                     recycling_method: RecyclingMethod::Fast,
                 },
@@ -321,7 +320,7 @@ impl PgStore {
     }
 
     /// The parsed connection settings (for tools that need a connection of their own).
-    pub fn pg_config(&self) -> &tokio_postgres::Config {
+    pub fn pg_config(&self) -> &tls::PgTarget {
         &self.config
     }
 
@@ -387,6 +386,33 @@ pub(crate) async fn stream_pages<T>(
     }
 }
 
+/// Connects to `url` (its TLS as the store would: `serve --check-config`) and runs `SELECT 1`:
+/// a server that cannot be reached, a certificate that does not verify or a refused login is
+/// the error, naming the store.
+pub fn check_connection(url: &str) -> Result<(), StoreError> {
+    let target = parse_config(url)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Postgres {
+            what: "runtime",
+            cause: Box::new(e),
+        })?;
+    rt.block_on(async {
+        let connecting = connect(&target);
+        let client = tokio::time::timeout(std::time::Duration::from_secs(10), connecting)
+            .await
+            .map_err(|_| {
+                StoreError::Connect(format!(
+                    "PostgreSQL store {}: no answer within 10 s",
+                    target.hosts
+                ))
+            })??;
+        client.simple_query("SELECT 1").await.map_err(pg)?;
+        Ok(())
+    })
+}
+
 /// Connects to `url` and applies the migrations it lacks (`lasthop-control migrate`).
 pub fn migrate_only(url: &str) -> Result<usize, StoreError> {
     let config = parse_config(url)?;
@@ -407,14 +433,14 @@ pub fn migrate_only(url: &str) -> Result<usize, StoreError> {
 /// change of cached shared state; after a lost connection it reconnects with backoff, catches
 /// up from the log's end and marks every cache stale.
 async fn listen_for_commits(
-    config: tokio_postgres::Config,
+    config: tls::PgTarget,
     commits: Arc<watch::Sender<u64>>,
     news: Arc<StateNews>,
 ) {
     use futures_util::StreamExt as _;
     let mut backoff = std::time::Duration::from_millis(100);
     loop {
-        match config.connect(NoTls).await {
+        match config.config.connect(config.tls.clone()).await {
             Ok((client, mut connection)) => {
                 let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
                 let driver = tokio::spawn(async move {

@@ -9,7 +9,6 @@ use std::path::Path;
 use futures_util::{pin_mut, TryStreamExt as _};
 use lasthop_core::feed::{SnapshotFrame, SNAPSHOT_PATH};
 use sha2::{Digest, Sha256};
-use tokio_postgres::NoTls;
 
 use super::keys::STATE_CHANNEL;
 use super::{corrupt, pg, PgStore};
@@ -50,12 +49,7 @@ impl Shared for PgStore {
         let key = lock_key(name);
         let config = self.pg_config().clone();
         self.run(async move {
-            let (client, connection) = config.connect(NoTls).await.map_err(pg)?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!(error = %e, "a leader lock's connection ended");
-                }
-            });
+            let client = super::connect(&config).await?;
             let got: bool = client
                 .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
                 .await

@@ -271,7 +271,7 @@ async fn all(pending: Vec<Pending<'_>>) -> Result<(), StoreError> {
 }
 
 pub(crate) struct Writer {
-    pg: tokio_postgres::Config,
+    pg: super::tls::PgTarget,
     client: Option<Client>,
     scheme: CodeScheme,
     region: u32,
@@ -288,7 +288,7 @@ pub(crate) struct Writer {
 impl Writer {
     pub(crate) fn new(
         config: &PgStoreConfig,
-        pg: tokio_postgres::Config,
+        pg: super::tls::PgTarget,
         commits: Arc<watch::Sender<u64>>,
     ) -> Result<Writer, StoreError> {
         let counter_range = region_range(config.region, config.regions)
