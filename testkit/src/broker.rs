@@ -68,22 +68,14 @@ impl Tansu {
             return None;
         }
         let pki = t.dir.path().join("pki");
-        std::fs::create_dir_all(&pki).expect("pki dir");
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
-        let mut ca = vec![
-            "req",
-            "-x509",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=tansu test CA",
-        ];
-        ca.extend_from_slice(&ec);
-        ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
-        crate::pki::openssl(&pki, &ca);
-        std::fs::write(pki.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("san.ext");
-        crate::pki::server_cert(&pki, &ec, "127.0.0.1", "srv.key", "srv.pem");
+        crate::pki::ca_and_server(
+            &pki,
+            "tansu test CA",
+            "IP:127.0.0.1",
+            "127.0.0.1",
+            "srv.key",
+            "srv.pem",
+        );
         let front = free_port();
         let listen = format!(
             "OPENSSL-LISTEN:{front},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",

@@ -58,19 +58,14 @@ impl ClickHouse {
             None => String::new(),
             Some(https) => {
                 let pki = root.join("pki");
-                std::fs::create_dir_all(&pki).expect("pki dir");
-                let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
-                let mut ca = vec!["req", "-x509", "-nodes", "-days", "2", "-subj"];
-                ca.extend_from_slice(&["/CN=lasthop ClickHouse test CA"]);
-                ca.extend_from_slice(&ec);
-                ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
-                crate::pki::openssl(&pki, &ca);
-                std::fs::write(
-                    pki.join("san.ext"),
-                    "subjectAltName=DNS:lh.test,IP:127.0.0.1\n",
-                )
-                .expect("san.ext");
-                crate::pki::server_cert(&pki, &ec, "lh.test", "server.key", "server.pem");
+                crate::pki::ca_and_server(
+                    &pki,
+                    "lasthop ClickHouse test CA",
+                    "DNS:lh.test,IP:127.0.0.1",
+                    "lh.test",
+                    "server.key",
+                    "server.pem",
+                );
                 format!(
                     "<https_port>{https}</https_port>\n  <openSSL><server>\
                      <certificateFile>{pki}/server.pem</certificateFile>\

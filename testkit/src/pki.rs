@@ -58,6 +58,49 @@ pub fn server_cert(dir: &Path, alg: &[&str], cn: &str, key: &str, cert: &str) {
     );
 }
 
+/// A self-signed P-256 test CA with subject `/CN=<cn>` in `dir`: `NAME.pem` (returned) and its
+/// key `NAME.key`.
+pub fn test_ca(dir: &Path, cn: &str, name: &str) -> PathBuf {
+    let subject = format!("/CN={cn}");
+    let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &subject,
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+        ],
+    );
+    dir.join(pem)
+}
+
+/// A P-256 test CA `ca.pem` (subject `/CN=<ca_cn>`) in `dir` and a server certificate it signs,
+/// `cert` with its key `key`, for `/CN=<cn>` and subjectAltName `san` (`DNS:lh.test,IP:...`).
+pub fn ca_and_server(dir: &Path, ca_cn: &str, san: &str, cn: &str, key: &str, cert: &str) {
+    std::fs::create_dir_all(dir).expect("the PKI's dir");
+    test_ca(dir, ca_cn, "ca");
+    std::fs::write(dir.join("san.ext"), format!("subjectAltName={san}\n")).expect("san.ext");
+    server_cert(
+        dir,
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+        cn,
+        key,
+        cert,
+    );
+}
+
 /// A CA and a server certificate (RSA 2048 when `rsa`, else P-256) in `site`'s dir, readable
 /// by a non-root engine.
 pub fn pki(site: &Site, rsa: bool) -> Pki {

@@ -118,35 +118,10 @@ impl Postgres {
     /// server's user, the key 0600 as PostgreSQL requires).
     fn make_pki(&self) {
         let pki = self.dir.path().join("pki");
-        std::fs::create_dir_all(&pki).expect("pki dir");
-        crate::pki::openssl(
+        crate::pki::ca_and_server(
             &pki,
-            &[
-                "req",
-                "-x509",
-                "-nodes",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=lasthop PostgreSQL test CA",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.pem",
-            ],
-        );
-        std::fs::write(
-            pki.join("san.ext"),
-            "subjectAltName=DNS:lh.test,DNS:localhost,IP:127.0.0.1\n",
-        )
-        .expect("san.ext");
-        crate::pki::server_cert(
-            &pki,
-            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+            "lasthop PostgreSQL test CA",
+            "DNS:lh.test,DNS:localhost,IP:127.0.0.1",
             "lh.test",
             "server.key",
             "server.pem",

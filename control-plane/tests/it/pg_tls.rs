@@ -42,27 +42,7 @@ fn refused(url: &str) -> String {
 
 /// A CA the server's certificate does not chain to.
 fn other_ca(dir: &Path) -> std::path::PathBuf {
-    lasthop_testkit::openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=another CA",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-keyout",
-            "other-ca.key",
-            "-out",
-            "other-ca.pem",
-        ],
-    );
-    dir.join("other-ca.pem")
+    lasthop_testkit::test_ca(dir, "another CA", "other-ca")
 }
 
 #[test]

@@ -282,28 +282,9 @@ fn clickhouse_over_tls() {
 
     // A CA that did not sign the server's certificate.
     let pki = tempfile::tempdir().unwrap();
-    lasthop_testkit::openssl(
-        pki.path(),
-        &[
-            "req",
-            "-x509",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=another CA",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-keyout",
-            "other.key",
-            "-out",
-            "other.pem",
-        ],
-    );
+    let other = lasthop_testkit::test_ca(pki.path(), "another CA", "other");
     let wrong: StoreLocation = tls_url.parse().unwrap();
-    let wrong = wrong.with_ca(Some(pki.path().join("other.pem"))).unwrap();
+    let wrong = wrong.with_ca(Some(other)).unwrap();
     let e = RollupStore::open_at(&wrong, dir.path())
         .unwrap_err()
         .to_string();

@@ -110,13 +110,7 @@ impl PgKeys {
     /// Connects and applies the migrations the database lacks.
     pub fn connect(url: &str) -> Result<PgKeys, StoreError> {
         let config = super::parse_config(url)?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| StoreError::Postgres {
-                what: "runtime",
-                cause: Box::new(e),
-            })?;
+        let rt = super::one_off_runtime()?;
         let client = rt.block_on(async {
             let mut client = super::connect(&config).await?;
             super::migrate(&mut client).await?;

@@ -386,18 +386,23 @@ pub(crate) async fn stream_pages<T>(
     }
 }
 
-/// Connects to `url` (its TLS as the store would: `serve --check-config`) and runs `SELECT 1`:
-/// a server that cannot be reached, a certificate that does not verify or a refused login is
-/// the error, naming the store.
-pub fn check_connection(url: &str) -> Result<(), StoreError> {
-    let target = parse_config(url)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
+/// A current-thread runtime for a one-off connection (a command, a check).
+pub(crate) fn one_off_runtime() -> Result<tokio::runtime::Runtime, StoreError> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| StoreError::Postgres {
             what: "runtime",
             cause: Box::new(e),
-        })?;
+        })
+}
+
+/// Connects to `url` (its TLS as the store would: `serve --check-config`) and runs `SELECT 1`:
+/// a server that cannot be reached, a certificate that does not verify or a refused login is
+/// the error, naming the store.
+pub fn check_connection(url: &str) -> Result<(), StoreError> {
+    let target = parse_config(url)?;
+    let rt = one_off_runtime()?;
     rt.block_on(async {
         let connecting = connect(&target);
         let client = tokio::time::timeout(std::time::Duration::from_secs(10), connecting)
@@ -416,13 +421,7 @@ pub fn check_connection(url: &str) -> Result<(), StoreError> {
 /// Connects to `url` and applies the migrations it lacks (`lasthop-control migrate`).
 pub fn migrate_only(url: &str) -> Result<usize, StoreError> {
     let config = parse_config(url)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| StoreError::Postgres {
-            what: "runtime",
-            cause: Box::new(e),
-        })?;
+    let rt = one_off_runtime()?;
     rt.block_on(async {
         let mut client = connect(&config).await?;
         migrate(&mut client).await
