@@ -281,7 +281,7 @@ fn the_feed_refuses_engines_without_the_token() {
     let site = Site::new();
     let control = Control::start(&site, &[]);
     let wrong = site.dir.path().join("wrong.token");
-    std::fs::write(&wrong, "0".repeat(64)).unwrap();
+    lasthop_testkit::write_secret(&wrong, "0".repeat(64));
     let wrong_arg = wrong.to_string_lossy().into_owned();
     let e = Engine::launch(
         std::process::Command::new(engine_bin()),
