@@ -96,7 +96,7 @@ impl EdgeToken {
         let path = data_dir.join(TOKEN_FILE);
         match std::fs::read_to_string(&path) {
             Ok(text) => {
-                refuse_loose(&path)?;
+                lasthop_core::secret::refuse_loose(&path).map_err(EdgeTokenError::Loose)?;
                 parse(&text).map_err(|source| EdgeTokenError::Malformed { path, source })
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -121,7 +121,7 @@ impl EdgeToken {
             .ok()
             .and_then(|t| parse(&t).ok());
         if on_disk.as_ref().is_some_and(|t| t.digest == shared.digest) {
-            refuse_loose(&path)?;
+            lasthop_core::secret::refuse_loose(&path).map_err(EdgeTokenError::Loose)?;
         }
         if on_disk.is_none_or(|t| t.digest != shared.digest) {
             if let Err(source) = write_new(&path, token.trim_end()) {
@@ -137,14 +137,6 @@ impl EdgeToken {
         use subtle::ConstantTimeEq as _;
         let other: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         self.digest.ct_eq(&other).into()
-    }
-}
-
-/// Refuses a token file users other than its owner and group can reach.
-fn refuse_loose(path: &Path) -> Result<(), EdgeTokenError> {
-    match lasthop_core::secret::check(path) {
-        Err(e @ lasthop_core::secret::SecretError::Loose { .. }) => Err(EdgeTokenError::Loose(e)),
-        _ => Ok(()),
     }
 }
 

@@ -107,11 +107,7 @@ pub fn read_token(path: &std::path::Path) -> Result<String, PeersError> {
         path: path.display().to_string(),
         cause,
     };
-    if let Err(e @ lasthop_core::secret::SecretError::Loose { .. }) =
-        lasthop_core::secret::check(path)
-    {
-        return Err(bad(e.to_string()));
-    }
+    lasthop_core::secret::refuse_loose(path).map_err(|e| bad(e.to_string()))?;
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let token = text.trim();
     if token.len() < 32 || token.bytes().any(|b| !b.is_ascii_graphic()) {

@@ -88,11 +88,7 @@ impl SigningKey {
 
     /// Loads the key in `path` (PKCS#8 PEM, v1 or v2).
     pub fn load(path: &Path) -> Result<SigningKey, SigningError> {
-        if let Err(e @ lasthop_core::secret::SecretError::Loose { .. }) =
-            lasthop_core::secret::check(path)
-        {
-            return Err(SigningError::Loose(e));
-        }
+        lasthop_core::secret::refuse_loose(path).map_err(SigningError::Loose)?;
         let der = PrivatePkcs8KeyDer::from_pem_file(path).map_err(|source| SigningError::Read {
             path: path.to_path_buf(),
             source,

@@ -82,11 +82,7 @@ impl PermutationKey {
     /// Reads a key file, refused when users other than its owner and group can reach it.
     pub fn load(path: &Path) -> Result<Self, KeyError> {
         let shown = path.display().to_string();
-        match crate::secret::check(path) {
-            Err(e @ crate::secret::SecretError::Loose { .. }) => return Err(KeyError::Loose(e)),
-            // A file that cannot be read says so below.
-            Err(crate::secret::SecretError::Io { .. }) | Ok(()) => {}
-        }
+        crate::secret::refuse_loose(path).map_err(KeyError::Loose)?;
         let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
             path: shown.clone(),
             source,

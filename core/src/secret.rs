@@ -92,6 +92,15 @@ pub fn check(path: &Path) -> Result<(), SecretError> {
     })
 }
 
+/// [`check`]'s refusal alone: `Ok` for a file that cannot be read, for the caller's own read to
+/// report as it always has.
+pub fn refuse_loose(path: &Path) -> Result<(), SecretError> {
+    match check(path) {
+        Err(e @ SecretError::Loose { .. }) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// A secret file's bytes, after [`check`].
 pub fn read(path: &Path) -> Result<Vec<u8>, SecretError> {
     check(path)?;

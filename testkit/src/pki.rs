@@ -31,6 +31,13 @@ pub fn openssl(dir: &Path, args: &[&str]) {
 /// A server certificate for `/CN=<cn>` (SAN from `san.ext`: lh.test and 127.0.0.1), signed by
 /// the test CA in `dir`, with its key of algorithm `alg`.
 pub fn server_cert(dir: &Path, alg: &[&str], cn: &str, key: &str, cert: &str) {
+    signed_cert(dir, alg, cn, key, cert, "san.ext");
+}
+
+/// A certificate for `/CN=<cn>` with the extensions in `dir/ext` (they also make it X.509 v3,
+/// which webpki requires), signed by the test CA `ca.pem` in `dir`, and its key of algorithm
+/// `alg`.
+pub fn signed_cert(dir: &Path, alg: &[&str], cn: &str, key: &str, cert: &str, ext: &str) {
     let subject = format!("/CN={cn}");
     let mut csr = vec!["req", "-nodes", "-subj", &subject];
     csr.extend_from_slice(alg);
@@ -51,38 +58,30 @@ pub fn server_cert(dir: &Path, alg: &[&str], cn: &str, key: &str, cert: &str) {
             "-days",
             "2",
             "-extfile",
-            "san.ext",
+            ext,
             "-out",
             cert,
         ],
     );
 }
 
+/// The P-256 key of the test PKIs (openssl's `-newkey` arguments).
+pub const P256: &[&str] = &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+
 /// A self-signed P-256 test CA with subject `/CN=<cn>` in `dir`: `NAME.pem` (returned) and its
 /// key `NAME.key`.
 pub fn test_ca(dir: &Path, cn: &str, name: &str) -> PathBuf {
+    ca_of(dir, P256, cn, name)
+}
+
+/// A self-signed test CA with a key of algorithm `alg`: `NAME.pem` (returned), `NAME.key`.
+fn ca_of(dir: &Path, alg: &[&str], cn: &str, name: &str) -> PathBuf {
     let subject = format!("/CN={cn}");
     let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &subject,
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-keyout",
-            &key,
-            "-out",
-            &pem,
-        ],
-    );
+    let mut args = vec!["req", "-x509", "-nodes", "-days", "2", "-subj", &subject];
+    args.extend_from_slice(alg);
+    args.extend_from_slice(&["-keyout", &key, "-out", &pem]);
+    openssl(dir, &args);
     dir.join(pem)
 }
 
@@ -92,36 +91,15 @@ pub fn ca_and_server(dir: &Path, ca_cn: &str, san: &str, cn: &str, key: &str, ce
     std::fs::create_dir_all(dir).expect("the PKI's dir");
     test_ca(dir, ca_cn, "ca");
     std::fs::write(dir.join("san.ext"), format!("subjectAltName={san}\n")).expect("san.ext");
-    server_cert(
-        dir,
-        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
-        cn,
-        key,
-        cert,
-    );
+    server_cert(dir, P256, cn, key, cert);
 }
 
 /// A CA and a server certificate (RSA 2048 when `rsa`, else P-256) in `site`'s dir, readable
 /// by a non-root engine.
 pub fn pki(site: &Site, rsa: bool) -> Pki {
     let dir = site.dir.path();
-    let alg: &[&str] = if rsa {
-        &["-newkey", "rsa:2048"]
-    } else {
-        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
-    };
-    let mut ca = vec![
-        "req",
-        "-x509",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=lasthop test CA",
-    ];
-    ca.extend_from_slice(alg);
-    ca.extend_from_slice(&["-keyout", "ca.key", "-out", "ca.pem"]);
-    openssl(dir, &ca);
+    let alg: &[&str] = if rsa { &["-newkey", "rsa:2048"] } else { P256 };
+    ca_of(dir, alg, "lasthop test CA", "ca");
     std::fs::write(
         dir.join("san.ext"),
         "subjectAltName=DNS:lh.test,IP:127.0.0.1\n",

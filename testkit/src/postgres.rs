@@ -146,50 +146,12 @@ impl Postgres {
     pub fn client_cert(&self, user: &str) -> (PathBuf, PathBuf) {
         let pki = self.dir.path().join("pki");
         let (cert, key) = (format!("{user}.pem"), format!("{user}.key"));
-        let subject = format!("/CN={user}");
-        crate::pki::openssl(
-            &pki,
-            &[
-                "req",
-                "-nodes",
-                "-subj",
-                &subject,
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-keyout",
-                &key,
-                "-out",
-                "client.csr",
-            ],
-        );
-        // Extensions make it X.509 v3 (webpki refuses v1).
         std::fs::write(
             pki.join("client.ext"),
             "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
         )
         .expect("client.ext");
-        crate::pki::openssl(
-            &pki,
-            &[
-                "x509",
-                "-req",
-                "-extfile",
-                "client.ext",
-                "-in",
-                "client.csr",
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-out",
-                &cert,
-            ],
-        );
+        crate::pki::signed_cert(&pki, crate::pki::P256, user, &key, &cert, "client.ext");
         crate::engine::set_mode(&pki.join(&key), 0o600);
         (pki.join(cert), pki.join(key))
     }

@@ -94,11 +94,7 @@ fn io_err<'a>(
 pub fn visitor_key(file: &Path) -> Result<[u8; 32], ClickSetupError> {
     let raw = match std::fs::read(file) {
         Ok(raw) => {
-            if let Err(e @ lasthop_core::secret::SecretError::Loose { .. }) =
-                lasthop_core::secret::check(file)
-            {
-                return Err(ClickSetupError::Loose(e));
-            }
+            lasthop_core::secret::refuse_loose(file).map_err(ClickSetupError::Loose)?;
             raw
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
