@@ -130,6 +130,23 @@ async fn text_of(c: &Client, css: &str) -> String {
     }
 }
 
+/// Waits (up to 10 s) until the text of the element `css` finds contains `want`: after a form
+/// post the old page's element may still be there when the click returns.
+async fn wait_text(c: &Client, css: &str, want: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let now = text_of(c, css).await;
+        if now.contains(want) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{css}: {now:?}, waiting for {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits (up to 10 s) until the browser is at `path`: a form post's navigation may still be
 /// under way when its click returns.
 async fn wait_path(c: &Client, path: &str) {
@@ -415,11 +432,11 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
         fill(&c, "#suspend-owner", "mallory").await;
         fill(&c, "#suspend-reason", "phishing kit").await;
         click(&c, "#suspend-form button").await;
-        assert!(text_of(&c, ".notice").await.contains("mallory: suspend"));
+        wait_text(&c, ".notice", "mallory: suspend").await;
         let owners = text_of(&c, "#owners").await;
         assert!(owners.contains("phishing kit"), "{owners}");
         click(&c, "form[action='/ops/owners/mallory/unsuspend'] button").await;
-        assert!(text_of(&c, ".notice").await.contains("mallory: unsuspend"));
+        wait_text(&c, ".notice", "mallory: unsuspend").await;
         // A report anyone filed is in the review queue and resolved from it.
         let filed = ureq::post(&format!("{}/v1/reports", control.api))
             .send_json(serde_json::json!({"code": code, "reason": "phishing"}));
@@ -427,7 +444,7 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
         c.goto(&format!("{base}/ops")).await.unwrap();
         assert!(text_of(&c, "#reports").await.contains(&code));
         click(&c, "#reports button").await;
-        assert!(text_of(&c, ".notice").await.contains("resolved (takedown)"));
+        wait_text(&c, ".notice", "resolved (takedown)").await;
         c.goto(&format!("{base}/links/{code}")).await.unwrap();
         fill(&c, "#td-reason", "phishing").await;
         click(&c, "form[action$='/takedown'] button").await;

@@ -129,6 +129,11 @@ pub struct H3Conn {
     sni: Option<Box<[u8]>>,
     authority_seen: Option<(Box<[u8]>, bool)>,
     h1: Vec<u8>,
+    /// Scratch, kept between requests: a field section being encoded, a frame's payload, and
+    /// the fields of the last request answered (their buffers reused by the next).
+    block: Vec<u8>,
+    payload: Vec<u8>,
+    spare: Fields,
     closed: bool,
 }
 
@@ -162,6 +167,9 @@ impl H3Conn {
             sni: sni.map(|s| s.as_bytes().to_ascii_lowercase().into_boxed_slice()),
             authority_seen: None,
             h1: Vec::with_capacity(512),
+            block: Vec::with_capacity(512),
+            payload: Vec::new(),
+            spare: Fields::default(),
             closed: false,
         };
         (conn, control)
@@ -316,9 +324,12 @@ impl H3Conn {
             if (r.buf.len() as u64) < whole {
                 break;
             }
-            let payload: Vec<u8> = r.buf[h.header_len..whole as usize].to_vec();
+            let mut payload = std::mem::take(&mut self.payload);
+            payload.clear();
+            payload.extend_from_slice(&r.buf[h.header_len..whole as usize]);
             r.buf.drain(..whole as usize);
             if h.kind != frame::kind::HEADERS {
+                self.payload = payload;
                 continue; // unknown (GREASE): skipped
             }
             if r.fields.is_some() {
@@ -327,10 +338,15 @@ impl H3Conn {
                 if let Err(Problem::Compression) = self.section(&payload, true, env, &mut t) {
                     return Err((code::QPACK_DECOMPRESSION_FAILED, "field section"));
                 }
+                self.payload = payload;
                 continue;
             }
-            let mut f = Fields::default();
-            match self.section(&payload, false, env, &mut f) {
+            // The last answered request's buffers, reused (a return on the way below only
+            // loses their capacity, as it does the payload's).
+            let mut f = std::mem::take(&mut self.spare);
+            let decoded = self.section(&payload, false, env, &mut f);
+            self.payload = payload;
+            match decoded {
                 Err(Problem::Compression) => {
                     return Err((code::QPACK_DECOMPRESSION_FAILED, "field section"));
                 }
@@ -479,7 +495,10 @@ impl H3Conn {
             &mut Out::H1(&mut self.h1),
         );
         match reply {
-            Reply::Done { .. } => self.send(id, acts),
+            Reply::Done { .. } => {
+                self.send(id, acts);
+                self.spare = f;
+            }
             Reply::Parked(parked) => self.parked.push(ParkedRequest {
                 id,
                 fields: f,
@@ -521,7 +540,8 @@ impl H3Conn {
 
     /// Sends the HTTP/1 rendering in `self.h1` on `id` as HEADERS (and DATA for a body).
     fn send(&mut self, id: u64, acts: &mut Vec<Act>) {
-        let mut block = Vec::with_capacity(self.h1.len());
+        let mut block = std::mem::take(&mut self.block);
+        block.clear();
         let Some(body) = qpack::transcode(&self.h1, &mut block) else {
             acts.push(Act::Reset {
                 stream: id,
@@ -534,6 +554,7 @@ impl H3Conn {
         if !body.is_empty() {
             frame::put_frame(&mut data, frame::kind::DATA, &self.h1[body]);
         }
+        self.block = block;
         acts.push(Act::Answer { stream: id, data });
     }
 
