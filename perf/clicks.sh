@@ -134,8 +134,14 @@ synth_spool=$work/synth-spool
 rm -rf "$synth_spool" "$work/processor-data"
 "$BIN/lasthop-control" clicks synth --spool "$synth_spool" --events "$EVENTS" >/dev/null
 du -sh "$synth_spool" | awk '{print "  spool: " $1}'
+# The processor's summary, then what its dedup window's ids cost (bytes per id; the window's
+# ids as per-writer bitmaps, issue 46; a hash set of fingerprints held ~20 before).
+dedup_cost() { tee /dev/stderr | awk -F'[:,}]' '{for (i = 1; i < NF; i++) {
+  if ($i ~ /"dedup_ids"/) n = $(i + 1); if ($i ~ /"dedup_bytes"/) b = $(i + 1) }}
+  END { if (n > 0) printf "          dedup window: %d ids in %d bytes, %.3f bytes (%.2f bits) an id\n", n, b, b / n, 8 * b / n }' >&2; }
 printf "  spool:  "
-"$BIN/lasthop-control" clicks process --data-dir "$work/processor-data" --spool "$synth_spool" --exit-when-idle
+"$BIN/lasthop-control" clicks process --data-dir "$work/processor-data" --spool "$synth_spool" --exit-when-idle \
+  | dedup_cost
 
 if [ -x "$tansu" ]; then
   start_tansu
@@ -144,7 +150,7 @@ if [ -x "$tansu" ]; then
   "$BIN/lasthop-control" clicks synth --kafka "127.0.0.1:$KPORT" --topic lasthop.clicks --events "$EVENTS" >/dev/null
   printf "  kafka:  "
   "$BIN/lasthop-control" clicks process --data-dir "$work/processor-data" --kafka "127.0.0.1:$KPORT" \
-    --topic lasthop.clicks --exit-when-idle
+    --topic lasthop.clicks --exit-when-idle | dedup_cost
 else
   echo "  kafka: skipped (tansu not installed: cargo install --locked tansu --features dynostore)"
 fi

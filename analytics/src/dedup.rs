@@ -1,38 +1,70 @@
 //! The event-id dedup window.
 //!
 //! Kafka and the spool deliver at least once, so a redelivered batch must not count twice. Ids
-//! are edge-assigned and unique, so a set of them is enough; what needs a policy is forgetting.
+//! are edge-assigned and unique, so a set of them is enough; what needs a policy is forgetting,
+//! and, at hundreds of thousands of events a second over a ten-minute window, what each id costs.
 //!
-//! The sets hold a 64-bit fingerprint of each 128-bit id, not the id: at hundreds of thousands
-//! of events a second a ten-minute window holds hundreds of millions of ids, and half the bytes
-//! matter more than the chance (n / 2^64, about 10^-11 per event at 2 × 10^8 ids) that two
-//! different events share a fingerprint and one is dropped as a duplicate. Ids from one engine
-//! instance (same nonce, different counters) never share one: the fingerprint is a bijection of
-//! the counter for a given nonce.
+//! **Generations.** Two generations rotate: new ids go into the current one, a lookup checks
+//! both, and when the current generation has spanned `window_ms` of arrival time it becomes the
+//! previous one and the old previous is dropped. So every id is remembered for **between W and
+//! 2W** of arrival time (W = `window_ms`), and memory is bounded by the ids that arrive in 2W,
+//! however long the processor runs. No clock is read: the caller passes arrival time, and time
+//! that goes backwards only delays rotation.
 //!
-//! Two generations of fingerprints (hashbrown sets of `u64`) rotate: new ids go into the current one, a
-//! lookup checks both, and when the current generation has spanned `window_ms` of arrival time
-//! it becomes the previous one and the old previous is dropped (its allocation reused). So every
-//! id is remembered for **between W and 2W** of arrival time (W = `window_ms`), and memory is
-//! bounded by the ids that arrive in 2W, however long the processor runs. No clock is read:
-//! the caller passes arrival time, and time that goes backwards only delays rotation.
+//! **A bit per event.** An id is `nonce << 64 | seq` (`core/EVENTS.md`): a random nonce per
+//! engine core and start, then that core's counter, so one writer's ids are a dense run of
+//! sequence numbers. A generation keeps, per writer (nonce), the sequence numbers it has seen in
+//! chunks of [`CHUNK`] slots keyed by `seq / CHUNK` (a gap between two ranges, a restart's new
+//! nonce or a stray old event allocates nothing in between), each chunk in the smallest of three
+//! forms: a sorted array of 16-bit offsets while it holds few ids (a writer seen once costs a few
+//! bytes, not a bitmap), a bitmap of one bit a slot once the array would be as large, and
+//! nothing at all once every slot is seen (the spool's common case: a writer's whole run). The
+//! spool's dense runs cost about a bit per event or less; one Kafka partition's share of a writer
+//! (keyed by code, a random 1/P of its sequence) costs a bit per *slot*, P bits per event: an
+//! exact set of a random subset of density 1/16 cannot be held in less than its entropy,
+//! 16 × H(1/16) ≈ 5.4 bits per event ([`entropy_bits_per_id`]).
+//!
+//! **Writers are capped** ([`MAX_WRITERS`] per generation): ids of writers past the cap go to a
+//! set of 64-bit fingerprints beside the chunks, and are counted
+//! ([`Dedup::overflow_ids`]): exact semantics kept, at 8 bytes and more an id, for a stream of
+//! random nonces that no fleet of engines makes. The fingerprint is a bijection of the counter
+//! for a given nonce, so one writer's ids never collide; two writers' may, with a chance of
+//! n / 2^64 per event.
 //!
 //! **Early-data replays.** A request in TLS or QUIC 0-RTT early data can be replayed by whoever
 //! captured it; each replay the edge answers is a new event with a new id. So an early event
 //! also has an [`early_key`]: its visitor, code and UTC minute, and the processor counts one
-//! early event per key (a second [`Dedup`] of keys, through [`Dedup::first_key`]). A person
-//! clicking the same link twice within a minute from a resumed session loses one click;
-//! a click not in early data is never dropped by this rule.
+//! early event per key (a [`KeyDedup`], a window of 64-bit keys in hash sets, through
+//! [`KeyDedup::first`]). A person clicking the same link twice within a minute from a resumed
+//! session loses one click; a click not in early data is never dropped by this rule.
 
-use hashbrown::HashSet;
+use hashbrown::{HashMap, HashSet};
 use lasthop_core::click::{ClickEvent, EventId};
 
 use crate::uniques::mix;
+
+/// Sequence slots a chunk covers.
+pub const CHUNK: u64 = 4096;
+const WORDS: usize = (CHUNK / 64) as usize;
+/// Past this many ids a chunk's sorted array is as large as its bitmap (2 bytes an id).
+const ARRAY_MAX: usize = (CHUNK / 16) as usize;
+/// Writers (engine nonces) a generation keeps chunks for; the rest go to fingerprints.
+pub const MAX_WRITERS: usize = 1 << 16;
 
 /// The id's 64-bit fingerprint: for a fixed nonce (high half) a bijection of the counter.
 fn fingerprint(id: EventId) -> u64 {
     let (nonce, seq) = ((id.0 >> 64) as u64, id.0 as u64);
     mix(seq.wrapping_add(mix(nonce)))
+}
+
+/// The fewest bits an id that an exact set of a random `1/p` share of a writer's sequence can
+/// cost on average: the entropy of the share, `p × H(1/p)`.
+pub fn entropy_bits_per_id(p: f64) -> f64 {
+    if p <= 1.0 {
+        return 0.0;
+    }
+    let q = 1.0 / p;
+    p * -(q * q.log2() + (1.0 - q) * (1.0 - q).log2())
 }
 
 /// The length of the span in which an early-data event of one visitor and code counts once.
@@ -52,53 +84,272 @@ pub fn early_key(e: &ClickEvent<'_>) -> Option<u64> {
     Some(mix(e.visitor ^ mix(code ^ mix(minute))))
 }
 
-/// Remembers event ids for at least `window_ms` of arrival time; a second sighting is a duplicate.
+/// What a generation holds: a set that can also say what it costs.
+pub trait Set: Default {
+    type Key: Copy;
+    /// True when `k` was not in the set (it is now).
+    fn insert(&mut self, k: Self::Key) -> bool;
+    fn contains(&self, k: Self::Key) -> bool;
+    fn remove(&mut self, k: Self::Key);
+    fn clear(&mut self);
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Heap bytes held (tables at their capacity, chunks, arrays).
+    fn bytes(&self) -> usize;
+}
+
+/// Bytes a hashbrown table of `capacity` entries of `entry` bytes holds (buckets are the next
+/// power of two past capacity × 8/7, each with a control byte).
+fn table_bytes(capacity: usize, entry: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = (capacity * 8 / 7).next_power_of_two();
+    buckets * (entry + 1)
+}
+
+impl Set for HashSet<u64> {
+    type Key = u64;
+    fn insert(&mut self, k: u64) -> bool {
+        HashSet::insert(self, k)
+    }
+    fn contains(&self, k: u64) -> bool {
+        HashSet::contains(self, &k)
+    }
+    fn remove(&mut self, k: u64) {
+        HashSet::remove(self, &k);
+    }
+    fn clear(&mut self) {
+        HashSet::clear(self)
+    }
+    fn len(&self) -> usize {
+        HashSet::len(self)
+    }
+    fn bytes(&self) -> usize {
+        table_bytes(self.capacity(), 8)
+    }
+}
+
+/// One writer's sequence numbers in `CHUNK` slots.
 #[derive(Debug)]
-pub struct Dedup {
+enum Chunk {
+    /// Sorted offsets, while they are at most [`ARRAY_MAX`].
+    Array(Vec<u16>),
+    /// One bit a slot, and how many are set.
+    Bits(Box<[u64; WORDS]>, u16),
+    /// Every slot seen.
+    Full,
+}
+
+impl Chunk {
+    fn contains(&self, off: u16) -> bool {
+        match self {
+            Chunk::Array(v) => v.binary_search(&off).is_ok(),
+            Chunk::Bits(b, _) => b[usize::from(off / 64)] & (1 << (off % 64)) != 0,
+            Chunk::Full => true,
+        }
+    }
+
+    fn insert(&mut self, off: u16) -> bool {
+        match self {
+            Chunk::Array(v) => {
+                let Err(at) = v.binary_search(&off) else {
+                    return false;
+                };
+                if v.len() < ARRAY_MAX {
+                    v.insert(at, off);
+                    return true;
+                }
+                let mut bits = Box::new([0u64; WORDS]);
+                for &o in v.iter().chain([&off]) {
+                    bits[usize::from(o / 64)] |= 1 << (o % 64);
+                }
+                *self = Chunk::Bits(bits, (ARRAY_MAX + 1) as u16);
+                true
+            }
+            Chunk::Bits(b, n) => {
+                let (w, bit) = (usize::from(off / 64), 1u64 << (off % 64));
+                if b[w] & bit != 0 {
+                    return false;
+                }
+                b[w] |= bit;
+                *n += 1;
+                if u64::from(*n) == CHUNK {
+                    *self = Chunk::Full;
+                }
+                true
+            }
+            Chunk::Full => false,
+        }
+    }
+
+    /// Removes `off`; true when the chunk is then empty.
+    fn remove(&mut self, off: u16) -> bool {
+        match self {
+            Chunk::Array(v) => {
+                if let Ok(at) = v.binary_search(&off) {
+                    v.remove(at);
+                }
+                v.is_empty()
+            }
+            Chunk::Bits(b, n) => {
+                let (w, bit) = (usize::from(off / 64), 1u64 << (off % 64));
+                if b[w] & bit != 0 {
+                    b[w] &= !bit;
+                    *n -= 1;
+                }
+                *n == 0
+            }
+            Chunk::Full => {
+                let mut bits = Box::new([u64::MAX; WORDS]);
+                bits[usize::from(off / 64)] &= !(1 << (off % 64));
+                *self = Chunk::Bits(bits, (CHUNK - 1) as u16);
+                false
+            }
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Chunk::Array(v) => v.capacity() * 2,
+            Chunk::Bits(..) => WORDS * 8,
+            Chunk::Full => 0,
+        }
+    }
+}
+
+/// Event ids as per-writer chunks (see the module's doc).
+#[derive(Debug, Default)]
+pub struct IdSet {
+    /// Per nonce, its chunks by `seq / CHUNK`.
+    writers: HashMap<u64, HashMap<u64, Chunk>>,
+    /// Fingerprints of the ids of writers past [`MAX_WRITERS`].
+    overflow: HashSet<u64>,
+    len: usize,
+}
+
+fn split(id: EventId) -> (u64, u64, u16) {
+    let (nonce, seq) = ((id.0 >> 64) as u64, id.0 as u64);
+    (nonce, seq / CHUNK, (seq % CHUNK) as u16)
+}
+
+impl IdSet {
+    /// Ids of writers past the cap, held as fingerprints.
+    pub fn overflow_ids(&self) -> usize {
+        self.overflow.len()
+    }
+}
+
+impl Set for IdSet {
+    type Key = EventId;
+
+    fn insert(&mut self, id: EventId) -> bool {
+        let (nonce, at, off) = split(id);
+        if self.writers.len() >= MAX_WRITERS && !self.writers.contains_key(&nonce) {
+            let new = self.overflow.insert(fingerprint(id));
+            self.len += usize::from(new);
+            return new;
+        }
+        let chunks = self.writers.entry(nonce).or_default();
+        let new = chunks
+            .entry(at)
+            .or_insert_with(|| Chunk::Array(Vec::new()))
+            .insert(off);
+        self.len += usize::from(new);
+        new
+    }
+
+    fn contains(&self, id: EventId) -> bool {
+        let (nonce, at, off) = split(id);
+        match self.writers.get(&nonce) {
+            Some(chunks) => chunks.get(&at).is_some_and(|c| c.contains(off)),
+            None => !self.overflow.is_empty() && self.overflow.contains(&fingerprint(id)),
+        }
+    }
+
+    fn remove(&mut self, id: EventId) {
+        if !self.contains(id) {
+            return;
+        }
+        self.len -= 1;
+        let (nonce, at, off) = split(id);
+        match self.writers.get_mut(&nonce) {
+            Some(chunks) => {
+                if chunks.get_mut(&at).is_some_and(|c| c.remove(off)) {
+                    chunks.remove(&at);
+                }
+            }
+            None => {
+                self.overflow.remove(&fingerprint(id));
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.writers.clear();
+        self.overflow.clear();
+        self.len = 0;
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn bytes(&self) -> usize {
+        let chunk_entry = std::mem::size_of::<(u64, Chunk)>();
+        let writer_entry = std::mem::size_of::<(u64, HashMap<u64, Chunk>)>();
+        let chunks: usize = self
+            .writers
+            .values()
+            .map(|c| {
+                table_bytes(c.capacity(), chunk_entry) + c.values().map(Chunk::bytes).sum::<usize>()
+            })
+            .sum();
+        table_bytes(self.writers.capacity(), writer_entry)
+            + chunks
+            + table_bytes(self.overflow.capacity(), 8)
+    }
+}
+
+/// Two generations of a [`Set`], rotated by arrival time (see the module's doc).
+#[derive(Debug)]
+pub struct Window<S> {
     window_ms: u64,
-    /// Fingerprints of ids first seen since `started_ms`.
-    current: HashSet<u64>,
-    /// Fingerprints of ids first seen in the generation before.
-    previous: HashSet<u64>,
+    /// What was first seen since `started_ms`.
+    current: S,
+    /// What was first seen in the generation before.
+    previous: S,
     /// When the current generation began (`None` before the first event).
     started_ms: Option<u64>,
 }
 
-impl Dedup {
+impl<S: Set> Window<S> {
     /// A window of `window_ms` (the processor uses ≥ 10 minutes).
-    pub fn new(window_ms: u64) -> Dedup {
-        Dedup {
+    pub fn new(window_ms: u64) -> Window<S> {
+        Window {
             window_ms,
-            current: HashSet::new(),
-            previous: HashSet::new(),
+            current: S::default(),
+            previous: S::default(),
             started_ms: None,
         }
     }
 
-    /// True the first time `id` is seen within the window; `now_ms` is arrival time.
-    pub fn first(&mut self, id: EventId, now_ms: u64) -> bool {
-        self.first_key(fingerprint(id), now_ms)
-    }
-
-    /// True the first time the 64-bit `key` is seen within the window (an [`early_key`]).
-    pub fn first_key(&mut self, fp: u64, now_ms: u64) -> bool {
+    /// True the first time `k` is seen within the window; `now_ms` is arrival time.
+    pub fn first(&mut self, k: S::Key, now_ms: u64) -> bool {
         self.rotate(now_ms);
-        if self.previous.contains(&fp) {
+        if self.previous.contains(k) {
             return false;
         }
-        self.current.insert(fp)
+        self.current.insert(k)
     }
 
-    /// Forgets `id`, so its next sighting counts: for an event whose counting was undone (a
+    /// Forgets `k`, so its next sighting counts: for an event whose counting was undone (a
     /// processor dropped it unflushed when its partition moved to another processor).
-    pub fn forget(&mut self, id: EventId) {
-        self.forget_key(fingerprint(id));
-    }
-
-    /// Forgets `key` (see [`Dedup::forget`]).
-    pub fn forget_key(&mut self, fp: u64) {
-        self.current.remove(&fp);
-        self.previous.remove(&fp);
+    pub fn forget(&mut self, k: S::Key) {
+        self.current.remove(k);
+        self.previous.remove(k);
     }
 
     fn rotate(&mut self, now_ms: u64) {
@@ -107,7 +358,7 @@ impl Dedup {
         if age < self.window_ms {
             return;
         }
-        // Every id in `current` arrived before started + W (an arrival after that would have
+        // Everything in `current` arrived before started + W (an arrival after that would have
         // rotated), so after 2W of silence both generations are past the window.
         if age >= self.window_ms.saturating_mul(2) {
             self.current.clear();
@@ -122,19 +373,37 @@ impl Dedup {
         }
     }
 
-    /// Ids remembered now.
+    /// What is remembered now.
     pub fn len(&self) -> usize {
         self.current.len() + self.previous.len()
     }
 
-    /// Whether no ids are remembered.
+    /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The window this dedup was made with.
+    /// Heap bytes both generations hold.
+    pub fn bytes(&self) -> usize {
+        self.current.bytes() + self.previous.bytes()
+    }
+
+    /// The window this was made with.
     pub fn window_ms(&self) -> u64 {
         self.window_ms
+    }
+}
+
+/// Event ids seen within the window (the processor's duplicate drop).
+pub type Dedup = Window<IdSet>;
+
+/// 64-bit keys seen within the window (an [`early_key`] a replay repeats).
+pub type KeyDedup = Window<HashSet<u64>>;
+
+impl Window<IdSet> {
+    /// Ids of writers past [`MAX_WRITERS`] held as fingerprints, in both generations.
+    pub fn overflow_ids(&self) -> usize {
+        self.current.overflow_ids() + self.previous.overflow_ids()
     }
 }
 
@@ -186,11 +455,11 @@ mod tests {
         assert_ne!(early_key(&early(8, "Ab3dE9x", t, true)), Some(k));
         assert_ne!(early_key(&early(7, "Ab3dE9y", t, true)), Some(k));
         assert_eq!(early_key(&early(7, "Ab3dE9x", t, false)), None);
-        let mut d = Dedup::new(W);
-        assert!(d.first_key(k, t));
-        assert!(!d.first_key(k, t + 5), "a replay");
-        d.forget_key(k);
-        assert!(d.first_key(k, t + 6));
+        let mut d = KeyDedup::new(W);
+        assert!(d.first(k, t));
+        assert!(!d.first(k, t + 5), "a replay");
+        d.forget(k);
+        assert!(d.first(k, t + 6));
     }
 
     #[test]
@@ -238,7 +507,123 @@ mod tests {
         assert_eq!(d.len(), 1);
     }
 
+    /// Today's structure, the oracle: the same generations over a hash set of fingerprints.
+    fn oracle(w: u64) -> KeyDedup {
+        KeyDedup::new(w)
+    }
+
+    #[test]
+    fn a_dense_run_costs_under_two_bits_an_id() {
+        // The spool: every event of four writers, interleaved, a window of them.
+        let mut d = Dedup::new(W);
+        let n = 1_000_000u64;
+        for i in 0..n {
+            assert!(d.first(EventId::new(0xa0 + i % 4, i / 4), 1_000 + i / 1_000));
+        }
+        let bits = d.bytes() as f64 * 8.0 / d.len() as f64;
+        assert_eq!(d.len() as u64, n);
+        assert!(bits <= 2.0, "{bits} bits an id");
+        // With a hole in every chunk (events lost on the way), still a bit a slot.
+        let mut d = Dedup::new(W);
+        for i in (0..n).filter(|i| i % 4096 != 7) {
+            d.first(EventId::new(0xb0, i), 1_000);
+        }
+        let bits = d.bytes() as f64 * 8.0 / d.len() as f64;
+        assert!(bits <= 2.0, "{bits} bits an id");
+    }
+
+    #[test]
+    fn a_partitions_share_costs_a_bit_a_slot() {
+        // One Kafka partition of 16: a random sixteenth of each writer's sequence.
+        let mut d = Dedup::new(W);
+        let mut x = 7u64;
+        let mut held = 0u64;
+        for i in 0..1_600_000u64 {
+            x = mix(x.wrapping_add(i));
+            if x % 16 == 0 {
+                held += 1;
+                assert!(d.first(EventId::new(0xc0 + i % 2, i / 2), 1_000));
+            }
+        }
+        assert_eq!(d.len() as u64, held);
+        let bits = d.bytes() as f64 * 8.0 / d.len() as f64;
+        // A bit a slot (16 an id) and the tables around the chunks; the floor is the entropy.
+        assert!(bits <= 18.0, "{bits} bits an id");
+        assert!(entropy_bits_per_id(16.0) > 5.3 && entropy_bits_per_id(16.0) < 5.5);
+    }
+
+    #[test]
+    fn random_nonces_cost_a_bounded_amount_and_past_the_cap_are_fingerprints() {
+        let mut d = Dedup::new(W);
+        let n = MAX_WRITERS as u64 + 1_000;
+        for i in 0..n {
+            assert!(d.first(EventId::new(mix(i + 1), mix(i)), 1_000));
+            assert!(!d.first(EventId::new(mix(i + 1), mix(i)), 1_001));
+        }
+        assert_eq!(d.len() as u64, n);
+        assert_eq!(d.overflow_ids(), 1_000);
+        // A writer seen once: its table entry, one chunk's entry, a small array.
+        let per = d.bytes() / d.len();
+        assert!(per <= 256, "{per} bytes a writer");
+        // Past the cap, still exact: the overflow's ids are remembered and forgotten.
+        let last = EventId::new(mix(n), mix(n - 1));
+        assert!(!d.first(last, 1_002));
+        d.forget(last);
+        assert!(d.first(last, 1_003));
+    }
+
+    #[test]
+    fn chunks_change_form_and_back() {
+        let mut d = Dedup::new(W);
+        for s in 0..CHUNK {
+            assert!(d.first(EventId::new(1, s), 1));
+        }
+        // The tables' entries only: no bitmap (512 bytes) and no array.
+        assert!(d.bytes() < 512, "a full chunk holds nothing: {}", d.bytes());
+        d.forget(EventId::new(1, 5));
+        assert!(d.first(EventId::new(1, 5), 2));
+        assert!(!d.first(EventId::new(1, 6), 2));
+        for s in 0..CHUNK {
+            d.forget(EventId::new(1, s));
+        }
+        assert!(d.is_empty());
+        assert!(d.first(EventId::new(1, CHUNK - 1), 3));
+    }
+
     proptest! {
+        /// The chunks against the oracle over random streams: interleaved writers, sparse
+        /// shares, reordering, duplicates, forgets, clock jumps backwards and forwards, ids far
+        /// apart; every answer and every count the same.
+        #[test]
+        fn the_same_answers_as_the_hash_set(
+            steps in proptest::collection::vec(
+                (0u64..4, 0u64..6_000, prop_oneof![4 => 0u64..50, 1 => 0u64..3_000, 1 => Just(u64::MAX)], 0u8..10),
+                1..1_500),
+        ) {
+            let w = 1_000;
+            let mut d = Dedup::new(w);
+            let mut o = oracle(w);
+            let mut now = 10_000u64;
+            for (writer, seq, dt, op) in steps {
+                now = if dt == u64::MAX { now.saturating_sub(700) } else { now + dt };
+                // Writers 0 and 1 over two chunks; writer 2 on 300 slots (its array turns into a
+                // bitmap); writer 3 far out in its sequence.
+                let seq = match writer {
+                    2 => seq % 300,
+                    3 => seq.wrapping_mul(1 << 40),
+                    _ => seq,
+                };
+                let id = EventId::new(0x5eed + writer, seq);
+                if op == 0 {
+                    d.forget(id);
+                    o.forget(fingerprint(id));
+                } else {
+                    prop_assert_eq!(d.first(id, now), o.first(fingerprint(id), now));
+                }
+                prop_assert_eq!(d.len(), o.len());
+            }
+        }
+
         /// Against a model: an id sighted again within W of its first sighting is a duplicate,
         /// and an id whose last acceptance is 2W or more ago is accepted.
         #[test]

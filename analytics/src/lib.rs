@@ -17,7 +17,7 @@ pub mod rules;
 pub mod uniques;
 
 pub use classify::{BotReason, Classifier, Device, Verdict};
-pub use dedup::{early_key, Dedup};
+pub use dedup::{early_key, Dedup, KeyDedup};
 pub use rollup::{Breakdown, Rollup};
 pub use rules::{AgentKind, Rules, RulesError};
 pub use uniques::{SketchError, Uniques};

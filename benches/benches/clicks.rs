@@ -182,12 +182,28 @@ fn clicks(c: &mut Criterion) {
     });
 
     // A 10-minute window over simulated arrivals of ~3,000 events/s holds about 2-4M ids.
+    // dedup/first: the spool's case, eight engine cores' runs interleaved; dedup/first_sixteenth:
+    // one Kafka partition of 16, a random sixteenth of each core's sequence.
     let mut dedup = Dedup::new(600_000);
     let mut n = 0u64;
     group.bench_function("dedup/first", |b| {
         b.iter(|| {
             n += 1;
-            black_box(dedup.first(EventId::new(0xfeed, n), START_MS + n / 3))
+            black_box(dedup.first(EventId::new(0xfeed + n % 8, n / 8), START_MS + n / 3))
+        })
+    });
+    let mut dedup = Dedup::new(600_000);
+    let (mut n, mut x) = (0u64, 1u64);
+    group.bench_function("dedup/first_sixteenth", |b| {
+        b.iter(|| {
+            // The next sequence number of the share: a geometric gap of mean 16.
+            loop {
+                n += 1;
+                if splitmix(&mut x) % 16 == 0 {
+                    break;
+                }
+            }
+            black_box(dedup.first(EventId::new(0xfeed + n % 8, n / 8), START_MS + n / 48))
         })
     });
 

@@ -22,6 +22,10 @@ pub struct ClickMetrics {
     pub kafka_errors: IntCounter,
     /// Event ids held by the dedup window.
     pub dedup_ids: IntGauge,
+    /// Heap bytes those ids hold.
+    pub dedup_bytes: IntGauge,
+    /// Of those ids, the ones of writers past the window's cap, held as fingerprints.
+    pub dedup_overflow_ids: IntGauge,
 }
 
 fn registered<T: prometheus::core::Collector + Clone + 'static>(
@@ -86,6 +90,20 @@ impl ClickMetrics {
             dedup_ids: registered(
                 registry,
                 IntGauge::new("clicks_dedup_ids", "Event ids held by the dedup window"),
+            )?,
+            dedup_bytes: registered(
+                registry,
+                IntGauge::new(
+                    "clicks_dedup_bytes",
+                    "Heap bytes the dedup window's event ids hold (per-writer bitmaps)",
+                ),
+            )?,
+            dedup_overflow_ids: registered(
+                registry,
+                IntGauge::new(
+                    "clicks_dedup_overflow_ids",
+                    "Event ids of writers past the dedup window's cap (65536 engine cores a generation), held as 64-bit fingerprints",
+                ),
             )?,
         })
     }

@@ -23,7 +23,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lasthop_analytics::{early_key, Classifier, Dedup, Rollup, Rules};
+use lasthop_analytics::{early_key, Classifier, Dedup, KeyDedup, Rollup, Rules};
 use lasthop_core::click::{ClickEvent, EventId};
 use prometheus::IntCounter;
 use serde::Serialize;
@@ -223,7 +223,7 @@ struct State {
     store: Arc<RollupStore>,
     dedup: Dedup,
     /// Early-data events' keys ([`early_key`]): one counted per visitor, code and minute.
-    replays: Dedup,
+    replays: KeyDedup,
     classifier: Classifier,
     grace_ms: u64,
     archive_days: u32,
@@ -260,7 +260,7 @@ impl State {
         for (id, early) in self.unflushed.remove(&part).unwrap_or_default() {
             self.dedup.forget(id);
             if let Some(key) = early {
-                self.replays.forget_key(key);
+                self.replays.forget(key);
             }
         }
     }
@@ -332,7 +332,7 @@ impl State {
         }
         let early = early_key(e);
         if let Some(key) = early {
-            if !self.replays.first_key(key, now) {
+            if !self.replays.first(key, now) {
                 self.out.early_replay += 1;
                 return;
             }
@@ -342,7 +342,7 @@ impl State {
             // Read again after the rewind: not a duplicate then.
             self.dedup.forget(e.id);
             if let Some(key) = early {
-                self.replays.forget_key(key);
+                self.replays.forget(key);
             }
             return;
         }
@@ -450,6 +450,9 @@ pub struct RunSummary {
     pub flushes: u64,
     /// Counts by outcome.
     pub outcomes: Outcomes,
+    /// Event ids the dedup window held at the end, and the heap bytes they took.
+    pub dedup_ids: u64,
+    pub dedup_bytes: u64,
 }
 
 /// The processor.
@@ -515,7 +518,7 @@ impl Processor {
         let state = State {
             store: Arc::clone(&store),
             dedup: Dedup::new(config.dedup_ms.max(MIN_DEDUP_MS)),
-            replays: Dedup::new(config.dedup_ms.max(MIN_DEDUP_MS)),
+            replays: KeyDedup::new(config.dedup_ms.max(MIN_DEDUP_MS)),
             classifier: Classifier::new(Arc::clone(&config.rules)),
             grace_ms: config.grace_ms,
             archive_days: config.archive_days,
@@ -645,6 +648,8 @@ impl Processor {
             wall_seconds: end.duration_since(started).as_secs_f64(),
             flushes: self.flushes,
             outcomes: out,
+            dedup_ids: self.state.dedup.len() as u64,
+            dedup_bytes: self.state.dedup.bytes() as u64,
         }
     }
 
@@ -785,8 +790,13 @@ impl Processor {
         }
         let m = &self.metrics;
         m.flush_seconds.observe(started.elapsed().as_secs_f64());
+        let dedup = &self.state.dedup;
         m.dedup_ids
-            .set(i64::try_from(self.state.dedup.len()).unwrap_or(i64::MAX));
+            .set(i64::try_from(dedup.len()).unwrap_or(i64::MAX));
+        m.dedup_bytes
+            .set(i64::try_from(dedup.bytes()).unwrap_or(i64::MAX));
+        m.dedup_overflow_ids
+            .set(i64::try_from(dedup.overflow_ids()).unwrap_or(i64::MAX));
         if self.state.newest_ms > 0 {
             let lag = now_ms() - i64::try_from(self.state.newest_ms).unwrap_or(i64::MAX);
             m.lag_seconds.set(lag as f64 / 1000.0);
