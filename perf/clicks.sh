@@ -19,6 +19,13 @@
 # last one's last flush), and the classification cost per event (criterion's classify/mix).
 # Goal: >= 200,000 events/s in aggregate.
 #
+# Part 4 (opt-in: PARTS=4; SOAK seconds, default 600): `lasthop-control serve` on the embedded
+# store with its processor on the spool, one engine on its feed writing to that spool, and h2load
+# (HTTP/1.1, 8 connections at RATE/8 requests a second each; RATE default 80000) on 100 links
+# created through the API: every SOAK/10 s and at the end, the control plane's RSS and its
+# lasthop_clicks_dedup_ids/_bytes (bytes per id). Goal: the control plane under 150 MB after 600 s
+# at 80,000 events/s with the 600 s window (issue 46).
+#
 #   perf/clicks.sh           # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64 EVENTS=2000000
 #   PARTS=3 perf/clicks.sh   # part 3 alone (PARTS=1,2,3 by default)
 set -euo pipefail
@@ -66,7 +73,9 @@ start_server() { # on|off|nginx -> sets pids
 pids=()
 tansu_pid=
 ch_pid=
+soak_pids=()
 cleanup() {
+  for p in "${soak_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   stop_server
   [ -n "$tansu_pid" ] && kill "$tansu_pid" 2>/dev/null || true
   [ -n "$ch_pid" ] && kill "$ch_pid" 2>/dev/null || true
@@ -225,4 +234,54 @@ cargo bench -q -p lasthop-benches --bench clicks -- --noplot classify/mix 2>/dev
   awk '/^clicks\/classify\// { name = $1 }
     /time:/ && !/%/ { for (i = 1; i <= NF; i++) if ($i == "time:") t = i
       printf "  classification per event (criterion %s): %s %s\n", name, $(t + 3), $(t + 4) }'
+fi
+
+if part 4; then
+SOAK=${SOAK:-600}
+RATE=${RATE:-80000}
+echo
+echo "clicks part 4: serve's processor under $RATE events/s for ${SOAK}s (embedded store, spool)"
+data=$work/soak
+rm -rf "$data"
+mkdir -p "$data"
+"$BIN/lasthop-control" keygen --out "$data/key" >/dev/null
+# An operator's key: an owner's would meet the velocity hold on the 100 creates.
+key=$("$BIN/lasthop-control" apikey create --data-dir "$data" --owner soak --admin 2>/dev/null)
+api=127.0.0.1:$((PORT + 1)) edge=127.0.0.1:$((PORT + 2)) admin=127.0.0.1:$((PORT + 3))
+"$BIN/lasthop-control" serve --data-dir "$data" --key-file "$data/key" --api-listen "$api" \
+  --edge-listen "$edge" --dashboard-listen 127.0.0.1:0 --short-base "http://127.0.0.1:$PORT" \
+  >"$work/soak-control.log" 2>&1 &
+control=$!
+soak_pids+=("$control")
+for _ in $(seq 100); do [ -s "$data/edge.token" ] && curl -sf "http://$api/healthz" >/dev/null && break; sleep 0.1; done
+for i in $(seq 100); do
+  curl -sf -X POST "http://$api/v1/links" -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
+    -d "{\"long_url\":\"https://example.com/soak/$i\"}" -w '\n' | sed -n 's/.*"code":"\([^"]*\)".*/\1/p'
+done | awk -v p="$PORT" '{print "http://127.0.0.1:" p "/" $1}' >"$work/soak-urls"
+[ "$(wc -l <"$work/soak-urls")" -eq 100 ] || { echo "creating the soak links failed" >&2; exit 1; }
+"$BIN/lasthop-engine" --key-file "$data/key" --control "http://$edge" --edge-token-file "$data/edge.token" \
+  --data-dir "$data/engine" --click-spool "$data/clicks/spool" --listen "127.0.0.1:$PORT" \
+  --admin-listen "$admin" --cores 1 >"$work/soak-engine.log" 2>&1 &
+soak_pids+=($!)
+for _ in $(seq 200); do curl -sf "http://$admin/readyz" >/dev/null && break; sleep 0.1; done
+# Every link served by the engine before the load starts.
+for _ in $(seq 100); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "$(tail -1 "$work/soak-urls")")" = 302 ] && break; sleep 0.1
+done
+sample() { # label
+  local rss m
+  rss=$(awk '/^VmRSS/ {print $2}' "/proc/$control/status")
+  m=$(curl -s "http://$api/metrics")
+  echo "$m" | awk -v l="$1" -v rss="$rss" '$1 == "lasthop_clicks_dedup_ids" {n = $2} $1 == "lasthop_clicks_dedup_bytes" {b = $2}
+    $1 ~ /^lasthop_clicks_events_total/ {e += $2}
+    END {printf "  %-8s control plane RSS %4.0f MB; events %d; dedup window %d ids in %d bytes (%.3f bytes an id)\n",
+      l, rss / 1024, e, n, b, (n > 0) ? b / n : 0}'
+}
+sample start
+h2load --h1 -c 8 -t 1 --rps $((RATE / 8)) -D "$SOAK" -i "$work/soak-urls" >"$work/soak-h2load.out" 2>&1 &
+load=$!
+soak_pids+=("$load")
+for i in $(seq 10); do sleep $((SOAK / 10)); sample "$((i * SOAK / 10))s"; done
+wait "$load" || true
+awk '/^finished in/ || /^status codes:/' "$work/soak-h2load.out" | sed 's/^/  h2load: /'
 fi
