@@ -53,6 +53,8 @@ synth_links "$BIN" "$work" "$LINKS"
 nginx_conf "$work" "$PORT"
 
 hz=$(getconf CLK_TCK)
+# A number field of a one-line JSON object on stdin.
+field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 spool=$work/click-spool
 
 start_server() { # on|off|nginx -> sets pids
@@ -145,9 +147,11 @@ rm -rf "$synth_spool" "$work/processor-data"
 du -sh "$synth_spool" | awk '{print "  spool: " $1}'
 # The processor's summary, then what its dedup window's ids cost (bytes per id; the window's
 # ids as per-writer bitmaps, issue 46; a hash set of fingerprints held ~20 before).
-dedup_cost() { tee /dev/stderr | awk -F'[:,}]' '{for (i = 1; i < NF; i++) {
-  if ($i ~ /"dedup_ids"/) n = $(i + 1); if ($i ~ /"dedup_bytes"/) b = $(i + 1) }}
-  END { if (n > 0) printf "          dedup window: %d ids in %d bytes, %.3f bytes (%.2f bits) an id\n", n, b, b / n, 8 * b / n }' >&2; }
+dedup_cost() {
+  local j; j=$(cat); echo "$j"
+  awk -v n="$(echo "$j" | field dedup_ids)" -v b="$(echo "$j" | field dedup_bytes)" 'BEGIN { if (n > 0)
+    printf "          dedup window: %d ids in %d bytes, %.3f bytes (%.2f bits) an id\n", n, b, b / n, 8 * b / n }'
+}
 printf "  spool:  "
 "$BIN/lasthop-control" clicks process --data-dir "$work/processor-data" --spool "$synth_spool" --exit-when-idle \
   | dedup_cost
@@ -204,7 +208,6 @@ process() { # group store data-dir -> one JSON summary line
   "$BIN/lasthop-control" clicks process --data-dir "$3" --kafka "127.0.0.1:$KPORT" --topic "$topic" \
     --group "$1" --clicks-store "$2" --exit-when-idle 2>>"$work/ch-proc.log"
 }
-field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 rm -rf "$work"/ch-proc-* "$work/ch-proc.log"
 printf "  embedded, 1 processor:    "
 process g-embedded embedded "$work/ch-proc-e" | field events_per_sec | awk '{printf "%.0f events/s\n", $1}'
@@ -250,10 +253,10 @@ key=$("$BIN/lasthop-control" apikey create --data-dir "$data" --owner soak --adm
 api=127.0.0.1:$((PORT + 1)) edge=127.0.0.1:$((PORT + 2)) admin=127.0.0.1:$((PORT + 3))
 "$BIN/lasthop-control" serve --data-dir "$data" --key-file "$data/key" --api-listen "$api" \
   --edge-listen "$edge" --dashboard-listen 127.0.0.1:0 --short-base "http://127.0.0.1:$PORT" \
-  >"$work/soak-control.log" 2>&1 &
+  >"$work/soak-control.err" 2>&1 &
 control=$!
 soak_pids+=("$control")
-for _ in $(seq 100); do [ -s "$data/edge.token" ] && curl -sf "http://$api/healthz" >/dev/null && break; sleep 0.1; done
+wait_up soak-control "http://$api/healthz" -f
 for i in $(seq 100); do
   curl -sf -X POST "http://$api/v1/links" -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \
     -d "{\"long_url\":\"https://example.com/soak/$i\"}" -w '\n' | sed -n 's/.*"code":"\([^"]*\)".*/\1/p'
@@ -261,9 +264,9 @@ done | awk -v p="$PORT" '{print "http://127.0.0.1:" p "/" $1}' >"$work/soak-urls
 [ "$(wc -l <"$work/soak-urls")" -eq 100 ] || { echo "creating the soak links failed" >&2; exit 1; }
 "$BIN/lasthop-engine" --key-file "$data/key" --control "http://$edge" --edge-token-file "$data/edge.token" \
   --data-dir "$data/engine" --click-spool "$data/clicks/spool" --listen "127.0.0.1:$PORT" \
-  --admin-listen "$admin" --cores 1 >"$work/soak-engine.log" 2>&1 &
+  --admin-listen "$admin" --cores 1 >"$work/soak-engine.err" 2>&1 &
 soak_pids+=($!)
-for _ in $(seq 200); do curl -sf "http://$admin/readyz" >/dev/null && break; sleep 0.1; done
+wait_up soak-engine "http://$admin/readyz" -f
 # Every link served by the engine before the load starts.
 for _ in $(seq 100); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' "$(tail -1 "$work/soak-urls")")" = 302 ] && break; sleep 0.1

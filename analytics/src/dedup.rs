@@ -185,28 +185,27 @@ impl Chunk {
         }
     }
 
-    /// Removes `off`; true when the chunk is then empty.
-    fn remove(&mut self, off: u16) -> bool {
+    /// Removes `off`: whether it was there, and whether the chunk is then empty.
+    fn remove(&mut self, off: u16) -> (bool, bool) {
         match self {
             Chunk::Array(v) => {
-                if let Ok(at) = v.binary_search(&off) {
-                    v.remove(at);
-                }
-                v.is_empty()
+                let was = v.binary_search(&off).map(|at| v.remove(at)).is_ok();
+                (was, v.is_empty())
             }
             Chunk::Bits(b, n) => {
                 let (w, bit) = (usize::from(off / 64), 1u64 << (off % 64));
-                if b[w] & bit != 0 {
+                let was = b[w] & bit != 0;
+                if was {
                     b[w] &= !bit;
                     *n -= 1;
                 }
-                *n == 0
+                (was, *n == 0)
             }
             Chunk::Full => {
                 let mut bits = Box::new([u64::MAX; WORDS]);
                 bits[usize::from(off / 64)] &= !(1 << (off % 64));
                 *self = Chunk::Bits(bits, (CHUNK - 1) as u16);
-                false
+                (true, false)
             }
         }
     }
@@ -270,21 +269,19 @@ impl Set for IdSet {
     }
 
     fn remove(&mut self, id: EventId) {
-        if !self.contains(id) {
-            return;
-        }
-        self.len -= 1;
         let (nonce, at, off) = split(id);
-        match self.writers.get_mut(&nonce) {
-            Some(chunks) => {
-                if chunks.get_mut(&at).is_some_and(|c| c.remove(off)) {
+        let was = match self.writers.get_mut(&nonce) {
+            Some(chunks) => match chunks.get_mut(&at).map(|c| c.remove(off)) {
+                Some((was, true)) => {
                     chunks.remove(&at);
+                    was
                 }
-            }
-            None => {
-                self.overflow.remove(&fingerprint(id));
-            }
-        }
+                Some((was, false)) => was,
+                None => false,
+            },
+            None => self.overflow.remove(&fingerprint(id)),
+        };
+        self.len -= usize::from(was);
     }
 
     fn clear(&mut self) {

@@ -427,7 +427,7 @@ struct Conn {
     /// Our control stream, once opened; what is still to be written on it.
     control: Option<StreamId>,
     control_out: Vec<u8>,
-    /// Answers not yet taken whole by flow control: stream, bytes, how far written.
+    /// Answers not yet taken whole by flow control: stream, the bytes quinn has not taken.
     pending: Vec<(StreamId, Bytes)>,
     /// Streams with data to read.
     readable: Vec<StreamId>,
