@@ -6,7 +6,11 @@
 # run; servers pinned to CPU 0 with one core/GOMAXPROCS=1, load generators to CPU 1):
 #   h3 -m M        requests on CONNS long-lived HTTP/3 connections with M requests in flight on
 #                  each (benches/examples/h3_load.rs --mode requests: quinn + hyperium's h3),
-#                  the engine and Caddy
+#                  the engine and Caddy; in rounds (--lockstep: a connection's M requests leave
+#                  together and the next M once all M are answered), which is what h2load -m
+#                  does over TCP (its M requests in one write, their answers in one read);
+#                  LOCKSTEP=0 replaces each request as it ends, and quinn's client then sends
+#                  them 3 or 4 a datagram
 #   h2 -m M        the engine's HTTP/2 over TLS, the same URIs (h2load -c CONNS -m M, as
 #                  perf/h2.sh runs it; TLS in userspace, --no-ktls)
 #   h1 keep-alive  the engine's HTTP/1.1 keep-alive over the same TLS listener (h2load --h1 -m 1)
@@ -45,7 +49,7 @@
 #
 #   perf/h3.sh                                   # ROUNDS=3 DURATION=8 CONNS=64 M=10 NEWCONNS=64
 #   ROUNDS=1 DURATION=3 perf/h3.sh               # a quick check that it all runs
-# Env: LINKS, URLS, ROUNDS, DURATION (seconds a run), CONNS, M, NEWCONNS (handshakes in
+# Env: LINKS, URLS, ROUNDS, DURATION (seconds a run), CONNS, M, LOCKSTEP, NEWCONNS (handshakes in
 # flight), PORT (TCP and UDP, default 18473), CLICKS (the engine's --clicks, default spool as
 # perf/h2.sh runs it; `off` for the redirect alone), WORK (the links' cache). Installs
 # nghttp2-client, caddy, openssl and curl with apt-get when missing (as root; on a host that
@@ -58,6 +62,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8}
 CONNS=${CONNS:-64}
 M=${M:-10}
+LOCKSTEP=${LOCKSTEP:-1}
 NEWCONNS=${NEWCONNS:-64}
 PORT=${PORT:-18473}
 CLICKS=${CLICKS:-spool}
@@ -187,9 +192,11 @@ run_one() {
       local mode=requests conns=$CONNS
       [ "$kind" = full ] && { mode=full; conns=$NEWCONNS; }
       [ "$kind" = 0rtt ] && { mode=zero-rtt; conns=$NEWCONNS; }
+      local rounds=()
+      [ "$kind" = h3 ] && [ "$LOCKSTEP" = 1 ] && rounds=(--lockstep)
       out=$(timeout $((DURATION + 60)) taskset -c 1 "$LOAD" --addr "127.0.0.1:$PORT" --name lh.test \
-        --urls "$work/paths" --mode "$mode" --conns "$conns" --streams "$M" --secs "$DURATION" \
-        2>"$work/h3_load.err") || {
+        --urls "$work/paths" --mode "$mode" --conns "$conns" --streams "$M" "${rounds[@]}" \
+        --secs "$DURATION" 2>"$work/h3_load.err") || {
         echo "$label round $round: h3_load failed (only 3xx over h3 passes):" >&2
         echo "$out" >&2; cat "$work/h3_load.err" >&2; exit 1; }
       c1=$(cpu_of "${pids[@]}")

@@ -4,7 +4,9 @@
 //!
 //! - `requests`: CONNS long-lived connections, each with STREAMS requests in flight (h2load's
 //!   `-c`/`-m`): a finished request is replaced at once by the next `GET` of the URL list,
-//!   round-robin over all connections;
+//!   round-robin over all connections; with `--lockstep`, each connection sends its STREAMS
+//!   requests together and the next STREAMS once all are answered, as h2load `-m` does over
+//!   TCP (one write of M requests, their answers in one read), so they share datagrams;
 //! - `full`: CONNS connections in flight, each a full handshake (resumption off), one `GET`,
 //!   and a close; a finished one is replaced at once;
 //! - `zero-rtt`: the same, each connection resuming with a ticket of its slot's previous
@@ -39,12 +41,14 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -95,6 +99,10 @@ struct Args {
     /// Requests in flight per connection (`requests`).
     #[arg(long, default_value_t = 10)]
     streams: usize,
+    /// `requests` mode in rounds: each connection sends its STREAMS requests together and
+    /// waits for all their answers before the next round (what h2load `-m` does over TCP).
+    #[arg(long)]
+    lockstep: bool,
     /// Seconds of load.
     #[arg(long, default_value_t = 8)]
     secs: u64,
@@ -249,8 +257,56 @@ where
     Ok(status)
 }
 
-/// `requests` mode: one long-lived connection, `streams` requests in flight until the end.
-async fn long_lived(load: Rc<Load>, config: ClientConfig, streams: usize) {
+/// `requests --lockstep`: rounds of `streams` requests on one connection, all written in one
+/// poll of this task (so quinn's driver, woken once, sends them together), the next round once
+/// every answer of this one is in. Stops at the first failure.
+async fn rounds<T>(load: Rc<Load>, send: h3::client::SendRequest<T, Bytes>, streams: usize)
+where
+    T: h3::quic::OpenStreams<Bytes> + Clone + 'static,
+{
+    type Get = Pin<Box<dyn Future<Output = Result<http::StatusCode, Err>>>>;
+    while load.running() {
+        let mut round: Vec<Option<Get>> = (0..streams)
+            .map(|_| {
+                let mut send = send.clone();
+                let req = load.next_request();
+                Some(Box::pin(async move { get(&mut send, req).await }) as Get)
+            })
+            .collect();
+        let mut failed = false;
+        poll_fn(|cx| {
+            let mut pending = false;
+            for slot in round.iter_mut() {
+                let Some(fut) = slot else { continue };
+                match fut.as_mut().poll(cx) {
+                    Poll::Ready(Ok(status)) => {
+                        load.stats.answer(status);
+                        *slot = None;
+                    }
+                    Poll::Ready(Err(e)) => {
+                        load.stats.fail("request", e);
+                        failed = true;
+                        *slot = None;
+                    }
+                    Poll::Pending => pending = true,
+                }
+            }
+            if pending {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await;
+        if failed {
+            return;
+        }
+    }
+}
+
+/// `requests` mode: one long-lived connection, `streams` requests in flight until the end
+/// (each replaced as it finishes, or in rounds with `lockstep`).
+async fn long_lived(load: Rc<Load>, config: ClientConfig, streams: usize, lockstep: bool) {
     let connecting = match load.endpoint.connect_with(config, load.addr, &load.name) {
         Ok(c) => c,
         Err(e) => return load.stats.fail("connect", e),
@@ -265,7 +321,7 @@ async fn long_lived(load: Rc<Load>, config: ClientConfig, streams: usize) {
         Ok(h) => h,
         Err(e) => return load.stats.fail("h3 setup", e),
     };
-    let workers: Vec<_> = (0..streams)
+    let workers: Vec<_> = (0..if lockstep { 0 } else { streams })
         .map(|_| {
             let load = Rc::clone(&load);
             let mut send = send.clone();
@@ -283,9 +339,13 @@ async fn long_lived(load: Rc<Load>, config: ClientConfig, streams: usize) {
             })
         })
         .collect();
+    let lockstep = lockstep.then(|| {
+        let load = Rc::clone(&load);
+        tokio::task::spawn_local(rounds(load, send.clone(), streams))
+    });
     drop(send);
     let workers = async {
-        for w in workers {
+        for w in workers.into_iter().chain(lockstep) {
             w.await.expect("a request task");
         }
     };
@@ -466,6 +526,7 @@ fn main() {
                     load,
                     client_config(None),
                     args.streams.max(1),
+                    args.lockstep,
                 )),
                 Mode::Full => tokio::task::spawn_local(slot(load, client_config(None), None)),
                 Mode::ZeroRtt => {
