@@ -210,6 +210,13 @@ pub fn validate_alias(alias: &str) -> Result<(), AliasError> {
     }
 }
 
+/// The reserved word or profanity a name matches by the same rules as an alias, whatever its
+/// length and shape (a branded domain's label: `paypal-login`, `secure-verify`). The name is
+/// lowercased first; `-` and `_` separate its tokens.
+pub fn reserved_word(name: &str) -> Option<Reserved> {
+    find_reserved(&name.as_bytes().to_ascii_lowercase())
+}
+
 /// The best match for a lowercased alias of `[a-z0-9_-]`, if any.
 fn find_reserved(lower: &[u8]) -> Option<Reserved> {
     let lists = lists();

@@ -692,6 +692,55 @@ impl OwnerRecord {
     }
 }
 
+/// A branded short domain: who holds it, how its edge answers, whether it is suspended. The
+/// fleet's own short domain (`--short-base`) is not one: it is the default domain, held by no
+/// one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainRecord {
+    /// Lowercase ASCII, IDN labels as punycode, no trailing dot.
+    pub domain: String,
+    pub owner: String,
+    pub created_at_ms: i64,
+    /// 1 when created, one more on every write ([`Store::write_domain`] compares it).
+    pub revision: u64,
+    #[serde(default)]
+    pub settings: DomainSettings,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<DomainSuspension>,
+}
+
+/// A domain's own answers at the edge (`PATCH /v1/domains/{domain}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainSettings {
+    /// Where `GET /` on the domain redirects; `None`: the fleet's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_redirect: Option<String>,
+    /// Where a code the domain does not have redirects; `None`: the fleet's 404 page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_found_redirect: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<Hsts>,
+}
+
+/// `Strict-Transport-Security` for a domain's HTTPS answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hsts {
+    pub max_age: u32,
+    #[serde(default)]
+    pub include_subdomains: bool,
+    #[serde(default)]
+    pub preload: bool,
+}
+
+/// An admin's suspension of a domain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainSuspension {
+    pub at_ms: i64,
+    /// The admin key's public id.
+    pub by: String,
+    pub reason: String,
+}
+
 /// Flagged by the creation-velocity rule: new links are created held until an admin clears it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnerFlag {
@@ -921,6 +970,19 @@ pub trait Store: Send + Sync + 'static {
     fn put_owner(&self, record: OwnerRecord) -> Result<(), StoreError>;
     /// Every owner with a trust record, by name.
     fn owners(&self) -> Result<Vec<OwnerRecord>, StoreError>;
+    /// A branded domain's record.
+    fn domain(&self, domain: &str) -> Result<Option<DomainRecord>, StoreError>;
+    /// Every branded domain, by name.
+    fn domains(&self) -> Result<Vec<DomainRecord>, StoreError>;
+    /// Writes `record` if the stored one is at revision `expected` (`None`: none stored yet),
+    /// storing it at the next revision, and answers whether it did; a caller that lost the
+    /// race reads again. `remove` deletes the record instead (with `expected` its revision).
+    fn write_domain(
+        &self,
+        record: DomainRecord,
+        expected: Option<u64>,
+        remove: bool,
+    ) -> Result<bool, StoreError>;
     /// A secret every control plane on a shared store uses (the edge token): the one stored,
     /// or `make()`'s, stored first. `None` for a store of one process (embedded), whose secrets
     /// live in files in its data directory.

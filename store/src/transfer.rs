@@ -13,6 +13,7 @@
 //! | `code_set` | `set`, `code`: the scan queue and suspensions' takedowns | |
 //! | `report` | `report`: a report or appeal with its id and resolution | |
 //! | `owner` | `record`: an owner's flag or suspension | |
+//! | `domain` | `record`: a branded domain (owner, settings, suspension) | |
 //! | `position` | `name`, `value`: where the scanner's walks are | |
 //! | `api_key` | `id`, `hash` (SHA-256 of the secret, hex; never the secret), `owner`, `admin`, `created_at`, `revoked_at` | |
 //! | `end` | `last_seq` (the change log's head), `links`, `records` (lines between header and end) | one, last |
@@ -37,7 +38,7 @@ use std::io::{BufRead, Write};
 use lasthop_core::LinkState;
 use serde::{Deserialize, Serialize};
 
-use super::{AuditRecord, OwnerRecord, Report, StoreError};
+use super::{AuditRecord, DomainRecord, OwnerRecord, Report, StoreError};
 use crate::keys::KeyRecord;
 
 /// The header's `format`.
@@ -58,6 +59,7 @@ pub enum Record {
     CodeSet { set: String, code: String },
     Report { report: Report },
     Owner { record: OwnerRecord },
+    Domain { record: DomainRecord },
     Position { name: String, value: String },
     ApiKey(KeyLine),
     End(End),
@@ -258,9 +260,10 @@ fn section(record: &Record) -> u8 {
         Record::CodeSet { .. } => 4,
         Record::Report { .. } => 5,
         Record::Owner { .. } => 6,
-        Record::Position { .. } => 7,
-        Record::ApiKey(_) => 8,
-        Record::End(_) => 9,
+        Record::Domain { .. } => 7,
+        Record::Position { .. } => 8,
+        Record::ApiKey(_) => 9,
+        Record::End(_) => 10,
     }
 }
 
@@ -413,6 +416,7 @@ fn type_name(record: &Record) -> &'static str {
         Record::CodeSet { .. } => "code_set",
         Record::Report { .. } => "report",
         Record::Owner { .. } => "owner",
+        Record::Domain { .. } => "domain",
         Record::Position { .. } => "position",
         Record::ApiKey(_) => "api_key",
         Record::End(_) => "end",

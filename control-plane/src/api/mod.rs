@@ -7,6 +7,7 @@
 //! [`safety`] holds the trust-and-safety calls: reports, appeals, history, the review queue,
 //! owners, keys, hosts.
 
+mod domains;
 mod safety;
 
 use std::collections::HashMap;
@@ -1408,6 +1409,18 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/admin/apikeys/{id}",
             axum::routing::delete(safety::revoke_key),
+        )
+        .route("/v1/domains", post(domains::add).get(domains::list))
+        .route(
+            "/v1/domains/{domain}",
+            get(domains::get_one)
+                .patch(domains::patch)
+                .delete(domains::delete),
+        )
+        .route("/v1/admin/domains/{domain}/suspend", post(domains::suspend))
+        .route(
+            "/v1/admin/domains/{domain}/unsuspend",
+            post(domains::unsuspend),
         )
         .route("/v1/me", get(me))
         .route("/v1/resolve", post(resolve))

@@ -899,3 +899,244 @@ async fn qr_codes_of_the_short_url() {
         format!("https://lh.test/{code}")
     );
 }
+
+#[tokio::test]
+async fn branded_domains_are_added_listed_patched_suspended_and_deleted() {
+    let api = Api::new();
+    // The default domain is listed first and cannot be claimed.
+    let (s, v) = api.get("/v1/domains", &api.alice).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        v["domains"],
+        json!([{"domain": "lh.test", "owner": null, "default": true, "status": "active",
+                "certificate": null}])
+    );
+    let (s, v) = api
+        .post("/v1/domains", &api.alice, json!({"domain": "LH.test."}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("domain_taken"))
+    );
+
+    // A claim: canonical name, the caller's, pending until it has a certificate.
+    let (s, d) = api
+        .post(
+            "/v1/domains",
+            &api.alice,
+            json!({"domain": "Go.Example.COM"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{d}");
+    assert_eq!(d["domain"], "go.example.com");
+    assert_eq!(d["owner"], "alice");
+    assert_eq!(d["status"], "pending");
+    assert_eq!(d["certificate"], Value::Null);
+    assert_eq!(d["default"], false);
+    assert!(d["created_at"].as_str().unwrap().ends_with('Z'));
+    // Taken for everyone else, and for alice again.
+    for key in [&api.bob, &api.alice] {
+        let (s, v) = api
+            .post("/v1/domains", key, json!({"domain": "go.example.com"}))
+            .await;
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (StatusCode::CONFLICT, Some("domain_taken"))
+        );
+    }
+    // Names that are not branded domains, with their reasons.
+    for (raw, status, code, reason) in [
+        ("127.0.0.1", 400, "invalid_domain", "ip_address"),
+        ("co.uk", 400, "invalid_domain", "public_suffix"),
+        ("go_example.com", 400, "invalid_domain", "not_a_hostname"),
+        (
+            "paypal-login.example",
+            400,
+            "domain_reserved",
+            "brand:paypal",
+        ),
+    ] {
+        let (s, v) = api
+            .post("/v1/domains", &api.bob, json!({"domain": raw}))
+            .await;
+        assert_eq!(s.as_u16(), status, "{raw}: {v}");
+        assert_eq!(v["error"]["code"], code, "{raw}");
+        assert_eq!(v["error"]["reason"], reason, "{raw}");
+    }
+    let (s, v) = api
+        .post(
+            "/v1/domains",
+            &api.bob,
+            json!({"domain": "b.example", "owner": "alice"}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden"))
+    );
+    // An admin may add a brand's name, for any owner.
+    let (s, v) = api
+        .post(
+            "/v1/domains",
+            &api.admin,
+            json!({"domain": "paypal-login.example", "owner": "bob"}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["owner"].as_str()),
+        (StatusCode::CREATED, Some("bob")),
+        "{v}"
+    );
+
+    // Each owner sees its own; an admin sees all, or one owner's.
+    let names = |v: &Value| -> Vec<String> {
+        v["domains"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["domain"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (_, v) = api.get("/v1/domains", &api.alice).await;
+    assert_eq!(names(&v), ["lh.test", "go.example.com"]);
+    let (_, v) = api.get("/v1/domains", &api.bob).await;
+    assert_eq!(names(&v), ["lh.test", "paypal-login.example"]);
+    let (_, v) = api.get("/v1/domains", &api.admin).await;
+    assert_eq!(
+        names(&v),
+        ["lh.test", "go.example.com", "paypal-login.example"]
+    );
+    let (_, v) = api.get("/v1/domains?owner=bob", &api.admin).await;
+    assert_eq!(names(&v), ["lh.test", "paypal-login.example"]);
+    let (s, _) = api.get("/v1/domains?owner=bob", &api.alice).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _) = api.get("/v1/domains/go.example.com", &api.bob).await;
+    assert_eq!(
+        s,
+        StatusCode::NOT_FOUND,
+        "another owner's domain is not found"
+    );
+    let (s, v) = api.get("/v1/domains/GO.example.com", &api.alice).await;
+    assert_eq!(
+        (s, v["domain"].as_str()),
+        (StatusCode::OK, Some("go.example.com"))
+    );
+
+    // Settings: absent fields stay, null clears, destinations are checked like links'.
+    let patch = |key: &str, body: Value| {
+        let body = body.to_string();
+        let key = key.to_string();
+        let api = &api;
+        async move { send_json(api, "PATCH", "/v1/domains/go.example.com", &key, &body).await }
+    };
+    let (s, v) = patch(
+        &api.alice,
+        json!({"root_redirect": "https://Example.com/home",
+               "hsts": {"max_age": 31536000, "include_subdomains": true, "preload": true}}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["settings"]["root_redirect"], "https://example.com/home");
+    assert_eq!(v["settings"]["hsts"]["preload"], true);
+    let (s, v) = patch(
+        &api.alice,
+        json!({"not_found_redirect": "https://example.com/404"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        v["settings"]["root_redirect"], "https://example.com/home",
+        "kept"
+    );
+    assert_eq!(
+        v["settings"]["not_found_redirect"],
+        "https://example.com/404"
+    );
+    let (s, v) = patch(&api.alice, json!({"root_redirect": null, "hsts": null})).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["settings"]["root_redirect"], Value::Null);
+    assert_eq!(v["settings"]["hsts"], Value::Null);
+    let (s, v) = patch(
+        &api.alice,
+        json!({"hsts": {"max_age": 300, "preload": true}}),
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_hsts"))
+    );
+    let (s, v) = patch(&api.alice, json!({"root_redirect": "ftp://example.com/"})).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let (s, v) = patch(&api.alice, json!({"colour": "red"})).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_field"))
+    );
+    let (s, _) = patch(&api.bob, json!({"root_redirect": null})).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // A suspension: admins only; the owner can then neither change nor delete it.
+    let (s, _) = api
+        .post(
+            "/v1/admin/domains/go.example.com/suspend",
+            &api.alice,
+            json!({"reason": "x"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, v) = api
+        .post(
+            "/v1/admin/domains/go.example.com/suspend",
+            &api.admin,
+            json!({"reason": "phishing reports"}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["status"].as_str()),
+        (StatusCode::OK, Some("suspended")),
+        "{v}"
+    );
+    assert_eq!(v["suspension"]["reason"], "phishing reports");
+    let (s, v) = patch(&api.alice, json!({"root_redirect": null})).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("domain_suspended"))
+    );
+    let (s, v) = send_json(&api, "DELETE", "/v1/domains/go.example.com", &api.alice, "").await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("domain_suspended"))
+    );
+    let (s, v) = api
+        .post(
+            "/v1/admin/domains/go.example.com/unsuspend",
+            &api.admin,
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["status"].as_str()),
+        (StatusCode::OK, Some("pending")),
+        "{v}"
+    );
+    let (s, _) = api
+        .post(
+            "/v1/admin/domains/none.example/suspend",
+            &api.admin,
+            json!({"reason": "x"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // Deleted by its owner (not by another), then free to claim again.
+    let (s, _) = send_json(&api, "DELETE", "/v1/domains/go.example.com", &api.bob, "").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = send_json(&api, "DELETE", "/v1/domains/go.example.com", &api.alice, "").await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = api.get("/v1/domains/go.example.com", &api.alice).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = api
+        .post("/v1/domains", &api.bob, json!({"domain": "go.example.com"}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+}

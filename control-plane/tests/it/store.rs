@@ -8,8 +8,9 @@ use std::sync::Arc;
 use lasthop_control::store::embedded::{EmbeddedStore, EmbeddedStoreConfig};
 use lasthop_control::store::postgres::{PgStore, PgStoreConfig};
 use lasthop_control::store::{
-    Actor, Batch, BatchUpdate, CreateOutcome, CreateRequest, DeleteOutcome, OwnerRecord, Report,
-    ReportFilter, ReportKind, Resolution, StateUpdate, Store, Verdict,
+    Actor, Batch, BatchUpdate, CreateOutcome, CreateRequest, DeleteOutcome, DomainRecord,
+    DomainSettings, DomainSuspension, Hsts, OwnerRecord, Report, ReportFilter, ReportKind,
+    Resolution, StateUpdate, Store, Verdict,
 };
 use lasthop_core::feed::DenyKind;
 use lasthop_core::{Change, CodeScheme, LinkState, PermutationKey};
@@ -116,6 +117,7 @@ suite!(
     owners_pages_and_consistent_reads,
     api_keys_are_seen_by_every_reader_and_revocations_at_once,
     replicated_pages_apply_once_and_never_loop,
+    domains_are_claimed_once_and_written_by_revision,
 );
 
 impl Backend {
@@ -1062,4 +1064,75 @@ fn replicated_pages_apply_once_and_never_loop(backend: &Backend) {
         matches!(&own[..], [OwnChange { change: Change::LinkCreated { link, .. }, .. }] if link.code == last)
     );
     store.shutdown().unwrap();
+}
+
+fn domain(name: &str, owner: &str) -> DomainRecord {
+    DomainRecord {
+        domain: name.into(),
+        owner: owner.into(),
+        created_at_ms: 1_700_000_000_000,
+        revision: 0,
+        settings: DomainSettings::default(),
+        suspended: None,
+    }
+}
+
+fn domains_are_claimed_once_and_written_by_revision(backend: &Backend) {
+    let store = backend.open();
+    assert_eq!(store.domain("go.example.com").unwrap(), None);
+    assert!(store.domains().unwrap().is_empty());
+    // A claim succeeds once; a second claim (another owner's or the same) finds it taken.
+    assert!(store
+        .write_domain(domain("go.example.com", "alice"), None, false)
+        .unwrap());
+    assert!(!store
+        .write_domain(domain("go.example.com", "bob"), None, false)
+        .unwrap());
+    assert!(store
+        .write_domain(domain("b.example", "bob"), None, false)
+        .unwrap());
+    let stored = store.domain("go.example.com").unwrap().unwrap();
+    assert_eq!((stored.owner.as_str(), stored.revision), ("alice", 1));
+    // A write at the stored revision goes in and moves it on; one at a stale revision does not.
+    let mut changed = stored.clone();
+    changed.settings.hsts = Some(Hsts {
+        max_age: 300,
+        include_subdomains: false,
+        preload: false,
+    });
+    changed.suspended = Some(DomainSuspension {
+        at_ms: 5,
+        by: "lhk_ops".into(),
+        reason: "phishing".into(),
+    });
+    assert!(store.write_domain(changed.clone(), Some(1), false).unwrap());
+    let mut stale = stored.clone();
+    stale.settings.root_redirect = Some("https://example.com/".into());
+    assert!(!store.write_domain(stale, Some(1), false).unwrap());
+    let now = store.domain("go.example.com").unwrap().unwrap();
+    assert_eq!(now.revision, 2);
+    assert_eq!(now.settings, changed.settings);
+    assert_eq!(now.suspended, changed.suspended);
+    // A write to a record that is not there is refused; so is a removal at a stale revision.
+    assert!(!store
+        .write_domain(domain("none.example", "alice"), Some(1), false)
+        .unwrap());
+    assert!(!store.write_domain(now.clone(), Some(1), true).unwrap());
+    // Listed by name, and kept across a reopen.
+    store.shutdown().unwrap();
+    drop(store);
+    let store = backend.open();
+    let names: Vec<String> = store
+        .domains()
+        .unwrap()
+        .into_iter()
+        .map(|d| d.domain)
+        .collect();
+    assert_eq!(names, ["b.example", "go.example.com"]);
+    assert!(store.write_domain(now, Some(2), true).unwrap());
+    assert_eq!(store.domain("go.example.com").unwrap(), None);
+    // Removed, the name can be claimed again.
+    assert!(store
+        .write_domain(domain("go.example.com", "bob"), None, false)
+        .unwrap());
 }

@@ -160,6 +160,38 @@ fn export_and_import_move_the_record_between_backends_exactly() {
     )
     .unwrap();
     assert_eq!(status, 204);
+    // Branded domains, with settings and a suspension.
+    let (status, body) = post(
+        &server.url("/v1/domains"),
+        &site.api_key,
+        r#"{"domain":"go.example.com"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = call(
+        "PATCH",
+        &server.url("/v1/domains/go.example.com"),
+        Some(&site.api_key),
+        Some(r#"{"root_redirect":"https://example.com/","hsts":{"max_age":600}}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post(
+        &server.url("/v1/domains"),
+        &admin,
+        r#"{"domain":"b.example","owner":"bob"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = post(
+        &server.url("/v1/admin/domains/b.example/suspend"),
+        &admin,
+        r#"{"reason":"spam run"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let domains = |cp: &crate::harness::Server| {
+        call("GET", &cp.url("/v1/domains"), Some(&admin), None).unwrap()
+    };
+    let domains_before = domains(&server);
+    assert_eq!(domains_before.0, 200);
     codes.push("bobs-alias".to_string());
     let before = view(&server, &codes, &admin, &site.api_key);
     let shown = before.iter().filter(|(status, _)| *status == 200).count();
@@ -238,7 +270,7 @@ fn export_and_import_move_the_record_between_backends_exactly() {
         .map(|l| json(l)["type"].as_str().unwrap().to_string())
         .collect();
     for kind in [
-        "counter", "link", "audit", "code_set", "report", "owner", "api_key", "end",
+        "counter", "link", "audit", "code_set", "report", "owner", "domain", "api_key", "end",
     ] {
         assert!(kinds.contains(kind), "no {kind} line in {a_lines:#?}");
     }
@@ -257,6 +289,7 @@ fn export_and_import_move_the_record_between_backends_exactly() {
     site.store = Some(url.clone());
     let cp = site.start_in("pg", &["--scanner", "off"]);
     assert_eq!(view(&cp, &codes, &admin, &site.api_key), before);
+    assert_eq!(domains(&cp), domains_before);
     let (status, body) = call("GET", &cp.url("/v1/links"), Some(&bob), None).unwrap();
     assert_eq!(status, 401, "bob is suspended: {body}");
     let (status, _) = call("GET", &cp.url("/v1/links"), Some(&gone), None).unwrap();

@@ -29,7 +29,8 @@
 //! scan; each entry carries the hash of the URL's match key, so a URL entry is checked without
 //! reading links; written and erased with the link), `audit` (append-only, per link),
 //! `code_sets` (the pending-scan queue, suspensions' takedowns), `reports` and `reports_open`,
-//! and `owners` (velocity flags, suspensions). The trust tables are keyed by the record key
+//! and `owners` (velocity flags, suspensions); `domains` (a branded domain's name → its
+//! record, written by revision: `Store::write_domain`). The trust tables are keyed by the record key
 //! too, not the code, so a group commit of new links appends to them in counter order rather
 //! than dirtying one random leaf per link (which halved creates/s when they were keyed by code).
 //!
@@ -56,8 +57,8 @@ use tokio::sync::watch;
 
 use super::{
     Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest, DeleteOutcome,
-    HostEntry, HostPage, LinkPage, OwnChange, OwnerRecord, ReplicateOutcome, Replicated, Report,
-    ReportFilter, ReportPage, Resolution, Store, StoreError, StoredLink,
+    DomainRecord, HostEntry, HostPage, LinkPage, OwnChange, OwnerRecord, ReplicateOutcome,
+    Replicated, Report, ReportFilter, ReportPage, Resolution, Store, StoreError, StoredLink,
 };
 use crate::corrupt;
 use writer::{Op, Reply, Writer};
@@ -84,6 +85,8 @@ const CODE_SETS: TableDefinition<(&str, &[u8]), &str> = TableDefinition::new("co
 const REPORTS: TableDefinition<u64, &[u8]> = TableDefinition::new("reports");
 const REPORTS_OPEN: TableDefinition<u64, ()> = TableDefinition::new("reports_open");
 const OWNERS: TableDefinition<&str, &[u8]> = TableDefinition::new("owners");
+/// Branded domains: name → DomainRecord JSON.
+const DOMAINS: TableDefinition<&str, &[u8]> = TableDefinition::new("domains");
 /// name → position of a background walk ([`Store::position`]).
 const POSITIONS: TableDefinition<&str, &str> = TableDefinition::new("positions");
 /// Change-log entries another region originated (replicated here): sequence → that region.
@@ -217,6 +220,7 @@ impl EmbeddedStore {
                 txn.open_table(REPORTS).map_err(storage)?;
                 txn.open_table(REPORTS_OPEN).map_err(storage)?;
                 txn.open_table(OWNERS).map_err(storage)?;
+                txn.open_table(DOMAINS).map_err(storage)?;
                 txn.open_table(POSITIONS).map_err(storage)?;
                 txn.open_table(ORIGINS).map_err(storage)?;
                 let mut hosts = txn.open_table(DEST_HOSTS).map_err(storage)?;
@@ -807,6 +811,39 @@ impl Store for EmbeddedStore {
         Ok(out)
     }
 
+    fn domain(&self, domain: &str) -> Result<Option<DomainRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let domains = txn.open_table(DOMAINS).map_err(storage)?;
+        let raw = domains.get(domain).map_err(storage)?;
+        raw.map(|r| serde_json::from_slice(r.value()).map_err(|e| corrupt("domains", e)))
+            .transpose()
+    }
+
+    fn domains(&self) -> Result<Vec<DomainRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let domains = txn.open_table(DOMAINS).map_err(storage)?;
+        let mut out = Vec::new();
+        for item in domains.iter().map_err(storage)? {
+            let (_, v) = item.map_err(storage)?;
+            out.push(serde_json::from_slice(v.value()).map_err(|e| corrupt("domains", e))?);
+        }
+        Ok(out)
+    }
+
+    fn write_domain(
+        &self,
+        record: DomainRecord,
+        expected: Option<u64>,
+        remove: bool,
+    ) -> Result<bool, StoreError> {
+        self.submit(|reply| Op::WriteDomain {
+            record: Box::new(record),
+            expected,
+            remove,
+            reply,
+        })
+    }
+
     fn find_text(&self, needle: &str) -> Result<Vec<(String, u64)>, StoreError> {
         let needle = needle.as_bytes();
         let has = |b: &[u8]| !needle.is_empty() && b.windows(needle.len()).any(|w| w == needle);
@@ -1036,6 +1073,7 @@ struct Tables<'t> {
     reports: Table<'t, u64, &'static [u8]>,
     reports_open: Table<'t, u64, ()>,
     owners: Table<'t, &'static str, &'static [u8]>,
+    domains: Table<'t, &'static str, &'static [u8]>,
     positions: Table<'t, &'static str, &'static str>,
     origins: Table<'t, u64, u32>,
 }
@@ -1058,6 +1096,7 @@ impl<'t> Tables<'t> {
             reports: txn.open_table(REPORTS).map_err(storage)?,
             reports_open: txn.open_table(REPORTS_OPEN).map_err(storage)?,
             owners: txn.open_table(OWNERS).map_err(storage)?,
+            domains: txn.open_table(DOMAINS).map_err(storage)?,
             positions: txn.open_table(POSITIONS).map_err(storage)?,
             origins: txn.open_table(ORIGINS).map_err(storage)?,
         })

@@ -9,12 +9,12 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 
 use super::{
     audit_key, corrupt, index_destination, owner_prefix, record_key, storage, EmbeddedStore,
-    EmbeddedStoreConfig, LinkRow, RowSeq, Tables, AUDIT, CHANGES, CODE_SETS, COUNTER_PREFIX, LINKS,
-    META, META_AUDIT_NEXT, META_DEST_INDEX, META_KEY_ID, META_REPORT_NEXT, OWNERS, OWNER_LINKS,
-    POSITIONS, REPORTS, STATES,
+    EmbeddedStoreConfig, LinkRow, RowSeq, Tables, AUDIT, CHANGES, CODE_SETS, COUNTER_PREFIX,
+    DOMAINS, LINKS, META, META_AUDIT_NEXT, META_DEST_INDEX, META_KEY_ID, META_REPORT_NEXT, OWNERS,
+    OWNER_LINKS, POSITIONS, REPORTS, STATES,
 };
 use crate::transfer::{AuditLine, Imported, LinkRecord, Reader, Record};
-use crate::{OwnerRecord, Report, StoreError};
+use crate::{DomainRecord, OwnerRecord, Report, StoreError};
 
 /// Records written per intermediate transaction (not fsynced; the last one is).
 const CHUNK: usize = 20_000;
@@ -107,6 +107,13 @@ pub(super) fn export(
         let record: OwnerRecord =
             serde_json::from_slice(v.value()).map_err(|e| corrupt("owners", e))?;
         out(Record::Owner { record })?;
+    }
+    let domains = txn.open_table(DOMAINS).map_err(storage)?;
+    for item in domains.iter().map_err(storage)? {
+        let (_, v) = item.map_err(storage)?;
+        let record: DomainRecord =
+            serde_json::from_slice(v.value()).map_err(|e| corrupt("domains", e))?;
+        out(Record::Domain { record })?;
     }
     let positions = txn.open_table(POSITIONS).map_err(storage)?;
     for item in positions.iter().map_err(storage)? {
@@ -336,6 +343,13 @@ fn write_all<R: BufRead>(
                     }
                     Record::Owner { record } => {
                         super::writer::apply_put_owner(&mut t, &record)?;
+                        done.other += 1;
+                    }
+                    Record::Domain { record } => {
+                        let json = serde_json::to_vec(&record)?;
+                        t.domains
+                            .insert(record.domain.as_str(), json.as_slice())
+                            .map_err(storage)?;
                         done.other += 1;
                     }
                     Record::Position { name, value } => {

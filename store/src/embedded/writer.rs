@@ -25,7 +25,8 @@ use super::{
 use crate::replica::{self, Replica};
 use crate::{
     corrupt, Actor, AuditRecord, Batch, BatchResult, CreateOutcome, CreateRequest, DeleteOutcome,
-    Origin, OwnerRecord, ReplicateOutcome, Replicated, Report, Resolution, StoreError, StoredLink,
+    DomainRecord, Origin, OwnerRecord, ReplicateOutcome, Replicated, Report, Resolution,
+    StoreError, StoredLink,
 };
 
 /// Idempotency records purged per commit, so a purge never makes one batch slow.
@@ -49,6 +50,12 @@ pub(super) enum Op {
         reply: Reply<Option<Result<Report, Report>>>,
     },
     PutOwner(Box<OwnerRecord>, Reply<()>),
+    WriteDomain {
+        record: Box<DomainRecord>,
+        expected: Option<u64>,
+        remove: bool,
+        reply: Reply<bool>,
+    },
     Replicate(Box<Replicated>, Reply<ReplicateOutcome>),
     Shutdown(Reply<()>),
 }
@@ -215,6 +222,15 @@ impl Writer {
                         }
                         Op::PutOwner(record, reply) => {
                             let outcome = apply_put_owner(&mut t, &record);
+                            finishes.push(finish(reply, outcome));
+                        }
+                        Op::WriteDomain {
+                            record,
+                            expected,
+                            remove,
+                            reply,
+                        } => {
+                            let outcome = apply_write_domain(&mut t, *record, expected, remove);
                             finishes.push(finish(reply, outcome));
                         }
                         Op::Replicate(page, reply) => {
@@ -822,6 +838,36 @@ fn apply_resolve_report(
 }
 
 /// Writes an owner's trust record, or removes it when it holds nothing (also used by import).
+/// [`crate::Store::write_domain`] inside the batch's transaction.
+fn apply_write_domain(
+    t: &mut Tables<'_>,
+    mut record: DomainRecord,
+    expected: Option<u64>,
+    remove: bool,
+) -> Result<bool, StoreError> {
+    let stored = match t.domains.get(record.domain.as_str()).map_err(storage)? {
+        Some(raw) => Some(
+            serde_json::from_slice::<DomainRecord>(raw.value())
+                .map_err(|e| corrupt("domains", e))?
+                .revision,
+        ),
+        None => None,
+    };
+    if stored != expected {
+        return Ok(false);
+    }
+    if remove {
+        t.domains.remove(record.domain.as_str()).map_err(storage)?;
+    } else {
+        record.revision = expected.unwrap_or(0) + 1;
+        let json = serde_json::to_vec(&record)?;
+        t.domains
+            .insert(record.domain.as_str(), json.as_slice())
+            .map_err(storage)?;
+    }
+    Ok(true)
+}
+
 pub(super) fn apply_put_owner(t: &mut Tables<'_>, record: &OwnerRecord) -> Result<(), StoreError> {
     if record.flagged.is_none() && record.suspended.is_none() && record.unsuspended_at_ms.is_none()
     {

@@ -45,8 +45,8 @@ pub use schema::{migrate, MIGRATIONS};
 
 use super::{
     Actor, AuditRecord, Batch, BatchResult, CodePage, CreateOutcome, CreateRequest, DeleteOutcome,
-    HostEntry, HostPage, LinkPage, OwnChange, OwnerRecord, ReplicateOutcome, Replicated, Report,
-    ReportFilter, ReportPage, Resolution, Store, StoreError, StoredLink,
+    DomainRecord, HostEntry, HostPage, LinkPage, OwnChange, OwnerRecord, ReplicateOutcome,
+    Replicated, Report, ReportFilter, ReportPage, Resolution, Store, StoreError, StoredLink,
 };
 pub(crate) use crate::corrupt;
 use writer::{Op, Writer};
@@ -1107,6 +1107,79 @@ impl Store for PgStore {
                     serde_json::from_str(&text).map_err(|e| corrupt("owners", e))
                 })
                 .collect()
+        })
+    }
+
+    fn domain(&self, domain: &str) -> Result<Option<DomainRecord>, StoreError> {
+        let domain = domain.to_string();
+        self.with_client(move |c| async move {
+            let row = c
+                .query_opt("SELECT record FROM domains WHERE domain = $1", &[&domain])
+                .await
+                .map_err(pg)?;
+            row.map(|r| {
+                let text: String = r.get(0);
+                serde_json::from_str(&text).map_err(|e| corrupt("domains", e))
+            })
+            .transpose()
+        })
+    }
+
+    fn domains(&self) -> Result<Vec<DomainRecord>, StoreError> {
+        self.with_client(move |c| async move {
+            let rows = c
+                .query("SELECT record FROM domains ORDER BY domain", &[])
+                .await
+                .map_err(pg)?;
+            rows.iter()
+                .map(|r| {
+                    let text: String = r.get(0);
+                    serde_json::from_str(&text).map_err(|e| corrupt("domains", e))
+                })
+                .collect()
+        })
+    }
+
+    fn write_domain(
+        &self,
+        mut record: DomainRecord,
+        expected: Option<u64>,
+        remove: bool,
+    ) -> Result<bool, StoreError> {
+        let revision = |r: u64| i64::try_from(r).map_err(|_| corrupt("domains", "revision"));
+        let expected = expected.map(revision).transpose()?;
+        record.revision = u64::try_from(expected.unwrap_or(0)).unwrap_or(0) + 1;
+        let next = revision(record.revision)?;
+        let text = serde_json::to_string(&record)?;
+        self.with_client(move |c| async move {
+            // One statement each, so the comparison and the write are one atomic step.
+            let n = match (expected, remove) {
+                (None, true) => 0,
+                (None, false) => c
+                    .execute(
+                        "INSERT INTO domains (domain, revision, record) VALUES ($1, $2, $3) \
+                         ON CONFLICT (domain) DO NOTHING",
+                        &[&record.domain, &next, &text],
+                    )
+                    .await
+                    .map_err(pg)?,
+                (Some(rev), false) => c
+                    .execute(
+                        "UPDATE domains SET revision = $2, record = $3 \
+                         WHERE domain = $1 AND revision = $4",
+                        &[&record.domain, &next, &text, &rev],
+                    )
+                    .await
+                    .map_err(pg)?,
+                (Some(rev), true) => c
+                    .execute(
+                        "DELETE FROM domains WHERE domain = $1 AND revision = $2",
+                        &[&record.domain, &rev],
+                    )
+                    .await
+                    .map_err(pg)?,
+            };
+            Ok(n == 1)
         })
     }
 

@@ -144,6 +144,19 @@ CREATE TABLE change_origins (
 );
 "#,
     ),
+    (
+        4,
+        "branded domains",
+        r#"
+-- A branded domain's record (owner, settings, suspension) as JSON; `revision` is the record's
+-- own, compared by every write (`Store::write_domain`).
+CREATE TABLE domains (
+    domain   text COLLATE "C" PRIMARY KEY,
+    revision bigint NOT NULL,
+    record   text NOT NULL
+);
+"#,
+    ),
 ];
 
 /// Applies every migration the database has not had yet; returns how many ran.

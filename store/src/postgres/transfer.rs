@@ -17,7 +17,7 @@ use super::{
     LINK_COLUMNS,
 };
 use crate::transfer::{AuditLine, Imported, KeyLine, LinkRecord, Reader, Record};
-use crate::{AuditRecord, OwnerRecord, Report, StoreError};
+use crate::{AuditRecord, DomainRecord, OwnerRecord, Report, StoreError};
 
 /// Records written per batch of statements.
 const PAGE: i32 = 2048;
@@ -43,7 +43,7 @@ pub(super) fn export(
             let _ = seq_tx.send(seq);
             type Convert<'a> =
                 &'a (dyn Fn(&tokio_postgres::Row) -> Result<Record, StoreError> + Sync);
-            let queries: [(&str, Convert<'_>); 8] = [
+            let queries: [(&str, Convert<'_>); 9] = [
                 ("SELECT region, next FROM counters ORDER BY region", &|r| {
                     let region: i32 = r.get(0);
                     let next: i64 = r.get(1);
@@ -83,6 +83,10 @@ pub(super) fn export(
                 ("SELECT record FROM owners ORDER BY owner", &|r| {
                     let record: OwnerRecord = parse("owners", r.get(0))?;
                     Ok(Record::Owner { record })
+                }),
+                ("SELECT record FROM domains ORDER BY domain", &|r| {
+                    let record: DomainRecord = parse("domains", r.get(0))?;
+                    Ok(Record::Domain { record })
                 }),
                 ("SELECT name, value FROM positions ORDER BY name", &|r| {
                     Ok(Record::Position {
@@ -380,6 +384,16 @@ impl ImportState {
                         .await
                         .map_err(pg)?;
                     }
+                    self.done.other += 1;
+                }
+                Record::Domain { record } => {
+                    let revision = i64_of(record.revision)?;
+                    txn.execute(
+                        "INSERT INTO domains (domain, revision, record) VALUES ($1, $2, $3)",
+                        &[&record.domain, &revision, &json(&record)?],
+                    )
+                    .await
+                    .map_err(pg)?;
                     self.done.other += 1;
                 }
                 Record::Position { name, value } => {

@@ -1,0 +1,587 @@
+//! Branded domains (README "API"): `POST`, `GET`, `PATCH` and `DELETE` on
+//! `/v1/domains`, and an admin's suspension.
+//!
+//! A domain is held by one owner; the fleet's own short domain (`--short-base`'s host) is the
+//! default domain, held by no one, listed first and never claimed. A name is refused unless it
+//! is a host name of letters, digits and hyphens (IDN labels as punycode) under a registrable
+//! domain of the Public Suffix List; an owner's name is refused too when a label before its
+//! public suffix reads as a brand, staff or phishing bait (the alias lists,
+//! `lasthop_core::alias`) or as an IDN look-alike (the scanner's heuristics): an admin may add
+//! those for the brand's owner. Every write compares the record's revision, so two writers
+//! never lose each other's change.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use lasthop_core::alias::Section;
+use lasthop_trust::heuristics::{Heuristics, Signal};
+use lasthop_trust::CanonicalHost;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{
+    blocking, checked_destination, checked_reason, parse_json, present, read_body, require_admin,
+    ApiError, AppState, Auth,
+};
+use crate::auth::Principal;
+use crate::clock::{now_ms, rfc3339};
+use crate::store::{DomainRecord, DomainSettings, DomainSuspension, Hsts, Store};
+
+/// Longest `max-age` a domain's HSTS may ask for: two years, as browsers cap it.
+pub const HSTS_MAX_AGE_MAX: u32 = 63_072_000;
+/// Shortest `max-age` the HSTS preload list accepts (hstspreload.org): one year.
+pub const HSTS_PRELOAD_MIN: u32 = 31_536_000;
+/// Writes retried when another writer changed the record in between.
+const WRITE_TRIES: usize = 8;
+
+/// Why a name cannot be a branded domain: 400 `invalid_domain` with this reason.
+fn invalid(reason: &'static str, message: &str) -> ApiError {
+    ApiError::bad("invalid_domain", message).with_reason(reason)
+}
+
+/// `raw` as a branded domain's canonical name (lowercase, IDN as punycode, no trailing dot),
+/// or why not. `admin` skips the reserved-word and look-alike rules.
+pub(crate) fn checked_domain(raw: &str, admin: bool) -> Result<String, ApiError> {
+    let host = CanonicalHost::parse(raw).map_err(|_| {
+        invalid(
+            "not_a_hostname",
+            "domain must be a host name such as go.example.com",
+        )
+    })?;
+    let Some(name) = host.as_domain() else {
+        return Err(invalid(
+            "ip_address",
+            "domain must be a name, not an IP address",
+        ));
+    };
+    let ldh = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if !name.split('.').all(ldh) {
+        return Err(invalid(
+            "not_a_hostname",
+            "each label of a domain is 1-63 letters, digits or hyphens, not starting or ending \
+             with a hyphen",
+        ));
+    }
+    if host.is_public_suffix() || host.labels() < 2 {
+        return Err(invalid(
+            "public_suffix",
+            "domain is a public suffix (a TLD or a registry such as co.uk): use a name under it",
+        ));
+    }
+    let Some(registrable) = host.registrable_domain() else {
+        return Err(invalid(
+            "public_suffix",
+            "domain has no registrable name under its public suffix",
+        ));
+    };
+    if !admin {
+        let suffix_labels = registrable.split('.').count() - 1;
+        let labels: Vec<&str> = name.split('.').collect();
+        for label in &labels[..labels.len() - suffix_labels] {
+            if let Some(hit) = lasthop_core::alias::reserved_word(label) {
+                if !matches!(hit.section(), Section::Route) {
+                    return Err(ApiError::bad(
+                        "domain_reserved",
+                        "this domain's name reads as a brand, staff, phishing bait or a blocked \
+                         word; an admin can add it for its owner",
+                    )
+                    .with_reason(hit.reason()));
+                }
+            }
+        }
+        let url = url::Url::parse(&format!("https://{name}/")).map_err(|_| {
+            invalid(
+                "not_a_hostname",
+                "domain must be a host name such as go.example.com",
+            )
+        })?;
+        if let Some(dest) = lasthop_trust::Destination::of_url(&url) {
+            let signal = heuristics().check(&url, &dest).into_iter().find(|s| {
+                matches!(
+                    s,
+                    Signal::LookalikeIdn { .. }
+                        | Signal::MixedScript
+                        | Signal::BrandInSubdomain { .. }
+                )
+            });
+            if let Some(signal) = signal {
+                return Err(ApiError::bad(
+                    "domain_reserved",
+                    "this domain's name looks like a brand's; an admin can add it for its owner",
+                )
+                .with_reason(signal.reason()));
+            }
+        }
+    }
+    Ok(name.to_string())
+}
+
+fn heuristics() -> &'static Heuristics {
+    static H: OnceLock<Heuristics> = OnceLock::new();
+    H.get_or_init(|| Heuristics::new(lasthop_core::alias::brands().iter().copied()))
+}
+
+/// The default domain: `--short-base`'s host.
+pub(crate) fn default_domain(state: &AppState) -> Option<String> {
+    let base = url::Url::parse(&state.0.config.short_base).ok()?;
+    CanonicalHost::from_host(&base.host()?).map(|h| h.name())
+}
+
+/// `pending` until the domain has a certificate (none can be stored yet: the certificate calls
+/// come next), `suspended` while an admin's suspension lasts.
+fn status(r: &DomainRecord) -> &'static str {
+    if r.suspended.is_some() {
+        "suspended"
+    } else {
+        "pending"
+    }
+}
+
+fn domain_json(r: &DomainRecord) -> serde_json::Value {
+    json!({
+        "domain": r.domain,
+        "owner": r.owner,
+        "default": false,
+        "status": status(r),
+        "certificate": null,
+        "created_at": rfc3339(r.created_at_ms),
+        "settings": settings_json(&r.settings),
+        "suspension": r.suspended.as_ref().map(|s| json!({
+            "at": rfc3339(s.at_ms),
+            "by": s.by,
+            "reason": s.reason,
+        })),
+    })
+}
+
+fn settings_json(s: &DomainSettings) -> serde_json::Value {
+    json!({
+        "root_redirect": s.root_redirect,
+        "not_found_redirect": s.not_found_redirect,
+        "hsts": s.hsts.map(|h| json!({
+            "max_age": h.max_age,
+            "include_subdomains": h.include_subdomains,
+            "preload": h.preload,
+        })),
+    })
+}
+
+fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such domain")
+}
+
+fn taken() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "domain_taken",
+        "this domain is already in use",
+    )
+}
+
+fn suspended() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "domain_suspended",
+        "this domain is suspended; only an admin can change it",
+    )
+}
+
+/// The domain `who` may see: its own, or any for an admin; 404 otherwise (and for a name that
+/// is not even a valid domain: nothing by that name exists).
+async fn fetch_visible(
+    state: &AppState,
+    who: &Principal,
+    raw: &str,
+) -> Result<DomainRecord, ApiError> {
+    let name = checked_domain(raw, true).map_err(|_| not_found())?;
+    let store = Arc::clone(&state.0.store);
+    let record = blocking(move || store.domain(&name))
+        .await?
+        .ok_or_else(not_found)?;
+    if record.owner != who.owner && !who.admin {
+        return Err(not_found());
+    }
+    Ok(record)
+}
+
+/// Reads `domain`, applies `change` and writes it back at the next revision, again from a
+/// fresh read when another writer came in between. `change` may refuse (its error is the
+/// answer); `Ok(None)` from the store's side: the record is gone.
+fn update(
+    store: &dyn Store,
+    domain: &str,
+    change: &dyn Fn(&mut DomainRecord) -> Result<(), ApiError>,
+) -> Result<DomainRecord, ApiError> {
+    for _ in 0..WRITE_TRIES {
+        let Some(mut record) = store.domain(domain)? else {
+            return Err(not_found());
+        };
+        let expected = record.revision;
+        change(&mut record)?;
+        if store.write_domain(record.clone(), Some(expected), false)? {
+            record.revision = expected + 1;
+            return Ok(record);
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "conflict",
+        "this domain kept changing under the call; retry",
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddBody {
+    domain: String,
+    /// Admin only: the owner to add it for (default: the caller's).
+    #[serde(default)]
+    owner: Option<String>,
+}
+
+/// `POST /v1/domains {"domain", "owner"?}`: 201 and the domain; 400 `invalid_domain` or
+/// `domain_reserved` (with a `reason`); 409 `domain_taken` (another owner's, this one's already,
+/// or the default domain).
+pub(super) async fn add(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let parsed: AddBody = parse_json(&read_body(body).await?)?;
+    let owner = match parsed.owner {
+        Some(owner) if owner != who.owner => {
+            require_admin(&who)?;
+            if !crate::auth::valid_owner(&owner) {
+                return Err(ApiError::bad(
+                    "invalid_owner",
+                    "owner must be 1-64 characters of A-Z a-z 0-9 . _ @ -",
+                ));
+            }
+            owner
+        }
+        _ => who.owner.clone(),
+    };
+    let domain = checked_domain(&parsed.domain, who.admin)?;
+    if default_domain(&state).as_deref() == Some(domain.as_str()) {
+        return Err(taken());
+    }
+    let record = DomainRecord {
+        domain,
+        owner,
+        created_at_ms: now_ms(),
+        revision: 1,
+        settings: DomainSettings::default(),
+        suspended: None,
+    };
+    let store = Arc::clone(&state.0.store);
+    let written = record.clone();
+    if !blocking(move || store.write_domain(written, None, false)).await? {
+        return Err(taken());
+    }
+    tracing::info!(domain = %record.domain, owner = %record.owner, by = %who.key_id, "domain added");
+    Ok((StatusCode::CREATED, Json(domain_json(&record))).into_response())
+}
+
+/// `GET /v1/domains` (`?owner=` for an admin): the default domain, then the caller's domains
+/// (an admin's: everyone's), by name.
+pub(super) async fn list(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let owner = match q.get("owner") {
+        Some(o) if *o != who.owner => {
+            require_admin(&who)?;
+            Some(o.clone())
+        }
+        Some(o) => Some(o.clone()),
+        None if who.admin => None,
+        None => Some(who.owner.clone()),
+    };
+    let store = Arc::clone(&state.0.store);
+    let records = blocking(move || store.domains()).await?;
+    let mut domains: Vec<serde_json::Value> = Vec::with_capacity(records.len() + 1);
+    if let Some(d) = default_domain(&state) {
+        domains.push(json!({
+            "domain": d,
+            "owner": null,
+            "default": true,
+            "status": "active",
+            "certificate": null,
+        }));
+    }
+    domains.extend(
+        records
+            .iter()
+            .filter(|r| owner.as_deref().is_none_or(|o| r.owner == o))
+            .map(domain_json),
+    );
+    Ok(Json(json!({ "domains": domains })).into_response())
+}
+
+/// `GET /v1/domains/{domain}` (owner or admin).
+pub(super) async fn get_one(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(domain): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = fetch_visible(&state, &who, &domain).await?;
+    Ok(Json(domain_json(&record)).into_response())
+}
+
+/// `PATCH /v1/domains/{domain}`: an absent field is left alone, `null` clears it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchBody {
+    #[serde(default, deserialize_with = "present")]
+    root_redirect: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    not_found_redirect: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    hsts: Option<Option<Hsts>>,
+}
+
+/// A redirect a domain's settings name: a destination like any link's (scheme, host, lists,
+/// shortener chains), normalised.
+fn checked_redirect(state: &AppState, raw: Option<String>) -> Result<Option<String>, ApiError> {
+    raw.map(|r| checked_destination(state, &r).map(|(url, _)| url))
+        .transpose()
+}
+
+fn checked_hsts(hsts: Option<Hsts>) -> Result<Option<Hsts>, ApiError> {
+    let Some(h) = hsts else { return Ok(None) };
+    let bad = |m: String| ApiError::bad("invalid_hsts", m);
+    if h.max_age > HSTS_MAX_AGE_MAX {
+        return Err(bad(format!(
+            "hsts max_age is at most {HSTS_MAX_AGE_MAX} seconds (two years)"
+        )));
+    }
+    if h.preload && (h.max_age < HSTS_PRELOAD_MIN || !h.include_subdomains) {
+        return Err(bad(format!(
+            "hsts preload needs max_age of at least {HSTS_PRELOAD_MIN} seconds and \
+             include_subdomains (the preload list's rules)"
+        )));
+    }
+    Ok(Some(h))
+}
+
+pub(super) async fn patch(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(domain): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let record = fetch_visible(&state, &who, &domain).await?;
+    let parsed: PatchBody = parse_json(&read_body(body).await?)?;
+    let root = parsed
+        .root_redirect
+        .map(|r| checked_redirect(&state, r))
+        .transpose()?;
+    let not_found_redirect = parsed
+        .not_found_redirect
+        .map(|r| checked_redirect(&state, r))
+        .transpose()?;
+    let hsts = parsed.hsts.map(checked_hsts).transpose()?;
+    let store = Arc::clone(&state.0.store);
+    let admin = who.admin;
+    let name = record.domain.clone();
+    let updated = blocking(move || {
+        update(store.as_ref(), &name, &|r| {
+            if r.suspended.is_some() && !admin {
+                return Err(suspended());
+            }
+            if let Some(v) = &root {
+                r.settings.root_redirect = v.clone();
+            }
+            if let Some(v) = &not_found_redirect {
+                r.settings.not_found_redirect = v.clone();
+            }
+            if let Some(v) = hsts {
+                r.settings.hsts = v;
+            }
+            Ok(())
+        })
+    })
+    .await?;
+    Ok(Json(domain_json(&updated)).into_response())
+}
+
+/// `DELETE /v1/domains/{domain}` (owner or admin): 204. A suspended domain is the admin's to
+/// delete (an owner's delete and re-add would lift the suspension). Links cannot belong to a
+/// branded domain yet, so none can be live on it.
+pub(super) async fn delete(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(domain): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = fetch_visible(&state, &who, &domain).await?;
+    let store = Arc::clone(&state.0.store);
+    let admin = who.admin;
+    let name = record.domain.clone();
+    blocking(move || {
+        for _ in 0..WRITE_TRIES {
+            let Some(record) = store.domain(&name)? else {
+                return Err(not_found());
+            };
+            if record.suspended.is_some() && !admin {
+                return Err(suspended());
+            }
+            let revision = record.revision;
+            if store.write_domain(record, Some(revision), true)? {
+                return Ok(());
+            }
+        }
+        Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "this domain kept changing under the call; retry",
+        ))
+    })
+    .await?;
+    tracing::info!(domain = %record.domain, by = %who.key_id, "domain deleted");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SuspendBody {
+    reason: String,
+}
+
+/// `POST /v1/admin/domains/{domain}/suspend {"reason"}` (admin): the domain's record says so
+/// (its owner can no longer change or delete it); suspending a suspended domain keeps the first
+/// suspension. 200 and the domain.
+pub(super) async fn suspend(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(domain): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    let name = checked_domain(&domain, true).map_err(|_| not_found())?;
+    let parsed: SuspendBody = parse_json(&read_body(body).await?)?;
+    let reason = checked_reason(&parsed.reason)?;
+    let proposed = DomainSuspension {
+        at_ms: now_ms(),
+        by: who.key_id.clone(),
+        reason,
+    };
+    let store = Arc::clone(&state.0.store);
+    let updated = blocking(move || {
+        update(store.as_ref(), &name, &|r| {
+            if r.suspended.is_none() {
+                r.suspended = Some(proposed.clone());
+            }
+            Ok(())
+        })
+    })
+    .await?;
+    tracing::warn!(domain = %updated.domain, by = %who.key_id, "domain suspended");
+    Ok(Json(domain_json(&updated)).into_response())
+}
+
+/// `POST /v1/admin/domains/{domain}/unsuspend` (admin): 200 and the domain.
+pub(super) async fn unsuspend(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(domain): Path<String>,
+) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    let name = checked_domain(&domain, true).map_err(|_| not_found())?;
+    let store = Arc::clone(&state.0.store);
+    let updated = blocking(move || {
+        update(store.as_ref(), &name, &|r| {
+            r.suspended = None;
+            Ok(())
+        })
+    })
+    .await?;
+    tracing::info!(domain = %updated.domain, by = %who.key_id, "domain unsuspended");
+    Ok(Json(domain_json(&updated)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(raw: &str, admin: bool) -> Option<String> {
+        checked_domain(raw, admin)
+            .err()
+            .map(|e| format!("{}:{}", e.code, e.reason.unwrap_or_default()))
+    }
+
+    #[test]
+    fn names_are_canonical_and_checked() {
+        assert_eq!(
+            checked_domain("Go.Example.COM.", false).unwrap(),
+            "go.example.com"
+        );
+        assert_eq!(checked_domain("lh.example", false).unwrap(), "lh.example");
+        assert_eq!(
+            checked_domain("bücher.example", false).unwrap(),
+            "xn--bcher-kva.example"
+        );
+        for (raw, want) in [
+            ("", "invalid_domain:not_a_hostname"),
+            ("exa mple.com", "invalid_domain:not_a_hostname"),
+            ("a_b.example.com", "invalid_domain:not_a_hostname"),
+            ("-go.example.com", "invalid_domain:not_a_hostname"),
+            ("https://go.example.com/", "invalid_domain:not_a_hostname"),
+            ("127.0.0.1", "invalid_domain:ip_address"),
+            ("[::1]", "invalid_domain:ip_address"),
+            ("com", "invalid_domain:public_suffix"),
+            ("co.uk", "invalid_domain:public_suffix"),
+            ("github.io", "invalid_domain:public_suffix"),
+        ] {
+            assert_eq!(reason(raw, false).as_deref(), Some(want), "{raw:?}");
+            assert_eq!(reason(raw, true).as_deref(), Some(want), "{raw:?} (admin)");
+        }
+    }
+
+    #[test]
+    fn brands_and_lookalikes_need_an_admin() {
+        for (raw, want) in [
+            ("paypal-login.example", "domain_reserved:brand:paypal"),
+            ("go.paypal.example", "domain_reserved:brand:paypal"),
+            (
+                "xn--pple-43d.example",
+                "domain_reserved:heuristic:lookalike_idn:apple",
+            ),
+        ] {
+            assert_eq!(reason(raw, false).as_deref(), Some(want), "{raw:?}");
+            assert_eq!(reason(raw, true), None, "{raw:?} (admin)");
+        }
+        // Route words are paths, not names: a domain may say `api` or `go`.
+        for ok in ["api.example.com", "go.example.com", "links.bigcorp.co.uk"] {
+            assert_eq!(reason(ok, false), None, "{ok:?}");
+        }
+        // The public suffix itself is not the owner's word.
+        assert_eq!(reason("lh.paypal", false), None);
+    }
+
+    #[test]
+    fn hsts_follows_the_preload_rules() {
+        let h = |max_age, include_subdomains, preload| Hsts {
+            max_age,
+            include_subdomains,
+            preload,
+        };
+        assert!(checked_hsts(Some(h(300, false, false))).is_ok());
+        assert!(checked_hsts(Some(h(HSTS_PRELOAD_MIN, true, true))).is_ok());
+        assert!(checked_hsts(Some(h(HSTS_MAX_AGE_MAX + 1, false, false))).is_err());
+        assert!(checked_hsts(Some(h(HSTS_PRELOAD_MIN - 1, true, true))).is_err());
+        assert!(checked_hsts(Some(h(HSTS_PRELOAD_MIN, false, true))).is_err());
+        assert!(checked_hsts(None).unwrap().is_none());
+    }
+}
