@@ -707,6 +707,37 @@ pub struct DomainRecord {
     pub settings: DomainSettings,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspended: Option<DomainSuspension>,
+    /// The domain's own certificate, once it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<DomainCertificate>,
+}
+
+/// A domain's certificate and private key (PEM), checked when stored
+/// (`lasthop_tls::certificate::check`). Its `Debug` leaves the key out.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainCertificate {
+    /// Leaf first.
+    pub chain_pem: String,
+    pub key_pem: String,
+    pub not_before_ms: i64,
+    pub not_after_ms: i64,
+    /// The leaf's issuer (RFC 4514).
+    pub issuer: String,
+    pub stored_at_ms: i64,
+    /// `upload` (`PUT /v1/domains/{domain}/certificate`).
+    pub source: String,
+}
+
+impl std::fmt::Debug for DomainCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DomainCertificate")
+            .field("not_before_ms", &self.not_before_ms)
+            .field("not_after_ms", &self.not_after_ms)
+            .field("issuer", &self.issuer)
+            .field("stored_at_ms", &self.stored_at_ms)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A domain's own answers at the edge (`PATCH /v1/domains/{domain}`).

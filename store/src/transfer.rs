@@ -13,7 +13,7 @@
 //! | `code_set` | `set`, `code`: the scan queue and suspensions' takedowns | |
 //! | `report` | `report`: a report or appeal with its id and resolution | |
 //! | `owner` | `record`: an owner's flag or suspension | |
-//! | `domain` | `record`: a branded domain (owner, settings, suspension) | |
+//! | `domain` | `record`: a branded domain (owner, settings, suspension, its certificate and private key: an export is as secret as the store) | |
 //! | `position` | `name`, `value`: where the scanner's walks are | |
 //! | `api_key` | `id`, `hash` (SHA-256 of the secret, hex; never the secret), `owner`, `admin`, `created_at`, `revoked_at` | |
 //! | `end` | `last_seq` (the change log's head), `links`, `records` (lines between header and end) | one, last |

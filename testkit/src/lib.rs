@@ -43,7 +43,7 @@ pub use engine::{in_sync, set_mode, write_secret, Engine, Site};
 pub use h3::{aioquic, aioquic_json, aioquic_python, h3, h3_client};
 pub use http::{curl, h2_status, status_of, Conn, Resp};
 pub use load::Load;
-pub use pki::{ca_and_server, openssl, pki, server_cert, test_ca, Pki};
+pub use pki::{ca_and_server, openssl, pki, server_cert, signed_cert, test_ca, Pki, P256};
 pub use port::free_port;
 pub use postgres::Postgres;
 pub use process::KillOnDrop;

@@ -12,9 +12,13 @@
 //!   `--peer-client-cert`): the server verified against a CA file or the public web PKI
 //!   ([`Roots`]), optionally presenting a client certificate.
 //!
+//! - [`certificate::check`]: a branded domain's certificate and key as an owner uploads them,
+//!   checked (key, name, validity, chain) before the control plane stores them.
+//!
 //! ring only, no async runtime: the engine's post-quantum key exchange (aws-lc-rs) and each
 //! program's listener stay with the program.
 
+pub mod certificate;
 mod client;
 mod error;
 mod pem;

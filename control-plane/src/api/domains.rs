@@ -30,7 +30,9 @@ use super::{
 };
 use crate::auth::Principal;
 use crate::clock::{now_ms, rfc3339};
-use crate::store::{DomainRecord, DomainSettings, DomainSuspension, Hsts, Store};
+use crate::store::{
+    DomainCertificate, DomainRecord, DomainSettings, DomainSuspension, Hsts, Store,
+};
 
 /// Longest `max-age` a domain's HSTS may ask for: two years, as browsers cap it.
 pub const HSTS_MAX_AGE_MAX: u32 = 63_072_000;
@@ -138,13 +140,14 @@ pub(crate) fn default_domain(state: &AppState) -> Option<String> {
     CanonicalHost::from_host(&base.host()?).map(|h| h.name())
 }
 
-/// `pending` until the domain has a certificate (none can be stored yet: the certificate calls
-/// come next), `suspended` while an admin's suspension lasts.
-fn status(r: &DomainRecord) -> &'static str {
-    if r.suspended.is_some() {
-        "suspended"
-    } else {
-        "pending"
+/// `suspended` while an admin's suspension lasts, else `pending` until the domain has a
+/// certificate, `active` while it is valid, `expired` once its `not_after` has passed.
+fn status(r: &DomainRecord, now: i64) -> &'static str {
+    match (&r.suspended, &r.certificate) {
+        (Some(_), _) => "suspended",
+        (None, None) => "pending",
+        (None, Some(c)) if c.not_after_ms < now => "expired",
+        (None, Some(_)) => "active",
     }
 }
 
@@ -153,8 +156,14 @@ fn domain_json(r: &DomainRecord) -> serde_json::Value {
         "domain": r.domain,
         "owner": r.owner,
         "default": false,
-        "status": status(r),
-        "certificate": null,
+        "status": status(r, now_ms()),
+        "certificate": r.certificate.as_ref().map(|c| json!({
+            "not_before": rfc3339(c.not_before_ms),
+            "not_after": rfc3339(c.not_after_ms),
+            "issuer": c.issuer,
+            "source": c.source,
+            "stored_at": rfc3339(c.stored_at_ms),
+        })),
         "created_at": rfc3339(r.created_at_ms),
         "settings": settings_json(&r.settings),
         "suspension": r.suspended.as_ref().map(|s| json!({
@@ -283,6 +292,7 @@ pub(super) async fn add(
         revision: 1,
         settings: DomainSettings::default(),
         suspended: None,
+        certificate: None,
     };
     let store = Arc::clone(&state.0.store);
     let written = record.clone();
@@ -453,6 +463,75 @@ pub(super) async fn delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// Largest certificate upload: a chain of [`lasthop_tls::certificate::MAX_CHAIN`] RSA-4096
+/// certificates and its key fit.
+pub const MAX_CERTIFICATE_BODY: usize = 64 * 1024;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CertificateBody {
+    certificate: String,
+    key: String,
+}
+
+/// `PUT /v1/domains/{domain}/certificate {"certificate": "<PEM chain, leaf first>", "key":
+/// "<PEM private key>"}` (owner or admin): checked (the key is the leaf's, the leaf names the
+/// domain and is valid now for a TLS server, the chain links up) and stored in place of any
+/// before; 200 and the domain, now `active`. 400 `invalid_certificate` with a `reason`
+/// ([`lasthop_tls::certificate::CertificateError::code`]).
+pub(super) async fn put_certificate(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(domain): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let record = fetch_visible(&state, &who, &domain).await?;
+    let bytes = axum::body::to_bytes(body, MAX_CERTIFICATE_BODY)
+        .await
+        .map_err(|_| {
+            ApiError::bad(
+                "body_too_large",
+                format!("request body is larger than {MAX_CERTIFICATE_BODY} bytes"),
+            )
+        })?;
+    let parsed: CertificateBody = parse_json(&bytes)?;
+    let now = now_ms();
+    let checked =
+        lasthop_tls::certificate::check(&parsed.certificate, &parsed.key, &record.domain, now)
+            .map_err(|e| {
+                ApiError::bad("invalid_certificate", e.to_string()).with_reason(e.code())
+            })?;
+    let certificate = DomainCertificate {
+        chain_pem: parsed.certificate,
+        key_pem: parsed.key,
+        not_before_ms: checked.not_before_ms,
+        not_after_ms: checked.not_after_ms,
+        issuer: checked.issuer,
+        stored_at_ms: now,
+        source: "upload".into(),
+    };
+    let store = Arc::clone(&state.0.store);
+    let admin = who.admin;
+    let name = record.domain.clone();
+    let updated = blocking(move || {
+        update(store.as_ref(), &name, &|r| {
+            if r.suspended.is_some() && !admin {
+                return Err(suspended());
+            }
+            r.certificate = Some(certificate.clone());
+            Ok(())
+        })
+    })
+    .await?;
+    tracing::info!(
+        domain = %updated.domain,
+        by = %who.key_id,
+        not_after = %rfc3339(checked.not_after_ms),
+        "domain certificate stored"
+    );
+    Ok(Json(domain_json(&updated)).into_response())
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SuspendBody {
@@ -568,6 +647,21 @@ mod tests {
         }
         // The public suffix itself is not the owner's word.
         assert_eq!(reason("lh.paypal", false), None);
+    }
+
+    proptest::proptest! {
+        /// Any text is refused with a 400 or comes back canonical: checking the answer again
+        /// gives it back unchanged.
+        #[test]
+        fn any_name_is_refused_or_canonical(raw in "\\PC{0,80}|[a-zA-Z0-9.-]{1,40}", admin: bool) {
+            match checked_domain(&raw, admin) {
+                Ok(name) => {
+                    proptest::prop_assert_eq!(checked_domain(&name, admin).ok(), Some(name.clone()));
+                    proptest::prop_assert!(name.len() <= 253 && !name.ends_with('.'));
+                }
+                Err(e) => proptest::prop_assert_eq!(e.status, StatusCode::BAD_REQUEST),
+            }
+        }
     }
 
     #[test]

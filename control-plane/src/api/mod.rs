@@ -1417,6 +1417,10 @@ pub fn router(state: AppState) -> Router {
                 .patch(domains::patch)
                 .delete(domains::delete),
         )
+        .route(
+            "/v1/domains/{domain}/certificate",
+            axum::routing::put(domains::put_certificate),
+        )
         .route("/v1/admin/domains/{domain}/suspend", post(domains::suspend))
         .route(
             "/v1/admin/domains/{domain}/unsuspend",

@@ -1140,3 +1140,110 @@ async fn branded_domains_are_added_listed_patched_suspended_and_deleted() {
         .await;
     assert_eq!(s, StatusCode::CREATED);
 }
+
+#[tokio::test]
+async fn a_domains_certificate_is_checked_then_stored_and_makes_it_active() {
+    let api = Api::new();
+    let pki = tempfile::tempdir().unwrap();
+    let d = pki.path();
+    lasthop_testkit::ca_and_server(
+        d,
+        "Upload CA",
+        "DNS:go.example.com",
+        "go.example.com",
+        "srv.key",
+        "srv.pem",
+    );
+    let read = |f: &str| std::fs::read_to_string(d.join(f)).unwrap();
+    let chain = format!("{}{}", read("srv.pem"), read("ca.pem"));
+    let (s, _) = api
+        .post(
+            "/v1/domains",
+            &api.alice,
+            json!({"domain": "go.example.com"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let (s, _) = api
+        .post("/v1/domains", &api.bob, json!({"domain": "b.example.com"}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let put = |key: &str, domain: &str, body: Value| {
+        let (key, path, body) = (
+            key.to_string(),
+            format!("/v1/domains/{domain}/certificate"),
+            body.to_string(),
+        );
+        let api = &api;
+        async move { send_json(api, "PUT", &path, &key, &body).await }
+    };
+    // Refusals, each with its reason; nothing stored.
+    for (domain, body, reason) in [
+        (
+            "go.example.com",
+            json!({"certificate": "junk", "key": read("srv.key")}),
+            "no_certificate",
+        ),
+        (
+            "go.example.com",
+            json!({"certificate": chain, "key": read("ca.key")}),
+            "key_mismatch",
+        ),
+    ] {
+        let (s, v) = put(&api.alice, domain, body).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+        assert_eq!(v["error"]["code"], "invalid_certificate");
+        assert_eq!(v["error"]["reason"], reason);
+    }
+    // bob's domain is another name: the certificate does not cover it.
+    let (s, v) = put(
+        &api.bob,
+        "b.example.com",
+        json!({"certificate": chain, "key": read("srv.key")}),
+    )
+    .await;
+    assert_eq!(
+        (s, v["error"]["reason"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("wrong_name"))
+    );
+    // Not bob's to set on alice's domain.
+    let (s, _) = put(
+        &api.bob,
+        "go.example.com",
+        json!({"certificate": chain, "key": read("srv.key")}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (_, v) = api.get("/v1/domains/go.example.com", &api.alice).await;
+    assert_eq!(
+        (v["status"].as_str(), &v["certificate"]),
+        (Some("pending"), &Value::Null)
+    );
+
+    let (s, v) = put(
+        &api.alice,
+        "go.example.com",
+        json!({"certificate": chain, "key": read("srv.key")}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "active");
+    assert_eq!(v["certificate"]["issuer"], "CN=Upload CA");
+    assert_eq!(v["certificate"]["source"], "upload");
+    assert!(v["certificate"]["not_after"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
+    let text = v.to_string();
+    assert!(
+        !text.contains("PRIVATE KEY"),
+        "the key is never shown: {text}"
+    );
+    let (_, v) = api.get("/v1/domains", &api.alice).await;
+    let listed = v["domains"][1].clone();
+    assert_eq!(
+        (listed["domain"].as_str(), listed["status"].as_str()),
+        (Some("go.example.com"), Some("active"))
+    );
+    assert!(!v.to_string().contains("PRIVATE KEY"));
+}

@@ -1074,6 +1074,7 @@ fn domain(name: &str, owner: &str) -> DomainRecord {
         revision: 0,
         settings: DomainSettings::default(),
         suspended: None,
+        certificate: None,
     }
 }
 

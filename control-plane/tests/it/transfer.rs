@@ -175,6 +175,28 @@ fn export_and_import_move_the_record_between_backends_exactly() {
     )
     .unwrap();
     assert_eq!(status, 200, "{body}");
+    let pki = tempfile::tempdir().unwrap();
+    lasthop_testkit::ca_and_server(
+        pki.path(),
+        "Transfer CA",
+        "DNS:go.example.com",
+        "go.example.com",
+        "srv.key",
+        "srv.pem",
+    );
+    let read = |f: &str| std::fs::read_to_string(pki.path().join(f)).unwrap();
+    let (status, body) = call(
+        "PUT",
+        &server.url("/v1/domains/go.example.com/certificate"),
+        Some(&site.api_key),
+        Some(
+            &serde_json::json!({"certificate": read("srv.pem"), "key": read("srv.key")})
+                .to_string(),
+        ),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["status"], "active");
     let (status, body) = post(
         &server.url("/v1/domains"),
         &admin,

@@ -1,0 +1,144 @@
+//! A domain's certificate as an owner hands it over (PEM chain, leaf first, and its private
+//! key), checked before anything stores or serves it: the key is the leaf's, the leaf names the
+//! domain, it is valid now, for TLS servers, and the chain given links up certificate by
+//! certificate (each signed by the next; the last is taken as the anchor, since a chain need
+//! not carry its root), as webpki, rustls' own verifier, judges it.
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use x509_cert::der::Decode;
+
+/// Most certificates a chain may hold: a leaf and a few intermediates.
+pub const MAX_CHAIN: usize = 8;
+
+/// A certificate that passed every check, with what the API shows of it.
+#[derive(Debug)]
+pub struct CheckedCertificate {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+    /// The leaf's validity, in Unix milliseconds.
+    pub not_before_ms: i64,
+    pub not_after_ms: i64,
+    /// The leaf's issuer, as RFC 4514 text (`CN=R11,O=Let's Encrypt,C=US`).
+    pub issuer: String,
+}
+
+/// Why a certificate was refused; [`CertificateError::code`] is the API's `reason`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertificateError {
+    #[error("the certificate is not PEM with at least one CERTIFICATE section")]
+    NoCertificate,
+    #[error("the chain holds more than {MAX_CHAIN} certificates")]
+    ChainTooLong,
+    #[error("the key is not a PEM private key (PKCS#8, PKCS#1 or SEC1)")]
+    NoKey,
+    #[error("the key is of a kind this server cannot sign with")]
+    UnsupportedKey,
+    #[error("the private key is not the certificate's")]
+    KeyMismatch,
+    #[error("a certificate of the chain does not parse: {0}")]
+    Malformed(String),
+    #[error("the certificate does not name {0}")]
+    WrongName(String),
+    #[error("the certificate is not valid now (expired, or not yet valid)")]
+    NotValidNow,
+    #[error("the chain does not link up (each certificate must be signed by the next): {0}")]
+    BadChain(String),
+}
+
+impl CertificateError {
+    /// A short machine word for the API's `reason`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CertificateError::NoCertificate => "no_certificate",
+            CertificateError::ChainTooLong => "chain_too_long",
+            CertificateError::NoKey => "no_key",
+            CertificateError::UnsupportedKey => "unsupported_key",
+            CertificateError::KeyMismatch => "key_mismatch",
+            CertificateError::Malformed(_) => "malformed",
+            CertificateError::WrongName(_) => "wrong_name",
+            CertificateError::NotValidNow => "not_valid_now",
+            CertificateError::BadChain(_) => "bad_chain",
+        }
+    }
+}
+
+/// Checks `chain_pem` (leaf first) and `key_pem` for `name` at `now_ms`.
+pub fn check(
+    chain_pem: &str,
+    key_pem: &str,
+    name: &str,
+    now_ms: i64,
+) -> Result<CheckedCertificate, CertificateError> {
+    let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| CertificateError::NoCertificate)?;
+    if chain.is_empty() {
+        return Err(CertificateError::NoCertificate);
+    }
+    if chain.len() > MAX_CHAIN {
+        return Err(CertificateError::ChainTooLong);
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| CertificateError::NoKey)?;
+    let provider = crate::provider();
+    let signer = provider
+        .key_provider
+        .load_private_key(key.clone_key())
+        .map_err(|_| CertificateError::UnsupportedKey)?;
+    rustls::sign::CertifiedKey::new(chain.clone(), signer)
+        .keys_match()
+        .map_err(|_| CertificateError::KeyMismatch)?;
+
+    let leaf = x509_cert::Certificate::from_der(&chain[0])
+        .map_err(|e| CertificateError::Malformed(e.to_string()))?;
+    let validity = &leaf.tbs_certificate.validity;
+    let ms = |t: x509_cert::time::Time| -> i64 {
+        i64::try_from(t.to_unix_duration().as_millis()).unwrap_or(i64::MAX)
+    };
+    let (not_before_ms, not_after_ms) = (ms(validity.not_before), ms(validity.not_after));
+    let issuer = leaf.tbs_certificate.issuer.to_string();
+
+    let end_entity = webpki::EndEntityCert::try_from(&chain[0])
+        .map_err(|e| CertificateError::Malformed(format!("{e:?}")))?;
+    let server_name = ServerName::try_from(name.to_string())
+        .map_err(|_| CertificateError::WrongName(name.to_string()))?;
+    end_entity
+        .verify_is_valid_for_subject_name(&server_name)
+        .map_err(|_| CertificateError::WrongName(name.to_string()))?;
+    if now_ms < not_before_ms || now_ms > not_after_ms {
+        return Err(CertificateError::NotValidNow);
+    }
+    if chain.len() >= 2 {
+        let last = &chain[chain.len() - 1];
+        let anchor = webpki::anchor_from_trusted_cert(last)
+            .map_err(|e| CertificateError::Malformed(format!("{e:?}")))?;
+        let now = UnixTime::since_unix_epoch(std::time::Duration::from_millis(
+            u64::try_from(now_ms).unwrap_or(0),
+        ));
+        end_entity
+            .verify_for_usage(
+                provider.signature_verification_algorithms.all,
+                &[anchor],
+                &chain[1..chain.len() - 1],
+                now,
+                webpki::KeyUsage::server_auth(),
+                None,
+                None,
+            )
+            .map_err(|e| match e {
+                webpki::Error::CertExpired { .. } | webpki::Error::CertNotValidYet { .. } => {
+                    CertificateError::NotValidNow
+                }
+                other => CertificateError::BadChain(format!("{other:?}")),
+            })?;
+    }
+    Ok(CheckedCertificate {
+        chain,
+        key,
+        not_before_ms,
+        not_after_ms,
+        issuer,
+    })
+}
