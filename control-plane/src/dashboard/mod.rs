@@ -106,6 +106,8 @@ pub fn router(state: AppState, short_base: String) -> Router {
         .route("/links/{code}/qr.svg", get(qr_svg))
         .route("/links/{code}/qr.png", get(qr_png))
         .route("/links/{code}/{action}", post(link_action))
+        .route("/domains", get(domains).post(add_domain))
+        .route("/domains/{domain}/delete", post(delete_domain))
         .route("/ops", get(ops))
         .route("/ops/reports/{id}", post(resolve_report))
         .route("/ops/owners/{owner}/{action}", post(owner_action))
@@ -1017,6 +1019,107 @@ async fn owner_action(
     } else {
         Err(answer.error())
     })
+}
+
+/// The caller's branded domains (an admin's: everyone's) with their state, and the form that
+/// adds one; `done`/`error` say what the last form did.
+async fn domains(
+    State(dash): State<Dashboard>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(session) = dash.session(&headers).await else {
+        return to_signin();
+    };
+    let notice = match (q.get("done"), q.get("error")) {
+        (_, Some(e)) => Some(pages::Notice::error(e.clone())),
+        (Some(d), None) => Some(pages::Notice::ok(d.clone())),
+        (None, None) => None,
+    };
+    domains_page(&dash, &session, notice, StatusCode::OK).await
+}
+
+async fn domains_page(
+    dash: &Dashboard,
+    session: &Session,
+    notice: Option<pages::Notice>,
+    status: StatusCode,
+) -> Response {
+    let answer = dash.call(Method::GET, "/v1/domains", session, None).await;
+    if !answer.ok() {
+        return html(
+            answer.status,
+            pages::message(Some(session), "Domains unavailable", &answer.error()),
+        );
+    }
+    let list = answer.body["domains"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    html(status, pages::domains(session, &list, notice))
+}
+
+#[derive(Deserialize)]
+struct DomainForm {
+    domain: String,
+}
+
+/// Adds a domain through `POST /v1/domains`; the API's refusal is shown above the form.
+async fn add_domain(State(dash): State<Dashboard>, req: Request) -> Response {
+    let (session, f) = match posted::<DomainForm>(&dash, req).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let answer = dash
+        .call(
+            Method::POST,
+            "/v1/domains",
+            &session,
+            Some(json!({"domain": f.domain.trim()})),
+        )
+        .await;
+    if answer.ok() {
+        let name = answer.body["domain"].as_str().unwrap_or_default();
+        tracing::info!(domain = name, owner = %session.owner, "console added a domain");
+        return Redirect::to(&format!(
+            "/domains?done={}",
+            urlencode(&format!("{name} added"))
+        ))
+        .into_response();
+    }
+    domains_page(
+        &dash,
+        &session,
+        Some(pages::Notice::error(answer.error())),
+        answer.status,
+    )
+    .await
+}
+
+/// Deletes a domain through `DELETE /v1/domains/{domain}`.
+async fn delete_domain(
+    State(dash): State<Dashboard>,
+    Path(domain): Path<String>,
+    req: Request,
+) -> Response {
+    let (session, _) = match posted::<CsrfForm>(&dash, req).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let answer = dash
+        .call(
+            Method::DELETE,
+            &format!("/v1/domains/{}", urlencode(&domain)),
+            &session,
+            None,
+        )
+        .await;
+    let q = if answer.ok() {
+        format!("done={}", urlencode(&format!("{domain} deleted")))
+    } else {
+        format!("error={}", urlencode(&answer.error()))
+    };
+    Redirect::to(&format!("/domains?{q}")).into_response()
 }
 
 fn ops_back(outcome: Result<String, String>) -> Response {

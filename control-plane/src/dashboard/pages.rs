@@ -84,6 +84,7 @@ fn layout(title: &str, session: Option<&Session>, content: Markup) -> Markup {
                     @if let Some(s) = session {
                         nav aria-label="Main" {
                             a href="/links" { "Links" }
+                            a href="/domains" { "Domains" }
                             @if s.admin { a href="/ops" { "Operators" } }
                         }
                         span.muted { "Signed in as " strong { (s.owner) } @if s.admin { " (admin)" } }
@@ -193,6 +194,60 @@ pub fn links(
             }
             @if let Some(next) = next {
                 p { a rel="next" href={"/links?cursor=" (next)} { "Older links →" } }
+            }
+        },
+    )
+}
+
+/// The branded domains `GET /v1/domains` listed (the default domain first), with their state
+/// and certificate, a delete button on each of the caller's, and the form that adds one.
+pub fn domains(session: &Session, list: &[Value], n: Option<Notice>) -> Markup {
+    layout(
+        "Domains",
+        Some(session),
+        html! {
+            h1 { "Domains" }
+            (notice(&n))
+            form #add-domain method="post" action="/domains" {
+                fieldset {
+                    legend { "Add a branded domain" }
+                    input type="hidden" name="csrf" value=(session.csrf);
+                    label for="domain" { "Domain" }
+                    input #domain type="text" name="domain" required placeholder="go.example.com" autocomplete="off";
+                    p.muted { "Point the name at the fleet, then give it a certificate (PUT /v1/domains/{domain}/certificate); until then it is pending." }
+                    p { button type="submit" { "Add" } }
+                }
+            }
+            table #domains {
+                caption.visually-hidden { "Domains" }
+                thead { tr { th { "Domain" } th { "Owner" } th { "Status" } th { "Certificate" } th { span.visually-hidden { "Actions" } } } }
+                tbody {
+                    @for d in list {
+                        @let name = text(d, "domain");
+                        tr {
+                            td.domain { (name) @if d["default"] == true { " " span.muted { "(default)" } } }
+                            td { (d["owner"].as_str().unwrap_or("the fleet")) }
+                            td { (status_badge(text(d, "status"))) }
+                            td {
+                                @if let Some(c) = d["certificate"].as_object() {
+                                    (c.get("issuer").and_then(Value::as_str).unwrap_or_default())
+                                    ", until "
+                                    (c.get("not_after").and_then(Value::as_str).unwrap_or_default())
+                                } @else {
+                                    span.muted { "none" }
+                                }
+                            }
+                            td {
+                                @if d["default"] != true {
+                                    form method="post" action={"/domains/" (name) "/delete"} {
+                                        input type="hidden" name="csrf" value=(session.csrf);
+                                        button.secondary type="submit" aria-label={"Delete " (name)} { "Delete" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
             }
         },
     )

@@ -290,6 +290,26 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
             .unwrap();
         assert!(text_of(&c, "#links").await.contains(&code));
 
+        // Branded domains: the default one listed, one added (pending, no certificate yet),
+        // a brand's name refused in place with the API's words, then the added one deleted.
+        c.goto(&format!("{base}/domains")).await.unwrap();
+        assert!(text_of(&c, "#domains").await.contains("(default)"));
+        fill(&c, "#domain", "Go.Example.com").await;
+        click(&c, "#add-domain button").await;
+        wait_text(&c, ".notice", "go.example.com added").await;
+        let listed = text_of(&c, "#domains").await;
+        assert!(
+            listed.contains("go.example.com") && listed.contains("pending"),
+            "{listed}"
+        );
+        shot(&c, "domains").await;
+        fill(&c, "#domain", "paypal-login.example").await;
+        click(&c, "#add-domain button").await;
+        wait_text(&c, ".error", "brand").await;
+        click(&c, "form[action='/domains/go.example.com/delete'] button").await;
+        wait_text(&c, ".notice", "go.example.com deleted").await;
+        assert!(!text_of(&c, "#domains").await.contains("go.example.com"));
+
         // The QR code on the page decodes to the short URL.
         c.goto(&format!("{base}/links/{code}")).await.unwrap();
         let qr = c
