@@ -366,6 +366,10 @@ pub(crate) struct ServeArgs {
     /// TLS; it then stands in for the edge token). Needs `--edge-tls-cert`.
     #[arg(long, env = "LASTHOP_EDGE_CLIENT_CA", requires = "edge_tls_cert")]
     pub(crate) edge_client_ca: Option<PathBuf>,
+    /// Send branded domains' certificates and private keys to engines over a plain-HTTP edge
+    /// listener even when they are not on loopback (without it, only over TLS or to loopback).
+    #[arg(long, env = "LASTHOP_ALLOW_PLAIN_CERTIFICATE_DISTRIBUTION")]
+    pub(crate) allow_plain_certificate_distribution: bool,
     /// Sign every snapshot announced with this Ed25519 key (`keygen --signing`); engines pin
     /// its public key with `--snapshot-verify-key`.
     #[arg(long, env = "LASTHOP_SNAPSHOT_SIGNING_KEY")]

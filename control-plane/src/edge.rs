@@ -16,6 +16,11 @@
 //!   frame, and any kept snapshot's bytes ([`crate::publish`]); `{id}.zst` is its zstd copy.
 //!   Both answer single `Range` requests (206, 416), so an engine resumes a broken download.
 //! - `POST /edge/v1/status`: an engine's status report ([`crate::fleet`]).
+//! - `GET /edge/v1/certificates[?generation=G]`: every branded domain's certificate and private
+//!   key (suspended domains and expired certificates left out) at the store's domains
+//!   generation, which the feed's `certificates` frames announce; 304 when the engine already
+//!   holds `G`. Keys leave only over TLS, or over plain HTTP to a loopback peer, unless
+//!   `--allow-plain-certificate-distribution`: otherwise 403 `plain_certificate_distribution`.
 //! - `/peer/v1/...`: what other regions call ([`crate::peers`], docs/ARCHITECTURE.md,
 //!   "Regions"), with the peer token only: `changes` (own changes with their audit records),
 //!   `links/{code}` (read-through), `links/{code}/state` (a forwarded change), `aliases` (a
@@ -82,6 +87,7 @@ struct Inner {
     peers: Option<Arc<crate::peers::Peers>>,
     /// This region's click rollups, which peer regions read (`GET /peer/v1/stats/{code}`).
     rollups: Option<Arc<crate::clicks::RollupStore>>,
+    certificates: CertificatePolicy,
 }
 
 /// Shared state of the edge handlers.
@@ -113,6 +119,16 @@ pub struct EdgeParts {
     pub client_certs: bool,
     /// With peer regions: the `/peer/` endpoints of this region, what they answer to and read.
     pub peering: Option<Peering>,
+    /// Where certificates and their keys may be sent.
+    pub certificates: CertificatePolicy,
+}
+
+/// Whether `GET /edge/v1/certificates` may answer a caller: always over TLS; over plain HTTP
+/// to a loopback peer, or to any peer with `allow_plain`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CertificatePolicy {
+    pub over_tls: bool,
+    pub allow_plain: bool,
 }
 
 /// What the `/peer/` endpoints need (`--peer-token-file` with `--peer`).
@@ -168,6 +184,7 @@ impl EdgeState {
             snapshots,
             client_certs: false,
             peering: None,
+            certificates: CertificatePolicy::default(),
         })
     }
 
@@ -181,6 +198,7 @@ impl EdgeState {
             snapshots,
             client_certs,
             peering,
+            certificates,
         } = parts;
         let (peer, peers, mint_rate, keys, rollups) = match peering {
             Some(p) => (
@@ -204,6 +222,7 @@ impl EdgeState {
             keys,
             peers,
             rollups,
+            certificates,
         }))
     }
 }
@@ -498,6 +517,64 @@ async fn feed(
             (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
         ],
         body,
+    )
+        .into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct CertificatesQuery {
+    generation: Option<u64>,
+}
+
+/// `GET /edge/v1/certificates[?generation=G]`: see the module docs.
+async fn certificates(
+    State(state): State<EdgeState>,
+    Query(q): Query<CertificatesQuery>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let policy = state.0.certificates;
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0);
+    let plain_ok = policy.allow_plain || peer.is_some_and(|p| p.ip().is_loopback());
+    if !policy.over_tls && !plain_ok {
+        tracing::warn!(peer = ?peer, "refused to send certificates over plain HTTP");
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "plain_certificate_distribution",
+            "certificates and their keys are sent only over TLS or to loopback \
+             (--edge-tls-cert, or --allow-plain-certificate-distribution)",
+        ));
+    }
+    let store = Arc::clone(&state.0.store);
+    let (generation, domains) = on_store("reading the domains", move || {
+        let generation = store.domains_generation()?;
+        Ok::<_, crate::store::StoreError>((generation, store.domains()?))
+    })
+    .await?;
+    if q.generation == Some(generation) {
+        return Ok(StatusCode::NOT_MODIFIED.into_response());
+    }
+    let now = now_ms();
+    let certificates: Vec<_> = domains
+        .iter()
+        .filter(|d| d.suspended.is_none())
+        .filter_map(|d| d.certificate.as_ref().map(|c| (d, c)))
+        .filter(|(_, c)| c.not_after_ms >= now)
+        .map(|(d, c)| {
+            json!({
+                "domain": d.domain,
+                "revision": d.revision,
+                "not_after_ms": c.not_after_ms,
+                "chain": c.chain_pem,
+                "key": c.key_pem,
+            })
+        })
+        .collect();
+    Ok((
+        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+        Json(json!({"generation": generation, "certificates": certificates})),
     )
         .into_response())
 }
@@ -878,6 +955,7 @@ pub fn router(state: EdgeState) -> Router {
         .route("/edge/v1/snapshots/latest", get(latest_snapshot))
         .route("/edge/v1/snapshots/{id}", get(download_snapshot))
         .route("/edge/v1/status", post(status_report))
+        .route(lasthop_core::feed::CERTIFICATES_PATH, get(certificates))
         .route("/peer/v1/changes", get(peer_changes))
         .route("/peer/v1/links/{code}", get(peer_link))
         .route("/peer/v1/aliases", post(peer_alias))

@@ -170,8 +170,14 @@ impl Feed {
         // Marked seen before the reads below: any commit from here on wakes the loop.
         commits.borrow_and_update();
         let store = Arc::clone(&self.store);
-        let (last_seq, (deny_seq, denied)) =
-            blocking(move || Ok((store.last_seq()?, store.denied()?))).await?;
+        let (last_seq, (deny_seq, denied), mut certificates) = blocking(move || {
+            Ok((
+                store.last_seq()?,
+                store.denied()?,
+                store.domains_generation()?,
+            ))
+        })
+        .await?;
         if after > last_seq {
             tracing::warn!(
                 after,
@@ -199,6 +205,15 @@ impl Feed {
         if let Some(s) = newest {
             out.send(&Frame::Snapshot(s)).await?;
         }
+        out.send(&Frame::Certificates {
+            generation: certificates,
+        })
+        .await?;
+        // Domain writes are not changes of the log: their generation is read once a
+        // heartbeat interval, whatever else is going on.
+        let mut certificates_check = tokio::time::interval(self.heartbeat);
+        certificates_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        certificates_check.tick().await;
         // A subscriber ahead of this log (the store was restored from an older backup) resumes
         // from the log's end, so changes made from here on reach it under their new numbers.
         let mut cursor = after.min(last_seq);
@@ -226,6 +241,14 @@ impl Feed {
                         (true, Some(s)) => out.send(&Frame::Snapshot(s)).await?,
                         (true, None) => {}
                         (false, _) => snapshots = None,
+                    }
+                }
+                _ = certificates_check.tick() => {
+                    let store = Arc::clone(&self.store);
+                    let now = blocking(move || store.domains_generation()).await?;
+                    if now != certificates {
+                        certificates = now;
+                        out.send(&Frame::Certificates { generation: now }).await?;
                     }
                 }
                 alive = commits.changed() => {

@@ -369,6 +369,10 @@ async fn listen(
         snapshots: Some(Arc::clone(&publisher)),
         client_certs: edge_tls.as_ref().is_some_and(|t| t.client_auth()),
         peering,
+        certificates: lasthop_control::edge::CertificatePolicy {
+            over_tls: edge_tls.is_some(),
+            allow_plain: args.allow_plain_certificate_distribution,
+        },
     });
     tokio::spawn(Arc::clone(&publisher).start(stop_rx.clone()));
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -397,10 +401,14 @@ async fn listen(
                     .with_graceful_shutdown(stopped(stop_rx))
                     .await
             }
+            // The peer address decides whether certificates may go out in clear (loopback only).
             None => {
-                axum::serve(edge_listener, edge_router)
-                    .with_graceful_shutdown(stopped(stop_rx))
-                    .await
+                axum::serve(
+                    edge_listener,
+                    edge_router.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(stopped(stop_rx))
+                .await
             }
         }
     };

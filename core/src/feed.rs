@@ -18,6 +18,8 @@ pub const MAX_FRAME_LEN: usize = 64 * 1024;
 const MAX_NAME_LEN: usize = 64;
 /// Prefix of every snapshot download path.
 pub const SNAPSHOT_PATH: &str = "/edge/v1/snapshots/";
+/// Where an engine fetches the branded domains' certificates.
+pub const CERTIFICATES_PATH: &str = "/edge/v1/certificates";
 
 /// One feed frame. Unknown `type`s parse as [`Frame::Unknown`] and are skipped by readers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +54,12 @@ pub enum Frame {
     LinkCreated(LinkFrame),
     StateChanged(LinkFrame),
     Snapshot(SnapshotFrame),
+    /// The branded domains' certificates are at `generation`: after the snapshot frame on
+    /// subscription, then whenever it moves. An engine holding another generation fetches
+    /// `GET /edge/v1/certificates` ([`CERTIFICATES_PATH`]).
+    Certificates {
+        generation: u64,
+    },
     /// At least every second when nothing else was sent.
     Heartbeat {
         last_seq: u64,
@@ -385,7 +393,10 @@ pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
         }
         Frame::LinkCreated(l) | Frame::StateChanged(l) => check_link(l)?,
         Frame::Snapshot(s) => check_snapshot(s)?,
-        Frame::Hello { .. } | Frame::Heartbeat { .. } | Frame::Unknown => {}
+        Frame::Hello { .. }
+        | Frame::Heartbeat { .. }
+        | Frame::Certificates { .. }
+        | Frame::Unknown => {}
     }
     Ok(frame)
 }

@@ -59,6 +59,9 @@ pub enum Applied {
     Rewound { control: u64, applied: u64 },
     /// A denylist part arrived without its first part, and was ignored.
     OrphanPart { part: u32 },
+    /// The branded domains' certificates are at `generation`: fetch them if the engine holds
+    /// another.
+    Certificates { generation: u64 },
 }
 
 /// The engine's view of the feed. See the module docs.
@@ -271,6 +274,7 @@ impl FeedView {
                 Applied::Changed
             }
             Frame::Snapshot(s) if self.wants_snapshot(s.seq, &s.id) => Applied::Download(s),
+            Frame::Certificates { generation } => Applied::Certificates { generation },
             Frame::Snapshot(_) | Frame::Unknown => Applied::Nothing,
         }
     }

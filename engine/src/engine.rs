@@ -164,6 +164,7 @@ fn tls_settings(args: &Args, ktls: bool) -> Option<TlsSettings> {
             alpn: args.alpn.iter().map(|p| p.as_bytes().to_vec()).collect(),
             groups: args.tls_groups.clone(),
             cert_compression: !args.no_tls_cert_compression,
+            branded: Arc::default(),
         }),
         _ => None,
     }
@@ -243,9 +244,13 @@ pub(crate) fn run(mut args: Args, mut reloads: Reloads) -> anyhow::Result<()> {
     } = start_quic(&args, &cores, &https, &services)?;
     https.quic = quic_shared;
     let admin = start_admin(&args, &services)?;
+    let branded = https.settings.as_ref().map(|s| Arc::clone(&s.branded));
     let publishing = start_feed(
         &args,
-        inputs.feed,
+        inputs.feed.map(|mut f| {
+            f.certificates = branded;
+            f
+        }),
         start.tables,
         start.snapshot_id,
         bound,
@@ -344,6 +349,8 @@ fn read_inputs(args: &Args) -> anyhow::Result<Inputs> {
         safe_mode: matches!(args.safe_mode, SafeMode::Confirm),
         load,
         verify_keys,
+        // Given in `start_feed`, once the TLS settings are made.
+        certificates: None,
     });
     if let Some(cfg) = &feed {
         anyhow::ensure!(

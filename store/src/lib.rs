@@ -1005,6 +1005,9 @@ pub trait Store: Send + Sync + 'static {
     fn domain(&self, domain: &str) -> Result<Option<DomainRecord>, StoreError>;
     /// Every branded domain, by name.
     fn domains(&self) -> Result<Vec<DomainRecord>, StoreError>;
+    /// A number that grows with every write of any domain record ([`Store::write_domain`],
+    /// an import): the feed tells engines when it moved, so they fetch the certificates again.
+    fn domains_generation(&self) -> Result<u64, StoreError>;
     /// Writes `record` if the stored one is at revision `expected` (`None`: none stored yet),
     /// storing it at the next revision, and answers whether it did; a caller that lost the
     /// race reads again. `remove` deletes the record instead (with `expected` its revision).

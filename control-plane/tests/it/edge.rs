@@ -319,3 +319,123 @@ async fn status_reports_are_validated() {
         );
     }
 }
+
+#[tokio::test]
+async fn certificates_are_not_sent_in_clear_to_a_peer_off_loopback() {
+    // A plain listener, and no peer address known: refused.
+    let edge = Edge::new();
+    let (status, body) = edge.get("/edge/v1/certificates").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["code"], "plain_certificate_distribution");
+}
+
+/// A domain's certificate over the edge listener (loopback, plain HTTP), with the generation
+/// the feed announces; a suspension takes it out and moves the generation.
+#[test]
+fn certificates_reach_the_edge_listener_with_their_generation() {
+    let site = Site::new();
+    let server = site.start(&[]);
+    let admin = site.new_key("ops", true);
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/domains"),
+        Some(&site.api_key),
+        Some(r#"{"domain":"go.example.com"}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let pki = tempfile::tempdir().unwrap();
+    lasthop_testkit::ca_and_server(
+        pki.path(),
+        "Edge CA",
+        "DNS:go.example.com",
+        "go.example.com",
+        "srv.key",
+        "srv.pem",
+    );
+    let read = |f: &str| std::fs::read_to_string(pki.path().join(f)).unwrap();
+    let upload = serde_json::json!({"certificate": read("srv.pem"), "key": read("srv.key")});
+    let (status, body) = call(
+        "PUT",
+        &server.url("/v1/domains/go.example.com/certificate"),
+        Some(&site.api_key),
+        Some(&upload.to_string()),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+
+    let token = site.edge_token();
+    let fetch = |q: &str| {
+        call(
+            "GET",
+            &server.edge_url(&format!("/edge/v1/certificates{q}")),
+            Some(&token),
+            None,
+        )
+        .unwrap()
+    };
+    let (status, body) = fetch("");
+    assert_eq!(status, 200, "{body}");
+    let got = json(&body);
+    let generation = got["generation"].as_u64().unwrap();
+    assert!(generation >= 2, "a create and a certificate: {got}");
+    let certs = got["certificates"].as_array().unwrap();
+    assert_eq!(certs.len(), 1);
+    assert_eq!(certs[0]["domain"], "go.example.com");
+    assert_eq!(certs[0]["chain"], read("srv.pem"));
+    assert_eq!(certs[0]["key"], read("srv.key"));
+    assert_eq!(fetch(&format!("?generation={generation}")).0, 304);
+    assert_eq!(fetch("?generation=1").0, 200);
+    // Without the token: nothing.
+    let (status, _) = call("GET", &server.edge_url("/edge/v1/certificates"), None, None).unwrap();
+    assert_eq!(status, 401);
+
+    // The feed announces the generation after its snapshot frame.
+    let feed_frames = |secs: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "--max-time", secs, "-H"])
+            .arg(format!("Authorization: Bearer {token}"))
+            .arg(server.edge_url("/edge/v1/feed?engine=e1&pop=p1"))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|f| f["type"] == "certificates")
+            .map(|f| f["generation"].as_u64().unwrap())
+            .collect::<Vec<u64>>()
+    };
+    assert_eq!(feed_frames("2"), [generation]);
+
+    // Suspended, the domain's certificate is no longer sent, and the generation moved.
+    let (status, body) = call(
+        "POST",
+        &server.url("/v1/admin/domains/go.example.com/suspend"),
+        Some(&admin),
+        Some(r#"{"reason":"phishing"}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = fetch(&format!("?generation={generation}"));
+    assert_eq!(status, 200, "{body}");
+    let got = json(&body);
+    assert_eq!(got["generation"].as_u64(), Some(generation + 1));
+    assert_eq!(got["certificates"], serde_json::json!([]));
+    assert_eq!(feed_frames("2"), [generation + 1]);
+    // A subscriber hears of a change while it is subscribed (within a heartbeat interval).
+    let (watching, unsuspend) = std::thread::scope(|s| {
+        let watching = s.spawn(|| feed_frames("4"));
+        std::thread::sleep(Duration::from_millis(1500));
+        let unsuspend = call(
+            "POST",
+            &server.url("/v1/admin/domains/go.example.com/unsuspend"),
+            Some(&admin),
+            None,
+        )
+        .unwrap();
+        (watching.join().unwrap(), unsuspend)
+    });
+    assert_eq!(unsuspend.0, 200, "{}", unsuspend.1);
+    assert_eq!(watching, [generation + 1, generation + 2]);
+    server.terminate();
+}

@@ -1082,6 +1082,7 @@ fn domains_are_claimed_once_and_written_by_revision(backend: &Backend) {
     let store = backend.open();
     assert_eq!(store.domain("go.example.com").unwrap(), None);
     assert!(store.domains().unwrap().is_empty());
+    let generation = store.domains_generation().unwrap();
     // A claim succeeds once; a second claim (another owner's or the same) finds it taken.
     assert!(store
         .write_domain(domain("go.example.com", "alice"), None, false)
@@ -1094,6 +1095,8 @@ fn domains_are_claimed_once_and_written_by_revision(backend: &Backend) {
         .unwrap());
     let stored = store.domain("go.example.com").unwrap().unwrap();
     assert_eq!((stored.owner.as_str(), stored.revision), ("alice", 1));
+    // Two writes went in, one was refused: the generation moved twice.
+    assert_eq!(store.domains_generation().unwrap(), generation + 2);
     // A write at the stored revision goes in and moves it on; one at a stale revision does not.
     let mut changed = stored.clone();
     changed.settings.hsts = Some(Hsts {
@@ -1130,8 +1133,11 @@ fn domains_are_claimed_once_and_written_by_revision(backend: &Backend) {
         .map(|d| d.domain)
         .collect();
     assert_eq!(names, ["b.example", "go.example.com"]);
+    let before_removal = store.domains_generation().unwrap();
+    assert_eq!(before_removal, generation + 3, "kept across the reopen");
     assert!(store.write_domain(now, Some(2), true).unwrap());
     assert_eq!(store.domain("go.example.com").unwrap(), None);
+    assert_eq!(store.domains_generation().unwrap(), before_removal + 1);
     // Removed, the name can be claimed again.
     assert!(store
         .write_domain(domain("go.example.com", "bob"), None, false)

@@ -19,11 +19,14 @@
 //!   Debian package extracted and run from its paths, dashboards and alerts against the
 //!   exported metrics;
 //! - `console`: the web console in headless Chromium against a control plane and an engine;
+//! - `domains`: branded domains' certificates chosen by SNI at two engines, replaced under a
+//!   client loop, and kept sealed across a restart with the control plane down;
 //! - `harness`: what only these tests use: a TCP proxy standing in for a WAN link.
 
 mod channel;
 mod clicks;
 mod console;
+mod domains;
 mod feed;
 mod harness;
 mod hotset;

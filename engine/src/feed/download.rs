@@ -649,6 +649,7 @@ mod tests {
             safe_mode: false,
             load: |p| Snapshot::open(p),
             verify_keys: SnapshotKeys::default(),
+            certificates: None,
         };
         let agent = cfg.control.agent().build();
         let dest = dir.path().join("x.partial");

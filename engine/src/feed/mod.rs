@@ -51,6 +51,7 @@ use crate::metrics::prom::{family, sample};
 use crate::metrics::EngineMetrics;
 use crate::tables::{Published, Tables};
 
+pub mod certificates;
 mod download;
 mod reader;
 mod reporter;
@@ -84,6 +85,10 @@ pub struct FeedConfig {
     pub load: LoadFn,
     /// Keys a snapshot's announcement must be signed by (none: not checked).
     pub verify_keys: SnapshotKeys,
+    /// Where the branded domains' certificates are served (the HTTPS and QUIC listeners'
+    /// resolver), when TLS is served: fetched when the feed announces a new generation, kept
+    /// sealed in `data_dir` ([`certificates`]).
+    pub certificates: Option<Arc<crate::tls::sni::Branded>>,
 }
 
 impl FeedConfig {
@@ -135,6 +140,13 @@ pub struct FeedStats {
     unconfirmed: AtomicU64,
     first_redirect: [AtomicU64; FIRST_REDIRECT_BUCKETS.len() + 1],
     first_redirect_sum_ms: AtomicU64,
+    /// Branded certificates served, refused by this engine's checks, fetches failed, the
+    /// generation held, and the nearest expiry of those served (Unix ms, 0: none).
+    certificates_served: AtomicU64,
+    certificates_refused: AtomicU64,
+    certificate_fetch_failures: AtomicU64,
+    certificates_generation: AtomicU64,
+    certificates_nearest_expiry_ms: AtomicU64,
 }
 
 impl FeedStats {
@@ -272,6 +284,30 @@ impl FeedStats {
                 self.downloads_failed.load(Ordering::Relaxed),
             ),
             (
+                "lasthop_engine_certificates",
+                "gauge",
+                "Branded domains whose certificate this engine serves by SNI.",
+                self.certificates_served.load(Ordering::Relaxed),
+            ),
+            (
+                "lasthop_engine_certificates_refused",
+                "gauge",
+                "Branded domains' certificates of the last set that this engine's checks refused (key, name, validity, chain).",
+                self.certificates_refused.load(Ordering::Relaxed),
+            ),
+            (
+                "lasthop_engine_certificate_fetch_failures_total",
+                "counter",
+                "Fetches of the branded domains' certificates that failed at every control plane.",
+                self.certificate_fetch_failures.load(Ordering::Relaxed),
+            ),
+            (
+                "lasthop_engine_certificates_generation",
+                "gauge",
+                "The domains' generation of the certificates served (the feed's certificates frame).",
+                self.certificates_generation.load(Ordering::Relaxed),
+            ),
+            (
                 "lasthop_engine_safe_mode_unconfirmed_total",
                 "counter",
                 "Safe-mode redirects served from local tables because the origin was unreachable.",
@@ -280,6 +316,18 @@ impl FeedStats {
         ] {
             family(o, name, kind, help);
             sample(o, name, "", v);
+        }
+        let name = "lasthop_engine_certificate_expiry_seconds";
+        family(
+            o,
+            name,
+            "gauge",
+            "Seconds until the nearest expiry of the branded certificates served (absent with none).",
+        );
+        let nearest = self.certificates_nearest_expiry_ms.load(Ordering::Relaxed);
+        if nearest > 0 {
+            let left = (nearest as f64 - lasthop_core::clock::now_ms() as f64) / 1000.0;
+            let _ = std::fmt::Write::write_fmt(o, format_args!("{name} {left:.0}\n"));
         }
         let name = "lasthop_engine_unconfirmed_seconds";
         family(
@@ -335,6 +383,8 @@ enum Event {
     },
     /// SIGHUP: a snapshot file to serve if it is not older than the current one.
     Reload(Arc<Snapshot>),
+    /// A certificates fetch ended.
+    Certificates(Result<certificates::Fetched, String>),
 }
 
 /// The running feed: hand SIGHUP reloads to it.
@@ -360,6 +410,7 @@ impl std::fmt::Debug for Event {
             Event::Lost(_) => "Lost",
             Event::Downloaded { .. } => "Downloaded",
             Event::Reload(_) => "Reload",
+            Event::Certificates(_) => "Certificates",
         })
     }
 }
@@ -385,6 +436,28 @@ pub fn start(
     }
     stats.safe_mode.store(cfg.safe_mode, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel();
+    // The last good certificates, served before any control plane answers.
+    let mut certs_held = None;
+    if let Some(branded) = &cfg.certificates {
+        match certificates::AtRest::new(&cfg.data_dir).load() {
+            Ok(Some(body)) => match certificates::parse(&body, lasthop_core::clock::now_ms()) {
+                Ok(set) => {
+                    tracing::info!(
+                        domains = set.certs.len(),
+                        generation = set.generation,
+                        "serving the branded certificates kept on disk"
+                    );
+                    certs_held = Some(set.generation);
+                    install(&stats, branded, set);
+                }
+                Err(e) => tracing::warn!(error = %e, "the certificates kept on disk do not parse"),
+            },
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "the certificates kept on disk cannot be read; fetching them again")
+            }
+        }
+    }
     let mut applier = Applier {
         cfg: Arc::clone(&cfg),
         published,
@@ -397,6 +470,10 @@ pub fn start(
         unreachable: None,
         unconfirmed_since: Some(Instant::now()),
         metrics,
+        certs_held,
+        certs_announced: None,
+        certs_fetching: false,
+        certs_failed_at: None,
     };
     // The first generation already carries safe mode: nothing is confirmed yet.
     applier.publish();
@@ -438,6 +515,38 @@ struct Applier {
     /// Since when the tables have not been confirmed by the feed (not in sync); `None` while
     /// in sync.
     unconfirmed_since: Option<Instant>,
+    /// The certificates' generation served, the last one announced, a fetch under way, and
+    /// when the last fetch failed (retried after [`CERTIFICATES_RETRY`]).
+    certs_held: Option<u64>,
+    certs_announced: Option<u64>,
+    certs_fetching: bool,
+    certs_failed_at: Option<Instant>,
+}
+
+/// A failed certificates fetch is tried again after this long.
+const CERTIFICATES_RETRY: Duration = Duration::from_secs(5);
+
+/// Serves `set` and says so in the counters and the log.
+fn install(stats: &FeedStats, branded: &crate::tls::sni::Branded, set: certificates::Set) {
+    for (domain, why) in &set.refused {
+        tracing::warn!(%domain, reason = %why, "a branded certificate was refused; the default certificate answers for it");
+    }
+    stats
+        .certificates_refused
+        .store(set.refused.len() as u64, Ordering::Relaxed);
+    stats
+        .certificates_served
+        .store(set.certs.len() as u64, Ordering::Relaxed);
+    stats
+        .certificates_generation
+        .store(set.generation, Ordering::Relaxed);
+    stats.certificates_nearest_expiry_ms.store(
+        set.nearest_expiry_ms
+            .and_then(|ms| u64::try_from(ms).ok())
+            .unwrap_or(0),
+        Ordering::Relaxed,
+    );
+    branded.replace(set.certs);
 }
 
 impl Applier {
@@ -467,7 +576,87 @@ impl Applier {
 
     /// Keeps the time unconfirmed (not in sync) and the marks' widening current; true when
     /// the published marks must widen further.
+    /// A `certificates` frame: fetch the set if it is news.
+    fn certificates_announced(&mut self, generation: u64) {
+        self.certs_announced = Some(generation);
+        self.fetch_certificates();
+    }
+
+    /// Starts a fetch when the set announced is not the one held, none is under way, and the
+    /// last one did not just fail.
+    fn fetch_certificates(&mut self) {
+        if self.cfg.certificates.is_none()
+            || self.certs_fetching
+            || self.certs_announced.is_none()
+            || self.certs_announced == self.certs_held
+            || self
+                .certs_failed_at
+                .is_some_and(|t| t.elapsed() < CERTIFICATES_RETRY)
+        {
+            return;
+        }
+        self.certs_fetching = true;
+        let (cfg, tx, from, held) = (
+            Arc::clone(&self.cfg),
+            self.tx.clone(),
+            self.feed_control,
+            self.certs_held,
+        );
+        let spawned = std::thread::Builder::new()
+            .name("feed-certificates".into())
+            .spawn(move || {
+                let _ = tx.send(Event::Certificates(certificates::fetch(&cfg, from, held)));
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start a certificates fetch thread");
+            self.certs_fetching = false;
+        }
+    }
+
+    fn certificates_fetched(&mut self, result: Result<certificates::Fetched, String>) {
+        self.certs_fetching = false;
+        let set = match result {
+            Ok(certificates::Fetched::Current) => {
+                self.certs_held = self.certs_announced;
+                return;
+            }
+            Ok(certificates::Fetched::Body(body)) => {
+                match certificates::parse(&body, lasthop_core::clock::now_ms()) {
+                    Ok(set) => {
+                        if let Err(e) = certificates::AtRest::new(&self.cfg.data_dir).save(&body) {
+                            tracing::warn!(error = %e, "could not keep the certificates on disk; a restart waits for the control plane");
+                        }
+                        Ok(set)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match (set, &self.cfg.certificates) {
+            (Ok(set), Some(branded)) => {
+                tracing::info!(
+                    domains = set.certs.len(),
+                    generation = set.generation,
+                    "branded certificates updated"
+                );
+                self.certs_held = Some(set.generation);
+                self.certs_failed_at = None;
+                install(&self.stats, branded, set);
+            }
+            (Ok(_), None) => {}
+            (Err(e), _) => {
+                self.stats
+                    .certificate_fetch_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                self.certs_failed_at = Some(Instant::now());
+                tracing::warn!(error = %e, "fetching the branded certificates failed; serving the ones held");
+            }
+        }
+    }
+
     fn tick(&mut self) -> bool {
+        self.fetch_certificates();
         match (self.view.in_sync(), self.unconfirmed_since) {
             (true, Some(_)) => self.unconfirmed_since = None,
             (false, None) => self.unconfirmed_since = Some(Instant::now()),
@@ -510,6 +699,10 @@ impl Applier {
             }
             Event::Frame(frame) => self.apply(frame),
             Event::Downloaded { frame, result } => self.downloaded(frame, result),
+            Event::Certificates(result) => {
+                self.certificates_fetched(result);
+                false
+            }
             Event::Reload(snapshot) => {
                 let (seq, serving) = (snapshot.sequence(), self.view.snapshot_seq());
                 if seq >= serving {
@@ -561,6 +754,10 @@ impl Applier {
             }
             Applied::OrphanPart { part } => {
                 tracing::warn!(part, "denylist part without its first part; ignored");
+                false
+            }
+            Applied::Certificates { generation } => {
+                self.certificates_announced(generation);
                 false
             }
             Applied::Nothing => false,

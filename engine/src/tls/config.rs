@@ -78,9 +78,11 @@ pub fn server_provider(groups: &[KxGroup]) -> rustls::crypto::CryptoProvider {
     }
 }
 
-/// Compressed certificate chains kept (RFC 8879): one chain in two algorithms (brotli, zlib)
-/// and the chain a SIGHUP brings; a handshake with a cached one costs no compression.
-pub const CERT_COMPRESSION_CACHE: usize = 4;
+/// Compressed certificate chains kept (RFC 8879), the most recently used: each chain served
+/// (the default one, the one a SIGHUP brings, the branded domains') in two algorithms (brotli,
+/// zlib); a handshake with a cached one costs no compression, past 2,000 chains in use the
+/// least recent are compressed again when next asked for.
+pub const CERT_COMPRESSION_CACHE: usize = 4096;
 
 /// What `--tls-*` configure.
 #[derive(Debug, Clone)]
@@ -104,6 +106,9 @@ pub struct TlsSettings {
     pub groups: Vec<KxGroup>,
     /// Compress the certificate chain for clients that ask (RFC 8879: brotli, zlib).
     pub cert_compression: bool,
+    /// The branded domains' certificates, chosen by SNI before `cert` (one set per process,
+    /// shared by every configuration built from these settings).
+    pub branded: Arc<super::sni::Branded>,
 }
 
 /// Why a TLS configuration could not be built.
@@ -152,7 +157,14 @@ fn build(s: &TlsSettings, quic: bool) -> Result<Arc<ServerConfig>, TlsError> {
             lasthop_tls::VERSIONS
         })?
         .with_no_client_auth()
-        .with_single_cert(certs, key)?;
+        .with_cert_resolver(Arc::new(super::sni::SniResolver::new(
+            Arc::new(rustls::sign::CertifiedKey::from_der(
+                certs,
+                key,
+                &server_provider(groups),
+            )?),
+            Arc::clone(&s.branded),
+        )));
     config.alpn_protocols = if quic {
         vec![b"h3".to_vec()]
     } else if s.alpn.is_empty() {

@@ -39,6 +39,7 @@ pub mod conn;
 pub mod coverage;
 pub mod ktls;
 pub mod sessions;
+pub mod sni;
 pub mod tickets;
 
 pub use config::{server_config, TlsError, TlsSettings, SESSION_CACHE};

@@ -102,6 +102,8 @@ const META_KEY_ID: &str = "key_id";
 const META_DEST_INDEX: &str = "dest_index_v1";
 const META_AUDIT_NEXT: &str = "audit_next";
 const META_REPORT_NEXT: &str = "report_next";
+/// Bumped by every domain write: [`Store::domains_generation`].
+pub(super) const META_DOMAINS_GENERATION: &str = "domains_generation";
 
 const COUNTER_PREFIX: &str = "counter_next/";
 
@@ -828,6 +830,10 @@ impl Store for EmbeddedStore {
             out.push(serde_json::from_slice(v.value()).map_err(|e| corrupt("domains", e))?);
         }
         Ok(out)
+    }
+
+    fn domains_generation(&self) -> Result<u64, StoreError> {
+        read_meta(&self.db, META_DOMAINS_GENERATION)
     }
 
     fn write_domain(

@@ -346,6 +346,7 @@ fn write_all<R: BufRead>(
                         done.other += 1;
                     }
                     Record::Domain { record } => {
+                        super::writer::bump_domains_generation(&mut t)?;
                         let json = serde_json::to_vec(&record)?;
                         t.domains
                             .insert(record.domain.as_str(), json.as_slice())

@@ -856,6 +856,7 @@ fn apply_write_domain(
     if stored != expected {
         return Ok(false);
     }
+    bump_domains_generation(t)?;
     if remove {
         t.domains.remove(record.domain.as_str()).map_err(storage)?;
     } else {
@@ -866,6 +867,20 @@ fn apply_write_domain(
             .map_err(storage)?;
     }
     Ok(true)
+}
+
+/// One more on [`crate::Store::domains_generation`].
+pub(super) fn bump_domains_generation(t: &mut Tables<'_>) -> Result<(), StoreError> {
+    let now = t
+        .meta
+        .get(super::META_DOMAINS_GENERATION)
+        .map_err(storage)?
+        .map(|g| g.value())
+        .unwrap_or(0);
+    t.meta
+        .insert(super::META_DOMAINS_GENERATION, now + 1)
+        .map_err(storage)?;
+    Ok(())
 }
 
 pub(super) fn apply_put_owner(t: &mut Tables<'_>, record: &OwnerRecord) -> Result<(), StoreError> {

@@ -339,6 +339,23 @@ impl PgStore {
     }
 }
 
+/// The `meta` key of [`Store::domains_generation`].
+pub(crate) const DOMAINS_GENERATION: &str = "domains_generation";
+
+/// One more on [`Store::domains_generation`], in `txn`.
+pub(crate) async fn bump_domains_generation(
+    txn: &tokio_postgres::Transaction<'_>,
+) -> Result<(), StoreError> {
+    txn.execute(
+        "INSERT INTO meta (key, value) VALUES ($1, 1) \
+         ON CONFLICT (key) DO UPDATE SET value = meta.value + 1",
+        &[&DOMAINS_GENERATION],
+    )
+    .await
+    .map_err(pg)?;
+    Ok(())
+}
+
 /// A `REPEATABLE READ READ ONLY` transaction (one consistent snapshot) and the change-log
 /// sequence it is complete up to.
 pub(crate) async fn consistent_read(
@@ -1140,6 +1157,20 @@ impl Store for PgStore {
         })
     }
 
+    fn domains_generation(&self) -> Result<u64, StoreError> {
+        self.with_client(move |c| async move {
+            let row = c
+                .query_opt(
+                    "SELECT value FROM meta WHERE key = $1",
+                    &[&DOMAINS_GENERATION],
+                )
+                .await
+                .map_err(pg)?;
+            let value: i64 = row.map(|r| r.get(0)).unwrap_or(0);
+            Ok(u64::try_from(value).unwrap_or(0))
+        })
+    }
+
     fn write_domain(
         &self,
         mut record: DomainRecord,
@@ -1151,11 +1182,13 @@ impl Store for PgStore {
         record.revision = u64::try_from(expected.unwrap_or(0)).unwrap_or(0) + 1;
         let next = revision(record.revision)?;
         let text = serde_json::to_string(&record)?;
-        self.with_client(move |c| async move {
-            // One statement each, so the comparison and the write are one atomic step.
+        self.with_client(move |mut c| async move {
+            let txn = c.transaction().await.map_err(pg)?;
+            // The comparison and the write are one statement; the generation moves in the same
+            // transaction.
             let n = match (expected, remove) {
                 (None, true) => 0,
-                (None, false) => c
+                (None, false) => txn
                     .execute(
                         "INSERT INTO domains (domain, revision, record) VALUES ($1, $2, $3) \
                          ON CONFLICT (domain) DO NOTHING",
@@ -1163,7 +1196,7 @@ impl Store for PgStore {
                     )
                     .await
                     .map_err(pg)?,
-                (Some(rev), false) => c
+                (Some(rev), false) => txn
                     .execute(
                         "UPDATE domains SET revision = $2, record = $3 \
                          WHERE domain = $1 AND revision = $4",
@@ -1171,7 +1204,7 @@ impl Store for PgStore {
                     )
                     .await
                     .map_err(pg)?,
-                (Some(rev), true) => c
+                (Some(rev), true) => txn
                     .execute(
                         "DELETE FROM domains WHERE domain = $1 AND revision = $2",
                         &[&record.domain, &rev],
@@ -1179,6 +1212,10 @@ impl Store for PgStore {
                     .await
                     .map_err(pg)?,
             };
+            if n == 1 {
+                bump_domains_generation(&txn).await?;
+            }
+            txn.commit().await.map_err(pg)?;
             Ok(n == 1)
         })
     }

@@ -387,6 +387,7 @@ impl ImportState {
                     self.done.other += 1;
                 }
                 Record::Domain { record } => {
+                    super::bump_domains_generation(txn).await?;
                     let revision = i64_of(record.revision)?;
                     txn.execute(
                         "INSERT INTO domains (domain, revision, record) VALUES ($1, $2, $3)",
