@@ -28,6 +28,11 @@
 //!   timed). What a rustls server pays beyond `full` before any I/O: the floor of the engine's
 //!   handshakes with no TCP, no syscalls and no HTTP. With X25519 (the client offers it alone).
 //! - `rustls_server_full_x25519mlkem768`: the same with a client offering only the hybrid.
+//! - `rustls_server_full_sni_10000`: `rustls_server_full` through the engine's SNI resolver
+//!   (`lasthop_engine::tls::sni`) holding 10,000 branded domains' certificates, each
+//!   handshake's client naming another of them: what choosing among many certificates adds
+//!   (issue 41's goal: within 5 % of one certificate's). Prints the bytes each certificate held
+//!   costs.
 //!
 //! Run: `cargo bench -p lasthop-benches --bench handshake`.
 
@@ -151,6 +156,7 @@ const CERT_LEN: usize = 560;
 fn rustls_pair(
     pkcs8: &[u8],
     group: &'static dyn rustls::crypto::SupportedKxGroup,
+    branded: usize,
 ) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
     use rustls::crypto::ring::cipher_suite as cs;
     let provider = Arc::new(CryptoProvider {
@@ -172,12 +178,24 @@ fn rustls_pair(
         .load_private_key(key)
         .expect("the P-256 key");
     let chain = vec![CertificateDer::from(vec![0x30u8; CERT_LEN])];
-    let resolver = SingleCert(Arc::new(CertifiedKey::new(chain, signer)));
+    let single = Arc::new(CertifiedKey::new(chain.clone(), Arc::clone(&signer)));
+    // The engine's resolver with `branded` domains' certificates, each its own chain and key
+    // (the same bytes: the server never parses them), or the one certificate.
+    let resolver: Arc<dyn ResolvesServerCert> = if branded == 0 {
+        Arc::new(SingleCert(single))
+    } else {
+        let set = lasthop_engine::tls::sni::Branded::default();
+        set.replace(branded_set(&provider, pkcs8, branded));
+        Arc::new(lasthop_engine::tls::sni::SniResolver::new(
+            single,
+            Arc::new(set),
+        ))
+    };
     let mut server = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .expect("versions")
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .with_cert_resolver(resolver);
     server.alpn_protocols = vec![b"http/1.1".to_vec()];
     server.ignore_client_order = true;
     // The engine's default: stateful tickets in a bounded cache, 0-RTT allowed on them.
@@ -202,6 +220,51 @@ fn rustls_pair(
     (Arc::new(server), Arc::new(client))
 }
 
+/// The name of branded domain `i` in the benches' sets.
+fn branded_name(i: usize) -> String {
+    format!("go{i}.brand{}.test", i % 97)
+}
+
+/// This process's resident bytes (`/proc/self/statm`), 0 where it cannot be read.
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// `n` branded certificates as the engine holds them (each a chain and its signing key, by
+/// name).
+fn branded_set(
+    provider: &CryptoProvider,
+    pkcs8: &[u8],
+    n: usize,
+) -> std::collections::HashMap<String, Arc<CertifiedKey>> {
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pkcs8.to_vec()));
+    (0..n)
+        .map(|i| {
+            let signer = provider
+                .key_provider
+                .load_private_key(key.clone_key())
+                .expect("the P-256 key");
+            let chain = vec![CertificateDer::from(vec![0x30u8; CERT_LEN])];
+            (branded_name(i), Arc::new(CertifiedKey::new(chain, signer)))
+        })
+        .collect()
+}
+
+/// What one branded certificate costs the engine in memory: the resident growth of a fresh
+/// process (nothing freed yet to reuse) holding 10,000 of them, per certificate.
+fn branded_footprint(pkcs8: &[u8]) -> u64 {
+    let provider = rustls::crypto::ring::default_provider();
+    let n = 10_000;
+    let before = rss_bytes();
+    let set = branded_set(&provider, pkcs8, n);
+    let held = rss_bytes().saturating_sub(before) / n as u64;
+    drop(black_box(set));
+    held
+}
+
 /// The one certificate, whatever the client asks.
 #[derive(Debug)]
 struct SingleCert(Arc<CertifiedKey>);
@@ -218,8 +281,9 @@ fn server_side(
     server: &Arc<ServerConfig>,
     client: &Arc<ClientConfig>,
     buf: &mut Vec<u8>,
+    name: &str,
 ) -> Duration {
-    let name = ServerName::try_from("lh.test").expect("a name");
+    let name = ServerName::try_from(name.to_string()).expect("a name");
     let mut c = ClientConnection::new(Arc::clone(client), name).expect("a client");
     let t = Instant::now();
     let mut s = ServerConnection::new(Arc::clone(server)).expect("a server");
@@ -255,6 +319,12 @@ fn handshake(c: &mut Criterion) {
     let rng = SystemRandom::new();
     let pkcs8 =
         EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).expect("a P-256 key");
+    // First, before anything is freed that the set could reuse.
+    println!(
+        "branded certificates held: {} bytes each (a {CERT_LEN}-byte chain, its P-256 signing \
+         key, the name and the map's entry; resident growth over 10,000)",
+        branded_footprint(pkcs8.as_ref())
+    );
     let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
         .expect("the key just made");
     let mut to_sign = vec![b' '; 64];
@@ -302,18 +372,40 @@ fn handshake(c: &mut Criterion) {
         })
     });
     let mut buf = Vec::new();
-    for (name, kx) in [
-        ("rustls_server_full", rustls::crypto::ring::kx_group::X25519),
+    for (name, kx, branded) in [
+        (
+            "rustls_server_full",
+            rustls::crypto::ring::kx_group::X25519,
+            0,
+        ),
         (
             "rustls_server_full_x25519mlkem768",
             rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768,
+            0,
+        ),
+        (
+            "rustls_server_full_sni_10000",
+            rustls::crypto::ring::kx_group::X25519,
+            10_000,
         ),
     ] {
-        let (server, client) = rustls_pair(pkcs8.as_ref(), kx);
+        let (server, client) = rustls_pair(pkcs8.as_ref(), kx, branded);
+        let names: Vec<String> = if branded == 0 {
+            vec!["lh.test".into()]
+        } else {
+            // Clients of every domain in turn, in a scattered order.
+            (0..branded)
+                .map(|i| branded_name(i * 7919 % branded))
+                .collect()
+        };
+        let mut next = 0;
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 (0..iters)
-                    .map(|_| server_side(&server, &client, &mut buf))
+                    .map(|_| {
+                        next = (next + 1) % names.len();
+                        server_side(&server, &client, &mut buf, &names[next])
+                    })
                     .sum()
             })
         });

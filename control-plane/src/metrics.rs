@@ -27,6 +27,10 @@ pub struct Metrics {
     pub edge_worst_lag_sequences: IntGauge,
     /// 1 while any engine is more than `--edge-lag-alarm-secs` behind.
     pub edge_lag_alarm: IntGauge,
+    /// Branded domains by status (`pending`, `active`, `expired`, `suspended`), set at scrapes.
+    pub domains: IntGaugeVec,
+    /// Seconds until the nearest `not_after` of an active domain's certificate (+Inf with none).
+    pub domain_certificate_expiry_seconds: Gauge,
     /// Replication from each peer region (`--peer`), set at each scrape: 1 while its last
     /// request succeeded.
     pub peer_connected: IntGaugeVec,
@@ -159,6 +163,20 @@ impl Metrics {
                 IntGauge::new(
                     "edge_lag_alarm",
                     "1 while any engine is more than --edge-lag-alarm-secs behind",
+                ),
+            )?,
+            domains: registered(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new("domains", "Branded domains by status"),
+                    &["status"],
+                ),
+            )?,
+            domain_certificate_expiry_seconds: registered(
+                &registry,
+                Gauge::new(
+                    "domain_certificate_expiry_seconds",
+                    "Seconds until the nearest expiry of an active branded domain's certificate (+Inf with none)",
                 ),
             )?,
             peer_connected: registered(

@@ -129,6 +129,74 @@ pub(crate) fn checked_domain(raw: &str, admin: bool) -> Result<String, ApiError>
     Ok(name.to_string())
 }
 
+/// What `/metrics` shows of the domains, read again when their generation moved or a minute
+/// passed (statuses turn `expired` with time alone).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DomainSummary {
+    generation: u64,
+    read_at_ms: i64,
+    by_status: [(&'static str, i64); 4],
+    /// The nearest `not_after` of an active domain's certificate.
+    nearest_not_after_ms: Option<i64>,
+}
+
+/// The summary `/metrics` sets its domain gauges from, from `cache` while it is current.
+pub(crate) fn summary(
+    store: &dyn Store,
+    cache: &std::sync::Mutex<Option<DomainSummary>>,
+) -> Result<DomainSummary, crate::store::StoreError> {
+    let generation = store.domains_generation()?;
+    let now = now_ms();
+    if let Ok(c) = cache.lock() {
+        if let Some(s) = c.as_ref() {
+            if s.generation == generation && now - s.read_at_ms < 60_000 {
+                return Ok(s.clone());
+            }
+        }
+    }
+    let mut by_status = [
+        ("pending", 0),
+        ("active", 0),
+        ("expired", 0),
+        ("suspended", 0),
+    ];
+    let mut nearest: Option<i64> = None;
+    for d in store.domains()? {
+        let st = status(&d, now);
+        if let Some(slot) = by_status.iter_mut().find(|(name, _)| *name == st) {
+            slot.1 += 1;
+        }
+        if st == "active" {
+            if let Some(c) = &d.certificate {
+                nearest = Some(nearest.map_or(c.not_after_ms, |n| n.min(c.not_after_ms)));
+            }
+        }
+    }
+    let summary = DomainSummary {
+        generation,
+        read_at_ms: now,
+        by_status,
+        nearest_not_after_ms: nearest,
+    };
+    if let Ok(mut c) = cache.lock() {
+        *c = Some(summary.clone());
+    }
+    Ok(summary)
+}
+
+impl DomainSummary {
+    /// Sets the domain gauges of `m`.
+    pub(crate) fn set(&self, m: &crate::metrics::Metrics) {
+        for (status, n) in self.by_status {
+            m.domains.with_label_values(&[status]).set(n);
+        }
+        m.domain_certificate_expiry_seconds.set(
+            self.nearest_not_after_ms
+                .map_or(f64::INFINITY, |t| (t - now_ms()) as f64 / 1000.0),
+        );
+    }
+}
+
 fn heuristics() -> &'static Heuristics {
     static H: OnceLock<Heuristics> = OnceLock::new();
     H.get_or_init(|| Heuristics::new(lasthop_core::alias::brands().iter().copied()))

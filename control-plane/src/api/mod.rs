@@ -115,6 +115,8 @@ struct Inner {
     safety: Arc<Safety>,
     report_limiter: RateLimiter,
     report_global: RateLimiter,
+    /// What `/metrics` last read of the domains.
+    domain_summary: std::sync::Mutex<Option<domains::DomainSummary>>,
 }
 
 /// Shared state of every handler.
@@ -226,6 +228,7 @@ impl AppState {
             safety,
             report_limiter,
             report_global,
+            domain_summary: std::sync::Mutex::new(None),
         }))
     }
 
@@ -1320,6 +1323,16 @@ async fn metrics(State(state): State<AppState>) -> Response {
     m.edge_lag_alarm.set(i64::from(
         summary.worst_lag_seconds > state.0.config.edge_lag_alarm_secs,
     ));
+    let (store, st) = (Arc::clone(&state.0.store), state.clone());
+    match offload("reading the domains", move || {
+        domains::summary(store.as_ref(), &st.0.domain_summary)
+    })
+    .await
+    {
+        Ok(Ok(summary)) => summary.set(m),
+        Ok(Err(e)) => tracing::warn!(error = %e, "metrics: the domains could not be read"),
+        Err(_) => {}
+    }
     if let Some(peers) = state.0.peers.as_ref() {
         for p in peers.status(now_ms()) {
             let region = p.region.to_string();
