@@ -29,7 +29,8 @@ pub struct Metrics {
     pub edge_lag_alarm: IntGauge,
     /// Branded domains by status (`pending`, `active`, `expired`, `suspended`), set at scrapes.
     pub domains: IntGaugeVec,
-    /// Seconds until the nearest `not_after` of an active domain's certificate (+Inf with none).
+    /// Seconds until the nearest `not_after` of an unsuspended domain's certificate, negative
+    /// once one has expired (+Inf with none).
     pub domain_certificate_expiry_seconds: Gauge,
     /// Replication from each peer region (`--peer`), set at each scrape: 1 while its last
     /// request succeeded.
@@ -176,7 +177,7 @@ impl Metrics {
                 &registry,
                 Gauge::new(
                     "domain_certificate_expiry_seconds",
-                    "Seconds until the nearest expiry of an active branded domain's certificate (+Inf with none)",
+                    "Seconds until the nearest expiry of an unsuspended branded domain's certificate, negative once expired (+Inf with none)",
                 ),
             )?,
             peer_connected: registered(

@@ -740,7 +740,8 @@ impl std::fmt::Debug for DomainCertificate {
     }
 }
 
-/// A domain's own answers at the edge (`PATCH /v1/domains/{domain}`).
+/// A domain's own answers at the edge (`PATCH /v1/domains/{domain}`). Stored and shown by the
+/// API; the engines do not apply them yet (they come with the domains' namespaces).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DomainSettings {
     /// Where `GET /` on the domain redirects; `None`: the fleet's answer.
@@ -1006,7 +1007,9 @@ pub trait Store: Send + Sync + 'static {
     /// Every branded domain, by name.
     fn domains(&self) -> Result<Vec<DomainRecord>, StoreError>;
     /// A number that grows with every write of any domain record ([`Store::write_domain`],
-    /// an import): the feed tells engines when it moved, so they fetch the certificates again.
+    /// an import): one more, or the write's time in Unix milliseconds when that is larger, so a
+    /// restored store never repeats a number for other contents. The feed tells engines when
+    /// it moved, so they fetch the certificates again.
     fn domains_generation(&self) -> Result<u64, StoreError>;
     /// Writes `record` if the stored one is at revision `expected` (`None`: none stored yet),
     /// storing it at the next revision, and answers whether it did; a caller that lost the

@@ -1,8 +1,13 @@
 //! A domain's certificate as an owner hands it over (PEM chain, leaf first, and its private
 //! key), checked before anything stores or serves it: the key is the leaf's, the leaf names the
-//! domain, it is valid now, for TLS servers, and the chain given links up certificate by
-//! certificate (each signed by the next; the last is taken as the anchor, since a chain need
-//! not carry its root), as webpki, rustls' own verifier, judges it.
+//! domain, it is valid now, it is an end entity's (not a CA's) and, where it says what it is
+//! for, for TLS servers, and the chain given links up certificate by certificate (each signed
+//! by the next; the last is taken as the anchor, since a chain need not carry its root), as
+//! webpki, rustls' own verifier, judges it.
+//!
+//! What is not checked: whether a public CA issued it. The chain's own last certificate is its
+//! anchor, so a private CA's certificate (or a self-signed leaf) is stored like any other, and
+//! browsers judge it. Control of the name is what the next issue's ACME issuance proves.
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
@@ -45,6 +50,10 @@ pub enum CertificateError {
     NotValidNow,
     #[error("the chain does not link up (each certificate must be signed by the next): {0}")]
     BadChain(String),
+    #[error("the first certificate is a CA's, not a server's (the leaf goes first)")]
+    NotALeaf,
+    #[error("the certificate's extended key usage does not allow TLS servers")]
+    NotForServers,
 }
 
 impl CertificateError {
@@ -60,8 +69,40 @@ impl CertificateError {
             CertificateError::WrongName(_) => "wrong_name",
             CertificateError::NotValidNow => "not_valid_now",
             CertificateError::BadChain(_) => "bad_chain",
+            CertificateError::NotALeaf => "not_a_leaf",
+            CertificateError::NotForServers => "not_for_servers",
         }
     }
+}
+
+/// Refuses a CA certificate in the leaf's place, and a leaf whose extended key usage leaves
+/// TLS servers out (webpki checks the usage too, but only on a chain of two or more).
+fn leaf_use(leaf: &x509_cert::Certificate) -> Result<(), CertificateError> {
+    use x509_cert::der::oid::AssociatedOid;
+    use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage};
+    const SERVER_AUTH: &str = "1.3.6.1.5.5.7.3.1";
+    const ANY_USAGE: &str = "2.5.29.37.0";
+    for ext in leaf.tbs_certificate.extensions.iter().flatten() {
+        let value = ext.extn_value.as_bytes();
+        if ext.extn_id == BasicConstraints::OID {
+            let bc = BasicConstraints::from_der(value)
+                .map_err(|e| CertificateError::Malformed(e.to_string()))?;
+            if bc.ca {
+                return Err(CertificateError::NotALeaf);
+            }
+        } else if ext.extn_id == ExtendedKeyUsage::OID {
+            let eku = ExtendedKeyUsage::from_der(value)
+                .map_err(|e| CertificateError::Malformed(e.to_string()))?;
+            let serves = eku.0.iter().any(|oid| {
+                let oid = oid.to_string();
+                oid == SERVER_AUTH || oid == ANY_USAGE
+            });
+            if !serves {
+                return Err(CertificateError::NotForServers);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks `chain_pem` (leaf first) and `key_pem` for `name` at `now_ms`.
@@ -99,6 +140,7 @@ pub fn check(
     };
     let (not_before_ms, not_after_ms) = (ms(validity.not_before), ms(validity.not_after));
     let issuer = leaf.tbs_certificate.issuer.to_string();
+    leaf_use(&leaf)?;
 
     let end_entity = webpki::EndEntityCert::try_from(&chain[0])
         .map_err(|e| CertificateError::Malformed(format!("{e:?}")))?;

@@ -102,11 +102,39 @@ fn a_chain_its_key_and_its_name() {
     // A chain that does not link up: the leaf with another CA.
     let wrong_ca = format!("{leaf}{}", read(&other, "ca.pem"));
     assert_eq!(err(&wrong_ca, &key, "go.test", now).code(), "bad_chain");
-    // The chain in the wrong order: the CA first names no domain.
+    // The chain in the wrong order: the CA first is no server's leaf.
     let reversed = format!("{ca}{leaf}");
     assert_eq!(
         err(&reversed, &read(d, "ca.key"), "go.test", now).code(),
-        "wrong_name"
+        "not_a_leaf"
+    );
+
+    // A CA certificate that names the domain is still no server's leaf.
+    std::fs::write(
+        d.join("caleaf.ext"),
+        "subjectAltName=DNS:go.test\nbasicConstraints=critical,CA:TRUE\n",
+    )
+    .unwrap();
+    signed_cert(d, P256, "go.test", "caleaf.key", "caleaf.pem", "caleaf.ext");
+    assert_eq!(
+        err(&read(d, "caleaf.pem"), &read(d, "caleaf.key"), "go.test", now),
+        CertificateError::NotALeaf
+    );
+    // A leaf for clients only, alone or with its CA.
+    std::fs::write(
+        d.join("client.ext"),
+        "subjectAltName=DNS:go.test\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    signed_cert(d, P256, "go.test", "client.key", "client.pem", "client.ext");
+    let client = read(d, "client.pem");
+    assert_eq!(
+        err(&client, &read(d, "client.key"), "go.test", now),
+        CertificateError::NotForServers
+    );
+    assert_eq!(
+        err(&format!("{client}{ca}"), &read(d, "client.key"), "go.test", now).code(),
+        "not_for_servers"
     );
 }
 

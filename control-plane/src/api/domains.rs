@@ -136,7 +136,7 @@ pub(crate) struct DomainSummary {
     generation: u64,
     read_at_ms: i64,
     by_status: [(&'static str, i64); 4],
-    /// The nearest `not_after` of an active domain's certificate.
+    /// The nearest `not_after` of an unsuspended domain's certificate, expired ones included.
     nearest_not_after_ms: Option<i64>,
 }
 
@@ -166,7 +166,9 @@ pub(crate) fn summary(
         if let Some(slot) = by_status.iter_mut().find(|(name, _)| *name == st) {
             slot.1 += 1;
         }
-        if st == "active" {
+        // Expired ones too (the gauge goes negative), so an alert on it stays firing past
+        // the expiry instead of resolving as the status turns `expired`.
+        if matches!(st, "active" | "expired") {
             if let Some(c) = &d.certificate {
                 nearest = Some(nearest.map_or(c.not_after_ms, |n| n.min(c.not_after_ms)));
             }
@@ -292,18 +294,29 @@ async fn fetch_visible(
     Ok(record)
 }
 
+/// Whether `r` is still the claim `seen` (same owner, same creation): a domain deleted and
+/// claimed again by someone else in between is not the one the caller was allowed to change.
+fn same_claim(r: &DomainRecord, seen: &DomainRecord) -> bool {
+    r.owner == seen.owner && r.created_at_ms == seen.created_at_ms
+}
+
 /// Reads `domain`, applies `change` and writes it back at the next revision, again from a
 /// fresh read when another writer came in between. `change` may refuse (its error is the
-/// answer); `Ok(None)` from the store's side: the record is gone.
+/// answer). With `claim`, the record must still be that claim (404 otherwise: the caller's
+/// right to it was checked on that one).
 fn update(
     store: &dyn Store,
     domain: &str,
+    claim: Option<&DomainRecord>,
     change: &dyn Fn(&mut DomainRecord) -> Result<(), ApiError>,
 ) -> Result<DomainRecord, ApiError> {
     for _ in 0..WRITE_TRIES {
         let Some(mut record) = store.domain(domain)? else {
             return Err(not_found());
         };
+        if claim.is_some_and(|seen| !same_claim(&record, seen)) {
+            return Err(not_found());
+        }
         let expected = record.revision;
         change(&mut record)?;
         if store.write_domain(record.clone(), Some(expected), false)? {
@@ -350,8 +363,19 @@ pub(super) async fn add(
         _ => who.owner.clone(),
     };
     let domain = checked_domain(&parsed.domain, who.admin)?;
-    if default_domain(&state).as_deref() == Some(domain.as_str()) {
-        return Err(taken());
+    if let Some(fleet) = default_domain(&state) {
+        if fleet == domain {
+            return Err(taken());
+        }
+        // A name under the fleet's own domain would take over part of it (the engines would
+        // serve its owner's certificate for it): the operators' to give.
+        if !who.admin && domain.ends_with(&format!(".{fleet}")) {
+            return Err(ApiError::bad(
+                "domain_reserved",
+                "names under the fleet's own short domain are the operators' to give",
+            )
+            .with_reason("fleet_domain"));
+        }
     }
     let record = DomainRecord {
         domain,
@@ -460,8 +484,9 @@ pub(super) async fn patch(
     Path(domain): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let record = fetch_visible(&state, &who, &domain).await?;
+    // The body first: the caller's right to the domain is checked on the record written.
     let parsed: PatchBody = parse_json(&read_body(body).await?)?;
+    let record = fetch_visible(&state, &who, &domain).await?;
     let root = parsed
         .root_redirect
         .map(|r| checked_redirect(&state, r))
@@ -475,7 +500,7 @@ pub(super) async fn patch(
     let admin = who.admin;
     let name = record.domain.clone();
     let updated = blocking(move || {
-        update(store.as_ref(), &name, &|r| {
+        update(store.as_ref(), &name, Some(&record), &|r| {
             if r.suspended.is_some() && !admin {
                 return Err(suspended());
             }
@@ -507,16 +532,20 @@ pub(super) async fn delete(
     let store = Arc::clone(&state.0.store);
     let admin = who.admin;
     let name = record.domain.clone();
+    let seen = record.clone();
     blocking(move || {
         for _ in 0..WRITE_TRIES {
-            let Some(record) = store.domain(&name)? else {
+            let Some(now) = store.domain(&name)? else {
                 return Err(not_found());
             };
-            if record.suspended.is_some() && !admin {
+            if !same_claim(&now, &seen) {
+                return Err(not_found());
+            }
+            if now.suspended.is_some() && !admin {
                 return Err(suspended());
             }
-            let revision = record.revision;
-            if store.write_domain(record, Some(revision), true)? {
+            let revision = now.revision;
+            if store.write_domain(now, Some(revision), true)? {
                 return Ok(());
             }
         }
@@ -553,7 +582,6 @@ pub(super) async fn put_certificate(
     Path(domain): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let record = fetch_visible(&state, &who, &domain).await?;
     let bytes = axum::body::to_bytes(body, MAX_CERTIFICATE_BODY)
         .await
         .map_err(|_| {
@@ -563,6 +591,8 @@ pub(super) async fn put_certificate(
             )
         })?;
     let parsed: CertificateBody = parse_json(&bytes)?;
+    // After the body: the caller's right to the domain is checked on the record written.
+    let record = fetch_visible(&state, &who, &domain).await?;
     let now = now_ms();
     let checked =
         lasthop_tls::certificate::check(&parsed.certificate, &parsed.key, &record.domain, now)
@@ -582,7 +612,7 @@ pub(super) async fn put_certificate(
     let admin = who.admin;
     let name = record.domain.clone();
     let updated = blocking(move || {
-        update(store.as_ref(), &name, &|r| {
+        update(store.as_ref(), &name, Some(&record), &|r| {
             if r.suspended.is_some() && !admin {
                 return Err(suspended());
             }
@@ -626,7 +656,7 @@ pub(super) async fn suspend(
     };
     let store = Arc::clone(&state.0.store);
     let updated = blocking(move || {
-        update(store.as_ref(), &name, &|r| {
+        update(store.as_ref(), &name, None, &|r| {
             if r.suspended.is_none() {
                 r.suspended = Some(proposed.clone());
             }
@@ -648,7 +678,7 @@ pub(super) async fn unsuspend(
     let name = checked_domain(&domain, true).map_err(|_| not_found())?;
     let store = Arc::clone(&state.0.store);
     let updated = blocking(move || {
-        update(store.as_ref(), &name, &|r| {
+        update(store.as_ref(), &name, None, &|r| {
             r.suspended = None;
             Ok(())
         })
@@ -730,6 +760,47 @@ mod tests {
                 Err(e) => proptest::prop_assert_eq!(e.status, StatusCode::BAD_REQUEST),
             }
         }
+    }
+
+    /// A write checked against one claim never lands on another claim of the same name.
+    #[test]
+    fn a_write_never_lands_on_a_new_claim_of_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = lasthop_core::PermutationKey::generate(16).unwrap();
+        let scheme = lasthop_core::CodeScheme::new(&key).unwrap();
+        let store = crate::store::embedded::EmbeddedStore::open(
+            crate::store::embedded::EmbeddedStoreConfig::new(dir.path().join("s.redb"), scheme),
+            None,
+        )
+        .unwrap();
+        let claim = |owner: &str, at: i64| DomainRecord {
+            domain: "go.example.com".into(),
+            owner: owner.into(),
+            created_at_ms: at,
+            revision: 0,
+            settings: DomainSettings::default(),
+            suspended: None,
+            certificate: None,
+        };
+        assert!(store.write_domain(claim("alice", 1), None, false).unwrap());
+        let seen = store.domain("go.example.com").unwrap().unwrap();
+        let set_root = |r: &mut DomainRecord| {
+            r.settings.root_redirect = Some("https://example.com/".into());
+            Ok(())
+        };
+        // Still alice's claim: written.
+        assert!(update(&store, "go.example.com", Some(&seen), &set_root).is_ok());
+        // Deleted and claimed again by bob in between: refused (404), bob's record untouched.
+        let now = store.domain("go.example.com").unwrap().unwrap();
+        assert!(store.write_domain(now.clone(), Some(now.revision), true).unwrap());
+        assert!(store.write_domain(claim("bob", 2), None, false).unwrap());
+        let err = update(&store, "go.example.com", Some(&seen), &set_root).unwrap_err();
+        assert_eq!(err.status, StatusCode::NOT_FOUND);
+        let bobs = store.domain("go.example.com").unwrap().unwrap();
+        assert_eq!((bobs.owner.as_str(), &bobs.settings), ("bob", &DomainSettings::default()));
+        // An admin's call (no claim) reaches whoever holds it now.
+        assert!(update(&store, "go.example.com", None, &set_root).is_ok());
+        store.shutdown().unwrap();
     }
 
     #[test]

@@ -327,6 +327,46 @@ async fn certificates_are_not_sent_in_clear_to_a_peer_off_loopback() {
     let (status, body) = edge.get("/edge/v1/certificates").await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(body["error"]["code"], "plain_certificate_distribution");
+
+    // By peer address and policy: loopback always; another address over TLS or when allowed.
+    let ask = |policy: edge::CertificatePolicy, peer: &str| {
+        let app = edge::router(EdgeState::from_parts(edge::EdgeParts {
+            store: Arc::clone(&edge.store),
+            token: EdgeToken::new(TOKEN),
+            feed: Feed::new(Arc::clone(&edge.store), Duration::from_secs(1)),
+            fleet: Arc::new(Fleet::new()),
+            snapshots: None,
+            client_certs: false,
+            peering: None,
+            certificates: policy,
+        }));
+        let mut req = Request::builder()
+            .uri("/edge/v1/certificates")
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(Body::empty())
+            .unwrap();
+        let addr: std::net::SocketAddr = peer.parse().unwrap();
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo(addr));
+        async move { app.oneshot(req).await.unwrap().status() }
+    };
+    let plain = edge::CertificatePolicy {
+        over_tls: false,
+        allow_plain: false,
+    };
+    assert_eq!(ask(plain, "127.0.0.1:4000").await, StatusCode::OK);
+    assert_eq!(ask(plain, "[::1]:4000").await, StatusCode::OK);
+    assert_eq!(ask(plain, "198.18.0.5:4000").await, StatusCode::FORBIDDEN);
+    let allowed = edge::CertificatePolicy {
+        over_tls: false,
+        allow_plain: true,
+    };
+    assert_eq!(ask(allowed, "198.18.0.5:4000").await, StatusCode::OK);
+    let tls = edge::CertificatePolicy {
+        over_tls: true,
+        allow_plain: false,
+    };
+    assert_eq!(ask(tls, "198.18.0.5:4000").await, StatusCode::OK);
 }
 
 /// A domain's certificate over the edge listener (loopback, plain HTTP), with the generation
@@ -378,7 +418,7 @@ fn certificates_reach_the_edge_listener_with_their_generation() {
     assert_eq!(status, 200, "{body}");
     let got = json(&body);
     let generation = got["generation"].as_u64().unwrap();
-    assert!(generation >= 2, "a create and a certificate: {got}");
+    assert!(generation >= 2, "a create and a certificate moved it: {got}");
     let certs = got["certificates"].as_array().unwrap();
     assert_eq!(certs.len(), 1);
     assert_eq!(certs[0]["domain"], "go.example.com");
@@ -419,9 +459,10 @@ fn certificates_reach_the_edge_listener_with_their_generation() {
     let (status, body) = fetch(&format!("?generation={generation}"));
     assert_eq!(status, 200, "{body}");
     let got = json(&body);
-    assert_eq!(got["generation"].as_u64(), Some(generation + 1));
+    let suspended = got["generation"].as_u64().unwrap();
+    assert!(suspended > generation, "{generation} -> {suspended}");
     assert_eq!(got["certificates"], serde_json::json!([]));
-    assert_eq!(feed_frames("2"), [generation + 1]);
+    assert_eq!(feed_frames("2"), [suspended]);
     // A subscriber hears of a change while it is subscribed (within a heartbeat interval).
     let (watching, unsuspend) = std::thread::scope(|s| {
         let watching = s.spawn(|| feed_frames("4"));
@@ -436,6 +477,8 @@ fn certificates_reach_the_edge_listener_with_their_generation() {
         (watching.join().unwrap(), unsuspend)
     });
     assert_eq!(unsuspend.0, 200, "{}", unsuspend.1);
-    assert_eq!(watching, [generation + 1, generation + 2]);
+    assert_eq!(watching.len(), 2, "{watching:?}");
+    assert_eq!(watching[0], suspended);
+    assert!(watching[1] > suspended, "{watching:?}");
     server.terminate();
 }

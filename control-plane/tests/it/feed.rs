@@ -168,6 +168,11 @@ fn feed_streams_the_log_then_live_changes() {
         Frame::Snapshot(snapshot),
         "the newest snapshot third"
     );
+    assert_eq!(
+        feed.next(),
+        Frame::Certificates { generation: 0 },
+        "the domains' generation fourth"
+    );
 
     let created: Vec<LinkFrame> = (0..4)
         .map(|_| link_frame(feed.next_event(), "link_created"))
@@ -271,6 +276,7 @@ fn feed_streams_the_log_then_live_changes() {
         "deleted links are not listed"
     );
     assert!(matches!(resumed.next(), Frame::Snapshot(_)));
+    assert!(matches!(resumed.next(), Frame::Certificates { .. }));
     let seqs: Vec<u64> = (0..4)
         .map(|_| link_frame(resumed.next_event(), "state_changed").seq)
         .collect();
@@ -317,6 +323,7 @@ fn snapshots_publish_download_and_collect() {
     assert!(matches!(feed.next(), Frame::Hello { .. }));
     assert!(matches!(feed.next(), Frame::Denylist { .. }));
     assert_eq!(feed.next(), Frame::Snapshot(startup.clone()));
+    assert!(matches!(feed.next(), Frame::Certificates { .. }));
     link_frame(feed.next_event(), "link_created");
 
     let (status, body) = call(
@@ -584,6 +591,7 @@ fn snapshots_follow_the_schedule() {
         feed.next(),
         Frame::Snapshot(SnapshotFrame { seq: 0, .. })
     ));
+    assert!(matches!(feed.next(), Frame::Certificates { .. }));
     for i in 0..3 {
         create(
             &server,

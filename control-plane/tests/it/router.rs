@@ -974,6 +974,15 @@ async fn branded_domains_are_added_listed_patched_suspended_and_deleted() {
         (s, v["error"]["code"].as_str()),
         (StatusCode::FORBIDDEN, Some("forbidden"))
     );
+    // A name under the fleet's own domain (lh.test) is the operators' to give.
+    let (s, v) = api
+        .post("/v1/domains", &api.bob, json!({"domain": "www.lh.test"}))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(
+        (v["error"]["code"].as_str(), v["error"]["reason"].as_str()),
+        (Some("domain_reserved"), Some("fleet_domain"))
+    );
     // An admin may add a brand's name, for any owner.
     let (s, v) = api
         .post(

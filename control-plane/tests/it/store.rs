@@ -1095,8 +1095,9 @@ fn domains_are_claimed_once_and_written_by_revision(backend: &Backend) {
         .unwrap());
     let stored = store.domain("go.example.com").unwrap().unwrap();
     assert_eq!((stored.owner.as_str(), stored.revision), ("alice", 1));
-    // Two writes went in, one was refused: the generation moved twice.
-    assert_eq!(store.domains_generation().unwrap(), generation + 2);
+    // Two writes went in, one was refused: the generation moved (by one, or to the time).
+    let after_claims = store.domains_generation().unwrap();
+    assert!(after_claims >= generation + 2, "{generation} -> {after_claims}");
     // A write at the stored revision goes in and moves it on; one at a stale revision does not.
     let mut changed = stored.clone();
     changed.settings.hsts = Some(Hsts {
@@ -1134,10 +1135,15 @@ fn domains_are_claimed_once_and_written_by_revision(backend: &Backend) {
         .collect();
     assert_eq!(names, ["b.example", "go.example.com"]);
     let before_removal = store.domains_generation().unwrap();
-    assert_eq!(before_removal, generation + 3, "kept across the reopen");
+    assert!(before_removal > after_claims, "kept across the reopen, and moved by the write");
+    // Refused writes (a missing record's removal, a stale revision) leave it where it is.
+    assert!(!store
+        .write_domain(domain("none.example", "alice"), None, true)
+        .unwrap());
+    assert_eq!(store.domains_generation().unwrap(), before_removal);
     assert!(store.write_domain(now, Some(2), true).unwrap());
     assert_eq!(store.domain("go.example.com").unwrap(), None);
-    assert_eq!(store.domains_generation().unwrap(), before_removal + 1);
+    assert!(store.domains_generation().unwrap() > before_removal);
     // Removed, the name can be claimed again.
     assert!(store
         .write_domain(domain("go.example.com", "bob"), None, false)

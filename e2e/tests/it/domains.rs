@@ -155,8 +155,9 @@ fn branded_certificates_are_chosen_by_sni_at_every_engine() {
         }
     }
     // Any other name gets the default certificate (lh.test), which the branded CA did not sign.
-    let (status, _, _) = get(&a, "other.test", &ca, &format!("/{code}"), false);
+    let (status, _, subject) = get(&a, "other.test", &ca, &format!("/{code}"), false);
     assert_eq!(status, 0, "the default certificate is not the branded CA's");
+    assert!(subject.contains("CN=lh.test"), "{subject}");
     let (status, _, subject) = get(&a, "lh.test", &pki.ca, &format!("/{code}"), false);
     assert_eq!(status, 302);
     assert!(subject.contains("CN=lh.test"), "{subject}");

@@ -617,7 +617,8 @@ impl Applier {
         self.certs_fetching = false;
         let set = match result {
             Ok(certificates::Fetched::Current) => {
-                self.certs_held = self.certs_announced;
+                // The control plane says the set held is its current one.
+                self.certs_announced = self.certs_held;
                 return;
             }
             Ok(certificates::Fetched::Body(body)) => {

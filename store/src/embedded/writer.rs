@@ -837,7 +837,6 @@ fn apply_resolve_report(
     Ok(Some(Ok(report)))
 }
 
-/// Writes an owner's trust record, or removes it when it holds nothing (also used by import).
 /// [`crate::Store::write_domain`] inside the batch's transaction.
 fn apply_write_domain(
     t: &mut Tables<'_>,
@@ -853,7 +852,7 @@ fn apply_write_domain(
         ),
         None => None,
     };
-    if stored != expected {
+    if stored != expected || (remove && stored.is_none()) {
         return Ok(false);
     }
     bump_domains_generation(t)?;
@@ -869,20 +868,24 @@ fn apply_write_domain(
     Ok(true)
 }
 
-/// One more on [`crate::Store::domains_generation`].
+/// Moves [`crate::Store::domains_generation`] on: one more, or the time in Unix milliseconds
+/// when that is larger, so that a store restored from a backup or imported never reuses a
+/// number an engine already holds for other contents.
 pub(super) fn bump_domains_generation(t: &mut Tables<'_>) -> Result<(), StoreError> {
-    let now = t
+    let was = t
         .meta
         .get(super::META_DOMAINS_GENERATION)
         .map_err(storage)?
         .map(|g| g.value())
         .unwrap_or(0);
+    let now = u64::try_from(crate::clock::now_ms()).unwrap_or(0);
     t.meta
-        .insert(super::META_DOMAINS_GENERATION, now + 1)
+        .insert(super::META_DOMAINS_GENERATION, (was + 1).max(now))
         .map_err(storage)?;
     Ok(())
 }
 
+/// Writes an owner's trust record, or removes it when it holds nothing (also used by import).
 pub(super) fn apply_put_owner(t: &mut Tables<'_>, record: &OwnerRecord) -> Result<(), StoreError> {
     if record.flagged.is_none() && record.suspended.is_none() && record.unsuspended_at_ms.is_none()
     {

@@ -342,14 +342,17 @@ impl PgStore {
 /// The `meta` key of [`Store::domains_generation`].
 pub(crate) const DOMAINS_GENERATION: &str = "domains_generation";
 
-/// One more on [`Store::domains_generation`], in `txn`.
+/// Moves [`Store::domains_generation`] on in `txn`: one more, or the time in Unix
+/// milliseconds when that is larger (a restored or imported store never reuses a number an
+/// engine holds for other contents).
 pub(crate) async fn bump_domains_generation(
     txn: &tokio_postgres::Transaction<'_>,
 ) -> Result<(), StoreError> {
+    let now = crate::clock::now_ms();
     txn.execute(
-        "INSERT INTO meta (key, value) VALUES ($1, 1) \
-         ON CONFLICT (key) DO UPDATE SET value = meta.value + 1",
-        &[&DOMAINS_GENERATION],
+        "INSERT INTO meta (key, value) VALUES ($1, GREATEST(1, $2::bigint)) \
+         ON CONFLICT (key) DO UPDATE SET value = GREATEST(meta.value + 1, $2::bigint)",
+        &[&DOMAINS_GENERATION, &now],
     )
     .await
     .map_err(pg)?;
