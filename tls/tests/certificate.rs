@@ -117,7 +117,12 @@ fn a_chain_its_key_and_its_name() {
     .unwrap();
     signed_cert(d, P256, "go.test", "caleaf.key", "caleaf.pem", "caleaf.ext");
     assert_eq!(
-        err(&read(d, "caleaf.pem"), &read(d, "caleaf.key"), "go.test", now),
+        err(
+            &read(d, "caleaf.pem"),
+            &read(d, "caleaf.key"),
+            "go.test",
+            now
+        ),
         CertificateError::NotALeaf
     );
     // A leaf for clients only, alone or with its CA.
@@ -133,7 +138,13 @@ fn a_chain_its_key_and_its_name() {
         CertificateError::NotForServers
     );
     assert_eq!(
-        err(&format!("{client}{ca}"), &read(d, "client.key"), "go.test", now).code(),
+        err(
+            &format!("{client}{ca}"),
+            &read(d, "client.key"),
+            "go.test",
+            now
+        )
+        .code(),
         "not_for_servers"
     );
 }

@@ -792,12 +792,17 @@ mod tests {
         assert!(update(&store, "go.example.com", Some(&seen), &set_root).is_ok());
         // Deleted and claimed again by bob in between: refused (404), bob's record untouched.
         let now = store.domain("go.example.com").unwrap().unwrap();
-        assert!(store.write_domain(now.clone(), Some(now.revision), true).unwrap());
+        assert!(store
+            .write_domain(now.clone(), Some(now.revision), true)
+            .unwrap());
         assert!(store.write_domain(claim("bob", 2), None, false).unwrap());
         let err = update(&store, "go.example.com", Some(&seen), &set_root).unwrap_err();
         assert_eq!(err.status, StatusCode::NOT_FOUND);
         let bobs = store.domain("go.example.com").unwrap().unwrap();
-        assert_eq!((bobs.owner.as_str(), &bobs.settings), ("bob", &DomainSettings::default()));
+        assert_eq!(
+            (bobs.owner.as_str(), &bobs.settings),
+            ("bob", &DomainSettings::default())
+        );
         // An admin's call (no claim) reaches whoever holds it now.
         assert!(update(&store, "go.example.com", None, &set_root).is_ok());
         store.shutdown().unwrap();

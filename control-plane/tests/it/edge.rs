@@ -418,7 +418,10 @@ fn certificates_reach_the_edge_listener_with_their_generation() {
     assert_eq!(status, 200, "{body}");
     let got = json(&body);
     let generation = got["generation"].as_u64().unwrap();
-    assert!(generation >= 2, "a create and a certificate moved it: {got}");
+    assert!(
+        generation >= 2,
+        "a create and a certificate moved it: {got}"
+    );
     let certs = got["certificates"].as_array().unwrap();
     assert_eq!(certs.len(), 1);
     assert_eq!(certs[0]["domain"], "go.example.com");

@@ -1097,7 +1097,10 @@ fn domains_are_claimed_once_and_written_by_revision(backend: &Backend) {
     assert_eq!((stored.owner.as_str(), stored.revision), ("alice", 1));
     // Two writes went in, one was refused: the generation moved (by one, or to the time).
     let after_claims = store.domains_generation().unwrap();
-    assert!(after_claims >= generation + 2, "{generation} -> {after_claims}");
+    assert!(
+        after_claims >= generation + 2,
+        "{generation} -> {after_claims}"
+    );
     // A write at the stored revision goes in and moves it on; one at a stale revision does not.
     let mut changed = stored.clone();
     changed.settings.hsts = Some(Hsts {
@@ -1135,7 +1138,10 @@ fn domains_are_claimed_once_and_written_by_revision(backend: &Backend) {
         .collect();
     assert_eq!(names, ["b.example", "go.example.com"]);
     let before_removal = store.domains_generation().unwrap();
-    assert!(before_removal > after_claims, "kept across the reopen, and moved by the write");
+    assert!(
+        before_removal > after_claims,
+        "kept across the reopen, and moved by the write"
+    );
     // Refused writes (a missing record's removal, a stale revision) leave it where it is.
     assert!(!store
         .write_domain(domain("none.example", "alice"), None, true)
