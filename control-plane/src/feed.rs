@@ -54,6 +54,9 @@ pub struct Feed {
     /// The windows of peer regions out of touch (`--peer`), announced in hello and heartbeat
     /// frames (`widen`).
     windows: Option<Windows>,
+    /// The domains' generation, read by one task for every subscriber of this feed (started
+    /// by the first subscription), so engines cost the store nothing more per second.
+    certificates: Arc<std::sync::OnceLock<watch::Receiver<u64>>>,
 }
 
 /// What tells the feed, at a time (Unix ms), which peer regions' windows to widen
@@ -121,7 +124,49 @@ impl Feed {
             snapshots: parts.snapshots,
             stop: parts.stop,
             windows: parts.windows,
+            certificates: Arc::default(),
         }
+    }
+
+    /// The domains' generation as the watcher last read it; the first call starts the watcher
+    /// (a task reading it every heartbeat interval until the feed stops).
+    fn certificates(&self, now: u64) -> watch::Receiver<u64> {
+        self.certificates
+            .get_or_init(|| {
+                let (tx, rx) = watch::channel(now);
+                let (store, every, mut stop) =
+                    (Arc::clone(&self.store), self.heartbeat, self.stop.clone());
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            open = changed(&mut stop) => {
+                                if !open {
+                                    stop = None;
+                                } else if stop.as_ref().is_some_and(|s| *s.borrow()) {
+                                    return;
+                                }
+                            }
+                            () = tokio::time::sleep(every) => {
+                                let store = Arc::clone(&store);
+                                match blocking(move || store.domains_generation()).await {
+                                    Ok(g) => {
+                                        tx.send_if_modified(|held| {
+                                            let moved = *held != g;
+                                            *held = g;
+                                            moved
+                                        });
+                                    }
+                                    Err(_) => tracing::warn!(
+                                        "feed: the domains' generation could not be read; retried"
+                                    ),
+                                }
+                            }
+                        }
+                    }
+                });
+                rx
+            })
+            .clone()
     }
 
     fn windows(&self) -> Vec<lasthop_core::feed::Window> {
@@ -209,11 +254,13 @@ impl Feed {
             generation: certificates,
         })
         .await?;
-        // Domain writes are not changes of the log: their generation is read once a
-        // heartbeat interval, whatever else is going on.
-        let mut certificates_check = tokio::time::interval(self.heartbeat);
-        certificates_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        certificates_check.tick().await;
+        // Domain writes are not changes of the log: their generation comes from the feed's
+        // watcher, which reads it once a heartbeat interval for every subscriber.
+        let mut generations = Some(self.certificates(certificates));
+        // Only what the watcher reads from now on: this subscription read the store itself.
+        if let Some(g) = generations.as_mut() {
+            g.borrow_and_update();
+        }
         // A subscriber ahead of this log (the store was restored from an older backup) resumes
         // from the log's end, so changes made from here on reach it under their new numbers.
         let mut cursor = after.min(last_seq);
@@ -243,12 +290,15 @@ impl Feed {
                         (false, _) => snapshots = None,
                     }
                 }
-                _ = certificates_check.tick() => {
-                    let store = Arc::clone(&self.store);
-                    let now = blocking(move || store.domains_generation()).await?;
-                    if now != certificates {
-                        certificates = now;
-                        out.send(&Frame::Certificates { generation: now }).await?;
+                open = changed(&mut generations) => {
+                    let now = generations.as_mut().map(|g| *g.borrow_and_update());
+                    match (open, now) {
+                        (true, Some(now)) if now != certificates => {
+                            certificates = now;
+                            out.send(&Frame::Certificates { generation: now }).await?;
+                        }
+                        (true, _) => {}
+                        (false, _) => generations = None,
                     }
                 }
                 alive = commits.changed() => {
