@@ -11,21 +11,29 @@
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::sign::CertifiedKey;
 use x509_cert::der::Decode;
 
 /// Most certificates a chain may hold: a leaf and a few intermediates.
 pub const MAX_CHAIN: usize = 8;
 
-/// A certificate that passed every check, with what the API shows of it.
+/// A certificate that passed every check, ready to serve (its chain with the signing key
+/// loaded once, here), with what the API shows of it.
 #[derive(Debug)]
 pub struct CheckedCertificate {
-    pub chain: Vec<CertificateDer<'static>>,
-    pub key: PrivateKeyDer<'static>,
+    pub certified: CertifiedKey,
     /// The leaf's validity, in Unix milliseconds.
     pub not_before_ms: i64,
     pub not_after_ms: i64,
     /// The leaf's issuer, as RFC 4514 text (`CN=R11,O=Let's Encrypt,C=US`).
     pub issuer: String,
+}
+
+impl CheckedCertificate {
+    /// The chain, leaf first.
+    pub fn chain(&self) -> &[CertificateDer<'static>] {
+        &self.certified.cert
+    }
 }
 
 /// Why a certificate was refused; [`CertificateError::code`] is the API's `reason`.
@@ -126,11 +134,13 @@ pub fn check(
     let provider = crate::provider();
     let signer = provider
         .key_provider
-        .load_private_key(key.clone_key())
+        .load_private_key(key)
         .map_err(|_| CertificateError::UnsupportedKey)?;
-    rustls::sign::CertifiedKey::new(chain.clone(), signer)
+    let certified = CertifiedKey::new(chain, signer);
+    certified
         .keys_match()
         .map_err(|_| CertificateError::KeyMismatch)?;
+    let chain = &certified.cert;
 
     let leaf = x509_cert::Certificate::from_der(&chain[0])
         .map_err(|e| CertificateError::Malformed(e.to_string()))?;
@@ -177,8 +187,7 @@ pub fn check(
             })?;
     }
     Ok(CheckedCertificate {
-        chain,
-        key,
+        certified,
         not_before_ms,
         not_after_ms,
         issuer,

@@ -38,7 +38,7 @@ fn a_chain_its_key_and_its_name() {
 
     // The chain with its CA, and the leaf alone.
     let ok = check(&chain, &key, "go.test", now).unwrap();
-    assert_eq!(ok.chain.len(), 2);
+    assert_eq!(ok.chain().len(), 2);
     assert_eq!(ok.issuer, "CN=Upload Test CA");
     assert!(ok.not_before_ms <= now && now < ok.not_after_ms);
     // openssl's -days 2.
@@ -47,7 +47,7 @@ fn a_chain_its_key_and_its_name() {
         "{}",
         ok.not_after_ms - now
     );
-    assert_eq!(check(&leaf, &key, "go.test", now).unwrap().chain.len(), 1);
+    assert_eq!(check(&leaf, &key, "go.test", now).unwrap().chain().len(), 1);
 
     let err =
         |chain: &str, key: &str, name: &str, at: i64| check(chain, key, name, at).unwrap_err();
@@ -208,7 +208,10 @@ fn wildcards_and_intermediates() {
     let key = read(d, "leaf.key");
     let now = now_ms();
     let ok = check(&chain, &key, "go.brand.test", now).unwrap();
-    assert_eq!((ok.chain.len(), ok.issuer.as_str()), (3, "CN=Intermediate"));
+    assert_eq!(
+        (ok.chain().len(), ok.issuer.as_str()),
+        (3, "CN=Intermediate")
+    );
     // Without the root, the intermediate anchors it.
     let to_int = format!("{}{}", read(d, "leaf.pem"), read(d, "ca.pem"));
     assert!(check(&to_int, &key, "go.brand.test", now).is_ok());

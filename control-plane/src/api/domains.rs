@@ -25,8 +25,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{
-    blocking, checked_destination, checked_reason, parse_json, present, read_body, require_admin,
-    ApiError, AppState, Auth,
+    blocking, checked_destination, checked_reason, parse_json, present, read_body, read_body_up_to,
+    require_admin, ApiError, AppState, Auth,
 };
 use crate::auth::Principal;
 use crate::clock::{now_ms, rfc3339};
@@ -300,14 +300,15 @@ fn same_claim(r: &DomainRecord, seen: &DomainRecord) -> bool {
     r.owner == seen.owner && r.created_at_ms == seen.created_at_ms
 }
 
-/// Reads `domain`, applies `change` and writes it back at the next revision, again from a
-/// fresh read when another writer came in between. `change` may refuse (its error is the
-/// answer). With `claim`, the record must still be that claim (404 otherwise: the caller's
-/// right to it was checked on that one).
+/// Reads `domain`, applies `change` and writes it back at the next revision (or, with
+/// `remove`, deletes it), again from a fresh read when another writer came in between. `change`
+/// may refuse (its error is the answer). With `claim`, the record must still be that claim (404
+/// otherwise: the caller's right to it was checked on that one).
 fn update(
     store: &dyn Store,
     domain: &str,
     claim: Option<&DomainRecord>,
+    remove: bool,
     change: &dyn Fn(&mut DomainRecord) -> Result<(), ApiError>,
 ) -> Result<DomainRecord, ApiError> {
     for _ in 0..WRITE_TRIES {
@@ -319,7 +320,7 @@ fn update(
         }
         let expected = record.revision;
         change(&mut record)?;
-        if store.write_domain(record.clone(), Some(expected), false)? {
+        if store.write_domain(record.clone(), Some(expected), remove)? {
             record.revision = expected + 1;
             return Ok(record);
         }
@@ -329,6 +330,15 @@ fn update(
         "conflict",
         "this domain kept changing under the call; retry",
     ))
+}
+
+/// The owner's changes stop at a suspension; an admin's do not.
+fn unless_suspended(r: &DomainRecord, admin: bool) -> Result<(), ApiError> {
+    if r.suspended.is_some() && !admin {
+        Err(suspended())
+    } else {
+        Ok(())
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -500,10 +510,8 @@ pub(super) async fn patch(
     let admin = who.admin;
     let name = record.domain.clone();
     let updated = blocking(move || {
-        update(store.as_ref(), &name, Some(&record), &|r| {
-            if r.suspended.is_some() && !admin {
-                return Err(suspended());
-            }
+        update(store.as_ref(), &name, Some(&record), false, &|r| {
+            unless_suspended(r, admin)?;
             if let Some(v) = &root {
                 r.settings.root_redirect = v.clone();
             }
@@ -531,29 +539,11 @@ pub(super) async fn delete(
     let record = fetch_visible(&state, &who, &domain).await?;
     let store = Arc::clone(&state.0.store);
     let admin = who.admin;
-    let name = record.domain.clone();
-    let seen = record.clone();
+    let (name, seen) = (record.domain.clone(), record.clone());
     blocking(move || {
-        for _ in 0..WRITE_TRIES {
-            let Some(now) = store.domain(&name)? else {
-                return Err(not_found());
-            };
-            if !same_claim(&now, &seen) {
-                return Err(not_found());
-            }
-            if now.suspended.is_some() && !admin {
-                return Err(suspended());
-            }
-            let revision = now.revision;
-            if store.write_domain(now, Some(revision), true)? {
-                return Ok(());
-            }
-        }
-        Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
-            "this domain kept changing under the call; retry",
-        ))
+        update(store.as_ref(), &name, Some(&seen), true, &|r| {
+            unless_suspended(r, admin)
+        })
     })
     .await?;
     tracing::info!(domain = %record.domain, by = %who.key_id, "domain deleted");
@@ -582,15 +572,7 @@ pub(super) async fn put_certificate(
     Path(domain): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = axum::body::to_bytes(body, MAX_CERTIFICATE_BODY)
-        .await
-        .map_err(|_| {
-            ApiError::bad(
-                "body_too_large",
-                format!("request body is larger than {MAX_CERTIFICATE_BODY} bytes"),
-            )
-        })?;
-    let parsed: CertificateBody = parse_json(&bytes)?;
+    let parsed: CertificateBody = parse_json(&read_body_up_to(body, MAX_CERTIFICATE_BODY).await?)?;
     // After the body: the caller's right to the domain is checked on the record written.
     let record = fetch_visible(&state, &who, &domain).await?;
     let now = now_ms();
@@ -612,10 +594,8 @@ pub(super) async fn put_certificate(
     let admin = who.admin;
     let name = record.domain.clone();
     let updated = blocking(move || {
-        update(store.as_ref(), &name, Some(&record), &|r| {
-            if r.suspended.is_some() && !admin {
-                return Err(suspended());
-            }
+        update(store.as_ref(), &name, Some(&record), false, &|r| {
+            unless_suspended(r, admin)?;
             r.certificate = Some(certificate.clone());
             Ok(())
         })
@@ -656,7 +636,7 @@ pub(super) async fn suspend(
     };
     let store = Arc::clone(&state.0.store);
     let updated = blocking(move || {
-        update(store.as_ref(), &name, None, &|r| {
+        update(store.as_ref(), &name, None, false, &|r| {
             if r.suspended.is_none() {
                 r.suspended = Some(proposed.clone());
             }
@@ -678,7 +658,7 @@ pub(super) async fn unsuspend(
     let name = checked_domain(&domain, true).map_err(|_| not_found())?;
     let store = Arc::clone(&state.0.store);
     let updated = blocking(move || {
-        update(store.as_ref(), &name, None, &|r| {
+        update(store.as_ref(), &name, None, false, &|r| {
             r.suspended = None;
             Ok(())
         })
@@ -789,14 +769,14 @@ mod tests {
             Ok(())
         };
         // Still alice's claim: written.
-        assert!(update(&store, "go.example.com", Some(&seen), &set_root).is_ok());
+        assert!(update(&store, "go.example.com", Some(&seen), false, &set_root).is_ok());
         // Deleted and claimed again by bob in between: refused (404), bob's record untouched.
         let now = store.domain("go.example.com").unwrap().unwrap();
         assert!(store
             .write_domain(now.clone(), Some(now.revision), true)
             .unwrap());
         assert!(store.write_domain(claim("bob", 2), None, false).unwrap());
-        let err = update(&store, "go.example.com", Some(&seen), &set_root).unwrap_err();
+        let err = update(&store, "go.example.com", Some(&seen), false, &set_root).unwrap_err();
         assert_eq!(err.status, StatusCode::NOT_FOUND);
         let bobs = store.domain("go.example.com").unwrap().unwrap();
         assert_eq!(
@@ -804,7 +784,7 @@ mod tests {
             ("bob", &DomainSettings::default())
         );
         // An admin's call (no claim) reaches whoever holds it now.
-        assert!(update(&store, "go.example.com", None, &set_root).is_ok());
+        assert!(update(&store, "go.example.com", None, false, &set_root).is_ok());
         store.shutdown().unwrap();
     }
 

@@ -311,10 +311,15 @@ impl Principal {
 }
 
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
+    read_body_up_to(body, MAX_BODY).await
+}
+
+/// A request body of at most `limit` bytes; 400 `body_too_large` past it.
+async fn read_body_up_to(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
         ApiError::bad(
             "body_too_large",
-            format!("request body is larger than {MAX_BODY} bytes"),
+            format!("request body is larger than {limit} bytes"),
         )
     })
 }

@@ -14,12 +14,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use lasthop_core::feed::CERTIFICATES_PATH;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::PrivateKeyDer;
 use rustls::sign::CertifiedKey;
 use serde::Deserialize;
 
@@ -70,7 +67,6 @@ pub struct Set {
 pub fn parse(body: &[u8], now_ms: i64) -> Result<Set, String> {
     let answer: Answer =
         serde_json::from_slice(body).map_err(|e| format!("not a certificates answer: {e}"))?;
-    let provider = lasthop_tls::provider();
     let mut set = Set {
         generation: answer.generation,
         certs: HashMap::with_capacity(answer.certificates.len()),
@@ -79,27 +75,13 @@ pub fn parse(body: &[u8], now_ms: i64) -> Result<Set, String> {
     };
     for e in answer.certificates {
         let domain = e.domain.to_ascii_lowercase();
-        let checked = match lasthop_tls::certificate::check(&e.chain, &e.key, &domain, now_ms) {
-            Ok(c) => c,
-            Err(err) => {
-                set.refused.push((domain, err.to_string()));
-                continue;
-            }
-        };
-        let key = match PrivateKeyDer::from_pem_slice(e.key.as_bytes()) {
-            Ok(k) => k,
-            Err(err) => {
-                set.refused.push((domain, err.to_string()));
-                continue;
-            }
-        };
-        match CertifiedKey::from_der(checked.chain, key, &provider) {
-            Ok(ck) => {
+        match lasthop_tls::certificate::check(&e.chain, &e.key, &domain, now_ms) {
+            Ok(checked) => {
                 set.nearest_expiry_ms = Some(
                     set.nearest_expiry_ms
                         .map_or(checked.not_after_ms, |n| n.min(checked.not_after_ms)),
                 );
-                set.certs.insert(domain, Arc::new(ck));
+                set.certs.insert(domain, Arc::new(checked.certified));
             }
             Err(err) => set.refused.push((domain, err.to_string())),
         }
@@ -118,12 +100,7 @@ pub enum Fetched {
 
 /// Asks the control planes in turn (from `from`) for the certificates past `held`.
 pub fn fetch(cfg: &FeedConfig, from: usize, held: Option<u64>) -> Result<Fetched, String> {
-    let agent = cfg
-        .control
-        .agent()
-        .timeout_connect(Duration::from_secs(2))
-        .timeout_read(Duration::from_secs(30))
-        .build();
+    let agent = cfg.transfer_agent();
     let path = match held {
         Some(g) => format!("{CERTIFICATES_PATH}?generation={g}"),
         None => CERTIFICATES_PATH.to_string(),

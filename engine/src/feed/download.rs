@@ -198,12 +198,7 @@ pub(super) fn fetch_snapshot(
     std::fs::create_dir_all(&dir).map_err(DownloadError::local("creating", &dir))?;
     let path = dir.join(format!("{}.snap", s.id));
     let partial = dir.join(format!(".{}.partial", s.id));
-    let agent = cfg
-        .control
-        .agent()
-        .timeout_connect(Duration::from_secs(2))
-        .timeout_read(Duration::from_secs(30))
-        .build();
+    let agent = cfg.transfer_agent();
     let mut failures = Vec::new();
     for control in cfg.control.order(from) {
         match download_to(cfg, s, &agent, control, &partial, &dir, &path) {

@@ -96,6 +96,15 @@ impl FeedConfig {
         self.data_dir.join("snapshots")
     }
 
+    /// The client of downloads (snapshots, certificates): 2 s to connect, 30 s per read.
+    fn transfer_agent(&self) -> ureq::Agent {
+        self.control
+            .agent()
+            .timeout_connect(Duration::from_secs(2))
+            .timeout_read(Duration::from_secs(30))
+            .build()
+    }
+
     /// A GET of `path_and_query` on control plane `control`.
     fn get(&self, agent: &ureq::Agent, control: usize, path_and_query: &str) -> ureq::Request {
         let req = agent.get(&format!("{}{path_and_query}", self.control.url(control)));
@@ -615,27 +624,26 @@ impl Applier {
 
     fn certificates_fetched(&mut self, result: Result<certificates::Fetched, String>) {
         self.certs_fetching = false;
-        let set = match result {
+        // Fetches start only where certificates are served.
+        let Some(branded) = &self.cfg.certificates else {
+            return;
+        };
+        let parsed = match result {
             Ok(certificates::Fetched::Current) => {
                 // The control plane says the set held is its current one.
                 self.certs_announced = self.certs_held;
                 return;
             }
             Ok(certificates::Fetched::Body(body)) => {
-                match certificates::parse(&body, lasthop_core::clock::now_ms()) {
-                    Ok(set) => {
-                        if let Err(e) = certificates::AtRest::new(&self.cfg.data_dir).save(&body) {
-                            tracing::warn!(error = %e, "could not keep the certificates on disk; a restart waits for the control plane");
-                        }
-                        Ok(set)
-                    }
-                    Err(e) => Err(e),
-                }
+                certificates::parse(&body, lasthop_core::clock::now_ms()).map(|set| (set, body))
             }
             Err(e) => Err(e),
         };
-        match (set, &self.cfg.certificates) {
-            (Ok(set), Some(branded)) => {
+        match parsed {
+            Ok((set, body)) => {
+                if let Err(e) = certificates::AtRest::new(&self.cfg.data_dir).save(&body) {
+                    tracing::warn!(error = %e, "could not keep the certificates on disk; a restart waits for the control plane");
+                }
                 tracing::info!(
                     domains = set.certs.len(),
                     generation = set.generation,
@@ -645,8 +653,7 @@ impl Applier {
                 self.certs_failed_at = None;
                 install(&self.stats, branded, set);
             }
-            (Ok(_), None) => {}
-            (Err(e), _) => {
+            Err(e) => {
                 self.stats
                     .certificate_fetch_failures
                     .fetch_add(1, Ordering::Relaxed);

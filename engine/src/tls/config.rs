@@ -151,6 +151,7 @@ fn build(s: &TlsSettings, quic: bool) -> Result<Arc<ServerConfig>, TlsError> {
         &s.groups[..]
     };
     let provider = Arc::new(server_provider(groups));
+    let default = rustls::sign::CertifiedKey::from_der(certs, key, &provider)?;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(if quic {
             TLS13_ONLY
@@ -159,11 +160,7 @@ fn build(s: &TlsSettings, quic: bool) -> Result<Arc<ServerConfig>, TlsError> {
         })?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(super::sni::SniResolver::new(
-            Arc::new(rustls::sign::CertifiedKey::from_der(
-                certs,
-                key,
-                &server_provider(groups),
-            )?),
+            Arc::new(default),
             Arc::clone(&s.branded),
         )));
     config.alpn_protocols = if quic {

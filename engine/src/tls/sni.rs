@@ -37,16 +37,6 @@ impl Branded {
         };
         set.get(name).cloned()
     }
-
-    /// How many domains have a certificate served.
-    pub fn len(&self) -> usize {
-        self.set.read().map(|s| s.len()).unwrap_or(0)
-    }
-
-    /// Whether no branded certificate is served.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The resolver of one `ServerConfig`: a branded domain's certificate for its name, the
