@@ -75,6 +75,96 @@ pub fn plausible(code: &[u8]) -> bool {
     classify(code) != CodeKind::Invalid
 }
 
+/// Between a branded domain and its code in a [link key](split_key).
+pub const KEY_SEPARATOR: u8 = b'/';
+/// Longest domain name (RFC 1035: 253 characters in text form).
+pub const DOMAIN_MAX: usize = 253;
+/// Longest link key: a domain, the separator and the longest alias.
+pub const KEY_MAX: usize = DOMAIN_MAX + 1 + ALIAS_MAX;
+
+/// Whether `domain` is a domain name as the record keeps it: lower-case letters, digits and
+/// hyphens in dot-separated labels of 1–63 characters that neither start nor end with a hyphen,
+/// at most [`DOMAIN_MAX`] in all, and at least two labels. (What the API accepts as a branded
+/// domain is stricter: not an IP address, not a public suffix; see the control plane.)
+#[inline]
+pub fn domain_shape(domain: &[u8]) -> bool {
+    if domain.is_empty() || domain.len() > DOMAIN_MAX {
+        return false;
+    }
+    let mut labels = 0;
+    for label in domain.split(|&b| b == b'.') {
+        labels += 1;
+        if label.is_empty()
+            || label.len() > 63
+            || label.first() == Some(&b'-')
+            || label.last() == Some(&b'-')
+            || !label
+                .iter()
+                .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return false;
+        }
+    }
+    labels >= 2
+}
+
+/// A link's key, the name every table keeps it under (the store, the change log, the denylist,
+/// the snapshot, the overlay, the rollups): its code on the default domain, `domain/code` on a
+/// branded one, that is the short URL without its scheme, the default domain left out. A
+/// code's namespace is its domain: the same alias on two domains is two keys, two links.
+/// Generated codes are unique across all domains (one counter mints them), so a generated
+/// code's key differs between domains only by the domain.
+///
+/// Splits `key` into its domain (`None`: the default domain) and its code. Does not check
+/// shapes ([`classify_key`] does).
+#[inline]
+pub fn split_key(key: &[u8]) -> (Option<&[u8]>, &[u8]) {
+    match key.iter().position(|&b| b == KEY_SEPARATOR) {
+        Some(at) => (key.get(..at), key.get(at + 1..).unwrap_or(&[])),
+        None => (None, key),
+    }
+}
+
+/// [`split_key`] on text.
+#[inline]
+pub fn split_key_str(key: &str) -> (Option<&str>, &str) {
+    match key.split_once(KEY_SEPARATOR as char) {
+        Some((domain, code)) => (Some(domain), code),
+        None => (None, key),
+    }
+}
+
+/// The key of `code` on `domain` (`None`: the default domain).
+pub fn link_key(domain: Option<&str>, code: &str) -> String {
+    match domain {
+        Some(d) => {
+            let mut key = String::with_capacity(d.len() + 1 + code.len());
+            key.push_str(d);
+            key.push(KEY_SEPARATOR as char);
+            key.push_str(code);
+            key
+        }
+        None => code.to_string(),
+    }
+}
+
+/// What shape a link key's code has ([`classify`]), or [`CodeKind::Invalid`] when its domain
+/// part is no [`domain_shape`].
+#[inline]
+pub fn classify_key(key: &[u8]) -> CodeKind {
+    match split_key(key) {
+        (None, code) => classify(code),
+        (Some(domain), code) if domain_shape(domain) => classify(code),
+        _ => CodeKind::Invalid,
+    }
+}
+
+/// A key some namespace could hold ([`classify_key`]).
+#[inline]
+pub fn plausible_key(key: &[u8]) -> bool {
+    classify_key(key) != CodeKind::Invalid
+}
+
 /// FF1 over radix 62, length 7, empty tweak, under one permutation key.
 #[derive(Clone, Debug)]
 pub struct CodeScheme {
@@ -136,6 +226,58 @@ impl CodeScheme {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn link_keys() {
+        assert_eq!(split_key(b"Ab3dE9x"), (None, &b"Ab3dE9x"[..]));
+        assert_eq!(
+            split_key(b"go.example.com/spring-sale"),
+            (Some(&b"go.example.com"[..]), &b"spring-sale"[..])
+        );
+        assert_eq!(
+            link_key(Some("lh.example"), "spring-sale"),
+            "lh.example/spring-sale"
+        );
+        assert_eq!(link_key(None, "spring-sale"), "spring-sale");
+        assert_eq!(
+            split_key_str("lh.example/spring-sale"),
+            (Some("lh.example"), "spring-sale")
+        );
+        assert_eq!(classify_key(b"lh.example/spring-sale"), CodeKind::Alias);
+        assert_eq!(classify_key(b"lh.example/Ab3dE9x"), CodeKind::Generated);
+        assert_eq!(classify_key(b"spring-sale"), CodeKind::Alias);
+        for bad in [
+            &b"/spring-sale"[..],
+            b"LH.example/spring-sale",
+            b"localhost/spring-sale",
+            b"lh.example/",
+            b"lh.example/a/b-and-more",
+            b"-lh.example/spring-sale",
+            b"lh..example/spring-sale",
+            b"lh.example/short",
+        ] {
+            assert_eq!(
+                classify_key(bad),
+                CodeKind::Invalid,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let long = format!("{}.example", "a".repeat(60));
+        assert!(domain_shape(long.as_bytes()));
+        assert!(!domain_shape(
+            format!("{}.example", "a".repeat(64)).as_bytes()
+        ));
+        let max = [&"a".repeat(63)[..]; 4].join(".");
+        assert_eq!(max.len(), 255);
+        assert!(!domain_shape(max.as_bytes()));
+        assert!(domain_shape(
+            max.get(..DOMAIN_MAX)
+                .unwrap()
+                .trim_end_matches('.')
+                .as_bytes()
+        ));
+    }
+
     use super::*;
     use std::collections::HashSet;
 

@@ -36,7 +36,10 @@ pub mod region;
 pub mod secret;
 
 pub use alias::{validate_alias, AliasError};
-pub use code::{classify, CodeKind, CodeScheme, CODE_LEN, CODE_SPACE};
+pub use code::{
+    classify, classify_key, link_key, plausible_key, split_key, split_key_str, CodeKind,
+    CodeScheme, CODE_LEN, CODE_SPACE,
+};
 pub use destination::{is_servable, normalize_destination, visible_ascii, UrlError, UrlPolicy};
 pub use ff1::{Ff1, Ff1Domain, Ff1Error};
 pub use key::{KeyError, PermutationKey};
