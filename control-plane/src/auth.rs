@@ -39,6 +39,8 @@ pub struct Principal {
     pub admin: bool,
     /// The public id of the key used (`lhk_…`).
     pub key_id: String,
+    /// The domains the key may act on (`apikey create --domain D`); empty: every domain.
+    pub domains: Vec<String>,
 }
 
 /// Why a presented key does not authenticate.
@@ -66,6 +68,9 @@ pub enum KeysError {
     /// The owner of a new key is not a valid owner ([`valid_owner`]).
     #[error("owner must be 1-64 characters of A-Z a-z 0-9 . _ @ -")]
     InvalidOwner,
+    /// A `--domain` that is no domain name.
+    #[error("{0:?} is not a domain name (lower case, as the domain was added)")]
+    InvalidDomain(String),
     /// The shared store's `api_keys` table failed.
     #[error("the key store: {0}")]
     Store(crate::store::StoreError),
@@ -84,6 +89,9 @@ pub struct KeyInfo {
     pub owner: String,
     pub admin: bool,
     pub created_at: String,
+    /// The domains it may act on; empty (and absent): every domain.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<String>,
     pub revoked: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revoked_at: Option<String>,
@@ -124,9 +132,19 @@ fn random_hex(bytes: usize) -> Result<String, KeysError> {
 }
 
 /// A fresh key for `owner`: the secret (shown once) and the record that stores its hash.
-fn new_key(owner: &str, admin: bool) -> Result<(CreatedKey, KeyRecord), KeysError> {
+fn new_key(
+    owner: &str,
+    admin: bool,
+    domains: &[String],
+) -> Result<(CreatedKey, KeyRecord), KeysError> {
     if !valid_owner(owner) {
         return Err(KeysError::InvalidOwner);
+    }
+    if let Some(bad) = domains
+        .iter()
+        .find(|d| !lasthop_core::code::domain_shape(d.as_bytes()))
+    {
+        return Err(KeysError::InvalidDomain(bad.clone()));
     }
     let key = format!("lh_{}", random_hex(16)?);
     let id = format!("lhk_{}", random_hex(8)?);
@@ -137,23 +155,45 @@ fn new_key(owner: &str, admin: bool) -> Result<(CreatedKey, KeyRecord), KeysErro
         admin,
         created_at: crate::clock::rfc3339(crate::clock::now_ms()),
         revoked_at: None,
+        domains: domains.to_vec(),
     };
     Ok((CreatedKey { key, id }, record))
 }
 
 /// Appends a new key for `owner` to the keys file and returns it (the secret is shown once).
 pub fn create_key(data_dir: &Path, owner: &str, admin: bool) -> Result<CreatedKey, KeysError> {
-    let (created, record) = new_key(owner, admin)?;
-    let line = format!(
-        "{}\t{}\t{}\t{}\t{}\n",
-        hex::encode(record.hash),
-        record.owner,
-        if admin { "admin" } else { "user" },
-        record.created_at,
-        record.id
-    );
-    append_line(data_dir, &line)?;
+    create_key_for(data_dir, owner, admin, &[])
+}
+
+/// [`create_key`] limited to `domains` (empty: every domain).
+pub fn create_key_for(
+    data_dir: &Path,
+    owner: &str,
+    admin: bool,
+    domains: &[String],
+) -> Result<CreatedKey, KeysError> {
+    let (created, record) = new_key(owner, admin, domains)?;
+    append_line(data_dir, &key_line(&record))?;
     Ok(created)
+}
+
+/// A key's line in the keys file: hash, owner, role, created, id, then its domains
+/// (comma-separated) when it is limited to some.
+fn key_line(k: &KeyRecord) -> String {
+    let mut line = format!(
+        "{}\t{}\t{}\t{}\t{}",
+        hex::encode(k.hash),
+        k.owner,
+        if k.admin { "admin" } else { "user" },
+        k.created_at,
+        k.id
+    );
+    if !k.domains.is_empty() {
+        line.push('\t');
+        line.push_str(&crate::store::keys::domains_text(&k.domains));
+    }
+    line.push('\n');
+    line
 }
 
 /// Adds keys from an export to the keys file in `data_dir` (with their revocations), skipping
@@ -167,14 +207,7 @@ pub fn import_keys(data_dir: &Path, keys: &[KeyRecord]) -> Result<usize, KeysErr
     let mut text = String::new();
     let mut added = 0;
     for k in keys.iter().filter(|k| !present.contains(&k.hash)) {
-        text.push_str(&format!(
-            "{}\t{}\t{}\t{}\t{}\n",
-            hex::encode(k.hash),
-            k.owner,
-            if k.admin { "admin" } else { "user" },
-            k.created_at,
-            k.id
-        ));
+        text.push_str(&key_line(k));
         if let Some(at) = &k.revoked_at {
             text.push_str(&format!("{REVOKE}\t{}\t{at}\n", k.id));
         }
@@ -206,6 +239,7 @@ impl Entry {
                 owner: r.owner,
                 admin: r.admin,
                 key_id: r.id,
+                domains: r.domains,
             },
             created_at: r.created_at,
             revoked_at: r.revoked_at,
@@ -218,6 +252,7 @@ impl Entry {
             owner: self.principal.owner.clone(),
             admin: self.principal.admin,
             created_at: self.created_at.clone(),
+            domains: self.principal.domains.clone(),
             revoked: self.revoked_at.is_some(),
             revoked_at: self.revoked_at.clone(),
         }
@@ -317,6 +352,10 @@ fn parse(text: &str, path: &Path) -> Loaded {
                     Some(id) if valid_key_id(id) => id.to_string(),
                     _ => format!("lhk_{}", &hash[..16]),
                 };
+                let domains = rest
+                    .get(1)
+                    .map(|d| crate::store::keys::domains_of(d))
+                    .unwrap_or_default();
                 by_id.insert(id.clone(), h);
                 loaded.ids.push((id.clone(), h));
                 loaded.by_hash.insert(
@@ -326,6 +365,7 @@ fn parse(text: &str, path: &Path) -> Loaded {
                             owner: owner.to_string(),
                             admin: *role == "admin",
                             key_id: id,
+                            domains,
                         },
                         created_at: created.to_string(),
                         revoked_at: None,
@@ -389,10 +429,20 @@ impl ApiKeys {
 
     /// Creates a key for `owner` wherever these keys live.
     pub fn create(&self, owner: &str, admin: bool) -> Result<CreatedKey, KeysError> {
+        self.create_for(owner, admin, &[])
+    }
+
+    /// [`ApiKeys::create`] limited to `domains` (empty: every domain).
+    pub fn create_for(
+        &self,
+        owner: &str,
+        admin: bool,
+        domains: &[String],
+    ) -> Result<CreatedKey, KeysError> {
         match &self.source {
-            Source::File { data_dir, .. } => create_key(data_dir, owner, admin),
+            Source::File { data_dir, .. } => create_key_for(data_dir, owner, admin, domains),
             Source::Store { keys, cache } => {
-                let (created, record) = new_key(owner, admin)?;
+                let (created, record) = new_key(owner, admin, domains)?;
                 keys.add_key(&record).map_err(KeysError::Store)?;
                 if let Ok(mut c) = cache.write() {
                     c.0 = None;
@@ -526,6 +576,7 @@ impl ApiKeys {
                         admin: e.principal.admin,
                         created_at: e.created_at.clone(),
                         revoked_at: e.revoked_at.clone(),
+                        domains: e.principal.domains.clone(),
                     })
                     .collect())
             }

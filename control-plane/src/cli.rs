@@ -224,7 +224,12 @@ pub(crate) enum ApikeyCommand {
         /// May take down and restore any link.
         #[arg(long)]
         admin: bool,
-        /// Print `{"key", "id", "owner", "admin"}` on stdout instead.
+        /// Limit the key to this domain (repeatable; a branded domain, or the default
+        /// domain's name): its creates and code routes elsewhere answer 403
+        /// `domain_not_allowed`. Without it the key may act on every domain.
+        #[arg(long = "domain", value_name = "DOMAIN")]
+        domains: Vec<String>,
+        /// Print `{"key", "id", "owner", "admin", "domains"}` on stdout instead.
         #[arg(long)]
         json: bool,
     },

@@ -252,7 +252,7 @@ async fn get_link(
     Path(code): Path<String>,
 ) -> Result<Json<EdgeLink>, ApiError> {
     // A code no namespace can hold never existed: answered without touching the store.
-    if !lasthop_core::code::plausible(code.as_bytes()) {
+    if !lasthop_core::plausible_key(code.as_bytes()) {
         return Err(ApiError::not_found());
     }
     let store = Arc::clone(&state.0.store);
@@ -292,7 +292,7 @@ async fn peer_link(
     State(state): State<EdgeState>,
     Path(code): Path<String>,
 ) -> Result<Json<StoredLink>, ApiError> {
-    if !lasthop_core::code::plausible(code.as_bytes()) {
+    if !lasthop_core::plausible_key(code.as_bytes()) {
         return Err(ApiError::not_found());
     }
     let store = Arc::clone(&state.0.store);
@@ -524,6 +524,9 @@ async fn feed(
 #[derive(Debug, Deserialize)]
 struct CertificatesQuery {
     generation: Option<u64>,
+    /// `keys=0`: the domains alone, no certificate or key (an engine that serves no TLS).
+    #[serde(default)]
+    keys: Option<u8>,
 }
 
 /// `GET /edge/v1/certificates[?generation=G]`: see the module docs.
@@ -538,7 +541,8 @@ async fn certificates(
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0);
     let plain_ok = policy.allow_plain || peer.is_some_and(|p| p.ip().is_loopback());
-    if !policy.over_tls && !plain_ok {
+    let with_keys = q.keys != Some(0);
+    if with_keys && !policy.over_tls && !plain_ok {
         tracing::warn!(peer = ?peer, "refused to send certificates over plain HTTP");
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -557,8 +561,23 @@ async fn certificates(
         return Ok(StatusCode::NOT_MODIFIED.into_response());
     }
     let now = now_ms();
+    // Every domain with what the edge applies (its namespace, settings, suspension); the
+    // certificates of those that have a valid one, unless the engine asked for none.
+    let edge_domains: Vec<_> = domains
+        .iter()
+        .map(|d| {
+            json!({
+                "domain": d.domain,
+                "suspended": d.suspended.is_some(),
+                "root_redirect": d.settings.root_redirect,
+                "not_found_redirect": d.settings.not_found_redirect,
+                "hsts": d.settings.hsts,
+            })
+        })
+        .collect();
     let certificates: Vec<_> = domains
         .iter()
+        .filter(|_| with_keys)
         .filter(|d| d.suspended.is_none())
         .filter_map(|d| d.certificate.as_ref().map(|c| (d, c)))
         .filter(|(_, c)| c.not_after_ms >= now)
@@ -574,7 +593,11 @@ async fn certificates(
         .collect();
     Ok((
         [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
-        Json(json!({"generation": generation, "certificates": certificates})),
+        Json(json!({
+            "generation": generation,
+            "domains": edge_domains,
+            "certificates": certificates,
+        })),
     )
         .into_response())
 }
@@ -1053,7 +1076,7 @@ mod tests {
 
     /// What `get_link` asks before it touches the store.
     fn plausible_code(code: &str) -> bool {
-        lasthop_core::code::plausible(code.as_bytes())
+        lasthop_core::plausible_key(code.as_bytes())
     }
 
     #[test]

@@ -373,7 +373,7 @@ impl Peers {
         from: crate::clicks::Day,
         to: crate::clicks::Day,
     ) -> Result<Vec<crate::clicks::stats::WireDay>, PeerError> {
-        let path = format!("/peer/v1/stats/{code}?from={from}&to={to}");
+        let path = format!("/peer/v1/stats/{}?from={from}&to={to}", path_key(code));
         Ok(self
             .ask_within(region, &path, None, STATS_TIMEOUT)?
             .unwrap_or_default())
@@ -382,7 +382,7 @@ impl Peers {
     /// Asks region `region` for a link (`GET /peer/v1/links/{code}`): `Ok(None)` only when
     /// that region says it never existed. Blocking.
     pub fn fetch_link(&self, region: u32, code: &str) -> Result<Option<StoredLink>, PeerError> {
-        self.ask(region, &format!("/peer/v1/links/{code}"), None)
+        self.ask(region, &format!("/peer/v1/links/{}", path_key(code)), None)
     }
 
     /// The region aliases belong to, when it is another: alias creates go there.
@@ -423,7 +423,11 @@ impl Peers {
         actor: &str,
     ) -> Result<Option<StoredLink>, PeerError> {
         let body = serde_json::json!({"update": update, "actor": actor});
-        self.ask(region, &format!("/peer/v1/links/{code}/state"), Some(body))
+        self.ask(
+            region,
+            &format!("/peer/v1/links/{}/state", path_key(code)),
+            Some(body),
+        )
     }
 
     /// Asks region `region`, the home of `code`, to delete it as `actor` did here (a link this
@@ -436,7 +440,11 @@ impl Peers {
         actor: &str,
     ) -> Result<Option<StoredLink>, PeerError> {
         let body = serde_json::json!({"delete": true, "actor": actor});
-        self.ask(region, &format!("/peer/v1/links/{code}/state"), Some(body))
+        self.ask(
+            region,
+            &format!("/peer/v1/links/{}/state", path_key(code)),
+            Some(body),
+        )
     }
 
     /// Every peer's replication as of `now_ms`.
@@ -582,6 +590,16 @@ impl Peers {
     }
 }
 
+/// A link key as one path segment: a branded key's `/` percent-encoded (the route's `{code}`
+/// decodes it back).
+pub(crate) fn path_key(key: &str) -> std::borrow::Cow<'_, str> {
+    if key.contains('/') {
+        key.replace('/', "%2F").into()
+    } else {
+        key.into()
+    }
+}
+
 /// An alias create forwarded to the alias home region: the caller's owner (trusted through
 /// the peer token), what it asked, and what the forwarding region decided (its velocity hold).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -589,6 +607,9 @@ pub struct ForwardedCreate {
     pub owner: String,
     pub long_url: String,
     pub alias: String,
+    /// The alias's branded domain (absent: the default domain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
     #[serde(default)]
     pub expires_at_ms: Option<i64>,
     pub now_ms: i64,
@@ -607,6 +628,7 @@ impl ForwardedCreate {
             owner: req.owner.clone(),
             long_url: req.long_url.clone(),
             alias: req.alias.clone().unwrap_or_default(),
+            domain: req.domain.clone(),
             expires_at_ms: req.expires_at_ms,
             now_ms: req.now_ms,
             hold: req.hold,
@@ -623,6 +645,11 @@ impl ForwardedCreate {
         if classify(self.alias.as_bytes()) != CodeKind::Alias {
             return Err(format!("{:?} is not an alias", self.alias));
         }
+        if let Some(domain) = &self.domain {
+            if !lasthop_core::code::domain_shape(domain.as_bytes()) {
+                return Err(format!("{domain:?} is not a domain name"));
+            }
+        }
         if self.owner.is_empty() || self.owner.len() > 200 || self.actor.len() > 200 {
             return Err("owner and actor: 1-200 characters".into());
         }
@@ -638,6 +665,7 @@ impl ForwardedCreate {
         Ok(crate::store::CreateRequest {
             owner: self.owner,
             long_url: self.long_url,
+            domain: self.domain,
             alias: Some(self.alias),
             expires_at_ms: self.expires_at_ms,
             idempotency,
@@ -668,6 +696,8 @@ struct Home {
 impl Home {
     /// The home region of `code`: the region whose range holds its counter, or the alias home.
     fn of(&self, code: &str) -> Option<u32> {
+        // A branded link's home is its code's, as on the default domain.
+        let (_, code) = lasthop_core::split_key_str(code);
         match classify(code.as_bytes()) {
             CodeKind::Generated => self
                 .scheme

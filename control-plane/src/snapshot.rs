@@ -361,6 +361,7 @@ mod tests {
         let req = CreateRequest {
             owner: "o".into(),
             long_url: url.into(),
+            domain: None,
             alias: None,
             expires_at_ms: None,
             idempotency: None,

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::code::plausible;
+use crate::code::plausible_key;
 pub use crate::link::DenyKind;
 use crate::link::{LinkState, LinkStatus};
 
@@ -349,7 +349,7 @@ pub fn valid_snapshot_id(s: &str) -> bool {
 }
 
 fn check_link(l: &LinkFrame) -> Result<(), FrameError> {
-    if !plausible(l.code.as_bytes()) {
+    if !plausible_key(l.code.as_bytes()) {
         return Err(FrameError::Field("code"));
     }
     // The engine re-checks servability at serve time; here only the bound matters.
@@ -387,7 +387,7 @@ pub fn parse_frame(line: &[u8]) -> Result<Frame, FrameError> {
         .map_err(|e| FrameError::Json(e.to_string()))?;
     match &frame {
         Frame::Denylist { entries, .. } => {
-            if entries.iter().any(|e| !plausible(e.code.as_bytes())) {
+            if entries.iter().any(|e| !plausible_key(e.code.as_bytes())) {
                 return Err(FrameError::Field("entries.code"));
             }
         }

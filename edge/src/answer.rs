@@ -24,6 +24,7 @@
 use lasthop_core::{classify, is_servable, CodeKind, LinkStatus, CODE_LEN};
 
 use crate::denylist::Deny;
+use crate::domains::{Domain, KeyBuf};
 use crate::http::{HttpError, Method, Request};
 use crate::tables::Tables;
 
@@ -78,15 +79,23 @@ impl Layer {
 pub enum Answer<'a> {
     /// 302 to `url` (always servable: `http(s)://` and visible ASCII).
     Redirect { url: &'a [u8] },
+    /// 302 to a branded domain's root or not-found destination (its settings): no link was
+    /// followed, so no click.
+    DomainRedirect { url: &'a [u8] },
     /// `/<code>+`: a page (or JSON) showing the destination, no redirect. `flagged` when the
-    /// link is on the warning list.
+    /// link is on the warning list. `domain`: the branded domain the code is on.
     Preview {
         code: &'a [u8],
+        domain: Option<&'a [u8]>,
         url: &'a [u8],
         flagged: bool,
     },
     /// The warning interstitial for a flagged link.
-    Warn { code: &'a [u8], url: &'a [u8] },
+    Warn {
+        code: &'a [u8],
+        domain: Option<&'a [u8]>,
+        url: &'a [u8],
+    },
     /// 404.
     NotFound,
     /// 410: deleted, disabled, taken down, expired, or a URL that may not be served.
@@ -100,6 +109,8 @@ pub enum Answer<'a> {
     /// learnt, so the request is finished later without deciding (or decrypting) again.
     NeedOrigin {
         code: &'a [u8],
+        /// The branded domain the code is on (the origin is asked for its key `domain/code`).
+        domain: Option<&'a [u8]>,
         preview: bool,
         /// The origin may remember a 404 for this code: an alias, or a generated code below its
         /// region's published mark (never in the reserve window above it, where a new link may
@@ -119,7 +130,7 @@ impl Answer<'_> {
     /// The response status.
     pub fn status(&self) -> u16 {
         match self {
-            Answer::Redirect { .. } => 302,
+            Answer::Redirect { .. } | Answer::DomainRedirect { .. } => 302,
             Answer::Preview { .. } | Answer::Warn { .. } => 200,
             Answer::NotFound => 404,
             Answer::Gone => 410,
@@ -258,6 +269,50 @@ fn decide_in<'a>(
     let Some((code, preview)) = code_of(req.path) else {
         return (Answer::NotFound, Layer::Invalid);
     };
+    // A branded domain's requests are its namespace's (one length check when there is none).
+    let Some(domain) = t.domains.find(req.host) else {
+        return decide_key(t, now_ms, confirm, mark_checked, code, code, None, preview);
+    };
+    if domain.suspended {
+        return (Answer::Gone, Layer::Denylist);
+    }
+    if code.is_empty() && !preview {
+        if let Some(url) = domain.root_redirect.as_deref() {
+            return (Answer::DomainRedirect { url }, Layer::Invalid);
+        }
+    }
+    let mut buf = KeyBuf::default();
+    let key = buf.key(Some(domain), code);
+    let decided = decide_key(
+        t,
+        now_ms,
+        confirm,
+        mark_checked,
+        code,
+        key,
+        Some(domain),
+        preview,
+    );
+    match (decided, domain.not_found_redirect.as_deref()) {
+        ((Answer::NotFound, layer), Some(url)) => (Answer::DomainRedirect { url }, layer),
+        (decided, _) => decided,
+    }
+}
+
+/// The decision for `code` (its [link key](lasthop_core::split_key) `key`, on `domain`).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn decide_key<'a>(
+    t: &'a Tables,
+    now_ms: i64,
+    confirm: bool,
+    mark_checked: bool,
+    code: &'a [u8],
+    key: &[u8],
+    domain: Option<&'a Domain>,
+    preview: bool,
+) -> (Answer<'a>, Layer) {
+    let domain_name = domain.map(|d| &*d.name);
     let snapshot = t.snapshot.as_deref();
     // `counter`: the decrypted counter of a generated code, when it was decrypted here.
     let kind = classify(code);
@@ -267,7 +322,7 @@ fn decide_in<'a>(
             // by [`Prefetcher::prefetch`] as the request arrived; a caller that skipped it
             // still gets the bucket fetched under the decrypt). The high-water check below
             // decides whether the lookup happens.
-            let probe = snapshot.map(|s| s.probe(code));
+            let probe = snapshot.map(|s| s.probe(key));
             // Halfway through the decrypt the bucket has arrived: fetch the entry's lines.
             let midway = || {
                 if let (Some(s), Some(probe)) = (snapshot, probe) {
@@ -292,6 +347,7 @@ fn decide_in<'a>(
     // only when the origin is asked (a hit never needs it).
     let need_origin = |confirming| Answer::NeedOrigin {
         code,
+        domain: domain_name,
         preview,
         cache_negative: match counter {
             Some(n) => t.high_water.below_mark(n),
@@ -299,7 +355,7 @@ fn decide_in<'a>(
         },
         confirming,
     };
-    let (warn, snapshot) = match t.denylist.check(code) {
+    let (warn, snapshot) = match t.denylist.check(key) {
         Some(Deny::Gone) => return (Answer::Gone, Layer::Denylist),
         Some(Deny::Warn) => (true, snapshot),
         // Changed after the snapshot: its entry there is stale; the overlay has the link.
@@ -307,8 +363,8 @@ fn decide_in<'a>(
         None => (false, snapshot),
     };
     let entry = snapshot.and_then(|s| match probe {
-        Some(probe) => s.lookup_probe(code, probe),
-        None => s.lookup(code),
+        Some(probe) => s.lookup_probe(key, probe),
+        None => s.lookup(key),
     });
     if let Some(entry) = entry {
         if confirm {
@@ -319,9 +375,12 @@ fn decide_in<'a>(
             expires_at_ms: entry.expires_at_ms(),
             warn,
         };
-        return (serve(code, preview, found, now_ms), Layer::Snapshot);
+        return (
+            serve(code, domain_name, preview, found, now_ms),
+            Layer::Snapshot,
+        );
     }
-    if let Some(link) = t.overlay.get(code) {
+    if let Some(link) = t.overlay.get(key) {
         if confirm {
             return (need_origin(true), Layer::Origin);
         }
@@ -330,7 +389,10 @@ fn decide_in<'a>(
             expires_at_ms: link.expires_at_ms,
             warn: warn || link.warn,
         };
-        return (serve(code, preview, found, now_ms), Layer::Overlay);
+        return (
+            serve(code, domain_name, preview, found, now_ms),
+            Layer::Overlay,
+        );
     }
     if t.has_origin {
         (need_origin(false), Layer::Origin)
@@ -357,11 +419,16 @@ pub struct OriginLink<'a> {
 pub fn answer_from_origin<'a>(
     code: &'a [u8],
     preview: bool,
-    t: &Tables,
+    t: &'a Tables,
+    host: &[u8],
     link: Option<OriginLink<'a>>,
     now_ms: i64,
 ) -> (Answer<'a>, Layer) {
-    let warn = match t.denylist.check(code) {
+    let domain = t.domains.find(host);
+    let mut buf = KeyBuf::default();
+    let key = buf.key(domain, code);
+    let domain = domain.map(|d| &*d.name);
+    let warn = match t.denylist.check(key) {
         Some(Deny::Gone) => return (Answer::Gone, Layer::Denylist),
         Some(Deny::Warn) => true,
         // The origin's answer is the link's current form anyway.
@@ -377,7 +444,7 @@ pub fn answer_from_origin<'a>(
                 expires_at_ms: link.expires_at_ms,
                 warn: warn || link.warn,
             };
-            serve(code, preview, found, now_ms)
+            serve(code, domain, preview, found, now_ms)
         }
         LinkStatus::Expired
         | LinkStatus::Deleted
@@ -397,7 +464,13 @@ struct Found<'a> {
 
 /// Step 7 for a found link: expiry, the serve-time URL check, then preview, interstitial or 302.
 #[inline]
-fn serve<'a>(code: &'a [u8], preview: bool, found: Found<'a>, now_ms: i64) -> Answer<'a> {
+fn serve<'a>(
+    code: &'a [u8],
+    domain: Option<&'a [u8]>,
+    preview: bool,
+    found: Found<'a>,
+    now_ms: i64,
+) -> Answer<'a> {
     if found.expires_at_ms.is_some_and(|at| now_ms >= at) || !is_servable(found.url) {
         // An empty URL (a deletion tombstone) fails is_servable too.
         return Answer::Gone;
@@ -405,12 +478,14 @@ fn serve<'a>(code: &'a [u8], preview: bool, found: Found<'a>, now_ms: i64) -> An
     if preview {
         Answer::Preview {
             code,
+            domain,
             url: found.url,
             flagged: found.warn,
         }
     } else if found.warn {
         Answer::Warn {
             code,
+            domain,
             url: found.url,
         }
     } else {
@@ -576,6 +651,7 @@ pub(crate) mod tests {
             decide_buf(&buf, &t),
             (
                 Answer::NeedOrigin {
+                    domain: None,
                     code: c0.as_bytes(),
                     preview: false,
                     cache_negative: true,
@@ -617,6 +693,7 @@ pub(crate) mod tests {
             decide_buf(&buf, &f.tables),
             (
                 Answer::NeedOrigin {
+                    domain: None,
                     code: code.as_bytes(),
                     preview: false,
                     cache_negative: false,
@@ -624,6 +701,226 @@ pub(crate) mod tests {
                 },
                 Layer::Origin
             )
+        );
+    }
+
+    /// Tables with two branded domains: `go.example.com` (with its own `spring-sale`, a
+    /// generated code, a flagged alias and a denied one) and `lh.test` (suspended), plus
+    /// `redirecting.example` with root and not-found redirects.
+    fn branded(f: &Fixture) -> Tables {
+        use crate::domains::{Domain, Domains};
+        let c = |n| f.scheme.encode(n).unwrap();
+        let key = |d: &str, code: &[u8]| [d.as_bytes(), b"/", code].concat();
+        let link = |url: &str, warn| OverlayLink::new(url.as_bytes(), None, warn);
+        let overlay = Overlay::empty().with_all([
+            (
+                key("go.example.com", b"spring-sale"),
+                link("https://go.example/spring", false),
+            ),
+            (
+                key("go.example.com", &c(20)),
+                link("https://go.example/twenty", false),
+            ),
+            (
+                key("go.example.com", b"flagged-alias"),
+                link("https://go.example/flagged", true),
+            ),
+            (
+                key("go.example.com", b"denied-alias"),
+                link("https://go.example/denied", false),
+            ),
+            (
+                key("lh.test", b"spring-sale"),
+                link("https://lh.example/spring", false),
+            ),
+        ]);
+        let denylist = Denylist::new([(key("go.example.com", b"denied-alias"), Deny::Gone)]);
+        let mut suspended = Domain::new("lh.test");
+        suspended.suspended = true;
+        let mut redirecting = Domain::new("redirecting.example");
+        redirecting.root_redirect = Some(b"https://brand.example/"[..].into());
+        redirecting.not_found_redirect = Some(b"https://brand.example/missing"[..].into());
+        f.tables
+            .with_overlay(Arc::new(overlay))
+            .with_denylist(Arc::new(denylist))
+            .with_domains(Arc::new(Domains::new([
+                Domain::new("go.example.com"),
+                suspended,
+                redirecting,
+            ])))
+    }
+
+    fn on(host: &str, path: &str) -> Vec<u8> {
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes()
+    }
+
+    #[test]
+    fn a_branded_host_is_looked_up_in_its_own_namespace() {
+        let f = fixture(false);
+        let t = branded(&f);
+        // The same alias on two domains: two destinations.
+        assert_eq!(
+            decide_buf(&on("go.example.com", "/spring-sale"), &t),
+            (
+                Answer::Redirect {
+                    url: b"https://go.example/spring"
+                },
+                Layer::Overlay
+            )
+        );
+        assert_eq!(
+            decide_buf(&on("lh.example", "/spring-sale"), &t).0,
+            Answer::Redirect {
+                url: b"https://shop.example/spring"
+            },
+            "any other Host is the default domain's"
+        );
+        // Host in another case, with a port and a trailing dot.
+        assert_eq!(
+            decide_buf(&on("GO.example.com.:8443", "/spring-sale"), &t).0,
+            Answer::Redirect {
+                url: b"https://go.example/spring"
+            }
+        );
+        // A generated code is found on its own domain only.
+        let twenty = f.code(20);
+        assert_eq!(
+            decide_buf(&on("go.example.com", &format!("/{twenty}")), &t).0,
+            Answer::Redirect {
+                url: b"https://go.example/twenty"
+            }
+        );
+        assert_eq!(
+            decide_buf(&on("lh.example", &format!("/{twenty}")), &t).0,
+            Answer::NotFound
+        );
+        // A default-domain code asked on a branded domain: 404, not the default's link.
+        let zero = f.code(0);
+        assert_eq!(
+            decide_buf(&on("lh.example", &format!("/{zero}")), &t)
+                .0
+                .status(),
+            302
+        );
+        assert_eq!(
+            decide_buf(&on("go.example.com", &format!("/{zero}")), &t).0,
+            Answer::NotFound
+        );
+        assert_eq!(
+            decide_buf(&on("go.example.com", "/12345678a"), &t).0,
+            Answer::NotFound
+        );
+        // Never issued: still 404 by arithmetic, before any lookup.
+        assert_eq!(
+            decide_buf(
+                &on("go.example.com", &format!("/{}", f.code(ISSUED + RESERVE))),
+                &t
+            ),
+            (Answer::NotFound, Layer::HighWater)
+        );
+        // Its denylist and its flags are the domain's own.
+        assert_eq!(
+            decide_buf(&on("go.example.com", "/denied-alias"), &t),
+            (Answer::Gone, Layer::Denylist)
+        );
+        assert_eq!(
+            decide_buf(&on("go.example.com", "/flagged-alias"), &t).0,
+            Answer::Warn {
+                code: b"flagged-alias",
+                domain: Some(b"go.example.com"),
+                url: b"https://go.example/flagged",
+            }
+        );
+        assert_eq!(
+            decide_buf(&on("go.example.com", "/spring-sale+"), &t).0,
+            Answer::Preview {
+                code: b"spring-sale",
+                domain: Some(b"go.example.com"),
+                url: b"https://go.example/spring",
+                flagged: false,
+            }
+        );
+    }
+
+    #[test]
+    fn a_branded_miss_goes_to_the_origin_under_its_domain() {
+        let f = fixture(true);
+        let t = branded(&f);
+        assert_eq!(
+            decide_buf(&on("go.example.com", "/not-here-alias"), &t).0,
+            Answer::NeedOrigin {
+                code: b"not-here-alias",
+                domain: Some(b"go.example.com"),
+                preview: false,
+                cache_negative: true,
+                confirming: false,
+            }
+        );
+        let found = OriginLink {
+            url: b"https://go.example/from-origin",
+            expires_at_ms: None,
+            status: LinkStatus::Active,
+            warn: false,
+        };
+        assert_eq!(
+            answer_from_origin(
+                b"denied-alias",
+                false,
+                &t,
+                b"go.example.com",
+                Some(found),
+                NOW
+            )
+            .0,
+            Answer::Gone,
+            "the domain's denylist entry wins over the origin's answer"
+        );
+        assert_eq!(
+            answer_from_origin(b"denied-alias", false, &t, b"lh.example", Some(found), NOW).0,
+            Answer::Redirect {
+                url: b"https://go.example/from-origin"
+            },
+            "the default domain's code of that name is another link"
+        );
+    }
+
+    #[test]
+    fn domain_settings_and_suspension() {
+        let f = fixture(false);
+        let t = branded(&f);
+        assert_eq!(
+            decide_buf(&on("lh.test", "/spring-sale"), &t),
+            (Answer::Gone, Layer::Denylist),
+            "a suspended domain's links answer 410"
+        );
+        assert_eq!(decide_buf(&on("lh.test", "/"), &t).0, Answer::Gone);
+        assert_eq!(
+            decide_buf(&on("redirecting.example", "/"), &t).0,
+            Answer::DomainRedirect {
+                url: b"https://brand.example/"
+            }
+        );
+        assert_eq!(
+            decide_buf(&on("redirecting.example", "/no-such-alias"), &t).0,
+            Answer::DomainRedirect {
+                url: b"https://brand.example/missing"
+            }
+        );
+        assert_eq!(
+            decide_buf(&on("redirecting.example", "/bad.path"), &t).0,
+            Answer::DomainRedirect {
+                url: b"https://brand.example/missing"
+            }
+        );
+        assert_eq!(
+            decide_buf(&on("go.example.com", "/"), &t).0,
+            Answer::NotFound,
+            "no root redirect set"
+        );
+        assert_eq!(
+            decide_buf(&on("lh.example", "/"), &t).0,
+            Answer::NotFound,
+            "the default domain is unchanged"
         );
     }
 
@@ -704,6 +1001,7 @@ pub(crate) mod tests {
         assert_eq!(
             a,
             Answer::Warn {
+                domain: None,
                 code: code.as_bytes(),
                 url: b"https://example.com/<warn>&\"q\""
             }
@@ -729,6 +1027,7 @@ pub(crate) mod tests {
         assert_eq!(
             decide_buf(&buf, &f.tables).0,
             Answer::Preview {
+                domain: None,
                 code: code.as_bytes(),
                 url: b"https://example.com/zero",
                 flagged: false
@@ -808,6 +1107,7 @@ pub(crate) mod tests {
             decide_buf(&buf, &with.tables),
             (
                 Answer::NeedOrigin {
+                    domain: None,
                     code: code.as_bytes(),
                     preview: true,
                     cache_negative: true,
@@ -838,19 +1138,27 @@ pub(crate) mod tests {
         let active = link(LinkStatus::Active, false, None);
         let code = b"abcDEF1";
         assert_eq!(
-            answer_from_origin(code, false, t, active, NOW),
+            answer_from_origin(code, false, t, b"", active, NOW),
             (Answer::Redirect { url }, Layer::Origin)
         );
         assert!(matches!(
-            answer_from_origin(code, true, t, active, NOW).0,
+            answer_from_origin(code, true, t, b"", active, NOW).0,
             Answer::Preview { flagged: false, .. }
         ));
         assert_eq!(
-            answer_from_origin(code, false, t, None, NOW),
+            answer_from_origin(code, false, t, b"", None, NOW),
             (Answer::NotFound, Layer::Origin)
         );
         assert!(matches!(
-            answer_from_origin(code, false, t, link(LinkStatus::Active, true, None), NOW).0,
+            answer_from_origin(
+                code,
+                false,
+                t,
+                b"",
+                link(LinkStatus::Active, true, None),
+                NOW
+            )
+            .0,
             Answer::Warn { .. }
         ));
         for gone in [
@@ -862,7 +1170,7 @@ pub(crate) mod tests {
             link(LinkStatus::Active, false, Some(NOW)),
         ] {
             assert_eq!(
-                answer_from_origin(code, false, t, gone, NOW).0,
+                answer_from_origin(code, false, t, b"", gone, NOW).0,
                 Answer::Gone
             );
         }
@@ -872,15 +1180,18 @@ pub(crate) mod tests {
             status: LinkStatus::Active,
             warn: false,
         });
-        assert_eq!(answer_from_origin(code, false, t, ftp, NOW).0, Answer::Gone);
+        assert_eq!(
+            answer_from_origin(code, false, t, b"", ftp, NOW).0,
+            Answer::Gone
+        );
         // The denylist still wins over an origin that has not heard of the takedown yet.
         assert_eq!(
-            answer_from_origin(b"gone-alias", false, t, active, NOW),
+            answer_from_origin(b"gone-alias", false, t, b"", active, NOW),
             (Answer::Gone, Layer::Denylist)
         );
         let c4 = f.code(4);
         assert!(matches!(
-            answer_from_origin(c4.as_bytes(), false, t, active, NOW).0,
+            answer_from_origin(c4.as_bytes(), false, t, b"", active, NOW).0,
             Answer::Warn { .. }
         ));
     }

@@ -358,6 +358,11 @@ impl FeedView {
         tables
     }
 
+    /// Serves `domains` (the branded domains, by `Host`) from the next generation on.
+    pub fn set_domains(&mut self, domains: Arc<crate::domains::Domains>) {
+        self.base = self.base.with_domains(domains);
+    }
+
     /// Takes the control plane's latest per-region widening; true when it changed (publish).
     fn set_peer_widen(&mut self, widen: Vec<lasthop_core::feed::Window>) -> bool {
         let changed = widen != self.peer_widen;

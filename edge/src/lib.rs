@@ -13,6 +13,7 @@
 //! - [`tables`]: what a core reads per request (scheme, high water, denylist, snapshot,
 //!   overlay); [`denylist`], [`overlay`]: the two changeable tables, published in
 //!   [`generations`] that cost what changed;
+//! - [`domains`]: the branded domains by `Host` (their namespaces and settings);
 //! - [`feed_apply`]: what the feed's frames do to the tables;
 //! - [`quic`]: what a QUIC datagram's long headers say (0-RTT, Handshake), beside quinn-proto;
 //! - [`origin_cache`]: the read-through's decisions (singleflight, fresh, stale and negative
@@ -26,6 +27,7 @@
 pub mod answer;
 pub mod click;
 pub mod denylist;
+pub mod domains;
 pub mod feed_apply;
 pub mod generations;
 pub mod h2;

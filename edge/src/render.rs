@@ -319,30 +319,47 @@ fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
             out.extend_from_slice(b"\r\n");
         }
         Answer::Redirect { .. } => gone(shape, out),
-        Answer::Preview { code, url, flagged } if is_servable(url) => {
+        Answer::Preview {
+            code,
+            domain,
+            url,
+            flagged,
+        } if is_servable(url) => {
+            let key = Key::of(domain, code);
             if shape.json {
                 page(b"200 OK", JSON, shape, out, |o| {
-                    json_page(o, code, url, flagged)
+                    json_page(o, code, domain, url, flagged)
                 });
             } else {
                 let report = shape.pages.report_action.as_deref();
                 page(b"200 OK", HTML, shape, out, |o| {
-                    preview_page(o, code, url, flagged, report)
+                    preview_page(o, code, key.get(), url, flagged, report)
                 });
             }
         }
-        Answer::Warn { code, url } if is_servable(url) => {
+        Answer::Warn { code, domain, url } if is_servable(url) => {
+            let key = Key::of(domain, code);
             if shape.json {
                 page(b"200 OK", JSON, shape, out, |o| {
-                    json_page(o, code, url, true)
+                    json_page(o, code, domain, url, true)
                 });
             } else {
                 let report = shape.pages.report_action.as_deref();
                 page(b"200 OK", HTML, shape, out, |o| {
-                    warn_page(o, code, url, report)
+                    warn_page(o, code, key.get(), url, report)
                 });
             }
         }
+        Answer::DomainRedirect { url } if is_servable(url) => {
+            out.extend_from_slice(b"HTTP/1.1 302 Found\r\nLocation: ");
+            out.extend_from_slice(url);
+            out.extend_from_slice(
+                b"\r\nCache-Control: private, max-age=300\r\nContent-Length: 0\r\n",
+            );
+            connection(shape, out);
+            out.extend_from_slice(b"\r\n");
+        }
+        Answer::DomainRedirect { .. } => gone(shape, out),
         Answer::Preview { .. } | Answer::Warn { .. } | Answer::Gone => gone(shape, out),
         Answer::NotFound => fixed(
             b"404 Not Found",
@@ -523,7 +540,34 @@ maxlength=\"2000\"></textarea></label></p>\n<p><button type=\"submit\">Report</b
     );
 }
 
-fn preview_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], flagged: bool, report: Option<&[u8]>) {
+/// What a report form names a link by: its code, or `domain/code` on a branded domain (built
+/// only for these pages).
+struct Key<'a> {
+    code: &'a [u8],
+    branded: Option<Vec<u8>>,
+}
+
+impl<'a> Key<'a> {
+    fn of(domain: Option<&[u8]>, code: &'a [u8]) -> Key<'a> {
+        Key {
+            code,
+            branded: domain.map(|d| [d, b"/", code].concat()),
+        }
+    }
+
+    fn get(&self) -> &[u8] {
+        self.branded.as_deref().unwrap_or(self.code)
+    }
+}
+
+fn preview_page(
+    out: &mut Vec<u8>,
+    code: &[u8],
+    key: &[u8],
+    url: &[u8],
+    flagged: bool,
+    report: Option<&[u8]>,
+) {
     page_start(out, b"Link preview");
     out.extend_from_slice(b"<h1>Link preview</h1>\n<p>The short link <code>/");
     write_html(out, code);
@@ -534,12 +578,12 @@ fn preview_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], flagged: bool, repor
 finished its safety check.</p>\n",
         );
     }
-    destination(out, code, url, b"Go to this address", report);
+    destination(out, key, url, b"Go to this address", report);
 }
 
 /// The interstitial: for a flagged link, and for a held one (new and not yet checked, or from
 /// an account under review); the engine is not told which, so the words fit both.
-fn warn_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], report: Option<&[u8]>) {
+fn warn_page(out: &mut Vec<u8>, code: &[u8], key: &[u8], url: &[u8], report: Option<&[u8]>) {
     page_start(out, b"Check this link before you continue");
     out.extend_from_slice(
         b"<h1>Check this link before you continue</h1>\n<p class=\"warn\">The short link <code>/",
@@ -550,12 +594,16 @@ fn warn_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], report: Option<&[u8]>) 
 finished its safety check yet. Continue only if you trust where it leads.</p>\n\
 <p>It leads to:</p>\n",
     );
-    destination(out, code, url, b"Continue to this address", report);
+    destination(out, key, url, b"Continue to this address", report);
 }
 
-fn json_page(out: &mut Vec<u8>, code: &[u8], url: &[u8], flagged: bool) {
+fn json_page(out: &mut Vec<u8>, code: &[u8], domain: Option<&[u8]>, url: &[u8], flagged: bool) {
     out.extend_from_slice(b"{\"code\":\"");
     write_json(out, code);
+    if let Some(domain) = domain {
+        out.extend_from_slice(b"\",\"domain\":\"");
+        write_json(out, domain);
+    }
     out.extend_from_slice(b"\",\"url\":\"");
     write_json(out, url);
     out.extend_from_slice(if flagged {
@@ -800,6 +848,7 @@ mod tests {
         let mut out = b"previous".to_vec();
         render(&Answer::NotFound, false, true, false, &mut out);
         let preview = Answer::Preview {
+            domain: None,
             code: b"abcDEF1",
             url: b"https://example.com/",
             flagged: false,
@@ -849,6 +898,7 @@ mod tests {
             Answer::Gone,
             Answer::Unavailable,
             Answer::NeedOrigin {
+                domain: None,
                 code: b"x",
                 preview: false,
                 cache_negative: false,
@@ -866,11 +916,13 @@ mod tests {
             Answer::NotFound,
             Answer::Gone,
             Answer::Preview {
+                domain: None,
                 code: b"abcDEF1",
                 url: b"https://example.com/",
                 flagged: false,
             },
             Answer::Warn {
+                domain: None,
                 code: b"abcDEF1",
                 url: b"https://example.com/",
             },
@@ -916,6 +968,7 @@ mod tests {
     fn preview_and_interstitial_pages() {
         let url: &[u8] = b"https://example.com/<script>alert('x')</script>?a=1&b=\"2\"";
         let preview = Answer::Preview {
+            domain: None,
             code: b"abcDEF1",
             url,
             flagged: false,
@@ -948,6 +1001,7 @@ mod tests {
         assert_eq!(v["flagged"], false);
 
         let warn = Answer::Warn {
+            domain: None,
             code: b"abcDEF1",
             url,
         };
@@ -977,10 +1031,12 @@ mod tests {
         };
         for answer in [
             Answer::Warn {
+                domain: None,
                 code: b"abc\"DEF",
                 url: b"https://example.com/",
             },
             Answer::Preview {
+                domain: None,
                 code: b"abc\"DEF",
                 url: b"https://example.com/",
                 flagged: false,
@@ -1039,11 +1095,13 @@ mod tests {
             for a in [
                 Answer::Redirect { url },
                 Answer::Preview {
+                    domain: None,
                     code: b"abcDEF1",
                     url,
                     flagged: false,
                 },
                 Answer::Warn {
+                    domain: None,
                     code: b"abcDEF1",
                     url,
                 },
@@ -1086,16 +1144,22 @@ mod tests {
         match kind {
             0 => Answer::Redirect { url },
             1 => Answer::Preview {
+                domain: None,
                 code,
                 url,
                 flagged: flag,
             },
-            2 => Answer::Warn { code, url },
+            2 => Answer::Warn {
+                domain: None,
+                code,
+                url,
+            },
             3 => Answer::NotFound,
             4 => Answer::Gone,
             5 => Answer::MethodNotAllowed,
             6 => Answer::BadRequest(HttpError::Malformed),
             7 => Answer::NeedOrigin {
+                domain: None,
                 code,
                 preview: flag,
                 cache_negative: flag,

@@ -65,6 +65,8 @@ pub enum Effect<'a> {
     Click {
         req: &'a Request<'a>,
         code: &'a [u8],
+        /// The branded domain it was on; empty for the default domain.
+        domain: &'a [u8],
         /// How it arrived: over TLS, in early data, the HTTP version.
         how: How,
     },
@@ -581,13 +583,20 @@ pub(crate) fn respond(
     prefetcher.answered(layer);
     if let Answer::NeedOrigin {
         code,
+        domain,
         preview,
         cache_negative,
         confirming,
     } = answer
     {
+        // The origin is asked for the link's key: `domain/code` on a branded domain.
+        let mut buf = crate::domains::KeyBuf::default();
+        let key = match domain {
+            Some(_) => buf.key(env.tables.domains.find(req.host), code),
+            None => code,
+        };
         fx.effect(Effect::NeedOrigin {
-            code,
+            code: key,
             cache_negative,
         });
         return Reply::Parked(Parked {
@@ -614,7 +623,7 @@ pub(crate) fn respond_origin(
     let t = env.tables;
     let (answer, layer) = match reply {
         OriginAnswer::Found { .. } | OriginAnswer::NotFound => {
-            answer::answer_from_origin(code, parked.preview, t, reply.link(), env.now_ms)
+            answer::answer_from_origin(code, parked.preview, t, req.host, reply.link(), env.now_ms)
         }
         // Safe mode could not confirm: redirect availability comes first, so answer
         // from the local tables (if they still know the code) and count it.
@@ -642,7 +651,16 @@ fn finish(
     fx: &mut impl Effects,
     out: &mut Out<'_>,
 ) -> bool {
-    let extra = env.headers.lines(how.https);
+    // A branded domain's own HSTS replaces the listener's on its HTTPS answers.
+    let domain = env.tables.domains.find(req.host);
+    let branded_lines;
+    let extra = match domain.and_then(|d| d.hsts.as_deref()) {
+        Some(hsts) if how.https => {
+            branded_lines = [env.headers.lines(false), hsts].concat();
+            &branded_lines[..]
+        }
+        _ => env.headers.lines(how.https),
+    };
     let close = match (out, answer) {
         (
             Out::H2 {
@@ -661,9 +679,10 @@ fn finish(
     };
     if let Answer::Redirect { .. } = answer {
         let code = code_of(req.path);
+        let mut buf = crate::domains::KeyBuf::default();
         if layer == Layer::Overlay {
             // Creation-to-first-redirect: only links the feed brought carry a creation time.
-            if let Some(link) = env.tables.overlay.get(code) {
+            if let Some(link) = env.tables.overlay.get(buf.key(domain, code)) {
                 if let Some(created) = link.created_at_ms {
                     if link.first_served.claim() {
                         fx.effect(Effect::FirstRedirect {
@@ -673,7 +692,13 @@ fn finish(
                 }
             }
         }
-        fx.effect(Effect::Click { req, code, how });
+        let domain = domain.map_or(&b""[..], |d| &d.name);
+        fx.effect(Effect::Click {
+            req,
+            code,
+            domain,
+            how,
+        });
     }
     fx.effect(Effect::Answered {
         status: answer.status(),
@@ -714,6 +739,12 @@ pub(crate) mod tests {
                     code,
                     cache_negative,
                 } => Seen::NeedOrigin(s(code), cache_negative),
+                // A branded click is recorded by its key.
+                Effect::Click {
+                    req, code, domain, ..
+                } if !domain.is_empty() => {
+                    Seen::Click(format!("{}/{}", s(domain), s(code)), s(req.user_agent))
+                }
                 Effect::Click { req, code, .. } => Seen::Click(s(code), s(req.user_agent)),
                 Effect::Answered { status, layer } => Seen::Answered(status, layer),
                 Effect::TooEarly => Seen::TooEarly,
@@ -787,6 +818,62 @@ pub(crate) mod tests {
 
     fn feed(s: &mut Session, core: &Core, fx: &mut Recorder, bytes: &str) {
         s.on_input(bytes.as_bytes(), &core.env(), fx);
+    }
+
+    #[test]
+    fn a_branded_domain_answers_with_its_own_hsts_and_clicks_name_it() {
+        use crate::domains::{Domain, Domains};
+        let mut core = Core::new(false);
+        let mut go = Domain::new("go.example.com");
+        go.hsts = Some(Domain::hsts_line(600, false, false));
+        let overlay = crate::overlay::Overlay::empty().with_all([(
+            b"go.example.com/spring-sale".to_vec(),
+            crate::overlay::OverlayLink::new(b"https://go.example/spring", None, false),
+        )]);
+        core.f.tables = core
+            .f
+            .tables
+            .with_overlay(std::sync::Arc::new(overlay))
+            .with_domains(std::sync::Arc::new(Domains::new([go])));
+        let mut s = Session::new(NOW);
+        s.https = true;
+        let mut fx = Recorder::default();
+        feed(
+            &mut s,
+            &core,
+            &mut fx,
+            "GET /spring-sale HTTP/1.1\r\nHost: go.example.com\r\nUser-Agent: t\r\n\r\n",
+        );
+        let out = String::from_utf8_lossy(&s.out).into_owned();
+        assert!(out.starts_with("HTTP/1.1 302"), "{out}");
+        assert!(
+            out.contains("Location: https://go.example/spring\r\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Strict-Transport-Security: max-age=600\r\n"),
+            "{out}"
+        );
+        assert_eq!(out.matches("Strict-Transport-Security").count(), 1, "{out}");
+        assert!(fx.take().contains(&Seen::Click(
+            "go.example.com/spring-sale".into(),
+            "t".into()
+        )));
+        // The default domain keeps the listener's HSTS and its own link of that name.
+        s.out.clear();
+        feed(&mut s, &core, &mut fx, &get("/spring-sale"));
+        let out = String::from_utf8_lossy(&s.out).into_owned();
+        assert!(
+            out.contains("Location: https://shop.example/spring\r\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Strict-Transport-Security: max-age=60\r\n"),
+            "{out}"
+        );
+        assert!(fx
+            .take()
+            .contains(&Seen::Click("spring-sale".into(), "t".into())));
     }
 
     #[test]

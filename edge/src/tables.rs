@@ -13,6 +13,7 @@ use lasthop_core::{CodeScheme, HighWater};
 use lasthop_snapshot::Snapshot;
 
 use crate::denylist::Denylist;
+use crate::domains::Domains;
 use crate::overlay::Overlay;
 
 /// Why a set of tables was refused.
@@ -36,6 +37,8 @@ pub struct Tables {
     pub snapshot: Option<Arc<Snapshot>>,
     pub denylist: Arc<Denylist>,
     pub overlay: Arc<Overlay>,
+    /// The branded domains, by `Host` (empty: every request is the default domain's).
+    pub domains: Arc<Domains>,
     /// An origin (the control plane) is configured: a miss becomes a read-through, not a 404.
     pub has_origin: bool,
     /// Safe mode (the feed is lost or catching up): a redirect found locally is confirmed at
@@ -52,6 +55,7 @@ impl Tables {
             snapshot: None,
             denylist: Arc::new(Denylist::empty()),
             overlay: Arc::new(Overlay::empty()),
+            domains: Arc::new(Domains::empty()),
             has_origin,
             safe_mode: false,
         }
@@ -96,6 +100,15 @@ impl Tables {
     pub fn with_denylist(&self, denylist: Arc<Denylist>) -> Tables {
         Tables {
             denylist,
+            ..self.clone()
+        }
+    }
+
+    /// The next generation with another set of branded domains.
+    #[must_use]
+    pub fn with_domains(&self, domains: Arc<Domains>) -> Tables {
+        Tables {
+            domains,
             ..self.clone()
         }
     }

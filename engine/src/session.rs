@@ -113,11 +113,21 @@ impl Effects for CoreEffects<'_> {
                     origin.submit(ctx.core, code, self.token, cache_negative);
                 }
             }
-            Effect::Click { req, code, how } => {
-                // The click hook: count the code in the hot-code sketch (one request in
-                // `top_sample`) and record the event into this core's buffer.
+            Effect::Click {
+                req,
+                code,
+                domain,
+                how,
+            } => {
+                // The click hook: count the link in the hot-code sketch (one request in
+                // `top_sample`; a branded link by its key) and record the event into this
+                // core's buffer.
                 if ctx.answered.get() % ctx.top_sample == 0 {
-                    ctx.top.record(code);
+                    if domain.is_empty() {
+                        ctx.top.record(code);
+                    } else {
+                        ctx.top.record(&[domain, b"/", code].concat());
+                    }
                 }
                 if let Some(clicks) = &ctx.clicks {
                     clicks.record(req, code, self.peer, how, ctx.now_ms);

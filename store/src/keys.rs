@@ -12,6 +12,22 @@ pub struct KeyRecord {
     pub admin: bool,
     pub created_at: String,
     pub revoked_at: Option<String>,
+    /// The domains the key may act on (`apikey create --domain D`); empty: every domain.
+    pub domains: Vec<String>,
+}
+
+/// A key's domains as one text field (the keys file, the shared store): comma-separated.
+pub fn domains_text(domains: &[String]) -> String {
+    domains.join(",")
+}
+
+/// [`domains_text`] read back (empty: every domain).
+pub fn domains_of(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// Where a store that holds API keys keeps them (the PostgreSQL store).

@@ -158,6 +158,10 @@ pub struct Origin {
 pub struct CreateRequest {
     pub owner: String,
     pub long_url: String,
+    /// The branded domain the link is made on (`None`: the default domain). The link's code
+    /// in the record is then its key, `domain/code` ([`lasthop_core::link_key`]).
+    pub domain: Option<String>,
+    /// A custom alias (unique on its domain); `None` mints a generated code (unique on all).
     pub alias: Option<String>,
     pub expires_at_ms: Option<i64>,
     pub idempotency: Option<IdempotencyClaim>,
@@ -1002,6 +1006,9 @@ pub trait Store: Send + Sync + 'static {
     fn put_owner(&self, record: OwnerRecord) -> Result<(), StoreError>;
     /// Every owner with a trust record, by name.
     fn owners(&self) -> Result<Vec<OwnerRecord>, StoreError>;
+    /// How many links on the branded domain `domain` are not deleted, counted up to `limit`
+    /// (a domain is deleted only once none is left).
+    fn domain_links(&self, domain: &str, limit: u64) -> Result<u64, StoreError>;
     /// A branded domain's record.
     fn domain(&self, domain: &str) -> Result<Option<DomainRecord>, StoreError>;
     /// Every branded domain, by name.

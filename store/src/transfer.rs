@@ -143,6 +143,9 @@ pub struct KeyLine {
     pub created_at: String,
     #[serde(default)]
     pub revoked_at: Option<String>,
+    /// The domains the key may act on (absent: every domain).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<String>,
 }
 
 impl KeyLine {
@@ -154,6 +157,7 @@ impl KeyLine {
             admin: r.admin,
             created_at: r.created_at.clone(),
             revoked_at: r.revoked_at.clone(),
+            domains: r.domains.clone(),
         }
     }
 
@@ -172,6 +176,7 @@ impl KeyLine {
             admin: self.admin,
             created_at: self.created_at.clone(),
             revoked_at: self.revoked_at.clone(),
+            domains: self.domains.clone(),
         })
     }
 }

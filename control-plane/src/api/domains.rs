@@ -206,7 +206,12 @@ fn heuristics() -> &'static Heuristics {
 
 /// The default domain: `--short-base`'s host.
 pub(crate) fn default_domain(state: &AppState) -> Option<String> {
-    let base = url::Url::parse(&state.0.config.short_base).ok()?;
+    state.0.default_domain.clone()
+}
+
+/// The host of a short base URL, in the record's form.
+pub(crate) fn host_of(short_base: &str) -> Option<String> {
+    let base = url::Url::parse(short_base).ok()?;
     CanonicalHost::from_host(&base.host()?).map(|h| h.name())
 }
 
@@ -268,7 +273,7 @@ fn taken() -> ApiError {
     )
 }
 
-fn suspended() -> ApiError {
+pub(super) fn suspended() -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,
         "domain_suspended",
@@ -278,7 +283,7 @@ fn suspended() -> ApiError {
 
 /// The domain `who` may see: its own, or any for an admin; 404 otherwise (and for a name that
 /// is not even a valid domain: nothing by that name exists).
-async fn fetch_visible(
+pub(super) async fn fetch_visible(
     state: &AppState,
     who: &Principal,
     raw: &str,
@@ -291,6 +296,7 @@ async fn fetch_visible(
     if record.owner != who.owner && !who.admin {
         return Err(not_found());
     }
+    super::allowed_domain_name(who, &record.domain)?;
     Ok(record)
 }
 
@@ -373,6 +379,7 @@ pub(super) async fn add(
         _ => who.owner.clone(),
     };
     let domain = checked_domain(&parsed.domain, who.admin)?;
+    super::allowed_domain_name(&who, &domain)?;
     if let Some(fleet) = default_domain(&state) {
         if fleet == domain {
             return Err(taken());
@@ -437,6 +444,7 @@ pub(super) async fn list(
         records
             .iter()
             .filter(|r| owner.as_deref().is_none_or(|o| r.owner == o))
+            .filter(|r| who.domains.is_empty() || who.domains.contains(&r.domain))
             .map(domain_json),
     );
     Ok(Json(json!({ "domains": domains })).into_response())
@@ -528,15 +536,31 @@ pub(super) async fn patch(
     Ok(Json(domain_json(&updated)).into_response())
 }
 
-/// `DELETE /v1/domains/{domain}` (owner or admin): 204. A suspended domain is the admin's to
-/// delete (an owner's delete and re-add would lift the suspension). Links cannot belong to a
-/// branded domain yet, so none can be live on it.
+/// `DELETE /v1/domains/{domain}` (owner or admin): 204; 409 `domain_in_use` while links on it
+/// are not deleted (their codes would answer again, from another owner, if the name were
+/// claimed anew). A suspended domain is the admin's to delete (an owner's delete and re-add
+/// would lift the suspension).
 pub(super) async fn delete(
     State(state): State<AppState>,
     Auth(who): Auth,
     Path(domain): Path<String>,
 ) -> Result<Response, ApiError> {
     let record = fetch_visible(&state, &who, &domain).await?;
+    let store = Arc::clone(&state.0.store);
+    let name = record.domain.clone();
+    let live = blocking(move || store.domain_links(&name, 1000)).await?;
+    if live > 0 {
+        let count = if live >= 1000 {
+            "1000 or more".to_string()
+        } else {
+            live.to_string()
+        };
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "domain_in_use",
+            format!("{count} links on this domain are not deleted; delete them first"),
+        ));
+    }
     let store = Arc::clone(&state.0.store);
     let admin = who.admin;
     let (name, seen) = (record.domain.clone(), record.clone());

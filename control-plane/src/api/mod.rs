@@ -7,7 +7,7 @@
 //! [`safety`] holds the trust-and-safety calls: reports, appeals, history, the review queue,
 //! owners, keys, hosts.
 
-mod domains;
+pub(crate) mod domains;
 mod safety;
 
 use std::collections::HashMap;
@@ -117,6 +117,8 @@ struct Inner {
     report_global: RateLimiter,
     /// What `/metrics` last read of the domains.
     domain_summary: std::sync::Mutex<Option<domains::DomainSummary>>,
+    /// The default domain's name: `--short-base`'s host.
+    default_domain: Option<String>,
 }
 
 /// Shared state of every handler.
@@ -214,6 +216,7 @@ impl AppState {
         let mint_limiter = RateLimiter::new(rate, rate);
         let report_limiter = RateLimiter::new(config.report_rate, config.report_burst);
         let report_global = RateLimiter::new(config.report_global_rate, config.report_global_burst);
+        let default_domain = domains::host_of(&config.short_base);
         AppState(Arc::new(Inner {
             store,
             keys,
@@ -229,6 +232,7 @@ impl AppState {
             report_limiter,
             report_global,
             domain_summary: std::sync::Mutex::new(None),
+            default_domain,
         }))
     }
 
@@ -310,6 +314,74 @@ impl Principal {
     }
 }
 
+/// The link a code route names: its `{code}` and `?domain=` (absent, or the default domain's
+/// name: the default domain), as its key ([`lasthop_core::link_key`]).
+pub(crate) struct LinkKey(pub String);
+
+impl FromRequestParts<AppState> for LinkKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Path(code) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::not_found())?;
+        let domain = parts.uri.query().and_then(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "domain")
+                .map(|(_, v)| v.into_owned())
+        });
+        Ok(LinkKey(key_of(state, domain.as_deref(), &code)?))
+    }
+}
+
+/// A branded domain as a request names it (`?domain=`, `"domain"`), in the record's form:
+/// lower case, no trailing dot; `None` for the default domain (named, or empty).
+pub(crate) fn branded_domain(state: &AppState, raw: Option<&str>) -> Option<String> {
+    let d = raw?.trim().trim_end_matches('.').to_ascii_lowercase();
+    if d.is_empty() || Some(&d) == state.0.default_domain.as_ref() {
+        return None;
+    }
+    Some(d)
+}
+
+/// The key of `code` on the domain a request names; 404 for what no namespace holds.
+fn key_of(state: &AppState, domain: Option<&str>, code: &str) -> Result<String, ApiError> {
+    let key = lasthop_core::link_key(branded_domain(state, domain).as_deref(), code);
+    if !lasthop_core::plausible_key(key.as_bytes()) || lasthop_core::split_key_str(&key).1 != code {
+        return Err(ApiError::not_found());
+    }
+    Ok(key)
+}
+
+/// A link's domain as responses name it: the branded one, or the default domain's name.
+fn domain_of<'a>(state: &'a AppState, key: &'a str) -> Option<&'a str> {
+    match lasthop_core::split_key_str(key).0 {
+        Some(d) => Some(d),
+        None => state.0.default_domain.as_deref(),
+    }
+}
+
+/// 403 `domain_not_allowed` unless `who`'s key may act on `domain` (a key limited to some
+/// domains: `apikey create --domain D`).
+pub(crate) fn allowed_domain(state: &AppState, who: &Principal, key: &str) -> Result<(), ApiError> {
+    if who.domains.is_empty() {
+        return Ok(());
+    }
+    allowed_domain_name(who, domain_of(state, key).unwrap_or_default())
+}
+
+/// [`allowed_domain`] by the domain's name.
+pub(crate) fn allowed_domain_name(who: &Principal, domain: &str) -> Result<(), ApiError> {
+    if who.domains.is_empty() || who.domains.iter().any(|d| d == domain) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "domain_not_allowed",
+        format!("this api key is limited to {}", who.domains.join(", ")),
+    ))
+}
+
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     read_body_up_to(body, MAX_BODY).await
 }
@@ -337,6 +409,9 @@ struct CreateBody {
     long_url: String,
     #[serde(default)]
     alias: Option<String>,
+    /// A branded domain (absent or the default domain's name: the default domain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    domain: Option<String>,
     #[serde(default)]
     expires_at: Option<String>,
 }
@@ -371,14 +446,20 @@ struct ResolveBody {
     codes: Vec<String>,
 }
 
-fn short_url(state: &AppState, code: &str) -> String {
-    format!("{}/{}", state.0.config.short_base, code)
+/// A link's short URL: the short base and its code, or `https://DOMAIN/CODE` on a branded
+/// domain (whose certificate the engines serve).
+fn short_url(state: &AppState, key: &str) -> String {
+    match lasthop_core::split_key_str(key) {
+        (Some(domain), code) => format!("https://{domain}/{code}"),
+        (None, code) => format!("{}/{}", state.0.config.short_base, code),
+    }
 }
 
 /// The create answer (and its idempotent replay).
 fn created_json(state: &AppState, s: &StoredLink) -> serde_json::Value {
     json!({
-        "code": s.link.code,
+        "code": lasthop_core::split_key_str(&s.link.code).1,
+        "domain": domain_of(state, &s.link.code),
         "short_url": short_url(state, &s.link.code),
         "long_url": s.link.long_url,
         "created_at": rfc3339(s.link.created_at_ms),
@@ -390,7 +471,8 @@ fn created_json(state: &AppState, s: &StoredLink) -> serde_json::Value {
 fn link_json(state: &AppState, s: &StoredLink, now: i64) -> serde_json::Value {
     let status = s.state.status(now);
     json!({
-        "code": s.link.code,
+        "code": lasthop_core::split_key_str(&s.link.code).1,
+        "domain": domain_of(state, &s.link.code),
         "short_url": short_url(state, &s.link.code),
         "long_url": if status == LinkStatus::Deleted { None } else { Some(&s.link.long_url) },
         "owner": s.link.owner,
@@ -468,6 +550,19 @@ async fn create_link(
     let bytes = read_body(body).await?;
     let parsed: CreateBody = parse_json(&bytes)?;
     let claim = idempotency_claim(&headers, &parsed)?;
+    let domain = branded_domain(&state, parsed.domain.as_deref());
+    allowed_domain(
+        &state,
+        &who,
+        &lasthop_core::link_key(domain.as_deref(), "-"),
+    )?;
+    if let Some(d) = &domain {
+        // Links are made on the owner's own domains (an admin's on any), never a suspended one.
+        let record = domains::fetch_visible(&state, &who, d).await?;
+        if record.suspended.is_some() {
+            return Err(domains::suspended());
+        }
+    }
     let (long_url, dest) = checked_destination(&state, &parsed.long_url)?;
     if let Some(alias) = &parsed.alias {
         validate_alias(alias).map_err(|e| {
@@ -503,6 +598,7 @@ async fn create_link(
         let req = CreateRequest {
             owner,
             long_url,
+            domain,
             alias: req_alias,
             expires_at_ms,
             idempotency: claim,
@@ -631,7 +727,7 @@ fn future_time(s: &str, now: i64) -> Result<i64, ApiError> {
 
 /// A code no namespace can hold never existed: 404 without touching the store.
 fn check_code(code: &str) -> Result<(), ApiError> {
-    if !lasthop_core::code::plausible(code.as_bytes()) {
+    if !lasthop_core::plausible_key(code.as_bytes()) {
         return Err(ApiError::not_found());
     }
     Ok(())
@@ -687,13 +783,14 @@ async fn fetch_anywhere(
             "this link belongs to another owner",
         ));
     }
+    allowed_domain(state, who, &s.link.code)?;
     Ok((s, local))
 }
 
 async fn get_link(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
 ) -> Result<Response, ApiError> {
     let s = fetch_visible(&state, &who, code).await?;
     Ok(Json(link_json(&state, &s, now_ms())).into_response())
@@ -730,7 +827,7 @@ async fn list_links(
 async fn delete_link(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
 ) -> Result<Response, ApiError> {
     let (_, local) = fetch_anywhere(&state, &who, code.clone()).await?;
     let actor = who.actor();
@@ -834,7 +931,7 @@ fn checked_reason(raw: &str) -> Result<String, ApiError> {
 async fn takedown_link(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
     body: Body,
 ) -> Result<Response, ApiError> {
     require_admin(&who)?;
@@ -852,7 +949,7 @@ async fn takedown_link(
 async fn restore_link(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
 ) -> Result<Response, ApiError> {
     require_admin(&who)?;
     tracing::info!(%code, by = %who.key_id, "restore");
@@ -862,7 +959,7 @@ async fn restore_link(
 async fn patch_link(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
     body: Body,
 ) -> Result<Response, ApiError> {
     check_code(&code)?;
@@ -919,7 +1016,7 @@ fn last_change_of(
 async fn enforcement(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
 ) -> Result<Response, ApiError> {
     require_admin(&who)?;
     let store = Arc::clone(&state.0.store);
@@ -952,7 +1049,8 @@ async fn enforcement(
     let entry = |e: &crate::fleet::EdgeView| json!({"engine": e.engine, "pop": e.pop, "state": e.state, "applied_seq": e.applied_seq});
     let (applied, pending): (Vec<_>, Vec<_>) = edges.iter().partition(|e| e.applied_seq >= need);
     Ok(Json(json!({
-        "code": code,
+        "code": lasthop_core::split_key_str(&code).1,
+        "domain": domain_of(&state, &code),
         "status": api_status(&link.state, now),
         "change": kind,
         "change_seq": change_seq,
@@ -1072,7 +1170,7 @@ fn clicks(state: &AppState) -> Result<ClicksHandle, ApiError> {
 async fn link_stats(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let clicks = clicks(&state)?;
@@ -1121,6 +1219,8 @@ async fn link_stats(
     }
     answered.sort_unstable();
     let mut body = crate::clicks::stats::render(&code, from, to, &days);
+    body["code"] = json!(lasthop_core::split_key_str(&code).1);
+    body["domain"] = json!(domain_of(&state, &code));
     body["regions"] = json!({"answered": answered, "unavailable": unavailable});
     Ok(Json(body).into_response())
 }
@@ -1130,7 +1230,7 @@ async fn link_stats(
 async fn link_qr_svg(
     state: State<AppState>,
     who: Auth,
-    code: Path<String>,
+    code: LinkKey,
     q: Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     link_qr(state, who, code, q, false).await
@@ -1141,7 +1241,7 @@ async fn link_qr_svg(
 async fn link_qr_png(
     state: State<AppState>,
     who: Auth,
-    code: Path<String>,
+    code: LinkKey,
     q: Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     link_qr(state, who, code, q, true).await
@@ -1151,7 +1251,7 @@ async fn link_qr_png(
 async fn link_qr(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
     Query(q): Query<HashMap<String, String>>,
     png: bool,
 ) -> Result<Response, ApiError> {
@@ -1283,7 +1383,8 @@ async fn resolve(
             .codes
             .into_iter()
             .map(|code| {
-                let s = if code.is_empty() || code.len() > 64 {
+                // A code, or a branded link's key (`domain/code`).
+                let s = if !lasthop_core::plausible_key(code.as_bytes()) {
                     None
                 } else {
                     store.get(&code)?

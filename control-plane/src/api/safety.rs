@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::{
     blocking, check_code, checked_reason, fetch_visible, link_json, parse_json, read_body,
-    require_admin, update_link, ApiError, AppState, Auth, DEFAULT_PAGE, MAX_PAGE,
+    require_admin, update_link, ApiError, AppState, Auth, LinkKey, DEFAULT_PAGE, MAX_PAGE,
 };
 use crate::clock::{now_ms, rfc3339};
 use crate::safety::enforce;
@@ -55,7 +55,8 @@ fn report_json(r: &Report) -> serde_json::Value {
     json!({
         "id": r.id,
         "kind": r.kind,
-        "code": r.code,
+        "code": lasthop_core::split_key_str(&r.code).1,
+        "domain": lasthop_core::split_key_str(&r.code).0,
         "reason": r.reason,
         "details": r.details,
         "by": r.by,
@@ -89,7 +90,7 @@ fn clean_text(s: &str, max: usize) -> Result<String, ApiError> {
 pub async fn unpin_link(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
 ) -> Result<Response, ApiError> {
     require_admin(&who)?;
     tracing::info!(%code, by = %who.key_id, "unpin");
@@ -107,7 +108,7 @@ struct AppealBody {
 pub async fn appeal(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
     body: Body,
 ) -> Result<Response, ApiError> {
     let parsed: AppealBody = parse_json(&read_body(body).await?)?;
@@ -148,7 +149,7 @@ pub async fn appeal(
 pub async fn history(
     State(state): State<AppState>,
     Auth(who): Auth,
-    Path(code): Path<String>,
+    LinkKey(code): LinkKey,
 ) -> Result<Response, ApiError> {
     let link = fetch_visible(&state, &who, code.clone()).await?;
     let store = Arc::clone(&state.0.store);
@@ -179,13 +180,18 @@ pub async fn history(
             })
         })
         .collect();
-    Ok(Json(json!({"code": code, "history": history})).into_response())
+    let (domain, bare) = lasthop_core::split_key_str(&code);
+    Ok(Json(json!({"code": bare, "domain": domain, "history": history})).into_response())
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReportBody {
+    /// The code, or a branded link's key (`domain/code`, as the edge's pages send it).
     code: String,
+    /// The code's branded domain, for a bare code (absent: the default domain).
+    #[serde(default)]
+    domain: Option<String>,
     reason: String,
     #[serde(default)]
     details: Option<String>,
@@ -325,8 +331,15 @@ async fn file_report(
         .code
         .trim()
         .trim_start_matches('/')
-        .trim_end_matches('+')
-        .to_string();
+        .trim_end_matches('+');
+    let code = if code.contains('/') {
+        code.to_string()
+    } else {
+        lasthop_core::link_key(
+            super::branded_domain(state, parsed.domain.as_deref()).as_deref(),
+            code,
+        )
+    };
     check_code(&code)?;
     let reason = checked_reason(&parsed.reason)?;
     let details = parsed

@@ -40,13 +40,18 @@ pub(crate) fn run(command: ApikeyCommand) -> anyhow::Result<()> {
             at,
             owner,
             admin,
+            domains,
             json,
         } => {
-            let key = at.open()?.create(&owner, admin)?;
+            let domains: Vec<String> = domains
+                .iter()
+                .map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase())
+                .collect();
+            let key = at.open()?.create_for(&owner, admin, &domains)?;
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({"key": key.key, "id": key.id, "owner": owner, "admin": admin})
+                    serde_json::json!({"key": key.key, "id": key.id, "owner": owner, "admin": admin, "domains": domains})
                 );
             } else {
                 // The secret alone on stdout (scripts capture it), the id beside it on stderr.

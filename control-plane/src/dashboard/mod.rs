@@ -369,8 +369,48 @@ impl Dashboard {
         id
     }
 
-    fn short_url(&self, code: &str) -> String {
-        format!("{}/{code}", self.0.short_base)
+    /// A link's short URL by its key: the short base, or `https://DOMAIN/CODE` on a branded
+    /// domain (as the API's `short_url`).
+    fn short_url(&self, key: &str) -> String {
+        match lasthop_core::split_key_str(key) {
+            (Some(domain), code) => format!("https://{domain}/{code}"),
+            (None, code) => format!("{}/{code}", self.0.short_base),
+        }
+    }
+
+    /// A link's key from the API's view of it (`code`, `domain`): `domain/code` on a branded
+    /// domain, the code on the default one. The console's `/links/{key}` names links by it.
+    fn key_of(&self, l: &Value) -> String {
+        let code = l["code"].as_str().unwrap_or_default();
+        let default = crate::api::domains::host_of(&self.0.short_base);
+        match l["domain"].as_str() {
+            Some(d) if !d.is_empty() && Some(d) != default.as_deref() => {
+                lasthop_core::link_key(Some(d), code)
+            }
+            _ => code.to_string(),
+        }
+    }
+
+    /// Adds `ref` (the link's key, encoded for a console path) to each link value.
+    fn with_refs(&self, links: &mut [Value]) {
+        for l in links {
+            let key = self.key_of(l);
+            l["ref"] = json!(urlencode(&key));
+        }
+    }
+
+    /// The branded domains the signed-in key may make links on, by name (active or pending).
+    async fn domain_names(&self, session: &Session) -> Vec<String> {
+        let answer = self.call(Method::GET, "/v1/domains", session, None).await;
+        answer.body["domains"]
+            .as_array()
+            .map(|ds| {
+                ds.iter()
+                    .filter(|d| d["status"] != "suspended" && d["default"] != true)
+                    .filter_map(|d| d["domain"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -586,11 +626,14 @@ async fn links_page(
             }
         }
     }
+    dash.with_refs(&mut shown);
+    let domains = dash.domain_names(session).await;
     html(
         status,
         pages::links(
             session,
             &shown,
+            &domains,
             q.q.as_deref().unwrap_or_default(),
             next.as_deref(),
             notice,
@@ -602,11 +645,31 @@ fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
+/// The API path of the link with key `key`: `/v1/links/{code}{suffix}`, `?domain=` naming a
+/// branded one, then `query` (pairs already encoded, without `?`).
+fn api_link(key: &str, suffix: &str, query: &str) -> String {
+    let (domain, code) = lasthop_core::split_key_str(key);
+    let mut path = format!("/v1/links/{}{suffix}", urlencode(code));
+    let mut sep = '?';
+    if let Some(domain) = domain {
+        path.push_str(&format!("?domain={}", urlencode(domain)));
+        sep = '&';
+    }
+    if !query.is_empty() {
+        path.push(sep);
+        path.push_str(query);
+    }
+    path
+}
+
 #[derive(Deserialize)]
 struct CreateForm {
     long_url: String,
     #[serde(default)]
     alias: String,
+    /// A branded domain, or empty for the default domain.
+    #[serde(default)]
+    domain: String,
     /// `YYYY-MM-DDTHH:MM` (a datetime-local input, UTC) or empty.
     #[serde(default)]
     expires_at: String,
@@ -622,6 +685,9 @@ async fn create(State(dash): State<Dashboard>, req: Request) -> Response {
     let mut body = json!({"long_url": f.long_url.trim()});
     if !f.alias.trim().is_empty() {
         body["alias"] = json!(f.alias.trim());
+    }
+    if !f.domain.trim().is_empty() {
+        body["domain"] = json!(f.domain.trim());
     }
     if !f.expires_at.trim().is_empty() {
         match pages::expiry_input(&f.expires_at) {
@@ -648,8 +714,8 @@ async fn create(State(dash): State<Dashboard>, req: Request) -> Response {
         .call(Method::POST, "/v1/links", &session, Some(body))
         .await;
     if answer.ok() {
-        let code = answer.body["code"].as_str().unwrap_or_default();
-        return Redirect::to(&format!("/links/{code}?created=1")).into_response();
+        let key = dash.key_of(&answer.body);
+        return Redirect::to(&format!("/links/{}?created=1", urlencode(&key))).into_response();
     }
     let notice =
         pages::Notice::error_with_form(answer.error(), &f.long_url, &f.alias, &f.expires_at);
@@ -688,14 +754,8 @@ async fn link(
     let Some(session) = dash.session(&headers).await else {
         return to_signin();
     };
-    let code_path = urlencode(&code);
-    let found = dash
-        .call(
-            Method::GET,
-            &format!("/v1/links/{code_path}"),
-            &session,
-            None,
-        )
+    let mut found = dash
+        .call(Method::GET, &api_link(&code, "", ""), &session, None)
         .await;
     if !found.ok() {
         let title = match found.status {
@@ -708,17 +768,20 @@ async fn link(
             pages::message(Some(&session), title, &found.error()),
         );
     }
+    found.body["ref"] = json!(urlencode(&code));
     let mut range = String::new();
     for (name, v) in [("from", &q.from), ("to", &q.to)] {
         if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
-            range.push(if range.is_empty() { '?' } else { '&' });
+            if !range.is_empty() {
+                range.push('&');
+            }
             range.push_str(&format!("{name}={}", urlencode(v)));
         }
     }
     let stats = dash
         .call(
             Method::GET,
-            &format!("/v1/links/{code_path}/stats{range}"),
+            &api_link(&code, "/stats", &range),
             &session,
             None,
         )
@@ -726,7 +789,7 @@ async fn link(
     let history = dash
         .call(
             Method::GET,
-            &format!("/v1/links/{code_path}/history"),
+            &api_link(&code, "/history", ""),
             &session,
             None,
         )
@@ -805,7 +868,7 @@ async fn qr(dash: Dashboard, code: String, q: QrQuery, headers: HeaderMap, ext: 
     let (status, resp_headers, bytes) = dash
         .call_raw(
             Method::GET,
-            &format!("/v1/links/{}/qr.{ext}?size={size}", urlencode(&code)),
+            &api_link(&code, &format!("/qr.{ext}"), &format!("size={size}")),
             &session.key,
             None,
             None,
@@ -818,7 +881,10 @@ async fn qr(dash: Dashboard, code: String, q: QrQuery, headers: HeaderMap, ext: 
         }
     }
     if status.is_success() && q.download.is_some() {
-        let name = format!("attachment; filename=\"{code}-{size}.{ext}\"");
+        let name = format!(
+            "attachment; filename=\"{}-{size}.{ext}\"",
+            code.replace('/', "-")
+        );
         if let Ok(v) = HeaderValue::from_str(&name) {
             resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
         }
@@ -846,7 +912,7 @@ async fn link_action(
         Ok(p) => p,
         Err(resp) => return resp,
     };
-    let path = format!("/v1/links/{}", urlencode(&code));
+    let path = api_link(&code, "", "");
     let (method, path, body) = match action.as_str() {
         "delete" => (Method::DELETE, path, None),
         "disable" => (Method::PATCH, path, Some(json!({"disabled": true}))),
@@ -866,10 +932,10 @@ async fn link_action(
         }
         "takedown" | "warn" => (
             Method::POST,
-            format!("{path}/takedown"),
+            api_link(&code, "/takedown", ""),
             Some(json!({"reason": f.reason.trim(), "warn": action == "warn"})),
         ),
-        "restore" => (Method::POST, format!("{path}/restore"), None),
+        "restore" => (Method::POST, api_link(&code, "/restore", ""), None),
         _ => return not_found().await,
     };
     let answer = dash.call(method, &path, &session, body).await;
@@ -910,7 +976,7 @@ async fn ops(
             ),
         );
     }
-    let (edges, regions, reports, owners) = tokio::join!(
+    let (edges, regions, mut reports, owners) = tokio::join!(
         dash.call(Method::GET, "/v1/edges", &session, None),
         dash.call(Method::GET, "/v1/regions", &session, None),
         dash.call(
@@ -921,6 +987,9 @@ async fn ops(
         ),
         dash.call(Method::GET, "/v1/admin/owners", &session, None),
     );
+    if let Some(list) = reports.body["reports"].as_array_mut() {
+        dash.with_refs(list);
+    }
     let notice = q
         .get("done")
         .map(|d| pages::Notice::ok(format!("Done: {d}.")))
@@ -937,10 +1006,23 @@ struct GoForm {
 }
 
 /// The operators' "open a link by code".
-async fn go_to_code(Query(f): Query<GoForm>) -> Response {
-    let code = f.code.trim();
-    let code = code.rsplit('/').next().unwrap_or(code);
-    Redirect::to(&format!("/links/{}", urlencode(code))).into_response()
+async fn go_to_code(State(dash): State<Dashboard>, Query(f): Query<GoForm>) -> Response {
+    let given = f.code.trim();
+    // A short URL names its domain: a branded one's link is `domain/code`.
+    let key = match url::Url::parse(given) {
+        Ok(u) => {
+            let code = u.path().trim_matches('/').trim_end_matches('+');
+            let host = u.host_str().unwrap_or_default().to_ascii_lowercase();
+            let default = crate::api::domains::host_of(&dash.0.short_base);
+            if Some(&host) == default.as_ref() || host.is_empty() {
+                code.to_string()
+            } else {
+                lasthop_core::link_key(Some(&host), code)
+            }
+        }
+        Err(_) => given.trim_start_matches('/').to_string(),
+    };
+    Redirect::to(&format!("/links/{}", urlencode(&key))).into_response()
 }
 
 #[derive(Deserialize)]

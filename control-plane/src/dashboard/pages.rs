@@ -144,6 +144,7 @@ fn text<'a>(v: &'a Value, field: &str) -> &'a str {
 pub fn links(
     session: &Session,
     links: &[Value],
+    domains: &[String],
     q: &str,
     next: Option<&str>,
     n: Option<Notice>,
@@ -161,6 +162,13 @@ pub fn links(
                     input type="hidden" name="csrf" value=(session.csrf);
                     label for="long_url" { "Destination URL" }
                     input #long_url type="url" name="long_url" required value=(url) placeholder="https://example.com/page";
+                    @if !domains.is_empty() {
+                        label for="domain" { "Domain" }
+                        select #domain name="domain" {
+                            option value="" { "Default domain" }
+                            @for d in domains { option value=(d) { (d) } }
+                        }
+                    }
                     label for="alias" { "Custom alias (optional)" }
                     input #alias type="text" name="alias" value=(alias) pattern="[A-Za-z0-9_-]*" placeholder="spring-sale";
                     label for="expires_at" { "Expires (optional, UTC)" }
@@ -178,11 +186,12 @@ pub fn links(
             } @else {
                 table #links {
                     caption.visually-hidden { "Your links, newest first" }
-                    thead { tr { th { "Code" } th { "Destination" } th { "Status" } th { "Created" } th { "Expires" } } }
+                    thead { tr { th { "Code" } th { "Short URL" } th { "Destination" } th { "Status" } th { "Created" } th { "Expires" } } }
                     tbody {
                         @for l in links {
                             tr {
-                                td { a href={"/links/" (text(l, "code"))} { (text(l, "code")) } }
+                                td { a href={"/links/" (text(l, "ref"))} { (text(l, "code")) } }
+                                td.short { (text(l, "short_url")) }
                                 td.dest { (text(l, "long_url")) }
                                 td { (status_badge(text(l, "status"))) }
                                 td { (text(l, "created_at")) }
@@ -269,13 +278,15 @@ pub struct LinkPage<'a> {
 pub fn link(p: LinkPage<'_>) -> Markup {
     let l = p.link;
     let code = text(l, "code");
+    // The console's path segment for the link: its key, encoded (`domain/code` when branded).
+    let r = text(l, "ref");
     let status = text(l, "status");
     let s = p.session;
     layout(
         code,
         Some(s),
         html! {
-            h1 { "Link " code { (code) } }
+            h1 { "Link " code { (code) } @if let Some(d) = l["domain"].as_str() { " on " (d) } }
             (notice(&p.notice))
             div.grid {
                 div {
@@ -298,11 +309,11 @@ pub fn link(p: LinkPage<'_>) -> Markup {
                     }
                     p { "Download: "
                         @for size in [256, 512, 1024, 2048] {
-                            a href={"/links/" (code) "/qr.png?size=" (size) "&download=1"} { "PNG " (size) } " · "
+                            a href={"/links/" (r) "/qr.png?size=" (size) "&download=1"} { "PNG " (size) } " · "
                         }
-                        a href={"/links/" (code) "/qr.svg?size=1024&download=1"} { "SVG" }
+                        a href={"/links/" (r) "/qr.svg?size=1024&download=1"} { "SVG" }
                     }
-                    form method="get" action={"/links/" (code) "/qr.png"} {
+                    form method="get" action={"/links/" (r) "/qr.png"} {
                         input type="hidden" name="download" value="1";
                         label for="qr-size" { "PNG of any size (64–2048 px)" }
                         input #qr-size type="number" name="size" min="64" max="2048" value="512";
@@ -310,8 +321,8 @@ pub fn link(p: LinkPage<'_>) -> Markup {
                     }
                 }
             }
-            (stats(code, p.stats, p.from, p.to))
-            (actions(s, code, status))
+            (stats(r, p.stats, p.from, p.to))
+            (actions(s, r, status))
             h2 { "History" }
             (history(p.history))
         },
@@ -581,7 +592,7 @@ pub fn ops(
                             @let id = r["id"].as_u64().unwrap_or(0);
                             tr {
                                 td { (id) }
-                                td { a href={"/links/" (text(r, "code"))} { (text(r, "code")) } }
+                                td { a href={"/links/" (text(r, "ref"))} { (text(r, "code")) @if let Some(d) = r["domain"].as_str() { " on " (d) } } }
                                 td { (text(r, "kind")) }
                                 td { (text(r, "reason")) @if let Some(d) = r["details"].as_str() { br; span.muted { (d) } } }
                                 td { (text(r, "created_at")) }

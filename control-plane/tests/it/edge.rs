@@ -60,6 +60,7 @@ impl Edge {
             .create(CreateRequest {
                 owner: "alice".into(),
                 long_url: url.into(),
+                domain: None,
                 alias: alias.map(str::to_string),
                 expires_at_ms,
                 idempotency: None,

@@ -1256,3 +1256,252 @@ async fn a_domains_certificate_is_checked_then_stored_and_makes_it_active() {
     );
     assert!(!v.to_string().contains("PRIVATE KEY"));
 }
+
+/// Links on a branded domain: `domain` at creation (the owner's own domains only, never a
+/// suspended one), aliases unique per domain, `?domain=` on every code route, `domain` and a
+/// domain's `short_url` in answers, keys limited to domains, and a domain with live links not
+/// deletable.
+#[tokio::test]
+async fn links_belong_to_a_domain() {
+    let api = Api::new();
+    let (s, _) = api
+        .post(
+            "/v1/domains",
+            &api.alice,
+            json!({"domain": "go.example.com"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let (s, _) = api
+        .post("/v1/domains", &api.bob, json!({"domain": "b.example"}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+
+    // The same alias on the default domain and on go.example.com: two links.
+    let (s, plain) = api
+        .post(
+            "/v1/links",
+            &api.alice,
+            json!({"long_url": "https://a.example/", "alias": "spring-sale"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{plain}");
+    assert_eq!(plain["domain"], "lh.test");
+    assert_eq!(plain["short_url"], "https://lh.test/spring-sale");
+    let (s, branded) = api
+        .post(
+            "/v1/links",
+            &api.alice,
+            json!({"long_url": "https://b.example/", "alias": "spring-sale", "domain": "Go.Example.com"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{branded}");
+    assert_eq!(
+        (&branded["code"], &branded["domain"], &branded["short_url"]),
+        (
+            &json!("spring-sale"),
+            &json!("go.example.com"),
+            &json!("https://go.example.com/spring-sale")
+        )
+    );
+    let (s, v) = api
+        .post(
+            "/v1/links",
+            &api.alice,
+            json!({"long_url": "https://c.example/", "alias": "spring-sale", "domain": "go.example.com"}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("alias_taken"))
+    );
+    // Naming the default domain is the default domain.
+    let (s, v) = api
+        .post(
+            "/v1/links",
+            &api.alice,
+            json!({"long_url": "https://c.example/", "alias": "spring-sale", "domain": "lh.test"}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("alias_taken"))
+    );
+    // Another owner's domain, and one that does not exist: 404.
+    for domain in ["b.example", "none.example"] {
+        let (s, _) = api
+            .post(
+                "/v1/links",
+                &api.alice,
+                json!({"long_url": "https://c.example/", "domain": domain}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{domain}");
+    }
+    // A generated code on the domain.
+    let (s, generated) = api
+        .post(
+            "/v1/links",
+            &api.alice,
+            json!({"long_url": "https://d.example/", "domain": "go.example.com"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let code = generated["code"].as_str().unwrap().to_string();
+    assert_eq!(code.len(), 7);
+
+    // Code routes take ?domain=.
+    let (s, v) = api.get("/v1/links/spring-sale", &api.alice).await;
+    assert_eq!(
+        (s, v["long_url"].as_str()),
+        (StatusCode::OK, Some("https://a.example/"))
+    );
+    let (s, v) = api
+        .get("/v1/links/spring-sale?domain=go.example.com", &api.alice)
+        .await;
+    assert_eq!(
+        (s, v["long_url"].as_str()),
+        (StatusCode::OK, Some("https://b.example/"))
+    );
+    assert_eq!(v["domain"], "go.example.com");
+    let (s, _) = api.get(&format!("/v1/links/{code}"), &api.alice).await;
+    assert_eq!(
+        s,
+        StatusCode::NOT_FOUND,
+        "a branded code is not the default domain's"
+    );
+    let (s, _) = api
+        .get(
+            &format!("/v1/links/{code}?domain=go.example.com"),
+            &api.alice,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = api
+        .get(
+            "/v1/links/spring-sale/history?domain=go.example.com",
+            &api.alice,
+        )
+        .await;
+    assert_eq!(
+        (s, &v["domain"]),
+        (StatusCode::OK, &json!("go.example.com"))
+    );
+    let (s, v) = api
+        .post(
+            "/v1/links/spring-sale/takedown?domain=go.example.com",
+            &api.admin,
+            json!({"reason": "phishing"}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["status"].as_str()),
+        (StatusCode::OK, Some("taken_down")),
+        "{v}"
+    );
+    let (_, v) = api.get("/v1/links/spring-sale", &api.alice).await;
+    assert_eq!(
+        v["status"], "active",
+        "the default domain's link is another link"
+    );
+    // The owner's list shows both, each with its domain.
+    let (_, v) = api.get("/v1/links", &api.alice).await;
+    let domains: Vec<&str> = v["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["domain"].as_str().unwrap())
+        .collect();
+    assert_eq!(domains, ["go.example.com", "go.example.com", "lh.test"]);
+
+    // A domain with live links is not deleted.
+    let (s, v) = send_json(&api, "DELETE", "/v1/domains/go.example.com", &api.alice, "").await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("domain_in_use")),
+        "{v}"
+    );
+    for path in [
+        format!("/v1/links/{code}?domain=go.example.com"),
+        "/v1/links/spring-sale?domain=go.example.com".to_string(),
+    ] {
+        let (s, _) = send_json(&api, "DELETE", &path, &api.alice, "").await;
+        assert_eq!(s, StatusCode::NO_CONTENT, "{path}");
+    }
+    let (s, _) = send_json(&api, "DELETE", "/v1/domains/go.example.com", &api.alice, "").await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+}
+
+/// A key limited to domains (`apikey create --domain D`) acts on those alone: 403
+/// `domain_not_allowed` elsewhere, on creates, code routes and the domains API.
+#[tokio::test]
+async fn keys_limited_to_domains() {
+    let api = Api::new();
+    for d in ["go.example.com", "other.example"] {
+        let (s, _) = api
+            .post("/v1/domains", &api.alice, json!({"domain": d}))
+            .await;
+        assert_eq!(s, StatusCode::CREATED);
+    }
+    let limited = lasthop_control::auth::create_key_for(
+        api._dir.path(),
+        "alice",
+        false,
+        &["go.example.com".to_string()],
+    )
+    .unwrap()
+    .key;
+    let (s, v) = api
+        .post(
+            "/v1/links",
+            &limited,
+            json!({"long_url": "https://a.example/", "domain": "go.example.com"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    for domain in [json!(null), json!("other.example")] {
+        let (s, v) = api
+            .post(
+                "/v1/links",
+                &limited,
+                json!({"long_url": "https://a.example/", "domain": domain}),
+            )
+            .await;
+        assert_eq!(
+            (s, v["error"]["code"].as_str()),
+            (StatusCode::FORBIDDEN, Some("domain_not_allowed")),
+            "{domain}"
+        );
+    }
+    let (_, plain) = api
+        .post(
+            "/v1/links",
+            &api.alice,
+            json!({"long_url": "https://a.example/"}),
+        )
+        .await;
+    let (s, v) = api
+        .get(
+            &format!("/v1/links/{}", plain["code"].as_str().unwrap()),
+            &limited,
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("domain_not_allowed"))
+    );
+    let (s, v) = api.get("/v1/domains/other.example", &limited).await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("domain_not_allowed"))
+    );
+    let (_, v) = api.get("/v1/domains", &limited).await;
+    let listed: Vec<&str> = v["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["default"] != true)
+        .map(|d| d["domain"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["go.example.com"]);
+}

@@ -118,6 +118,7 @@ suite!(
     api_keys_are_seen_by_every_reader_and_revocations_at_once,
     replicated_pages_apply_once_and_never_loop,
     domains_are_claimed_once_and_written_by_revision,
+    aliases_are_unique_per_domain_and_codes_on_all,
 );
 
 impl Backend {
@@ -185,6 +186,7 @@ fn req(owner: &str, url: &str, alias: Option<&str>) -> CreateRequest {
     CreateRequest {
         owner: owner.into(),
         long_url: url.into(),
+        domain: None,
         alias: alias.map(str::to_string),
         expires_at_ms: None,
         idempotency: None,
@@ -341,6 +343,7 @@ fn create(store: &dyn Store, alias: &str) -> String {
     let req = CreateRequest {
         owner: "alice".into(),
         long_url: format!("https://example.com/{alias}"),
+        domain: None,
         alias: Some(alias.into()),
         expires_at_ms: None,
         idempotency: None,
@@ -478,6 +481,7 @@ fn create_url(store: &dyn Store, owner: &str, url: &str) -> String {
     let req = CreateRequest {
         owner: owner.into(),
         long_url: url.into(),
+        domain: None,
         alias: None,
         expires_at_ms: None,
         idempotency: None,
@@ -1154,4 +1158,103 @@ fn domains_are_claimed_once_and_written_by_revision(backend: &Backend) {
     assert!(store
         .write_domain(domain("go.example.com", "bob"), None, false)
         .unwrap());
+}
+
+/// A link belongs to one domain: the same alias on two domains is two links (keys `alias` and
+/// `domain/alias`), a generated code on a branded domain is keyed `domain/code` and its counter
+/// is never handed out again on any domain, state changes and history follow the key, and a
+/// domain's live links are counted (deleted ones not).
+fn aliases_are_unique_per_domain_and_codes_on_all(backend: &Backend) {
+    let store = backend.open();
+    let on = |domain: Option<&str>, url: &str, alias: Option<&str>| CreateRequest {
+        domain: domain.map(str::to_string),
+        ..req("alice", url, alias)
+    };
+    let default = created(
+        store.as_ref(),
+        on(None, "https://a.example/", Some("spring-sale")),
+    );
+    let branded = created(
+        store.as_ref(),
+        on(
+            Some("go.example.com"),
+            "https://b.example/",
+            Some("spring-sale"),
+        ),
+    );
+    assert_eq!(default.link.code, "spring-sale");
+    assert_eq!(branded.link.code, "go.example.com/spring-sale");
+    assert!(matches!(
+        store
+            .create(on(
+                Some("go.example.com"),
+                "https://c.example/",
+                Some("spring-sale")
+            ))
+            .unwrap(),
+        CreateOutcome::AliasTaken
+    ));
+    let got = store.get("go.example.com/spring-sale").unwrap().unwrap();
+    assert_eq!(got.link.long_url, "https://b.example/");
+    assert_eq!(
+        store.get("spring-sale").unwrap().unwrap().link.long_url,
+        "https://a.example/"
+    );
+    // Generated codes: one counter for every domain.
+    let g1 = created(
+        store.as_ref(),
+        on(Some("go.example.com"), "https://d.example/", None),
+    );
+    let g2 = created(store.as_ref(), on(None, "https://e.example/", None));
+    let (d1, c1) = lasthop_core::split_key_str(&g1.link.code);
+    assert_eq!(d1, Some("go.example.com"));
+    assert_eq!(c1.len(), 7);
+    assert_ne!(c1, g2.link.code);
+    assert!(
+        store.get(c1).unwrap().is_none(),
+        "not on the default domain"
+    );
+    assert!(store
+        .get(&format!("other.example/{}", g2.link.code))
+        .unwrap()
+        .is_none());
+    // State and history follow the key.
+    let taken = store
+        .update_state(
+            "go.example.com/spring-sale",
+            StateUpdate::Takedown {
+                reason: "phishing".into(),
+                warn: false,
+            },
+            &Actor::System,
+        )
+        .unwrap()
+        .unwrap();
+    assert!(taken.state.takedown_reason.is_some());
+    assert!(store
+        .get("spring-sale")
+        .unwrap()
+        .unwrap()
+        .state
+        .takedown_reason
+        .is_none());
+    let (_, denied) = store.denied().unwrap();
+    assert!(denied
+        .iter()
+        .any(|(k, _)| k == "go.example.com/spring-sale"));
+    assert!(!denied.iter().any(|(k, _)| k == "spring-sale"));
+    assert!(!store
+        .history("go.example.com/spring-sale")
+        .unwrap()
+        .is_empty());
+    // Live links per domain (a deleted one is not).
+    assert_eq!(store.domain_links("go.example.com", 100).unwrap(), 2);
+    assert_eq!(store.domain_links("go.example.com", 1).unwrap(), 1);
+    assert_eq!(store.domain_links("example.com", 100).unwrap(), 0);
+    assert_eq!(store.domain_links("go.example.co", 100).unwrap(), 0);
+    store.delete(&g1.link.code, &Actor::System).unwrap();
+    store
+        .delete("go.example.com/spring-sale", &Actor::System)
+        .unwrap();
+    assert_eq!(store.domain_links("go.example.com", 100).unwrap(), 0);
 }

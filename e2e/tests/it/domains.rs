@@ -1,7 +1,9 @@
-//! Branded domains' certificates at the edge: uploaded to the control plane, fetched by every
-//! engine through the feed, chosen by SNI (curl with `--resolve` and the branded CA only), the
-//! default certificate for any other name, a replacement under a client loop at two engines,
-//! and a restart with the control plane down serving the set kept sealed on disk.
+//! Branded domains at the edge: links made on a domain answer on that domain alone (the same
+//! alias on two domains, two destinations; a code on the wrong domain, 404; any other `Host`,
+//! the default domain), and each domain's certificate is uploaded to the control plane, fetched
+//! by every engine through the feed, chosen by SNI (curl with `--resolve` and the branded CA
+//! only), the default certificate for any other name, a replacement under a client loop at two
+//! engines, and a restart with the control plane down serving the set kept sealed on disk.
 
 use std::path::Path;
 use std::process::Command;
@@ -14,7 +16,14 @@ use serde_json::json;
 /// the status (0 when the handshake or the verification failed), the HTTP version, and the
 /// served certificate's subject.
 fn get(engine: &Engine, name: &str, ca: &Path, path: &str, http2: bool) -> (u16, String, String) {
-    curl_get(engine, name, Some(ca), path, http2)
+    let (status, version, subject, _) = curl(engine, name, Some(ca), path, http2);
+    (status, version, subject)
+}
+
+/// [`get`]'s status and `Location`.
+fn location(engine: &Engine, name: &str, ca: &Path, path: &str, http2: bool) -> (u16, String) {
+    let (status, _, _, location) = curl(engine, name, Some(ca), path, http2);
+    (status, location)
 }
 
 /// [`get`] trusting `ca`, or anything (`-k`) with `None`.
@@ -25,6 +34,18 @@ fn curl_get(
     path: &str,
     http2: bool,
 ) -> (u16, String, String) {
+    let (status, version, subject, _) = curl(engine, name, ca, path, http2);
+    (status, version, subject)
+}
+
+/// [`curl_get`] with the redirect's `Location` too.
+fn curl(
+    engine: &Engine,
+    name: &str,
+    ca: Option<&Path>,
+    path: &str,
+    http2: bool,
+) -> (u16, String, String, String) {
     let tls = engine.tls.as_deref().expect("the engine serves TLS");
     let port = tls.rsplit(':').next().unwrap();
     let trust: Vec<std::ffi::OsString> = match ca {
@@ -39,7 +60,7 @@ fn curl_get(
             "-o",
             "/dev/null",
             "-w",
-            "%{http_code} %{http_version}",
+            "%{http_code} %{http_version} %{redirect_url}",
         ])
         .arg(if http2 { "--http2" } else { "--http1.1" })
         .arg("--resolve")
@@ -61,6 +82,7 @@ fn curl_get(
         status,
         parts.next().unwrap_or_default().to_string(),
         subject,
+        parts.next().unwrap_or_default().to_string(),
     )
 }
 
@@ -99,6 +121,18 @@ fn upload(control: &Control, dir: &Path, domain: &str, file: &str) {
     );
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["status"], "active");
+}
+
+/// A link on `domain` (with `alias` if given): its code.
+fn create_on(control: &Control, domain: &str, url: &str, alias: Option<&str>) -> String {
+    let mut body = json!({"long_url": url, "domain": domain});
+    if let Some(alias) = alias {
+        body["alias"] = json!(alias);
+    }
+    let (status, v) = control.call("POST", "/v1/links", &control.key, Some(body));
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(v["domain"], domain);
+    v["code"].as_str().unwrap().to_string()
 }
 
 fn tls_engine(site: &Site, pki: &Pki, control: &Control, data: &Path) -> Engine {
@@ -146,6 +180,23 @@ fn branded_certificates_are_chosen_by_sni_at_every_engine() {
         assert_eq!(status, 201, "{v}");
         upload(&control, &branded, domain, file);
     }
+    // Each domain's namespace: its own generated code and the same alias on both.
+    let go_code = create_on(&control, "go.test", "https://example.com/go", None);
+    for domain in ["go.test", "two.test"] {
+        create_on(
+            &control,
+            domain,
+            &format!("https://{domain}.example/spring"),
+            Some("spring-sale"),
+        );
+    }
+    let default_alias = control.call(
+        "POST",
+        "/v1/links",
+        &control.key,
+        Some(json!({"long_url": "https://example.com/default-spring", "alias": "spring-sale"})),
+    );
+    assert_eq!(default_alias.0, 201, "{}", default_alias.1);
 
     let pki = lasthop_testkit::pki(&site, false);
     let data_a = site.dir.path().join("engine-a");
@@ -159,14 +210,37 @@ fn branded_certificates_are_chosen_by_sni_at_every_engine() {
         );
     }
     // Each name gets its own certificate (verified against the branded CA alone), over
-    // HTTP/1.1 and HTTP/2; the short link answers.
+    // HTTP/1.1 and HTTP/2; its short links answer, each domain's `spring-sale` its own.
     for (name, cn) in [("go.test", "CN=go.test"), ("two.test", "CN=two.test")] {
         for http2 in [false, true] {
-            let (status, version, subject) = get(&a, name, &ca, &format!("/{code}"), http2);
+            let (status, version, subject) = get(&a, name, &ca, "/spring-sale", http2);
             assert_eq!(status, 302, "{name} (h2 {http2})");
             assert_eq!(version, if http2 { "2" } else { "1.1" });
             assert!(subject.contains(cn), "{name}: {subject}");
+            assert_eq!(
+                location(&a, name, &ca, "/spring-sale", http2),
+                (302, format!("https://{name}.example/spring"))
+            );
         }
+    }
+    for e in [&a, &b] {
+        assert_eq!(
+            location(e, "go.test", &ca, &format!("/{go_code}"), false),
+            (302, "https://example.com/go".to_string())
+        );
+        // A code on the wrong domain: 404 (the default domain's code on go.test, go.test's
+        // on two.test and on the default domain).
+        assert_eq!(get(e, "go.test", &ca, &format!("/{code}"), false).0, 404);
+        assert_eq!(get(e, "two.test", &ca, &format!("/{go_code}"), true).0, 404);
+        assert_eq!(
+            get(e, "lh.test", &pki.ca, &format!("/{go_code}"), false).0,
+            404
+        );
+        // A Host that is no branded domain is the default domain.
+        assert_eq!(
+            location(e, "lh.test", &pki.ca, "/spring-sale", false),
+            (302, "https://example.com/default-spring".to_string())
+        );
     }
     // Any other name gets the default certificate (lh.test), which the branded CA did not sign.
     let (status, _, _) = get(&a, "other.test", &ca, &format!("/{code}"), false);
@@ -186,7 +260,7 @@ fn branded_certificates_are_chosen_by_sni_at_every_engine() {
         let loops: Vec<_> = [&a, &b]
             .into_iter()
             .map(|e| {
-                let (stop, ca, code) = (&stop, &ca, &code);
+                let (stop, ca, code) = (&stop, &ca, &go_code);
                 s.spawn(move || {
                     let mut failures = Vec::new();
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -204,7 +278,7 @@ fn branded_certificates_are_chosen_by_sni_at_every_engine() {
         let uploaded = Instant::now();
         upload(&control, &branded, "go.test", "go2");
         let renewed = |e: &Engine| {
-            get(e, "go.test", &ca, &format!("/{code}"), false)
+            get(e, "go.test", &ca, &format!("/{go_code}"), false)
                 .2
                 .contains("renewed")
         };

@@ -1,4 +1,5 @@
-//! The branded domains' certificates at this engine: fetched from the control plane when a
+//! The branded domains at this engine (their namespaces and settings, for the request path's
+//! `Host` routing: `lasthop_edge::domains`) and their certificates: fetched from the control plane when a
 //! `certificates` frame announces a generation the engine does not hold
 //! (`GET /edge/v1/certificates`), each checked again here (`lasthop_tls::certificate::check`:
 //! key, name, validity, chain) before it is served, and kept on disk encrypted so that a
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lasthop_core::feed::CERTIFICATES_PATH;
+use lasthop_edge::domains::{Domain, Domains};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use rustls::sign::CertifiedKey;
 use serde::Deserialize;
@@ -33,7 +35,56 @@ pub const MAX_BODY: u64 = 256 << 20;
 #[derive(Debug, Deserialize)]
 struct Answer {
     generation: u64,
+    /// Every branded domain (absent in answers from before namespaces: none).
+    #[serde(default)]
+    domains: Vec<DomainEntry>,
     certificates: Vec<Entry>,
+}
+
+/// One branded domain as the request path applies it.
+#[derive(Debug, Deserialize)]
+struct DomainEntry {
+    domain: String,
+    #[serde(default)]
+    suspended: bool,
+    #[serde(default)]
+    root_redirect: Option<String>,
+    #[serde(default)]
+    not_found_redirect: Option<String>,
+    #[serde(default)]
+    hsts: Option<Hsts>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Hsts {
+    max_age: u32,
+    #[serde(default)]
+    include_subdomains: bool,
+    #[serde(default)]
+    preload: bool,
+}
+
+impl DomainEntry {
+    fn edge(self) -> Domain {
+        // Only a servable URL may reach `Location` (the request path checks again).
+        let servable = |u: Option<String>| {
+            u.filter(|u| lasthop_core::is_servable(u.as_bytes()))
+                .map(|u| u.into_bytes().into_boxed_slice())
+        };
+        Domain {
+            name: self
+                .domain
+                .to_ascii_lowercase()
+                .into_bytes()
+                .into_boxed_slice(),
+            suspended: self.suspended,
+            root_redirect: servable(self.root_redirect),
+            not_found_redirect: servable(self.not_found_redirect),
+            hsts: self
+                .hsts
+                .map(|h| Domain::hsts_line(h.max_age, h.include_subdomains, h.preload)),
+        }
+    }
 }
 
 /// One domain's certificate; its `Debug` leaves the key out.
@@ -56,6 +107,8 @@ impl std::fmt::Debug for Entry {
 #[derive(Debug)]
 pub struct Set {
     pub generation: u64,
+    /// Every branded domain, for the request path.
+    pub domains: Domains,
     pub certs: HashMap<String, Arc<CertifiedKey>>,
     /// The nearest `not_after` of those served (Unix ms).
     pub nearest_expiry_ms: Option<i64>,
@@ -69,6 +122,7 @@ pub fn parse(body: &[u8], now_ms: i64) -> Result<Set, String> {
         serde_json::from_slice(body).map_err(|e| format!("not a certificates answer: {e}"))?;
     let mut set = Set {
         generation: answer.generation,
+        domains: Domains::new(answer.domains.into_iter().map(DomainEntry::edge)),
         certs: HashMap::with_capacity(answer.certificates.len()),
         nearest_expiry_ms: None,
         refused: Vec::new(),
@@ -99,12 +153,16 @@ pub enum Fetched {
 }
 
 /// Asks the control planes in turn (from `from`) for the certificates past `held`.
+/// An engine that serves no TLS asks for the domains alone (`keys=0`).
 pub fn fetch(cfg: &FeedConfig, from: usize, held: Option<u64>) -> Result<Fetched, String> {
     let agent = cfg.transfer_agent();
-    let path = match held {
+    let mut path = match held {
         Some(g) => format!("{CERTIFICATES_PATH}?generation={g}"),
-        None => CERTIFICATES_PATH.to_string(),
+        None => format!("{CERTIFICATES_PATH}?"),
     };
+    if cfg.certificates.is_none() {
+        path.push_str("&keys=0");
+    }
     let mut failures = Vec::new();
     for control in cfg.control.order(from) {
         match cfg.get(&agent, control, &path).call() {

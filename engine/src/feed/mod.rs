@@ -447,17 +447,18 @@ pub fn start(
     let (tx, rx) = mpsc::channel();
     // The last good certificates, served before any control plane answers.
     let mut certs_held = None;
-    if let Some(branded) = &cfg.certificates {
+    {
         match certificates::AtRest::new(&cfg.data_dir).load() {
             Ok(Some(body)) => match certificates::parse(&body, lasthop_core::clock::now_ms()) {
                 Ok(set) => {
                     tracing::info!(
-                        domains = set.certs.len(),
+                        domains = set.domains.len(),
+                        certificates = set.certs.len(),
                         generation = set.generation,
-                        "serving the branded certificates kept on disk"
+                        "serving the branded domains and certificates kept on disk"
                     );
                     certs_held = Some(set.generation);
-                    install(&stats, branded, set);
+                    install(&stats, cfg.certificates.as_deref(), &mut view, set);
                 }
                 Err(e) => tracing::warn!(error = %e, "the certificates kept on disk do not parse"),
             },
@@ -536,7 +537,21 @@ struct Applier {
 const CERTIFICATES_RETRY: Duration = Duration::from_secs(5);
 
 /// Serves `set` and says so in the counters and the log.
-fn install(stats: &FeedStats, branded: &crate::tls::sni::Branded, set: certificates::Set) {
+/// The domains go into the next tables published; the certificates, where this engine serves
+/// TLS, to the SNI resolver.
+fn install(
+    stats: &FeedStats,
+    branded: Option<&crate::tls::sni::Branded>,
+    view: &mut FeedView,
+    set: certificates::Set,
+) {
+    view.set_domains(Arc::new(set.domains));
+    let Some(branded) = branded else {
+        stats
+            .certificates_generation
+            .store(set.generation, Ordering::Relaxed);
+        return;
+    };
     for (domain, why) in &set.refused {
         tracing::warn!(%domain, reason = %why, "a branded certificate was refused; the default certificate answers for it");
     }
@@ -594,8 +609,7 @@ impl Applier {
     /// Starts a fetch when the set announced is not the one held, none is under way, and the
     /// last one did not just fail.
     fn fetch_certificates(&mut self) {
-        if self.cfg.certificates.is_none()
-            || self.certs_fetching
+        if self.certs_fetching
             || self.certs_announced.is_none()
             || self.certs_announced == self.certs_held
             || self
@@ -624,10 +638,6 @@ impl Applier {
 
     fn certificates_fetched(&mut self, result: Result<certificates::Fetched, String>) {
         self.certs_fetching = false;
-        // Fetches start only where certificates are served.
-        let Some(branded) = &self.cfg.certificates else {
-            return;
-        };
         let parsed = match result {
             Ok(certificates::Fetched::Current) => {
                 // The control plane says the set held is its current one.
@@ -651,7 +661,13 @@ impl Applier {
                 );
                 self.certs_held = Some(set.generation);
                 self.certs_failed_at = None;
-                install(&self.stats, branded, set);
+                install(
+                    &self.stats,
+                    self.cfg.certificates.as_deref(),
+                    &mut self.view,
+                    set,
+                );
+                self.publish();
             }
             Err(e) => {
                 self.stats

@@ -569,6 +569,34 @@ impl Store for EmbeddedStore {
         Ok((out, None))
     }
 
+    fn domain_links(&self, domain: &str, limit: u64) -> Result<u64, StoreError> {
+        // A branded domain's records are one key range: `0x02 ‖ domain/` up to `0x02 ‖ domain0`.
+        let bound = |last: u8| {
+            let mut k = Vec::with_capacity(domain.len() + 2);
+            k.push(2);
+            k.extend_from_slice(domain.as_bytes());
+            k.push(last);
+            k
+        };
+        let (lo, hi) = (bound(b'/'), bound(b'0'));
+        let txn = self.db.begin_read().map_err(storage)?;
+        let links = txn.open_table(LINKS).map_err(storage)?;
+        let mut n = 0;
+        for row in links.range(lo.as_slice()..hi.as_slice()).map_err(storage)? {
+            if n >= limit {
+                break;
+            }
+            let (_, value) = row.map_err(storage)?;
+            let link: Link =
+                serde_json::from_slice(value.value()).map_err(|e| corrupt("link", e))?;
+            // A deleted link keeps its code, not its URL.
+            if !link.long_url.is_empty() {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     fn count_links(&self) -> Result<u64, StoreError> {
         let txn = self.db.begin_read().map_err(storage)?;
         let links = txn.open_table(LINKS).map_err(storage)?;
@@ -918,9 +946,19 @@ impl Store for EmbeddedStore {
     }
 }
 
-/// Where a code's records live: `0x00 ‖ n` for a generated code (n its counter), `0x01 ‖ alias`
-/// for an alias; `None` for a string that is neither.
+/// Where a link's records live, by its [link key](lasthop_core::split_key): on the default
+/// domain `0x00 ‖ n` for a generated code (n its counter), `0x01 ‖ alias` for an alias; on a
+/// branded domain `0x02 ‖ domain/code`; `None` for a string that is no link key.
 pub fn record_key(scheme: &CodeScheme, code: &str) -> Option<Vec<u8>> {
+    if code.as_bytes().contains(&lasthop_core::code::KEY_SEPARATOR) {
+        if lasthop_core::classify_key(code.as_bytes()) == CodeKind::Invalid {
+            return None;
+        }
+        let mut key = Vec::with_capacity(code.len() + 1);
+        key.push(2);
+        key.extend_from_slice(code.as_bytes());
+        return Some(key);
+    }
     match classify(code.as_bytes()) {
         CodeKind::Generated => scheme.decode(code.as_bytes()).map(counter_key),
         CodeKind::Alias => {
@@ -1156,6 +1194,7 @@ mod tests {
         let req = CreateRequest {
             owner: owner.into(),
             long_url: url.into(),
+            domain: None,
             alias: None,
             expires_at_ms: None,
             idempotency: None,

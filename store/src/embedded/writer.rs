@@ -368,20 +368,40 @@ impl Writer {
 
         let (code, key) = match &req.alias {
             Some(alias) => {
-                let key = record_key(&self.scheme, alias).ok_or_else(|| StoreError::Corrupt {
-                    what: format!("alias {alias:?}"),
-                    detail: "invalid length".into(),
+                // Aliases are unique per domain: the key carries the domain.
+                let code = lasthop_core::link_key(req.domain.as_deref(), alias);
+                let key = record_key(&self.scheme, &code).ok_or_else(|| StoreError::Corrupt {
+                    what: format!("alias {code:?}"),
+                    detail: "not an alias's shape".into(),
                 })?;
                 if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
                     return Ok(CreateOutcome::AliasTaken);
                 }
-                (alias.clone(), key)
+                (code, key)
             }
             None => loop {
                 let n = self.next_counter(t)?;
-                let key = counter_key(n);
+                let (code, key) = match req.domain.as_deref() {
+                    // Keyed by counter: unique by construction, and a batch's inserts stay on a
+                    // few leaves.
+                    None => (
+                        self.scheme.encode_string(n).map_err(storage)?,
+                        counter_key(n),
+                    ),
+                    // The counter still makes it unique across domains; the key is the domain's.
+                    Some(domain) => {
+                        let code = lasthop_core::link_key(
+                            Some(domain),
+                            &self.scheme.encode_string(n).map_err(storage)?,
+                        );
+                        let key = record_key(&self.scheme, &code).ok_or_else(|| {
+                            corrupt("domain", format!("{domain:?} is no domain name"))
+                        })?;
+                        (code, key)
+                    }
+                };
                 if t.links.get(key.as_slice()).map_err(storage)?.is_none() {
-                    break (self.scheme.encode_string(n).map_err(storage)?, key);
+                    break (code, key);
                 }
                 // Leasing never hands a counter out twice; burn it if it ever does.
                 tracing::error!(counter = n, "counter already used; skipping");

@@ -23,6 +23,7 @@ pub(crate) fn record(row: &tokio_postgres::Row) -> Result<KeyRecord, StoreError>
         admin: row.get("admin"),
         created_at: row.get("created_at"),
         revoked_at: row.get("revoked_at"),
+        domains: crate::keys::domains_of(row.get::<_, &str>("domains")),
     })
 }
 
@@ -30,8 +31,8 @@ pub(crate) fn record(row: &tokio_postgres::Row) -> Result<KeyRecord, StoreError>
 pub async fn insert(client: &mut Client, key: &KeyRecord) -> Result<(), StoreError> {
     let txn = client.transaction().await.map_err(pg)?;
     txn.execute(
-        "INSERT INTO api_keys (hash, id, owner, admin, created_at, revoked_at) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO api_keys (hash, id, owner, admin, created_at, revoked_at, domains) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
         &[
             &key.hash.as_slice(),
             &key.id,
@@ -39,6 +40,7 @@ pub async fn insert(client: &mut Client, key: &KeyRecord) -> Result<(), StoreErr
             &key.admin,
             &key.created_at,
             &key.revoked_at,
+            &crate::keys::domains_text(&key.domains),
         ],
     )
     .await
@@ -72,7 +74,7 @@ pub async fn revoke(client: &mut Client, id: &str, at: &str) -> Result<bool, Sto
 pub async fn all(client: &Client) -> Result<Vec<KeyRecord>, StoreError> {
     let rows = client
         .query(
-            "SELECT hash, id, owner, admin, created_at, revoked_at FROM api_keys \
+            "SELECT hash, id, owner, admin, created_at, revoked_at, domains FROM api_keys \
              ORDER BY created_at, id",
             &[],
         )
@@ -85,7 +87,7 @@ pub async fn all(client: &Client) -> Result<Vec<KeyRecord>, StoreError> {
 pub async fn by_hash(client: &Client, hash: &[u8; 32]) -> Result<Option<KeyRecord>, StoreError> {
     let row = client
         .query_opt(
-            "SELECT hash, id, owner, admin, created_at, revoked_at FROM api_keys WHERE hash = $1",
+            "SELECT hash, id, owner, admin, created_at, revoked_at, domains FROM api_keys WHERE hash = $1",
             &[&hash.as_slice()],
         )
         .await

@@ -893,6 +893,24 @@ impl Store for PgStore {
         })
     }
 
+    fn domain_links(&self, domain: &str, limit: u64) -> Result<u64, StoreError> {
+        // A branded domain's keys are one range in the "C" collation: `domain/` up to `domain0`.
+        let (lo, hi) = (format!("{domain}/"), format!("{domain}0"));
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with_client(move |c| async move {
+            let n: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM (SELECT 1 FROM links WHERE code >= $1 AND code < $2 \
+                     AND long_url <> '' LIMIT $3) live",
+                    &[&lo, &hi, &limit],
+                )
+                .await
+                .map_err(pg)?
+                .get(0);
+            Ok(n as u64)
+        })
+    }
+
     fn count_links(&self) -> Result<u64, StoreError> {
         self.with_client(move |c| async move {
             // The planner's estimate is free and good enough for pacing; small or never

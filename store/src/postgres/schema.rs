@@ -157,6 +157,14 @@ CREATE TABLE domains (
 );
 "#,
     ),
+    (
+        5,
+        "api keys limited to domains",
+        r#"
+-- The domains a key may act on, comma-separated (`apikey create --domain D`); empty: all.
+ALTER TABLE api_keys ADD COLUMN domains text NOT NULL DEFAULT '';
+"#,
+    ),
 ];
 
 /// Applies every migration the database has not had yet; returns how many ran.

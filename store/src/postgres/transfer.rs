@@ -95,7 +95,7 @@ pub(super) fn export(
                     })
                 }),
                 (
-                    "SELECT hash, id, owner, admin, created_at, revoked_at FROM api_keys \
+                    "SELECT hash, id, owner, admin, created_at, revoked_at, domains FROM api_keys \
                      ORDER BY created_at, id",
                     &|r| Ok(Record::ApiKey(KeyLine::from_record(&keys::record(r)?))),
                 ),
@@ -409,8 +409,8 @@ impl ImportState {
                 Record::ApiKey(k) => {
                     let k = k.to_record()?;
                     txn.execute(
-                        "INSERT INTO api_keys (hash, id, owner, admin, created_at, revoked_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6)",
+                        "INSERT INTO api_keys (hash, id, owner, admin, created_at, revoked_at, \
+                         domains) VALUES ($1, $2, $3, $4, $5, $6, $7)",
                         &[
                             &k.hash.as_slice(),
                             &k.id,
@@ -418,6 +418,7 @@ impl ImportState {
                             &k.admin,
                             &k.created_at,
                             &k.revoked_at,
+                            &crate::keys::domains_text(&k.domains),
                         ],
                     )
                     .await

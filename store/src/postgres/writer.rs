@@ -694,9 +694,14 @@ async fn apply_creates(
     }
 
     // Aliases: taken in the store, or earlier in this run.
-    let aliases: Vec<&str> = (0..reqs.len())
+    // An alias's key carries its domain: aliases are unique per domain.
+    let aliases: Vec<String> = (0..reqs.len())
         .filter(|&i| outcomes[i].is_none())
-        .filter_map(|i| reqs[i].alias.as_deref())
+        .filter_map(|i| {
+            let req = &reqs[i];
+            let alias = req.alias.as_deref()?;
+            Some(lasthop_core::link_key(req.domain.as_deref(), alias))
+        })
         .collect();
     let mut taken: HashSet<String> = HashSet::new();
     if !aliases.is_empty() {
@@ -743,17 +748,21 @@ async fn apply_creates(
         }
         let code = match &req.alias {
             Some(alias) => {
-                if !taken.insert(alias.clone()) {
+                let key = lasthop_core::link_key(req.domain.as_deref(), alias);
+                if !taken.insert(key.clone()) {
                     outcomes[i] = Some(Ok(CreateOutcome::AliasTaken));
                     continue;
                 }
-                alias.clone()
+                key
             }
             None => match counters.next(txn).await {
-                Ok(n) => scheme.encode_string(n).map_err(|e| StoreError::Corrupt {
-                    what: format!("counter {n}"),
-                    detail: e.to_string(),
-                })?,
+                Ok(n) => {
+                    let code = scheme.encode_string(n).map_err(|e| StoreError::Corrupt {
+                        what: format!("counter {n}"),
+                        detail: e.to_string(),
+                    })?;
+                    lasthop_core::link_key(req.domain.as_deref(), &code)
+                }
                 Err(e @ StoreError::CounterExhausted { .. }) => {
                     outcomes[i] = Some(Err(e));
                     continue;
