@@ -71,7 +71,7 @@ pub enum BuildError {
         source: std::io::Error,
     },
     #[error(
-        "key {key:?} is neither a generated code (7 base62 characters) nor an alias (8-64 bytes)"
+        "key {key:?} is not a link key: a generated code (7 base62 characters) or an alias (8-64 bytes), alone or after a lower-case domain and a slash (domain/code)"
     )]
     BadKey { key: String },
     #[error("key {key:?} appears twice")]

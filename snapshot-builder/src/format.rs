@@ -1,4 +1,4 @@
-//! Format versions 1 and 2, in code: the header, the index slot word, the entry and the hash.
+//! Format versions 1, 2 and 3, in code: the header, the index slot word, the entry and the hash.
 //! `FORMAT.md` beside this crate is the prose version and the reasons; keep the two in step.
 
 use lasthop_core::{region_range, HighWater};
@@ -13,21 +13,25 @@ use lasthop_core::cursor::Cursor;
 pub const MAGIC: [u8; 8] = [0x89, b'L', b'H', b'S', b'N', b'A', b'P', b'\n'];
 /// The version this writer writes. The reader also reads [`OLDEST_FORMAT_VERSION`] and every
 /// version between.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest version this reader reads: an engine upgraded before its control plane keeps
 /// serving the snapshots it is sent.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
-/// Largest page (version 2): 64 cache lines. A lookup prefetches its key's whole home page, so
-/// pages stay a few lines long in practice (the writer sizes them from the data).
+/// Largest page (versions 2 and 3): 64 cache lines. A lookup prefetches its key's whole home
+/// page, so pages stay a few lines long in practice (the writer sizes them from the data).
 pub const MAX_PAGE_LEN: u32 = 4096;
 /// Most regions a header may carry (bounds the allocation made on open).
 pub const MAX_REGIONS: u32 = 4096;
-/// Longest key: the longest alias.
-pub const MAX_KEY_LEN: usize = lasthop_core::code::ALIAS_MAX;
+/// Longest key the writer takes (version 3): the longest link key, a 253-byte domain, the
+/// separator and a 64-byte alias ([`lasthop_core::code::KEY_MAX`]). Versions 1 and 2 hold keys
+/// of at most 64 bytes.
+pub const MAX_KEY_LEN: usize = lasthop_core::code::KEY_MAX;
+/// Longest key of versions 1 and 2: the longest alias (they hold default-domain keys only).
+pub(crate) const V2_MAX_KEY_LEN: usize = lasthop_core::code::ALIAS_MAX;
 /// Longest URL: what a three-byte LEB128 length can say.
 pub const MAX_URL_LEN: usize = (1 << 21) - 1;
-/// Largest arena (version 1), or pages plus overflow (version 2): what the 40-bit slot offset
-/// can address (1 TiB).
+/// Largest arena (version 1), or pages plus overflow (versions 2 and 3): what the 40-bit slot
+/// offset can address (1 TiB).
 pub const MAX_ARENA_LEN: u64 = 1 << 40;
 
 /// Length of the fixed part of the header; region marks follow it.
@@ -50,9 +54,18 @@ pub(crate) const TAG_MASK: u64 = (1 << 23) - 1;
 /// Set on slot 0 of a full bucket when keys whose home is this bucket or earlier spill into
 /// the next: a lookup may stop after a bucket without it.
 pub(crate) const CONTINUES: u64 = 1 << 63;
-/// Entry byte 0: bits 0–6 key length, bit 7 "an expiry follows".
+/// Entry byte 0: bits 0–6 key length (or [`KEY_LEN_ESCAPE`]), bit 7 "an expiry follows".
 pub(crate) const HAS_EXPIRY: u8 = 0x80;
 const KEY_LEN_MASK: u8 = 0x7f;
+/// Entry byte 0's key length bits when the key is [`KEY_LEN_ESCAPE`] bytes or longer
+/// (version 3): the next byte holds `len - KEY_LEN_ESCAPE`, so keys up to 127 + 255 = 382 bytes
+/// encode (the writer takes up to [`MAX_KEY_LEN`]). Versions 1 and 2 never hold a key that long.
+pub(crate) const KEY_LEN_ESCAPE: usize = KEY_LEN_MASK as usize;
+/// Longest key whose length fits entry byte 0 alone: every default-domain key, and so every
+/// version-2 entry, encodes exactly as before.
+pub(crate) const SHORT_KEY_MAX: usize = KEY_LEN_ESCAPE - 1;
+const _: () = assert!(MAX_KEY_LEN - KEY_LEN_ESCAPE <= u8::MAX as usize);
+const _: () = assert!(V2_MAX_KEY_LEN <= SHORT_KEY_MAX);
 
 /// The seeded hash of a key. Bucket and tag use disjoint bits of it.
 #[inline]
@@ -84,7 +97,7 @@ pub(crate) fn slot_tag(word: u64) -> u64 {
     (word >> TAG_SHIFT) & TAG_MASK
 }
 
-/// How a version-2 writer lays out pages: the trade between memory and a hit's memory
+/// How the writer lays out pages: the trade between memory and a hit's memory
 /// accesses. Readers take the page length and bucket count from the header, so both layouts
 /// are the same format and any reader serves either.
 /// Also the `--layout`/`--snapshot-layout` flag's values (`compact`, `paged`).
@@ -141,9 +154,12 @@ impl Layout {
     /// costs in this layout, for budgets: `Compact`, the key and URL plus 20 (entry head and
     /// slot); `Paged`, (key + URL + 10) · 1.4 + 13 (the entry head, the page's slack and the
     /// link's share of the bucket line), which is 170 bytes for 1M synthetic links of 95-byte
-    /// URLs, as measured (`lasthop-snapshot synth --count 1000000` then `inspect`).
+    /// URLs, as measured (`lasthop-snapshot synth --count 1000000` then `inspect`). A key of
+    /// 127 bytes or more (a long branded domain's) costs one more, its length's second byte.
     pub fn link_cost(self, key_len: usize, url_len: usize) -> u64 {
-        let entry = (key_len as u64).saturating_add(url_len as u64);
+        let entry = (key_len as u64)
+            .saturating_add(url_len as u64)
+            .saturating_add(u64::from(key_len > SHORT_KEY_MAX));
         match self {
             Layout::Compact => entry.saturating_add(20),
             Layout::Paged => entry.saturating_add(10).saturating_mul(7).div_ceil(5) + 13,
@@ -159,8 +175,9 @@ pub(crate) fn align_up(x: u64, to: u64) -> Option<u64> {
     x.checked_next_multiple_of(to)
 }
 
-/// Encodes the part of an entry before the URL into `out`; returns its length.
-/// Layout: `[key_len | HAS_EXPIRY?] [key] [LEB128 url_len] [expires_at_ms i64 LE]?`.
+/// Encodes the part of an entry before the URL into `out`; returns its length. Layout:
+/// `[key_len | HAS_EXPIRY?] [key_len - 127]? [key] [LEB128 url_len] [expires_at_ms i64 LE]?`,
+/// the second byte only for keys of 127 bytes or more (then byte 0's length bits are 127).
 pub(crate) fn encode_entry_head(
     key: &[u8],
     url_len: usize,
@@ -174,13 +191,20 @@ pub(crate) fn encode_entry_head(
         }
         at += bytes.len();
     };
-    // key.len() <= MAX_KEY_LEN (64) < 128: checked by the writer before calling.
+    // 1 <= key.len() <= MAX_KEY_LEN (318) < 127 + 256: checked by the writer before calling.
     let flag = if expires_at_ms.is_some() {
         HAS_EXPIRY
     } else {
         0
     };
-    put(&[key.len() as u8 | flag]);
+    if key.len() < KEY_LEN_ESCAPE {
+        put(&[key.len() as u8 | flag]);
+    } else {
+        put(&[
+            KEY_LEN_ESCAPE as u8 | flag,
+            (key.len() - KEY_LEN_ESCAPE) as u8,
+        ]);
+    }
     put(key);
     let mut varint = [0u8; 3];
     let n = put_varint21(url_len, &mut varint);
@@ -191,8 +215,11 @@ pub(crate) fn encode_entry_head(
     at
 }
 
-/// Longest entry head: flag byte, 64-byte key, 3-byte length, 8-byte expiry.
-pub(crate) const ENTRY_HEAD_MAX: usize = 1 + MAX_KEY_LEN + 3 + 8;
+/// Longest entry head: flag byte, escaped length byte, 318-byte key, 3-byte length, 8-byte
+/// expiry.
+pub(crate) const ENTRY_HEAD_MAX: usize = 2 + MAX_KEY_LEN + 3 + 8;
+/// Longest key length prefix and key: what the writer reads back to compare keys.
+pub(crate) const KEY_HEAD_MAX: usize = 2 + MAX_KEY_LEN;
 
 /// One parsed entry, borrowed from the file.
 #[derive(Debug, Clone, Copy)]
@@ -204,11 +231,26 @@ pub(crate) struct RawEntry<'a> {
 
 /// Parses the entry at the front of `bytes` if its key is `want` (compared before the rest is
 /// read, so a tag collision costs one short compare). `None` on mismatch or malformed bytes.
+///
+/// `LONG` says whether `want` is longer than [`SHORT_KEY_MAX`] (the caller knows before its
+/// probe loop, so each loop is compiled for one case): a short key's entry is byte 0 then the
+/// key, exactly as in version 2, and an escaped entry never matches it (127 is no short key's
+/// length); a long key's entry has the escape and the extra length byte.
 #[inline]
-pub(crate) fn entry_if_key<'a>(bytes: &'a [u8], want: &[u8]) -> Option<RawEntry<'a>> {
+pub(crate) fn entry_if_key<'a, const LONG: bool>(
+    bytes: &'a [u8],
+    want: &[u8],
+) -> Option<RawEntry<'a>> {
+    debug_assert_eq!(LONG, want.len() > SHORT_KEY_MAX);
     let mut c = Cursor::new(bytes);
     let first = c.u8().ok()?;
-    if usize::from(first & KEY_LEN_MASK) != want.len() {
+    if LONG {
+        if usize::from(first & KEY_LEN_MASK) != KEY_LEN_ESCAPE
+            || KEY_LEN_ESCAPE + usize::from(c.u8().ok()?) != want.len()
+        {
+            return None;
+        }
+    } else if usize::from(first & KEY_LEN_MASK) != want.len() {
         return None;
     }
     let key = c.take(want.len()).ok()?;
@@ -218,13 +260,34 @@ pub(crate) fn entry_if_key<'a>(bytes: &'a [u8], want: &[u8]) -> Option<RawEntry<
     finish_entry(first, key, &mut c)
 }
 
+/// The key length an entry's first bytes give, and how many bytes say it (1, or 2 with the
+/// escape). `None` when the escape's second byte is missing.
+#[inline]
+fn key_len(first: u8, c: &mut Cursor<'_>) -> Option<usize> {
+    let len = usize::from(first & KEY_LEN_MASK);
+    if len == KEY_LEN_ESCAPE {
+        Some(KEY_LEN_ESCAPE + usize::from(c.u8().ok()?))
+    } else {
+        Some(len)
+    }
+}
+
 /// Parses the entry at the front of `bytes`, whatever its key; also returns the bytes after it.
 pub(crate) fn entry_at(bytes: &[u8]) -> Option<(RawEntry<'_>, &[u8])> {
     let mut c = Cursor::new(bytes);
     let first = c.u8().ok()?;
-    let key = c.take(usize::from(first & KEY_LEN_MASK)).ok()?;
+    let len = key_len(first, &mut c)?;
+    let key = c.take(len).ok()?;
     let entry = finish_entry(first, key, &mut c)?;
     Some((entry, c.rest()))
+}
+
+/// The key of the entry whose head starts `head` (at least the length bytes and the key).
+pub(crate) fn entry_key(head: &[u8]) -> Option<&[u8]> {
+    let mut c = Cursor::new(head);
+    let first = c.u8().ok()?;
+    let len = key_len(first, &mut c)?;
+    c.take(len).ok()
 }
 
 #[inline]
@@ -264,11 +327,14 @@ pub(crate) struct Header {
     pub(crate) home_buckets: u64,
     pub(crate) total_buckets: u64,
     pub(crate) max_probe: u32,
-    /// Version 2: the page length (bucket line plus inline entries); zero in version 1.
+    /// Versions 2 and 3: the page length (bucket line plus inline entries); zero in version 1.
     pub(crate) page_len: u32,
     pub(crate) file_len: u64,
     pub(crate) arena_checksum: u64,
     pub(crate) index_checksum: u64,
+    /// Version 3: entries whose key carries a domain (`domain/code`); reserved (zero) in
+    /// versions 1 and 2.
+    pub(crate) branded: u64,
     /// Absolute counter marks, one per region.
     pub(crate) marks: Vec<u64>,
 }
@@ -287,6 +353,18 @@ fn header_checksum(header: &[u8]) -> u64 {
     h.update(header.get(..HEADER_CHECKSUM_AT).unwrap_or(&[]));
     h.update(header.get(HEADER_CHECKSUM_AT + 8..).unwrap_or(&[]));
     h.digest()
+}
+
+/// Rewrites the header checksum of `file` to match its header (tests that rewrite a field).
+#[cfg(test)]
+pub(crate) fn reseal_header(file: &mut [u8]) {
+    let header_len = file
+        .get(12..16)
+        .and_then(|b| b.try_into().ok())
+        .map_or(FIXED_HEADER_LEN, |b| u32::from_le_bytes(b) as usize)
+        .clamp(FIXED_HEADER_LEN, file.len());
+    let sum = header_checksum(&file[..header_len]);
+    file[HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + 8].copy_from_slice(&sum.to_le_bytes());
 }
 
 pub(crate) fn section_checksum(bytes: &[u8]) -> u64 {
@@ -322,7 +400,7 @@ impl Header {
         out.extend_from_slice(&self.file_len.to_le_bytes());
         out.extend_from_slice(&self.arena_checksum.to_le_bytes());
         out.extend_from_slice(&self.index_checksum.to_le_bytes());
-        out.extend_from_slice(&0u64.to_le_bytes()); // reserved
+        out.extend_from_slice(&self.branded.to_le_bytes()); // reserved (zero) before version 3
         out.extend_from_slice(&0u64.to_le_bytes()); // header checksum, filled below
         debug_assert_eq!(out.len(), FIXED_HEADER_LEN);
         for m in &self.marks {
@@ -387,7 +465,7 @@ impl Header {
         let file_len = c.u64().map_err(truncated)?;
         let arena_checksum = c.u64().map_err(truncated)?;
         let index_checksum = c.u64().map_err(truncated)?;
-        let reserved_wide = c.u64().map_err(truncated)?;
+        let branded = c.u64().map_err(truncated)?;
         let stored = c.u64().map_err(truncated)?;
         let computed = header_checksum(whole);
         if stored != computed {
@@ -422,10 +500,11 @@ impl Header {
             file_len,
             arena_checksum,
             index_checksum,
+            branded,
             marks,
         };
-        if reserved_wide != 0 {
-            return Err(bad("reserved", reserved_wide, "must be zero"));
+        if version < 3 && branded != 0 {
+            return Err(bad("reserved", branded, "must be zero before version 3"));
         }
         header.check_layout(actual)?;
         Ok(header)
@@ -468,6 +547,9 @@ impl Header {
         }
         if self.aliases > self.links {
             return Err(bad("aliases", self.aliases, "more than links"));
+        }
+        if self.branded > self.links {
+            return Err(bad("branded", self.branded, "more than links"));
         }
         if self.expiring > self.links {
             return Err(bad("expiring", self.expiring, "more than links"));
@@ -530,7 +612,7 @@ impl Header {
         Ok(())
     }
 
-    /// Version 2: header, zero padding to 64, `total_buckets` pages of `page_len`, overflow
+    /// Versions 2 and 3: header, zero padding to 64, `total_buckets` pages of `page_len`, overflow
     /// (`arena_len`) to the end; slot offsets count from the first page.
     fn check_v2_sections(&self, actual: u64) -> Result<(), SnapshotError> {
         if self.page_len < BUCKET_LEN as u32
@@ -619,6 +701,7 @@ mod tests {
             file_len: index_offset + 64,
             arena_checksum: 1,
             index_checksum: 2,
+            branded: 0,
             marks: vec![10, region_range(1, 2).unwrap().start + 5],
         }
     }
@@ -652,10 +735,10 @@ mod tests {
         f[0] ^= 1;
         assert!(matches!(Header::decode(&f), Err(SnapshotError::BadMagic)));
         let mut f = file.clone();
-        f[8] = 3;
+        f[8] = 4;
         assert!(matches!(
             Header::decode(&f),
-            Err(SnapshotError::UnsupportedVersion { found: 3, .. })
+            Err(SnapshotError::UnsupportedVersion { found: 4, .. })
         ));
         // Version 1 with a page length: the field is reserved there.
         let mut paged_v1 = h.clone();
@@ -700,6 +783,121 @@ mod tests {
         ));
     }
 
+    /// A version-2 layout of `sample`'s counts (the pages right after the header).
+    fn sample_v(version: u32) -> Header {
+        let mut h = sample();
+        h.version = version;
+        h.page_len = 64;
+        h.arena_len = 100;
+        h.index_offset = align_up(h.header_len.into(), 64).unwrap();
+        h.file_len = h.index_offset + 64 + h.arena_len;
+        h
+    }
+
+    /// Offset 144: reserved (zero) in versions 1 and 2, `branded` in version 3, at most
+    /// `links`.
+    #[test]
+    fn branded_field() {
+        for version in [2, 3] {
+            assert_eq!(
+                Header::decode(&file_for(&sample_v(version))).unwrap(),
+                sample_v(version)
+            );
+        }
+        let mut v3 = sample_v(3);
+        v3.branded = v3.links;
+        assert_eq!(Header::decode(&file_for(&v3)).unwrap().branded, 3);
+        v3.branded = v3.links + 1;
+        assert!(matches!(
+            Header::decode(&file_for(&v3)),
+            Err(SnapshotError::BadField {
+                field: "branded",
+                ..
+            })
+        ));
+        // Versions 1 and 2 still refuse a nonzero reserved u64, whatever the counts.
+        for mut h in [sample(), sample_v(2)] {
+            h.branded = 1;
+            assert!(
+                matches!(
+                    Header::decode(&file_for(&h)),
+                    Err(SnapshotError::BadField {
+                        field: "reserved",
+                        value: 1,
+                        ..
+                    })
+                ),
+                "version {}",
+                h.version
+            );
+        }
+    }
+
+    /// Version 3's escape: keys below 127 bytes encode as in version 2 (byte 0 alone), longer
+    /// ones with 127 in byte 0 and the rest of the length in byte 1; each decodes only as
+    /// itself.
+    #[test]
+    fn long_key_entries() {
+        let url = b"https://example.com/long";
+        let key_of = |len: usize| {
+            let mut k = b"a.example/".to_vec();
+            k.resize(len, b'x');
+            k
+        };
+        let lens = [7, 64, SHORT_KEY_MAX, KEY_LEN_ESCAPE, 128, 200, MAX_KEY_LEN];
+        for &len in &lens {
+            let key = key_of(len);
+            for expiry in [None, Some(9)] {
+                let mut head = [0u8; ENTRY_HEAD_MAX];
+                let n = encode_entry_head(&key, url.len(), expiry, &mut head);
+                let long = len > SHORT_KEY_MAX;
+                let flag = if expiry.is_some() { HAS_EXPIRY } else { 0 };
+                assert_eq!(
+                    n,
+                    1 + usize::from(long) + len + 1 + 8 * usize::from(expiry.is_some())
+                );
+                if long {
+                    assert_eq!(head[..2], [0x7f | flag, (len - 127) as u8], "{len}");
+                } else {
+                    assert_eq!(head[0], len as u8 | flag, "{len}");
+                }
+                let mut bytes = head[..n].to_vec();
+                bytes.extend_from_slice(url);
+                let found = if long {
+                    entry_if_key::<true>(&bytes, &key)
+                } else {
+                    entry_if_key::<false>(&bytes, &key)
+                };
+                let e = found.unwrap();
+                assert_eq!(
+                    (e.key, e.url, e.expires_at_ms),
+                    (&key[..], &url[..], expiry)
+                );
+                let (e, rest) = entry_at(&bytes).unwrap();
+                assert_eq!((e.key, rest), (&key[..], &[][..]));
+                assert_eq!(entry_key(&bytes[..n]), Some(&key[..]));
+                // No other length's key matches it.
+                for &other in lens.iter().filter(|&&o| o != len) {
+                    let other = key_of(other);
+                    let m = if other.len() > SHORT_KEY_MAX {
+                        entry_if_key::<true>(&bytes, &other)
+                    } else {
+                        entry_if_key::<false>(&bytes, &other)
+                    };
+                    assert!(m.is_none(), "{len} found as {}", other.len());
+                }
+                for cut in 0..bytes.len() {
+                    assert!(entry_at(&bytes[..cut]).is_none(), "{len} cut at {cut}");
+                }
+            }
+        }
+        // The longest length the escape can say, though the writer stops at MAX_KEY_LEN.
+        let mut bytes = vec![0x7f, 255];
+        bytes.extend_from_slice(&[b'k'; 382]);
+        bytes.push(0);
+        assert_eq!(entry_at(&bytes).unwrap().0.key.len(), 382);
+    }
+
     #[test]
     fn entry_encoding() {
         let mut head = [0u8; ENTRY_HEAD_MAX];
@@ -709,16 +907,19 @@ mod tests {
         let mut bytes = head[..n].to_vec();
         bytes.extend_from_slice(url);
         bytes.push(0xff);
-        let e = entry_if_key(&bytes, b"abcDEF1").unwrap();
+        let e = entry_if_key::<false>(&bytes, b"abcDEF1").unwrap();
         assert_eq!(e.url, url);
         assert_eq!(e.expires_at_ms, Some(-3));
-        assert!(entry_if_key(&bytes, b"abcDEF2").is_none());
-        assert!(entry_if_key(&bytes, b"abcDEF").is_none());
+        assert!(entry_if_key::<false>(&bytes, b"abcDEF2").is_none());
+        assert!(entry_if_key::<false>(&bytes, b"abcDEF").is_none());
         let (e, rest) = entry_at(&bytes).unwrap();
         assert_eq!(e.key, b"abcDEF1");
         assert_eq!(rest, &[0xff]);
         for cut in 0..bytes.len() - 1 {
-            assert!(entry_if_key(&bytes[..cut], b"abcDEF1").is_none(), "{cut}");
+            assert!(
+                entry_if_key::<false>(&bytes[..cut], b"abcDEF1").is_none(),
+                "{cut}"
+            );
         }
     }
 
@@ -742,5 +943,8 @@ mod tests {
         assert_eq!(Layout::Paged.page_len(1, 1 << 21), MAX_PAGE_LEN);
         assert_eq!(Layout::Compact.link_cost(7, 95), 122);
         assert_eq!(Layout::Paged.link_cost(7, 95), 170);
+        // A key past 126 bytes adds its length's second byte.
+        assert_eq!(Layout::Compact.link_cost(126, 95), 241);
+        assert_eq!(Layout::Compact.link_cost(127, 95), 243);
     }
 }

@@ -1,10 +1,11 @@
 //! `lasthop-snapshot`: the immutable snapshot the edge answers from.
 //!
-//! A snapshot maps every link (generated code or alias) that existed at feed sequence `S` to
+//! A snapshot maps every link (generated code or alias, under its link key: the code on the
+//! default domain, `domain/code` on a branded one) that existed at feed sequence `S` to
 //! its URL and expiry, plus the per-region high-water marks at `S` and the id of the key the
 //! codes were minted under. The byte layout, and why it is that way, is in `FORMAT.md`.
 //!
-//! - `format`: versions 1 and 2's constants, header, slots and entries, and the writer's
+//! - `format`: versions 1, 2 and 3's constants, header, slots and entries, and the writer's
 //!   [`Layout`] choice (pages with their entries inline, or compact);
 //! - [`reader`](Snapshot): [`Snapshot::open`] maps a file (the crate's `unsafe` blocks are that
 //!   map and the prefetch hint) and checks
@@ -23,10 +24,14 @@
 //! let meta = SnapshotMeta::new(42, 0x1234, HighWater::new(1, 1_000).unwrap());
 //! let mut writer = SnapshotWriter::in_memory(meta).unwrap();
 //! writer.add(b"abcDEF1", b"https://example.com/", None).unwrap();
+//! // A branded domain's link, under its link key `domain/code`.
+//! writer.add(b"go.example.com/spring-sale", b"https://example.com/spring", None).unwrap();
 //! let (_info, bytes) = writer.seal().unwrap();
 //! let snapshot = Snapshot::from_vec(bytes).unwrap();
 //! snapshot.verify().unwrap();
 //! assert_eq!(snapshot.lookup(b"abcDEF1").unwrap().url(), b"https://example.com/");
+//! assert_eq!(snapshot.branded(), 1);
+//! assert_eq!(snapshot.lookup(b"spring-sale"), None);
 //! ```
 
 mod error;

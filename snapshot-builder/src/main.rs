@@ -9,7 +9,9 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use lasthop_core::region::DEFAULT_RESERVE;
-use lasthop_core::{classify, region_range, CodeKind, CodeScheme, HighWater, PermutationKey};
+use lasthop_core::{
+    classify_key, region_range, split_key, CodeKind, CodeScheme, HighWater, PermutationKey,
+};
 use lasthop_snapshot::{
     parse_line, Layout, SealedInfo, Snapshot, SnapshotMeta, SnapshotWriter, Synth,
 };
@@ -23,8 +25,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Build a snapshot from a TSV of `code<TAB>url[<TAB>expires_at]` (expires_at: Unix
-    /// seconds or RFC 3339). High-water marks are derived from the generated codes.
+    /// Build a snapshot from a TSV of `key<TAB>url[<TAB>expires_at]` (key: a code or alias,
+    /// `domain/code` on a branded domain; expires_at: Unix seconds or RFC 3339). High-water
+    /// marks are derived from the generated codes, on every domain.
     Build {
         #[arg(long = "in")]
         input: PathBuf,
@@ -70,8 +73,8 @@ enum Cmd {
     Inspect { file: PathBuf },
     /// Check the header, bounds, checksums and every entry.
     Verify { file: PathBuf },
-    /// Look one code or alias up.
-    Get { file: PathBuf, code: String },
+    /// Look one link key up: a code or alias, `domain/code` on a branded domain.
+    Get { file: PathBuf, key: String },
 }
 
 /// How the file is laid out (any reader reads either layout).
@@ -125,7 +128,7 @@ fn main() -> Result<()> {
         ),
         Cmd::Inspect { file } => inspect(&file),
         Cmd::Verify { file } => verify(&file),
-        Cmd::Get { file, code } => get(&file, &code),
+        Cmd::Get { file, key } => get(&file, &key),
     }
 }
 
@@ -213,9 +216,11 @@ fn build(
             continue;
         };
         let key_bytes = link.key.as_bytes();
-        if classify(key_bytes) == CodeKind::Generated {
-            // Every 7-character base62 string decodes (FF1 is a permutation of the space).
-            let Some(n) = scheme.decode(key_bytes) else {
+        if classify_key(key_bytes) == CodeKind::Generated {
+            // Every 7-character base62 string decodes (FF1 is a permutation of the space); a
+            // branded domain's codes come from the same counters as the default domain's.
+            let (_, code) = split_key(key_bytes);
+            let Some(n) = scheme.decode(code) else {
                 bail!("{}:{lineno}: {:?} is not a code", input.display(), link.key);
             };
             let region = starts.partition_point(|&s| s <= n).saturating_sub(1) as u32;
@@ -303,11 +308,12 @@ fn inspect(file: &Path) -> Result<()> {
         println!("  region {r:<4}    mark {mark} ({} issued)", mark - start);
     }
     println!(
-        "links            {} ({} codes, {} aliases, {} expiring)",
+        "links            {} ({} codes, {} aliases, {} expiring; {} on branded domains)",
         s.links(),
         s.links() - s.aliases(),
         s.aliases(),
-        s.expiring()
+        s.expiring(),
+        s.branded(),
     );
     println!(
         "url bytes        {} (mean {:.1})",
@@ -372,13 +378,13 @@ fn verify(file: &Path) -> Result<()> {
     Ok(())
 }
 
-fn get(file: &Path, code: &str) -> Result<()> {
+fn get(file: &Path, key: &str) -> Result<()> {
     let s = Snapshot::open(file).with_context(|| format!("opening {}", file.display()))?;
-    if classify(code.as_bytes()) == CodeKind::Invalid {
-        bail!("{code:?} is neither a code nor an alias");
+    if classify_key(key.as_bytes()) == CodeKind::Invalid {
+        bail!("{key:?} is not a link key (a code or alias, or domain/code)");
     }
-    let Some(entry) = s.lookup(code.as_bytes()) else {
-        eprintln!("{code}: not found");
+    let Some(entry) = s.lookup(key.as_bytes()) else {
+        eprintln!("{key}: not found");
         std::process::exit(1);
     };
     println!("{}", String::from_utf8_lossy(entry.url()));

@@ -5,13 +5,13 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
 
-use lasthop_core::{classify, CodeKind, HighWater};
+use lasthop_core::{classify, classify_key, split_key, CodeKind, HighWater};
 use memmap2::Mmap;
 
 use crate::error::{Section, SnapshotError};
 use crate::format::{
     entry_at, entry_if_key, hash, home_bucket, section_checksum, slot_tag, tag, Header, BUCKET_LEN,
-    CONTINUES, FIXED_HEADER_LEN, MAX_KEY_LEN, OFFSET_MASK,
+    CONTINUES, FIXED_HEADER_LEN, MAX_KEY_LEN, OFFSET_MASK, SHORT_KEY_MAX,
 };
 
 /// What a key resolves to: borrowed from the file, nothing copied.
@@ -66,15 +66,16 @@ pub struct Snapshot {
     bytes: Bytes,
     header: Header,
     high_water: HighWater,
-    /// Version 1: the arena; version 2: the overflow. Checked by `arena_checksum`.
+    /// Version 1: the arena; versions 2 and 3: the overflow. Checked by `arena_checksum`.
     arena: Range<usize>,
-    /// Version 1: the index; version 2: the pages (bucket lines and inline entries). Checked
-    /// by `index_checksum`; bucket `b` starts at `b · stride` in it.
+    /// Version 1: the index; versions 2 and 3: the pages (bucket lines and inline entries).
+    /// Checked by `index_checksum`; bucket `b` starts at `b · stride` in it.
     index: Range<usize>,
-    /// Bytes from one bucket line to the next: 64 in version 1, the page length in version 2.
+    /// Bytes from one bucket line to the next: 64 in version 1, the page length in versions 2
+    /// and 3.
     stride: usize,
     /// What slot offsets count from: the arena in version 1, the pages and overflow together
-    /// in version 2.
+    /// in versions 2 and 3.
     entries: Range<usize>,
 }
 
@@ -274,7 +275,7 @@ impl Snapshot {
         self.all().get(self.entries.clone()).unwrap_or(&[])
     }
 
-    /// Bucket `b`'s page: its line, and in version 2 the entries stored with it.
+    /// Bucket `b`'s page: its line, and in versions 2 and 3 the entries stored with it.
     #[inline]
     fn page(&self, b: u64) -> Option<&[u8]> {
         let start = usize::try_from(b).ok()?.checked_mul(self.stride)?;
@@ -287,22 +288,38 @@ impl Snapshot {
         self.page(b)?.first_chunk::<BUCKET_LEN>()
     }
 
-    /// The entry for `key` (a generated code or an alias), or `None`. O(1): one bucket (one
-    /// cache line, rarely the next) and, on a tag match, one entry (in version 2 usually in the
-    /// same page). Never allocates.
+    /// The entry for the link key `key` (a generated code or an alias on the default domain,
+    /// `domain/code` on a branded one: [`lasthop_core::link_key`]), or `None`. O(1): one bucket
+    /// (one cache line, rarely the next) and, on a tag match, one entry (in versions 2 and 3
+    /// usually in the same page). Never allocates.
+    ///
+    /// Keys of up to 126 bytes (every default-domain key) take the same path as in version 2;
+    /// longer ones (long branded domains) a separate, out-of-line one.
     ///
     /// On a file that opened but is corrupt (before `verify`), the answer may be wrong but the
     /// call is still bounded, panic-free and in bounds.
     #[inline]
     pub fn lookup(&self, key: &[u8]) -> Option<Entry<'_>> {
+        if key.is_empty() || key.len() > SHORT_KEY_MAX {
+            return self.lookup_long(key, None);
+        }
+        let h = hash(key, self.header.hash_seed);
+        self.lookup_hashed::<false>(key, h).map(|(e, _, _)| e)
+    }
+
+    /// [`Snapshot::lookup`] (with `hash` when a probe computed it) of a key that is empty or
+    /// longer than [`SHORT_KEY_MAX`]: kept out of the short keys' path.
+    #[cold]
+    #[inline(never)]
+    fn lookup_long(&self, key: &[u8], hash_of: Option<u64>) -> Option<Entry<'_>> {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return None;
         }
-        let h = hash(key, self.header.hash_seed);
-        self.lookup_hashed(key, h).map(|(e, _, _)| e)
+        let h = hash_of.unwrap_or_else(|| hash(key, self.header.hash_seed));
+        self.lookup_hashed::<true>(key, h).map(|(e, _, _)| e)
     }
 
-    /// Starts the memory fetch of `key`'s home page (version 2: the bucket line and the
+    /// Starts the memory fetch of `key`'s home page (versions 2 and 3: the bucket line and the
     /// entries stored with it, which hold the key's entry unless it went to the overflow; in
     /// version 1 the bucket line alone) and returns the [`Probe`] that
     /// [`Snapshot::lookup_probe`] finishes. The engine calls this as a request arrives, before
@@ -360,7 +377,7 @@ impl Snapshot {
         let entries = self.entries();
         let at = usize::try_from(word & OFFSET_MASK).unwrap_or(usize::MAX);
         // An entry (length bytes, key, URL, expiry) spans two or three lines for URLs of 60
-        // to 150 bytes, most of them; the lines come in parallel (in version 2 they are
+        // to 150 bytes, most of them; the lines come in parallel (in versions 2 and 3 they are
         // usually the home page's, already asked for).
         for line in entries.get(at..).unwrap_or_default().chunks(64).take(3) {
             prefetch_line(line.as_ptr());
@@ -370,16 +387,27 @@ impl Snapshot {
     /// [`Snapshot::lookup`] with the hash a [`Snapshot::prefetch`] of the same `key` computed.
     #[inline]
     pub fn lookup_probe(&self, key: &[u8], probe: Probe) -> Option<Entry<'_>> {
-        if key.is_empty() || key.len() > MAX_KEY_LEN {
-            return None;
+        if key.is_empty() || key.len() > SHORT_KEY_MAX {
+            return self.lookup_long(key, Some(probe.hash));
         }
-        self.lookup_hashed(key, probe.hash).map(|(e, _, _)| e)
+        self.lookup_hashed::<false>(key, probe.hash)
+            .map(|(e, _, _)| e)
+    }
+
+    /// [`Snapshot::lookup_hashed`] for a key of any length (1..=[`MAX_KEY_LEN`]; `audit`).
+    fn find(&self, key: &[u8], h: u64) -> Option<(Entry<'_>, u64, u64)> {
+        if key.len() > SHORT_KEY_MAX {
+            self.lookup_hashed::<true>(key, h)
+        } else {
+            self.lookup_hashed::<false>(key, h)
+        }
     }
 
     /// The lookup proper; also returns the entry's offset (from the arena in version 1, from
-    /// the first page in version 2) and the bucket whose slot led to it (for `audit`).
+    /// the first page in versions 2 and 3) and the bucket whose slot led to it (for `audit`).
+    /// `LONG`: `key` is longer than [`SHORT_KEY_MAX`] (its entry's length is escaped).
     #[inline]
-    fn lookup_hashed(&self, key: &[u8], h: u64) -> Option<(Entry<'_>, u64, u64)> {
+    fn lookup_hashed<const LONG: bool>(&self, key: &[u8], h: u64) -> Option<(Entry<'_>, u64, u64)> {
         let entries = self.entries();
         let want = tag(h);
         let home = home_bucket(h, self.header.home_buckets);
@@ -406,7 +434,7 @@ impl Snapshot {
                 if slot_tag(word) == want {
                     let offset = word & OFFSET_MASK;
                     let at = usize::try_from(offset).ok()?;
-                    if let Some(e) = entries.get(at..).and_then(|b| entry_if_key(b, key)) {
+                    if let Some(e) = entries.get(at..).and_then(|b| entry_if_key::<LONG>(b, key)) {
                         let entry = Entry {
                             url: e.url,
                             expires_at_ms: e.expires_at_ms,
@@ -422,9 +450,9 @@ impl Snapshot {
         }
     }
 
-    /// Checks the section checksums (xxh3-64: v2 pages and overflow, v1 index and arena): reads
-    /// the whole file once. The header's
-    /// own checksum was checked by open. Run this before swapping a snapshot into service.
+    /// Checks the section checksums (xxh3-64: v2 and v3 pages and overflow, v1 index and
+    /// arena): reads the whole file once. The header's own checksum was checked by open. Run
+    /// this before swapping a snapshot into service.
     pub fn verify(&self) -> Result<(), SnapshotError> {
         for (section, bytes, stored) in [
             (Section::Index, self.index(), self.header.index_checksum),
@@ -443,53 +471,71 @@ impl Snapshot {
     }
 
     /// Walks every entry and checks the file is what the writer would have produced:
-    /// entries parse back to back, every key is a valid code or alias and is found by
-    /// `lookup` at its own offset, and the counts match the header. Checksums prove the bytes
-    /// are the ones written; this proves the writer wrote a sound file (checksums are not
-    /// signatures). About one lookup per link.
+    /// entries parse back to back, every key is a valid link key (version 3: a code or alias,
+    /// on the default domain or `domain/code`; versions 1 and 2: a code or alias, no domain)
+    /// and is found by `lookup` at its own offset, and the counts match the header. Checksums
+    /// prove the bytes are the ones written; this proves the writer wrote a sound file
+    /// (checksums are not signatures). About one lookup per link.
     pub fn audit(&self) -> Result<(), SnapshotError> {
         let entries = self.entries();
         let (mut links, mut aliases, mut expiring, mut url_bytes) = (0u64, 0u64, 0u64, 0u64);
+        let mut branded = 0u64;
+        // Versions 1 and 2 predate branded domains: a key with a domain (or over 64 bytes) is
+        // one their writers never wrote.
+        let kind_of: fn(&[u8]) -> CodeKind = if self.header.version >= 3 {
+            classify_key
+        } else {
+            classify
+        };
         // Walks the entries in `region` of the entry space back to back. In page `page`'s inline
         // area a zero byte ends them, every byte after it must be zero too, and each entry's
         // slot must be in that page's bucket (where the writer puts it; a crafted file that
         // hides an entry in another page is refused).
-        let mut walk = |region: Range<usize>, page: Option<u64>| -> Result<(), SnapshotError> {
-            let zero_tail = page.is_some();
-            let mut at = region.start;
-            while at < region.end {
-                let offset = at as u64;
-                let fail = |why| SnapshotError::Structure { offset, why };
-                let rest = entries.get(at..region.end).unwrap_or_default();
-                if zero_tail && rest.first() == Some(&0) {
-                    if rest.iter().any(|&b| b != 0) {
-                        return Err(fail("page padding is not zero"));
-                    }
-                    break;
-                }
-                let (entry, after) = entry_at(rest).ok_or(fail("entry does not parse"))?;
-                match classify(entry.key) {
-                    CodeKind::Generated => {}
-                    CodeKind::Alias => aliases += 1,
-                    CodeKind::Invalid => return Err(fail("key is neither a code nor an alias")),
-                }
-                let h = hash(entry.key, self.header.hash_seed);
-                match self.lookup_hashed(entry.key, h) {
-                    Some((_, found, bucket)) if found == offset => {
-                        if page.is_some_and(|p| p != bucket) {
-                            return Err(fail("entry is not in the page of its bucket"));
+        let mut walk =
+            |region: Range<usize>, page: Option<u64>| -> Result<(), SnapshotError> {
+                let zero_tail = page.is_some();
+                let mut at = region.start;
+                while at < region.end {
+                    let offset = at as u64;
+                    let fail = |why| SnapshotError::Structure { offset, why };
+                    let rest = entries.get(at..region.end).unwrap_or_default();
+                    if zero_tail && rest.first() == Some(&0) {
+                        if rest.iter().any(|&b| b != 0) {
+                            return Err(fail("page padding is not zero"));
                         }
+                        break;
                     }
-                    Some(_) => return Err(fail("key appears twice")),
-                    None => return Err(fail("entry is not reachable from the index")),
+                    let (entry, after) = entry_at(rest).ok_or(fail("entry does not parse"))?;
+                    match kind_of(entry.key) {
+                        CodeKind::Generated => {}
+                        CodeKind::Alias => aliases += 1,
+                        CodeKind::Invalid if self.header.version >= 3 => {
+                            return Err(fail(
+                                "key is not a link key (code or alias, or domain/code)",
+                            ))
+                        }
+                        CodeKind::Invalid => return Err(fail(
+                            "key is neither a code nor an alias (versions 1 and 2 have no domains)",
+                        )),
+                    }
+                    branded += u64::from(split_key(entry.key).0.is_some());
+                    let h = hash(entry.key, self.header.hash_seed);
+                    match self.find(entry.key, h) {
+                        Some((_, found, bucket)) if found == offset => {
+                            if page.is_some_and(|p| p != bucket) {
+                                return Err(fail("entry is not in the page of its bucket"));
+                            }
+                        }
+                        Some(_) => return Err(fail("key appears twice")),
+                        None => return Err(fail("entry is not reachable from the index")),
+                    }
+                    links += 1;
+                    expiring += u64::from(entry.expires_at_ms.is_some());
+                    url_bytes += entry.url.len() as u64;
+                    at = region.end - after.len();
                 }
-                links += 1;
-                expiring += u64::from(entry.expires_at_ms.is_some());
-                url_bytes += entry.url.len() as u64;
-                at = region.end - after.len();
-            }
-            Ok(())
-        };
+                Ok(())
+            };
         let pages = self.index.len();
         if self.header.version >= 2 {
             for (page, start) in (0..pages).step_by(self.stride).enumerate() {
@@ -515,6 +561,11 @@ impl Snapshot {
                 "alias count differs from the header",
             ),
             (
+                branded,
+                self.header.branded,
+                "branded count differs from the header",
+            ),
+            (
                 expiring,
                 self.header.expiring,
                 "expiring count differs from the header",
@@ -537,7 +588,8 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Format version of the file (1 or [`crate::FORMAT_VERSION`]).
+    /// Format version of the file ([`crate::OLDEST_FORMAT_VERSION`] to
+    /// [`crate::FORMAT_VERSION`]).
     pub fn format_version(&self) -> u32 {
         self.header.version
     }
@@ -557,14 +609,21 @@ impl Snapshot {
         &self.high_water
     }
 
-    /// Entries: generated codes plus aliases.
+    /// Entries: generated codes plus aliases, on every domain.
     pub fn links(&self) -> u64 {
         self.header.links
     }
 
-    /// Entries whose key is an alias.
+    /// Entries whose key's code is an alias, on any domain (so `links - aliases` are the
+    /// generated codes, on any domain).
     pub fn aliases(&self) -> u64 {
         self.header.aliases
+    }
+
+    /// Entries whose key carries a domain (`domain/code`: a branded domain's generated codes
+    /// and aliases). Zero in versions 1 and 2, which predate branded domains.
+    pub fn branded(&self) -> u64 {
+        self.header.branded
     }
 
     /// Entries with an expiry.
@@ -582,19 +641,19 @@ impl Snapshot {
         self.header.file_len
     }
 
-    /// Version 1: the arena's size in bytes; version 2: the overflow's (entries that did not
-    /// fit the page holding their slot).
+    /// Version 1: the arena's size in bytes; versions 2 and 3: the overflow's (entries that did
+    /// not fit the page holding their slot).
     pub fn arena_len(&self) -> u64 {
         self.header.arena_len
     }
 
-    /// Version 1: the index's size in bytes; version 2: the pages' (bucket lines and the
+    /// Version 1: the index's size in bytes; versions 2 and 3: the pages' (bucket lines and the
     /// entries stored with them).
     pub fn index_len(&self) -> u64 {
         self.index.len() as u64
     }
 
-    /// Version 2: bytes per page (a bucket line and the entries stored with it); 0 in
+    /// Versions 2 and 3: bytes per page (a bucket line and the entries stored with it); 0 in
     /// version 1.
     pub fn page_len(&self) -> u32 {
         self.header.page_len
@@ -612,5 +671,159 @@ impl Snapshot {
     /// Seed of the index hash.
     pub fn hash_seed(&self) -> u64 {
         self.header.hash_seed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::reseal_header;
+    use crate::{Layout, SnapshotMeta, SnapshotWriter};
+
+    /// Header offsets of the fields these tests rewrite.
+    const VERSION_AT: usize = 8;
+    const BRANDED_AT: usize = 144;
+
+    fn build(keys: &[&str], layout: Layout) -> Vec<u8> {
+        let mut hw = HighWater::new(2, 100).unwrap();
+        hw.raise(0, 10).unwrap();
+        let meta = SnapshotMeta::new(5, 6, hw)
+            .with_hash_seed(11)
+            .with_layout(layout);
+        let mut w = SnapshotWriter::in_memory(meta).unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            let url = format!("https://e.example/{i}");
+            let expiry = (i % 3 == 0).then_some(i as i64);
+            w.add(k.as_bytes(), url.as_bytes(), expiry).unwrap();
+        }
+        w.seal().unwrap().1
+    }
+
+    fn patch(bytes: &[u8], at: usize, value: &[u8]) -> Vec<u8> {
+        let mut b = bytes.to_vec();
+        b[at..at + value.len()].copy_from_slice(value);
+        reseal_header(&mut b);
+        b
+    }
+
+    const DEFAULT_KEYS: [&str; 6] = [
+        "abcDEF1",
+        "zzzzzz9",
+        "0000000",
+        "spring-sale",
+        "a1234567",
+        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    ];
+
+    /// What a version-2 writer wrote is what today's writer writes for default-domain keys,
+    /// but for the version: the same file labelled 2 still opens, verifies, audits and answers
+    /// alike. (The checked-in `v2.snap` is the other half: `tests/backwards_compat.rs`.)
+    #[test]
+    fn v2_reader_refuses_nothing_it_read() {
+        for layout in [Layout::Compact, Layout::Paged] {
+            let v3 = build(&DEFAULT_KEYS, layout);
+            let v2 = patch(&v3, VERSION_AT, &2u32.to_le_bytes());
+            let (s3, s2) = (
+                Snapshot::from_vec(v3).unwrap(),
+                Snapshot::from_vec(v2).unwrap(),
+            );
+            assert_eq!((s3.format_version(), s2.format_version()), (3, 2));
+            s2.verify().unwrap();
+            s2.audit().unwrap();
+            assert_eq!(s2.branded(), 0);
+            assert_eq!((s2.links(), s2.aliases()), (s3.links(), s3.aliases()));
+            for k in DEFAULT_KEYS {
+                assert_eq!(s2.lookup(k.as_bytes()), s3.lookup(k.as_bytes()), "{k}");
+                assert!(s2.lookup(k.as_bytes()).is_some(), "{k}");
+            }
+        }
+    }
+
+    /// Offset 144 is reserved before version 3: a version-2 (or 1) label on a file with a
+    /// nonzero `branded` fails open; with it zeroed, a file holding a branded key fails audit.
+    #[test]
+    fn v2_with_branded_keys_or_reserved_field_fails() {
+        let keys = ["abcDEF1", "spring-sale", "go.example.com/spring-sale"];
+        for layout in [Layout::Compact, Layout::Paged] {
+            let v3 = build(&keys, layout);
+            let s = Snapshot::from_bytes(&v3).unwrap();
+            s.audit().unwrap();
+            assert_eq!(s.branded(), 1);
+            let v2 = patch(&v3, VERSION_AT, &2u32.to_le_bytes());
+            let err = Snapshot::from_vec(v2.clone()).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    SnapshotError::BadField {
+                        field: "reserved",
+                        value: 1,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            let v2 = patch(&v2, BRANDED_AT, &0u64.to_le_bytes());
+            let s = Snapshot::from_vec(v2).unwrap();
+            s.verify().unwrap();
+            let err = s.audit().unwrap_err().to_string();
+            assert!(err.contains("versions 1 and 2 have no domains"), "{err}");
+        }
+        // A default-domain file labelled 2 with any nonzero reserved value: refused.
+        let v2 = patch(
+            &build(&DEFAULT_KEYS, Layout::Compact),
+            VERSION_AT,
+            &2u32.to_le_bytes(),
+        );
+        for value in [1u64, 6, u64::MAX] {
+            let f = patch(&v2, BRANDED_AT, &value.to_le_bytes());
+            assert!(matches!(
+                Snapshot::from_vec(f),
+                Err(SnapshotError::BadField {
+                    field: "reserved",
+                    ..
+                })
+            ));
+        }
+    }
+
+    /// Version 3's `branded`: more than `links` fails open; a count that is in range but
+    /// wrong fails audit.
+    #[test]
+    fn v3_branded_count_is_checked() {
+        let keys = ["abcDEF1", "spring-sale", "go.example.com/spring-sale"];
+        let v3 = build(&keys, Layout::Paged);
+        let err = Snapshot::from_vec(patch(&v3, BRANDED_AT, &4u64.to_le_bytes())).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SnapshotError::BadField {
+                    field: "branded",
+                    value: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        for wrong in [0u64, 2, 3] {
+            let s = Snapshot::from_vec(patch(&v3, BRANDED_AT, &wrong.to_le_bytes())).unwrap();
+            s.verify().unwrap();
+            let err = s.audit().unwrap_err().to_string();
+            assert!(err.contains("branded count differs"), "{err}");
+        }
+    }
+
+    /// The lookup refuses what no link key is, on any path, without reading the index.
+    #[test]
+    fn lookup_bounds() {
+        let s = Snapshot::from_vec(build(&DEFAULT_KEYS, Layout::Compact)).unwrap();
+        for key in [
+            &b""[..],
+            &[b'a'; MAX_KEY_LEN + 1],
+            &[b'a'; 383],
+            &[b'a'; 1000],
+        ] {
+            assert_eq!(s.lookup(key), None);
+            assert_eq!(s.lookup_probe(key, s.prefetch(key)), None);
+        }
     }
 }

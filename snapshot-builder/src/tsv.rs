@@ -1,10 +1,12 @@
-//! The `build` input: one link per line, `code<TAB>url[<TAB>expires_at]`. Blank lines and
-//! lines starting with `#` are skipped. `expires_at` is either Unix seconds (an integer) or an
+//! The `build` input: one link per line, `key<TAB>url[<TAB>expires_at]`, where `key` is the
+//! link key (a code or alias on the default domain, `domain/code` on a branded one). Blank
+//! lines and lines starting with `#` are skipped. `expires_at` is either Unix seconds (an integer) or an
 //! RFC 3339 timestamp (`2027-01-01T00:00:00Z`); both become Unix milliseconds.
 
 /// One parsed line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TsvLink<'a> {
+    /// The link key, unchecked (the writer checks it).
     pub key: &'a str,
     pub url: &'a str,
     pub expires_at_ms: Option<i64>,
@@ -14,7 +16,7 @@ pub struct TsvLink<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TsvError {
-    #[error("expected code<TAB>url[<TAB>expires_at], found {fields} field(s)")]
+    #[error("expected key<TAB>url[<TAB>expires_at], found {fields} field(s)")]
     Fields { fields: usize },
     #[error("expires_at {value:?} is neither Unix seconds nor RFC 3339")]
     Expiry { value: String },
@@ -78,6 +80,13 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(l.expires_at_ms, Some(1_799_996_400_500));
+        let l = parse_line("go.example.com/spring-sale\thttps://x/spring")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (l.key, l.url, l.expires_at_ms),
+            ("go.example.com/spring-sale", "https://x/spring", None)
+        );
         assert!(matches!(
             parse_line("abcDEF1"),
             Err(TsvError::Fields { fields: 1 })

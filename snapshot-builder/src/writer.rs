@@ -1,5 +1,5 @@
 //! The typestate writer: `SnapshotWriter::create` → `add`… → `seal` → an immutable file, in
-//! format version 2.
+//! format version 3.
 //!
 //! Entries stream to a staging area as they are added (memory, and for a file writer past
 //! 256 MiB an unlinked temporary file beside the destination); the writer keeps 16 bytes per
@@ -14,14 +14,14 @@ use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use lasthop_core::{classify, CodeKind, HighWater};
+use lasthop_core::{classify_key, split_key, CodeKind, HighWater};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::BuildError;
 use crate::format::{
-    align_up, encode_entry_head, hash, header_len_for, home_bucket, slot_word, tag, Header, Layout,
-    BUCKET_LEN, CONTINUES, ENTRY_HEAD_MAX, FORMAT_VERSION, INDEX_ALIGN, MAX_ARENA_LEN, MAX_KEY_LEN,
-    MAX_REGIONS, MAX_URL_LEN, SLOTS_PER_BUCKET,
+    align_up, encode_entry_head, entry_key, hash, header_len_for, home_bucket, slot_word, tag,
+    Header, Layout, BUCKET_LEN, CONTINUES, ENTRY_HEAD_MAX, FORMAT_VERSION, INDEX_ALIGN,
+    KEY_HEAD_MAX, MAX_ARENA_LEN, MAX_KEY_LEN, MAX_REGIONS, MAX_URL_LEN, SLOTS_PER_BUCKET,
 };
 
 /// What a snapshot is about, fixed when the writer is created.
@@ -74,7 +74,10 @@ pub struct SealedInfo {
     pub path: Option<PathBuf>,
     pub file_len: u64,
     pub links: u64,
+    /// Keys whose code is an alias, on any domain.
     pub aliases: u64,
+    /// Keys with a domain (`domain/code`).
+    pub branded: u64,
     pub expiring: u64,
     pub url_bytes: u64,
     pub home_buckets: u64,
@@ -414,6 +417,7 @@ pub struct SnapshotWriter<S: Sink = FileSink> {
     failed: bool,
     pending: Vec<Pending>,
     aliases: u64,
+    branded: u64,
     expiring: u64,
     url_bytes: u64,
 }
@@ -479,6 +483,7 @@ impl<S: Sink> SnapshotWriter<S> {
             failed: false,
             pending: Vec::new(),
             aliases: 0,
+            branded: 0,
             expiring: 0,
             url_bytes: 0,
         })
@@ -493,25 +498,31 @@ impl<S: Sink> SnapshotWriter<S> {
         io_err(&self.sink.path())(source)
     }
 
-    /// Adds one link. `key` is a generated code (7 base62 characters) or an alias (8–64
-    /// bytes); `url` is stored byte for byte (empty is allowed: how a caller may record a
-    /// deleted link that keeps its code). Duplicate keys are reported by `seal`.
+    /// Adds one link. `key` is its link key ([`lasthop_core::link_key`]): a generated code
+    /// (7 base62 characters) or an alias (8–64 bytes) on the default domain, or
+    /// `domain/code` on a branded domain (at most [`MAX_KEY_LEN`] bytes in all); `url` is
+    /// stored byte for byte (empty is allowed: how a caller may record a deleted link that
+    /// keeps its code). Duplicate keys are reported by `seal`.
     pub fn add(
         &mut self,
         key: &[u8],
         url: &[u8],
         expires_at_ms: Option<i64>,
     ) -> Result<(), BuildError> {
-        let alias = match classify(key) {
-            CodeKind::Generated => false,
-            CodeKind::Alias => true,
-            CodeKind::Invalid => {
-                return Err(BuildError::BadKey {
-                    key: BuildError::key(key),
-                })
-            }
+        let alias = match classify_key(key) {
+            // classify_key bounds the domain and the code, so the key too; checked again here
+            // because the entry head has room for MAX_KEY_LEN bytes and no more.
+            _ if key.len() > MAX_KEY_LEN => None,
+            CodeKind::Generated => Some(false),
+            CodeKind::Alias => Some(true),
+            CodeKind::Invalid => None,
         };
-        debug_assert!(key.len() <= MAX_KEY_LEN);
+        let Some(alias) = alias else {
+            return Err(BuildError::BadKey {
+                key: BuildError::key(key),
+            });
+        };
+        let branded = split_key(key).0.is_some();
         if url.len() > MAX_URL_LEN {
             return Err(BuildError::UrlTooLong {
                 len: url.len(),
@@ -544,6 +555,7 @@ impl<S: Sink> SnapshotWriter<S> {
         self.pending
             .push(Pending::new(hash(key, self.seed), offset, n + url.len()));
         self.aliases += u64::from(alias);
+        self.branded += u64::from(branded);
         self.expiring += u64::from(expires_at_ms.is_some());
         self.url_bytes += url.len() as u64;
         Ok(())
@@ -576,13 +588,12 @@ impl<S: Sink> SnapshotWriter<S> {
         staged: &Staged,
         path: &Path,
     ) -> Result<(), BuildError> {
-        // The key of a staged entry: its first byte holds the length (≤ 64).
+        // The key of a staged entry: its first byte or two hold the length (≤ MAX_KEY_LEN).
         let key_of = |p: &Pending| -> io::Result<Vec<u8>> {
             let range = p.range();
-            let mut head = vec![0u8; range.len().min(1 + MAX_KEY_LEN)];
+            let mut head = vec![0u8; range.len().min(KEY_HEAD_MAX)];
             staged.read(range.start, &mut head)?;
-            let len = usize::from(head.first().copied().unwrap_or(0) & 0x7f);
-            Ok(head.get(1..1 + len).unwrap_or(&[]).to_vec())
+            Ok(entry_key(&head).unwrap_or(&[]).to_vec())
         };
         pending.sort_unstable_by_key(|p| p.hash);
         let mut i = 0;
@@ -729,6 +740,7 @@ impl<S: Sink> SnapshotWriter<S> {
             file_len,
             arena_checksum: arena_sum.digest(),
             index_checksum: index_sum.digest(),
+            branded: self.branded,
             marks: hw.marks().to_vec(),
         };
         self.sink
@@ -739,6 +751,7 @@ impl<S: Sink> SnapshotWriter<S> {
             file_len,
             links,
             aliases: self.aliases,
+            branded: self.branded,
             expiring: self.expiring,
             url_bytes: self.url_bytes,
             home_buckets,
@@ -756,7 +769,9 @@ impl<S: Sink> SnapshotWriter<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::KEY_LEN_ESCAPE;
     use crate::Snapshot;
+    use lasthop_core::code::DOMAIN_MAX;
 
     fn meta() -> SnapshotMeta {
         let mut hw = HighWater::new(1, 100).unwrap();
@@ -789,6 +804,95 @@ mod tests {
         assert_eq!(s.lookup(b""), None);
     }
 
+    /// A domain name of exactly `len` bytes: labels of up to 63 letters, then `.example`.
+    fn long_domain(len: usize) -> String {
+        let mut d = String::new();
+        let mut label = b'a';
+        while d.len() + 63 + ".example".len() < len {
+            d.push_str(&(label as char).to_string().repeat(63));
+            d.push('.');
+            label += 1;
+        }
+        d.push_str(&"z".repeat(len - ".example".len() - d.len()));
+        d.push_str(".example");
+        assert_eq!(d.len(), len);
+        d
+    }
+
+    /// Branded keys: the same code on two domains is two links; counts say which are
+    /// aliases (on any domain) and which carry a domain; keys past 126 bytes (the length
+    /// escape) up to the longest link key round-trip and are found, in both layouts.
+    #[test]
+    fn branded_and_long_keys() {
+        let domain = long_domain(DOMAIN_MAX);
+        assert!(lasthop_core::code::domain_shape(domain.as_bytes()));
+        let longest = format!("{domain}/{}", "L".repeat(64));
+        assert_eq!(longest.len(), MAX_KEY_LEN);
+        let at_escape = format!("{}/abcDEF9", long_domain(KEY_LEN_ESCAPE - 8));
+        assert_eq!(at_escape.len(), KEY_LEN_ESCAPE);
+        let below_escape = format!("{}/abcDEF8", long_domain(KEY_LEN_ESCAPE - 9));
+        assert_eq!(below_escape.len(), KEY_LEN_ESCAPE - 1);
+        let links: Vec<(&str, &str, Option<i64>)> = vec![
+            ("abcDEF1", "https://a.example/", None),
+            ("spring-sale", "https://default.example/spring", None),
+            (
+                "go.example.com/spring-sale",
+                "https://go.example/spring",
+                Some(7),
+            ),
+            ("go.example.com/zzzzzz9", "https://go.example/code", None),
+            (longest.as_str(), "https://longest.example/", Some(-1)),
+            (at_escape.as_str(), "https://escape.example/", None),
+            (below_escape.as_str(), "https://below.example/", None),
+        ];
+        for layout in [Layout::Compact, Layout::Paged] {
+            let mut w = SnapshotWriter::in_memory(meta().with_layout(layout)).unwrap();
+            for &(k, u, e) in &links {
+                w.add(k.as_bytes(), u.as_bytes(), e).unwrap();
+            }
+            let (info, bytes) = w.seal().unwrap();
+            assert_eq!((info.links, info.aliases, info.branded), (7, 3, 5));
+            let s = Snapshot::from_vec(bytes).unwrap();
+            s.verify().unwrap();
+            s.audit().unwrap();
+            assert_eq!(s.format_version(), 3);
+            assert_eq!((s.links(), s.aliases(), s.branded()), (7, 3, 5));
+            for &(k, u, e) in &links {
+                let probe = s.prefetch(k.as_bytes());
+                s.prefetch_entry(probe);
+                let found = s.lookup(k.as_bytes()).unwrap();
+                assert_eq!(
+                    (found.url(), found.expires_at_ms()),
+                    (u.as_bytes(), e),
+                    "{k}"
+                );
+                assert_eq!(s.lookup_probe(k.as_bytes(), probe), Some(found));
+            }
+            for absent in [
+                "go.example.com/abcDEF1",
+                "other.example/spring-sale",
+                "go.example.com/spring-sal",
+                "go.example.com",
+                "go.example.com/",
+                "/spring-sale",
+                &longest[1..],
+                &format!("{longest}x")[..],
+                &format!("{}/abcDEF9", long_domain(KEY_LEN_ESCAPE - 7))[..],
+            ] {
+                assert_eq!(s.lookup(absent.as_bytes()), None, "{absent}");
+            }
+        }
+        // Duplicates are found among long keys too (their length takes two bytes).
+        let mut w = SnapshotWriter::in_memory(meta()).unwrap();
+        w.add(longest.as_bytes(), b"one", None).unwrap();
+        w.add(at_escape.as_bytes(), b"two", None).unwrap();
+        w.add(longest.as_bytes(), b"three", None).unwrap();
+        assert!(matches!(
+            w.seal(),
+            Err(BuildError::DuplicateKey { key }) if key == longest
+        ));
+    }
+
     #[test]
     fn empty_snapshot() {
         let (info, bytes) = SnapshotWriter::in_memory(meta()).unwrap().seal().unwrap();
@@ -812,6 +916,27 @@ mod tests {
         ));
         assert!(matches!(
             w.add(&[b'a'; 65], b"u", None),
+            Err(BuildError::BadKey { .. })
+        ));
+        for bad in [
+            &b"/spring-sale"[..],
+            b"LH.example/spring-sale",
+            b"localhost/spring-sale",
+            b"lh.example/",
+            b"lh.example/short",
+            b"lh.example/a/b-and-more",
+            b"lh.example:8080/spring-sale",
+        ] {
+            assert!(
+                matches!(w.add(bad, b"u", None), Err(BuildError::BadKey { .. })),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let mut too_long = long_domain(DOMAIN_MAX + 1).into_bytes();
+        too_long.extend_from_slice(b"/abcDEF1");
+        assert!(matches!(
+            w.add(&too_long, b"u", None),
             Err(BuildError::BadKey { .. })
         ));
         assert!(matches!(

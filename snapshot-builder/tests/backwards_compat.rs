@@ -1,12 +1,14 @@
 //! A format is a promise: the current reader must read every released version's fixture.
 //! `fixtures/v1.snap` was built by format version 1's writer from `fixtures/v1.tsv` and
 //! `fixtures/v1.key` (the command is in the TSV's second line); `fixtures/v2.snap` by version
-//! 2's from the same input and command with `--out v2.snap --layout paged`. Never
-//! regenerate one to make this test pass; add a `v3.snap` beside them when the format changes.
+//! 2's from the same input and command with `--out v2.snap --layout paged`; `fixtures/v3.snap`
+//! by version 3's from `fixtures/v3.tsv` (v1's links plus branded ones) and the same key, with
+//! the command in that TSV's second line. Never regenerate one to make this test pass; add a
+//! `v4.snap` beside them when the format changes.
 
 use std::path::PathBuf;
 
-use lasthop_core::{region_range, CodeScheme, HighWater, PermutationKey};
+use lasthop_core::{region_range, split_key, CodeScheme, HighWater, PermutationKey};
 use lasthop_snapshot::{parse_line, Layout, Snapshot, SnapshotMeta, SnapshotWriter};
 
 /// The fixtures' key. Parsed from its text: a checkout makes files 0644, which the loader of a
@@ -23,21 +25,27 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// What both fixtures say alike: the same input, key, sequence, seed and marks.
+/// What the v1 and v2 fixtures say alike: the same input, key, sequence, seed and marks.
 fn common_header(s: &Snapshot) {
+    fixture_header(s, 30);
+    assert_eq!(
+        (s.links(), s.aliases(), s.expiring(), s.url_bytes()),
+        (36, 6, 5, 1419)
+    );
+    assert_eq!(s.branded(), 0);
+}
+
+/// What every fixture says alike: the key, sequence, seed and regions; region 0's mark.
+fn fixture_header(s: &Snapshot, mark: u64) {
     let key = fixture_key();
     assert_eq!(s.sequence(), 4242);
     assert_eq!(s.key_id(), 0x5d81_299f);
     assert_eq!(s.key_id(), key.id());
     assert_eq!(s.hash_seed(), 7);
-    assert_eq!(
-        (s.links(), s.aliases(), s.expiring(), s.url_bytes()),
-        (36, 6, 5, 1419)
-    );
     let hw = s.high_water();
     assert_eq!(hw.regions(), 2);
     assert_eq!(hw.reserve(), 1000);
-    assert_eq!(hw.marks(), &[30, region_range(1, 2).unwrap().start]);
+    assert_eq!(hw.marks(), &[mark, region_range(1, 2).unwrap().start]);
     s.verify().unwrap();
     s.audit().unwrap();
 }
@@ -52,6 +60,12 @@ fn v1_header() {
     common_header(&s);
 }
 
+/// The v3 fixture's geometry (from `lasthop-snapshot inspect fixtures/v3.snap`).
+const V3_FILE_LEN: u64 = 4896;
+const V3_BUCKETS: (u64, u64, u32) = (9, 9, 0);
+const V3_PAGE_LEN: u32 = 512;
+const V3_URL_BYTES: u64 = 1623;
+
 #[test]
 fn v2_header() {
     let s = Snapshot::open(fixture("v2.snap")).unwrap();
@@ -64,9 +78,130 @@ fn v2_header() {
 }
 
 #[test]
+fn v3_header() {
+    let s = Snapshot::open(fixture("v3.snap")).unwrap();
+    assert_eq!(s.format_version(), 3);
+    assert_eq!(s.file_len(), V3_FILE_LEN);
+    assert_eq!(s.buckets(), V3_BUCKETS);
+    assert_eq!(s.page_len(), V3_PAGE_LEN);
+    // v1's 36 links and 7 branded: 2 generated codes (counters 30 and 31, so region 0's
+    // mark is 32) and 5 aliases.
+    fixture_header(&s, 32);
+    assert_eq!(
+        (s.links(), s.aliases(), s.expiring(), s.branded()),
+        (43, 11, 7, 7)
+    );
+    assert_eq!(s.url_bytes(), V3_URL_BYTES);
+}
+
+#[test]
 fn exact_answers() {
-    for name in ["v1.snap", "v2.snap"] {
+    for name in ["v1.snap", "v2.snap", "v3.snap"] {
         exact_answers_of(&Snapshot::open(fixture(name)).unwrap());
+    }
+    for name in ["v1.snap", "v2.snap"] {
+        let s = Snapshot::open(fixture(name)).unwrap();
+        for (key, _, _) in branded_links() {
+            assert_eq!(s.lookup(key.as_bytes()), None, "{name}: {key}");
+        }
+    }
+}
+
+/// A domain name of exactly `len` bytes, each label as long as it may be.
+fn long_domain(len: usize) -> String {
+    let mut labels = Vec::new();
+    let mut left = len - ".example".len();
+    for c in ['l', 'o', 'n', 'g'] {
+        if left == 0 {
+            break;
+        }
+        let n = left.min(63);
+        labels.push(c.to_string().repeat(n));
+        left -= n;
+        left = left.saturating_sub(1); // the dot before the next label
+    }
+    labels.push("example".to_string());
+    let d = labels.join(".");
+    assert_eq!(d.len(), len, "{d}");
+    d
+}
+
+/// The branded links of `v3.tsv`: key, URL, expiry.
+fn branded_links() -> Vec<(String, &'static str, Option<i64>)> {
+    vec![
+        (
+            "go.example.com/spring-sale".into(),
+            "https://go.example.com/landing/spring",
+            None,
+        ),
+        (
+            "go.example.com/Summer_2026".into(),
+            "https://go.example.com/landing/summer",
+            Some(1_790_000_000_000),
+        ),
+        (
+            "go.example.com/uWZ2lUy".into(),
+            "https://go.example.com/landing/30",
+            None,
+        ),
+        (
+            "links.example.org/6955Gfu".into(),
+            "https://links.example.org/31",
+            Some(1_800_000_000_000),
+        ),
+        (
+            format!("{}/long-key", long_domain(117)),
+            "https://example.net/126",
+            None,
+        ),
+        (
+            format!("{}/long-key", long_domain(118)),
+            "https://example.net/127",
+            None,
+        ),
+        (
+            format!("{}/{}", long_domain(253), "y".repeat(64)),
+            "https://example.net/318",
+            None,
+        ),
+    ]
+}
+
+/// The branded keys, around the escape and the longest, and their neighbours.
+#[test]
+fn v3_branded_answers() {
+    let s = Snapshot::open(fixture("v3.snap")).unwrap();
+    let links = branded_links();
+    let lens: Vec<usize> = links.iter().map(|(k, _, _)| k.len()).collect();
+    assert_eq!(&lens[4..], &[126, 127, 318]);
+    for (key, url, expires) in &links {
+        let e = s
+            .lookup(key.as_bytes())
+            .unwrap_or_else(|| panic!("{key} missing"));
+        assert_eq!(e.url(), url.as_bytes(), "{key}");
+        assert_eq!(e.expires_at_ms(), *expires, "{key}");
+        assert_eq!(
+            s.lookup_probe(key.as_bytes(), s.prefetch(key.as_bytes())),
+            Some(e)
+        );
+    }
+    // The same alias on the default domain is another link.
+    assert_eq!(
+        s.lookup(b"spring-sale").unwrap().url(),
+        b"https://shop.example.com/spring?ref=alias"
+    );
+    for absent in [
+        "go.example.com/a1234567".to_string(),
+        "go.example.com/JV3bd8V".into(),
+        "links.example.org/spring-sale".into(),
+        "go.example.com".into(),
+        "go.example.com/".into(),
+        "uWZ2lUy".into(),
+        format!("{}/long-key", long_domain(119)),
+        format!("{}/{}", long_domain(253), "y".repeat(63)),
+        format!("{}/{}y", long_domain(253), "y".repeat(64)),
+    ] {
+        assert_eq!(s.lookup(absent.as_bytes()), None, "{absent}");
     }
 }
 
@@ -135,17 +270,24 @@ fn exact_answers_of(s: &Snapshot) {
     assert_eq!(s.lookup(&[b'x'; 65]), None);
 }
 
+/// Every fixture with its input's line count and region 0's mark.
+const FIXTURES: [(&str, &str, usize, u64); 3] = [
+    ("v1.snap", "v1.tsv", 36, 30),
+    ("v2.snap", "v1.tsv", 36, 30),
+    ("v3.snap", "v3.tsv", 43, 32),
+];
+
 #[test]
 fn every_tsv_line() {
-    for name in ["v1.snap", "v2.snap"] {
-        every_tsv_line_of(&Snapshot::open(fixture(name)).unwrap());
+    for (snap, tsv, lines, mark) in FIXTURES {
+        every_tsv_line_of(&Snapshot::open(fixture(snap)).unwrap(), tsv, lines, mark);
     }
 }
 
-fn every_tsv_line_of(s: &Snapshot) {
+fn every_tsv_line_of(s: &Snapshot, tsv: &str, lines: usize, mark: u64) {
     let key = fixture_key();
     let scheme = CodeScheme::new(&key).unwrap();
-    let tsv = std::fs::read_to_string(fixture("v1.tsv")).unwrap();
+    let tsv = std::fs::read_to_string(fixture(tsv)).unwrap();
     let mut n = 0;
     for line in tsv.lines() {
         let Some(link) = parse_line(line).unwrap() else {
@@ -155,33 +297,54 @@ fn every_tsv_line_of(s: &Snapshot) {
         let e = s.lookup(link.key.as_bytes()).unwrap();
         assert_eq!(e.url(), link.url.as_bytes());
         assert_eq!(e.expires_at_ms(), link.expires_at_ms);
-        if let Some(counter) = scheme.decode(link.key.as_bytes()) {
-            assert!(counter < 30 && s.high_water().may_be_issued(counter));
+        if let Some(counter) = scheme.decode(split_key(link.key.as_bytes()).1) {
+            assert!(counter < mark && s.high_water().may_be_issued(counter));
         }
     }
-    assert_eq!(n, 36);
+    assert_eq!(n, lines);
 }
 
-/// Today's writer, given the same input and seed, produces the newest fixture byte for byte. If
-/// this fails you changed what the writer emits: if v2 readers would misread the new bytes, bump
-/// the format version and add a new fixture (keeping the old ones and their tests); if not (say,
-/// a different page length), point this test at a fresh build instead.
-#[test]
-fn v2_writer_is_stable() {
+/// Today's writer given `tsv` as the fixtures' command line builds it (region 0's mark from
+/// its generated codes), in the paged layout.
+fn rebuild(tsv: &str, mark: u64) -> Vec<u8> {
     let key = fixture_key();
     let mut hw = HighWater::new(2, 1000).unwrap();
-    hw.raise(0, 30).unwrap();
+    hw.raise(0, mark).unwrap();
     let meta = SnapshotMeta::new(4242, key.id(), hw)
         .with_hash_seed(7)
         .with_layout(Layout::Paged);
     let mut w = SnapshotWriter::in_memory(meta).unwrap();
-    let tsv = std::fs::read_to_string(fixture("v1.tsv")).unwrap();
+    let tsv = std::fs::read_to_string(fixture(tsv)).unwrap();
     for line in tsv.lines() {
         if let Some(l) = parse_line(line).unwrap() {
             w.add(l.key.as_bytes(), l.url.as_bytes(), l.expires_at_ms)
                 .unwrap();
         }
     }
-    let (_, bytes) = w.seal().unwrap();
-    assert!(bytes == std::fs::read(fixture("v2.snap")).unwrap());
+    w.seal().unwrap().1
+}
+
+/// Today's writer, given the same input and seed, produces the newest fixture byte for byte. If
+/// this fails you changed what the writer emits: if v3 readers would misread the new bytes, bump
+/// the format version and add a new fixture (keeping the old ones and their tests); if not (say,
+/// a different page length), point this test at a fresh build instead.
+#[test]
+fn v3_writer_is_stable() {
+    assert!(rebuild("v3.tsv", 32) == std::fs::read(fixture("v3.snap")).unwrap());
+}
+
+/// Version 3 left default-domain links as version 2 wrote them: given v2's input, today's
+/// writer builds `v2.snap` but for the version (offset 8) and the header checksum (152..160).
+#[test]
+fn v3_writer_keeps_v2_entries() {
+    let v2 = std::fs::read(fixture("v2.snap")).unwrap();
+    let v3 = rebuild("v1.tsv", 30);
+    assert_eq!(v3.len(), v2.len());
+    let differ: Vec<usize> = (0..v2.len()).filter(|&i| v2[i] != v3[i]).collect();
+    assert_eq!(&v2[8..12], &2u32.to_le_bytes());
+    assert_eq!(&v3[8..12], &3u32.to_le_bytes());
+    assert!(
+        differ.iter().all(|&i| i == 8 || (152..160).contains(&i)),
+        "bytes differ at {differ:?}"
+    );
 }

@@ -1,6 +1,8 @@
-//! Round trip (both layouts): every inserted key comes back with its exact URL and expiry,
-//! absent keys do not. Corruption: truncation, bit flips, header rewrites (with and without a recomputed header
-//! checksum) never panic on open, verify, audit or lookup, and a changed file never verifies.
+//! Round trip (both layouts): every inserted key (codes and aliases, on the default domain and
+//! on branded ones, up to the longest link key) comes back with its exact URL and expiry,
+//! absent keys do not. Corruption: truncation, bit flips, header rewrites (with and without a
+//! recomputed header checksum) never panic on open, verify, audit or lookup, and a changed file
+//! never verifies.
 
 use std::collections::BTreeMap;
 
@@ -10,16 +12,37 @@ use proptest::prelude::*;
 
 type Links = BTreeMap<Vec<u8>, (Vec<u8>, Option<i64>)>;
 
-/// A key the writer takes: a generated code's shape or an alias's (the classifier refuses a
-/// few alias-length strings, all digits for one, which the regex alone would rarely draw).
-fn key() -> impl Strategy<Value = Vec<u8>> {
+/// A code: a generated code's shape or an alias's (the classifier refuses a few alias-length
+/// strings, all digits for one, which the regex alone would rarely draw).
+fn code() -> impl Strategy<Value = String> {
     prop_oneof![
-        "[0-9A-Za-z]{7}".prop_map(String::into_bytes),
-        "[0-9A-Za-z_-]{8,64}".prop_map(String::into_bytes),
+        "[0-9A-Za-z]{7}",
+        "[0-9A-Za-z_-]{8,64}",
+        // A few codes shared across domains, so the same code on two domains is common.
+        prop::sample::select(vec!["abcDEF1", "spring-sale", "Summer_2026"]).prop_map(String::from),
     ]
-    .prop_filter("a key shape the snapshot takes", |k| {
-        lasthop_core::code::classify(k) != lasthop_core::code::CodeKind::Invalid
-    })
+}
+
+/// A domain: a few short ones (many keys share them), random ones of up to four labels, long
+/// ones of two to four labels of 40–63 characters, or the longest: keys from 10 to 318 bytes,
+/// many past the 126 that fit the entry's first byte.
+fn domain() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec!["go.example.com", "lh.example", "a.b"]).prop_map(String::from),
+        "[a-z0-9]{1,63}(\\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?){1,3}",
+        proptest::collection::vec("[a-z0-9]{40,63}", 2..=4).prop_map(|labels| labels.join(".")),
+        // 247–253 bytes, the longest domains.
+        "[a-z0-9]{63}\\.[a-z0-9]{63}\\.[a-z0-9]{63}\\.[a-z0-9]{55,61}",
+    ]
+}
+
+/// A key the writer takes: a code alone (the default domain) or `domain/code`.
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    (proptest::option::weighted(0.5, domain()), code())
+        .prop_map(|(d, c)| lasthop_core::link_key(d.as_deref(), &c).into_bytes())
+        .prop_filter("a key shape the snapshot takes", |k| {
+            lasthop_core::plausible_key(k)
+        })
 }
 
 fn links(max: usize) -> impl Strategy<Value = Links> {
@@ -31,6 +54,15 @@ fn links(max: usize) -> impl Strategy<Value = Links> {
         ),
         0..max,
     )
+}
+
+/// `bytes` relabelled as version 2 with `branded` at offset 144, the header checksum redone.
+fn as_v2(bytes: &[u8], branded: u64) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    b[144..152].copy_from_slice(&branded.to_le_bytes());
+    reseal_header(&mut b);
+    b
 }
 
 fn build(links: &Links, seed: u64, regions: u32, compact: bool) -> Vec<u8> {
@@ -161,10 +193,17 @@ proptest! {
         compact in any::<bool>(),
     ) {
         let bytes = build(&links, seed, regions, compact);
-        let s = Snapshot::from_vec(bytes).unwrap();
+        let s = Snapshot::from_vec(bytes.clone()).unwrap();
         s.verify().unwrap();
         s.audit().unwrap();
+        prop_assert_eq!(s.format_version(), 3);
         prop_assert_eq!(s.links(), links.len() as u64);
+        let branded = links.keys().filter(|k| k.contains(&b'/')).count() as u64;
+        let aliases = links
+            .keys()
+            .filter(|k| lasthop_core::classify_key(k) == lasthop_core::CodeKind::Alias)
+            .count() as u64;
+        prop_assert_eq!((s.branded(), s.aliases()), (branded, aliases));
         prop_assert_eq!(s.sequence(), 99);
         prop_assert_eq!(s.key_id(), 0xfeed);
         prop_assert_eq!(s.high_water().regions(), regions);
@@ -182,6 +221,32 @@ proptest! {
         }
         for k in absent.iter().filter(|k| !links.contains_key(*k)) {
             prop_assert_eq!(s.lookup(k), None);
+        }
+        // Each key's code on another domain (or on none) is another key.
+        for k in links.keys() {
+            let (d, c) = lasthop_core::split_key(k);
+            let c = std::str::from_utf8(c).unwrap();
+            for other in [None, Some("other.example"), Some("go.example.com")] {
+                let moved = lasthop_core::link_key(other, c).into_bytes();
+                if d != other.map(str::as_bytes) && !links.contains_key(&moved) {
+                    prop_assert_eq!(s.lookup(&moved), None);
+                }
+            }
+        }
+        // Labelled version 2: the same bytes with only default-domain keys are what a version-2
+        // writer wrote, and read as before; a branded key in them fails audit (and a nonzero
+        // offset 144 fails open).
+        if branded == 0 {
+            let s2 = Snapshot::from_vec(as_v2(&bytes, 0)).unwrap();
+            s2.verify().unwrap();
+            s2.audit().unwrap();
+            for k in links.keys() {
+                prop_assert_eq!(s2.lookup(k), s.lookup(k));
+            }
+        } else {
+            prop_assert!(Snapshot::from_vec(as_v2(&bytes, branded)).is_err());
+            let s2 = Snapshot::from_vec(as_v2(&bytes, 0)).unwrap();
+            prop_assert!(s2.audit().is_err());
         }
     }
 
