@@ -843,6 +843,63 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_branded_key_is_found_in_the_snapshot() {
+        use crate::domains::{Domain, Domains};
+        let f = fixture(false);
+        let mut hw = HighWater::new(1, RESERVE).unwrap();
+        hw.raise(0, ISSUED).unwrap();
+        let mut w =
+            SnapshotWriter::in_memory(SnapshotMeta::new(10, f.scheme.key_id(), hw)).unwrap();
+        w.add(b"spring-sale", b"https://shop.example/spring", None)
+            .unwrap();
+        w.add(
+            b"go.example.com/spring-sale",
+            b"https://go.example/snapshot",
+            None,
+        )
+        .unwrap();
+        let key = [&b"go.example.com/"[..], &f.scheme.encode(40).unwrap()].concat();
+        w.add(&key, b"https://go.example/forty", None).unwrap();
+        let (_, bytes) = w.seal().unwrap();
+        let snapshot = Arc::new(Snapshot::from_vec(bytes).unwrap());
+        let t = f
+            .tables
+            .with_snapshot(snapshot)
+            .unwrap()
+            .with_overlay(Arc::new(Overlay::empty()))
+            .with_domains(Arc::new(Domains::new([Domain::new("go.example.com")])));
+        assert_eq!(
+            decide_buf(&on("go.example.com", "/spring-sale"), &t),
+            (
+                Answer::Redirect {
+                    url: b"https://go.example/snapshot"
+                },
+                Layer::Snapshot
+            )
+        );
+        assert_eq!(
+            decide_buf(&on("lh.example", "/spring-sale"), &t).0,
+            Answer::Redirect {
+                url: b"https://shop.example/spring"
+            }
+        );
+        let forty = f.code(40);
+        assert_eq!(
+            decide_buf(&on("go.example.com", &format!("/{forty}")), &t),
+            (
+                Answer::Redirect {
+                    url: b"https://go.example/forty"
+                },
+                Layer::Snapshot
+            )
+        );
+        assert_eq!(
+            decide_buf(&on("lh.example", &format!("/{forty}")), &t).0,
+            Answer::NotFound
+        );
+    }
+
+    #[test]
     fn a_branded_miss_goes_to_the_origin_under_its_domain() {
         let f = fixture(true);
         let t = branded(&f);

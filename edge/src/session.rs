@@ -707,6 +707,17 @@ fn finish(
     close
 }
 
+/// Whether `req` asks for the link whose key is `key` (its code, or `domain/code` when its
+/// `Host` is a branded domain): how a multiplexed connection finds the request an origin reply
+/// (sent for that key) belongs to.
+pub(crate) fn asks_for(req: &Request<'_>, tables: &Tables, key: &[u8]) -> bool {
+    let Some((code, _)) = answer::code_of(req.path) else {
+        return false;
+    };
+    let mut buf = crate::domains::KeyBuf::default();
+    buf.key(tables.domains.find(req.host), code) == key
+}
+
 /// The code part of a request path (`/abc1234+` → `abc1234`), by the decision's own rule.
 fn code_of(path: &[u8]) -> &[u8] {
     answer::code_of(path).map_or(path, |(code, _)| code)

@@ -306,6 +306,34 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
         fill(&c, "#domain", "paypal-login.example").await;
         click(&c, "#add-domain button").await;
         wait_text(&c, ".error", "brand").await;
+        // A link made on the branded domain through the form's domain choice: its page shows
+        // the domain's short URL; the domain cannot be deleted while the link lives.
+        c.goto(&format!("{base}/links")).await.unwrap();
+        fill(&c, "#long_url", "https://example.com/branded").await;
+        c.find(Locator::Css("select#domain"))
+            .await
+            .unwrap()
+            .select_by_value("go.example.com")
+            .await
+            .unwrap();
+        fill(&c, "#alias", "spring-sale").await;
+        click(&c, "#create").await;
+        wait_text(&c, "#short-url", "https://go.example.com/spring-sale").await;
+        wait_path(&c, "/links/go.example.com%2Fspring-sale").await;
+        shot(&c, "branded-link").await;
+        c.goto(&format!("{base}/domains")).await.unwrap();
+        click(&c, "form[action='/domains/go.example.com/delete'] button").await;
+        wait_text(&c, ".error", "not deleted").await;
+        c.goto(&format!("{base}/links/go.example.com%2Fspring-sale"))
+            .await
+            .unwrap();
+        click(
+            &c,
+            "form[action='/links/go.example.com%2Fspring-sale/delete'] button",
+        )
+        .await;
+        wait_text(&c, ".notice", "Done: delete").await;
+        c.goto(&format!("{base}/domains")).await.unwrap();
         click(&c, "form[action='/domains/go.example.com/delete'] button").await;
         wait_text(&c, ".notice", "go.example.com deleted").await;
         assert!(!text_of(&c, "#domains").await.contains("go.example.com"));

@@ -78,6 +78,9 @@ fn curl(
         .to_string();
     let mut parts = stdout.split_whitespace();
     let status = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    if status == 0 {
+        eprintln!("curl gave no status for {name}{path} (h2 {http2}): {stdout} {stderr}");
+    }
     (
         status,
         parts.next().unwrap_or_default().to_string(),

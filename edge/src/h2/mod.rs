@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 
 use frame::{flag, kind, setting, ErrorCode, Header};
 
-use crate::answer::{code_of, Prefetcher};
+use crate::answer::Prefetcher;
 use crate::origin_cache::OriginAnswer;
 use crate::render;
 use crate::session::{self, Effect, Effects, Env, How, Out, Parked, Reply};
@@ -1189,7 +1189,7 @@ impl H2Conn {
         }
         let found = self.streams.iter().position(|s| {
             matches!(s.phase, Phase::Parked(_))
-                && code_of(s.fields.request(env.limits).path).map(|(c, _)| c) == Some(code)
+                && session::asks_for(&s.fields.request(env.limits), env.tables, code)
         });
         let Some(i) = found else {
             return;

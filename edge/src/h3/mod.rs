@@ -517,9 +517,10 @@ impl H3Conn {
         fx: &mut impl Effects,
         acts: &mut Vec<Act>,
     ) {
-        let found = self.parked.iter().position(|p| {
-            crate::answer::code_of(p.fields.request(env.limits).path).map(|(c, _)| c) == Some(code)
-        });
+        let found = self
+            .parked
+            .iter()
+            .position(|p| session::asks_for(&p.fields.request(env.limits), env.tables, code));
         let Some(i) = found else {
             return;
         };

@@ -246,8 +246,10 @@ fn write_all<R: BufRead>(
                         let key = record_key(scheme, &l.code).ok_or_else(|| {
                             corrupt("import", format!("link {:?} is no valid code", l.code))
                         })?;
-                        if lasthop_core::classify(l.code.as_bytes()) == CodeKind::Generated {
-                            let n = scheme.decode(l.code.as_bytes()).unwrap_or(u64::MAX);
+                        // A generated code's counter is checked on any domain (one counter).
+                        let (_, code) = lasthop_core::split_key_str(&l.code);
+                        if lasthop_core::classify(code.as_bytes()) == CodeKind::Generated {
+                            let n = scheme.decode(code.as_bytes()).unwrap_or(u64::MAX);
                             crate::transfer::check_counter(&l.code, n, config.regions, &marks)?;
                         }
                         if t.links.get(key.as_slice()).map_err(storage)?.is_some() {

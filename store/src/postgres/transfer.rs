@@ -290,9 +290,11 @@ impl ImportState {
                     self.done.other += 1;
                 }
                 Record::Link(l) => {
-                    match lasthop_core::classify(l.code.as_bytes()) {
+                    // A generated code's counter is checked on any domain (one counter).
+                    let (_, code) = lasthop_core::split_key_str(&l.code);
+                    match lasthop_core::classify_key(l.code.as_bytes()) {
                         CodeKind::Generated => {
-                            let n = self.scheme.decode(l.code.as_bytes()).ok_or_else(|| {
+                            let n = self.scheme.decode(code.as_bytes()).ok_or_else(|| {
                                 corrupt("import", format!("link {:?} is no valid code", l.code))
                             })?;
                             crate::transfer::check_counter(&l.code, n, self.regions, &self.marks)?;
