@@ -11,6 +11,8 @@
 //!
 //! - `hit_curl`, `hit_wrk`, `hit_browser`: a generated code in the snapshot → 302, with the
 //!   headers each client really sends (the browser's are ~500 bytes);
+//! - `hit_curl_domains`: `hit_curl` with 10,000 branded domains in the tables: the default
+//!   domain's request also looks its `Host` up among them (issue 41's budget check);
 //! - `hit_curl_huge`: `hit_curl` with the snapshot copied into transparent huge pages
 //!   (`Snapshot::load`, the engine's `--snapshot-memory huge`);
 //! - `hit_curl_paged`: `hit_curl` on the same links in the paged layout (each entry beside its
@@ -84,19 +86,29 @@ fn request(c: &mut Criterion) {
     // A hot set: real traffic is skewed, and its head stays in cache.
     let hot = Codes::new((0..HOT_CODES).map(|i| hits.get(i).to_vec()));
     let limits = Limits::default();
+    // The same tables with 10,000 branded domains: a default-domain request then pays one
+    // lookup of its Host among them (a miss).
+    let branded = tables.with_domains(std::sync::Arc::new(
+        lasthop_edge::domains::Domains::new((0..10_000).map(|i| {
+            lasthop_edge::domains::Domain::new(&format!("brand{i}.example"))
+        })),
+    ));
     let tables_of = |name: &str| {
         if name.ends_with("_huge") {
             &huge
         } else if name.ends_with("_paged") {
             &paged
+        } else if name.ends_with("_domains") {
+            &branded
         } else {
             &tables
         }
     };
     // (name, request template split at the code, codes, expected layer, expected status)
     type Case<'a> = (&'a str, (&'a str, &'a str), &'a Codes, Layer, u16);
-    let cases: [Case<'_>; 8] = [
+    let cases: [Case<'_>; 9] = [
         ("hit_curl", split(CURL), &hits, Layer::Snapshot, 302),
+        ("hit_curl_domains", split(CURL), &hits, Layer::Snapshot, 302),
         ("hit_curl_huge", split(CURL), &hits, Layer::Snapshot, 302),
         ("hit_curl_paged", split(CURL), &hits, Layer::Snapshot, 302),
         ("hit_hot_curl", split(CURL), &hot, Layer::Snapshot, 302),
