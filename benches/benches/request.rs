@@ -234,6 +234,7 @@ fn request(c: &mut Criterion) {
             builder.encode(
                 black_box(&req),
                 b"Ab3dE9x",
+                b"",
                 "fra1",
                 from,
                 1_764_504_000_000 + n,

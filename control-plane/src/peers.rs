@@ -366,6 +366,7 @@ impl Peers {
 
     /// Asks region `region` for its clicks of `code` from `from` to `to` (`GET
     /// /peer/v1/stats/{code}`), at most [`STATS_TIMEOUT`]: none when it has none. Blocking.
+    /// `code` is a link key; a branded one's `/` travels as `%2F`, one path segment.
     pub fn stats(
         &self,
         region: u32,
@@ -373,6 +374,7 @@ impl Peers {
         from: crate::clicks::Day,
         to: crate::clicks::Day,
     ) -> Result<Vec<crate::clicks::stats::WireDay>, PeerError> {
+        let code: String = url::form_urlencoded::byte_serialize(code.as_bytes()).collect();
         let path = format!("/peer/v1/stats/{code}?from={from}&to={to}");
         Ok(self
             .ask_within(region, &path, None, STATS_TIMEOUT)?

@@ -120,7 +120,7 @@ impl Effects for CoreEffects<'_> {
                     ctx.top.record(code);
                 }
                 if let Some(clicks) = &ctx.clicks {
-                    clicks.record(req, code, self.peer, how, ctx.now_ms);
+                    clicks.record(req, code, b"", self.peer, how, ctx.now_ms);
                 }
             }
             Effect::Answered { status, layer } => {
