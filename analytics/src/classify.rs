@@ -25,7 +25,7 @@
 //!    aligned to multiples of the window, so a burst split across a boundary needs the count
 //!    on one side of it.
 //! 6. **Behaviour**: a visitor hash that fetched more than [`Rules::max_codes_per_minute`]
-//!    distinct codes within one UTC minute of event time (`at_ms / 60000`) is a bot from the
+//!    distinct codes (links: the same alias on two domains is two) within one UTC minute of event time (`at_ms / 60000`) is a bot from the
 //!    event that crosses the threshold on, for the rest of that minute. People click a few
 //!    links a minute; scrapers walking codes click hundreds. Only events the first rules let
 //!    through are counted by 5 and 6: known bots would spend state the rules do not need.
@@ -206,7 +206,7 @@ impl Classifier {
                 public(net)
                     && self.burst.over_limit(
                         net_key(net) ^ agent.key,
-                        code_hash(event.code),
+                        link_hash(event),
                         event.at_ms,
                         self.rules.burst_codes - 1,
                     )
@@ -215,7 +215,7 @@ impl Classifier {
             Some(BotReason::Burst)
         } else if self.behaviour.over_limit(
             event.visitor,
-            code_hash(event.code),
+            link_hash(event),
             event.at_ms,
             self.rules.max_codes_per_minute,
         ) {
@@ -312,10 +312,20 @@ fn parse_agent(ua: &str) -> (Device, &'static str, &'static str) {
 /// FNV-1a: codes are short, and a collision merely undercounts one visitor's distinct codes.
 /// Never [`MANY`] or [`BOT`].
 fn code_hash(code: &str) -> u64 {
-    let h = code.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+    fnv(code.as_bytes().iter()).min(BOT - 1)
+}
+
+/// [`code_hash`] of the event's link key ([`ClickEvent::link_key`], without building it): the
+/// code on the default domain, `domain/code` on a branded one, so the rules count the same
+/// alias on two domains as two links.
+fn link_hash(event: &ClickEvent<'_>) -> u64 {
+    fnv(event.link_key_parts().iter().flat_map(|part| part.iter())).min(BOT - 1)
+}
+
+fn fnv<'b>(bytes: impl Iterator<Item = &'b u8>) -> u64 {
+    bytes.fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    h.min(BOT - 1)
+    })
 }
 
 /// A user agent's part of the burst key: FNV-1a, spread over the word by a multiply so that
@@ -517,6 +527,7 @@ mod tests {
             id: EventId::new(1, at_ms),
             at_ms,
             code,
+            domain: "",
             pop: "fra1",
             country: Some(*b"DE"),
             method: Method::Get,
@@ -762,6 +773,30 @@ mod tests {
         assert_eq!(
             c.classify(&event(CHROME_WIN, "bbbbbbb", 9, 2)).bot,
             Some(BotReason::Behaviour)
+        );
+    }
+
+    #[test]
+    fn the_same_alias_on_two_domains_is_two_links() {
+        let on = |domain, at_ms| ClickEvent {
+            domain,
+            ..event(CHROME_WIN, "spring-sale", 9, at_ms)
+        };
+        // The default domain's hash is the code's, as before branded domains.
+        assert_eq!(link_hash(&on("", 0)), code_hash("spring-sale"));
+        assert_ne!(
+            link_hash(&on("go.example.com", 0)),
+            code_hash("spring-sale")
+        );
+        let mut rules = Rules::builtin();
+        rules.max_codes_per_minute = 1;
+        let mut c = Classifier::new(Arc::new(rules));
+        assert_eq!(c.classify(&on("", 0)).bot, None);
+        assert_eq!(c.classify(&on("", 1)).bot, None, "a repeat");
+        assert_eq!(
+            c.classify(&on("go.example.com", 2)).bot,
+            Some(BotReason::Behaviour),
+            "a second link"
         );
     }
 

@@ -33,7 +33,8 @@
 //!
 //! **Early-data replays.** A request in TLS or QUIC 0-RTT early data can be replayed by whoever
 //! captured it; each replay the edge answers is a new event with a new id. So an early event
-//! also has an [`early_key`]: its visitor, code and UTC minute, and the processor counts one
+//! also has an [`early_key`]: its visitor, link (its code, or `domain/code` on a branded
+//! domain) and UTC minute, and the processor counts one
 //! early event per key (a [`KeyDedup`], a window of 64-bit keys in hash sets, through
 //! [`KeyDedup::first`]). A person clicking the same link twice within a minute from a resumed
 //! session loses one click; a click not in early data is never dropped by this rule.
@@ -71,15 +72,22 @@ pub fn entropy_bits_per_id(p: f64) -> f64 {
 pub const EARLY_SPAN_MS: u64 = 60_000;
 
 /// The key an early-data event is deduplicated on (`None` for an event not in early data): a
-/// 64-bit hash of its visitor, code and UTC minute ([`EARLY_SPAN_MS`]).
+/// 64-bit hash of its visitor, link and UTC minute ([`EARLY_SPAN_MS`]). The link is its key
+/// ([`ClickEvent::link_key`]): the code on the default domain (so those keys are what they were
+/// before branded domains), `domain/code` on a branded one, so the same alias on two domains is
+/// two links here too.
 pub fn early_key(e: &ClickEvent<'_>) -> Option<u64> {
     if !e.early {
         return None;
     }
-    // FNV-1a over the code, then mixed with the visitor and the minute.
-    let code = e.code.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
+    // FNV-1a over the link key, then mixed with the visitor and the minute.
+    let code = e
+        .link_key_parts()
+        .iter()
+        .flat_map(|part| part.iter())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
     let minute = e.at_ms / EARLY_SPAN_MS;
     Some(mix(e.visitor ^ mix(code ^ mix(minute))))
 }
@@ -429,6 +437,7 @@ mod tests {
             id: EventId::new(1, at_ms),
             at_ms,
             code,
+            domain: "",
             pop: "",
             country: None,
             method: lasthop_core::click::Method::Get,
@@ -452,6 +461,21 @@ mod tests {
         assert_ne!(early_key(&early(8, "Ab3dE9x", t, true)), Some(k));
         assert_ne!(early_key(&early(7, "Ab3dE9y", t, true)), Some(k));
         assert_eq!(early_key(&early(7, "Ab3dE9x", t, false)), None);
+        // The default domain's keys are what they were before branded domains (FNV-1a of the
+        // code alone), so a processor upgraded mid-minute still knows its replays.
+        let fnv = "Ab3dE9x".bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        assert_eq!(k, mix(7 ^ mix(fnv ^ mix(t / EARLY_SPAN_MS))));
+        // The same code on a branded domain is another link; two domains are two links.
+        let on = |domain| ClickEvent {
+            domain,
+            ..early(7, "Ab3dE9x", t, true)
+        };
+        let branded = early_key(&on("go.example.com")).unwrap();
+        assert_ne!(branded, k);
+        assert_ne!(early_key(&on("lh.example")), Some(branded));
+        assert_eq!(early_key(&on("go.example.com")), Some(branded));
         let mut d = KeyDedup::new(W);
         assert!(d.first(k, t));
         assert!(!d.first(k, t + 5), "a replay");

@@ -7,7 +7,8 @@
 //! - [`classify`]: per-event verdicts (bot or human, and why; device, browser, OS);
 //! - [`uniques`]: the HyperLogLog unique-visitor sketch (mergeable, ≤ 2% error);
 //! - [`dedup`]: the event-id window that drops duplicates;
-//! - [`rollup`]: the per-(code, day) counters and breakdowns.
+//! - [`rollup`]: the per-(link, day) counters and breakdowns (a link by its key: the code, or
+//!   `domain/code` on a branded domain).
 
 pub mod classify;
 mod codec;

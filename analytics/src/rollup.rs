@@ -1,4 +1,6 @@
-//! Per-(code, day) counters.
+//! Per-(link, day) counters. A link is its key (`lasthop_core::link_key`): its code on the
+//! default domain, `domain/code` on a branded one, so the same alias on two domains keeps two
+//! rollups.
 //!
 //! A rollup is what an owner's dashboard reads: clicks by people and by bots, unique visitors,
 //! and breakdowns by country, referrer, device, browser and OS (people only: bots would swamp
@@ -267,6 +269,7 @@ mod tests {
             id: EventId::new(1, visitor),
             at_ms: 0,
             code: "Ab3dE9x",
+            domain: "",
             pop: "fra1",
             country,
             method: Method::Get,

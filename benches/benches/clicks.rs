@@ -104,6 +104,7 @@ impl Traffic {
             id: EventId::new(0xfeed, i as u64),
             at_ms,
             code: &self.codes[code],
+            domain: "",
             pop: "fra1",
             country: Some(*b"DE"),
             method: Method::Get,

@@ -88,11 +88,9 @@ fn request(c: &mut Criterion) {
     let limits = Limits::default();
     // The same tables with 10,000 branded domains: a default-domain request then pays one
     // lookup of its Host among them (a miss).
-    let branded = tables.with_domains(std::sync::Arc::new(
-        lasthop_edge::domains::Domains::new((0..10_000).map(|i| {
-            lasthop_edge::domains::Domain::new(&format!("brand{i}.example"))
-        })),
-    ));
+    let branded = tables.with_domains(std::sync::Arc::new(lasthop_edge::domains::Domains::new(
+        (0..10_000).map(|i| lasthop_edge::domains::Domain::new(&format!("brand{i}.example"))),
+    )));
     let tables_of = |name: &str| {
         if name.ends_with("_huge") {
             &huge
@@ -246,6 +244,7 @@ fn request(c: &mut Criterion) {
             builder.encode(
                 black_box(&req),
                 b"Ab3dE9x",
+                b"",
                 "fra1",
                 from,
                 1_764_504_000_000 + n,

@@ -115,10 +115,11 @@ pub fn write_line(out: &mut Vec<u8>, event: &ClickEvent<'_>) {
     let _ = hex::encode_to_slice(event.id.0.to_be_bytes(), &mut id);
     let _ = hex::encode_to_slice(event.visitor.to_be_bytes(), &mut vis);
     let line = Line {
-        v: lasthop_core::click::EVENT_VERSION,
+        v: event.version(),
         id: std::str::from_utf8(&id).unwrap_or_default(),
         t: event.at_ms,
         code: event.code,
+        d: event.branded(),
         pop: event.pop,
         cc: event.country_str(),
         m: event.method,
@@ -143,6 +144,8 @@ struct Line<'a> {
     id: &'a str,
     t: u64,
     code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    d: Option<&'a str>,
     pop: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     cc: Option<&'a str>,
@@ -559,6 +562,7 @@ mod tests {
             id: EventId::new(0xabc, i),
             at_ms: 1_764_504_000_000 + i,
             code: "Ab3dE9x",
+            domain: if i % 3 == 2 { "go.example.com" } else { "" },
             pop: "fra1",
             country: (i % 2 == 0).then_some(*b"DE"),
             method: if i % 3 == 0 {
@@ -589,10 +593,14 @@ mod tests {
             write_line(&mut mine, &e);
             let mut theirs = serde_json::to_vec(&e.archived()).unwrap();
             theirs.push(b'\n');
-            assert_eq!(
-                String::from_utf8(mine).unwrap(),
-                String::from_utf8(theirs).unwrap()
-            );
+            let line = String::from_utf8(mine).unwrap();
+            assert_eq!(line, String::from_utf8(theirs).unwrap());
+            // A branded domain's click says its domain, as version 2; it reads back.
+            let branded = i % 3 == 2;
+            assert_eq!(line.contains(r#""d":"go.example.com""#), branded, "{line}");
+            assert_eq!(line.starts_with(r#"{"v":2,"#), branded, "{line}");
+            let parsed: ArchivedClick = serde_json::from_str(&line).unwrap();
+            assert_eq!(parsed.event().unwrap(), e);
         }
     }
 

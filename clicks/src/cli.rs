@@ -61,8 +61,9 @@ pub struct SynthArgs {
     pub events: u64,
     #[arg(long, default_value_t = 1000)]
     pub codes: u32,
-    /// Events for these codes (repeatable) instead of `--codes` generated ones: real links,
-    /// whose stats and console pages can then be read.
+    /// Events for these links (repeatable; a code, or `domain/code` on a branded domain)
+    /// instead of `--codes` generated ones: real links, whose stats and console pages can then
+    /// be read.
     #[arg(long = "code")]
     pub fixed_codes: Vec<String>,
     #[arg(long, default_value_t = 100_000)]

@@ -1,4 +1,4 @@
-//! The Kafka source: a consumer group on the clicks topic (key = code, value = one event).
+//! The Kafka source: a consumer group on the clicks topic (key = the link key, value = one event).
 //!
 //! Offsets are committed to the group only after the flush covering them committed (no
 //! auto-commit). The processor also stores each partition's next offset in the rollup store in

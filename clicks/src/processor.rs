@@ -4,18 +4,22 @@
 //! Per event: too far in the future, or so old that its day is past both the grace and the
 //! archive's retention → invalid; a second sighting of an id within the dedup window →
 //! duplicate; its UTC day past the grace → late (not counted; the archive consumer keeps it and
-//! a recompute of that day includes it); else classified and added to the in-memory (code, day)
-//! rollup, loaded from the store the first time the key is touched. A stored rollup that does
-//! not decode is never counted on or overwritten: the event counts as `corrupt_rollup`
-//! (recomputing the day repairs the row). Every flush interval: (1) the dirty rollups and the
-//! source positions are upserted in one store transaction, (2) then Kafka offsets are committed
-//! or consumed spool files marked done. Rollups of closed days leave memory.
+//! a recompute of that day includes it); else classified and added to the in-memory (link, day)
+//! rollup, loaded from the store the first time the key is touched. A link is its key
+//! ([`ClickEvent::link_key`]): the code on the default domain, `domain/code` on a branded one,
+//! so the same alias on two domains is two rollups, and the default domain's are keyed as they
+//! were before branded domains. A stored rollup that does not decode is never counted on or
+//! overwritten: the event counts as `corrupt_rollup` (recomputing the day repairs the row).
+//! Every flush interval: (1) the dirty rollups and the source positions are upserted in one
+//! store transaction, (2) then Kafka offsets are committed or consumed spool files marked done.
+//! Rollups of closed days leave memory.
 //!
 //! The raw archive is not written here: the archive consumer (`archiver.rs`) reads the same
 //! source at its own position, so a processor that is down costs no raw event.
 //!
 //! The common path allocates nothing per event: events borrow the source's buffer, and the
-//! rollup key is looked up by `(&str, day)` and only copied on first touch.
+//! rollup key (the code itself on the default domain, written into a reused buffer on a branded
+//! one) is looked up by `(&str, day)` and only copied on first touch.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -102,7 +106,7 @@ pub struct Outcomes {
     pub bot: u64,
     /// Dropped: an id seen within the window.
     pub duplicate: u64,
-    /// Dropped: a second early-data event of one visitor and code in one minute (a possible
+    /// Dropped: a second early-data event of one visitor and link in one minute (a possible
     /// 0-RTT replay: `lasthop_analytics::early_key`).
     pub early_replay: u64,
     /// Archived, not counted: the day was closed.
@@ -113,7 +117,7 @@ pub struct Outcomes {
     pub corrupt: u64,
     /// Torn spool tails.
     pub torn: u64,
-    /// Not counted: the stored rollup of its (code, day) does not decode.
+    /// Not counted: the stored rollup of its (link, day) does not decode.
     pub corrupt_rollup: u64,
 }
 
@@ -222,11 +226,12 @@ const NO_PART: Part = -1;
 struct State {
     store: Arc<RollupStore>,
     dedup: Dedup,
-    /// Early-data events' keys ([`early_key`]): one counted per visitor, code and minute.
+    /// Early-data events' keys ([`early_key`]): one counted per visitor, link and minute.
     replays: KeyDedup,
     classifier: Classifier,
     grace_ms: u64,
     archive_days: u32,
+    /// By (day, partition), then by link key.
     rollups: HashMap<(Day, Part), HashMap<Box<str>, Slot>>,
     /// Keys whose stored rollup does not decode: left alone until their day is recomputed.
     corrupt: HashMap<Day, HashSet<Box<str>>>,
@@ -239,6 +244,8 @@ struct State {
     rewind: Vec<Part>,
     out: Outcomes,
     newest_ms: u64,
+    /// Where a branded domain's link key is written ([`ClickEvent::link_key_in`]), reused.
+    key: String,
 }
 
 impl State {
@@ -292,7 +299,7 @@ impl State {
                     );
                 }
                 Err(err) => {
-                    tracing::error!(error = %err, "events of this code and day are not counted until the day is recomputed");
+                    tracing::error!(error = %err, "events of this link and day are not counted until the day is recomputed");
                     self.corrupt.entry(day).or_default().insert(code);
                 }
             }
@@ -302,6 +309,13 @@ impl State {
     }
 
     fn on_event(&mut self, e: &ClickEvent<'_>, at: Option<Pos>, now: u64) {
+        let mut buf = std::mem::take(&mut self.key);
+        self.count(e, e.link_key_in(&mut buf), at, now);
+        self.key = buf;
+    }
+
+    /// [`on_event`](Self::on_event) for the link `key` (`e`'s [`ClickEvent::link_key`]).
+    fn count(&mut self, e: &ClickEvent<'_>, key: &str, at: Option<Pos>, now: u64) {
         // Only a shared store keeps partitions apart.
         let at = at.filter(|_| self.shared);
         let part = at.map_or(NO_PART, |a| a.part);
@@ -347,7 +361,7 @@ impl State {
             return;
         }
         let codes = self.rollups.entry((day, part)).or_default();
-        match codes.get_mut(e.code) {
+        match codes.get_mut(key) {
             Some(slot) => {
                 if counted(slot.at, at) {
                     self.out.duplicate += 1;
@@ -357,11 +371,11 @@ impl State {
                 slot.at = at.or(slot.at);
                 if !slot.dirty {
                     slot.dirty = true;
-                    self.dirty.push((day, part, e.code.into()));
+                    self.dirty.push((day, part, key.into()));
                 }
             }
             None => {
-                if self.corrupt.get(&day).is_some_and(|c| c.contains(e.code)) {
+                if self.corrupt.get(&day).is_some_and(|c| c.contains(key)) {
                     self.out.corrupt_rollup += 1;
                     return;
                 }
@@ -369,7 +383,7 @@ impl State {
                 let stored = if self.shared {
                     Ok(None)
                 } else {
-                    self.store.stored(day, e.code, at.map(|a| a.part))
+                    self.store.stored(day, key, at.map(|a| a.part))
                 };
                 let (mut rollup, stored_at) = match stored {
                     Ok(Some(s)) => (s.rollup, s.at),
@@ -377,21 +391,21 @@ impl State {
                     Err(err @ StoreError::Corrupt { .. }) => {
                         // Counting on top of nothing would overwrite the stored numbers at the
                         // next flush; the key is left alone until its day is recomputed.
-                        tracing::error!(error = %err, "events of this code and day are not counted until the day is recomputed");
-                        self.corrupt.entry(day).or_default().insert(e.code.into());
+                        tracing::error!(error = %err, "events of this link and day are not counted until the day is recomputed");
+                        self.corrupt.entry(day).or_default().insert(key.into());
                         self.out.corrupt_rollup += 1;
                         return;
                     }
                     Err(err) => {
                         // Same reasoning; a failing store is retried at the next event.
-                        tracing::error!(error = %err, %day, code = e.code, "loading a rollup failed; event not counted");
+                        tracing::error!(error = %err, %day, code = key, "loading a rollup failed; event not counted");
                         return;
                     }
                 };
                 if counted(stored_at, at) {
                     // Another processor counted it before this one took the partition over.
                     codes.insert(
-                        e.code.into(),
+                        key.into(),
                         Slot {
                             rollup,
                             dirty: false,
@@ -403,14 +417,14 @@ impl State {
                 }
                 rollup.add(e, &verdict);
                 codes.insert(
-                    e.code.into(),
+                    key.into(),
                     Slot {
                         rollup,
                         dirty: true,
                         at: at.or(stored_at),
                     },
                 );
-                self.dirty.push((day, part, e.code.into()));
+                self.dirty.push((day, part, key.into()));
             }
         }
         if self.shared && at.is_some() {
@@ -530,6 +544,7 @@ impl Processor {
             rewind: Vec::new(),
             out: Outcomes::default(),
             newest_ms: 0,
+            key: String::new(),
         };
         let (commands_tx, commands) = mpsc::channel();
         Ok(Processor {

@@ -5,9 +5,10 @@
 //! Every archive part of the day is read (unreadable lines counted and skipped, a torn last frame
 //! tolerated), events are deduplicated by id over the whole day (the streaming window is only
 //! minutes long, and the archive may hold an interval twice after a crash), early-data replays
-//! dropped as the processor drops them (one per visitor, code and minute), classified in time
-//! order by a fresh [`Classifier`], and every code's rollup for the day is replaced in one
-//! transaction. The running processor does this on its own thread, after a flush
+//! dropped as the processor drops them (one per visitor, link and minute), classified in time
+//! order by a fresh [`Classifier`], and every link's rollup for the day is replaced in one
+//! transaction. A link is its key, as the processor keys it: the code on the default domain,
+//! `domain/code` on a branded one (an archive line's `d`). The running processor does this on its own thread, after a flush
 //! ([`crate::ClicksHandle::recompute`]); `lasthop-control clicks recompute` does it
 //! offline ([`recompute_offline`]).
 
@@ -36,14 +37,15 @@ pub struct RecomputeReport {
     pub bot: u64,
     /// Archive lines dropped as duplicates of an id seen earlier that day.
     pub duplicates: u64,
-    /// Early-data events dropped as replays: a second one of its visitor, code and minute
+    /// Early-data events dropped as replays: a second one of its visitor, link and minute
     /// (the processor's rule, `lasthop_analytics::early_key`).
     pub early_replays: u64,
     /// Archive lines that are not a valid event of this day.
     pub invalid_lines: u64,
     /// Archive parts that ended in a torn frame.
     pub torn_frames: u64,
-    /// Codes with a rollup that day.
+    /// Links (codes on the default domain, `domain/code` on a branded one) with a rollup that
+    /// day.
     pub codes: u64,
     /// The day's state afterwards: `recomputed`, or `open` for a day still within its grace
     /// (streaming events keep adding to the recomputed numbers until it closes).
@@ -82,7 +84,7 @@ pub enum RecomputeError {
     Flush(String),
 }
 
-/// Rebuilds `day` from the archive under `root`: the report and every code's rollup.
+/// Rebuilds `day` from the archive under `root`: the report and every link's rollup, by link key.
 pub fn rebuild(
     root: &Path,
     day: Day,
@@ -136,12 +138,13 @@ pub fn rebuild(
         } else {
             report.human += 1;
         }
-        match rollups.get_mut(e.code) {
+        let key = e.link_key();
+        match rollups.get_mut(&*key) {
             Some(r) => r.add(&e, &verdict),
             None => {
                 let mut r = Rollup::default();
                 r.add(&e, &verdict);
-                rollups.insert(e.code.into(), r);
+                rollups.insert(key.into(), r);
             }
         }
     }

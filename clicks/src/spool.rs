@@ -668,6 +668,7 @@ mod tests {
             id: EventId::new(7, i),
             at_ms: 1_764_504_000_000,
             code: "Ab3dE9x",
+            domain: "",
             pop: "fra1",
             country: None,
             method: Method::Get,

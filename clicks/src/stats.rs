@@ -1,4 +1,6 @@
-//! `GET /v1/links/{code}/stats`: a code's rollups over a range of days, merged.
+//! `GET /v1/links/{code}/stats`: a link's rollups over a range of days, merged. The link is
+//! named by its key, as the processor keys its rollups: the code on the default domain,
+//! `domain/code` on a branded one.
 
 use lasthop_analytics::{Breakdown, Rollup};
 use serde::{Deserialize, Serialize};

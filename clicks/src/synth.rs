@@ -306,10 +306,13 @@ impl Synth {
         let at_ms =
             self.start_ms + (u128::from(i) * u128::from(self.span_ms) / u128::from(events)) as u64;
         let net_bits = mix(visitor_i);
+        // A link key: the code, or `domain/code` on a branded domain.
+        let (domain, code) = lasthop_core::split_key_str(&self.codes[code_i]);
         let event = ClickEvent {
             id: EventId::new(self.nonce, self.seq),
             at_ms,
-            code: &self.codes[code_i],
+            code,
+            domain: domain.unwrap_or_default(),
             pop: POPS[(net_bits % POPS.len() as u64) as usize],
             country: Some(*COUNTRIES[((net_bits >> 8) % COUNTRIES.len() as u64) as usize]),
             method,

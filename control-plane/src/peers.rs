@@ -366,6 +366,7 @@ impl Peers {
 
     /// Asks region `region` for its clicks of `code` from `from` to `to` (`GET
     /// /peer/v1/stats/{code}`), at most [`STATS_TIMEOUT`]: none when it has none. Blocking.
+    /// `code` is a link key; a branded one's `/` travels as `%2F`, one path segment.
     pub fn stats(
         &self,
         region: u32,

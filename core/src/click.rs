@@ -1,9 +1,14 @@
 //! Click events: what an edge records per answered redirect, and the spool's frames.
 //!
 //! The contract is `core/EVENTS.md`. An event travels in a compact, versioned binary form: one
-//! Kafka message value (keyed by code), or one record in a spool frame. The processor parses it as
-//! untrusted bytes ([`ClickEvent::decode`] never panics, rejects anything out of bounds, and every
-//! string it hands back is checked). The archive holds the same fields as NDJSON ([`ArchivedClick`]).
+//! Kafka message value (keyed by the link's key: its code, or `domain/code` on a branded domain),
+//! or one record in a spool frame. The processor parses it as untrusted bytes
+//! ([`ClickEvent::decode`] never panics, rejects anything out of bounds, and every string it
+//! hands back is checked). The archive holds the same fields as NDJSON ([`ArchivedClick`]).
+//!
+//! Version 1 is a click on the default domain, version 2 one on a branded domain (version 1's
+//! layout with the domain after the code); [`ClickEvent::encode`] picks the version from the
+//! domain, so the default domain's events are byte for byte what they were before domains.
 //!
 //! Privacy: the client address never leaves the edge. An event carries a salted keyed hash of
 //! address and user agent ([`ClickEvent::visitor`], the salt rotates daily) and the address's network
@@ -13,21 +18,26 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::code::plausible;
+use crate::code::{domain_shape, plausible, DOMAIN_MAX, KEY_SEPARATOR};
 use crate::cursor::{Cursor, Truncated};
 use crate::feed::valid_name;
 
-/// The event format version this build writes and reads.
-pub const EVENT_VERSION: u8 = 1;
+/// The newest event format version this build writes and reads: 2, version 1 with the link's
+/// branded domain after its code. Readers take both.
+pub const EVENT_VERSION: u8 = 2;
+/// The version an event of the default domain is written as: 1, byte for byte what builds
+/// before branded domains wrote (so a processor that reads version 1 only keeps counting the
+/// default domain's clicks). An event with a domain is [`EVENT_VERSION`].
+pub const EVENT_VERSION_DEFAULT_DOMAIN: u8 = 1;
 /// Longest user agent an event carries; the edge truncates (on a character boundary).
 pub const MAX_USER_AGENT: usize = 256;
 /// Longest referrer host an event carries (a DNS name is at most 253).
 pub const MAX_REFERRER_HOST: usize = 253;
 /// Fixed part of an encoded event: version, flags, id, time, visitor, country, network.
 const FIXED_LEN: usize = 1 + 1 + 16 + 8 + 8 + 2 + 6;
-/// Largest encoded event.
+/// Largest encoded event (a version 2 one, with the longest domain).
 pub const MAX_EVENT_LEN: usize =
-    FIXED_LEN + 1 + 64 + 1 + 64 + 1 + MAX_REFERRER_HOST + 2 + MAX_USER_AGENT;
+    FIXED_LEN + 1 + 64 + 1 + DOMAIN_MAX + 1 + 64 + 1 + MAX_REFERRER_HOST + 2 + MAX_USER_AGENT;
 
 const FLAG_HEAD: u8 = 1;
 const FLAG_TLS: u8 = 2;
@@ -185,6 +195,9 @@ pub struct ClickEvent<'a> {
     pub at_ms: u64,
     /// The code that was redirected.
     pub code: &'a str,
+    /// The branded domain the code was redirected on ([`domain_shape`]), empty for the default
+    /// domain. The same code on two domains is two links: [`link_key`](Self::link_key).
+    pub domain: &'a str,
     /// The engine's PoP name.
     pub pop: &'a str,
     /// ISO 3166-1 alpha-2 country, upper case; `None` when unknown.
@@ -275,8 +288,9 @@ fn valid_country(c: [u8; 2]) -> bool {
 }
 
 impl<'a> ClickEvent<'a> {
-    /// Appends the binary form to `out`. The fields must satisfy the rules [`decode`](Self::decode)
-    /// checks (the edge builds them so); lengths are clamped, never overflowed.
+    /// Appends the binary form to `out`: version 1 for the default domain, 2 with a domain. The
+    /// fields must satisfy the rules [`decode`](Self::decode) checks (the edge builds them so);
+    /// lengths are clamped, never overflowed.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut flags = 0;
         if self.method == Method::Head {
@@ -304,7 +318,7 @@ impl<'a> ClickEvent<'a> {
             }
             None => {}
         }
-        out.push(EVENT_VERSION);
+        out.push(self.version());
         out.push(flags);
         out.extend_from_slice(&self.id.0.to_le_bytes());
         out.extend_from_slice(&self.at_ms.to_le_bytes());
@@ -312,6 +326,9 @@ impl<'a> ClickEvent<'a> {
         out.extend_from_slice(&self.country.unwrap_or([0, 0]));
         out.extend_from_slice(&net);
         put_str8(out, self.code, 64);
+        if !self.domain.is_empty() {
+            put_str8(out, self.domain, DOMAIN_MAX);
+        }
         put_str8(out, self.pop, 64);
         put_str8(out, self.referrer_host, MAX_REFERRER_HOST);
         let ua = truncate(self.user_agent, MAX_USER_AGENT);
@@ -323,7 +340,7 @@ impl<'a> ClickEvent<'a> {
     pub fn decode(buf: &'a [u8]) -> Result<(ClickEvent<'a>, usize), EventError> {
         let mut c = Cursor::new(buf);
         let version = c.u8()?;
-        if version != EVENT_VERSION {
+        if version != EVENT_VERSION_DEFAULT_DOMAIN && version != EVENT_VERSION {
             return Err(EventError::Version(version));
         }
         let flags = c.u8()?;
@@ -357,6 +374,15 @@ impl<'a> ClickEvent<'a> {
         if !plausible(code.as_bytes()) {
             return Err(EventError::Field("code"));
         }
+        let domain = if version == EVENT_VERSION {
+            let domain = str8(&mut c, "domain")?;
+            if !domain_shape(domain.as_bytes()) {
+                return Err(EventError::Field("domain"));
+            }
+            domain
+        } else {
+            ""
+        };
         let pop = str8(&mut c, "pop")?;
         if !pop.is_empty() && !valid_name(pop) {
             return Err(EventError::Field("pop"));
@@ -373,6 +399,7 @@ impl<'a> ClickEvent<'a> {
             id,
             at_ms,
             code,
+            domain,
             pop,
             country,
             method: if flags & FLAG_HEAD != 0 {
@@ -392,6 +419,62 @@ impl<'a> ClickEvent<'a> {
         Ok((event, buf.len() - c.remaining()))
     }
 
+    /// The format version this event is written as: [`EVENT_VERSION_DEFAULT_DOMAIN`] (1) on the
+    /// default domain, [`EVENT_VERSION`] (2) with a domain.
+    pub fn version(&self) -> u8 {
+        if self.domain.is_empty() {
+            EVENT_VERSION_DEFAULT_DOMAIN
+        } else {
+            EVENT_VERSION
+        }
+    }
+
+    /// The branded domain, `None` on the default domain.
+    pub fn branded(&self) -> Option<&'a str> {
+        Some(self.domain).filter(|d| !d.is_empty())
+    }
+
+    /// The key of the link this click is of ([`crate::code::link_key`]): its code on the default
+    /// domain, `domain/code` on a branded one. What the processor's rollups, dedup keys and
+    /// rules, and the Kafka message key, go by. Allocates only for a branded domain.
+    pub fn link_key(&self) -> std::borrow::Cow<'a, str> {
+        match self.branded() {
+            None => std::borrow::Cow::Borrowed(self.code),
+            Some(d) => std::borrow::Cow::Owned(crate::code::link_key(Some(d), self.code)),
+        }
+    }
+
+    /// [`link_key`](Self::link_key) without allocating: the code itself on the default domain,
+    /// else `domain/code` written into `buf` (cleared first; it keeps its capacity for the next).
+    pub fn link_key_in<'b>(&self, buf: &'b mut String) -> &'b str
+    where
+        'a: 'b,
+    {
+        match self.branded() {
+            None => self.code,
+            Some(d) => {
+                buf.clear();
+                buf.push_str(d);
+                buf.push(char::from(KEY_SEPARATOR));
+                buf.push_str(self.code);
+                buf
+            }
+        }
+    }
+
+    /// The link key's bytes as three parts (`domain`, `/`, `code`; the first two empty on the
+    /// default domain), for a hash over the key that neither allocates nor copies.
+    pub fn link_key_parts(&self) -> [&'a [u8]; 3] {
+        match self.branded() {
+            None => [b"", b"", self.code.as_bytes()],
+            Some(d) => [
+                d.as_bytes(),
+                std::slice::from_ref(&KEY_SEPARATOR),
+                self.code.as_bytes(),
+            ],
+        }
+    }
+
     /// The country as text, `None` when unknown.
     pub fn country_str(&self) -> Option<&str> {
         self.country
@@ -402,10 +485,11 @@ impl<'a> ClickEvent<'a> {
     /// The archive (NDJSON) form of this event.
     pub fn archived(&self) -> ArchivedClick {
         ArchivedClick {
-            v: EVENT_VERSION,
+            v: self.version(),
             id: self.id.to_string(),
             t: self.at_ms,
             code: self.code.to_owned(),
+            d: self.branded().map(str::to_owned),
             pop: self.pop.to_owned(),
             cc: self.country_str().map(str::to_owned),
             m: self.method,
@@ -447,7 +531,7 @@ pub fn truncate(s: &str, max: usize) -> &str {
 /// there are billions of lines; `core/EVENTS.md` documents them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchivedClick {
-    /// Event format version.
+    /// Event format version: 1 on the default domain, 2 with a domain (`d`).
     pub v: u8,
     /// Event id, 32 hex digits.
     pub id: String,
@@ -455,6 +539,9 @@ pub struct ArchivedClick {
     pub t: u64,
     /// Code.
     pub code: String,
+    /// The branded domain (absent on the default domain, and in lines written before domains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub d: Option<String>,
     /// PoP.
     pub pop: String,
     /// Country, when known.
@@ -491,9 +578,14 @@ fn is_h1(p: &Protocol) -> bool {
 impl ArchivedClick {
     /// Checks an archive line back into an event (the archive is read as untrusted bytes too).
     pub fn event(&self) -> Result<ClickEvent<'_>, EventError> {
-        if self.v != EVENT_VERSION {
-            return Err(EventError::Version(self.v));
-        }
+        let domain = match (self.v, self.d.as_deref()) {
+            (EVENT_VERSION_DEFAULT_DOMAIN, None) => "",
+            (EVENT_VERSION, Some(d)) if !d.is_empty() => d,
+            (EVENT_VERSION_DEFAULT_DOMAIN | EVENT_VERSION, _) => {
+                return Err(EventError::Field("domain"))
+            }
+            (v, _) => return Err(EventError::Version(v)),
+        };
         let id = u128::from_str_radix(&self.id, 16)
             .ok()
             .filter(|_| self.id.len() == 32)
@@ -520,6 +612,7 @@ impl ArchivedClick {
             id: EventId(id),
             at_ms: self.t,
             code: &self.code,
+            domain,
             pop: &self.pop,
             country,
             method: self.m,
@@ -538,6 +631,7 @@ impl ArchivedClick {
         let (checked, _) = ClickEvent::decode(&buf)?;
         if checked.user_agent.len() != self.ua.len()
             || checked.code.len() != self.code.len()
+            || checked.domain.len() != domain.len()
             || checked.pop.len() != self.pop.len()
             || checked.referrer_host.len() != self.rh.len()
         {
@@ -727,6 +821,7 @@ mod tests {
             id: EventId::new(0xdead_beef, 7),
             at_ms: 1_764_504_000_123,
             code: "Ab3dE9x",
+            domain: "",
             pop: "fra1",
             country: Some(*b"DE"),
             method: Method::Get,
@@ -752,6 +847,167 @@ mod tests {
         let line = serde_json::to_string(&e.archived()).unwrap();
         let parsed: ArchivedClick = serde_json::from_str(&line).unwrap();
         assert_eq!(parsed.event().unwrap(), e);
+    }
+
+    /// The same click on a branded domain.
+    fn branded() -> ClickEvent<'static> {
+        ClickEvent {
+            code: "spring-sale",
+            domain: "go.example.com",
+            ..sample()
+        }
+    }
+
+    /// Version 1's layout, field by field, as builds before branded domains wrote it.
+    fn v1_bytes(e: &ClickEvent<'_>) -> Vec<u8> {
+        let mut b = vec![1, 0b10 | 0b100]; // HTTPS, IPv4 network
+        b.extend_from_slice(&e.id.0.to_le_bytes());
+        b.extend_from_slice(&e.at_ms.to_le_bytes());
+        b.extend_from_slice(&e.visitor.to_le_bytes());
+        b.extend_from_slice(b"DE");
+        b.extend_from_slice(&[203, 0, 113, 0, 0, 0]);
+        for s in [e.code, e.pop, e.referrer_host] {
+            b.push(s.len() as u8);
+            b.extend_from_slice(s.as_bytes());
+        }
+        b.extend_from_slice(&(e.user_agent.len() as u16).to_le_bytes());
+        b.extend_from_slice(e.user_agent.as_bytes());
+        b
+    }
+
+    #[test]
+    fn the_default_domain_is_version_1_byte_for_byte() {
+        let e = sample();
+        let mut buf = Vec::new();
+        e.encode(&mut buf);
+        assert_eq!(buf, v1_bytes(&e));
+        assert_eq!((e.version(), e.branded()), (1, None));
+        assert_eq!(e.link_key(), "Ab3dE9x");
+        let mut scratch = String::new();
+        assert_eq!(e.link_key_in(&mut scratch), "Ab3dE9x");
+        assert!(scratch.is_empty(), "nothing written for the default domain");
+        assert_eq!(e.link_key_parts().concat(), b"Ab3dE9x");
+        let line = serde_json::to_string(&e.archived()).unwrap();
+        assert!(
+            line.starts_with(r#"{"v":1,"#) && !line.contains(r#""d":"#),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_branded_domain_is_version_2_with_the_domain_after_the_code() {
+        let e = branded();
+        let mut buf = Vec::new();
+        e.encode(&mut buf);
+        // Version 1's layout with `1 + n` domain bytes right after the code.
+        let mut want = v1_bytes(&e);
+        want[0] = 2;
+        let after_code = FIXED_LEN + 1 + e.code.len();
+        let domain = [&[e.domain.len() as u8][..], e.domain.as_bytes()].concat();
+        want.splice(after_code..after_code, domain);
+        assert_eq!(buf, want);
+        let (back, used) = ClickEvent::decode(&buf).unwrap();
+        assert_eq!((back, used), (e, buf.len()));
+        assert_eq!(
+            (back.version(), back.branded()),
+            (2, Some("go.example.com"))
+        );
+        assert_eq!(back.link_key(), "go.example.com/spring-sale");
+        assert_eq!(
+            back.link_key(),
+            crate::code::link_key(Some("go.example.com"), "spring-sale")
+        );
+        let mut scratch = String::from("left over");
+        assert_eq!(back.link_key_in(&mut scratch), "go.example.com/spring-sale");
+        assert_eq!(
+            back.link_key_parts().concat(),
+            b"go.example.com/spring-sale"
+        );
+        // The archive line says the domain and the version, and reads back.
+        let line = serde_json::to_string(&e.archived()).unwrap();
+        assert!(
+            line.starts_with(r#"{"v":2,"#)
+                && line.contains(r#""code":"spring-sale","d":"go.example.com","pop""#),
+            "{line}"
+        );
+        let parsed: ArchivedClick = serde_json::from_str(&line).unwrap();
+        assert_eq!(parsed.event().unwrap(), e);
+        // Two domains' `spring-sale` are two keys; the default domain's is the alias alone.
+        let default = ClickEvent {
+            domain: "",
+            ..branded()
+        };
+        assert_ne!(default.link_key(), back.link_key());
+        assert_eq!(default.link_key(), "spring-sale");
+    }
+
+    #[test]
+    fn a_version_2_domain_must_be_one() {
+        // Empty, upper case, one label, a trailing dot, bytes that are no text.
+        for bad in [
+            &b""[..],
+            b"Go.Example.com",
+            b"localhost",
+            b"go.example.com.",
+            b"\xff.example",
+        ] {
+            let mut buf = Vec::new();
+            sample().encode(&mut buf);
+            buf[0] = 2;
+            let at = FIXED_LEN + 1 + sample().code.len();
+            let field = [&[bad.len() as u8][..], bad].concat();
+            buf.splice(at..at, field);
+            assert_eq!(
+                ClickEvent::decode(&buf).unwrap_err(),
+                EventError::Field("domain"),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // A version 1 event read as version 2 takes its PoP for the domain: `fra1` is none.
+        let mut buf = Vec::new();
+        sample().encode(&mut buf);
+        buf[0] = 2;
+        assert_eq!(
+            ClickEvent::decode(&buf).unwrap_err(),
+            EventError::Field("domain")
+        );
+        // Version 3 is refused, domain or not.
+        buf.clear();
+        branded().encode(&mut buf);
+        buf[0] = 3;
+        assert_eq!(
+            ClickEvent::decode(&buf).unwrap_err(),
+            EventError::Version(3)
+        );
+        // An archive line's version and domain must agree.
+        let line = |e: &ClickEvent<'_>, f: fn(&mut ArchivedClick)| {
+            let mut a = e.archived();
+            f(&mut a);
+            a.event().map(|_| ())
+        };
+        let domain = Err(EventError::Field("domain"));
+        assert_eq!(
+            line(&sample(), |a| a.d = Some("go.example.com".into())),
+            domain
+        );
+        assert_eq!(line(&branded(), |a| a.v = 1), domain);
+        assert_eq!(line(&branded(), |a| a.d = None), domain);
+        assert_eq!(line(&branded(), |a| a.d = Some(String::new())), domain);
+        assert_eq!(line(&sample(), |a| a.v = 2), domain);
+        assert_eq!(
+            line(&branded(), |a| a.d = Some("Go.Example.com".into())),
+            domain
+        );
+        assert_eq!(
+            line(&branded(), |a| a.d =
+                Some(format!("{}.example", "a.".repeat(130)))),
+            Err(EventError::Field("length")),
+            "cut to 253 bytes on the wire"
+        );
+        assert_eq!(line(&branded(), |a| a.v = 3), Err(EventError::Version(3)));
+        assert_eq!(line(&sample(), |_| {}), Ok(()));
+        assert_eq!(line(&branded(), |_| {}), Ok(()));
     }
 
     #[test]
@@ -830,7 +1086,7 @@ mod tests {
     fn spool_frames() {
         let mut payload = Vec::new();
         sample().encode(&mut payload);
-        sample().encode(&mut payload);
+        branded().encode(&mut payload);
         let mut seg = spool::SEGMENT_MAGIC.to_vec();
         spool::encode_frame(&mut seg, &payload, 2);
         let body = spool::segment_body(&seg).unwrap();
@@ -849,7 +1105,8 @@ mod tests {
             panic!("a whole frame")
         };
         assert_eq!((count, len), (2, body.len()));
-        assert_eq!(spool::events(p).filter(|e| e.is_ok()).count(), 2);
+        let events: Vec<_> = spool::events(p).map(Result::unwrap).collect();
+        assert_eq!(events, [sample(), branded()]);
         let mut bad = body.to_vec();
         let last = bad.len() - 1;
         bad[last] ^= 1;
@@ -867,15 +1124,20 @@ mod tests {
         }
 
         #[test]
-        fn mangled_events_never_panic(pos in 0usize..200, byte in any::<u8>(), cut in 0usize..200) {
+        fn mangled_events_never_panic(
+            pos in 0usize..220, byte in any::<u8>(), cut in 0usize..220, with_domain in any::<bool>(),
+        ) {
             let mut buf = Vec::new();
-            sample().encode(&mut buf);
+            if with_domain { branded() } else { sample() }.encode(&mut buf);
             let i = pos % buf.len();
             buf[i] = byte;
             buf.truncate(cut.max(1).min(buf.len()));
             if let Ok((e, used)) = ClickEvent::decode(&buf) {
                 prop_assert!(used <= buf.len());
                 prop_assert!(plausible(e.code.as_bytes()));
+                prop_assert!(e.domain.is_empty() || domain_shape(e.domain.as_bytes()));
+                prop_assert!(crate::code::plausible_key(e.link_key().as_bytes()));
+                prop_assert_eq!(e.version(), buf[0]);
                 prop_assert!(valid_referrer_host(e.referrer_host));
                 let mut again = Vec::new();
                 e.encode(&mut again);
@@ -887,13 +1149,14 @@ mod tests {
         fn any_valid_event_round_trips(
             seq in any::<u64>(), at in any::<u64>(), vis in any::<u64>(),
             code in "[A-Za-z0-9]{7}|[a-z][A-Za-z0-9_-]{7,63}", pop in "[a-z0-9]{0,12}",
+            domain in "|[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?(\\.[a-z0-9]{1,10}){1,4}",
             ua in "[ -~]{0,300}", rh in "[a-z0-9.-]{0,60}", head in any::<bool>(), v6 in any::<bool>(),
             proto in 0u8..3, early in any::<bool>(),
         ) {
             let protocol = [Protocol::H1, Protocol::H2, Protocol::H3][usize::from(proto)];
             let net = if v6 { Net::V6([0x20, 1, 0xd, 0xb8, 0, 1]) } else { Net::V4([10, 1, 2]) };
             let e = ClickEvent {
-                id: EventId::new(42, seq), at_ms: at, code: &code, pop: &pop, country: None,
+                id: EventId::new(42, seq), at_ms: at, code: &code, domain: &domain, pop: &pop, country: None,
                 method: if head { Method::Head } else { Method::Get }, tls: head, prefetch: !head, visitor: vis,
                 net: Some(net), user_agent: &ua, referrer_host: &rh, protocol, early,
             };
@@ -903,6 +1166,9 @@ mod tests {
             prop_assert_eq!(used, buf.len());
             prop_assert_eq!(back.user_agent, truncate(&ua, MAX_USER_AGENT));
             prop_assert_eq!(back.code, &code[..]);
+            prop_assert_eq!(back.domain, &domain[..]);
+            prop_assert_eq!(buf[0], if domain.is_empty() { 1 } else { 2 });
+            prop_assert_eq!(back.link_key(), crate::code::link_key(back.branded(), &code));
             prop_assert_eq!(back.protocol, protocol);
             prop_assert_eq!(back.early, early);
             let line = serde_json::to_string(&back.archived()).unwrap();

@@ -13,6 +13,7 @@ use std::hash::Hasher;
 use std::net::IpAddr;
 
 use lasthop_core::click::{self, ClickEvent, EventId, Method as ClickMethod, Net};
+use lasthop_core::code::domain_shape;
 use sha2::{Digest, Sha256};
 use siphasher::sip::SipHasher13;
 
@@ -69,18 +70,31 @@ impl ClickBuilder {
         }
     }
 
-    /// Encodes the click of a redirect of `code` answering `req` at `now_ms` onto `out`, for
-    /// PoP `pop`. Returns false (and writes nothing) when `code` is not text.
+    /// Encodes the click of a redirect of `code` on `domain` answering `req` at `now_ms` onto
+    /// `out`, for PoP `pop`. `domain` is the branded domain the request named, as the link's
+    /// key has it (lower case, no port, no trailing dot: [`domain_shape`]), or empty for the
+    /// default domain: the event is then version 1, else version 2 (`core/EVENTS.md`). Returns
+    /// false (and writes nothing) when `code` is not text or `domain` is neither empty nor a
+    /// domain name, since an event the processor refuses would also cost the rest of its batch.
+    #[allow(clippy::too_many_arguments)]
     pub fn encode(
         &mut self,
         req: &Request<'_>,
         code: &[u8],
+        domain: &[u8],
         pop: &str,
         from: Origin,
         now_ms: i64,
         out: &mut Vec<u8>,
     ) -> bool {
         let Ok(code) = std::str::from_utf8(code) else {
+            return false;
+        };
+        if !domain.is_empty() && !domain_shape(domain) {
+            return false;
+        }
+        // `domain_shape` admits ASCII only.
+        let Ok(domain) = std::str::from_utf8(domain) else {
             return false;
         };
         let peer = from.peer.map(unmapped);
@@ -106,6 +120,7 @@ impl ClickBuilder {
             id: EventId::new(self.nonce, seq),
             at_ms: now_ms.max(0) as u64,
             code,
+            domain,
             pop,
             country,
             method: if req.method == Method::Head {
@@ -275,11 +290,11 @@ mod tests {
         };
         let day = 1_764_504_000_000;
         let mut out = Vec::new();
-        assert!(b.encode(&req, b"abc1234", "fra1", from, day, &mut out));
-        assert!(b.encode(&req, b"abc1234", "fra1", from, day + 1, &mut out));
-        assert!(b.encode(&req, b"abc1234", "fra1", from, day + DAY_MS, &mut out));
+        assert!(b.encode(&req, b"abc1234", b"", "fra1", from, day, &mut out));
+        assert!(b.encode(&req, b"abc1234", b"", "fra1", from, day + 1, &mut out));
+        assert!(b.encode(&req, b"abc1234", b"", "fra1", from, day + DAY_MS, &mut out));
         assert!(
-            !b.encode(&req, b"\xff", "fra1", from, day, &mut out),
+            !b.encode(&req, b"\xff", b"", "fra1", from, day, &mut out),
             "not text"
         );
         let events: Vec<_> = click::spool::events(&out).map(|e| e.unwrap()).collect();
@@ -304,8 +319,54 @@ mod tests {
             panic!("parses")
         };
         out.clear();
-        assert!(b.encode(&req, b"abc1234", "fra1", from, day, &mut out));
+        assert!(b.encode(&req, b"abc1234", b"", "fra1", from, day, &mut out));
         let (e, _) = ClickEvent::decode(&out).unwrap();
         assert!(e.prefetch, "the prefetch flag travels with the event");
+    }
+
+    #[test]
+    fn a_branded_domain_travels_with_the_event() {
+        use crate::http::{parse, Limits, Parse};
+        let raw = b"GET /spring-sale HTTP/1.1\r\nHost: go.example.com\r\nUser-Agent: Mozilla/5.0 x\r\n\r\n";
+        let Parse::Complete { req, .. } = parse(raw, &Limits::default()) else {
+            panic!("parses")
+        };
+        let mut b = ClickBuilder::new([9; 32], 77);
+        let from = Origin::default();
+        let now = 1_764_504_000_000;
+        let mut out = Vec::new();
+        assert!(b.encode(
+            &req,
+            b"spring-sale",
+            b"go.example.com",
+            "fra1",
+            from,
+            now,
+            &mut out
+        ));
+        assert!(b.encode(&req, b"spring-sale", b"", "fra1", from, now, &mut out));
+        // Not a domain as a link key has it: nothing written, nothing numbered.
+        for bad in [
+            &b"Go.Example.com"[..],
+            b"go.example.com:443",
+            b"localhost",
+            b"go.example.com.",
+        ] {
+            assert!(!b.encode(&req, b"spring-sale", bad, "fra1", from, now, &mut out));
+        }
+        let events: Vec<_> = click::spool::events(&out).map(|e| e.unwrap()).collect();
+        assert_eq!(events.len(), 2);
+        assert_eq!(
+            (events[0].domain, events[0].code),
+            ("go.example.com", "spring-sale")
+        );
+        assert_eq!(events[0].link_key(), "go.example.com/spring-sale");
+        assert_eq!(out[0], 2, "version 2 with a domain");
+        assert_eq!(
+            (events[1].domain, events[1].link_key()),
+            ("", "spring-sale".into())
+        );
+        assert_eq!(events[1].version(), 1, "version 1 on the default domain");
+        assert_eq!(events[1].id.0, events[0].id.0 + 1);
     }
 }

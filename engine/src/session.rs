@@ -130,7 +130,7 @@ impl Effects for CoreEffects<'_> {
                     }
                 }
                 if let Some(clicks) = &ctx.clicks {
-                    clicks.record(req, code, self.peer, how, ctx.now_ms);
+                    clicks.record(req, code, domain, self.peer, how, ctx.now_ms);
                 }
             }
             Effect::Answered { status, layer } => {

@@ -12,7 +12,8 @@
 //!   is the partition offset the row has counted up to, so of two writes of one row the one
 //!   that counted further wins, in merges and in every read (`argMax(_, version)`), whoever
 //!   wrote it and in whatever order they landed. Reads merge a (code, day)'s partitions'
-//!   sketches in Rust. Source positions live in the same table, as rows of day 0 (`code` the
+//!   sketches in Rust. `code` is the link key: the code, or `domain/code` on a branded domain
+//!   (a `String` column, no width to outgrow). Source positions live in the same table, as rows of day 0 (`code` the
 //!   position's key, `human` the position), so one `INSERT` (one block, one part: the table has
 //!   no partition key) commits a flush's rollups and positions together.
 //! - `days (day, gen, state, version)`: each day's state (open, closed, recomputed) and its
@@ -137,8 +138,8 @@ impl Rows {
     }
 }
 
-/// One `TabSeparated` line's fields (our answers hold numbers, hex and codes, which
-/// ClickHouse escapes only for `\`, tab and newline; codes have none).
+/// One `TabSeparated` line's fields (our answers hold numbers, hex and link keys, which
+/// ClickHouse escapes only for `\`, tab and newline; link keys have none).
 fn fields(line: &str) -> Vec<&str> {
     line.split('\t').collect()
 }

@@ -2,7 +2,8 @@
 //! the link store, with one writer process.
 //!
 //! Tables:
-//! - `rollups`: (day, code) → [`Rollup::to_bytes`]. Keyed day first, so a recompute replaces one
+//! - `rollups`: (day, code) → [`Rollup::to_bytes`], `code` the link key (`domain/code` on a
+//!   branded domain). Keyed day first, so a recompute replaces one
 //!   day with a range delete; stats read a code's range with one point lookup per day.
 //! - `source_offsets`: a source position → the next byte (spool) or message (Kafka) to read,
 //!   committed in the same transaction as the rollups it covers.

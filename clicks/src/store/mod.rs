@@ -1,5 +1,8 @@
 //! The rollup store: the processor's per-(code, day) rollups, its source positions and each
-//! day's state, behind one type ([`RollupStore`]) for everything that reads or writes them. Two
+//! day's state, behind one type ([`RollupStore`]) for everything that reads or writes them.
+//! "Code" here is a link's key (`lasthop_core::link_key`): the code on the default domain,
+//! `domain/code` on a branded one (up to `lasthop_core::code::KEY_MAX` characters), so the same
+//! alias on two domains has two rows, and the default domain's rows are keyed as they always were. Two
 //! backends, each built on the types here and neither on the other: [`embedded`] (a redb file of
 //! its own, `DATA_DIR/clicks/rollups.redb`, one processor; the default) and [`clickhouse`] (one
 //! database shared by several processors on one Kafka consumer group, with the `clickhouse`
@@ -131,7 +134,7 @@ pub struct Pos {
 pub struct RollupRow {
     /// The day.
     pub day: Day,
-    /// The code.
+    /// The link key: the code, or `domain/code` on a branded domain.
     pub code: Box<str>,
     /// [`Rollup::to_bytes`].
     pub bytes: Vec<u8>,
@@ -275,7 +278,8 @@ impl RollupStore {
         }
     }
 
-    /// The `n` codes with the most human clicks from `from` to `to`, most first (ties by code).
+    /// The `n` codes with the most human clicks from `from` to `to`, most first (ties by code):
+    /// link keys, so a branded domain's link is `domain/code`.
     pub fn top_codes(
         &self,
         from: Day,
@@ -439,6 +443,7 @@ mod tests {
                 id: EventId::new(1, i),
                 at_ms: 1_764_504_000_000,
                 code: "Ab3dE9x",
+                domain: "",
                 pop: "fra1",
                 country: Some(*b"DE"),
                 method: Method::Get,

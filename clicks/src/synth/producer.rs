@@ -26,7 +26,8 @@ impl ProducerContext for Delivery {
     }
 }
 
-/// Produces `cfg.events` events to `topic` (key = code, value = one event), waits for delivery.
+/// Produces `cfg.events` events to `topic` (key = the link key, value = one event), waits for
+/// delivery.
 pub fn produce_kafka(
     brokers: &str,
     topic: &str,
@@ -52,10 +53,11 @@ pub fn produce_kafka(
     for _ in 0..total {
         value.clear();
         synth.next_into(&mut value);
-        // The code is inside the event; decode it back rather than track it twice.
+        // The link is inside the event; decode it back rather than track it twice.
         let key = ClickEvent::decode(&value)
-            .map(|(e, _)| e.code)
-            .unwrap_or("");
+            .map(|(e, _)| e.link_key())
+            .unwrap_or_default();
+        let key: &str = &key;
         let mut record = BaseRecord::to(topic).key(key).payload(&value);
         loop {
             match producer.send(record) {

@@ -725,7 +725,8 @@ fn future_time(s: &str, now: i64) -> Result<i64, ApiError> {
     Ok(at)
 }
 
-/// A code no namespace can hold never existed: 404 without touching the store.
+/// A code no namespace can hold never existed: 404 without touching the store. `code` is a
+/// link key: the code, or `domain/code` on a branded domain (`%2F` in a path).
 fn check_code(code: &str) -> Result<(), ApiError> {
     if !lasthop_core::plausible_key(code.as_bytes()) {
         return Err(ApiError::not_found());

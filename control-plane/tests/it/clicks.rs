@@ -88,10 +88,13 @@ impl Ev {
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
+        // `code` is a link key: the code, or `domain/code` on a branded domain.
+        let (domain, code) = lasthop_core::split_key_str(&self.code);
         ClickEvent {
             id: EventId::new(0x7e57, self.id),
             at_ms: self.at_ms,
-            code: &self.code,
+            code,
+            domain: domain.unwrap_or_default(),
             pop: "test1",
             country: Some(*b"DE"),
             method: self.method,

@@ -16,6 +16,7 @@ fn rollup_of(n: u64, seed: u64) -> Rollup {
             id: EventId::new(seed, i),
             at_ms: 1_764_504_000_000,
             code: "Ab3dE9x",
+            domain: "",
             pop: "fra1",
             country: Some(*b"DE"),
             method: Method::Get,
@@ -139,6 +140,38 @@ fn contract(store: &RollupStore) {
             .unwrap(),
         DayState::Open
     );
+
+    // Rows go by link key: the same alias on the default domain and on a branded one is two
+    // rows, each read, ranked and replaced by its own key.
+    let b = Day(20_020);
+    let branded = "go.example.com/spring-sale";
+    store
+        .commit(&FlushBatch {
+            rollups: vec![
+                row(b, "spring-sale", &rollup_of(2, 8), None),
+                row(b, branded, &rollup_of(4, 9), None),
+            ],
+            touched_days: vec![b],
+            ..FlushBatch::default()
+        })
+        .unwrap();
+    assert_eq!(
+        store.rollup(b, "spring-sale").unwrap(),
+        Some(rollup_of(2, 8))
+    );
+    assert_eq!(store.rollup(b, branded).unwrap(), Some(rollup_of(4, 9)));
+    assert_eq!(store.rollup(b, "lh.example/spring-sale").unwrap(), None);
+    let range = store.range(branded, b.minus(1), b).unwrap();
+    assert_eq!((range.len(), &range[0].rollup), (1, &rollup_of(4, 9)));
+    assert_eq!(
+        store.top_codes(b, b, 10).unwrap(),
+        vec![(branded.to_string(), 2), ("spring-sale".to_string(), 1)]
+    );
+    store
+        .replace_day(b, [(branded, &rollup_of(6, 10))].into_iter())
+        .unwrap();
+    assert_eq!(store.rollup(b, branded).unwrap(), Some(rollup_of(6, 10)));
+    assert_eq!(store.rollup(b, "spring-sale").unwrap(), None);
 
     if !store.shared() {
         return;

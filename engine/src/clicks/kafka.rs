@@ -1,5 +1,7 @@
-//! The Kafka sink: one message per click, keyed by code (so one code's clicks stay in one
-//! partition and one processor owns its counters), batched and compressed by librdkafka.
+//! The Kafka sink: one message per click, keyed by the link's key (its code on the default
+//! domain, `domain/code` on a branded one: so one link's clicks stay in one partition and one
+//! processor owns its counters, and the same alias on two domains is two links), batched and
+//! compressed by librdkafka.
 //!
 //! Lossy by design and never in the way: `acks=1`, a bounded local queue (a full queue drops and
 //! counts), and a delivery timeout after which queued events are counted lost. While the broker
@@ -67,6 +69,8 @@ pub struct KafkaSink {
     producer: BaseProducer<Deliveries>,
     topic: String,
     full_logged: bool,
+    /// A branded domain's link key, written here for each message (reused).
+    key: String,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -99,6 +103,7 @@ impl KafkaSink {
             producer,
             topic: cfg.topic.clone(),
             full_logged: false,
+            key: String::new(),
         })
     }
 }
@@ -108,12 +113,12 @@ impl Sink for KafkaSink {
         let mut rest = events;
         let (mut seen, mut queued) = (0u32, 0u32);
         while !rest.is_empty() {
-            // Our own encoding, decoded only to find each event's end and code (the key).
+            // Our own encoding, decoded only to find each event's end and link (the key).
             let Ok((event, used)) = lasthop_core::click::ClickEvent::decode(rest) else {
                 break;
             };
             let record = BaseRecord::to(&self.topic)
-                .key(event.code)
+                .key(event.link_key_in(&mut self.key))
                 .payload(&rest[..used]);
             match self.producer.send(record) {
                 Ok(()) => queued += 1,

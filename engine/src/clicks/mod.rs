@@ -483,11 +483,14 @@ impl Recorder {
         c
     }
 
-    /// Records one answered redirect of `code` (never blocks; a full buffer drops and counts).
+    /// Records one answered redirect of `code` on `domain` (never blocks; a full buffer drops
+    /// and counts). `domain` is the branded domain as the link's key has it, empty for the
+    /// default domain ([`ClickBuilder::encode`]; an ill-shaped one records nothing).
     pub fn record(
         &self,
         req: &Request<'_>,
         code: &[u8],
+        domain: &[u8],
         peer: Option<IpAddr>,
         how: How,
         now_ms: i64,
@@ -524,6 +527,7 @@ impl Recorder {
         if builder.encode(
             req,
             code,
+            domain,
             &self.settings.pop,
             from,
             now_ms,
@@ -619,6 +623,7 @@ mod tests {
         rec.record(
             &r,
             b"Ab3dE9x",
+            b"",
             Some(peer),
             how(Protocol::H2),
             1_764_504_000_000,
@@ -626,6 +631,16 @@ mod tests {
         rec.record(
             &r,
             b"Ab3dE9x",
+            b"go.example.com",
+            Some(peer),
+            how(Protocol::H1),
+            1_764_504_000_001,
+        );
+        // A domain no link key has is not recorded.
+        rec.record(
+            &r,
+            b"Ab3dE9x",
+            b"Go.Example.com",
             Some(peer),
             how(Protocol::H1),
             1_764_504_000_001,
@@ -634,6 +649,7 @@ mod tests {
         rec.record(
             &r,
             b"Ab3dE9x",
+            b"",
             Some(peer),
             how(Protocol::H1),
             1_764_504_000_000 + 86_400_000,
@@ -646,6 +662,8 @@ mod tests {
         let events: Vec<_> = click::spool::events(&c.0).map(Result::unwrap).collect();
         let e = events[0];
         assert_eq!(e.code, "Ab3dE9x");
+        assert_eq!((e.domain, events[1].domain), ("", "go.example.com"));
+        assert_eq!(events[1].link_key(), "go.example.com/Ab3dE9x");
         assert_eq!(e.pop, "fra1");
         assert_eq!(e.country, Some(*b"DE"));
         assert_eq!(e.method, Method::Head);
@@ -681,6 +699,7 @@ mod tests {
             rec.record(
                 &r,
                 b"Ab3dE9x",
+                b"",
                 None,
                 How {
                     early: false,
