@@ -152,7 +152,9 @@ fn tls_engine(site: &Site, pki: &Pki, control: &Control, data: &Path) -> Engine 
         data.to_str().unwrap(),
     ]
     .map(String::from)
-    .to_vec();
+    .into_iter()
+    .chain(lasthop_testkit::spool_to(control))
+    .collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     lasthop_testkit::subscribed_engine(site, control, &args)
 }
@@ -160,7 +162,7 @@ fn tls_engine(site: &Site, pki: &Pki, control: &Control, data: &Path) -> Engine 
 #[test]
 fn branded_certificates_are_chosen_by_sni_at_every_engine() {
     let site = Site::new();
-    let mut control = Control::start(&site, &[]);
+    let mut control = Control::start(&site, &["--clicks-flush-ms", "200"]);
     let code = control.create("https://example.com/branded");
     let branded = site.dir.path().join("branded");
     ca_and_server(
@@ -244,6 +246,31 @@ fn branded_certificates_are_chosen_by_sni_at_every_engine() {
             location(e, "lh.test", &pki.ca, "/spring-sale", false),
             (302, "https://example.com/default-spring".to_string())
         );
+    }
+    // Stats per domain stay apart: `spring-sale` was followed 5 times on go.test (4 above and
+    // this one), 4 on two.test and twice on the default domain.
+    assert_eq!(get(&a, "go.test", &ca, "/spring-sale", false).0, 302);
+    for (query, want) in [("?domain=go.test", 5), ("?domain=two.test", 4), ("", 2)] {
+        let mut last = serde_json::Value::Null;
+        lasthop_testkit::wait_until_every(
+            Duration::from_millis(200),
+            Duration::from_secs(30),
+            &format!("spring-sale{query}'s clicks counted"),
+            || {
+                let (status, v) = control.call(
+                    "GET",
+                    &format!("/v1/links/spring-sale/stats{query}"),
+                    &control.key,
+                    None,
+                );
+                assert_eq!(status, 200, "{v}");
+                let total =
+                    v["clicks"].as_u64().unwrap_or(0) + v["bot_clicks"].as_u64().unwrap_or(0);
+                last = v;
+                total == want
+            },
+        );
+        assert_eq!(last["code"], "spring-sale");
     }
     // Any other name gets the default certificate (lh.test), which the branded CA did not sign.
     let (status, _, _) = get(&a, "other.test", &ca, &format!("/{code}"), false);
