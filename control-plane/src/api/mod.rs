@@ -1185,8 +1185,15 @@ async fn link_stats(
     let store = Arc::clone(clicks.store());
     let c = code.clone();
     let mut days = blocking(move || store.range(&c, from, to)).await?;
+    // The answer names the code and its domain (`render` keys by the link key).
+    let named = |mut body: serde_json::Value| {
+        body["code"] = json!(lasthop_core::split_key_str(&code).1);
+        body["domain"] = json!(domain_of(&state, &code));
+        body
+    };
     let Some(peers) = state.0.peers.as_ref().cloned() else {
-        return Ok(Json(crate::clicks::stats::render(&code, from, to, &days)).into_response());
+        let body = named(crate::clicks::stats::render(&code, from, to, &days));
+        return Ok(Json(body).into_response());
     };
     // Every region asked at once.
     let asks = peers.regions().into_iter().map(|region| {
@@ -1219,9 +1226,7 @@ async fn link_stats(
         }
     }
     answered.sort_unstable();
-    let mut body = crate::clicks::stats::render(&code, from, to, &days);
-    body["code"] = json!(lasthop_core::split_key_str(&code).1);
-    body["domain"] = json!(domain_of(&state, &code));
+    let mut body = named(crate::clicks::stats::render(&code, from, to, &days));
     body["regions"] = json!({"answered": answered, "unavailable": unavailable});
     Ok(Json(body).into_response())
 }
