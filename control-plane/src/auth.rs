@@ -71,6 +71,9 @@ pub enum KeysError {
     /// A `--domain` that is no domain name.
     #[error("{0:?} is not a domain name (lower case, as the domain was added)")]
     InvalidDomain(String),
+    /// `--admin` with `--domain`: admin calls are fleet-wide.
+    #[error("an admin key cannot be limited to domains (admin calls are fleet-wide)")]
+    AdminWithDomains,
     /// The shared store's `api_keys` table failed.
     #[error("the key store: {0}")]
     Store(crate::store::StoreError),
@@ -145,6 +148,11 @@ fn new_key(
         .find(|d| !lasthop_core::code::domain_shape(d.as_bytes()))
     {
         return Err(KeysError::InvalidDomain(bad.clone()));
+    }
+    // An admin key acts fleet-wide (reports, owners, keys, suspensions): no domain limit
+    // could hold it.
+    if admin && !domains.is_empty() {
+        return Err(KeysError::AdminWithDomains);
     }
     let key = format!("lh_{}", random_hex(16)?);
     let id = format!("lhk_{}", random_hex(8)?);

@@ -226,7 +226,8 @@ pub(crate) enum ApikeyCommand {
         admin: bool,
         /// Limit the key to this domain (repeatable; a branded domain, or the default
         /// domain's name): its creates and code routes elsewhere answer 403
-        /// `domain_not_allowed`. Without it the key may act on every domain.
+        /// `domain_not_allowed`. Without it the key may act on every domain. Not with
+        /// `--admin` (admin calls are fleet-wide).
         #[arg(long = "domain", value_name = "DOMAIN")]
         domains: Vec<String>,
         /// Print `{"key", "id", "owner", "admin", "domains"}` on stdout instead.

@@ -351,7 +351,7 @@ pub(crate) struct Args {
     #[arg(long, env = "LASTHOP_CLICK_KAFKA")]
     #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub(crate) click_kafka: Option<String>,
-    /// The click topic (messages keyed by code).
+    /// The click topic (messages keyed by link key: the code, or `domain/code`).
     #[arg(long, env = "LASTHOP_CLICK_TOPIC", default_value = "lasthop.clicks")]
     #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     pub(crate) click_topic: String,

@@ -548,7 +548,11 @@ async fn create_link(
         });
     }
     let bytes = read_body(body).await?;
-    let parsed: CreateBody = parse_json(&bytes)?;
+    let mut parsed: CreateBody = parse_json(&bytes)?;
+    // The domain in its record's form, so a replay spelled otherwise is the same request.
+    parsed.domain = parsed
+        .domain
+        .map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase());
     let claim = idempotency_claim(&headers, &parsed)?;
     let domain = branded_domain(&state, parsed.domain.as_deref());
     allowed_domain(
@@ -817,9 +821,11 @@ async fn list_links(
     let owner = who.owner.clone();
     let page = blocking(move || store.list(&owner, cursor.as_deref(), limit)).await?;
     let now = now_ms();
+    // A key limited to domains sees its domains' links alone (a page may come back short).
     let links: Vec<_> = page
         .links
         .iter()
+        .filter(|s| allowed_domain(&state, &who, &s.link.code).is_ok())
         .map(|s| link_json(&state, s, now))
         .collect();
     Ok(Json(json!({"links": links, "next_cursor": page.next_cursor})).into_response())

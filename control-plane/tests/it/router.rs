@@ -1495,6 +1495,27 @@ async fn keys_limited_to_domains() {
         (s, v["error"]["code"].as_str()),
         (StatusCode::FORBIDDEN, Some("domain_not_allowed"))
     );
+    // Its list holds its domains' links alone; the owner's full key sees both.
+    let (_, v) = api.get("/v1/links", &limited).await;
+    let domains: Vec<&str> = v["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["domain"].as_str().unwrap())
+        .collect();
+    assert_eq!(domains, ["go.example.com"]);
+    let (_, v) = api.get("/v1/links", &api.alice).await;
+    assert_eq!(v["links"].as_array().unwrap().len(), 2);
+    // An admin key is fleet-wide: it cannot be limited.
+    assert!(matches!(
+        lasthop_control::auth::create_key_for(
+            api._dir.path(),
+            "ops",
+            true,
+            &["go.example.com".to_string()]
+        ),
+        Err(lasthop_control::auth::KeysError::AdminWithDomains)
+    ));
     let (_, v) = api.get("/v1/domains", &limited).await;
     let listed: Vec<&str> = v["domains"]
         .as_array()
