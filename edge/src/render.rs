@@ -309,7 +309,7 @@ fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
         ..shape
     };
     match *answer {
-        Answer::Redirect { url } if is_servable(url) => {
+        Answer::Redirect { url } | Answer::DomainRedirect { url } if is_servable(url) => {
             out.extend_from_slice(b"HTTP/1.1 302 Found\r\nLocation: ");
             out.extend_from_slice(url);
             out.extend_from_slice(
@@ -318,7 +318,7 @@ fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
             connection(shape, out);
             out.extend_from_slice(b"\r\n");
         }
-        Answer::Redirect { .. } => gone(shape, out),
+        Answer::Redirect { .. } | Answer::DomainRedirect { .. } => gone(shape, out),
         Answer::Preview {
             code,
             domain,
@@ -350,16 +350,6 @@ fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
                 });
             }
         }
-        Answer::DomainRedirect { url } if is_servable(url) => {
-            out.extend_from_slice(b"HTTP/1.1 302 Found\r\nLocation: ");
-            out.extend_from_slice(url);
-            out.extend_from_slice(
-                b"\r\nCache-Control: private, max-age=300\r\nContent-Length: 0\r\n",
-            );
-            connection(shape, out);
-            out.extend_from_slice(b"\r\n");
-        }
-        Answer::DomainRedirect { .. } => gone(shape, out),
         Answer::Preview { .. } | Answer::Warn { .. } | Answer::Gone => gone(shape, out),
         Answer::NotFound => fixed(
             b"404 Not Found",
@@ -752,6 +742,29 @@ mod tests {
             assert_eq!(len, response.body.len());
         }
         response
+    }
+
+    #[test]
+    fn a_domain_redirect_is_a_302_to_its_url_and_an_unservable_one_is_gone() {
+        let a = Answer::DomainRedirect {
+            url: b"https://brand.example/",
+        };
+        let (out, close) = rendered(&a, false, true, false);
+        assert!(!close);
+        assert_eq!(
+            text(&out),
+            "HTTP/1.1 302 Found\r\nLocation: https://brand.example/\r\nCache-Control: \
+             private, max-age=300\r\nContent-Length: 0\r\n\r\n"
+        );
+        let (out, _) = rendered(
+            &Answer::DomainRedirect {
+                url: b"javascript:alert(1)",
+            },
+            false,
+            true,
+            false,
+        );
+        assert!(text(&out).starts_with("HTTP/1.1 410"), "{}", text(&out));
     }
 
     #[test]
