@@ -24,7 +24,7 @@
 use lasthop_core::{classify, is_servable, CodeKind, LinkStatus, CODE_LEN};
 
 use crate::denylist::Deny;
-use crate::domains::{Domain, KeyBuf};
+use crate::domains::{link_key, Domain};
 use crate::http::{HttpError, Method, Request};
 use crate::tables::Tables;
 
@@ -271,17 +271,11 @@ fn decide_in<'a>(
     };
     // A branded domain's requests are its namespace's (one length check when there is none).
     let domain = t.domains.find(req.host);
-    let mut buf;
-    let key = match domain {
-        None => code,
-        Some(domain) => {
-            if let Some(settled) = domain_first(domain, code, preview) {
-                return settled;
-            }
-            buf = KeyBuf::default();
-            buf.key(Some(domain), code)
-        }
-    };
+    if let Some(settled) = domain.and_then(|d| domain_first(d, code, preview)) {
+        return settled;
+    }
+    let mut slot = None;
+    let key = link_key(&mut slot, domain, code);
     // One inlined copy for every domain: a second (a branded path of its own) left FF1 and the
     // lookup out of line and cost the default domain's hit ~75 instructions (callgrind).
     let decided = decide_key(t, now_ms, confirm, mark_checked, code, key, domain, preview);
@@ -435,8 +429,8 @@ pub fn answer_from_origin<'a>(
     now_ms: i64,
 ) -> (Answer<'a>, Layer) {
     let domain = t.domains.find(host);
-    let mut buf = KeyBuf::default();
-    let key = buf.key(domain, code);
+    let mut slot = None;
+    let key = link_key(&mut slot, domain, code);
     let domain = domain.map(|d| &*d.name);
     let warn = match t.denylist.check(key) {
         Some(Deny::Gone) => return (Answer::Gone, Layer::Denylist),

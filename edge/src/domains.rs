@@ -142,14 +142,26 @@ impl Default for KeyBuf {
     }
 }
 
+/// The link key of `code` on `domain`: the code itself on the default domain (`None`; nothing
+/// is built, so the default domain's requests never touch `slot`), `domain/code` built in
+/// `slot` on a branded one.
+#[inline]
+pub fn link_key<'k>(
+    slot: &'k mut Option<KeyBuf>,
+    domain: Option<&Domain>,
+    code: &'k [u8],
+) -> &'k [u8] {
+    match domain {
+        None => code,
+        Some(domain) => slot.insert(KeyBuf::default()).key(domain, code),
+    }
+}
+
 impl KeyBuf {
-    /// The key of `code` on `domain` (`None`: the default domain, the code itself). A code too
-    /// long for any key gives an empty key, which nothing holds.
+    /// The key of `code` on `domain`. A code too long for any key gives an empty key, which
+    /// nothing holds.
     #[inline]
-    pub fn key<'k>(&'k mut self, domain: Option<&Domain>, code: &'k [u8]) -> &'k [u8] {
-        let Some(domain) = domain else {
-            return code;
-        };
+    pub fn key<'k>(&'k mut self, domain: &Domain, code: &[u8]) -> &'k [u8] {
         let len = domain.name.len() + 1 + code.len();
         let Some(out) = self.buf.get_mut(..len) else {
             return &[];
@@ -202,12 +214,17 @@ mod tests {
 
     #[test]
     fn keys() {
-        let mut buf = KeyBuf::default();
+        let mut slot = None;
         let d = Domain::new("lh.example");
-        assert_eq!(buf.key(Some(&d), b"spring-sale"), b"lh.example/spring-sale");
-        assert_eq!(buf.key(None, b"spring-sale"), b"spring-sale");
+        assert_eq!(
+            link_key(&mut slot, Some(&d), b"spring-sale"),
+            b"lh.example/spring-sale"
+        );
+        let mut slot = None;
+        assert_eq!(link_key(&mut slot, None, b"spring-sale"), b"spring-sale");
+        assert!(slot.is_none(), "nothing built for the default domain");
         let long = [b'a'; KEY_MAX];
-        assert_eq!(buf.key(Some(&d), &long), b"");
+        assert_eq!(link_key(&mut slot, Some(&d), &long), b"");
     }
 
     #[test]

@@ -590,11 +590,9 @@ pub(crate) fn respond(
     } = answer
     {
         // The origin is asked for the link's key: `domain/code` on a branded domain.
-        let mut buf = crate::domains::KeyBuf::default();
-        let key = match domain {
-            Some(_) => buf.key(env.tables.domains.find(req.host), code),
-            None => code,
-        };
+        let mut slot = None;
+        let branded = domain.and_then(|_| env.tables.domains.find(req.host));
+        let key = crate::domains::link_key(&mut slot, branded, code);
         fx.effect(Effect::NeedOrigin {
             code: key,
             cache_negative,
@@ -679,10 +677,14 @@ fn finish(
     };
     if let Answer::Redirect { .. } = answer {
         let code = code_of(req.path);
-        let mut buf = crate::domains::KeyBuf::default();
         if layer == Layer::Overlay {
             // Creation-to-first-redirect: only links the feed brought carry a creation time.
-            if let Some(link) = env.tables.overlay.get(buf.key(domain, code)) {
+            let mut slot = None;
+            if let Some(link) = env
+                .tables
+                .overlay
+                .get(crate::domains::link_key(&mut slot, domain, code))
+            {
                 if let Some(created) = link.created_at_ms {
                     if link.first_served.claim() {
                         fx.effect(Effect::FirstRedirect {
@@ -714,8 +716,8 @@ pub(crate) fn asks_for(req: &Request<'_>, tables: &Tables, key: &[u8]) -> bool {
     let Some((code, _)) = answer::code_of(req.path) else {
         return false;
     };
-    let mut buf = crate::domains::KeyBuf::default();
-    buf.key(tables.domains.find(req.host), code) == key
+    let mut slot = None;
+    crate::domains::link_key(&mut slot, tables.domains.find(req.host), code) == key
 }
 
 /// The code part of a request path (`/abc1234+` → `abc1234`), by the decision's own rule.

@@ -334,10 +334,16 @@ impl FromRequestParts<AppState> for LinkKey {
     }
 }
 
+/// A domain name as a caller spells it, in the record's form: trimmed, lower case, no trailing
+/// dot (`?domain=`, a create's `domain`, `apikey create --domain`).
+pub fn domain_name(raw: &str) -> String {
+    raw.trim().trim_end_matches('.').to_ascii_lowercase()
+}
+
 /// A branded domain as a request names it (`?domain=`, `"domain"`), in the record's form:
 /// lower case, no trailing dot; `None` for the default domain (named, or empty).
 pub(crate) fn branded_domain(state: &AppState, raw: Option<&str>) -> Option<String> {
-    let d = raw?.trim().trim_end_matches('.').to_ascii_lowercase();
+    let d = domain_name(raw?);
     if d.is_empty() || Some(&d) == state.0.default_domain.as_ref() {
         return None;
     }
@@ -550,9 +556,7 @@ async fn create_link(
     let bytes = read_body(body).await?;
     let mut parsed: CreateBody = parse_json(&bytes)?;
     // The domain in its record's form, so a replay spelled otherwise is the same request.
-    parsed.domain = parsed
-        .domain
-        .map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase());
+    parsed.domain = parsed.domain.map(|d| domain_name(&d));
     let claim = idempotency_claim(&headers, &parsed)?;
     let domain = branded_domain(&state, parsed.domain.as_deref());
     allowed_domain(

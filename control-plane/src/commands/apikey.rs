@@ -45,7 +45,7 @@ pub(crate) fn run(command: ApikeyCommand) -> anyhow::Result<()> {
         } => {
             let domains: Vec<String> = domains
                 .iter()
-                .map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase())
+                .map(|d| lasthop_control::api::domain_name(d))
                 .collect();
             let key = at.open()?.create_for(&owner, admin, &domains)?;
             if json {

@@ -74,6 +74,8 @@ struct Inner {
     api: Router,
     /// Base of the short URLs (`--short-base`).
     short_base: String,
+    /// The default domain's name (`--short-base`'s host).
+    default_domain: Option<String>,
     sessions: Mutex<HashMap<String, Session>>,
     signins: RateLimiter,
 }
@@ -93,6 +95,7 @@ impl std::fmt::Debug for Dashboard {
 pub fn router(state: AppState, short_base: String) -> Router {
     let dash = Dashboard(Arc::new(Inner {
         api: crate::api::router(state),
+        default_domain: crate::api::domains::host_of(&short_base),
         short_base,
         sessions: Mutex::new(HashMap::new()),
         signins: RateLimiter::new(SIGNIN_RATE, SIGNIN_BURST),
@@ -382,9 +385,8 @@ impl Dashboard {
     /// domain, the code on the default one. The console's `/links/{key}` names links by it.
     fn key_of(&self, l: &Value) -> String {
         let code = l["code"].as_str().unwrap_or_default();
-        let default = crate::api::domains::host_of(&self.0.short_base);
         match l["domain"].as_str() {
-            Some(d) if !d.is_empty() && Some(d) != default.as_deref() => {
+            Some(d) if !d.is_empty() && Some(d) != self.0.default_domain.as_deref() => {
                 lasthop_core::link_key(Some(d), code)
             }
             _ => code.to_string(),
@@ -1013,8 +1015,7 @@ async fn go_to_code(State(dash): State<Dashboard>, Query(f): Query<GoForm>) -> R
         Ok(u) => {
             let code = u.path().trim_matches('/').trim_end_matches('+');
             let host = u.host_str().unwrap_or_default().to_ascii_lowercase();
-            let default = crate::api::domains::host_of(&dash.0.short_base);
-            if Some(&host) == default.as_ref() || host.is_empty() {
+            if Some(&host) == dash.0.default_domain.as_ref() || host.is_empty() {
                 code.to_string()
             } else {
                 lasthop_core::link_key(Some(&host), code)
