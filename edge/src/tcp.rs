@@ -6,7 +6,8 @@
 //! - **Handshake without state: SYN cookies, always.** A SYN is answered with a SYN-ACK whose
 //!   initial sequence number carries a keyed hash of the 4-tuple and the client's sequence, a
 //!   64-second time slot and the MSS; the connection exists only once an ACK returns a valid
-//!   cookie. A SYN flood costs a hash and a frame per SYN and no memory. The price: no window
+//!   cookie (a bare ACK that proves none is dropped, data or a FIN reset). A SYN flood costs
+//!   a hash and a frame per SYN and no memory. The price: no window
 //!   scaling or SACK (both need state or timestamps), so the receive window is at most 64 KiB,
 //!   plenty for requests of a few hundred bytes.
 //! - **Connections by their 4-tuple** in a hash map, and timers in a heap: the work per frame
@@ -514,7 +515,8 @@ impl Tcp {
     }
 
     /// A segment for a connection we do not hold: a SYN gets a cookie, an ACK that returns a
-    /// valid one opens the connection, anything else but a RST is reset.
+    /// valid one opens the connection, a bare ACK that does not is dropped, anything else but
+    /// a RST is reset.
     fn on_stranger(
         &mut self,
         id: ConnId,
@@ -580,7 +582,16 @@ impl Tcp {
                     Some(_) => self.send_rst(id, seg.eth_src, ack.0 as u32, tx),
                     None => {
                         self.stats.bad_cookies += 1;
-                        self.send_rst(id, seg.eth_src, ack.0 as u32, tx);
+                        // A bare ACK that proves no cookie is dropped, not reset: its sequence
+                        // may be past data of the client's that was lost before it reached
+                        // us (a challenge ACK answering a spoofed SYN on the client's port
+                        // in a SYN flood is one), and a reset would kill a connection whose
+                        // retransmission from its first byte still proves the cookie. A
+                        // segment with data or a FIN is reset: that is a connection we
+                        // forgot (an engine restart, a lost reset) and the client is waiting.
+                        if !t.payload.is_empty() || t.control == TcpControl::Fin {
+                            self.send_rst(id, seg.eth_src, ack.0 as u32, tx);
+                        }
                     }
                 }
             }
@@ -1207,14 +1218,23 @@ mod tests {
         let isn = w.sent.pop().unwrap().seq;
         w.segment_at(
             w.seq,
-            TcpControl::None,
+            TcpControl::Psh,
             Some(isn.wrapping_add(2)),
             64240,
-            &[],
+            b"GET",
         );
         assert_eq!(w.sent.pop().unwrap().control, TcpControl::Rst);
         // The right cookie, two slots (over two minutes) later.
         w.now += 2 * SLOT_MS;
+        w.segment_at(
+            w.seq,
+            TcpControl::Fin,
+            Some(isn.wrapping_add(1)),
+            64240,
+            &[],
+        );
+        assert_eq!(w.sent.pop().unwrap().control, TcpControl::Rst);
+        // A bare ACK with either is dropped: it opens nothing and earns nothing.
         w.segment_at(
             w.seq,
             TcpControl::None,
@@ -1222,9 +1242,9 @@ mod tests {
             64240,
             &[],
         );
-        assert_eq!(w.sent.pop().unwrap().control, TcpControl::Rst);
+        assert!(w.sent.is_empty(), "{:?}", w.sent);
         assert!(w.tcp.is_empty() && w.events.is_empty());
-        assert_eq!(w.tcp.stats().bad_cookies, 2);
+        assert_eq!(w.tcp.stats().bad_cookies, 3);
         // One slot later is still good (a slow client).
         w.now -= SLOT_MS;
         w.segment_at(
@@ -1235,6 +1255,44 @@ mod tests {
             &[],
         );
         assert_eq!(w.events, [Ev::Open]);
+    }
+
+    /// The CI failure of a SYN flood over AF_XDP: the client's request was lost before the
+    /// server opened the connection, a spoofed SYN from the client's own port drew a SYN-ACK,
+    /// and the client's kernel answered it with a challenge ACK whose sequence is past the
+    /// request. Resetting that ACK killed the connection; dropped, the request's
+    /// retransmission opens it.
+    #[test]
+    fn a_challenge_ack_past_lost_data_does_not_reset_the_connection_its_retransmission_opens() {
+        let mut w = World::new();
+        w.segment(TcpControl::Syn, None, 64240, &[]);
+        let synack = w.sent.pop().unwrap();
+        let first = w.seq;
+        let request = b"GET /abc HTTP/1.1\r\n\r\n";
+        // The request, lost on the way.
+        w.seq = w.seq.wrapping_add(request.len() as u32);
+        // A spoofed SYN on the same port, and its SYN-ACK.
+        w.segment_at(12345, TcpControl::Syn, None, 64240, &[]);
+        assert_eq!(w.sent.pop().unwrap().control, TcpControl::Syn);
+        // The client's challenge ACK: its next sequence, acknowledging our first SYN-ACK.
+        w.segment_at(
+            w.seq,
+            TcpControl::None,
+            Some(synack.seq.wrapping_add(1)),
+            64240,
+            &[],
+        );
+        assert!(w.sent.is_empty(), "no reset: {:?}", w.sent);
+        assert!(w.tcp.is_empty() && w.events.is_empty());
+        // The retransmitted request proves the cookie and is delivered.
+        w.segment_at(
+            first,
+            TcpControl::Psh,
+            Some(synack.seq.wrapping_add(1)),
+            64240,
+            request,
+        );
+        assert_eq!(w.events, [Ev::Open, Ev::Data(request.to_vec())]);
     }
 
     #[test]
@@ -1299,7 +1357,7 @@ mod tests {
         // The cookie covers the addresses: the same SYN-ACK's number from the same port of the
         // IPv4 client opens nothing on an IPv4 endpoint with the same key.
         let mut v4 = World::new();
-        v4.segment_at(5001, TcpControl::None, Some(isn), 64240, &[]);
+        v4.segment_at(5001, TcpControl::Psh, Some(isn), 64240, b"GET");
         assert_eq!(v4.sent.pop().unwrap().control, TcpControl::Rst);
         assert!(v4.tcp.is_empty() && v4.events.is_empty());
     }
