@@ -185,7 +185,7 @@ fn rustls_pair(
         Arc::new(SingleCert(single))
     } else {
         let set = lasthop_engine::tls::sni::Branded::default();
-        set.replace(branded_set(&provider, pkcs8, branded));
+        set.replace(branded_set(&provider, pkcs8, branded), Default::default());
         Arc::new(lasthop_engine::tls::sni::SniResolver::new(
             single,
             Arc::new(set),

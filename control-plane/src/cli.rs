@@ -475,6 +475,8 @@ pub(crate) struct ServeArgs {
     pub(crate) clicks: ServeClicks,
     #[command(flatten)]
     pub(crate) safety: ServeSafety,
+    #[command(flatten)]
+    pub(crate) acme: ServeAcme,
     /// A config file (TOML) whose keys are these flags' long names (`api-listen =
     /// "0.0.0.0:8081"`, `peer = ["1=https://..."]`); flags and environment variables override
     /// it. SIGHUP re-reads it (and the lists) and logs what changed; a changed setting takes
@@ -485,4 +487,88 @@ pub(crate) struct ServeArgs {
     /// token and list files it names) and exit: 0 when `serve` would start with it.
     #[arg(long)]
     pub(crate) check_config: bool,
+}
+
+/// Automatic certificates for branded domains (README "Automatic certificates").
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ServeAcme {
+    /// An ACME CA's directory URL: branded domains without a certificate of their own get one
+    /// from it, and it renews them (off unless set). Let's Encrypt:
+    /// https://acme-v02.api.letsencrypt.org/directory (staging:
+    /// https://acme-staging-v02.api.letsencrypt.org/directory).
+    #[arg(long, env = "LASTHOP_ACME_DIRECTORY")]
+    pub(crate) acme_directory: Option<String>,
+    /// The ACME account's contact (`mailto:ops@example.com`; repeatable): the CA writes there
+    /// about expiring certificates and policy changes.
+    #[arg(
+        long,
+        env = "LASTHOP_ACME_CONTACT",
+        value_delimiter = ',',
+        requires = "acme_directory"
+    )]
+    pub(crate) acme_contact: Vec<String>,
+    /// Trust this PEM CA certificate for the ACME directory's HTTPS (a private CA such as a
+    /// test server's), instead of the system's.
+    #[arg(long, env = "LASTHOP_ACME_CA_FILE", requires = "acme_directory")]
+    pub(crate) acme_ca_file: Option<PathBuf>,
+    /// The challenge types tried, in order, each with an order of its own.
+    #[arg(
+        long,
+        env = "LASTHOP_ACME_CHALLENGES",
+        value_delimiter = ',',
+        default_value = "http-01,tls-alpn-01",
+        value_parser = ["http-01", "tls-alpn-01"]
+    )]
+    pub(crate) acme_challenges: Vec<String>,
+    /// How often the domains are looked over for certificates to order or renew.
+    #[arg(long, env = "LASTHOP_ACME_INTERVAL_SECS", default_value_t = 60)]
+    pub(crate) acme_interval_secs: u64,
+    /// The first wait after a failed attempt, doubled with each failure in a row (at most a
+    /// day, jittered).
+    #[arg(long, env = "LASTHOP_ACME_RETRY_SECS", default_value_t = 600)]
+    pub(crate) acme_retry_secs: u64,
+    /// Orders per domain in any 24 hours (an attempt places one per challenge type tried; Let's
+    /// Encrypt allows 5 failed validations per name per hour and 5 identical certificates a
+    /// week).
+    #[arg(long, env = "LASTHOP_ACME_DOMAIN_ORDERS_PER_DAY", default_value_t = 6)]
+    pub(crate) acme_domain_orders_per_day: usize,
+    /// Orders by the whole fleet in any hour (Let's Encrypt allows 300 new orders per account
+    /// every 3 hours).
+    #[arg(long, env = "LASTHOP_ACME_ORDERS_PER_HOUR", default_value_t = 90)]
+    pub(crate) acme_orders_per_hour: usize,
+    /// Longest wait for every engine to serve a challenge answer before the CA is told to
+    /// validate.
+    #[arg(long, env = "LASTHOP_ACME_PUBLISH_WAIT_SECS", default_value_t = 20)]
+    pub(crate) acme_publish_wait_secs: u64,
+    /// Longest wait for the CA to validate, and then to issue.
+    #[arg(long, env = "LASTHOP_ACME_ORDER_TIMEOUT_SECS", default_value_t = 90)]
+    pub(crate) acme_order_timeout_secs: u64,
+}
+
+impl ServeAcme {
+    /// The manager's settings, with the account key in `data_dir`; `None` when ACME is off.
+    pub(crate) fn config(
+        &self,
+        data_dir: &std::path::Path,
+    ) -> Option<lasthop_control::acme::AcmeConfig> {
+        use lasthop_control::acme::{AcmeConfig, Challenge};
+        use std::time::Duration;
+        Some(AcmeConfig {
+            directory: self.acme_directory.clone()?,
+            contacts: self.acme_contact.clone(),
+            ca_file: self.acme_ca_file.clone(),
+            account_key: data_dir.join("acme-account.key"),
+            challenges: self
+                .acme_challenges
+                .iter()
+                .filter_map(|c| Challenge::parse(c))
+                .collect(),
+            interval: Duration::from_secs(self.acme_interval_secs.max(1)),
+            retry: Duration::from_secs(self.acme_retry_secs.max(1)),
+            domain_orders_per_day: self.acme_domain_orders_per_day.max(1),
+            orders_per_hour: self.acme_orders_per_hour.max(1),
+            publish_wait: Duration::from_secs(self.acme_publish_wait_secs),
+            order_timeout: Duration::from_secs(self.acme_order_timeout_secs.max(1)),
+        })
+    }
 }

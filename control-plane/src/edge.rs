@@ -591,12 +591,31 @@ async fn certificates(
             })
         })
         .collect();
+    // ACME challenge answers while orders validate: HTTP-01's to every engine (its plain
+    // listener answers them, TLS or not), TLS-ALPN-01's with the certificates.
+    let challenges: Vec<_> = domains
+        .iter()
+        .filter(|d| d.suspended.is_none())
+        .filter_map(|d| d.acme.as_ref()?.challenge.as_ref().map(|c| (d, c)))
+        .filter(|(_, c)| with_keys || c.kind == "http-01")
+        .map(|(d, c)| {
+            json!({
+                "domain": d.domain,
+                "type": c.kind,
+                "token": c.token,
+                "key_authorization": c.key_authorization,
+                "certificate": c.certificate_pem,
+                "key": c.key_pem,
+            })
+        })
+        .collect();
     Ok((
         [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
         Json(json!({
             "generation": generation,
             "domains": edge_domains,
             "certificates": certificates,
+            "challenges": challenges,
         })),
     )
         .into_response())

@@ -331,6 +331,20 @@ impl Fleet {
         out
     }
 
+    /// Engines heard from within `recent_ms` that do not yet serve the domains' `generation`
+    /// (their certificates, settings and ACME challenge answers).
+    pub fn behind_certificates(&self, generation: u64, now_ms: i64, recent_ms: i64) -> Vec<String> {
+        let entries = self.lock();
+        let mut behind: Vec<String> = entries
+            .values()
+            .filter(|e| now_ms - e.received_ms <= recent_ms)
+            .filter(|e| e.report.certificates_generation < generation)
+            .map(|e| e.report.engine.clone())
+            .collect();
+        behind.sort();
+        behind
+    }
+
     /// Snapshot ids some engine reported in the last [`REPORT_TTL_MS`]: garbage collection
     /// keeps them.
     pub fn snapshots_in_use(&self, now_ms: i64) -> HashSet<String> {
@@ -396,6 +410,7 @@ mod tests {
             snapshot_seq: 0,
             feed_connected: true,
             safe_mode: false,
+            certificates_generation: 0,
             time_ms: 0,
         }
     }

@@ -27,6 +27,7 @@
 //! - [`clicks`]: the `lasthop-clicks` crate re-exported: the click stream processor (spool or Kafka → dedup, bots, rollups, archive),
 //!   the rollup store behind `GET /v1/links/{code}/stats`, recompute and the synthetic stream.
 
+pub mod acme;
 pub mod api;
 pub mod auth;
 pub mod backup;

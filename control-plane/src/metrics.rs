@@ -32,6 +32,12 @@ pub struct Metrics {
     /// Seconds until the nearest `not_after` of an unsuspended domain's certificate, negative
     /// once one has expired (+Inf with none).
     pub domain_certificate_expiry_seconds: Gauge,
+    /// ACME orders by result (`issued`, `failed`; an attempt that tried both challenge types
+    /// counts once).
+    pub acme_orders: IntCounterVec,
+    /// When each failing domain's last ACME attempt failed (Unix seconds), by the ACME problem
+    /// type (`connection`, `dns`, `unauthorized`, ... `timeout`, `other`); gone once it succeeds.
+    pub acme_last_error: GaugeVec,
     /// Replication from each peer region (`--peer`), set at each scrape: 1 while its last
     /// request succeeded.
     pub peer_connected: IntGaugeVec,
@@ -178,6 +184,23 @@ impl Metrics {
                 Gauge::new(
                     "domain_certificate_expiry_seconds",
                     "Seconds until the nearest expiry of an unsuspended branded domain's certificate, negative once expired (+Inf with none)",
+                ),
+            )?,
+            acme_orders: registered(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new("acme_orders_total", "ACME certificate orders by result"),
+                    &["result"],
+                ),
+            )?,
+            acme_last_error: registered(
+                &registry,
+                GaugeVec::new(
+                    Opts::new(
+                        "acme_last_error_timestamp_seconds",
+                        "When the domain's last ACME attempt failed, by ACME problem type (gone once it succeeds)",
+                    ),
+                    &["domain", "problem"],
                 ),
             )?,
             peer_connected: registered(

@@ -125,10 +125,19 @@ pub(crate) fn run(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
         )?),
         _ => None,
     };
+    let acme = args.acme.config(&args.data_dir).map(|cfg| {
+        lasthop_control::acme::Acme::new(
+            cfg,
+            Arc::clone(&store),
+            Arc::clone(&fleet),
+            metrics.clone(),
+        )
+    });
     let api = AppState::from_parts(ApiParts {
         store: Arc::clone(&store),
         keys,
         config: api_config(&args),
+        acme: acme.clone(),
         metrics,
         fleet: Arc::clone(&fleet),
         snapshots: Some(Arc::clone(&publisher)),
@@ -158,6 +167,7 @@ pub(crate) fn run(args: ServeArgs, config: ConfigReload) -> anyhow::Result<()> {
         peers: peers.clone(),
         edge_tls: files.edge_tls,
         reload: safety.reload.clone(),
+        acme,
     };
     runtime.block_on(listen(&args, listening, hup, config))?;
     Running {
@@ -280,6 +290,8 @@ struct Listening {
     edge_tls: Option<EdgeTls>,
     /// SIGHUP's way to the list watcher.
     reload: std::sync::mpsc::Sender<()>,
+    /// The ACME certificate manager, with `--acme-directory`.
+    acme: Option<Arc<lasthop_control::acme::Acme>>,
 }
 
 /// Binds the API, edge and console listeners, says where they are, and serves until the
@@ -301,6 +313,7 @@ async fn listen(
         peers,
         edge_tls,
         reload,
+        acme,
     } = services;
     let listener = tokio::net::TcpListener::bind(args.api_listen)
         .await
@@ -375,6 +388,9 @@ async fn listen(
         },
     });
     tokio::spawn(Arc::clone(&publisher).start(stop_rx.clone()));
+    if let Some(acme) = acme {
+        tokio::spawn(acme.run(stop_rx.clone()));
+    }
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         // An Err means the sender is gone, which only happens after the signal.
         let _ = rx.wait_for(|stop| *stop).await;

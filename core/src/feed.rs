@@ -301,6 +301,10 @@ pub struct StatusReport {
     pub snapshot_seq: u64,
     pub feed_connected: bool,
     pub safe_mode: bool,
+    /// The domains generation whose certificates, settings and ACME challenge answers the
+    /// engine serves (0: none yet, or an engine from before it was reported).
+    #[serde(default)]
+    pub certificates_generation: u64,
     pub time_ms: i64,
 }
 
@@ -629,6 +633,7 @@ mod tests {
             snapshot_seq: 1,
             feed_connected: true,
             safe_mode: false,
+            certificates_generation: 0,
             time_ms: 1,
         };
         assert_eq!(r.validate(), Ok(()));

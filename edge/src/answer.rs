@@ -124,6 +124,9 @@ pub enum Answer<'a> {
     Unavailable,
     /// 425 Too Early: a request other than GET/HEAD arrived in TLS 0-RTT early data (RFC 8470).
     TooEarly,
+    /// 200 with an ACME HTTP-01 key authorization: `/.well-known/acme-challenge/TOKEN` on a
+    /// branded domain whose certificate is being ordered (RFC 8555 §8.3).
+    AcmeChallenge { key_authorization: &'a [u8] },
 }
 
 impl Answer<'_> {
@@ -131,7 +134,7 @@ impl Answer<'_> {
     pub fn status(&self) -> u16 {
         match self {
             Answer::Redirect { .. } | Answer::DomainRedirect { .. } => 302,
-            Answer::Preview { .. } | Answer::Warn { .. } => 200,
+            Answer::Preview { .. } | Answer::Warn { .. } | Answer::AcmeChallenge { .. } => 200,
             Answer::NotFound => 404,
             Answer::Gone => 410,
             Answer::MethodNotAllowed => 405,
@@ -303,6 +306,29 @@ fn domain_first<'a>(domain: &'a Domain, code: &[u8], preview: bool) -> Option<(A
     None
 }
 
+/// The path of ACME HTTP-01 answers, less its leading `/` (RFC 8555 §8.3).
+pub const ACME_CHALLENGE_PREFIX: &[u8] = b".well-known/acme-challenge/";
+
+/// A path that is no code: a branded domain's published ACME HTTP-01 answer, else 404.
+#[cold]
+fn acme_or_not_found<'a>(domain: Option<&'a Domain>, path: &[u8], preview: bool) -> Answer<'a> {
+    let answer = domain
+        .filter(|_| !preview)
+        .zip(path.strip_prefix(ACME_CHALLENGE_PREFIX))
+        .and_then(|(d, token)| d.acme_answer(token));
+    match answer {
+        Some(key_authorization) => Answer::AcmeChallenge { key_authorization },
+        None => Answer::NotFound,
+    }
+}
+
+/// Whether `path` asks for an ACME HTTP-01 answer (the plain listener's HTTPS redirect lets
+/// it through: a CA validates over plain HTTP).
+pub fn is_acme_challenge(path: &[u8]) -> bool {
+    path.strip_prefix(b"/")
+        .is_some_and(|p| p.starts_with(ACME_CHALLENGE_PREFIX))
+}
+
 /// The decision for `code` (its [link key](lasthop_core::split_key) `key`, on `domain`).
 #[allow(clippy::too_many_arguments)]
 #[inline]
@@ -344,7 +370,7 @@ fn decide_key<'a>(
             }
         }
         CodeKind::Alias => (None, None),
-        CodeKind::Invalid => return (Answer::NotFound, Layer::Invalid),
+        CodeKind::Invalid => return (acme_or_not_found(domain, code, preview), Layer::Invalid),
     };
     // Whether a 404 from the origin may be cached: an alias's always; a generated code's only
     // below its region's mark (not in the reserve, which a fresh lease may fill), worked out
@@ -844,6 +870,62 @@ pub(crate) mod tests {
                 flagged: false,
             }
         );
+    }
+
+    #[test]
+    fn a_published_acme_answer_is_served_on_its_domain_only() {
+        use crate::domains::{Domain, Domains};
+        let f = fixture(false);
+        let mut go = Domain::new("go.example.com");
+        go.acme_http = vec![(b"tok-EN_1"[..].into(), b"tok-EN_1.thumb"[..].into())].into();
+        let mut redirecting = Domain::new("redirecting.example");
+        redirecting.not_found_redirect = Some(b"https://brand.example/missing"[..].into());
+        redirecting.acme_http = vec![(b"r"[..].into(), b"r.thumb"[..].into())].into();
+        let t = f
+            .tables
+            .with_domains(Arc::new(Domains::new([go, redirecting])));
+        let path = "/.well-known/acme-challenge/tok-EN_1";
+        assert_eq!(
+            decide_buf(&on("go.example.com", path), &t),
+            (
+                Answer::AcmeChallenge {
+                    key_authorization: b"tok-EN_1.thumb"
+                },
+                Layer::Invalid
+            )
+        );
+        assert_eq!(
+            decide_buf(&on("go.example.com:80", path), &t).0.status(),
+            200
+        );
+        // Another token, another domain's token, the default domain, a preview: 404.
+        for (host, path) in [
+            ("go.example.com", "/.well-known/acme-challenge/other"),
+            ("go.example.com", "/.well-known/acme-challenge/r"),
+            ("go.example.com", "/.well-known/acme-challenge/tok-EN_1+"),
+            ("go.example.com", "/.well-known/acme-challenge/"),
+            ("lh.example", path),
+        ] {
+            assert_eq!(
+                decide_buf(&on(host, path), &t).0,
+                Answer::NotFound,
+                "{host}{path}"
+            );
+        }
+        // A domain's not-found redirect does not swallow its answer.
+        assert_eq!(
+            decide_buf(
+                &on("redirecting.example", "/.well-known/acme-challenge/r"),
+                &t
+            )
+            .0,
+            Answer::AcmeChallenge {
+                key_authorization: b"r.thumb"
+            }
+        );
+        assert!(is_acme_challenge(b"/.well-known/acme-challenge/x"));
+        assert!(!is_acme_challenge(b"/.well-known/other"));
+        assert!(!is_acme_challenge(b"/abcdefg"));
     }
 
     #[test]

@@ -25,7 +25,13 @@ pub struct Domain {
     pub not_found_redirect: Option<Box<[u8]>>,
     /// The `Strict-Transport-Security` header line (CRLF-terminated) for its HTTPS answers.
     pub hsts: Option<Box<[u8]>>,
+    /// ACME HTTP-01 answers while the domain's certificate is being ordered: (token, key
+    /// authorization), served at `/.well-known/acme-challenge/TOKEN` (RFC 8555 §8.3).
+    pub acme_http: Box<[AcmeAnswer]>,
 }
+
+/// An ACME HTTP-01 answer: the token and its key authorization.
+pub type AcmeAnswer = (Box<[u8]>, Box<[u8]>);
 
 impl Domain {
     /// A domain with no settings.
@@ -36,7 +42,16 @@ impl Domain {
             root_redirect: None,
             not_found_redirect: None,
             hsts: None,
+            acme_http: Box::new([]),
         }
+    }
+
+    /// The key authorization for HTTP-01 `token`, while one is published.
+    pub fn acme_answer(&self, token: &[u8]) -> Option<&[u8]> {
+        self.acme_http
+            .iter()
+            .find(|(t, _)| **t == *token)
+            .map(|(_, answer)| &**answer)
     }
 
     /// The HSTS header line for `max-age` seconds, with `includeSubDomains` and `preload`

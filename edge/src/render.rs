@@ -104,6 +104,8 @@ pub static NO_PAGES: Pages = Pages {
 const TEXT: &[u8] = b"text/plain; charset=utf-8";
 const HTML: &[u8] = b"text/html; charset=utf-8";
 const JSON: &[u8] = b"application/json";
+/// HTTP-01 answers: RFC 8555 §8.3's example type.
+const OCTETS: &[u8] = b"application/octet-stream";
 
 /// The 302 that [`render_fixed`] writes: the benchmark floor, the same shape as a real redirect.
 pub const FIXED_RESPONSE: &[u8] = b"HTTP/1.1 302 Found\r\n\
@@ -394,6 +396,19 @@ fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
             shape,
             out,
         ),
+        Answer::AcmeChallenge { key_authorization } => {
+            head(
+                b"200 OK",
+                b"Cache-Control: no-store\r\n",
+                OCTETS,
+                key_authorization.len(),
+                shape,
+                out,
+            );
+            if !shape.head {
+                out.extend_from_slice(key_authorization);
+            }
+        }
     }
     close
 }

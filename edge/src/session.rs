@@ -572,12 +572,15 @@ pub(crate) fn respond(
         return Reply::Done { close };
     }
     if let (false, Some(port)) = (how.https, env.https_redirect) {
-        let (close, status) = render::render_https_redirect(req, port, extra, out.h1());
-        fx.effect(Effect::Answered {
-            status,
-            layer: None,
-        });
-        return Reply::Done { close };
+        // A CA validates HTTP-01 over plain HTTP: its path goes on to the decision.
+        if !answer::is_acme_challenge(req.path) {
+            let (close, status) = render::render_https_redirect(req, port, extra, out.h1());
+            fx.effect(Effect::Answered {
+                status,
+                layer: None,
+            });
+            return Reply::Done { close };
+        }
     }
     let (answer, layer) = answer::decide(req, env.tables, env.now_ms);
     prefetcher.answered(layer);
@@ -1147,6 +1150,16 @@ pub(crate) mod tests {
         assert_eq!(statuses(&s.out), [301]);
         assert!(String::from_utf8_lossy(&s.out).contains("https://lh.example:8443/spring-sale"));
         assert_eq!(fx.take(), [Seen::Answered(301, None)]);
+        // Except an ACME HTTP-01 answer: a CA validates over plain HTTP.
+        let mut s = Session::new(NOW);
+        feed(
+            &mut s,
+            &core,
+            &mut fx,
+            &get("/.well-known/acme-challenge/tok"),
+        );
+        assert_eq!(statuses(&s.out), [404], "decided, not redirected");
+        fx.take();
         core.https_redirect = None;
         core.fixed = true;
         let mut s = Session::new(NOW);

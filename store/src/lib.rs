@@ -714,6 +714,77 @@ pub struct DomainRecord {
     /// The domain's own certificate, once it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<DomainCertificate>,
+    /// Where its ACME certificate stands (`lasthop-control serve --acme-directory`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acme: Option<Box<DomainAcme>>,
+}
+
+/// A domain's automatic certificate (README "Automatic certificates"): the order in progress
+/// and who holds it, the challenge answer the engines publish meanwhile, and how the last
+/// attempts went. Kept in the domain's record, so every control plane on one store sees one
+/// state and one holder (the record's revision makes taking the lock a compare-and-swap).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainAcme {
+    /// The control plane ordering for the domain now, until when (a lease: a holder that dies
+    /// frees it by letting it lapse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<AcmeLock>,
+    /// The challenge answer every engine serves while the CA validates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub challenge: Option<AcmeChallenge>,
+    /// The last attempt's error (the CA's problem document, or why it could not be asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When the last attempt ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt_ms: Option<i64>,
+    /// Failed attempts in a row (the backoff doubles with each).
+    #[serde(default)]
+    pub failures: u32,
+    /// No attempt before this (the backoff after a failure, or a rate limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_ms: Option<i64>,
+    /// An admin asked for a new certificate now (`POST /v1/domains/{domain}/renew`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_requested_ms: Option<i64>,
+    /// When each order of the last day was placed (the per-domain rate limit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub orders_ms: Vec<i64>,
+    /// When the CA's renewal information (RFC 9773) says to renew the current certificate,
+    /// where it offers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ari_renew_at_ms: Option<i64>,
+}
+
+/// An order's hold on a domain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcmeLock {
+    pub holder: String,
+    pub until_ms: i64,
+}
+
+/// A challenge answer: HTTP-01's key authorization at `/.well-known/acme-challenge/TOKEN`,
+/// or TLS-ALPN-01's certificate and key for `acme-tls/1`. Its `Debug` leaves the key out.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcmeChallenge {
+    /// `http-01` or `tls-alpn-01`.
+    pub kind: String,
+    pub token: String,
+    pub key_authorization: String,
+    /// TLS-ALPN-01: the self-signed certificate carrying the key authorization's digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_pem: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_pem: Option<String>,
+}
+
+impl std::fmt::Debug for AcmeChallenge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcmeChallenge")
+            .field("kind", &self.kind)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A domain's certificate and private key (PEM), checked when stored

@@ -193,3 +193,56 @@ pub fn check(
         issuer,
     })
 }
+
+/// A TLS-ALPN-01 challenge certificate (RFC 8737) ready to serve: self-signed, for one name,
+/// carrying the critical `acmeIdentifier` extension that webpki (rightly) refuses in a
+/// certificate for browsers, so only its PEM and its key's match are checked.
+pub fn challenge_key(cert_pem: &str, key_pem: &str) -> Result<CertifiedKey, CertificateError> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| CertificateError::NoCertificate)?;
+    if chain.len() != 1 {
+        return Err(CertificateError::NoCertificate);
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| CertificateError::NoKey)?;
+    let signer = crate::provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|_| CertificateError::UnsupportedKey)?;
+    // `CertifiedKey::keys_match` reads the certificate through webpki, which refuses the
+    // critical extension: the public keys are compared here.
+    use x509_cert::der::Encode;
+    let leaf = x509_cert::Certificate::from_der(&chain[0])
+        .map_err(|e| CertificateError::Malformed(e.to_string()))?;
+    let spki = leaf
+        .tbs_certificate
+        .subject_public_key_info
+        .to_der()
+        .map_err(|e| CertificateError::Malformed(e.to_string()))?;
+    if signer.public_key().as_deref() != Some(&spki[..]) {
+        return Err(CertificateError::KeyMismatch);
+    }
+    Ok(CertifiedKey::new(chain, signer))
+}
+
+/// What identifies a certificate to its CA's renewal information (RFC 9773 §4.1): the leaf's
+/// authority key identifier and its serial number's DER content, both as DER bytes.
+pub fn ari_identifier(chain_pem: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+    use x509_cert::der::oid::AssociatedOid;
+    use x509_cert::ext::pkix::AuthorityKeyIdentifier;
+    let leaf = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .next()?
+        .ok()?;
+    let cert = x509_cert::Certificate::from_der(&leaf).ok()?;
+    let aki = cert
+        .tbs_certificate
+        .extensions
+        .iter()
+        .flatten()
+        .find(|e| e.extn_id == AuthorityKeyIdentifier::OID)
+        .and_then(|e| AuthorityKeyIdentifier::from_der(e.extn_value.as_bytes()).ok())?
+        .key_identifier?;
+    let serial = cert.tbs_certificate.serial_number.as_bytes().to_vec();
+    Some((aki.as_bytes().to_vec(), serial))
+}

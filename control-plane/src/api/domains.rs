@@ -135,7 +135,7 @@ pub(crate) fn checked_domain(raw: &str, admin: bool) -> Result<String, ApiError>
 pub(crate) struct DomainSummary {
     generation: u64,
     read_at_ms: i64,
-    by_status: [(&'static str, i64); 4],
+    by_status: [(&'static str, i64); 5],
     /// The nearest `not_after` of an unsuspended domain's certificate, expired ones included.
     nearest_not_after_ms: Option<i64>,
 }
@@ -159,6 +159,7 @@ pub(crate) fn summary(
         ("active", 0),
         ("expired", 0),
         ("suspended", 0),
+        ("failed", 0),
     ];
     let mut nearest: Option<i64> = None;
     for d in store.domains()? {
@@ -216,10 +217,12 @@ pub(crate) fn host_of(short_base: &str) -> Option<String> {
 }
 
 /// `suspended` while an admin's suspension lasts, else `pending` until the domain has a
-/// certificate, `active` while it is valid, `expired` once its `not_after` has passed.
+/// certificate (`failed` while its ACME attempts fail), `active` while it is valid, `expired`
+/// once its `not_after` has passed.
 fn status(r: &DomainRecord, now: i64) -> &'static str {
     match (&r.suspended, &r.certificate) {
         (Some(_), _) => "suspended",
+        (None, None) if r.acme.as_ref().is_some_and(|a| a.failures > 0) => "failed",
         (None, None) => "pending",
         (None, Some(c)) if c.not_after_ms < now => "expired",
         (None, Some(_)) => "active",
@@ -246,7 +249,24 @@ fn domain_json(r: &DomainRecord) -> serde_json::Value {
             "by": s.by,
             "reason": s.reason,
         })),
+        "acme": acme_json(r),
     })
+}
+
+/// Where the domain's automatic certificate stands, once ACME has looked at it.
+fn acme_json(r: &DomainRecord) -> Option<serde_json::Value> {
+    let a = r.acme.as_ref()?;
+    let now = now_ms();
+    Some(json!({
+        "ordering": a.lock.as_ref().is_some_and(|l| l.until_ms > now),
+        "challenge": a.challenge.as_ref().map(|c| c.kind.clone()),
+        "error": a.last_error,
+        "failures": a.failures,
+        "last_attempt_at": a.last_attempt_ms.map(rfc3339),
+        "next_retry_at": a.next_attempt_ms.map(rfc3339),
+        "renew_requested_at": a.renew_requested_ms.map(rfc3339),
+        "renew_at": crate::acme::renewal_time(r).map(rfc3339),
+    }))
 }
 
 fn settings_json(s: &DomainSettings) -> serde_json::Value {
@@ -402,6 +422,7 @@ pub(super) async fn add(
         settings: DomainSettings::default(),
         suspended: None,
         certificate: None,
+        acme: None,
     };
     let store = Arc::clone(&state.0.store);
     let written = record.clone();
@@ -634,6 +655,51 @@ pub(super) async fn put_certificate(
     Ok(Json(domain_json(&updated)).into_response())
 }
 
+/// `POST /v1/domains/{domain}/renew` (admin): a new ACME certificate now, whatever the one in
+/// place (an uploaded one too: ACME takes over its renewals), past any backoff; 202 and the
+/// domain. 409 `acme_disabled` without `--acme-directory`, `domain_suspended` for a suspended
+/// domain, 429 `acme_rate_limited` past the domain's orders per day.
+pub(super) async fn renew(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(domain): Path<String>,
+) -> Result<Response, ApiError> {
+    require_admin(&who)?;
+    let Some(acme) = state.0.acme.clone() else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "acme_disabled",
+            "automatic certificates are off (lasthop-control serve --acme-directory)",
+        ));
+    };
+    let name = checked_domain(&domain, true).map_err(|_| not_found())?;
+    let limit = acme.domain_orders_per_day();
+    let store = Arc::clone(&state.0.store);
+    let updated = blocking(move || {
+        update(store.as_ref(), &name, None, false, &|r| {
+            if r.suspended.is_some() {
+                return Err(suspended());
+            }
+            let now = now_ms();
+            let a = r.acme.get_or_insert_with(Default::default);
+            let today = a.orders_ms.iter().filter(|&&t| t > now - 86_400_000).count();
+            if today >= limit {
+                return Err(ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "acme_rate_limited",
+                    format!("{today} orders for this domain in the last day (--acme-domain-orders-per-day {limit})"),
+                ));
+            }
+            a.renew_requested_ms.get_or_insert(now);
+            Ok(())
+        })
+    })
+    .await?;
+    acme.wake();
+    tracing::info!(domain = %updated.domain, by = %who.key_id, "ACME renewal requested");
+    Ok((StatusCode::ACCEPTED, Json(domain_json(&updated))).into_response())
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SuspendBody {
@@ -785,6 +851,7 @@ mod tests {
             settings: DomainSettings::default(),
             suspended: None,
             certificate: None,
+            acme: None,
         };
         assert!(store.write_domain(claim("alice", 1), None, false).unwrap());
         let seen = store.domain("go.example.com").unwrap().unwrap();

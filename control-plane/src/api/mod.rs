@@ -119,6 +119,7 @@ struct Inner {
     domain_summary: std::sync::Mutex<Option<domains::DomainSummary>>,
     /// The default domain's name: `--short-base`'s host.
     default_domain: Option<String>,
+    acme: Option<Arc<crate::acme::Acme>>,
 }
 
 /// Shared state of every handler.
@@ -147,6 +148,8 @@ pub struct ApiParts {
     pub clicks: Option<ClicksHandle>,
     /// Replication between regions (`GET /v1/regions`, read-through, merged stats).
     pub peers: Option<Arc<crate::peers::Peers>>,
+    /// Automatic certificates (`POST /v1/domains/{domain}/renew`; without, 409).
+    pub acme: Option<Arc<crate::acme::Acme>>,
 }
 
 impl std::fmt::Debug for ApiParts {
@@ -170,6 +173,7 @@ impl ApiParts {
             safety,
             clicks: None,
             peers: None,
+            acme: None,
         }
     }
 }
@@ -210,6 +214,7 @@ impl AppState {
             safety,
             clicks,
             peers,
+            acme,
         } = parts;
         let limiter = RateLimiter::new(config.create_rate, config.create_burst);
         let rate = config.max_mint_rate as f64;
@@ -233,6 +238,7 @@ impl AppState {
             report_global,
             domain_summary: std::sync::Mutex::new(None),
             default_domain,
+            acme,
         }))
     }
 
@@ -1556,6 +1562,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/domains/{domain}/certificate",
             axum::routing::put(domains::put_certificate),
         )
+        .route("/v1/domains/{domain}/renew", post(domains::renew))
         .route("/v1/admin/domains/{domain}/suspend", post(domains::suspend))
         .route(
             "/v1/admin/domains/{domain}/unsuspend",

@@ -768,6 +768,7 @@ async fn edges_and_the_lag_alarm() {
         snapshot_seq: 0,
         feed_connected: false,
         safe_mode: true,
+        certificates_generation: 0,
         time_ms: 0,
     };
     api.fleet

@@ -1079,6 +1079,7 @@ fn domain(name: &str, owner: &str) -> DomainRecord {
         settings: DomainSettings::default(),
         suspended: None,
         certificate: None,
+        acme: None,
     }
 }
 

@@ -23,6 +23,7 @@
 //!   client loop, and kept sealed across a restart with the control plane down;
 //! - `harness`: what only these tests use: a TCP proxy standing in for a WAN link.
 
+mod acme;
 mod channel;
 mod clicks;
 mod console;

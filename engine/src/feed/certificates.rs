@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lasthop_core::feed::CERTIFICATES_PATH;
-use lasthop_edge::domains::{Domain, Domains};
+use lasthop_edge::domains::{AcmeAnswer, Domain, Domains};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use rustls::sign::CertifiedKey;
 use serde::Deserialize;
@@ -39,6 +39,43 @@ struct Answer {
     #[serde(default)]
     domains: Vec<DomainEntry>,
     certificates: Vec<Entry>,
+    /// ACME challenge answers to publish while certificates are ordered.
+    #[serde(default)]
+    challenges: Vec<Challenge>,
+}
+
+/// An ACME challenge answer (core/FEED.md): HTTP-01's key authorization for a token, or
+/// TLS-ALPN-01's certificate and key. Its `Debug` leaves the key out.
+#[derive(Deserialize)]
+struct Challenge {
+    domain: String,
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    key_authorization: String,
+    #[serde(default)]
+    certificate: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
+}
+
+impl std::fmt::Debug for Challenge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Challenge")
+            .field("domain", &self.domain)
+            .field("type", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An HTTP-01 token and key authorization are base64url and a `.` (RFC 8555 §8.1, §8.3):
+/// nothing else is published, so nothing else reaches a response body.
+fn acme_text(s: &str) -> bool {
+    (1..=256).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// One branded domain as the request path applies it.
@@ -65,7 +102,7 @@ struct Hsts {
 }
 
 impl DomainEntry {
-    fn edge(self) -> Domain {
+    fn edge(self, acme_http: Vec<AcmeAnswer>) -> Domain {
         // Only a servable URL may reach `Location` (the request path checks again).
         let servable = |u: Option<String>| {
             u.filter(|u| lasthop_core::is_servable(u.as_bytes()))
@@ -83,6 +120,7 @@ impl DomainEntry {
             hsts: self
                 .hsts
                 .map(|h| Domain::hsts_line(h.max_age, h.include_subdomains, h.preload)),
+            acme_http: acme_http.into_boxed_slice(),
         }
     }
 }
@@ -110,6 +148,8 @@ pub struct Set {
     /// Every branded domain, for the request path.
     pub domains: Domains,
     pub certs: HashMap<String, Arc<CertifiedKey>>,
+    /// TLS-ALPN-01 challenge certificates, by domain (served for `acme-tls/1` only).
+    pub acme_certs: HashMap<String, Arc<CertifiedKey>>,
     /// The nearest `not_after` of those served (Unix ms).
     pub nearest_expiry_ms: Option<i64>,
     /// Domains refused here, with why.
@@ -120,12 +160,42 @@ pub struct Set {
 pub fn parse(body: &[u8], now_ms: i64) -> Result<Set, String> {
     let answer: Answer =
         serde_json::from_slice(body).map_err(|e| format!("not a certificates answer: {e}"))?;
+    let mut acme_http: HashMap<String, Vec<AcmeAnswer>> = HashMap::new();
+    let mut acme_certs = HashMap::new();
+    let mut refused = Vec::new();
+    for c in answer.challenges {
+        let domain = c.domain.to_ascii_lowercase();
+        match (c.kind.as_str(), c.certificate, c.key) {
+            ("http-01", _, _) if acme_text(&c.token) && acme_text(&c.key_authorization) => {
+                acme_http.entry(domain).or_default().push((
+                    c.token.into_bytes().into_boxed_slice(),
+                    c.key_authorization.into_bytes().into_boxed_slice(),
+                ));
+            }
+            ("tls-alpn-01", Some(cert), Some(key)) => {
+                match lasthop_tls::certificate::challenge_key(&cert, &key) {
+                    Ok(k) => {
+                        acme_certs.insert(domain, Arc::new(k));
+                    }
+                    Err(e) => refused.push((domain, format!("ACME challenge: {e}"))),
+                }
+            }
+            (kind, _, _) => refused.push((domain, format!("ACME challenge {kind} not served"))),
+        }
+    }
+    let domains = answer.domains.into_iter().map(|d| {
+        let http = acme_http
+            .remove(&d.domain.to_ascii_lowercase())
+            .unwrap_or_default();
+        d.edge(http)
+    });
     let mut set = Set {
         generation: answer.generation,
-        domains: Domains::new(answer.domains.into_iter().map(DomainEntry::edge)),
+        domains: Domains::new(domains),
         certs: HashMap::with_capacity(answer.certificates.len()),
+        acme_certs,
         nearest_expiry_ms: None,
-        refused: Vec::new(),
+        refused,
     };
     for e in answer.certificates {
         let domain = e.domain.to_ascii_lowercase();
@@ -313,6 +383,29 @@ mod tests {
         assert!(at.load().is_ok());
         std::fs::remove_file(dir.path().join("certificates.key")).unwrap();
         assert!(at.load().unwrap_err().contains("does not open"));
+    }
+
+    #[test]
+    fn acme_http_answers_reach_their_domain_and_nothing_else_is_published() {
+        let set = parse(
+            br#"{"generation":9,"domains":[{"domain":"Go.Test"},{"domain":"two.test"}],"certificates":[],
+                "challenges":[
+                  {"domain":"go.test","type":"http-01","token":"tok_EN-1","key_authorization":"tok_EN-1.thumb"},
+                  {"domain":"two.test","type":"http-01","token":"bad token","key_authorization":"x"},
+                  {"domain":"two.test","type":"http-01","token":"t","key_authorization":"<script>"},
+                  {"domain":"two.test","type":"tls-alpn-01","token":"t","key_authorization":"t.k","certificate":"x","key":"y"},
+                  {"domain":"two.test","type":"dns-01","token":"t","key_authorization":"t.k"}
+                ]}"#,
+            0,
+        )
+        .unwrap();
+        let go = set.domains.find(b"go.test").unwrap();
+        assert_eq!(go.acme_answer(b"tok_EN-1"), Some(&b"tok_EN-1.thumb"[..]));
+        assert_eq!(go.acme_answer(b"other"), None);
+        let two = set.domains.find(b"two.test").unwrap();
+        assert!(two.acme_http.is_empty());
+        assert!(set.acme_certs.is_empty());
+        assert_eq!(set.refused.len(), 4, "{:?}", set.refused);
     }
 
     #[test]

@@ -570,7 +570,7 @@ fn install(
             .unwrap_or(0),
         Ordering::Relaxed,
     );
-    branded.replace(set.certs);
+    branded.replace(set.certs, set.acme_certs);
 }
 
 impl Applier {

@@ -20,6 +20,7 @@ pub(super) fn reporter(cfg: &FeedConfig, stats: &FeedStats) {
             snapshot_seq: stats.snapshot_seq.load(Ordering::Relaxed),
             feed_connected: stats.connected.load(Ordering::Relaxed),
             safe_mode: stats.safe_mode.load(Ordering::Relaxed),
+            certificates_generation: stats.certificates_generation.load(Ordering::Relaxed),
             time_ms: now_ms(),
         };
         let mut req = agent.post(&url);

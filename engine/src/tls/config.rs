@@ -170,6 +170,14 @@ fn build(s: &TlsSettings, quic: bool) -> Result<Arc<ServerConfig>, TlsError> {
     } else {
         s.alpn.clone()
     };
+    if !quic {
+        // Last, so no client that offers anything else is given it: only an ACME validator
+        // (offering it alone) negotiates it, and is answered by the resolver's challenge
+        // certificate; its connection closes after the handshake (`conn::input`).
+        config
+            .alpn_protocols
+            .push(super::sni::ACME_TLS_ALPN.to_vec());
+    }
     config.ignore_client_order = true;
     // rustls compresses a chain once per algorithm and keeps it (CompressionLevel::Amortized:
     // brotli's and zlib's best), so the handshake pays a cache lookup, not a compression.

@@ -215,6 +215,15 @@ pub fn input(
         if !session.is_h2() && tls.conn.alpn_protocol() == Some(b"h2") {
             session.alpn_h2(tls.conn.server_name(), ctx, token);
         }
+        // An ACME TLS-ALPN-01 validation: the handshake was all it asked for (RFC 8737 §3
+        // forbids application data); close once it is done.
+        if tls.conn.alpn_protocol() == Some(super::sni::ACME_TLS_ALPN) {
+            if !tls.conn.is_handshaking() {
+                tls.conn.send_close_notify();
+                session.close_after_send = true;
+            }
+            continue;
+        }
         // 0-RTT: the resumed client's early flight, readable before the handshake ends.
         if let Some(mut early) = tls.conn.early_data() {
             let mut buf = Vec::new();

@@ -13,29 +13,51 @@ use std::sync::{Arc, RwLock};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-/// The branded domains' certificates, by lowercase name.
+/// The ALPN protocol of ACME's TLS-ALPN-01 validation (RFC 8737 §6.2).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// The branded domains' certificates and TLS-ALPN-01 challenge certificates, by lowercase
+/// name.
 #[derive(Debug, Default)]
 pub struct Branded {
-    set: RwLock<Arc<HashMap<String, Arc<CertifiedKey>>>>,
+    set: RwLock<Arc<Certs>>,
+}
+
+#[derive(Debug, Default)]
+struct Certs {
+    served: HashMap<String, Arc<CertifiedKey>>,
+    acme: HashMap<String, Arc<CertifiedKey>>,
 }
 
 impl Branded {
-    /// Serves `set` from the next handshake on.
-    pub fn replace(&self, set: HashMap<String, Arc<CertifiedKey>>) {
-        let set = Arc::new(set);
+    /// Serves `served` (and `acme` to ACME validators) from the next handshake on.
+    pub fn replace(
+        &self,
+        served: HashMap<String, Arc<CertifiedKey>>,
+        acme: HashMap<String, Arc<CertifiedKey>>,
+    ) {
+        let set = Arc::new(Certs { served, acme });
         match self.set.write() {
             Ok(mut s) => *s = set,
             Err(poisoned) => *poisoned.into_inner() = set,
         }
     }
 
-    /// The certificate of `name` (lowercase), if a branded domain has one.
-    pub fn get(&self, name: &str) -> Option<Arc<CertifiedKey>> {
-        let set = match self.set.read() {
+    fn current(&self) -> Arc<Certs> {
+        match self.set.read() {
             Ok(s) => Arc::clone(&s),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        };
-        set.get(name).cloned()
+        }
+    }
+
+    /// The certificate of `name` (lowercase), if a branded domain has one.
+    pub fn get(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        self.current().served.get(name).cloned()
+    }
+
+    /// The TLS-ALPN-01 challenge certificate of `name` (lowercase), while one is published.
+    pub fn acme(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        self.current().acme.get(name).cloned()
     }
 }
 
@@ -55,6 +77,13 @@ impl SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // An ACME validator offers `acme-tls/1` alone (RFC 8737 §3): it gets the challenge
+        // certificate of its name or no handshake at all, never a certificate for browsers.
+        let mut alpn = hello.alpn().into_iter().flatten();
+        if let (Some(ACME_TLS_ALPN), None) = (alpn.next(), alpn.next()) {
+            let name = hello.server_name()?.to_ascii_lowercase();
+            return self.branded.acme(&name);
+        }
         // rustls hands over the SNI as sent (a DNS name, never an address); names compare
         // without case.
         let branded = hello.server_name().and_then(|name| {
