@@ -223,7 +223,7 @@ pub fn domains(session: &Session, list: &[Value], n: Option<Notice>) -> Markup {
                     input type="hidden" name="csrf" value=(session.csrf);
                     label for="domain" { "Domain" }
                     input #domain type="text" name="domain" required placeholder="go.example.com" autocomplete="off";
-                    p.muted { "Point the name at the fleet, then give it a certificate (PUT /v1/domains/{domain}/certificate); until then it is pending." }
+                    p.muted { "Point the name at the fleet. Where automatic certificates (ACME) are on, one is issued and renewed by itself; otherwise upload one (PUT /v1/domains/{domain}/certificate). Until then it is pending." }
                     p { button type="submit" { "Add" } }
                 }
             }
@@ -242,6 +242,11 @@ pub fn domains(session: &Session, list: &[Value], n: Option<Notice>) -> Markup {
                                     (c.get("issuer").and_then(Value::as_str).unwrap_or_default())
                                     ", until "
                                     (c.get("not_after").and_then(Value::as_str).unwrap_or_default())
+                                } @else if let Some(error) = d["acme"]["error"].as_str() {
+                                    span.acme-error { (error) }
+                                    @if let Some(retry) = d["acme"]["next_retry_at"].as_str() {
+                                        " " span.muted { "(retried at " (retry) ")" }
+                                    }
                                 } @else {
                                     span.muted { "none" }
                                 }
