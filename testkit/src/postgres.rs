@@ -177,6 +177,20 @@ impl Postgres {
         Some(pg)
     }
 
+    /// A fresh database of a random name on the [`Postgres::shared`] server: the server (keep
+    /// it while the database is used) and the database's URL.
+    pub fn fresh_database(test: &str) -> Option<(Arc<Postgres>, String)> {
+        let pg = Postgres::shared(test)?;
+        let mut b = [0u8; 6];
+        use std::io::Read as _;
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut b))
+            .expect("/dev/urandom");
+        let name: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        let url = pg.database(&format!("p{name}"));
+        Some((pg, url))
+    }
+
     /// A `Command` for one of the server's programs, as the `postgres` user when we are root.
     pub fn command(&self, program: &str) -> Command {
         let path = self.bin.join(program);

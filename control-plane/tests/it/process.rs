@@ -120,15 +120,7 @@ fn graceful_shutdown_returns_the_block_and_a_crash_burns_it_on_postgres() {
 
 /// A database on the shared PostgreSQL test server, with its server kept alive.
 fn postgres_store(test: &str) -> Option<(Arc<lasthop_testkit::Postgres>, String)> {
-    let pg = lasthop_testkit::Postgres::shared(test)?;
-    let mut b = [0u8; 6];
-    use std::io::Read as _;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .unwrap();
-    let name: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    let url = pg.database(&format!("p{name}"));
-    Some((pg, url))
+    lasthop_testkit::Postgres::fresh_database(test)
 }
 
 fn blocks_across_restarts(store: Option<&str>) {

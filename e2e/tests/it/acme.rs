@@ -360,19 +360,6 @@ fn tls_alpn_01_answers_where_http_01_cannot() {
     assert!(!text.contains("BEGIN CERTIFICATE"), "{text}");
 }
 
-/// A database on the shared PostgreSQL test server.
-fn postgres_store(test: &str) -> Option<(std::sync::Arc<lasthop_testkit::Postgres>, String)> {
-    let pg = lasthop_testkit::Postgres::shared(test)?;
-    let mut b = [0u8; 6];
-    use std::io::Read as _;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .unwrap();
-    let name: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    let url = pg.database(&format!("a{name}"));
-    Some((pg, url))
-}
-
 #[test]
 fn two_control_planes_on_one_store_place_one_order_per_domain() {
     let test = "acme::two_control_planes";
@@ -380,7 +367,7 @@ fn two_control_planes_on_one_store_place_one_order_per_domain() {
     let Some(pebble) = Pebble::start(test, http, dead) else {
         return;
     };
-    let Some((_pg, url)) = postgres_store(test) else {
+    let Some((_pg, url)) = lasthop_testkit::Postgres::fresh_database(test) else {
         return;
     };
     let site = Site::new();
