@@ -270,3 +270,73 @@ mod base64_free {
         out
     }
 }
+
+/// What identifies a certificate to its CA's renewal information (RFC 9773 §4.1): the leaf's
+/// authority key identifier (the CA's subject key identifier) and its serial, as openssl reads
+/// them.
+#[test]
+fn the_renewal_information_identifier_is_the_leafs_aki_and_serial() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ca_and_server(
+        d,
+        "ARI Test CA",
+        "DNS:go.test",
+        "go.test",
+        "srv.key",
+        "srv.pem",
+    );
+    let (aki, serial) = lasthop_tls::certificate::ari_identifier(&read(d, "srv.pem")).unwrap();
+    let text = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_uppercase()
+    };
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02X}")).collect::<String>();
+    let srv = d.join("srv.pem");
+    let ca = d.join("ca.pem");
+    let serial_text = text(&["x509", "-in", srv.to_str().unwrap(), "-noout", "-serial"]);
+    assert_eq!(
+        serial_text.trim().trim_start_matches("SERIAL="),
+        hex(&serial).trim_start_matches("00")
+    );
+    let ski = text(&[
+        "x509",
+        "-in",
+        ca.to_str().unwrap(),
+        "-noout",
+        "-ext",
+        "subjectKeyIdentifier",
+    ]);
+    assert!(
+        ski.replace(':', "").contains(&hex(&aki)),
+        "{ski} {}",
+        hex(&aki)
+    );
+    // Not a certificate: none.
+    assert!(lasthop_tls::certificate::ari_identifier("not PEM").is_none());
+}
+
+/// A TLS-ALPN-01 challenge certificate is served only with its own key.
+#[test]
+fn a_challenge_certificate_needs_its_own_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ca_and_server(
+        d,
+        "Other CA",
+        "DNS:go.test",
+        "go.test",
+        "srv.key",
+        "srv.pem",
+    );
+    let (leaf, key, ca_key) = (read(d, "srv.pem"), read(d, "srv.key"), read(d, "ca.key"));
+    assert!(lasthop_tls::certificate::challenge_key(&leaf, &key).is_ok());
+    assert_eq!(
+        lasthop_tls::certificate::challenge_key(&leaf, &ca_key).unwrap_err(),
+        CertificateError::KeyMismatch
+    );
+    assert!(lasthop_tls::certificate::challenge_key("x", &key).is_err());
+}
