@@ -14,6 +14,8 @@
 //!   overlay); [`denylist`], [`overlay`]: the two changeable tables, published in
 //!   [`generations`] that cost what changed;
 //! - [`domains`]: the branded domains by `Host` (their namespaces and settings);
+//! - [`query`]: a request's query merged into a destination's (query forwarding, issue 43's
+//!   building block; not yet wired to links);
 //! - [`feed_apply`]: what the feed's frames do to the tables;
 //! - [`quic`]: what a QUIC datagram's long headers say (0-RTT, Handshake), beside quinn-proto;
 //! - [`origin_cache`]: the read-through's decisions (singleflight, fresh, stale and negative
@@ -35,6 +37,7 @@ pub mod h3;
 pub mod http;
 pub mod origin_cache;
 pub mod overlay;
+pub mod query;
 pub mod quic;
 pub mod render;
 pub mod session;
