@@ -546,6 +546,45 @@ pub(crate) struct ServeAcme {
 }
 
 impl ServeAcme {
+    /// What can be known wrong at start: a directory that is no `https://` URL (`http://` only
+    /// on loopback), a contact that is no `mailto:`, a CA file that holds no certificate.
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        let Some(directory) = &self.acme_directory else {
+            return Ok(());
+        };
+        let url = url::Url::parse(directory)
+            .map_err(|e| anyhow::anyhow!("--acme-directory {directory}: {e}"))?;
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(a)) => a.is_loopback(),
+            Some(url::Host::Ipv6(a)) => a.is_loopback(),
+            Some(url::Host::Domain(d)) => d == "localhost",
+            None => false,
+        };
+        anyhow::ensure!(
+            url.scheme() == "https" || (url.scheme() == "http" && loopback),
+            "--acme-directory {directory}: an ACME directory is an https:// URL"
+        );
+        for c in &self.acme_contact {
+            anyhow::ensure!(
+                c.strip_prefix("mailto:").is_some_and(|m| m.contains('@')),
+                "--acme-contact {c}: a contact is mailto:name@example.com"
+            );
+        }
+        if let Some(ca) = &self.acme_ca_file {
+            let pem = std::fs::read(ca)
+                .map_err(|e| anyhow::anyhow!("--acme-ca-file {}: {e}", ca.display()))?;
+            use rustls::pki_types::pem::PemObject;
+            anyhow::ensure!(
+                rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+                    .next()
+                    .is_some_and(|c| c.is_ok()),
+                "--acme-ca-file {}: no PEM certificate in it",
+                ca.display()
+            );
+        }
+        Ok(())
+    }
+
     /// The manager's settings, with the account key in `data_dir`; `None` when ACME is off.
     pub(crate) fn config(
         &self,
@@ -570,5 +609,82 @@ impl ServeAcme {
             publish_wait: Duration::from_secs(self.acme_publish_wait_secs),
             order_timeout: Duration::from_secs(self.acme_order_timeout_secs.max(1)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Flags {
+        #[command(flatten)]
+        acme: super::ServeAcme,
+    }
+
+    fn check(args: &[&str]) -> Result<(), String> {
+        let mut argv = vec!["serve"];
+        argv.extend_from_slice(args);
+        Flags::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .acme
+            .check()
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn acme_flags_are_checked_at_start() {
+        assert!(check(&[]).is_ok(), "off");
+        let le = "https://acme-v02.api.letsencrypt.org/directory";
+        assert!(check(&[
+            "--acme-directory",
+            le,
+            "--acme-contact",
+            "mailto:ops@example.com"
+        ])
+        .is_ok());
+        assert!(check(&["--acme-directory", "http://127.0.0.1:14000/dir"]).is_ok());
+        for (args, says) in [
+            (
+                &["--acme-directory", "http://acme.example/dir"][..],
+                "https://",
+            ),
+            (&["--acme-directory", "not a url"][..], "--acme-directory"),
+            (
+                &["--acme-directory", le, "--acme-contact", "ops@example.com"][..],
+                "mailto:",
+            ),
+            (
+                &[
+                    "--acme-directory",
+                    le,
+                    "--acme-ca-file",
+                    "/nonexistent/ca.pem",
+                ][..],
+                "--acme-ca-file",
+            ),
+            (
+                &["--acme-directory", le, "--acme-challenges", "dns-01"][..],
+                "dns-01",
+            ),
+            (
+                &["--acme-contact", "mailto:ops@example.com"][..],
+                "--acme-directory",
+            ),
+        ] {
+            let err = check(args).unwrap_err();
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "no certificate here").unwrap();
+        let err = check(&[
+            "--acme-directory",
+            le,
+            "--acme-ca-file",
+            empty.to_str().unwrap(),
+        ])
+        .unwrap_err();
+        assert!(err.contains("no PEM certificate"), "{err}");
     }
 }

@@ -574,6 +574,7 @@ impl ServeFiles {
             .as_deref()
             .map(lasthop_control::signing::SigningKey::load)
             .transpose()?;
+        args.acme.check()?;
         let key = PermutationKey::load(&args.key_file)?;
         let scheme = CodeScheme::new(&key)?;
         let peer_token = args
