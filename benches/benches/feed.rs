@@ -72,6 +72,7 @@ fn change(seq: u64, code: &str) -> Frame {
         disabled: false,
         takedown_reason: (seq % 2 == 0).then(|| "phishing".into()),
         warn: false,
+        options: Default::default(),
     })
 }
 

@@ -616,6 +616,9 @@ pub struct ForwardedCreate {
     pub now_ms: i64,
     #[serde(default)]
     pub hold: Option<lasthop_core::Hold>,
+    /// How its redirect is served (absent at the defaults).
+    #[serde(default, skip_serializing_if = "lasthop_core::LinkOptions::is_default")]
+    pub options: lasthop_core::LinkOptions,
     /// The creator as the forwarding region's audit trail names it.
     pub actor: String,
     /// `Idempotency-Key` and the SHA-256 of the request body (hex), when one was presented.
@@ -633,6 +636,7 @@ impl ForwardedCreate {
             expires_at_ms: req.expires_at_ms,
             now_ms: req.now_ms,
             hold: req.hold,
+            options: req.options,
             actor: req.actor.to_string(),
             idempotency: req
                 .idempotency
@@ -651,6 +655,7 @@ impl ForwardedCreate {
                 return Err(format!("{domain:?} is not a domain name"));
             }
         }
+        self.options.validate().map_err(|e| e.to_string())?;
         if self.owner.is_empty() || self.owner.len() > 200 || self.actor.len() > 200 {
             return Err("owner and actor: 1-200 characters".into());
         }
@@ -672,6 +677,7 @@ impl ForwardedCreate {
             idempotency,
             now_ms: self.now_ms,
             hold: self.hold,
+            options: self.options,
             actor: crate::store::Actor::Forwarded(self.actor),
             destination: None,
         })

@@ -110,6 +110,11 @@ pub fn build_snapshot(
     // placeholder that is never returned.
     let mut failed = None;
     let walked = store.for_each_link(&mut |s| {
+        // Snapshot entries carry no options yet (issue 43): a link with its own is served from
+        // the overlay and the origin read-through, which carry them.
+        if !s.state.options.is_default() {
+            return Ok(());
+        }
         let url: &[u8] = match s.state.status(now) {
             LinkStatus::Active | LinkStatus::Expired => s.link.long_url.as_bytes(),
             LinkStatus::Deleted | LinkStatus::Disabled | LinkStatus::TakenDown => b"",
@@ -167,7 +172,7 @@ pub fn build_hot_snapshot(
         let Some(entry) = recent.state.get(code.as_str()) else {
             continue;
         };
-        if !taken.insert(code.as_str()) {
+        if !taken.insert(code.as_str()) || !entry.state.options.is_default() {
             continue;
         }
         let url = entry.url(now_ms);
@@ -188,7 +193,9 @@ pub fn build_hot_snapshot(
             break;
         }
         for (code, link) in batch.iter().zip(store.get_many(&batch)?) {
-            let Some(link) = link else { continue };
+            let Some(link) = link.filter(|l| l.state.options.is_default()) else {
+                continue;
+            };
             let url = servable_url(&link, now_ms);
             if !budget.admit(code, url) {
                 break;
@@ -367,6 +374,7 @@ mod tests {
             idempotency: None,
             now_ms,
             hold: None,
+            options: Default::default(),
             actor: Actor::System,
             destination: None,
         };

@@ -131,6 +131,9 @@ pub struct LinkFrame {
     pub takedown_reason: Option<String>,
     #[serde(default)]
     pub warn: bool,
+    /// How the redirect is served (absent at the defaults).
+    #[serde(default, skip_serializing_if = "crate::LinkOptions::is_default")]
+    pub options: crate::LinkOptions,
 }
 
 impl LinkFrame {
@@ -151,6 +154,7 @@ impl LinkFrame {
             takedown_reason: state.takedown_reason.clone(),
             // Held links are served through the interstitial too; engines need not know why.
             warn: state.interstitial(),
+            options: state.options,
         }
     }
 
@@ -199,6 +203,9 @@ pub struct EdgeLink {
     /// Served through the warning interstitial: flagged, or held until verified.
     #[serde(default)]
     pub warn: bool,
+    /// How the redirect is served (absent at the defaults).
+    #[serde(default, skip_serializing_if = "crate::LinkOptions::is_default")]
+    pub options: crate::LinkOptions,
 }
 
 impl EdgeLink {
@@ -215,6 +222,7 @@ impl EdgeLink {
             expires_at_ms: state.expires_at_ms,
             status,
             warn: state.interstitial(),
+            options: state.options,
         }
     }
 }
@@ -454,6 +462,7 @@ mod tests {
             disabled: false,
             takedown_reason: None,
             warn: false,
+            options: Default::default(),
         }
     }
 
@@ -524,6 +533,7 @@ mod tests {
                     disabled: false,
                     takedown_reason: None,
                     warn: false,
+                    options: Default::default(),
                 }))
         );
     }

@@ -32,6 +32,7 @@ pub mod feed;
 pub mod ff1;
 pub mod key;
 pub mod link;
+pub mod options;
 pub mod region;
 pub mod secret;
 
@@ -44,4 +45,5 @@ pub use destination::{is_servable, normalize_destination, visible_ascii, UrlErro
 pub use ff1::{Ff1, Ff1Domain, Ff1Error};
 pub use key::{KeyError, PermutationKey};
 pub use link::{Change, Hold, Link, LinkState, LinkStatus};
+pub use options::{LinkOptions, OptionsError, OptionsPatch};
 pub use region::{region_range, HighWater, RegionError};

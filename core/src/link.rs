@@ -42,6 +42,9 @@ pub struct LinkState {
     /// link alone until an admin unpins it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub pinned: bool,
+    /// How the redirect is served (issue 43); absent from the stored form at the defaults.
+    #[serde(default, skip_serializing_if = "crate::LinkOptions::is_default")]
+    pub options: crate::LinkOptions,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -79,6 +79,12 @@ impl Layer {
 pub enum Answer<'a> {
     /// 302 to `url` (always servable: `http(s)://` and visible ASCII).
     Redirect { url: &'a [u8] },
+    /// A redirect with the link's own options (issue 43): its status, its cache lifetime, the
+    /// request's query forwarded into `url` (`crate::query`).
+    RedirectWith {
+        url: &'a [u8],
+        options: lasthop_core::LinkOptions,
+    },
     /// 302 to a branded domain's root or not-found destination (its settings): no link was
     /// followed, so no click.
     DomainRedirect { url: &'a [u8] },
@@ -134,6 +140,7 @@ impl Answer<'_> {
     pub fn status(&self) -> u16 {
         match self {
             Answer::Redirect { .. } | Answer::DomainRedirect { .. } => 302,
+            Answer::RedirectWith { options, .. } => options.redirect_status,
             Answer::Preview { .. } | Answer::Warn { .. } | Answer::AcmeChallenge { .. } => 200,
             Answer::NotFound => 404,
             Answer::Gone => 410,
@@ -404,6 +411,9 @@ fn decide_key<'a>(
             url: entry.url(),
             expires_at_ms: entry.expires_at_ms(),
             warn,
+            // The snapshot holds links at the default options only (the publisher leaves the
+            // others to the overlay and the origin).
+            options: lasthop_core::LinkOptions::default(),
         };
         return (
             serve(code, domain_name, preview, found, now_ms),
@@ -418,6 +428,7 @@ fn decide_key<'a>(
             url: &link.url,
             expires_at_ms: link.expires_at_ms,
             warn: warn || link.warn,
+            options: link.options,
         };
         return (
             serve(code, domain_name, preview, found, now_ms),
@@ -440,6 +451,8 @@ pub struct OriginLink<'a> {
     pub status: LinkStatus,
     /// Flagged or held: the interstitial.
     pub warn: bool,
+    /// How the redirect is served.
+    pub options: lasthop_core::LinkOptions,
 }
 
 /// Finishes an [`Answer::NeedOrigin`] once the origin replied: `link` is what it returned,
@@ -473,6 +486,7 @@ pub fn answer_from_origin<'a>(
                 url: link.url,
                 expires_at_ms: link.expires_at_ms,
                 warn: warn || link.warn,
+                options: link.options,
             };
             serve(code, domain, preview, found, now_ms)
         }
@@ -490,6 +504,7 @@ struct Found<'a> {
     url: &'a [u8],
     expires_at_ms: Option<i64>,
     warn: bool,
+    options: lasthop_core::LinkOptions,
 }
 
 /// Step 7 for a found link: expiry, the serve-time URL check, then preview, interstitial or 302.
@@ -518,8 +533,13 @@ fn serve<'a>(
             domain,
             url: found.url,
         }
-    } else {
+    } else if found.options.is_default() {
         Answer::Redirect { url: found.url }
+    } else {
+        Answer::RedirectWith {
+            url: found.url,
+            options: found.options,
+        }
     }
 }
 
@@ -1004,6 +1024,7 @@ pub(crate) mod tests {
             expires_at_ms: None,
             status: LinkStatus::Active,
             warn: false,
+            options: Default::default(),
         };
         assert_eq!(
             answer_from_origin(
@@ -1276,6 +1297,7 @@ pub(crate) mod tests {
                 expires_at_ms,
                 status,
                 warn,
+                options: Default::default(),
             })
         };
         let active = link(LinkStatus::Active, false, None);
@@ -1322,6 +1344,7 @@ pub(crate) mod tests {
             expires_at_ms: None,
             status: LinkStatus::Active,
             warn: false,
+            options: Default::default(),
         });
         assert_eq!(
             answer_from_origin(code, false, t, b"", ftp, NOW).0,

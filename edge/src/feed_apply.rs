@@ -468,6 +468,7 @@ impl FeedView {
                     warn: l.warn,
                     created_at_ms,
                     first_served,
+                    options: l.options,
                 },
                 seq: l.seq,
                 changed,
@@ -537,6 +538,7 @@ mod tests {
             disabled: false,
             takedown_reason: None,
             warn: false,
+            options: Default::default(),
         }
     }
 

@@ -36,6 +36,8 @@ pub enum OriginAnswer {
         /// The status at the control plane's clock when it answered.
         status: LinkStatus,
         warn: bool,
+        /// How the redirect is served.
+        options: lasthop_core::LinkOptions,
     },
     /// The code never existed.
     NotFound,
@@ -52,11 +54,13 @@ impl OriginAnswer {
                 expires_at_ms,
                 status,
                 warn,
+                options,
             } => Some(crate::answer::OriginLink {
                 url,
                 expires_at_ms: *expires_at_ms,
                 status: *status,
                 warn: *warn,
+                options: *options,
             }),
             OriginAnswer::NotFound | OriginAnswer::Unavailable => None,
         }
@@ -428,6 +432,7 @@ mod tests {
             expires_at_ms: None,
             status: LinkStatus::Active,
             warn: false,
+            options: Default::default(),
         }
     }
 

@@ -28,6 +28,8 @@ pub struct OverlayLink {
     pub created_at_ms: Option<i64>,
     /// Set by the first redirect served for this link here, across generations and cores.
     pub first_served: FirstServed,
+    /// How the redirect is served (issue 43).
+    pub options: lasthop_core::LinkOptions,
 }
 
 impl OverlayLink {
@@ -39,6 +41,7 @@ impl OverlayLink {
             warn,
             created_at_ms: None,
             first_served: FirstServed::default(),
+            options: lasthop_core::LinkOptions::default(),
         }
     }
 }

@@ -124,6 +124,8 @@ struct Shape<'h> {
     /// `Strict-Transport-Security` on HTTPS.
     extra: &'h [u8],
     pages: &'h Pages,
+    /// The request target, whose query a link that forwards it merges (found only then).
+    target: &'h [u8],
 }
 
 /// Appends the response to `answer` to `out`: no body when `req_head` (HEAD), `Connection:
@@ -146,6 +148,7 @@ pub fn render(
             http10: false,
             extra: b"",
             pages: &NO_PAGES,
+            target: b"",
         },
         out,
     )
@@ -175,6 +178,7 @@ pub fn render_with(
             http10: req.http10,
             extra,
             pages,
+            target: req.target,
         },
         out,
     )
@@ -207,6 +211,7 @@ pub fn render_error(e: HttpError, extra: &[u8], out: &mut Vec<u8>) -> bool {
             http10: false,
             extra,
             pages: &NO_PAGES,
+            target: b"",
         },
         out,
     )
@@ -248,6 +253,7 @@ pub fn render_https_redirect(
         http10: req.http10,
         extra,
         pages: &NO_PAGES,
+        target: req.target,
     };
     out.extend_from_slice(b"HTTP/1.1 301 Moved Permanently\r\nLocation: https://");
     out.extend_from_slice(host);
@@ -321,6 +327,43 @@ fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
             out.extend_from_slice(b"\r\n");
         }
         Answer::Redirect { .. } | Answer::DomainRedirect { .. } => gone(shape, out),
+        Answer::RedirectWith { url, options } if is_servable(url) => {
+            out.extend_from_slice(match options.redirect_status {
+                301 => b"HTTP/1.1 301 Moved Permanently\r\nLocation: ",
+                307 => b"HTTP/1.1 307 Temporary Redirect\r\nLocation: ",
+                308 => b"HTTP/1.1 308 Permanent Redirect\r\nLocation: ",
+                _ => b"HTTP/1.1 302 Found\r\nLocation: ",
+            });
+            let query = shape
+                .target
+                .iter()
+                .position(|&b| b == b'?')
+                .map_or(&b""[..], |at| &shape.target[at + 1..]);
+            if options.forward_query && !query.is_empty() {
+                let precedence = if options.request_precedence {
+                    crate::query::Precedence::Request
+                } else {
+                    crate::query::Precedence::Destination
+                };
+                let mut merged = Vec::with_capacity(url.len() + query.len() + 1);
+                crate::query::merge(url, query, precedence, &mut merged);
+                out.extend_from_slice(&merged);
+            } else {
+                out.extend_from_slice(url);
+            }
+            // A permanent status always says how long a browser may keep it: without a
+            // max-age a browser keeps a 301 indefinitely.
+            if options.cache_seconds == 0 {
+                out.extend_from_slice(b"\r\nCache-Control: no-store\r\nContent-Length: 0\r\n");
+            } else {
+                out.extend_from_slice(b"\r\nCache-Control: private, max-age=");
+                write_decimal(out, options.cache_seconds as usize);
+                out.extend_from_slice(b"\r\nContent-Length: 0\r\n");
+            }
+            connection(shape, out);
+            out.extend_from_slice(b"\r\n");
+        }
+        Answer::RedirectWith { .. } => gone(shape, out),
         Answer::Preview {
             code,
             domain,

@@ -678,7 +678,7 @@ fn finish(
         }
         (out, _) => render::render_with(answer, req, extra, env.pages, out.h1()),
     };
-    if let Answer::Redirect { .. } = answer {
+    if let Answer::Redirect { .. } | Answer::RedirectWith { .. } = answer {
         let code = code_of(req.path);
         if layer == Layer::Overlay {
             // Creation-to-first-redirect: only links the feed brought carry a creation time.
@@ -957,6 +957,7 @@ pub(crate) mod tests {
             expires_at_ms: None,
             status: lasthop_core::LinkStatus::Active,
             warn: false,
+            options: Default::default(),
         };
         s.on_origin(&found, &core.env(), &mut fx);
         assert_eq!(statuses(&s.out), [302, 302, 302]);
@@ -990,6 +991,7 @@ pub(crate) mod tests {
                     expires_at_ms: None,
                     status: lasthop_core::LinkStatus::Deleted,
                     warn: false,
+                    options: Default::default(),
                 },
                 410,
             ),
@@ -999,6 +1001,7 @@ pub(crate) mod tests {
                     expires_at_ms: None,
                     status: lasthop_core::LinkStatus::Active,
                     warn: true,
+                    options: Default::default(),
                 },
                 200,
             ),
@@ -1045,6 +1048,7 @@ pub(crate) mod tests {
             expires_at_ms: None,
             status: lasthop_core::LinkStatus::TakenDown,
             warn: false,
+            options: Default::default(),
         };
         s.on_origin(&taken, &core.env(), &mut fx);
         assert_eq!(statuses(&s.out), [410]);
@@ -1193,6 +1197,113 @@ pub(crate) mod tests {
         assert_eq!(fx.take()[0], Seen::FirstRedirect(250));
         feed(&mut s, &core, &mut fx, &get("/brand-new-alias"));
         assert!(!fx.take().contains(&Seen::FirstRedirect(250)));
+    }
+
+    /// A link's own options (issue 43): its status and cache lifetime, the request's query
+    /// forwarded, a click for each; a preview shows the destination as it is.
+    #[test]
+    fn a_link_with_options_answers_with_its_status_cache_and_query() {
+        use lasthop_core::LinkOptions;
+        let mut core = Core::new(false);
+        let with = |url: &str, options: LinkOptions| {
+            let mut link = crate::overlay::OverlayLink::new(url.as_bytes(), None, false);
+            link.options = options;
+            link
+        };
+        let permanent = LinkOptions {
+            redirect_status: 301,
+            cache_seconds: 86_400,
+            ..LinkOptions::default()
+        };
+        let uncached = LinkOptions {
+            redirect_status: 307,
+            cache_seconds: 0,
+            ..LinkOptions::default()
+        };
+        let forwarding = LinkOptions {
+            forward_query: true,
+            ..LinkOptions::default()
+        };
+        let request_first = LinkOptions {
+            forward_query: true,
+            request_precedence: true,
+            redirect_status: 308,
+            ..LinkOptions::default()
+        };
+        let overlay = core.f.tables.overlay.with_all([
+            (
+                b"permanent-link".to_vec(),
+                with("https://example.com/p", permanent),
+            ),
+            (
+                b"uncached-link".to_vec(),
+                with("https://example.com/u", uncached),
+            ),
+            (
+                b"forwarding-link".to_vec(),
+                with("https://example.com/f?a=1#top", forwarding),
+            ),
+            (
+                b"request-first".to_vec(),
+                with("https://example.com/r?a=1", request_first),
+            ),
+        ]);
+        core.f.tables = core.f.tables.with_overlay(std::sync::Arc::new(overlay));
+        let answer = |path: &str, method: &str| {
+            let mut s = Session::new(NOW);
+            let mut fx = Recorder::default();
+            let req =
+                format!("{method} {path} HTTP/1.1\r\nHost: lh.example\r\nUser-Agent: t\r\n\r\n");
+            feed(&mut s, &core, &mut fx, &req);
+            let clicks = fx
+                .take()
+                .iter()
+                .filter(|e| matches!(e, Seen::Click(..)))
+                .count();
+            (String::from_utf8_lossy(&s.out).into_owned(), clicks)
+        };
+        let (out, clicks) = answer("/permanent-link?x=1", "GET");
+        assert!(
+            out.starts_with("HTTP/1.1 301 Moved Permanently\r\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Location: https://example.com/p\r\n"),
+            "the query dropped: {out}"
+        );
+        assert!(
+            out.contains("Cache-Control: private, max-age=86400\r\n"),
+            "{out}"
+        );
+        assert_eq!(clicks, 1);
+        let (out, _) = answer("/uncached-link", "HEAD");
+        assert!(
+            out.starts_with("HTTP/1.1 307 Temporary Redirect\r\n"),
+            "{out}"
+        );
+        assert!(out.contains("Cache-Control: no-store\r\n"), "{out}");
+        let (out, _) = answer("/forwarding-link?utm_source=tw&a=9", "GET");
+        assert!(
+            out.contains("Location: https://example.com/f?a=1&utm_source=tw#top\r\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Cache-Control: private, max-age=300\r\n"),
+            "{out}"
+        );
+        let (out, _) = answer("/request-first?a=9&b=2", "GET");
+        assert!(
+            out.starts_with("HTTP/1.1 308 Permanent Redirect\r\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Location: https://example.com/r?a=9&b=2\r\n"),
+            "{out}"
+        );
+        // The preview shows the destination a visitor would get without a query.
+        let (out, clicks) = answer("/forwarding-link+", "GET");
+        assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+        assert_eq!(clicks, 0);
     }
 
     #[test]

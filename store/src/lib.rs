@@ -168,6 +168,8 @@ pub struct CreateRequest {
     pub now_ms: i64,
     /// Created held (the interstitial until released).
     pub hold: Option<Hold>,
+    /// How its redirect is served (issue 43).
+    pub options: lasthop_core::LinkOptions,
     /// Who creates it, for the audit trail.
     pub actor: Actor,
     /// `long_url`'s destination, when the caller parsed it already (the store's writer then
@@ -360,6 +362,9 @@ pub enum StateUpdate {
             skip_serializing_if = "Option::is_none"
         )]
         expires_at_ms: Option<Option<i64>>,
+        /// The redirect's options (issue 43) that change; absent leaves them all.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        options: Option<lasthop_core::OptionsPatch>,
     },
     /// An automatic verdict (scanner or list): `Block` takes the link down with `reason`,
     /// `Warn` flags it; either ends an `Unverified` hold, and so does `Clean`. Verdicts only
@@ -421,12 +426,16 @@ impl StateUpdate {
             StateUpdate::Settings {
                 disabled,
                 expires_at_ms,
+                options,
             } => {
                 if let Some(d) = disabled {
                     next.disabled = *d;
                 }
                 if let Some(e) = expires_at_ms {
                     next.expires_at_ms = *e;
+                }
+                if let Some(o) = options {
+                    next.options = o.apply(next.options);
                 }
             }
             StateUpdate::Verdict { verdict, reason } => {
@@ -488,6 +497,22 @@ impl StateUpdate {
             StateUpdate::Settings { .. } => {
                 if before.disabled != after.disabled {
                     (if after.disabled { "disable" } else { "enable" }, None)
+                } else if before.options != after.options {
+                    let o = &after.options;
+                    (
+                        "options",
+                        Some(format!(
+                            "redirect_status {}, cache_seconds {}, forward_query {}{}",
+                            o.redirect_status,
+                            o.cache_seconds,
+                            o.forward_query,
+                            if o.request_precedence {
+                                " (request first)"
+                            } else {
+                                ""
+                            }
+                        )),
+                    )
                 } else {
                     (
                         "expiry",

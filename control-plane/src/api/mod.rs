@@ -426,6 +426,116 @@ struct CreateBody {
     domain: Option<String>,
     #[serde(default)]
     expires_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    redirect_status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cache_seconds: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    forward_query: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    query_precedence: Option<String>,
+    /// UTM parameters written into the destination's query at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    utm: Option<Utm>,
+}
+
+/// A link's serving options as the API spells them (issue 43); absent fields are left alone
+/// (a create's: the defaults).
+#[derive(Debug, Default)]
+struct OptionFields {
+    redirect_status: Option<u16>,
+    cache_seconds: Option<u32>,
+    forward_query: Option<bool>,
+    /// `destination` (default) or `request`: which value a name in both queries keeps.
+    query_precedence: Option<String>,
+}
+
+impl OptionFields {
+    /// The patch these fields make, checked (400 `invalid_options` with the field's reason).
+    fn patch(&self) -> Result<lasthop_core::OptionsPatch, ApiError> {
+        let request_precedence = match self.query_precedence.as_deref() {
+            None => None,
+            Some("destination") => Some(false),
+            Some("request") => Some(true),
+            Some(_) => {
+                return Err(ApiError::bad(
+                    "invalid_options",
+                    "query_precedence must be \"destination\" or \"request\"",
+                ))
+            }
+        };
+        let patch = lasthop_core::OptionsPatch {
+            redirect_status: self.redirect_status,
+            cache_seconds: self.cache_seconds,
+            forward_query: self.forward_query,
+            request_precedence,
+        };
+        patch
+            .apply(lasthop_core::LinkOptions::default())
+            .validate()
+            .map_err(|e| ApiError::bad("invalid_options", e.to_string()))?;
+        Ok(patch)
+    }
+}
+
+/// `utm`: the campaign parameters written into a destination.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Utm {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    medium: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    campaign: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    term: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content: Option<String>,
+}
+
+impl Utm {
+    /// `url` with `utm_<name>=<value>` set for each given field (a parameter of that name
+    /// already there is replaced), by the URL standard's form encoding.
+    fn apply(&self, url: &str) -> Result<String, ApiError> {
+        let mut parsed = url::Url::parse(url)
+            .map_err(|_| ApiError::bad("invalid_utm", "the destination does not parse"))?;
+        let fields = [
+            ("utm_source", &self.source),
+            ("utm_medium", &self.medium),
+            ("utm_campaign", &self.campaign),
+            ("utm_term", &self.term),
+            ("utm_content", &self.content),
+        ];
+        for (name, value) in fields {
+            if let Some(v) = value {
+                if v.is_empty() || v.len() > 200 {
+                    return Err(ApiError::bad(
+                        "invalid_utm",
+                        format!("{name} must be 1-200 characters"),
+                    ));
+                }
+            }
+        }
+        let kept: Vec<(String, String)> = parsed
+            .query_pairs()
+            .filter(|(k, _)| !fields.iter().any(|(n, v)| v.is_some() && k == n))
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        {
+            let mut q = parsed.query_pairs_mut();
+            q.clear();
+            for (k, v) in &kept {
+                q.append_pair(k, v);
+            }
+            for (name, value) in fields {
+                if let Some(v) = value {
+                    q.append_pair(name, v);
+                }
+            }
+        }
+        Ok(parsed.to_string())
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -444,6 +554,14 @@ struct PatchBody {
     expires_at: Option<Option<String>>,
     #[serde(default)]
     disabled: Option<bool>,
+    #[serde(default)]
+    redirect_status: Option<u16>,
+    #[serde(default)]
+    cache_seconds: Option<u32>,
+    #[serde(default)]
+    forward_query: Option<bool>,
+    #[serde(default)]
+    query_precedence: Option<String>,
 }
 
 /// Tells a field that is present (even as `null`, which becomes `Some(None)`) from an absent one
@@ -476,7 +594,19 @@ fn created_json(state: &AppState, s: &StoredLink) -> serde_json::Value {
         "long_url": s.link.long_url,
         "created_at": rfc3339(s.link.created_at_ms),
         "expires_at": s.state.expires_at_ms.map(rfc3339),
+        "redirect_status": s.state.options.redirect_status,
+        "cache_seconds": s.state.options.cache_seconds,
+        "forward_query": s.state.options.forward_query,
+        "query_precedence": precedence_name(&s.state.options),
     })
+}
+
+fn precedence_name(o: &lasthop_core::LinkOptions) -> &'static str {
+    if o.request_precedence {
+        "request"
+    } else {
+        "destination"
+    }
 }
 
 /// The full view of a link, with its state.
@@ -495,6 +625,10 @@ fn link_json(state: &AppState, s: &StoredLink, now: i64) -> serde_json::Value {
         "flagged": s.state.warn,
         "held": s.state.held.map(|h| h.as_str()),
         "pinned": s.state.pinned,
+        "redirect_status": s.state.options.redirect_status,
+        "cache_seconds": s.state.options.cache_seconds,
+        "forward_query": s.state.options.forward_query,
+        "query_precedence": precedence_name(&s.state.options),
     })
 }
 
@@ -577,7 +711,19 @@ async fn create_link(
             return Err(domains::suspended());
         }
     }
-    let (long_url, dest) = checked_destination(&state, &parsed.long_url)?;
+    let options = OptionFields {
+        redirect_status: parsed.redirect_status,
+        cache_seconds: parsed.cache_seconds,
+        forward_query: parsed.forward_query,
+        query_precedence: parsed.query_precedence.clone(),
+    }
+    .patch()?
+    .apply(lasthop_core::LinkOptions::default());
+    let requested_url = match &parsed.utm {
+        Some(utm) => utm.apply(&parsed.long_url)?,
+        None => parsed.long_url.clone(),
+    };
+    let (long_url, dest) = checked_destination(&state, &requested_url)?;
     if let Some(alias) = &parsed.alias {
         validate_alias(alias).map_err(|e| {
             let err = ApiError::bad(e.code(), e.to_string());
@@ -618,6 +764,7 @@ async fn create_link(
             idempotency: claim,
             now_ms: now,
             hold,
+            options,
             actor,
             destination: Some(dest),
         };
@@ -987,9 +1134,17 @@ async fn patch_link(
         Some(None) => Some(None),
         Some(Some(s)) => Some(Some(future_time(&s, now)?)),
     };
+    let options = OptionFields {
+        redirect_status: parsed.redirect_status,
+        cache_seconds: parsed.cache_seconds,
+        forward_query: parsed.forward_query,
+        query_precedence: parsed.query_precedence,
+    }
+    .patch()?;
     let update = StateUpdate::Settings {
         disabled: parsed.disabled,
         expires_at_ms,
+        options: (!options.is_empty()).then_some(options),
     };
     update_link(&state, &who, code, update).await
 }

@@ -66,6 +66,7 @@ impl Edge {
                 idempotency: None,
                 now_ms: lasthop_control::clock::now_ms(),
                 hold: None,
+                options: Default::default(),
                 destination: None,
                 actor: lasthop_control::Actor::System,
             })

@@ -192,6 +192,7 @@ fn req(owner: &str, url: &str, alias: Option<&str>) -> CreateRequest {
         idempotency: None,
         now_ms: lasthop_control::clock::now_ms(),
         hold: None,
+        options: Default::default(),
         actor: Actor::System,
         destination: None,
     }
@@ -349,6 +350,7 @@ fn create(store: &dyn Store, alias: &str) -> String {
         idempotency: None,
         now_ms: 1,
         hold: None,
+        options: Default::default(),
         actor: Actor::System,
         destination: None,
     };
@@ -415,6 +417,7 @@ fn state_updates_write_the_change_log_and_the_denylist(backend: &Backend) {
             StateUpdate::Settings {
                 disabled: Some(true),
                 expires_at_ms: Some(Some(99)),
+                options: None,
             },
             &Actor::System,
         )
@@ -487,6 +490,7 @@ fn create_url(store: &dyn Store, owner: &str, url: &str) -> String {
         idempotency: None,
         now_ms: 1,
         hold: None,
+        options: Default::default(),
         actor: Actor::Key("lhk_0123456789abcdef".into()),
         destination: None,
     };

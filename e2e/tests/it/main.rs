@@ -31,6 +31,7 @@ mod domains;
 mod feed;
 mod harness;
 mod hotset;
+mod options;
 mod origin;
 mod packaging;
 mod regions;

@@ -190,6 +190,7 @@ fn the_origin_client_reads_a_real_control_plane() {
             expires_at_ms: None,
             status: LinkStatus::Active,
             warn: false,
+            options: Default::default(),
         }
     );
     assert_eq!(
@@ -199,6 +200,7 @@ fn the_origin_client_reads_a_real_control_plane() {
             expires_at_ms: None,
             status: LinkStatus::Deleted,
             warn: false,
+            options: Default::default(),
         }
     );
     assert_eq!(

@@ -263,6 +263,7 @@ fn streams_are_multiplexed_and_a_parked_one_holds_up_no_other() {
         expires_at_ms: None,
         status: lasthop_core::LinkStatus::Active,
         warn: false,
+        options: Default::default(),
     };
     c.on_origin(
         unknown.as_bytes(),

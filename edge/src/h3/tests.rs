@@ -233,6 +233,7 @@ fn read_through_parks_until_the_origin_replies() {
         expires_at_ms: None,
         status: lasthop_core::LinkStatus::Active,
         warn: false,
+        options: Default::default(),
     };
     c.on_origin(unknown.as_bytes(), &found, &core.env(), &mut fx, &mut acts);
     let (_, (status, fields, _)) = only_answer(&acts);
@@ -492,6 +493,7 @@ fn a_reset_stream_is_forgotten_and_a_reset_control_stream_ends_the_connection() 
         expires_at_ms: None,
         status: lasthop_core::LinkStatus::Active,
         warn: false,
+        options: Default::default(),
     };
     c.on_origin(core.f.code(20).as_bytes(), &gone, &env, &mut fx, &mut acts);
     assert!(

@@ -54,6 +54,7 @@ pub(super) fn fetch(agent: &ureq::Agent, base: &str, token: Option<&str>, code: 
                     expires_at_ms: w.expires_at_ms,
                     status: w.status,
                     warn: w.warn,
+                    options: w.options,
                 }),
                 Err(e) => {
                     tracing::warn!(error = %e, "origin: unreadable answer");

@@ -655,6 +655,7 @@ mod tests {
                 expires_at_ms: Some(1_893_456_000_000),
                 status: LinkStatus::Active,
                 warn: true,
+                options: Default::default(),
             }
         );
         assert!(

@@ -1200,6 +1200,7 @@ mod tests {
             idempotency: None,
             now_ms: 1,
             hold: None,
+            options: Default::default(),
             actor: Actor::Key("lhk_0123456789abcdef".into()),
             destination: None,
         };

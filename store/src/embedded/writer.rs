@@ -417,6 +417,7 @@ impl Writer {
         let state = LinkState {
             expires_at_ms: req.expires_at_ms,
             held: req.hold,
+            options: req.options,
             ..LinkState::default()
         };
         let seq = self.write_new_link(t, &key, &link, &state)?;

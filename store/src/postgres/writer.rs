@@ -91,7 +91,7 @@ fn fill<T>(slot: &Slot<T>, outcome: Result<T, StoreError>) {
 
 /// An operation of a batch, its reply registered.
 enum Work {
-    Create(CreateRequest, Slot<CreateOutcome>),
+    Create(Box<CreateRequest>, Slot<CreateOutcome>),
     Delete(String, Actor, Slot<DeleteOutcome>),
     Batch(Box<Batch>, Slot<Vec<BatchResult>>),
     AddReport(Box<Report>, Slot<Report>),
@@ -389,7 +389,7 @@ impl Writer {
         let work: Vec<Work> = batch
             .into_iter()
             .map(|op| match op {
-                Op::Create(req, reply) => Work::Create(*req, pending(reply, finishes)),
+                Op::Create(req, reply) => Work::Create(req, pending(reply, finishes)),
                 Op::Delete { code, actor, reply } => {
                     Work::Delete(code, actor, pending(reply, finishes))
                 }
@@ -436,10 +436,10 @@ impl Writer {
         while let Some(item) = work.next() {
             match item {
                 Work::Create(req, slot) => {
-                    let mut run = vec![(req, slot)];
+                    let mut run = vec![(*req, slot)];
                     while let Some(Work::Create(..)) = work.peek() {
                         if let Some(Work::Create(req, slot)) = work.next() {
-                            run.push((req, slot));
+                            run.push((*req, slot));
                         }
                     }
                     let (reqs, slots): (Vec<_>, Vec<_>) = run.into_iter().unzip();
@@ -781,6 +781,7 @@ async fn apply_creates(
         let state = LinkState {
             expires_at_ms: req.expires_at_ms,
             held: req.hold,
+            options: req.options,
             ..LinkState::default()
         };
         appends.changes.push((
