@@ -901,9 +901,19 @@ struct ActionForm {
     /// A datetime-local value (UTC), or empty for "never".
     #[serde(default)]
     expires_at: String,
+    /// `options`: the redirect's status, cache lifetime and query forwarding.
+    #[serde(default)]
+    redirect_status: String,
+    #[serde(default)]
+    cache_seconds: String,
+    /// A checkbox: present ("on") when ticked.
+    #[serde(default)]
+    forward_query: Option<String>,
+    #[serde(default)]
+    query_precedence: String,
 }
 
-/// A change to one link: `delete`, `disable`, `enable`, `expiry`, and for admins `takedown`,
+/// A change to one link: `delete`, `disable`, `enable`, `expiry`, `options`, and for admins `takedown`,
 /// `warn`, `restore`; back to the link's page saying what happened (or the API's error).
 async fn link_action(
     State(dash): State<Dashboard>,
@@ -931,6 +941,31 @@ async fn link_action(
                 }
             };
             (Method::PATCH, path, Some(json!({"expires_at": at})))
+        }
+        "options" => {
+            let (Ok(status), Ok(cache)) = (
+                f.redirect_status.trim().parse::<u16>(),
+                f.cache_seconds.trim().parse::<u32>(),
+            ) else {
+                return back(
+                    &code,
+                    Err("the status and the cache lifetime must be numbers"),
+                );
+            };
+            let precedence = match f.query_precedence.as_str() {
+                "request" => "request",
+                _ => "destination",
+            };
+            (
+                Method::PATCH,
+                path,
+                Some(json!({
+                    "redirect_status": status,
+                    "cache_seconds": cache,
+                    "forward_query": f.forward_query.is_some(),
+                    "query_precedence": precedence,
+                })),
+            )
         }
         "takedown" | "warn" => (
             Method::POST,

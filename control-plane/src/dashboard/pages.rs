@@ -302,6 +302,9 @@ pub fn link(p: LinkPage<'_>) -> Markup {
                         @if let Some(r) = l["takedown_reason"].as_str() { " — " (r) } }
                     p { "Created " (text(l, "created_at")) br;
                         "Expires " (l["expires_at"].as_str().unwrap_or("never")) }
+                    p #options { "Redirect " (l["redirect_status"].as_u64().unwrap_or(302))
+                        ", cached " (match l["cache_seconds"].as_u64() { Some(0) => "never".to_string(), Some(s) => format!("{s} s"), None => "300 s".to_string() })
+                        @if l["forward_query"] == true { ", query forwarded (" (text(l, "query_precedence")) " first)" } }
                     p.muted { "Owner " (text(l, "owner")) }
                 }
                 div.qr {
@@ -327,7 +330,7 @@ pub fn link(p: LinkPage<'_>) -> Markup {
                 }
             }
             (stats(r, p.stats, p.from, p.to))
-            (actions(s, r, status))
+            (actions(s, r, status, l))
             h2 { "History" }
             (history(p.history))
         },
@@ -460,7 +463,10 @@ fn action_button(s: &Session, code: &str, action: &str, label: &str, class: &str
     }
 }
 
-fn actions(s: &Session, code: &str, status: &str) -> Markup {
+fn actions(s: &Session, code: &str, status: &str, l: &Value) -> Markup {
+    let current = l["redirect_status"].as_u64().unwrap_or(302);
+    let cache = l["cache_seconds"].as_u64().unwrap_or(300);
+    let request_first = l["query_precedence"] == "request";
     html! {
         @if status != "deleted" {
             h2 { "Change" }
@@ -477,6 +483,27 @@ fn actions(s: &Session, code: &str, status: &str) -> Markup {
                     " " button.secondary type="submit" { "Set expiry" }
                 }
                 (action_button(s, code, "delete", "Delete", "danger"))
+            }
+            form #link-options method="post" action={"/links/" (code) "/options"} {
+                fieldset {
+                    legend { "How it redirects" }
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    label for="redirect-status" { "Status" }
+                    select #redirect-status name="redirect_status" {
+                        @for (v, name) in [(302u64, "302 Found (default)"), (301, "301 Moved Permanently"), (307, "307 Temporary Redirect"), (308, "308 Permanent Redirect")] {
+                            option value=(v) selected[v == current] { (name) }
+                        }
+                    }
+                    label for="cache-seconds" { "Browsers may keep it (seconds; 0: never)" }
+                    input #cache-seconds type="number" name="cache_seconds" min="0" max="31536000" value=(cache);
+                    label { input #forward-query type="checkbox" name="forward_query" checked[l["forward_query"] == true]; " Forward the visitor's query" }
+                    label for="query-precedence" { "A parameter in both keeps" }
+                    select #query-precedence name="query_precedence" {
+                        option value="destination" selected[!request_first] { "the destination's value" }
+                        option value="request" selected[request_first] { "the visitor's value" }
+                    }
+                    p { button.secondary #save-options type="submit" { "Save" } }
+                }
             }
             @if s.admin {
                 h2 { "Trust and safety" }

@@ -284,6 +284,41 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
             text_of(&c, "#destination").await,
             "https://example.com/from-the-browser"
         );
+        // How it redirects: 301, never cached, the visitor's query forwarded (issue 43).
+        assert!(text_of(&c, "#options").await.contains("Redirect 302"));
+        click(&c, "#redirect-status option[value='301']").await;
+        let cache = c.find(Locator::Css("#cache-seconds")).await.unwrap();
+        cache.clear().await.unwrap();
+        cache.send_keys("0").await.unwrap();
+        click(&c, "#forward-query").await;
+        click(&c, "#save-options").await;
+        wait_text(&c, ".notice", "Done: options").await;
+        assert!(
+            text_of(&c, "#options")
+                .await
+                .contains("Redirect 301, cached never, query forwarded"),
+            "{}",
+            text_of(&c, "#options").await
+        );
+        let (status, v) = control.call("GET", &format!("/v1/links/{code}"), &control.key, None);
+        assert_eq!(status, 200);
+        assert_eq!(
+            (
+                v["redirect_status"].as_u64(),
+                v["cache_seconds"].as_u64(),
+                v["forward_query"].as_bool()
+            ),
+            (Some(301), Some(0), Some(true)),
+            "{v}"
+        );
+        // Back to a plain redirect for the clicks below.
+        let (status, v) = control.call(
+            "PATCH",
+            &format!("/v1/links/{code}"),
+            &control.key,
+            Some(serde_json::json!({"redirect_status": 302, "cache_seconds": 300, "forward_query": false})),
+        );
+        assert_eq!(status, 200, "{v}");
         // It is in the list, and the search finds it by destination.
         c.goto(&format!("{base}/links?q=FROM-THE-BROWSER"))
             .await
