@@ -184,6 +184,11 @@ pub fn backoff_ms(first: Duration, failures: u32, seed: u64) -> i64 {
     base - i64::try_from(if spread == 0 { 0 } else { seed % spread }).unwrap_or(0)
 }
 
+/// Orders placed in the day before `now_ms` for `record`'s domain (the per-domain limit).
+pub fn orders_today(record: &DomainRecord, now_ms: i64) -> usize {
+    orders_within(std::slice::from_ref(record), now_ms, DAY_MS)
+}
+
 /// Orders placed within `window_ms` before `now_ms` in `records`' histories.
 fn orders_within(records: &[DomainRecord], now_ms: i64, window_ms: i64) -> usize {
     records
@@ -287,8 +292,7 @@ impl Acme {
                 );
                 return;
             }
-            let recent = orders_within(std::slice::from_ref(r), now, DAY_MS);
-            if recent >= self.cfg.domain_orders_per_day {
+            if orders_today(r, now) >= self.cfg.domain_orders_per_day {
                 tracing::debug!(domain = %r.domain, "ACME: the domain's order limit per day is reached");
                 continue;
             }
@@ -413,10 +417,6 @@ impl Acme {
         }
         match result {
             "issued" => {
-                let _ = self
-                    .metrics
-                    .acme_last_error
-                    .remove_label_values(&[domain, "any"]);
                 for p in PROBLEMS {
                     let _ = self
                         .metrics
@@ -443,7 +443,6 @@ impl Acme {
             .await
             .map_err(|e| format!("placing the order: {e}"))?;
         if order.state().status == OrderStatus::Pending {
-            let mut published = None;
             let mut authorizations = order.authorizations();
             while let Some(authz) = authorizations.next().await {
                 let mut authz = authz.map_err(|e| format!("reading the authorization: {e}"))?;
@@ -478,13 +477,11 @@ impl Acme {
                 };
                 let generation = self.publish(domain, answer).await?;
                 self.wait_served(generation).await;
-                published = Some(generation);
                 challenge
                     .set_ready()
                     .await
                     .map_err(|e| format!("telling the CA the challenge is ready: {e}"))?;
             }
-            let _ = published;
             let retry = RetryPolicy::new()
                 .initial_delay(Duration::from_millis(250))
                 .backoff(1.5)

@@ -85,6 +85,12 @@ pub enum SnapshotBuildError {
     Writer(#[from] lasthop_snapshot::BuildError),
 }
 
+/// Whether snapshots hold a link in `state`. Their entries carry no options yet (issue 43):
+/// a link with its own is served from the overlay and the origin read-through, which do.
+fn snapshot_holds(state: &lasthop_core::LinkState) -> bool {
+    state.options.is_default()
+}
+
 /// Writes a snapshot of everything in `store` to `out` (temp name, fsync, rename); returns the
 /// change-log sequence it is complete up to, and what the writer sealed.
 pub fn build_snapshot(
@@ -110,9 +116,7 @@ pub fn build_snapshot(
     // placeholder that is never returned.
     let mut failed = None;
     let walked = store.for_each_link(&mut |s| {
-        // Snapshot entries carry no options yet (issue 43): a link with its own is served from
-        // the overlay and the origin read-through, which carry them.
-        if !s.state.options.is_default() {
+        if !snapshot_holds(&s.state) {
             return Ok(());
         }
         let url: &[u8] = match s.state.status(now) {
@@ -172,7 +176,7 @@ pub fn build_hot_snapshot(
         let Some(entry) = recent.state.get(code.as_str()) else {
             continue;
         };
-        if !taken.insert(code.as_str()) || !entry.state.options.is_default() {
+        if !taken.insert(code.as_str()) || !snapshot_holds(&entry.state) {
             continue;
         }
         let url = entry.url(now_ms);
@@ -193,7 +197,7 @@ pub fn build_hot_snapshot(
             break;
         }
         for (code, link) in batch.iter().zip(store.get_many(&batch)?) {
-            let Some(link) = link.filter(|l| l.state.options.is_default()) else {
+            let Some(link) = link.filter(|l| snapshot_holds(&l.state)) else {
                 continue;
             };
             let url = servable_url(&link, now_ms);

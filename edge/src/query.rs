@@ -91,9 +91,8 @@ fn push_piece(out: &mut Vec<u8>, piece: &[u8]) {
 }
 
 /// Writes `destination` with `request_query` (the request target's query, without `?`)
-/// merged into its query, into `out` (cleared first).
+/// merged into its query, appended to `out`.
 pub fn merge(destination: &[u8], request_query: &[u8], precedence: Precedence, out: &mut Vec<u8>) {
-    out.clear();
     if pieces(request_query).next().is_none() {
         out.extend_from_slice(destination);
         return;

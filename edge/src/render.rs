@@ -345,9 +345,7 @@ fn write(answer: &Answer<'_>, shape: Shape, out: &mut Vec<u8>) -> bool {
                 } else {
                     crate::query::Precedence::Destination
                 };
-                let mut merged = Vec::with_capacity(url.len() + query.len() + 1);
-                crate::query::merge(url, query, precedence, &mut merged);
-                out.extend_from_slice(&merged);
+                crate::query::merge(url, query, precedence, out);
             } else {
                 out.extend_from_slice(url);
             }

@@ -113,6 +113,36 @@ fn leaf_use(leaf: &x509_cert::Certificate) -> Result<(), CertificateError> {
     Ok(())
 }
 
+/// The chain (leaf first, at most `max` certificates) and the signing key of `key_pem`.
+fn load(
+    chain_pem: &str,
+    key_pem: &str,
+    max: usize,
+) -> Result<
+    (
+        Vec<CertificateDer<'static>>,
+        std::sync::Arc<dyn rustls::sign::SigningKey>,
+    ),
+    CertificateError,
+> {
+    let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| CertificateError::NoCertificate)?;
+    if chain.is_empty() {
+        return Err(CertificateError::NoCertificate);
+    }
+    if chain.len() > max {
+        return Err(CertificateError::ChainTooLong);
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| CertificateError::NoKey)?;
+    let signer = crate::provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|_| CertificateError::UnsupportedKey)?;
+    Ok((chain, signer))
+}
+
 /// Checks `chain_pem` (leaf first) and `key_pem` for `name` at `now_ms`.
 pub fn check(
     chain_pem: &str,
@@ -120,22 +150,8 @@ pub fn check(
     name: &str,
     now_ms: i64,
 ) -> Result<CheckedCertificate, CertificateError> {
-    let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| CertificateError::NoCertificate)?;
-    if chain.is_empty() {
-        return Err(CertificateError::NoCertificate);
-    }
-    if chain.len() > MAX_CHAIN {
-        return Err(CertificateError::ChainTooLong);
-    }
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| CertificateError::NoKey)?;
+    let (chain, signer) = load(chain_pem, key_pem, MAX_CHAIN)?;
     let provider = crate::provider();
-    let signer = provider
-        .key_provider
-        .load_private_key(key)
-        .map_err(|_| CertificateError::UnsupportedKey)?;
     let certified = CertifiedKey::new(chain, signer);
     certified
         .keys_match()
@@ -198,18 +214,7 @@ pub fn check(
 /// carrying the critical `acmeIdentifier` extension that webpki (rightly) refuses in a
 /// certificate for browsers, so only its PEM and its key's match are checked.
 pub fn challenge_key(cert_pem: &str, key_pem: &str) -> Result<CertifiedKey, CertificateError> {
-    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| CertificateError::NoCertificate)?;
-    if chain.len() != 1 {
-        return Err(CertificateError::NoCertificate);
-    }
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| CertificateError::NoKey)?;
-    let signer = crate::provider()
-        .key_provider
-        .load_private_key(key)
-        .map_err(|_| CertificateError::UnsupportedKey)?;
+    let (chain, signer) = load(cert_pem, key_pem, 1)?;
     // `CertifiedKey::keys_match` reads the certificate through webpki, which refuses the
     // critical extension: the public keys are compared here.
     use x509_cert::der::Encode;

@@ -681,8 +681,7 @@ pub(super) async fn renew(
                 return Err(suspended());
             }
             let now = now_ms();
-            let a = r.acme.get_or_insert_with(Default::default);
-            let today = a.orders_ms.iter().filter(|&&t| t > now - 86_400_000).count();
+            let today = crate::acme::orders_today(r, now);
             if today >= limit {
                 return Err(ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
@@ -690,7 +689,10 @@ pub(super) async fn renew(
                     format!("{today} orders for this domain in the last day (--acme-domain-orders-per-day {limit})"),
                 ));
             }
-            a.renew_requested_ms.get_or_insert(now);
+            r.acme
+                .get_or_insert_with(Default::default)
+                .renew_requested_ms
+                .get_or_insert(now);
             Ok(())
         })
     })
