@@ -300,6 +300,10 @@ pub(crate) struct ServeSafety {
     /// New links answer the interstitial at every edge until their first scan verdict.
     #[arg(long, env = "LASTHOP_HOLD_UNVERIFIED")]
     pub(crate) hold_unverified: bool,
+    /// Refuse destination edits fleet-wide (`PATCH /v1/links/{code}` with `long_url` or `utm`
+    /// answers 409 `edits_disabled`); the other settings stay editable.
+    #[arg(long, env = "LASTHOP_NO_EDITS")]
+    pub(crate) no_edits: bool,
     /// Distinct destination domains an owner may use in a sliding hour before its new links
     /// are created held and it is flagged (0: off).
     #[arg(long, env = "LASTHOP_VELOCITY_DOMAINS_PER_HOUR", default_value_t = 500)]

@@ -244,7 +244,7 @@ async fn on_store<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
 
 /// The edge's view of a stored link at `now_ms` (the wire type is core's, shared with engines).
 fn edge_link(s: &StoredLink, now_ms: i64) -> EdgeLink {
-    EdgeLink::new(&s.link.code, &s.link.long_url, &s.state, now_ms)
+    EdgeLink::new(&s.link.code, s.state.url(&s.link), &s.state, now_ms)
 }
 
 async fn get_link(
@@ -888,6 +888,32 @@ struct ChangesQuery {
 const PEER_PAGE_MAX: usize = 5_000;
 const PEER_WAIT_MAX_MS: u64 = 25_000;
 
+/// The change log keeps no edited destination ([`lasthop_core::LinkState::logged`] leaves an
+/// empty mark): a change that has one leaves for a peer with the link's destinations as they
+/// are now, as the feed's frames do.
+fn with_destinations(
+    store: &dyn crate::store::Store,
+    changes: &mut [crate::store::OwnChange],
+) -> Result<(), crate::store::StoreError> {
+    for c in changes.iter_mut() {
+        let state = match &mut c.change {
+            lasthop_core::Change::LinkCreated { state, .. }
+            | lasthop_core::Change::StateChanged { state, .. } => state,
+        };
+        if state.destination.is_none() && state.pending_destination.is_none() {
+            continue;
+        }
+        let now = store.get(c.change.code())?.map(|s| s.state);
+        let state = match &mut c.change {
+            lasthop_core::Change::LinkCreated { state, .. }
+            | lasthop_core::Change::StateChanged { state, .. } => state,
+        };
+        state.destination = now.as_ref().and_then(|n| n.destination.clone());
+        state.pending_destination = now.and_then(|n| n.pending_destination);
+    }
+    Ok(())
+}
+
 /// `GET /peer/v1/changes?after=SEQ&limit=N&wait_ms=MS`: this region's own changes after `SEQ`
 /// (none it replicated from another region), for a peer region's replication
 /// ([`crate::peers`]). Waits up to `wait_ms` for one when there is none (a long poll).
@@ -909,7 +935,8 @@ async fn peer_changes(
         let store = Arc::clone(&state.0.store);
         let (head, changes, upto, marks) = on_store("peer changes", move || {
             let head = store.last_seq()?;
-            let (changes, upto) = store.own_changes_since(q.after, limit)?;
+            let (mut changes, upto) = store.own_changes_since(q.after, limit)?;
+            with_destinations(&*store, &mut changes)?;
             Ok::<_, crate::store::StoreError>((head, changes, upto, store.high_water_marks()?))
         })
         .await?;

@@ -423,6 +423,10 @@ fn read_page(store: &dyn Store, after: u64) -> Result<Page, StoreError> {
     for (seq, change) in &changes {
         let current = match change {
             Change::StateChanged { code, .. } => store.get(code)?,
+            // An edited link imported with its edit: the log has only the mark.
+            Change::LinkCreated { state, link } if state.destination.is_some() => {
+                store.get(&link.code)?
+            }
             Change::LinkCreated { .. } => None,
         };
         chunk.extend_from_slice(&line(&frame_for(*seq, change, current.as_ref())));
@@ -444,16 +448,22 @@ fn read_page(store: &dyn Store, after: u64) -> Result<Page, StoreError> {
 }
 
 /// The frame for change `seq`. A state change carries the link's whole state after it and its
-/// current destination, read from `current` (the change log holds only the state).
+/// current destination, read from `current` (the change log holds only the state, and marks
+/// an edited destination without its URL: [`lasthop_core::LinkState::logged`]); so does a
+/// creation whose state has an edit's mark.
 pub fn frame_for(seq: u64, change: &Change, current: Option<&StoredLink>) -> Frame {
     match change {
         Change::LinkCreated { link, state } => {
-            let mut f = LinkFrame::new(seq, &link.code, &link.long_url, state);
+            let url = match (&state.destination, current) {
+                (Some(_), Some(now)) => now.state.url(&now.link),
+                _ => &link.long_url,
+            };
+            let mut f = LinkFrame::new(seq, &link.code, url, state);
             f.created_at_ms = Some(link.created_at_ms);
             Frame::LinkCreated(f)
         }
         Change::StateChanged { code, state } => {
-            let url = current.map(|s| s.link.long_url.as_str()).unwrap_or("");
+            let url = current.map(|s| s.state.url(&s.link)).unwrap_or("");
             let mut f = LinkFrame::new(seq, code, url, state);
             f.created_at_ms = current.map(|s| s.link.created_at_ms);
             Frame::StateChanged(f)

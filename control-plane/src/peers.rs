@@ -619,6 +619,9 @@ pub struct ForwardedCreate {
     /// How its redirect is served (absent at the defaults).
     #[serde(default, skip_serializing_if = "lasthop_core::LinkOptions::is_default")]
     pub options: lasthop_core::LinkOptions,
+    /// Its tags.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// The creator as the forwarding region's audit trail names it.
     pub actor: String,
     /// `Idempotency-Key` and the SHA-256 of the request body (hex), when one was presented.
@@ -637,6 +640,7 @@ impl ForwardedCreate {
             now_ms: req.now_ms,
             hold: req.hold,
             options: req.options,
+            tags: req.tags.clone(),
             actor: req.actor.to_string(),
             idempotency: req
                 .idempotency
@@ -656,6 +660,11 @@ impl ForwardedCreate {
             }
         }
         self.options.validate().map_err(|e| e.to_string())?;
+        if self.tags.len() > lasthop_core::TAGS_MAX
+            || !self.tags.iter().all(|t| lasthop_core::tag_ok(t))
+        {
+            return Err("tags: at most 10, each 1-32 of [a-z0-9_-]".into());
+        }
         if self.owner.is_empty() || self.owner.len() > 200 || self.actor.len() > 200 {
             return Err("owner and actor: 1-200 characters".into());
         }
@@ -678,6 +687,7 @@ impl ForwardedCreate {
             now_ms: self.now_ms,
             hold: self.hold,
             options: self.options,
+            tags: self.tags,
             actor: crate::store::Actor::Forwarded(self.actor),
             destination: None,
         })

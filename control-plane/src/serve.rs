@@ -761,6 +761,7 @@ fn start_safety(
         hold_unverified: a.hold_unverified,
         velocity_domains_per_hour: a.velocity_domains_per_hour,
         scan: a.scanner == Toggle::On,
+        no_edits: a.no_edits,
     };
     anyhow::ensure!(
         !(a.hold_unverified && a.scanner == Toggle::Off),

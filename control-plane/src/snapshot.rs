@@ -1,8 +1,10 @@
 //! Building an edge snapshot from the store.
 //!
-//! Two shapes, one entry format: live links with their URL and expiry, deleted, disabled or
-//! taken-down ones with an empty URL, which the engine answers 410 locally (an empty URL is
-//! never servable) instead of asking the origin about a code it already knows is gone.
+//! Two shapes, one entry format: live links with their URL, expiry and serving options (format
+//! version 4 carries a link's own options; a link with the defaults is written as before),
+//! deleted, disabled or taken-down ones with an empty URL, which the engine answers 410 locally
+//! (an empty URL is never servable) instead of asking the origin about a code it already knows
+//! is gone.
 //!
 //! - [`build_snapshot`]: every link (`lasthop-control snapshot build` without a budget): a full
 //!   walk of the store.
@@ -36,8 +38,8 @@ pub const POPULAR_DAYS: u32 = 30;
 pub struct HotSet {
     /// Most links (codes and aliases).
     pub max_links: u64,
-    /// Most bytes of links, each counted as [`Layout::link_cost`] estimates it for `layout`
-    /// (the header is not counted).
+    /// Most bytes of links, each counted as [`Layout::link_cost_with_options`] estimates it for
+    /// `layout` (the header is not counted).
     pub max_bytes: u64,
     /// Links created within this many days are in, newest first.
     pub recent_days: u32,
@@ -85,12 +87,6 @@ pub enum SnapshotBuildError {
     Writer(#[from] lasthop_snapshot::BuildError),
 }
 
-/// Whether snapshots hold a link in `state`. Their entries carry no options yet (issue 43):
-/// a link with its own is served from the overlay and the origin read-through, which do.
-fn snapshot_holds(state: &lasthop_core::LinkState) -> bool {
-    state.options.is_default()
-}
-
 /// Writes a snapshot of everything in `store` to `out` (temp name, fsync, rename); returns the
 /// change-log sequence it is complete up to, and what the writer sealed.
 pub fn build_snapshot(
@@ -116,15 +112,17 @@ pub fn build_snapshot(
     // placeholder that is never returned.
     let mut failed = None;
     let walked = store.for_each_link(&mut |s| {
-        if !snapshot_holds(&s.state) {
-            return Ok(());
-        }
         let url: &[u8] = match s.state.status(now) {
-            LinkStatus::Active | LinkStatus::Expired => s.link.long_url.as_bytes(),
+            LinkStatus::Active | LinkStatus::Expired => s.state.url(&s.link).as_bytes(),
             LinkStatus::Deleted | LinkStatus::Disabled | LinkStatus::TakenDown => b"",
         };
         writer
-            .add(s.link.code.as_bytes(), url, s.state.expires_at_ms)
+            .add_with_options(
+                s.link.code.as_bytes(),
+                url,
+                s.state.expires_at_ms,
+                s.state.options,
+            )
             .map_err(|e| {
                 failed = Some(e);
                 StoreError::NotApplied("the snapshot writer failed")
@@ -176,14 +174,19 @@ pub fn build_hot_snapshot(
         let Some(entry) = recent.state.get(code.as_str()) else {
             continue;
         };
-        if !taken.insert(code.as_str()) || !snapshot_holds(&entry.state) {
+        if !taken.insert(code.as_str()) {
             continue;
         }
         let url = entry.url(now_ms);
-        if !budget.admit(code, url) {
+        if !budget.admit(code, url, &entry.state.options) {
             break;
         }
-        writer.add(code.as_bytes(), url, entry.state.expires_at_ms)?;
+        writer.add_with_options(
+            code.as_bytes(),
+            url,
+            entry.state.expires_at_ms,
+            entry.state.options,
+        )?;
         stats.recent += 1;
     }
     // Then the popular ones, read by key, a batch at a time.
@@ -197,14 +200,19 @@ pub fn build_hot_snapshot(
             break;
         }
         for (code, link) in batch.iter().zip(store.get_many(&batch)?) {
-            let Some(link) = link.filter(|l| snapshot_holds(&l.state)) else {
+            let Some(link) = link else {
                 continue;
             };
             let url = servable_url(&link, now_ms);
-            if !budget.admit(code, url) {
+            if !budget.admit(code, url, &link.state.options) {
                 break;
             }
-            writer.add(code.as_bytes(), url, link.state.expires_at_ms)?;
+            writer.add_with_options(
+                code.as_bytes(),
+                url,
+                link.state.expires_at_ms,
+                link.state.options,
+            )?;
             stats.popular += 1;
         }
     }
@@ -218,7 +226,7 @@ const BATCH: usize = 1_000;
 /// What an entry holds for `link`: its URL while it may redirect, else empty (410 at the edge).
 fn servable_url(link: &StoredLink, now_ms: i64) -> &[u8] {
     match link.state.status(now_ms) {
-        LinkStatus::Active | LinkStatus::Expired => link.link.long_url.as_bytes(),
+        LinkStatus::Active | LinkStatus::Expired => link.state.url(&link.link).as_bytes(),
         LinkStatus::Deleted | LinkStatus::Disabled | LinkStatus::TakenDown => b"",
     }
 }
@@ -232,9 +240,13 @@ struct Budget<'a> {
 }
 
 impl Budget<'_> {
-    /// Takes `code` with `url` if it fits; once something does not, nothing more is taken.
-    fn admit(&mut self, code: &str, url: &[u8]) -> bool {
-        let size = self.hot.layout.link_cost(code.len(), url.len());
+    /// Takes `code` with `url` and `options` if it fits; once something does not, nothing more
+    /// is taken.
+    fn admit(&mut self, code: &str, url: &[u8], options: &lasthop_core::LinkOptions) -> bool {
+        let size = self
+            .hot
+            .layout
+            .link_cost_with_options(code.len(), url.len(), options);
         if self.full
             || self.links + 1 > self.hot.max_links
             || self.bytes + size > self.hot.max_bytes
@@ -316,6 +328,15 @@ fn recent_links(
             Change::LinkCreated { .. } => {}
         },
     )?;
+    // The log marks an edited destination without its URL: read those links as they are.
+    for (code, entry) in recent.state.iter_mut() {
+        if entry.state.destination.is_some() {
+            if let Some(now) = store.get(code)? {
+                entry.long_url = now.state.url(&now.link).to_string();
+                entry.state = now.state;
+            }
+        }
+    }
     Ok(recent)
 }
 
@@ -369,6 +390,15 @@ mod tests {
     }
 
     fn create(s: &EmbeddedStore, url: &str, now_ms: i64) -> String {
+        create_with(s, url, now_ms, Default::default())
+    }
+
+    fn create_with(
+        s: &EmbeddedStore,
+        url: &str,
+        now_ms: i64,
+        options: lasthop_core::LinkOptions,
+    ) -> String {
         let req = CreateRequest {
             owner: "o".into(),
             long_url: url.into(),
@@ -378,7 +408,8 @@ mod tests {
             idempotency: None,
             now_ms,
             hold: None,
-            options: Default::default(),
+            options,
+            tags: Vec::new(),
             actor: Actor::System,
             destination: None,
         };
@@ -483,6 +514,77 @@ mod tests {
         assert!(info.links > 3, "{info:?}");
         let snap = Snapshot::open(&out).unwrap();
         assert!(snap.lookup(recent[9].as_bytes()).is_some(), "the newest");
+    }
+
+    /// Links with options of their own are in every snapshot (format version 4), with them;
+    /// the hot set's budget counts their options entries' extra bytes.
+    #[test]
+    fn links_with_options_are_in_the_snapshot_with_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let now = 100 * DAY;
+        let permanent = lasthop_core::LinkOptions {
+            redirect_status: 301,
+            cache_seconds: 86_400,
+            ..Default::default()
+        };
+        let with = create_with(&s, "https://options.example/", now - DAY, permanent);
+        let plain = create(&s, "https://plain.example/", now - DAY + 1);
+        let popular_one = create_with(&s, "https://popular.example/", now - 30 * DAY, permanent);
+        let out = dir.path().join("full.snap");
+        let (_, info) = build_snapshot(&s, 1, 1, 100, &out, Layout::Compact).unwrap();
+        assert_eq!((info.links, info.with_options), (3, 2), "{info:?}");
+        let snap = Snapshot::open(&out).unwrap();
+        snap.verify().unwrap();
+        snap.audit().unwrap();
+        assert_eq!(snap.format_version(), 4);
+        assert_eq!(snap.lookup(with.as_bytes()).unwrap().options(), permanent);
+        assert!(snap
+            .lookup(plain.as_bytes())
+            .unwrap()
+            .options()
+            .is_default());
+
+        // The hot set: the recent ones, then the popular one, each with its options.
+        let out = dir.path().join("hot.snap");
+        let popular = vec![(popular_one.clone(), 10)];
+        let (_, info, stats) =
+            build_hot_snapshot(&s, 1, 1, 100, &out, &HotSet::default(), &popular, now).unwrap();
+        assert_eq!((stats.recent, stats.popular), (2, 1), "{stats:?}");
+        assert_eq!(info.with_options, 2, "{info:?}");
+        let snap = Snapshot::open(&out).unwrap();
+        snap.audit().unwrap();
+        assert_eq!(snap.lookup(with.as_bytes()).unwrap().options(), permanent);
+        assert_eq!(
+            snap.lookup(popular_one.as_bytes()).unwrap().options(),
+            permanent
+        );
+        assert!(snap
+            .lookup(plain.as_bytes())
+            .unwrap()
+            .options()
+            .is_default());
+        // A budget of exactly the two recent links' cost: the link with options costs its
+        // entry's 7 bytes more, so a budget that counted it as plain would take one too few.
+        let cost = |url: &str, options: &lasthop_core::LinkOptions| {
+            Layout::Compact.link_cost_with_options(with.len(), url.len(), options)
+        };
+        let exact = cost("https://options.example/", &permanent)
+            + cost("https://plain.example/", &Default::default());
+        assert_eq!(
+            cost("https://options.example/", &permanent),
+            Layout::Compact.link_cost(with.len(), "https://options.example/".len()) + 7
+        );
+        for (max_bytes, links) in [(exact, 2), (exact - 1, 1)] {
+            let hot = HotSet {
+                max_bytes,
+                layout: Layout::Compact,
+                ..HotSet::default()
+            };
+            let (_, info, _) =
+                build_hot_snapshot(&s, 1, 1, 100, &out, &hot, &popular, now).unwrap();
+            assert_eq!(info.links, links, "{max_bytes}: {info:?}");
+        }
     }
 
     #[test]

@@ -44,6 +44,6 @@ pub use code::{
 pub use destination::{is_servable, normalize_destination, visible_ascii, UrlError, UrlPolicy};
 pub use ff1::{Ff1, Ff1Domain, Ff1Error};
 pub use key::{KeyError, PermutationKey};
-pub use link::{Change, Hold, Link, LinkState, LinkStatus};
+pub use link::{tag_ok, Change, Hold, Link, LinkState, LinkStatus, TAGS_MAX};
 pub use options::{LinkOptions, OptionsError, OptionsPatch};
 pub use region::{region_range, HighWater, RegionError};

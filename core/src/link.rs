@@ -45,6 +45,61 @@ pub struct LinkState {
     /// How the redirect is served (issue 43); absent from the stored form at the defaults.
     #[serde(default, skip_serializing_if = "crate::LinkOptions::is_default")]
     pub options: crate::LinkOptions,
+    /// The destination an owner's edit set (issue 43), served instead of [`Link::long_url`];
+    /// absent for a link never edited. Never written to the change log (see
+    /// [`LinkState::logged`]): readers of the log take it from the link as it is now, so a
+    /// deletion, which clears it, leaves no edited URL behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<String>,
+    /// An edit waiting for its destination's first scan verdict (`--hold-unverified`): the
+    /// current destination is served meanwhile, and a clean or warn verdict makes this one
+    /// current. Kept out of the change log like [`LinkState::destination`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_destination: Option<String>,
+    /// The current destination came from an edit the scanner has not judged yet.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub destination_unscanned: bool,
+    /// The owner's tags (issue 43): at most [`TAGS_MAX`], each a [`tag_ok`] name, in the order
+    /// given, without repeats.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+}
+
+/// The most tags a link carries.
+pub const TAGS_MAX: usize = 10;
+
+/// Whether `tag` is a tag's name: 1–32 of `[a-z0-9_-]`.
+pub fn tag_ok(tag: &str) -> bool {
+    (1..=32).contains(&tag.len())
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+impl LinkState {
+    /// The URL this link redirects to: its edited destination, else the one it was made with.
+    pub fn url<'a>(&'a self, link: &'a Link) -> &'a str {
+        self.destination.as_deref().unwrap_or(&link.long_url)
+    }
+
+    /// This state as the change log keeps it: an edited or pending destination is replaced by
+    /// an empty string, which says there is one without saying what it is (the log outlives
+    /// a deletion's erasure; its readers read the link as it is now for the URL).
+    pub fn logged(&self) -> LinkState {
+        let mut s = self.clone();
+        if let Some(d) = s.destination.as_mut() {
+            d.clear();
+        }
+        if let Some(d) = s.pending_destination.as_mut() {
+            d.clear();
+        }
+        s
+    }
+
+    /// Whether the change log's form of this state names an edit the scanner has to judge.
+    pub fn edit_to_scan(&self) -> bool {
+        self.pending_destination.is_some() || self.destination_unscanned
+    }
 }
 
 fn is_false(b: &bool) -> bool {

@@ -411,9 +411,8 @@ fn decide_key<'a>(
             url: entry.url(),
             expires_at_ms: entry.expires_at_ms(),
             warn,
-            // The snapshot holds links at the default options only (the publisher leaves the
-            // others to the overlay and the origin).
-            options: lasthop_core::LinkOptions::default(),
+            // Version 4 carries a link's own options; every other entry has the defaults.
+            options: entry.options(),
         };
         return (
             serve(code, domain_name, preview, found, now_ms),
@@ -1002,6 +1001,147 @@ pub(crate) mod tests {
         assert_eq!(
             decide_buf(&on("lh.example", &format!("/{forty}")), &t).0,
             Answer::NotFound
+        );
+    }
+
+    /// Version 4: a snapshot entry with options of its own answers with its status, its
+    /// cache lifetime and its query forwarding, as an overlay link with them does; a plain
+    /// entry beside it still answers the default 302.
+    #[test]
+    fn a_snapshot_entry_with_options_answers_with_them() {
+        use lasthop_core::LinkOptions;
+        let f = fixture(false);
+        let mut hw = HighWater::new(1, RESERVE).unwrap();
+        hw.raise(0, ISSUED).unwrap();
+        let mut w =
+            SnapshotWriter::in_memory(SnapshotMeta::new(10, f.scheme.key_id(), hw)).unwrap();
+        let permanent = LinkOptions {
+            redirect_status: 301,
+            cache_seconds: 86_400,
+            ..LinkOptions::default()
+        };
+        let uncached = LinkOptions {
+            redirect_status: 307,
+            cache_seconds: 0,
+            ..LinkOptions::default()
+        };
+        let request_first = LinkOptions {
+            redirect_status: 308,
+            forward_query: true,
+            request_precedence: true,
+            ..LinkOptions::default()
+        };
+        let c = |n| f.scheme.encode(n).unwrap();
+        w.add_with_options(&c(0), b"https://example.com/p", None, permanent)
+            .unwrap();
+        w.add(&c(1), b"https://example.com/plain", None).unwrap();
+        w.add_with_options(
+            b"uncached-link",
+            b"https://example.com/u",
+            Some(NOW + 1),
+            uncached,
+        )
+        .unwrap();
+        w.add_with_options(
+            b"go.example.com/request-first",
+            b"https://go.example/r?a=1",
+            None,
+            request_first,
+        )
+        .unwrap();
+        let (_, bytes) = w.seal().unwrap();
+        let snapshot = Arc::new(Snapshot::from_vec(bytes).unwrap());
+        let t = f
+            .tables
+            .with_snapshot(snapshot)
+            .unwrap()
+            .with_overlay(Arc::new(Overlay::empty()))
+            .with_domains(Arc::new(crate::domains::Domains::new([
+                crate::domains::Domain::new("go.example.com"),
+            ])));
+        let rendered = |buf: &[u8]| {
+            let Parse::Complete { req, .. } = parse(buf, &Limits::default()) else {
+                panic!()
+            };
+            let mut out = Vec::new();
+            crate::render::render_for(&decide(&req, &t, NOW).0, &req, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+
+        let buf = get(&format!("/{}?x=1", f.code(0)));
+        assert_eq!(
+            decide_buf(&buf, &t),
+            (
+                Answer::RedirectWith {
+                    url: b"https://example.com/p",
+                    options: permanent
+                },
+                Layer::Snapshot
+            )
+        );
+        let out = rendered(&buf);
+        assert!(
+            out.starts_with("HTTP/1.1 301 Moved Permanently\r\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Location: https://example.com/p\r\n"),
+            "the query dropped: {out}"
+        );
+        assert!(
+            out.contains("Cache-Control: private, max-age=86400\r\n"),
+            "{out}"
+        );
+
+        let buf = get(&format!("/{}", f.code(1)));
+        assert_eq!(
+            decide_buf(&buf, &t),
+            (
+                Answer::Redirect {
+                    url: b"https://example.com/plain"
+                },
+                Layer::Snapshot
+            )
+        );
+
+        let buf = get("/uncached-link");
+        assert_eq!(decide_buf(&buf, &t).0.status(), 307);
+        let out = rendered(&buf);
+        assert!(
+            out.starts_with("HTTP/1.1 307 Temporary Redirect\r\n"),
+            "{out}"
+        );
+        assert!(out.contains("Cache-Control: no-store\r\n"), "{out}");
+
+        let buf = on("go.example.com", "/request-first?a=9&b=2");
+        assert_eq!(
+            decide_buf(&buf, &t),
+            (
+                Answer::RedirectWith {
+                    url: b"https://go.example/r?a=1",
+                    options: request_first
+                },
+                Layer::Snapshot
+            )
+        );
+        let out = rendered(&buf);
+        assert!(
+            out.starts_with("HTTP/1.1 308 Permanent Redirect\r\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Location: https://go.example/r?a=9&b=2\r\n"),
+            "{out}"
+        );
+        // A preview shows the destination as it is, whatever the options.
+        assert_eq!(
+            decide_buf(&get(&format!("/{}+", f.code(0))), &t).0,
+            Answer::Preview {
+                code: f.code(0).as_bytes(),
+                domain: None,
+                url: b"https://example.com/p",
+                flagged: false,
+            }
         );
     }
 

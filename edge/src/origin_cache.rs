@@ -148,6 +148,9 @@ struct Flight<W> {
     may_cache_negative: bool,
     /// Known or asked for recently, or wanted by several waiters: not shed for another.
     warm: bool,
+    /// A change to the code arrived over the feed while this fetch was under way: its answer
+    /// may predate the change, so it goes to its waiters but into no cache.
+    outdated: bool,
 }
 
 /// The read-through's state: queued and in-flight fetches with their waiters (of type `W`,
@@ -271,6 +274,7 @@ impl<W> OriginCache<W> {
                 waiters: vec![waiter],
                 may_cache_negative,
                 warm,
+                outdated: false,
             },
         );
         self.queue.push_back(key);
@@ -321,6 +325,7 @@ impl<W> OriginCache<W> {
     ) -> Settled<W> {
         let flight = self.inflight.remove(code);
         let may_cache_negative = flight.as_ref().is_some_and(|f| f.may_cache_negative);
+        let outdated = flight.as_ref().is_some_and(|f| f.outdated);
         let down = (!self.cfg.breaker.is_zero()).then(|| now + self.cfg.breaker);
         let failed = matches!(fetched, Fetched::Failed { .. });
         for (control, failed) in [(failed_before, true), (Some(answered_by), failed)] {
@@ -331,6 +336,7 @@ impl<W> OriginCache<W> {
         let (max, stale_ttl) = (self.cfg.max_entries, self.cfg.stale_ttl);
         let mut stale_served = false;
         let answer = match fetched {
+            Fetched::Found(answer) if outdated => answer,
             Fetched::Found(answer) => {
                 self.negative.remove(code);
                 bounded_insert(
@@ -344,7 +350,7 @@ impl<W> OriginCache<W> {
             }
             Fetched::NotFound => {
                 self.positive.remove(code);
-                if may_cache_negative && !self.cfg.negative_ttl.is_zero() {
+                if may_cache_negative && !outdated && !self.cfg.negative_ttl.is_zero() {
                     bounded_insert(
                         &mut self.negative,
                         code.into(),
@@ -367,6 +373,17 @@ impl<W> OriginCache<W> {
             waiters: flight.map(|f| f.waiters).unwrap_or_default(),
             answer,
             stale_served,
+        }
+    }
+
+    /// A change to `code` arrived over the feed (an edit, a takedown, a restore): every answer
+    /// cached for it (fresh, stale-if-error, 404) is dropped, and a fetch under way caches
+    /// nothing when it lands, so no answer from before the change is served again from here.
+    pub fn forget(&mut self, code: &[u8]) {
+        self.positive.remove(code);
+        self.negative.remove(code);
+        if let Some(flight) = self.inflight.get_mut(code) {
+            flight.outdated = true;
         }
     }
 
@@ -506,6 +523,64 @@ mod tests {
         fetch_needed(&mut c, b"zzz9999", 4, true, t2);
         let s = c.settle(b"zzz9999", FAILED, 0, None, t2);
         assert_eq!(s.answer, OriginAnswer::Unavailable);
+    }
+
+    /// An edit (any change) arriving over the feed: nothing cached before it is served again,
+    /// neither fresh nor stale-if-error nor a 404, and a fetch under way when it arrived
+    /// caches nothing.
+    #[test]
+    fn a_change_from_the_feed_drops_what_was_cached_before_it() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(
+            CacheConfig {
+                breaker: Duration::ZERO,
+                ..cfg()
+            },
+            1,
+        );
+        fetch_needed(&mut c, b"abc1234", 1, true, t0);
+        c.settle(
+            b"abc1234",
+            Fetched::Found(found("https://old/")),
+            0,
+            None,
+            t0,
+        );
+        c.forget(b"abc1234");
+        // Not fresh any more: fetched again; and a failure has no stale answer to give.
+        fetch_needed(&mut c, b"abc1234", 2, true, t0);
+        let s = c.settle(b"abc1234", FAILED, 0, None, t0);
+        assert_eq!(
+            (s.answer, s.stale_served),
+            (OriginAnswer::Unavailable, false)
+        );
+        // A 404 is forgotten too.
+        fetch_needed(&mut c, b"some-alias", 3, true, t0);
+        c.settle(b"some-alias", Fetched::NotFound, 0, None, t0);
+        c.forget(b"some-alias");
+        fetch_needed(&mut c, b"some-alias", 4, true, t0);
+        // A fetch under way when the change arrives: its answer reaches its waiters (the
+        // engine then prefers its tables) but no cache.
+        c.forget(b"some-alias");
+        let s = c.settle(b"some-alias", Fetched::NotFound, 0, None, t0);
+        assert_eq!((s.waiters, s.answer), (vec![4], OriginAnswer::NotFound));
+        fetch_needed(&mut c, b"some-alias", 5, true, t0);
+        c.forget(b"some-alias");
+        let s = c.settle(
+            b"some-alias",
+            Fetched::Found(found("https://old/")),
+            0,
+            None,
+            t0,
+        );
+        assert_eq!(s.answer, found("https://old/"));
+        fetch_needed(&mut c, b"some-alias", 6, true, t0);
+        let s = c.settle(b"some-alias", FAILED, 0, None, t0);
+        assert_eq!(
+            s.answer,
+            OriginAnswer::Unavailable,
+            "nothing stale to serve"
+        );
     }
 
     #[test]

@@ -623,6 +623,21 @@ pub(crate) fn respond_origin(
     let code = code_of(req.path);
     let t = env.tables;
     let (answer, layer) = match reply {
+        // The feed may have brought the link while the request waited (an edit, a takedown):
+        // what the tables know now is newer than a fetch that may have left before it.
+        OriginAnswer::Found { .. } | OriginAnswer::NotFound if !parked.confirming => {
+            match answer::decide_unconfirmed(req, t, env.now_ms) {
+                (Answer::NeedOrigin { .. }, _) => answer::answer_from_origin(
+                    code,
+                    parked.preview,
+                    t,
+                    req.host,
+                    reply.link(),
+                    env.now_ms,
+                ),
+                local => local,
+            }
+        }
         OriginAnswer::Found { .. } | OriginAnswer::NotFound => {
             answer::answer_from_origin(code, parked.preview, t, req.host, reply.link(), env.now_ms)
         }

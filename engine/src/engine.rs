@@ -351,6 +351,7 @@ fn read_inputs(args: &Args) -> anyhow::Result<Inputs> {
         verify_keys,
         // Given in `start_feed`, once the TLS settings are made.
         certificates: None,
+        origin: None,
     });
     if let Some(cfg) = &feed {
         anyhow::ensure!(
@@ -839,6 +840,7 @@ fn start_feed(
         (Some(mut cfg), Some(stats)) => {
             anyhow::ensure!(valid_name(&engine_id), "{NAMES_RULE}");
             cfg.engine_id = engine_id.clone();
+            cfg.origin = services.origin.clone();
             Some(
                 feed::start(
                     cfg,

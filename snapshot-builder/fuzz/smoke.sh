@@ -17,7 +17,8 @@ fi
 
 # Seed the corpus with the checked-in fixtures so the fuzzer starts from valid files.
 mkdir -p corpus/open_lookup
-cp ../tests/fixtures/v1.snap ../tests/fixtures/v2.snap ../tests/fixtures/v3.snap corpus/open_lookup/
+cp ../tests/fixtures/v1.snap ../tests/fixtures/v2.snap ../tests/fixtures/v3.snap \
+    ../tests/fixtures/v4.snap corpus/open_lookup/
 
 exec cargo +nightly fuzz run open_lookup corpus/open_lookup -- \
     -max_total_time="$secs" -max_len=65536

@@ -76,6 +76,8 @@ pub enum BuildError {
     BadKey { key: String },
     #[error("key {key:?} appears twice")]
     DuplicateKey { key: String },
+    #[error("options of key {key:?} are invalid: {why}")]
+    BadOptions { key: String, why: String },
     #[error("URL of {len} bytes is longer than the format's {max}")]
     UrlTooLong { len: usize, max: usize },
     #[error("the snapshot would exceed the format's limit: {what}")]

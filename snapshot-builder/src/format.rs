@@ -1,7 +1,7 @@
-//! Format versions 1, 2 and 3, in code: the header, the index slot word, the entry and the hash.
+//! Format versions 1 to 4, in code: the header, the index slot word, the entry and the hash.
 //! `FORMAT.md` beside this crate is the prose version and the reasons; keep the two in step.
 
-use lasthop_core::{region_range, HighWater};
+use lasthop_core::{region_range, HighWater, LinkOptions};
 use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3};
 
 use crate::error::{Section, SnapshotError};
@@ -13,11 +13,11 @@ use lasthop_core::cursor::Cursor;
 pub const MAGIC: [u8; 8] = [0x89, b'L', b'H', b'S', b'N', b'A', b'P', b'\n'];
 /// The version this writer writes. The reader also reads [`OLDEST_FORMAT_VERSION`] and every
 /// version between.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest version this reader reads: an engine upgraded before its control plane keeps
 /// serving the snapshots it is sent.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
-/// Largest page (versions 2 and 3): 64 cache lines. A lookup prefetches its key's whole home
+/// Largest page (versions 2 to 4): 64 cache lines. A lookup prefetches its key's whole home
 /// page, so pages stay a few lines long in practice (the writer sizes them from the data).
 pub const MAX_PAGE_LEN: u32 = 4096;
 /// Most regions a header may carry (bounds the allocation made on open).
@@ -30,7 +30,7 @@ pub const MAX_KEY_LEN: usize = lasthop_core::code::KEY_MAX;
 pub(crate) const V2_MAX_KEY_LEN: usize = lasthop_core::code::ALIAS_MAX;
 /// Longest URL: what a three-byte LEB128 length can say.
 pub const MAX_URL_LEN: usize = (1 << 21) - 1;
-/// Largest arena (version 1), or pages plus overflow (versions 2 and 3): what the 40-bit slot
+/// Largest arena (version 1), or pages plus overflow (versions 2 to 4): what the 40-bit slot
 /// offset can address (1 TiB).
 pub const MAX_ARENA_LEN: u64 = 1 << 40;
 
@@ -46,7 +46,7 @@ pub(crate) const INDEX_ALIGN: u64 = 64;
 /// Home buckets may not exceed 2^32 (the bucket is taken from the hash's high 32 bits).
 const MAX_HOME_BUCKETS: u64 = 1 << 32;
 
-/// Slot word: bits 0–39 entry offset (v2: from the first page; v1: in the arena), bits 40–62
+/// Slot word: bits 0–39 entry offset (v2–v4: from the first page; v1: in the arena), bits 40–62
 /// tag, bit 63 (slot 0 only) "continues".
 pub(crate) const OFFSET_MASK: u64 = MAX_ARENA_LEN - 1;
 const TAG_SHIFT: u32 = 40;
@@ -58,13 +58,19 @@ pub(crate) const CONTINUES: u64 = 1 << 63;
 pub(crate) const HAS_EXPIRY: u8 = 0x80;
 const KEY_LEN_MASK: u8 = 0x7f;
 /// Entry byte 0's key length bits when the key is [`KEY_LEN_ESCAPE`] bytes or longer
-/// (version 3): the next byte holds `len - KEY_LEN_ESCAPE`, so keys up to 127 + 255 = 382 bytes
-/// encode (the writer takes up to [`MAX_KEY_LEN`]). Versions 1 and 2 never hold a key that long.
+/// (version 3), or when the entry carries options (version 4, any key length): the next byte
+/// holds `len - KEY_LEN_ESCAPE` (0–191 for the writer's keys of 127 to [`MAX_KEY_LEN`] bytes;
+/// `audit` refuses 192–254) or [`OPTIONS_MARK`]. Versions 1 and 2 never hold an escape.
 pub(crate) const KEY_LEN_ESCAPE: usize = KEY_LEN_MASK as usize;
 /// Longest key whose length fits entry byte 0 alone: every default-domain key, and so every
 /// version-2 entry, encodes exactly as before.
 pub(crate) const SHORT_KEY_MAX: usize = KEY_LEN_ESCAPE - 1;
-const _: () = assert!(MAX_KEY_LEN - KEY_LEN_ESCAPE <= u8::MAX as usize);
+/// Entry byte 1 after the escape that says "an options entry" (version 4): the key length
+/// follows as a u16, and the options word after the expiry. A long-key entry's byte 1 is at
+/// most `MAX_KEY_LEN - KEY_LEN_ESCAPE` (191), so no version-3 writer ever wrote this value.
+pub(crate) const OPTIONS_MARK: u8 = 0xff;
+const _: () = assert!(MAX_KEY_LEN - KEY_LEN_ESCAPE < OPTIONS_MARK as usize);
+const _: () = assert!(MAX_KEY_LEN <= u16::MAX as usize);
 const _: () = assert!(V2_MAX_KEY_LEN <= SHORT_KEY_MAX);
 
 /// The seeded hash of a key. Bucket and tag use disjoint bits of it.
@@ -150,22 +156,45 @@ impl Layout {
         u32::try_from(page.min(u64::from(MAX_PAGE_LEN))).unwrap_or(MAX_PAGE_LEN)
     }
 
-    /// About how many file bytes a link with a `key_len`-byte key and a `url_len`-byte URL
-    /// costs in this layout, for budgets: `Compact`, the key and URL plus 20 (entry head and
-    /// slot); `Paged`, (key + URL + 10) · 1.4 + 13 (the entry head, the page's slack and the
-    /// link's share of the bucket line), which is 170 bytes for 1M synthetic links of 95-byte
-    /// URLs, as measured (`lasthop-snapshot synth --count 1000000` then `inspect`). A key of
-    /// 127 bytes or more (a long branded domain's) costs one more, its length's second byte.
+    /// About how many file bytes a link with a `key_len`-byte key, a `url_len`-byte URL and
+    /// the default options costs in this layout, for budgets: `Compact`, the key and URL plus
+    /// 20 (entry head and slot); `Paged`, (key + URL + 10) · 1.4 + 13 (the entry head, the
+    /// page's slack and the link's share of the bucket line), which is 170 bytes for 1M
+    /// synthetic links of 95-byte URLs, as measured (`lasthop-snapshot synth --count 1000000`
+    /// then `inspect`). A key of 127 bytes or more (a long branded domain's) costs one more,
+    /// its length's second byte. [`Layout::link_cost_with_options`] for a link with options.
     pub fn link_cost(self, key_len: usize, url_len: usize) -> u64 {
+        self.link_cost_with_options(key_len, url_len, &LinkOptions::default())
+    }
+
+    /// [`Layout::link_cost`] of a link with `options`: a link with options of its own
+    /// (version 4's options entry) costs 7 bytes more than a plain link of a short key, 6 more
+    /// than one of a long key (the escape's second byte, the key length as a u16, the options
+    /// word); one with the default options costs what `link_cost` says.
+    pub fn link_cost_with_options(
+        self,
+        key_len: usize,
+        url_len: usize,
+        options: &LinkOptions,
+    ) -> u64 {
+        let head = if !options.is_default() {
+            OPTIONS_HEAD_EXTRA
+        } else {
+            u64::from(key_len > SHORT_KEY_MAX)
+        };
         let entry = (key_len as u64)
             .saturating_add(url_len as u64)
-            .saturating_add(u64::from(key_len > SHORT_KEY_MAX));
+            .saturating_add(head);
         match self {
             Layout::Compact => entry.saturating_add(20),
             Layout::Paged => entry.saturating_add(10).saturating_mul(7).div_ceil(5) + 13,
         }
     }
 }
+
+/// What an options entry's head holds beyond a short key's plain one: the escape's second byte,
+/// the key length (u16) and the options word (u32).
+const OPTIONS_HEAD_EXTRA: u64 = 1 + 2 + 4;
 
 /// Keys per home page in the `Paged` layout (a slot load of 0.625): few enough that most
 /// pages' entries fit and few buckets spill, which would cost a second fetch.
@@ -175,13 +204,17 @@ pub(crate) fn align_up(x: u64, to: u64) -> Option<u64> {
     x.checked_next_multiple_of(to)
 }
 
-/// Encodes the part of an entry before the URL into `out`; returns its length. Layout:
-/// `[key_len | HAS_EXPIRY?] [key_len - 127]? [key] [LEB128 url_len] [expires_at_ms i64 LE]?`,
-/// the second byte only for keys of 127 bytes or more (then byte 0's length bits are 127).
+/// Encodes the part of an entry before the URL into `out`; returns its length. A plain entry
+/// (`options` `None`): `[key_len | HAS_EXPIRY?] [key_len - 127]? [key] [LEB128 url_len]
+/// [expires_at_ms i64 LE]?`, the second byte only for keys of 127 bytes or more (then byte 0's
+/// length bits are 127). An options entry (version 4, `options` the packed word):
+/// `[127 | HAS_EXPIRY?] [0xff] [key_len u16 LE] [key] [LEB128 url_len] [expires_at_ms i64 LE]?
+/// [options u32 LE]`.
 pub(crate) fn encode_entry_head(
     key: &[u8],
     url_len: usize,
     expires_at_ms: Option<i64>,
+    options: Option<u32>,
     out: &mut [u8; ENTRY_HEAD_MAX],
 ) -> usize {
     let mut at = 0;
@@ -197,7 +230,10 @@ pub(crate) fn encode_entry_head(
     } else {
         0
     };
-    if key.len() < KEY_LEN_ESCAPE {
+    if options.is_some() {
+        put(&[KEY_LEN_ESCAPE as u8 | flag, OPTIONS_MARK]);
+        put(&(key.len() as u16).to_le_bytes());
+    } else if key.len() < KEY_LEN_ESCAPE {
         put(&[key.len() as u8 | flag]);
     } else {
         put(&[
@@ -212,14 +248,17 @@ pub(crate) fn encode_entry_head(
     if let Some(e) = expires_at_ms {
         put(&e.to_le_bytes());
     }
+    if let Some(word) = options {
+        put(&word.to_le_bytes());
+    }
     at
 }
 
-/// Longest entry head: flag byte, escaped length byte, 318-byte key, 3-byte length, 8-byte
-/// expiry.
-pub(crate) const ENTRY_HEAD_MAX: usize = 2 + MAX_KEY_LEN + 3 + 8;
+/// Longest entry head: flag byte, the escape's byte, the u16 key length, 318-byte key, 3-byte
+/// URL length, 8-byte expiry, 4-byte options word.
+pub(crate) const ENTRY_HEAD_MAX: usize = 4 + MAX_KEY_LEN + 3 + 8 + 4;
 /// Longest key length prefix and key: what the writer reads back to compare keys.
-pub(crate) const KEY_HEAD_MAX: usize = 2 + MAX_KEY_LEN;
+pub(crate) const KEY_HEAD_MAX: usize = 4 + MAX_KEY_LEN;
 
 /// One parsed entry, borrowed from the file.
 #[derive(Debug, Clone, Copy)]
@@ -227,48 +266,90 @@ pub(crate) struct RawEntry<'a> {
     pub(crate) key: &'a [u8],
     pub(crate) url: &'a [u8],
     pub(crate) expires_at_ms: Option<i64>,
+    /// An options entry's word (version 4: [`LinkOptions::pack`]); `None` for a plain entry,
+    /// whose link has the default options.
+    pub(crate) options: Option<u32>,
 }
 
 /// Parses the entry at the front of `bytes` if its key is `want` (compared before the rest is
 /// read, so a tag collision costs one short compare). `None` on mismatch or malformed bytes.
 ///
 /// `LONG` says whether `want` is longer than [`SHORT_KEY_MAX`] (the caller knows before its
-/// probe loop, so each loop is compiled for one case): a short key's entry is byte 0 then the
-/// key, exactly as in version 2, and an escaped entry never matches it (127 is no short key's
-/// length); a long key's entry has the escape and the extra length byte.
+/// probe loop, so each loop is compiled for one case). A short key's plain entry is byte 0
+/// then the key, exactly as in version 2: when byte 0's length bits are the key's length
+/// it is parsed here as before. Only when they are not, and say the escape (127, no short
+/// key's length), may the entry still be the key's: an options entry (version 4), parsed out of
+/// line by [`escaped_entry_if_key`], which also parses every entry of a long key (a long-key
+/// entry, or an options entry).
 #[inline]
 pub(crate) fn entry_if_key<'a, const LONG: bool>(
     bytes: &'a [u8],
     want: &[u8],
 ) -> Option<RawEntry<'a>> {
     debug_assert_eq!(LONG, want.len() > SHORT_KEY_MAX);
+    if LONG {
+        return escaped_entry_if_key(bytes, want);
+    }
     let mut c = Cursor::new(bytes);
     let first = c.u8().ok()?;
-    if LONG {
-        if usize::from(first & KEY_LEN_MASK) != KEY_LEN_ESCAPE
-            || KEY_LEN_ESCAPE + usize::from(c.u8().ok()?) != want.len()
-        {
-            return None;
+    let len = usize::from(first & KEY_LEN_MASK);
+    if len != want.len() {
+        if len == KEY_LEN_ESCAPE {
+            return escaped_entry_if_key(bytes, want);
         }
-    } else if usize::from(first & KEY_LEN_MASK) != want.len() {
         return None;
     }
     let key = c.take(want.len()).ok()?;
     if key != want {
         return None;
     }
-    finish_entry(first, key, &mut c)
+    finish_entry(first, key, false, &mut c)
 }
 
-/// The key length an entry's first bytes give, and how many bytes say it (1, or 2 with the
-/// escape). `None` when the escape's second byte is missing.
+/// [`entry_if_key`] for an entry whose byte 0 says the escape: a long-key entry (version 3)
+/// or an options entry (version 4), for a key of any length. Out of line, so the short keys'
+/// loop stays version 2's.
+#[cold]
+#[inline(never)]
+fn escaped_entry_if_key<'a>(bytes: &'a [u8], want: &[u8]) -> Option<RawEntry<'a>> {
+    let mut c = Cursor::new(bytes);
+    let first = c.u8().ok()?;
+    if usize::from(first & KEY_LEN_MASK) != KEY_LEN_ESCAPE {
+        return None;
+    }
+    let (len, options) = escaped_key_len(&mut c)?;
+    if len != want.len() {
+        return None;
+    }
+    let key = c.take(len).ok()?;
+    if key != want {
+        return None;
+    }
+    finish_entry(first, key, options, &mut c)
+}
+
+/// The key length an escaped entry's next bytes give, and whether it is an options entry:
+/// byte 1 [`OPTIONS_MARK`] and a u16 length (version 4), or byte 1 `len - 127` (version 3).
+/// `None` when the bytes are missing.
 #[inline]
-fn key_len(first: u8, c: &mut Cursor<'_>) -> Option<usize> {
+fn escaped_key_len(c: &mut Cursor<'_>) -> Option<(usize, bool)> {
+    let second = c.u8().ok()?;
+    if second == OPTIONS_MARK {
+        Some((usize::from(c.u16().ok()?), true))
+    } else {
+        Some((KEY_LEN_ESCAPE + usize::from(second), false))
+    }
+}
+
+/// The key length an entry's first bytes give, and whether it is an options entry. `None`
+/// when the escape's bytes are missing.
+#[inline]
+fn key_len(first: u8, c: &mut Cursor<'_>) -> Option<(usize, bool)> {
     let len = usize::from(first & KEY_LEN_MASK);
     if len == KEY_LEN_ESCAPE {
-        Some(KEY_LEN_ESCAPE + usize::from(c.u8().ok()?))
+        escaped_key_len(c)
     } else {
-        Some(len)
+        Some((len, false))
     }
 }
 
@@ -276,9 +357,9 @@ fn key_len(first: u8, c: &mut Cursor<'_>) -> Option<usize> {
 pub(crate) fn entry_at(bytes: &[u8]) -> Option<(RawEntry<'_>, &[u8])> {
     let mut c = Cursor::new(bytes);
     let first = c.u8().ok()?;
-    let len = key_len(first, &mut c)?;
+    let (len, options) = key_len(first, &mut c)?;
     let key = c.take(len).ok()?;
-    let entry = finish_entry(first, key, &mut c)?;
+    let entry = finish_entry(first, key, options, &mut c)?;
     Some((entry, c.rest()))
 }
 
@@ -286,12 +367,19 @@ pub(crate) fn entry_at(bytes: &[u8]) -> Option<(RawEntry<'_>, &[u8])> {
 pub(crate) fn entry_key(head: &[u8]) -> Option<&[u8]> {
     let mut c = Cursor::new(head);
     let first = c.u8().ok()?;
-    let len = key_len(first, &mut c)?;
+    let (len, _) = key_len(first, &mut c)?;
     c.take(len).ok()
 }
 
+/// The rest of an entry after its key; `options`: an options entry, whose word follows the
+/// expiry (a constant `false` on the short keys' path, where the read folds away).
 #[inline]
-fn finish_entry<'a>(first: u8, key: &'a [u8], c: &mut Cursor<'a>) -> Option<RawEntry<'a>> {
+fn finish_entry<'a>(
+    first: u8,
+    key: &'a [u8],
+    options: bool,
+    c: &mut Cursor<'a>,
+) -> Option<RawEntry<'a>> {
     // At most three bytes (URLs under 2 MiB), shortest form.
     let url_len = usize::try_from(c.varint(3).ok()?).ok()?;
     let expires_at_ms = if first & HAS_EXPIRY != 0 {
@@ -299,12 +387,39 @@ fn finish_entry<'a>(first: u8, key: &'a [u8], c: &mut Cursor<'a>) -> Option<RawE
     } else {
         None
     };
+    let options = if options { Some(c.u32().ok()?) } else { None };
     let url = c.take(url_len).ok()?;
     Some(RawEntry {
         key,
         url,
         expires_at_ms,
+        options,
     })
+}
+
+/// What `audit` refuses in an entry that parsed, from its form alone (before its key is
+/// classified): a key length no writer writes (the long-key escape says up to 382 bytes,
+/// the options entry's u16 up to 65535, and an options entry's key can be empty), an options
+/// entry in a file of a version before 4, and an options word that does not unpack or that
+/// unpacks to the defaults (a link with the defaults has a plain entry: one form per link).
+pub(crate) fn entry_form_problem(version: u32, e: &RawEntry<'_>) -> Option<&'static str> {
+    if e.key.len() > MAX_KEY_LEN {
+        return Some("key longer than the longest link key (an escaped length no writer writes)");
+    }
+    let word = e.options?;
+    if version < 4 {
+        return Some("options entry in a file of version 3 or older");
+    }
+    if e.key.is_empty() {
+        return Some("options entry with an empty key");
+    }
+    match LinkOptions::unpack(word) {
+        None => Some("options word that no valid options pack to"),
+        Some(o) if o.is_default() => {
+            Some("options entry with the default options (their link's entry is a plain one)")
+        }
+        Some(_) => None,
+    }
 }
 
 /// The header, decoded. Field order here is file order.
@@ -327,12 +442,12 @@ pub(crate) struct Header {
     pub(crate) home_buckets: u64,
     pub(crate) total_buckets: u64,
     pub(crate) max_probe: u32,
-    /// Versions 2 and 3: the page length (bucket line plus inline entries); zero in version 1.
+    /// Versions 2 to 4: the page length (bucket line plus inline entries); zero in version 1.
     pub(crate) page_len: u32,
     pub(crate) file_len: u64,
     pub(crate) arena_checksum: u64,
     pub(crate) index_checksum: u64,
-    /// Version 3: entries whose key carries a domain (`domain/code`); reserved (zero) in
+    /// Versions 3 and 4: entries whose key carries a domain (`domain/code`); reserved (zero) in
     /// versions 1 and 2.
     pub(crate) branded: u64,
     /// Absolute counter marks, one per region.
@@ -612,7 +727,7 @@ impl Header {
         Ok(())
     }
 
-    /// Versions 2 and 3: header, zero padding to 64, `total_buckets` pages of `page_len`, overflow
+    /// Versions 2 to 4: header, zero padding to 64, `total_buckets` pages of `page_len`, overflow
     /// (`arena_len`) to the end; slot offsets count from the first page.
     fn check_v2_sections(&self, actual: u64) -> Result<(), SnapshotError> {
         if self.page_len < BUCKET_LEN as u32
@@ -735,10 +850,10 @@ mod tests {
         f[0] ^= 1;
         assert!(matches!(Header::decode(&f), Err(SnapshotError::BadMagic)));
         let mut f = file.clone();
-        f[8] = 4;
+        f[8] = 5;
         assert!(matches!(
             Header::decode(&f),
-            Err(SnapshotError::UnsupportedVersion { found: 4, .. })
+            Err(SnapshotError::UnsupportedVersion { found: 5, .. })
         ));
         // Version 1 with a page length: the field is reserved there.
         let mut paged_v1 = h.clone();
@@ -849,7 +964,7 @@ mod tests {
             let key = key_of(len);
             for expiry in [None, Some(9)] {
                 let mut head = [0u8; ENTRY_HEAD_MAX];
-                let n = encode_entry_head(&key, url.len(), expiry, &mut head);
+                let n = encode_entry_head(&key, url.len(), expiry, None, &mut head);
                 let long = len > SHORT_KEY_MAX;
                 let flag = if expiry.is_some() { HAS_EXPIRY } else { 0 };
                 assert_eq!(
@@ -870,11 +985,12 @@ mod tests {
                 };
                 let e = found.unwrap();
                 assert_eq!(
-                    (e.key, e.url, e.expires_at_ms),
-                    (&key[..], &url[..], expiry)
+                    (e.key, e.url, e.expires_at_ms, e.options),
+                    (&key[..], &url[..], expiry, None)
                 );
                 let (e, rest) = entry_at(&bytes).unwrap();
                 assert_eq!((e.key, rest), (&key[..], &[][..]));
+                assert_eq!(entry_form_problem(3, &e), None);
                 assert_eq!(entry_key(&bytes[..n]), Some(&key[..]));
                 // No other length's key matches it.
                 for &other in lens.iter().filter(|&&o| o != len) {
@@ -891,18 +1007,160 @@ mod tests {
                 }
             }
         }
-        // The longest length the escape can say, though the writer stops at MAX_KEY_LEN.
-        let mut bytes = vec![0x7f, 255];
-        bytes.extend_from_slice(&[b'k'; 382]);
+        // The longest length the escape can say (255 is version 4's options mark), though
+        // the writer stops at MAX_KEY_LEN and audit refuses the rest.
+        let mut bytes = vec![0x7f, 254];
+        bytes.extend_from_slice(&[b'k'; 381]);
         bytes.push(0);
-        assert_eq!(entry_at(&bytes).unwrap().0.key.len(), 382);
+        let (e, _) = entry_at(&bytes).unwrap();
+        assert_eq!(e.key.len(), 381);
+        assert!(entry_form_problem(4, &e).is_some());
+        for second in (MAX_KEY_LEN - KEY_LEN_ESCAPE + 1) as u8..OPTIONS_MARK {
+            let len = KEY_LEN_ESCAPE + usize::from(second);
+            let mut bytes = vec![0x7f, second];
+            bytes.extend_from_slice(&vec![b'k'; len]);
+            bytes.push(0);
+            let (e, _) = entry_at(&bytes).unwrap();
+            assert_eq!(e.key.len(), len);
+            assert!(
+                entry_form_problem(4, &e).is_some_and(|why| why.contains("longer")),
+                "{second}"
+            );
+        }
+    }
+
+    fn packed(status: u16, cache_seconds: u32, forward: bool, request: bool) -> u32 {
+        LinkOptions {
+            redirect_status: status,
+            cache_seconds,
+            forward_query: forward,
+            request_precedence: request,
+        }
+        .pack()
+        .unwrap()
+    }
+
+    /// Version 4's options entry: the escape, the mark, a u16 length, the key, the URL length,
+    /// the expiry, the options word; for every key length, parsed back exactly, found by its
+    /// key on the short keys' path (through the escape) and the long keys', and by no other.
+    #[test]
+    fn options_entries() {
+        let url = b"https://example.com/options";
+        let key_of = |len: usize| {
+            let mut k = b"a.example/".to_vec();
+            k.resize(len, b'x');
+            k
+        };
+        let word = packed(301, 86_400, true, false);
+        let lens = [1, 7, 64, SHORT_KEY_MAX, KEY_LEN_ESCAPE, 200, MAX_KEY_LEN];
+        for &len in &lens {
+            let key = key_of(len);
+            for expiry in [None, Some(-9)] {
+                let mut head = [0u8; ENTRY_HEAD_MAX];
+                let n = encode_entry_head(&key, url.len(), expiry, Some(word), &mut head);
+                let flag = if expiry.is_some() { HAS_EXPIRY } else { 0 };
+                assert_eq!(n, 4 + len + 1 + 8 * usize::from(expiry.is_some()) + 4);
+                assert_eq!(head[..4], [0x7f | flag, 0xff, len as u8, (len >> 8) as u8]);
+                assert_eq!(head[n - 4..n], word.to_le_bytes());
+                // 7 bytes more than the plain entry of a short key, 6 more than a long key's.
+                let mut plain = [0u8; ENTRY_HEAD_MAX];
+                let m = encode_entry_head(&key, url.len(), expiry, None, &mut plain);
+                assert_eq!(n - m, if len > SHORT_KEY_MAX { 6 } else { 7 });
+                let mut bytes = head[..n].to_vec();
+                bytes.extend_from_slice(url);
+                let found = if len > SHORT_KEY_MAX {
+                    entry_if_key::<true>(&bytes, &key)
+                } else {
+                    entry_if_key::<false>(&bytes, &key)
+                };
+                let e = found.unwrap();
+                assert_eq!(
+                    (e.key, e.url, e.expires_at_ms, e.options),
+                    (&key[..], &url[..], expiry, Some(word))
+                );
+                let (e, rest) = entry_at(&bytes).unwrap();
+                assert_eq!((e.key, e.options, rest), (&key[..], Some(word), &[][..]));
+                assert_eq!(entry_key(&bytes[..4 + len]), Some(&key[..]));
+                assert_eq!(entry_form_problem(4, &e), None);
+                assert_eq!(
+                    entry_form_problem(3, &e),
+                    Some("options entry in a file of version 3 or older")
+                );
+                for &other in lens.iter().filter(|&&o| o != len) {
+                    let other = key_of(other);
+                    let m = if other.len() > SHORT_KEY_MAX {
+                        entry_if_key::<true>(&bytes, &other)
+                    } else {
+                        entry_if_key::<false>(&bytes, &other)
+                    };
+                    assert!(m.is_none(), "{len} found as {}", other.len());
+                }
+                let mut near = key.clone();
+                *near.last_mut().unwrap() ^= 1;
+                assert!(entry_at(&bytes).is_some());
+                if len > SHORT_KEY_MAX {
+                    assert!(entry_if_key::<true>(&bytes, &near).is_none());
+                } else {
+                    assert!(entry_if_key::<false>(&bytes, &near).is_none());
+                }
+                for cut in 0..bytes.len() {
+                    assert!(entry_at(&bytes[..cut]).is_none(), "{len} cut at {cut}");
+                    assert!(entry_key(&bytes[..cut.min(3)]).is_none());
+                }
+            }
+        }
+    }
+
+    /// What audit refuses in an options entry's own bytes: a word no options pack to, the
+    /// defaults' word (one form per link), a key length of 0 or past the longest link key.
+    #[test]
+    fn options_entry_problems() {
+        let entry = |key: &[u8], word: u32| {
+            let mut bytes = vec![0x7f, 0xff];
+            bytes.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            bytes.extend_from_slice(key);
+            bytes.push(1);
+            bytes.extend_from_slice(&word.to_le_bytes());
+            bytes.push(b'u');
+            bytes
+        };
+        let problem = |bytes: &[u8]| entry_form_problem(4, &entry_at(bytes).unwrap().0);
+        assert_eq!(
+            problem(&entry(b"abcDEF1", packed(308, 300, false, false))),
+            None
+        );
+        assert_eq!(
+            problem(&entry(b"abcDEF1", packed(302, 0, false, false))),
+            None
+        );
+        let default = LinkOptions::default().pack().unwrap();
+        assert!(
+            problem(&entry(b"abcDEF1", default)).is_some_and(|why| why.contains("default options"))
+        );
+        for bad in [
+            u32::MAX,
+            1 << 30,
+            (lasthop_core::options::CACHE_SECONDS_MAX + 1) << 4,
+        ] {
+            assert!(LinkOptions::unpack(bad).is_none());
+            assert!(
+                problem(&entry(b"abcDEF1", bad)).is_some_and(|why| why.contains("no valid")),
+                "{bad:#x}"
+            );
+        }
+        assert!(problem(&entry(b"", packed(301, 1, false, false)))
+            .is_some_and(|why| why.contains("empty key")));
+        let long = vec![b'k'; MAX_KEY_LEN + 1];
+        assert!(problem(&entry(&long, packed(301, 1, false, false)))
+            .is_some_and(|why| why.contains("longer")));
+        assert!(problem(&entry(&long[1..], packed(301, 1, false, false))).is_none());
     }
 
     #[test]
     fn entry_encoding() {
         let mut head = [0u8; ENTRY_HEAD_MAX];
         let url = b"https://example.com/x";
-        let n = encode_entry_head(b"abcDEF1", url.len(), Some(-3), &mut head);
+        let n = encode_entry_head(b"abcDEF1", url.len(), Some(-3), None, &mut head);
         assert_eq!(n, 1 + 7 + 1 + 8);
         let mut bytes = head[..n].to_vec();
         bytes.extend_from_slice(url);
@@ -946,5 +1204,19 @@ mod tests {
         // A key past 126 bytes adds its length's second byte.
         assert_eq!(Layout::Compact.link_cost(126, 95), 241);
         assert_eq!(Layout::Compact.link_cost(127, 95), 243);
+        // Options: 7 bytes more for a short key, 6 for a long one; the defaults, none.
+        let options = LinkOptions {
+            redirect_status: 301,
+            ..LinkOptions::default()
+        };
+        let default = LinkOptions::default();
+        assert_eq!(Layout::Compact.link_cost_with_options(7, 95, &default), 122);
+        assert_eq!(Layout::Compact.link_cost_with_options(7, 95, &options), 129);
+        assert_eq!(
+            Layout::Compact.link_cost_with_options(127, 95, &options),
+            249
+        );
+        assert_eq!(Layout::Paged.link_cost_with_options(7, 95, &default), 170);
+        assert_eq!(Layout::Paged.link_cost_with_options(7, 95, &options), 180);
     }
 }

@@ -2,18 +2,19 @@
 //!
 //! A snapshot maps every link (generated code or alias, under its link key: the code on the
 //! default domain, `domain/code` on a branded one) that existed at feed sequence `S` to
-//! its URL and expiry, plus the per-region high-water marks at `S` and the id of the key the
-//! codes were minted under. The byte layout, and why it is that way, is in `FORMAT.md`.
+//! its URL, expiry and serving options (version 4; a link with the defaults stores none),
+//! plus the per-region high-water marks at `S` and the id of the key the codes were minted
+//! under. The byte layout, and why it is that way, is in `FORMAT.md`.
 //!
-//! - `format`: versions 1, 2 and 3's constants, header, slots and entries, and the writer's
+//! - `format`: versions 1 to 4's constants, header, slots and entries, and the writer's
 //!   [`Layout`] choice (pages with their entries inline, or compact);
 //! - [`reader`](Snapshot): [`Snapshot::open`] maps a file (the crate's `unsafe` blocks are that
 //!   map and the prefetch hint) and checks
 //!   the header and every bound; [`Snapshot::lookup`] is O(1) and zero-copy;
 //!   [`Snapshot::verify`] checks the checksums; [`Snapshot::audit`] walks every entry;
 //! - [`writer`](SnapshotWriter): `SnapshotWriter::create(path, SnapshotMeta::new(seq, key_id,
-//!   high_water))`, then `add(key, url, expires_at_ms)` per link, then `seal()`: temp file,
-//!   fsync, rename, fsync the directory. Duplicate keys fail the seal;
+//!   high_water))`, then `add(key, url, expires_at_ms)` (or `add_with_options`) per link, then
+//!   `seal()`: temp file, fsync, rename, fsync the directory. Duplicate keys fail the seal;
 //! - [`synth`](Synth): realistic synthetic links for capacity tests;
 //! - [`tsv`](parse_line): the `build` command's input lines.
 //!

@@ -25,9 +25,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Build a snapshot from a TSV of `key<TAB>url[<TAB>expires_at]` (key: a code or alias,
-    /// `domain/code` on a branded domain; expires_at: Unix seconds or RFC 3339). High-water
-    /// marks are derived from the generated codes, on every domain.
+    /// Build a snapshot from a TSV of `key<TAB>url[<TAB>expires_at[<TAB>options]]` (key: a code
+    /// or alias, `domain/code` on a branded domain; expires_at: Unix seconds or RFC 3339, or
+    /// empty; options: `redirect_status=301,cache_seconds=86400,forward_query=true,
+    /// query_precedence=request`, any of them). High-water marks are derived from the generated
+    /// codes, on every domain.
     Build {
         #[arg(long = "in")]
         input: PathBuf,
@@ -175,8 +177,9 @@ fn seal_reporting<S: lasthop_snapshot::Sink<Output = SealedInfo>>(
     let info = writer.seal().context("sealing the snapshot")?;
     let total = started.elapsed().as_secs_f64();
     eprintln!(
-        "sealed {} links in {total:.2}s ({:.0} links/s; seal {:.2}s): {} bytes, {:.2} bytes/link beyond URLs, {:.1}% in their page ({}-byte pages)",
+        "sealed {} links ({} with options) in {total:.2}s ({:.0} links/s; seal {:.2}s): {} bytes, {:.2} bytes/link beyond URLs, {:.1}% in their page ({}-byte pages)",
         info.links,
+        info.with_options,
         info.links as f64 / total,
         sealing.elapsed().as_secs_f64(),
         info.file_len,
@@ -227,7 +230,12 @@ fn build(
             writer.raise_high_water(region, n + 1)?;
         }
         writer
-            .add(key_bytes, link.url.as_bytes(), link.expires_at_ms)
+            .add_with_options(
+                key_bytes,
+                link.url.as_bytes(),
+                link.expires_at_ms,
+                link.options,
+            )
             .with_context(|| format!("{}:{lineno}", input.display()))?;
         progress.tick(writer.len());
     }
@@ -393,6 +401,20 @@ fn get(file: &Path, key: &str) -> Result<()> {
             .map(|t| t.to_rfc3339())
             .unwrap_or_else(|| "out of range".into());
         println!("expires_at_ms {ms} ({when})");
+    }
+    let options = entry.options();
+    if !options.is_default() {
+        println!(
+            "options redirect_status={},cache_seconds={},forward_query={},query_precedence={}",
+            options.redirect_status,
+            options.cache_seconds,
+            options.forward_query,
+            if options.request_precedence {
+                "request"
+            } else {
+                "destination"
+            }
+        );
     }
     Ok(())
 }

@@ -5,13 +5,13 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
 
-use lasthop_core::{classify, classify_key, split_key, CodeKind, HighWater};
+use lasthop_core::{classify, classify_key, split_key, CodeKind, HighWater, LinkOptions};
 use memmap2::Mmap;
 
 use crate::error::{Section, SnapshotError};
 use crate::format::{
-    entry_at, entry_if_key, hash, home_bucket, section_checksum, slot_tag, tag, Header, BUCKET_LEN,
-    CONTINUES, FIXED_HEADER_LEN, MAX_KEY_LEN, OFFSET_MASK, SHORT_KEY_MAX,
+    entry_at, entry_form_problem, entry_if_key, hash, home_bucket, section_checksum, slot_tag, tag,
+    Header, BUCKET_LEN, CONTINUES, FIXED_HEADER_LEN, MAX_KEY_LEN, OFFSET_MASK, SHORT_KEY_MAX,
 };
 
 /// What a key resolves to: borrowed from the file, nothing copied.
@@ -19,6 +19,8 @@ use crate::format::{
 pub struct Entry<'a> {
     url: &'a [u8],
     expires_at_ms: Option<i64>,
+    /// An options entry's packed word (version 4); `None`: the default options.
+    options: Option<u32>,
 }
 
 impl<'a> Entry<'a> {
@@ -32,6 +34,17 @@ impl<'a> Entry<'a> {
     #[inline]
     pub fn expires_at_ms(&self) -> Option<i64> {
         self.expires_at_ms
+    }
+
+    /// How the link's redirect is served (version 4 carries a link's own options; every other
+    /// link, and every link of versions 1 to 3, has the defaults). A word that does not unpack,
+    /// which only a crafted file holds and `audit` refuses, reads as the defaults.
+    #[inline]
+    pub fn options(&self) -> LinkOptions {
+        match self.options {
+            None => LinkOptions::default(),
+            Some(word) => LinkOptions::unpack(word).unwrap_or_default(),
+        }
     }
 }
 
@@ -66,16 +79,16 @@ pub struct Snapshot {
     bytes: Bytes,
     header: Header,
     high_water: HighWater,
-    /// Version 1: the arena; versions 2 and 3: the overflow. Checked by `arena_checksum`.
+    /// Version 1: the arena; versions 2 to 4: the overflow. Checked by `arena_checksum`.
     arena: Range<usize>,
-    /// Version 1: the index; versions 2 and 3: the pages (bucket lines and inline entries).
+    /// Version 1: the index; versions 2 to 4: the pages (bucket lines and inline entries).
     /// Checked by `index_checksum`; bucket `b` starts at `b · stride` in it.
     index: Range<usize>,
     /// Bytes from one bucket line to the next: 64 in version 1, the page length in versions 2
-    /// and 3.
+    /// to 4.
     stride: usize,
     /// What slot offsets count from: the arena in version 1, the pages and overflow together
-    /// in versions 2 and 3.
+    /// in versions 2 to 4.
     entries: Range<usize>,
 }
 
@@ -275,7 +288,7 @@ impl Snapshot {
         self.all().get(self.entries.clone()).unwrap_or(&[])
     }
 
-    /// Bucket `b`'s page: its line, and in versions 2 and 3 the entries stored with it.
+    /// Bucket `b`'s page: its line, and in versions 2 to 4 the entries stored with it.
     #[inline]
     fn page(&self, b: u64) -> Option<&[u8]> {
         let start = usize::try_from(b).ok()?.checked_mul(self.stride)?;
@@ -290,11 +303,13 @@ impl Snapshot {
 
     /// The entry for the link key `key` (a generated code or an alias on the default domain,
     /// `domain/code` on a branded one: [`lasthop_core::link_key`]), or `None`. O(1): one bucket
-    /// (one cache line, rarely the next) and, on a tag match, one entry (in versions 2 and 3
+    /// (one cache line, rarely the next) and, on a tag match, one entry (in versions 2 to 4
     /// usually in the same page). Never allocates.
     ///
-    /// Keys of up to 126 bytes (every default-domain key) take the same path as in version 2;
-    /// longer ones (long branded domains) a separate, out-of-line one.
+    /// Keys of up to 126 bytes (every default-domain key) take the same path as in version 2,
+    /// where a link with options of its own (version 4) is reached through an out-of-line parse
+    /// when its entry's first byte says the escape; longer keys (long branded domains) take a
+    /// separate, out-of-line path.
     ///
     /// On a file that opened but is corrupt (before `verify`), the answer may be wrong but the
     /// call is still bounded, panic-free and in bounds.
@@ -319,7 +334,7 @@ impl Snapshot {
         self.lookup_hashed::<true>(key, h).map(|(e, _, _)| e)
     }
 
-    /// Starts the memory fetch of `key`'s home page (versions 2 and 3: the bucket line and the
+    /// Starts the memory fetch of `key`'s home page (versions 2 to 4: the bucket line and the
     /// entries stored with it, which hold the key's entry unless it went to the overflow; in
     /// version 1 the bucket line alone) and returns the [`Probe`] that
     /// [`Snapshot::lookup_probe`] finishes. The engine calls this as a request arrives, before
@@ -377,7 +392,7 @@ impl Snapshot {
         let entries = self.entries();
         let at = usize::try_from(word & OFFSET_MASK).unwrap_or(usize::MAX);
         // An entry (length bytes, key, URL, expiry) spans two or three lines for URLs of 60
-        // to 150 bytes, most of them; the lines come in parallel (in versions 2 and 3 they are
+        // to 150 bytes, most of them; the lines come in parallel (in versions 2 to 4 they are
         // usually the home page's, already asked for).
         for line in entries.get(at..).unwrap_or_default().chunks(64).take(3) {
             prefetch_line(line.as_ptr());
@@ -404,8 +419,12 @@ impl Snapshot {
     }
 
     /// The lookup proper; also returns the entry's offset (from the arena in version 1, from
-    /// the first page in versions 2 and 3) and the bucket whose slot led to it (for `audit`).
-    /// `LONG`: `key` is longer than [`SHORT_KEY_MAX`] (its entry's length is escaped).
+    /// the first page in versions 2 to 4) and the bucket whose slot led to it (for `audit`).
+    /// `LONG`: `key` is longer than [`SHORT_KEY_MAX`] (its entry's length is escaped). A short
+    /// key's options entry (version 4) is escaped too: `entry_if_key` reads it out of line when
+    /// byte 0's length bits, not the key's length, say the escape.
+    /// The version is not consulted: an options entry in a file of an older version is only
+    /// possible in a crafted file, which `audit` refuses.
     #[inline]
     fn lookup_hashed<const LONG: bool>(&self, key: &[u8], h: u64) -> Option<(Entry<'_>, u64, u64)> {
         let entries = self.entries();
@@ -438,6 +457,7 @@ impl Snapshot {
                         let entry = Entry {
                             url: e.url,
                             expires_at_ms: e.expires_at_ms,
+                            options: e.options,
                         };
                         return Some((entry, offset, bucket_no));
                     }
@@ -471,11 +491,12 @@ impl Snapshot {
     }
 
     /// Walks every entry and checks the file is what the writer would have produced:
-    /// entries parse back to back, every key is a valid link key (version 3: a code or alias,
-    /// on the default domain or `domain/code`; versions 1 and 2: a code or alias, no domain)
-    /// and is found by `lookup` at its own offset, and the counts match the header. Checksums
-    /// prove the bytes are the ones written; this proves the writer wrote a sound file
-    /// (checksums are not signatures). About one lookup per link.
+    /// entries parse back to back, every key is a valid link key (versions 3 and 4: a code or
+    /// alias, on the default domain or `domain/code`; versions 1 and 2: a code or alias, no
+    /// domain) and is found by `lookup` at its own offset, an options entry is in a version-4
+    /// file and holds a word that unpacks to options other than the defaults, and the counts
+    /// match the header. Checksums prove the bytes are the ones written; this proves the
+    /// writer wrote a sound file (checksums are not signatures). About one lookup per link.
     pub fn audit(&self) -> Result<(), SnapshotError> {
         let entries = self.entries();
         let (mut links, mut aliases, mut expiring, mut url_bytes) = (0u64, 0u64, 0u64, 0u64);
@@ -506,6 +527,9 @@ impl Snapshot {
                         break;
                     }
                     let (entry, after) = entry_at(rest).ok_or(fail("entry does not parse"))?;
+                    if let Some(why) = entry_form_problem(self.header.version, &entry) {
+                        return Err(fail(why));
+                    }
                     match kind_of(entry.key) {
                         CodeKind::Generated => {}
                         CodeKind::Alias => aliases += 1,
@@ -641,19 +665,19 @@ impl Snapshot {
         self.header.file_len
     }
 
-    /// Version 1: the arena's size in bytes; versions 2 and 3: the overflow's (entries that did
+    /// Version 1: the arena's size in bytes; versions 2 to 4: the overflow's (entries that did
     /// not fit the page holding their slot).
     pub fn arena_len(&self) -> u64 {
         self.header.arena_len
     }
 
-    /// Version 1: the index's size in bytes; versions 2 and 3: the pages' (bucket lines and the
+    /// Version 1: the index's size in bytes; versions 2 to 4: the pages' (bucket lines and the
     /// entries stored with them).
     pub fn index_len(&self) -> u64 {
         self.index.len() as u64
     }
 
-    /// Versions 2 and 3: bytes per page (a bucket line and the entries stored with it); 0 in
+    /// Versions 2 to 4: bytes per page (a bucket line and the entries stored with it); 0 in
     /// version 1.
     pub fn page_len(&self) -> u32 {
         self.header.page_len
@@ -727,7 +751,7 @@ mod tests {
                 Snapshot::from_vec(v3).unwrap(),
                 Snapshot::from_vec(v2).unwrap(),
             );
-            assert_eq!((s3.format_version(), s2.format_version()), (3, 2));
+            assert_eq!((s3.format_version(), s2.format_version()), (4, 2));
             s2.verify().unwrap();
             s2.audit().unwrap();
             assert_eq!(s2.branded(), 0);
@@ -809,6 +833,131 @@ mod tests {
             s.verify().unwrap();
             let err = s.audit().unwrap_err().to_string();
             assert!(err.contains("branded count differs"), "{err}");
+        }
+    }
+
+    /// Links with options of their own, on short and long keys, beside plain ones; each key
+    /// with the options it was given (`options_of`), the defaults where `None`.
+    fn build_with_options(layout: Layout) -> (Vec<u8>, Vec<(Vec<u8>, LinkOptions)>) {
+        let long = format!("{}.{}.example/opt-long-key", "l".repeat(63), "o".repeat(50));
+        assert!(long.len() > SHORT_KEY_MAX);
+        let options = |status, cache_seconds, forward_query| LinkOptions {
+            redirect_status: status,
+            cache_seconds,
+            forward_query,
+            request_precedence: forward_query,
+        };
+        let links: Vec<(Vec<u8>, LinkOptions)> = vec![
+            (b"abcDEF1".to_vec(), options(301, 86_400, false)),
+            (b"abcDEF2".to_vec(), LinkOptions::default()),
+            (b"no-store-alias".to_vec(), options(307, 0, false)),
+            (
+                b"go.example.com/spring-sale".to_vec(),
+                options(308, 60, true),
+            ),
+            (b"spring-sale".to_vec(), LinkOptions::default()),
+            (long.into_bytes(), options(302, 1, true)),
+        ];
+        let mut hw = HighWater::new(1, 100).unwrap();
+        hw.raise(0, 10).unwrap();
+        let meta = SnapshotMeta::new(5, 6, hw)
+            .with_hash_seed(11)
+            .with_layout(layout);
+        let mut w = SnapshotWriter::in_memory(meta).unwrap();
+        for (i, (k, o)) in links.iter().enumerate() {
+            let expiry = (i % 2 == 0).then_some(i as i64);
+            w.add_with_options(k, format!("https://e.example/{i}").as_bytes(), expiry, *o)
+                .unwrap();
+        }
+        (w.seal().unwrap().1, links)
+    }
+
+    /// Version 4: every link answers with its own options, short keys and long, through
+    /// `lookup` and `lookup_probe`; plain links with the defaults.
+    #[test]
+    fn options_entries_answer_with_their_options() {
+        for layout in [Layout::Compact, Layout::Paged] {
+            let (bytes, links) = build_with_options(layout);
+            let s = Snapshot::from_vec(bytes).unwrap();
+            s.verify().unwrap();
+            s.audit().unwrap();
+            assert_eq!(s.format_version(), 4);
+            for (i, (k, o)) in links.iter().enumerate() {
+                let e = s.lookup(k).unwrap();
+                assert_eq!(e.options(), *o, "{}", String::from_utf8_lossy(k));
+                assert_eq!(e.url(), format!("https://e.example/{i}").as_bytes());
+                assert_eq!(e.expires_at_ms(), (i % 2 == 0).then_some(i as i64));
+                let probe = s.prefetch(k);
+                s.prefetch_entry(probe);
+                assert_eq!(s.lookup_probe(k, probe), Some(e));
+            }
+            for absent in [&b"abcDEF3"[..], b"no-store-alia", b"go.example.com/abcDEF1"] {
+                assert_eq!(s.lookup(absent), None);
+            }
+        }
+    }
+
+    /// A file labelled version 3 (or older) with an options entry fails audit; without one, a
+    /// version-4 file is its version-3 file but for the version field.
+    #[test]
+    fn older_versions_refuse_options_entries() {
+        for layout in [Layout::Compact, Layout::Paged] {
+            let (bytes, links) = build_with_options(layout);
+            let v3 = patch(&bytes, VERSION_AT, &3u32.to_le_bytes());
+            let s = Snapshot::from_vec(v3).unwrap();
+            s.verify().unwrap();
+            let err = s.audit().unwrap_err().to_string();
+            assert!(
+                err.contains("options entry in a file of version 3"),
+                "{err}"
+            );
+            // Lookups on it stay bounded and panic-free (their answers are the crafted file's).
+            for (k, _) in &links {
+                let _ = s.lookup(k).map(|e| e.options());
+            }
+            let plain = build(&DEFAULT_KEYS, layout);
+            let s = Snapshot::from_vec(patch(&plain, VERSION_AT, &3u32.to_le_bytes())).unwrap();
+            s.audit().unwrap();
+            for k in DEFAULT_KEYS {
+                assert!(s.lookup(k.as_bytes()).unwrap().options().is_default());
+            }
+        }
+    }
+
+    /// An options word rewritten in place: to the defaults' word (not canonical) or to one no
+    /// options pack to, audit refuses the file; lookups read the defaults for the latter.
+    #[test]
+    fn audit_refuses_options_words_no_writer_writes() {
+        let (bytes, _) = build_with_options(Layout::Compact);
+        // `no-store-alias` (link 2: an expiry, a 22-byte URL): its word follows the key, the
+        // one-byte URL length and the expiry.
+        let key = b"no-store-alias";
+        let at = bytes
+            .windows(key.len())
+            .position(|w| w == key)
+            .expect("the key is in the file");
+        let word_at = at + key.len() + 1 + 8;
+        let word = LinkOptions {
+            redirect_status: 307,
+            cache_seconds: 0,
+            ..LinkOptions::default()
+        }
+        .pack()
+        .unwrap();
+        assert_eq!(bytes[word_at..word_at + 4], word.to_le_bytes());
+        let default = LinkOptions::default().pack().unwrap();
+        for (bad, why) in [
+            (default, "default options"),
+            (u32::MAX, "no valid options"),
+            (1 << 31, "no valid options"),
+            (0x3fff_fff0, "no valid options"),
+        ] {
+            let mut b = bytes.clone();
+            b[word_at..word_at + 4].copy_from_slice(&bad.to_le_bytes());
+            let s = Snapshot::from_vec(b).unwrap();
+            let err = s.audit().unwrap_err().to_string();
+            assert!(err.contains(why), "{bad:#x}: {err}");
+            assert!(s.lookup(key).unwrap().options().is_default());
         }
     }
 

@@ -1,5 +1,5 @@
 //! The typestate writer: `SnapshotWriter::create` → `add`… → `seal` → an immutable file, in
-//! format version 3.
+//! format version 4.
 //!
 //! Entries stream to a staging area as they are added (memory, and for a file writer past
 //! 256 MiB an unlinked temporary file beside the destination); the writer keeps 16 bytes per
@@ -14,7 +14,7 @@ use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use lasthop_core::{classify_key, split_key, CodeKind, HighWater};
+use lasthop_core::{classify_key, split_key, CodeKind, HighWater, LinkOptions};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::BuildError;
@@ -79,6 +79,8 @@ pub struct SealedInfo {
     /// Keys with a domain (`domain/code`).
     pub branded: u64,
     pub expiring: u64,
+    /// Links with options of their own (options entries; the header does not count them).
+    pub with_options: u64,
     pub url_bytes: u64,
     pub home_buckets: u64,
     pub total_buckets: u64,
@@ -419,6 +421,7 @@ pub struct SnapshotWriter<S: Sink = FileSink> {
     aliases: u64,
     branded: u64,
     expiring: u64,
+    with_options: u64,
     url_bytes: u64,
 }
 
@@ -485,6 +488,7 @@ impl<S: Sink> SnapshotWriter<S> {
             aliases: 0,
             branded: 0,
             expiring: 0,
+            with_options: 0,
             url_bytes: 0,
         })
     }
@@ -498,16 +502,52 @@ impl<S: Sink> SnapshotWriter<S> {
         io_err(&self.sink.path())(source)
     }
 
-    /// Adds one link. `key` is its link key ([`lasthop_core::link_key`]): a generated code
-    /// (7 base62 characters) or an alias (8–64 bytes) on the default domain, or
-    /// `domain/code` on a branded domain (at most [`MAX_KEY_LEN`] bytes in all); `url` is
-    /// stored byte for byte (empty is allowed: how a caller may record a deleted link that
-    /// keeps its code). Duplicate keys are reported by `seal`.
+    /// Adds one link, with the default options. `key` is its link key
+    /// ([`lasthop_core::link_key`]): a generated code (7 base62 characters) or an alias (8–64
+    /// bytes) on the default domain, or `domain/code` on a branded domain (at most
+    /// [`MAX_KEY_LEN`] bytes in all); `url` is stored byte for byte (empty is allowed: how a
+    /// caller may record a deleted link that keeps its code). Duplicate keys are reported by
+    /// `seal`.
     pub fn add(
         &mut self,
         key: &[u8],
         url: &[u8],
         expires_at_ms: Option<i64>,
+    ) -> Result<(), BuildError> {
+        self.stage(key, url, expires_at_ms, None)
+    }
+
+    /// [`SnapshotWriter::add`] for a link with `options`: options other than the defaults
+    /// make an options entry (version 4: 7 bytes more than a plain entry of a short key, 6 of
+    /// a long one; [`Layout::link_cost_with_options`]); the defaults, the plain entry `add`
+    /// writes, byte for byte. Options that do not validate are refused.
+    pub fn add_with_options(
+        &mut self,
+        key: &[u8],
+        url: &[u8],
+        expires_at_ms: Option<i64>,
+        options: LinkOptions,
+    ) -> Result<(), BuildError> {
+        if options.is_default() {
+            return self.stage(key, url, expires_at_ms, None);
+        }
+        let word = options.pack().ok_or_else(|| BuildError::BadOptions {
+            key: BuildError::key(key),
+            why: options
+                .validate()
+                .err()
+                .map_or_else(|| "options do not pack".to_string(), |e| e.to_string()),
+        })?;
+        self.stage(key, url, expires_at_ms, Some(word))
+    }
+
+    /// Stages one entry; `options`, an options entry's packed word.
+    fn stage(
+        &mut self,
+        key: &[u8],
+        url: &[u8],
+        expires_at_ms: Option<i64>,
+        options: Option<u32>,
     ) -> Result<(), BuildError> {
         let alias = match classify_key(key) {
             // classify_key bounds the domain and the code, so the key too; checked again here
@@ -530,7 +570,7 @@ impl<S: Sink> SnapshotWriter<S> {
             });
         }
         let mut head = [0u8; ENTRY_HEAD_MAX];
-        let n = encode_entry_head(key, url.len(), expires_at_ms, &mut head);
+        let n = encode_entry_head(key, url.len(), expires_at_ms, options, &mut head);
         let head = head.get(..n).unwrap_or(&[]);
         let offset = self.staged_len;
         let end = offset + (n + url.len()) as u64;
@@ -557,6 +597,7 @@ impl<S: Sink> SnapshotWriter<S> {
         self.aliases += u64::from(alias);
         self.branded += u64::from(branded);
         self.expiring += u64::from(expires_at_ms.is_some());
+        self.with_options += u64::from(options.is_some());
         self.url_bytes += url.len() as u64;
         Ok(())
     }
@@ -588,7 +629,8 @@ impl<S: Sink> SnapshotWriter<S> {
         staged: &Staged,
         path: &Path,
     ) -> Result<(), BuildError> {
-        // The key of a staged entry: its first byte or two hold the length (≤ MAX_KEY_LEN).
+        // The key of a staged entry: its first one, two or four bytes hold the length
+        // (≤ MAX_KEY_LEN).
         let key_of = |p: &Pending| -> io::Result<Vec<u8>> {
             let range = p.range();
             let mut head = vec![0u8; range.len().min(KEY_HEAD_MAX)];
@@ -753,6 +795,7 @@ impl<S: Sink> SnapshotWriter<S> {
             aliases: self.aliases,
             branded: self.branded,
             expiring: self.expiring,
+            with_options: self.with_options,
             url_bytes: self.url_bytes,
             home_buckets,
             total_buckets,
@@ -855,7 +898,7 @@ mod tests {
             let s = Snapshot::from_vec(bytes).unwrap();
             s.verify().unwrap();
             s.audit().unwrap();
-            assert_eq!(s.format_version(), 3);
+            assert_eq!(s.format_version(), 4);
             assert_eq!((s.links(), s.aliases(), s.branded()), (7, 3, 5));
             for &(k, u, e) in &links {
                 let probe = s.prefetch(k.as_bytes());
@@ -890,6 +933,72 @@ mod tests {
         assert!(matches!(
             w.seal(),
             Err(BuildError::DuplicateKey { key }) if key == longest
+        ));
+    }
+
+    /// The defaults make the plain entry `add` writes, byte for byte; other options an options
+    /// entry, counted; options that do not validate are refused.
+    #[test]
+    fn options_entries_only_for_options_other_than_the_defaults() {
+        let build = |options: Option<LinkOptions>| {
+            let mut w = SnapshotWriter::in_memory(meta()).unwrap();
+            w.add(b"abcDEF1", b"https://a.example/", None).unwrap();
+            match options {
+                Some(o) => w.add_with_options(b"my-alias", b"https://b.example/", Some(5), o),
+                None => w.add(b"my-alias", b"https://b.example/", Some(5)),
+            }
+            .unwrap();
+            w.seal().unwrap()
+        };
+        let plain = build(None);
+        let defaults = build(Some(LinkOptions::default()));
+        assert_eq!(plain, defaults);
+        assert_eq!(plain.0.with_options, 0);
+        let permanent = LinkOptions {
+            redirect_status: 308,
+            ..LinkOptions::default()
+        };
+        let (info, bytes) = build(Some(permanent));
+        assert_eq!(info.with_options, 1);
+        assert_eq!(
+            info.file_len,
+            plain.0.file_len + 7,
+            "compact: the entry's 7 bytes"
+        );
+        let s = Snapshot::from_vec(bytes).unwrap();
+        s.verify().unwrap();
+        s.audit().unwrap();
+        assert_eq!(s.lookup(b"my-alias").unwrap().options(), permanent);
+        assert!(s.lookup(b"abcDEF1").unwrap().options().is_default());
+
+        let mut w = SnapshotWriter::in_memory(meta()).unwrap();
+        for bad in [
+            LinkOptions {
+                redirect_status: 303,
+                ..LinkOptions::default()
+            },
+            LinkOptions {
+                cache_seconds: lasthop_core::options::CACHE_SECONDS_MAX + 1,
+                ..LinkOptions::default()
+            },
+        ] {
+            assert!(matches!(
+                w.add_with_options(b"abcDEF1", b"u", None, bad),
+                Err(BuildError::BadOptions { .. })
+            ));
+        }
+        assert!(w.is_empty());
+        assert!(matches!(
+            w.add_with_options(b"short", b"u", None, permanent),
+            Err(BuildError::BadKey { .. })
+        ));
+        // A duplicate is a duplicate whatever the entries' forms.
+        w.add_with_options(b"abcDEF1", b"one", None, permanent)
+            .unwrap();
+        w.add(b"abcDEF1", b"two", None).unwrap();
+        assert!(matches!(
+            w.seal(),
+            Err(BuildError::DuplicateKey { key }) if key == "abcDEF1"
         ));
     }
 

@@ -3,13 +3,16 @@
 //! `fixtures/v1.key` (the command is in the TSV's second line); `fixtures/v2.snap` by version
 //! 2's from the same input and command with `--out v2.snap --layout paged`; `fixtures/v3.snap`
 //! by version 3's from `fixtures/v3.tsv` (v1's links plus branded ones) and the same key, with
-//! the command in that TSV's second line. Never regenerate one to make this test pass; add a
-//! `v4.snap` beside them when the format changes.
+//! the command in that TSV's second line; `fixtures/v4.snap` by version 4's from
+//! `fixtures/v4.tsv` (v3's links plus links with options) the same way. Never regenerate one
+//! to make this test pass; add a `v5.snap` beside them when the format changes.
 
 use std::path::PathBuf;
 
-use lasthop_core::{region_range, split_key, CodeScheme, HighWater, PermutationKey};
-use lasthop_snapshot::{parse_line, Layout, Snapshot, SnapshotMeta, SnapshotWriter};
+use lasthop_core::{region_range, split_key, CodeScheme, HighWater, LinkOptions, PermutationKey};
+use lasthop_snapshot::{
+    parse_line, Layout, Snapshot, SnapshotMeta, SnapshotWriter, FORMAT_VERSION,
+};
 
 /// The fixtures' key. Parsed from its text: a checkout makes files 0644, which the loader of a
 /// secret file refuses (`lasthop_core::secret`).
@@ -94,6 +97,30 @@ fn v3_header() {
     assert_eq!(s.url_bytes(), V3_URL_BYTES);
 }
 
+/// The v4 fixture's geometry (from `lasthop-snapshot inspect fixtures/v4.snap`).
+const V4_FILE_LEN: u64 = 6157;
+const V4_BUCKETS: (u64, u64, u32) = (11, 11, 0);
+const V4_PAGE_LEN: u32 = 512;
+const V4_URL_BYTES: u64 = 1921;
+
+#[test]
+fn v4_header() {
+    let s = Snapshot::open(fixture("v4.snap")).unwrap();
+    assert_eq!(s.format_version(), 4);
+    assert_eq!(s.file_len(), V4_FILE_LEN);
+    assert_eq!(s.buckets(), V4_BUCKETS);
+    assert_eq!(s.page_len(), V4_PAGE_LEN);
+    assert_eq!((s.index_len(), s.arena_len()), (11 * 512, 333));
+    // v3's 43 links and 8 more: 2 generated codes (counters 32 and 33, so region 0's mark is
+    // 34; one branded) and 6 aliases (2 branded), 7 of the 8 with options.
+    fixture_header(&s, 34);
+    assert_eq!(
+        (s.links(), s.aliases(), s.expiring(), s.branded()),
+        (51, 17, 8, 10)
+    );
+    assert_eq!(s.url_bytes(), V4_URL_BYTES);
+}
+
 #[test]
 fn exact_answers() {
     for name in ["v1.snap", "v2.snap", "v3.snap"] {
@@ -170,7 +197,10 @@ fn branded_links() -> Vec<(String, &'static str, Option<i64>)> {
 /// The branded keys, around the escape and the longest, and their neighbours.
 #[test]
 fn v3_branded_answers() {
-    let s = Snapshot::open(fixture("v3.snap")).unwrap();
+    v3_branded_answers_of(&Snapshot::open(fixture("v3.snap")).unwrap());
+}
+
+fn v3_branded_answers_of(s: &Snapshot) {
     let links = branded_links();
     let lens: Vec<usize> = links.iter().map(|(k, _, _)| k.len()).collect();
     assert_eq!(&lens[4..], &[126, 127, 318]);
@@ -270,11 +300,138 @@ fn exact_answers_of(s: &Snapshot) {
     assert_eq!(s.lookup(&[b'x'; 65]), None);
 }
 
+/// The links of `v4.tsv` with options (and one that spells out the defaults): key, URL,
+/// expiry, options.
+fn options_links() -> Vec<(String, &'static str, Option<i64>, LinkOptions)> {
+    let d = LinkOptions::default();
+    vec![
+        (
+            "3xdMIMJ".into(),
+            "https://example.com/options/permanent",
+            None,
+            LinkOptions {
+                redirect_status: 301,
+                cache_seconds: 86_400,
+                ..d
+            },
+        ),
+        (
+            "go.example.com/SR1712e".into(),
+            "https://go.example.com/landing/moved",
+            None,
+            LinkOptions {
+                redirect_status: 308,
+                ..d
+            },
+        ),
+        (
+            "no-store-link".into(),
+            "https://example.com/options/no-store",
+            None,
+            LinkOptions {
+                redirect_status: 307,
+                cache_seconds: 0,
+                ..d
+            },
+        ),
+        (
+            "forward-request".into(),
+            "https://example.com/options/forward?src=link&a=1",
+            None,
+            LinkOptions {
+                forward_query: true,
+                request_precedence: true,
+                ..d
+            },
+        ),
+        (
+            "options-expiring".into(),
+            "https://example.com/options/expiring",
+            Some(1_798_761_600_000),
+            LinkOptions {
+                redirect_status: 301,
+                cache_seconds: 3_600,
+                forward_query: true,
+                ..d
+            },
+        ),
+        (
+            "go.example.com/forward-only".into(),
+            "https://go.example.com/landing/forward",
+            None,
+            LinkOptions {
+                forward_query: true,
+                ..d
+            },
+        ),
+        (
+            format!("{}/options-long-key", long_domain(180)),
+            "https://example.net/options-197",
+            None,
+            LinkOptions {
+                redirect_status: 308,
+                cache_seconds: 600,
+                forward_query: true,
+                ..d
+            },
+        ),
+        (
+            "explicit-defaults".into(),
+            "https://example.com/options/defaults",
+            None,
+            d,
+        ),
+    ]
+}
+
+/// Version 4: v3's answers (every plain link with the default options), and each link with
+/// options answers with exactly them, on short and long keys, generated codes and aliases.
+#[test]
+fn v4_exact_answers() {
+    let s = Snapshot::open(fixture("v4.snap")).unwrap();
+    exact_answers_of(&s);
+    v3_branded_answers_of(&s);
+    let links = options_links();
+    assert_eq!(links[6].0.len(), 197, "a long key, past the escape");
+    for (key, url, expires, options) in &links {
+        let e = s
+            .lookup(key.as_bytes())
+            .unwrap_or_else(|| panic!("{key} missing"));
+        assert_eq!(e.url(), url.as_bytes(), "{key}");
+        assert_eq!(e.expires_at_ms(), *expires, "{key}");
+        assert_eq!(e.options(), *options, "{key}");
+        assert_eq!(
+            s.lookup_probe(key.as_bytes(), s.prefetch(key.as_bytes())),
+            Some(e)
+        );
+    }
+    for plain in ["JV3bd8V", "spring-sale", "go.example.com/spring-sale"] {
+        assert!(s.lookup(plain.as_bytes()).unwrap().options().is_default());
+    }
+    for absent in [
+        "3xdMIMj",
+        "SR1712e",
+        "no-store-lin",
+        "go.example.com/3xdMIMJ",
+        "forward-only",
+    ] {
+        assert_eq!(s.lookup(absent.as_bytes()), None, "{absent}");
+    }
+    // The older fixtures hold none of them.
+    for name in ["v1.snap", "v2.snap", "v3.snap"] {
+        let old = Snapshot::open(fixture(name)).unwrap();
+        for (key, _, _, _) in &links {
+            assert_eq!(old.lookup(key.as_bytes()), None, "{name}: {key}");
+        }
+    }
+}
+
 /// Every fixture with its input's line count and region 0's mark.
-const FIXTURES: [(&str, &str, usize, u64); 3] = [
+const FIXTURES: [(&str, &str, usize, u64); 4] = [
     ("v1.snap", "v1.tsv", 36, 30),
     ("v2.snap", "v1.tsv", 36, 30),
     ("v3.snap", "v3.tsv", 43, 32),
+    ("v4.snap", "v4.tsv", 51, 34),
 ];
 
 #[test]
@@ -297,6 +454,7 @@ fn every_tsv_line_of(s: &Snapshot, tsv: &str, lines: usize, mark: u64) {
         let e = s.lookup(link.key.as_bytes()).unwrap();
         assert_eq!(e.url(), link.url.as_bytes());
         assert_eq!(e.expires_at_ms(), link.expires_at_ms);
+        assert_eq!(e.options(), link.options);
         if let Some(counter) = scheme.decode(split_key(link.key.as_bytes()).1) {
             assert!(counter < mark && s.high_water().may_be_issued(counter));
         }
@@ -317,34 +475,54 @@ fn rebuild(tsv: &str, mark: u64) -> Vec<u8> {
     let tsv = std::fs::read_to_string(fixture(tsv)).unwrap();
     for line in tsv.lines() {
         if let Some(l) = parse_line(line).unwrap() {
-            w.add(l.key.as_bytes(), l.url.as_bytes(), l.expires_at_ms)
-                .unwrap();
+            w.add_with_options(
+                l.key.as_bytes(),
+                l.url.as_bytes(),
+                l.expires_at_ms,
+                l.options,
+            )
+            .unwrap();
         }
     }
     w.seal().unwrap().1
 }
 
 /// Today's writer, given the same input and seed, produces the newest fixture byte for byte. If
-/// this fails you changed what the writer emits: if v3 readers would misread the new bytes, bump
+/// this fails you changed what the writer emits: if v4 readers would misread the new bytes, bump
 /// the format version and add a new fixture (keeping the old ones and their tests); if not (say,
 /// a different page length), point this test at a fresh build instead.
 #[test]
-fn v3_writer_is_stable() {
-    assert!(rebuild("v3.tsv", 32) == std::fs::read(fixture("v3.snap")).unwrap());
+fn v4_writer_is_stable() {
+    assert_eq!(FORMAT_VERSION, 4);
+    assert!(rebuild("v4.tsv", 34) == std::fs::read(fixture("v4.snap")).unwrap());
 }
 
-/// Version 3 left default-domain links as version 2 wrote them: given v2's input, today's
-/// writer builds `v2.snap` but for the version (offset 8) and the header checksum (152..160).
-#[test]
-fn v3_writer_keeps_v2_entries() {
-    let v2 = std::fs::read(fixture("v2.snap")).unwrap();
-    let v3 = rebuild("v1.tsv", 30);
-    assert_eq!(v3.len(), v2.len());
-    let differ: Vec<usize> = (0..v2.len()).filter(|&i| v2[i] != v3[i]).collect();
-    assert_eq!(&v2[8..12], &2u32.to_le_bytes());
-    assert_eq!(&v3[8..12], &3u32.to_le_bytes());
+/// `old` (a fixture of version `version`) and `new` (today's build of its input) are the same
+/// bytes but for the version (offset 8) and the header checksum (152..160).
+fn same_but_version(old: &[u8], version: u32, new: &[u8]) {
+    assert_eq!(new.len(), old.len());
+    let differ: Vec<usize> = (0..old.len()).filter(|&i| old[i] != new[i]).collect();
+    assert_eq!(&old[8..12], &version.to_le_bytes());
+    assert_eq!(&new[8..12], &FORMAT_VERSION.to_le_bytes());
     assert!(
         differ.iter().all(|&i| i == 8 || (152..160).contains(&i)),
         "bytes differ at {differ:?}"
     );
+}
+
+/// Version 4 left links without options as version 3 wrote them: given v3's input (branded
+/// keys, long keys past the escape, no options), today's writer builds `v3.snap` but for the
+/// version and the header checksum.
+#[test]
+fn v4_writer_keeps_v3_entries() {
+    let v3 = std::fs::read(fixture("v3.snap")).unwrap();
+    same_but_version(&v3, 3, &rebuild("v3.tsv", 32));
+}
+
+/// Versions 3 and 4 left default-domain links as version 2 wrote them: given v2's input,
+/// today's writer builds `v2.snap` but for the version and the header checksum.
+#[test]
+fn writer_keeps_v2_entries() {
+    let v2 = std::fs::read(fixture("v2.snap")).unwrap();
+    same_but_version(&v2, 2, &rebuild("v1.tsv", 30));
 }

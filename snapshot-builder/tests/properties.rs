@@ -1,16 +1,16 @@
 //! Round trip (both layouts): every inserted key (codes and aliases, on the default domain and
-//! on branded ones, up to the longest link key) comes back with its exact URL and expiry,
-//! absent keys do not. Corruption: truncation, bit flips, header rewrites (with and without a
+//! on branded ones, up to the longest link key) comes back with its exact URL, expiry and
+//! options, absent keys do not. Corruption: truncation, bit flips, header rewrites (with and without a
 //! recomputed header checksum) never panic on open, verify, audit or lookup, and a changed file
 //! never verifies.
 
 use std::collections::BTreeMap;
 
-use lasthop_core::HighWater;
+use lasthop_core::{HighWater, LinkOptions};
 use lasthop_snapshot::{Layout, Snapshot, SnapshotMeta, SnapshotWriter};
 use proptest::prelude::*;
 
-type Links = BTreeMap<Vec<u8>, (Vec<u8>, Option<i64>)>;
+type Links = BTreeMap<Vec<u8>, (Vec<u8>, Option<i64>, LinkOptions)>;
 
 /// A code: a generated code's shape or an alias's (the classifier refuses a few alias-length
 /// strings, all digits for one, which the regex alone would rarely draw).
@@ -45,21 +45,47 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// A link's options: the defaults two times in three (most links have none), else any valid
+/// options (the defaults among them, now and then).
+fn options() -> impl Strategy<Value = LinkOptions> {
+    let any_options = (
+        prop::sample::select(vec![301u16, 302, 307, 308]),
+        prop_oneof![
+            Just(0u32),
+            Just(300),
+            Just(lasthop_core::options::CACHE_SECONDS_MAX),
+            0..=lasthop_core::options::CACHE_SECONDS_MAX,
+        ],
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(redirect_status, cache_seconds, forward_query, request_precedence)| LinkOptions {
+                redirect_status,
+                cache_seconds,
+                forward_query,
+                request_precedence,
+            },
+        );
+    prop_oneof![2 => Just(LinkOptions::default()), 1 => any_options]
+}
+
 fn links(max: usize) -> impl Strategy<Value = Links> {
     proptest::collection::btree_map(
         key(),
         (
             proptest::collection::vec(any::<u8>(), 0..200),
             proptest::option::of(any::<i64>()),
+            options(),
         ),
         0..max,
     )
 }
 
-/// `bytes` relabelled as version 2 with `branded` at offset 144, the header checksum redone.
-fn as_v2(bytes: &[u8], branded: u64) -> Vec<u8> {
+/// `bytes` relabelled as `version` with `branded` at offset 144, the header checksum redone.
+fn relabel(bytes: &[u8], version: u32, branded: u64) -> Vec<u8> {
     let mut b = bytes.to_vec();
-    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    b[8..12].copy_from_slice(&version.to_le_bytes());
     b[144..152].copy_from_slice(&branded.to_le_bytes());
     reseal_header(&mut b);
     b
@@ -77,8 +103,8 @@ fn build(links: &Links, seed: u64, regions: u32, compact: bool) -> Vec<u8> {
         .with_hash_seed(seed)
         .with_layout(layout);
     let mut w = SnapshotWriter::in_memory(meta).unwrap();
-    for (k, (url, exp)) in links {
-        w.add(k, url, *exp).unwrap();
+    for (k, (url, exp, options)) in links {
+        w.add_with_options(k, url, *exp, *options).unwrap();
     }
     w.seal().unwrap().1
 }
@@ -110,6 +136,9 @@ enum Corruption {
     },
     /// Overwrite bytes past the header (index, arena or padding).
     Body(prop::sample::Index, Vec<u8>),
+    /// Overwrite bytes past the header with an escaped entry head (byte 0's length bits 127,
+    /// its expiry bit, byte 1: often version 4's options mark) and what follows it.
+    Escape(prop::sample::Index, bool, u8, Vec<u8>),
 }
 
 fn corruption() -> impl Strategy<Value = Corruption> {
@@ -139,6 +168,13 @@ fn corruption() -> impl Strategy<Value = Corruption> {
             proptest::collection::vec(any::<u8>(), 1..16)
         )
             .prop_map(|(i, b)| Corruption::Body(i, b)),
+        (
+            any::<prop::sample::Index>(),
+            any::<bool>(),
+            prop_oneof![Just(0xffu8), 0xc0u8..=0xfe, any::<u8>()],
+            proptest::collection::vec(any::<u8>(), 0..24)
+        )
+            .prop_map(|(i, expiry, second, rest)| Corruption::Escape(i, expiry, second, rest)),
     ]
 }
 
@@ -177,6 +213,16 @@ fn apply(bytes: &mut Vec<u8>, c: &Corruption) -> bool {
                 }
             }
         }
+        Corruption::Escape(i, expiry, second, rest) => {
+            let body = bytes.len().saturating_sub(160).max(1);
+            let at = 160 + i.index(body);
+            let head = [0x7f | if *expiry { 0x80 } else { 0 }, *second];
+            for (k, b) in head.iter().chain(rest).enumerate() {
+                if let Some(dst) = bytes.get_mut(at + k) {
+                    *dst = *b;
+                }
+            }
+        }
     }
     resealed
 }
@@ -196,7 +242,7 @@ proptest! {
         let s = Snapshot::from_vec(bytes.clone()).unwrap();
         s.verify().unwrap();
         s.audit().unwrap();
-        prop_assert_eq!(s.format_version(), 3);
+        prop_assert_eq!(s.format_version(), 4);
         prop_assert_eq!(s.links(), links.len() as u64);
         let branded = links.keys().filter(|k| k.contains(&b'/')).count() as u64;
         let aliases = links
@@ -208,7 +254,7 @@ proptest! {
         prop_assert_eq!(s.key_id(), 0xfeed);
         prop_assert_eq!(s.high_water().regions(), regions);
         prop_assert_eq!(s.high_water().marks()[0], 1234);
-        for (k, (url, exp)) in &links {
+        for (k, (url, exp, options)) in &links {
             // The two-step hint (bucket, then the entry's lines) changes no answer.
             let probe = s.prefetch(k);
             s.prefetch_entry(probe);
@@ -218,6 +264,7 @@ proptest! {
             let e = e.unwrap();
             prop_assert_eq!(e.url(), &url[..]);
             prop_assert_eq!(e.expires_at_ms(), *exp);
+            prop_assert_eq!(e.options(), *options);
         }
         for k in absent.iter().filter(|k| !links.contains_key(*k)) {
             prop_assert_eq!(s.lookup(k), None);
@@ -233,19 +280,34 @@ proptest! {
                 }
             }
         }
-        // Labelled version 2: the same bytes with only default-domain keys are what a version-2
-        // writer wrote, and read as before; a branded key in them fails audit (and a nonzero
-        // offset 144 fails open).
-        if branded == 0 {
-            let s2 = Snapshot::from_vec(as_v2(&bytes, 0)).unwrap();
+        // Labelled version 3: the same bytes without options entries are what a version-3
+        // writer wrote, and read as before; an options entry in them fails audit.
+        let with_options = links.values().filter(|(_, _, o)| !o.is_default()).count();
+        let s3 = Snapshot::from_vec(relabel(&bytes, 3, branded)).unwrap();
+        s3.verify().unwrap();
+        if with_options == 0 {
+            s3.audit().unwrap();
+            for k in links.keys() {
+                prop_assert_eq!(s3.lookup(k), s.lookup(k));
+            }
+        } else {
+            prop_assert!(s3.audit().is_err());
+        }
+        // Labelled version 2: the same bytes with only default-domain keys and no options are
+        // what a version-2 writer wrote, and read as before; a branded key or an options entry
+        // in them fails audit (and a nonzero offset 144 fails open).
+        if branded == 0 && with_options == 0 {
+            let s2 = Snapshot::from_vec(relabel(&bytes, 2, 0)).unwrap();
             s2.verify().unwrap();
             s2.audit().unwrap();
             for k in links.keys() {
                 prop_assert_eq!(s2.lookup(k), s.lookup(k));
             }
         } else {
-            prop_assert!(Snapshot::from_vec(as_v2(&bytes, branded)).is_err());
-            let s2 = Snapshot::from_vec(as_v2(&bytes, 0)).unwrap();
+            if branded > 0 {
+                prop_assert!(Snapshot::from_vec(relabel(&bytes, 2, branded)).is_err());
+            }
+            let s2 = Snapshot::from_vec(relabel(&bytes, 2, 0)).unwrap();
             prop_assert!(s2.audit().is_err());
         }
     }
@@ -274,7 +336,7 @@ proptest! {
                     // Hints over a corrupt (even resealed) index never panic.
                     s.prefetch_entry(s.prefetch(k));
                     if let Some(e) = s.lookup(k) {
-                        let _ = (e.url().len(), e.expires_at_ms());
+                        let _ = (e.url().len(), e.expires_at_ms(), e.options());
                     }
                 }
                 let _ = s.high_water().may_be_issued(5);
@@ -293,7 +355,14 @@ fn large_round_trip_with_spills() {
     let mut links = Links::new();
     for i in 0..20_000u32 {
         let key = format!("alias-{i:08}").into_bytes();
-        links.insert(key, (format!("https://e.example/{i}").into_bytes(), None));
+        let options = LinkOptions {
+            redirect_status: if i % 7 == 0 { 301 } else { 302 },
+            ..LinkOptions::default()
+        };
+        links.insert(
+            key,
+            (format!("https://e.example/{i}").into_bytes(), None, options),
+        );
     }
     for compact in [false, true] {
         let bytes = build(&links, 3, 1, compact);
@@ -305,8 +374,9 @@ fn large_round_trip_with_spills() {
             max_probe >= 1,
             "at slot loads of 0.625 and 0.8 some keys spill"
         );
-        for (k, (url, _)) in &links {
-            assert_eq!(s.lookup(k).map(|e| e.url()), Some(&url[..]));
+        for (k, (url, _, options)) in &links {
+            let e = s.lookup(k).unwrap();
+            assert_eq!((e.url(), e.options()), (&url[..], *options));
         }
         assert_eq!(s.lookup(b"alias-99999999"), None);
         if compact {

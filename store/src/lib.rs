@@ -170,6 +170,8 @@ pub struct CreateRequest {
     pub hold: Option<Hold>,
     /// How its redirect is served (issue 43).
     pub options: lasthop_core::LinkOptions,
+    /// The owner's tags, checked ([`lasthop_core::tag_ok`], at most [`lasthop_core::TAGS_MAX`]).
+    pub tags: Vec<String>,
     /// Who creates it, for the audit trail.
     pub actor: Actor,
     /// `long_url`'s destination, when the caller parsed it already (the store's writer then
@@ -365,6 +367,9 @@ pub enum StateUpdate {
         /// The redirect's options (issue 43) that change; absent leaves them all.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         options: Option<lasthop_core::OptionsPatch>,
+        /// The link's tags, all of them (absent leaves them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tags: Option<Vec<String>>,
     },
     /// An automatic verdict (scanner or list): `Block` takes the link down with `reason`,
     /// `Warn` flags it; either ends an `Unverified` hold, and so does `Clean`. Verdicts only
@@ -381,6 +386,35 @@ pub enum StateUpdate {
     Release { hold: Hold },
     /// Lets automatic verdicts apply again.
     Unpin,
+    /// An owner's destination edit (issue 43), checked by the API as a create's destination
+    /// is. `hold`: `Unverified` keeps the current destination served until the new one's
+    /// first verdict ([`StateUpdate::EditVerdict`]); `Velocity` serves the new one through the
+    /// interstitial until an admin releases it, as a held create. `from` and `to` are the
+    /// destinations' hashes ([`destination_hash`]), all the audit trail keeps of them.
+    Edit {
+        long_url: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hold: Option<Hold>,
+        from: String,
+        to: String,
+    },
+    /// The scanner's first verdict on an edited destination whose hash is `to`: on a pending
+    /// edit, `Clean` or `Warn` makes it current (`Warn` flagged), `Block` refuses it and keeps
+    /// the destination served before; on an edit already served, `Block` takes the link down
+    /// and `Warn` flags it, as a created link's first verdict. A verdict on a destination the
+    /// link no longer has changes nothing.
+    EditVerdict {
+        verdict: Verdict,
+        reason: String,
+        to: String,
+    },
+}
+
+/// A destination's hash as the audit trail records it: the first 16 hex digits of its
+/// SHA-256, enough to tell edits apart and to check a URL one holds, never the URL.
+pub fn destination_hash(url: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(url.as_bytes())[..8])
 }
 
 /// A field that is present (`null` included) is `Some`; an absent one is `None` (`default`).
@@ -401,7 +435,47 @@ impl StateUpdate {
     /// changes; a pinned one ignores automatic actors.
     pub fn apply(&self, state: &LinkState, actor: &Actor) -> LinkState {
         let mut next = state.clone();
-        if state.deleted || (state.pinned && actor.automatic()) {
+        if state.deleted {
+            return next;
+        }
+        // An edit's verdict judges the new destination, not the link: a pinned link's edit
+        // is refused by a block all the same (the pin vouched for the old destination), but
+        // the pin keeps automatic flags and takedowns off the link itself.
+        if let StateUpdate::EditVerdict {
+            verdict,
+            reason,
+            to,
+        } = self
+        {
+            let hash_of = |u: &Option<String>| u.as_deref().map(destination_hash);
+            if hash_of(&state.pending_destination).as_deref() == Some(to.as_str()) {
+                let pending = next.pending_destination.take();
+                if *verdict != Verdict::Block {
+                    next.destination = pending;
+                    next.destination_unscanned = false;
+                    if *verdict == Verdict::Warn && !state.pinned && next.takedown_reason.is_none()
+                    {
+                        next.warn = true;
+                    }
+                }
+            } else if state.destination_unscanned
+                && hash_of(&state.destination).as_deref() == Some(to.as_str())
+            {
+                next.destination_unscanned = false;
+                if !state.pinned && next.takedown_reason.is_none() {
+                    match verdict {
+                        Verdict::Clean => {}
+                        Verdict::Warn => next.warn = true,
+                        Verdict::Block => {
+                            next.takedown_reason = Some(reason.clone());
+                            next.warn = false;
+                        }
+                    }
+                }
+            }
+            return next;
+        }
+        if state.pinned && actor.automatic() {
             return next;
         }
         match self {
@@ -427,6 +501,7 @@ impl StateUpdate {
                 disabled,
                 expires_at_ms,
                 options,
+                tags,
             } => {
                 if let Some(d) = disabled {
                     next.disabled = *d;
@@ -436,6 +511,9 @@ impl StateUpdate {
                 }
                 if let Some(o) = options {
                     next.options = o.apply(next.options);
+                }
+                if let Some(t) = tags {
+                    next.tags.clone_from(t);
                 }
             }
             StateUpdate::Verdict { verdict, reason } => {
@@ -473,6 +551,19 @@ impl StateUpdate {
                 }
             }
             StateUpdate::Unpin => next.pinned = false,
+            StateUpdate::Edit { long_url, hold, .. } => {
+                if *hold == Some(Hold::Unverified) {
+                    next.pending_destination = Some(long_url.clone());
+                } else {
+                    next.destination = Some(long_url.clone());
+                    next.pending_destination = None;
+                    next.destination_unscanned = true;
+                    if *hold == Some(Hold::Velocity) {
+                        next.held = Some(Hold::Velocity);
+                    }
+                }
+            }
+            StateUpdate::EditVerdict { .. } => {}
         }
         next
     }
@@ -497,6 +588,8 @@ impl StateUpdate {
             StateUpdate::Settings { .. } => {
                 if before.disabled != after.disabled {
                     (if after.disabled { "disable" } else { "enable" }, None)
+                } else if before.tags != after.tags {
+                    ("tags", Some(after.tags.join(", ")))
                 } else if before.options != after.options {
                     let o = &after.options;
                     (
@@ -536,6 +629,42 @@ impl StateUpdate {
             }
             StateUpdate::Release { .. } => ("release", None),
             StateUpdate::Unpin => ("unpin", None),
+            StateUpdate::Edit { hold, from, to, .. } => (
+                "edit",
+                Some(match hold {
+                    Some(Hold::Unverified) => {
+                        format!("destination {from} -> {to}, held until its first verdict")
+                    }
+                    Some(Hold::Velocity) => {
+                        format!("destination {from} -> {to}, held: creation velocity")
+                    }
+                    None => format!("destination {from} -> {to}"),
+                }),
+            ),
+            StateUpdate::EditVerdict {
+                verdict,
+                reason,
+                to,
+            } => {
+                let refused = before.pending_destination.is_some()
+                    && after.pending_destination.is_none()
+                    && after.destination == before.destination;
+                let action = if refused {
+                    "edit_refused"
+                } else if after.takedown_reason.is_some() && before.takedown_reason.is_none() {
+                    "takedown"
+                } else if after.warn && !before.warn {
+                    "warn"
+                } else if before.pending_destination.is_some() {
+                    "edit_applied"
+                } else {
+                    "edit_verdict"
+                };
+                (
+                    action,
+                    Some(format!("{to}: {} ({reason})", verdict.as_str())),
+                )
+            }
         };
         let undid = match self {
             StateUpdate::Restore | StateUpdate::Lift { .. } | StateUpdate::Release { .. } => {
@@ -972,6 +1101,9 @@ pub trait Store: Send + Sync + 'static {
     /// An owner's links, newest first.
     fn list(&self, owner: &str, cursor: Option<&str>, limit: usize)
         -> Result<LinkPage, StoreError>;
+    /// The [`Store::list`] cursor that continues just after the link created at change `seq`
+    /// (a page cut short by a filter ends there).
+    fn list_cursor_after(&self, seq: u64) -> String;
     /// Soft delete: the URL and its destination-index entries are erased, the code stays
     /// claimed forever; an audit record says who.
     fn delete(&self, code: &str, actor: &Actor) -> Result<DeleteOutcome, StoreError>;

@@ -437,6 +437,33 @@ struct CreateBody {
     /// UTM parameters written into the destination's query at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     utm: Option<Utm>,
+    /// The owner's tags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tags: Option<Vec<String>>,
+}
+
+/// `tags` as a create or an edit gives them: at most [`lasthop_core::TAGS_MAX`] names of
+/// 1–32 of `[a-z0-9_-]`, kept in the order given with repeats dropped (400 `invalid_tags`).
+fn checked_tags(tags: &[String]) -> Result<Vec<String>, ApiError> {
+    let mut out: Vec<String> = Vec::with_capacity(tags.len());
+    for t in tags {
+        if !lasthop_core::tag_ok(t) {
+            return Err(ApiError::bad(
+                "invalid_tags",
+                format!("{t:?} is no tag: tags are 1-32 of a-z, 0-9, _ and -"),
+            ));
+        }
+        if !out.contains(t) {
+            out.push(t.clone());
+        }
+    }
+    if out.len() > lasthop_core::TAGS_MAX {
+        return Err(ApiError::bad(
+            "invalid_tags",
+            format!("a link has at most {} tags", lasthop_core::TAGS_MAX),
+        ));
+    }
+    Ok(out)
 }
 
 /// A link's serving options as the API spells them (issue 43); absent fields are left alone
@@ -562,6 +589,16 @@ struct PatchBody {
     forward_query: Option<bool>,
     #[serde(default)]
     query_precedence: Option<String>,
+    /// A destination edit (issue 43).
+    #[serde(default)]
+    long_url: Option<String>,
+    /// UTM parameters written into the new destination (or, without `long_url`, the current
+    /// one: an edit too).
+    #[serde(default)]
+    utm: Option<Utm>,
+    /// All of the link's tags (`[]` clears them).
+    #[serde(default)]
+    tags: Option<Vec<String>>,
 }
 
 /// Tells a field that is present (even as `null`, which becomes `Some(None)`) from an absent one
@@ -591,13 +628,14 @@ fn created_json(state: &AppState, s: &StoredLink) -> serde_json::Value {
         "code": lasthop_core::split_key_str(&s.link.code).1,
         "domain": domain_of(state, &s.link.code),
         "short_url": short_url(state, &s.link.code),
-        "long_url": s.link.long_url,
+        "long_url": s.state.url(&s.link),
         "created_at": rfc3339(s.link.created_at_ms),
         "expires_at": s.state.expires_at_ms.map(rfc3339),
         "redirect_status": s.state.options.redirect_status,
         "cache_seconds": s.state.options.cache_seconds,
         "forward_query": s.state.options.forward_query,
         "query_precedence": precedence_name(&s.state.options),
+        "tags": s.state.tags,
     })
 }
 
@@ -616,7 +654,7 @@ fn link_json(state: &AppState, s: &StoredLink, now: i64) -> serde_json::Value {
         "code": lasthop_core::split_key_str(&s.link.code).1,
         "domain": domain_of(state, &s.link.code),
         "short_url": short_url(state, &s.link.code),
-        "long_url": if status == LinkStatus::Deleted { None } else { Some(&s.link.long_url) },
+        "long_url": if status == LinkStatus::Deleted { None } else { Some(s.state.url(&s.link)) },
         "owner": s.link.owner,
         "created_at": rfc3339(s.link.created_at_ms),
         "expires_at": s.state.expires_at_ms.map(rfc3339),
@@ -629,6 +667,8 @@ fn link_json(state: &AppState, s: &StoredLink, now: i64) -> serde_json::Value {
         "cache_seconds": s.state.options.cache_seconds,
         "forward_query": s.state.options.forward_query,
         "query_precedence": precedence_name(&s.state.options),
+        "pending_long_url": s.state.pending_destination,
+        "tags": s.state.tags,
     })
 }
 
@@ -724,6 +764,7 @@ async fn create_link(
         None => parsed.long_url.clone(),
     };
     let (long_url, dest) = checked_destination(&state, &requested_url)?;
+    let tags = checked_tags(parsed.tags.as_deref().unwrap_or_default())?;
     if let Some(alias) = &parsed.alias {
         validate_alias(alias).map_err(|e| {
             let err = ApiError::bad(e.code(), e.to_string());
@@ -765,6 +806,7 @@ async fn create_link(
             now_ms: now,
             hold,
             options,
+            tags,
             actor,
             destination: Some(dest),
         };
@@ -976,7 +1018,19 @@ async fn list_links(
     let cursor = q.get("cursor").filter(|c| !c.is_empty()).cloned();
     let store = Arc::clone(&state.0.store);
     let owner = who.owner.clone();
-    let page = blocking(move || store.list(&owner, cursor.as_deref(), limit)).await?;
+    let page = match q.get("tag") {
+        None => blocking(move || store.list(&owner, cursor.as_deref(), limit)).await?,
+        Some(tag) => {
+            if !lasthop_core::tag_ok(tag) {
+                return Err(ApiError::bad(
+                    "invalid_tags",
+                    "tag must be 1-32 of a-z, 0-9, _ and -",
+                ));
+            }
+            let tag = tag.clone();
+            blocking(move || tagged_page(&*store, &owner, &tag, cursor, limit)).await?
+        }
+    };
     let now = now_ms();
     // A key limited to domains sees its domains' links alone (a page may come back short).
     let links: Vec<_> = page
@@ -986,6 +1040,139 @@ async fn list_links(
         .map(|s| link_json(&state, s, now))
         .collect();
     Ok(Json(json!({"links": links, "next_cursor": page.next_cursor})).into_response())
+}
+
+/// Links scanned, at most, for one page of `GET /v1/links?tag=`: a page of a rare tag may come
+/// back short (with a cursor) rather than walk all of an owner's links at once.
+const TAG_SCAN_MAX: usize = 20_000;
+
+/// One page of `owner`'s links tagged `tag`, newest first: up to `limit` of them, from
+/// `cursor`, scanning at most [`TAG_SCAN_MAX`] links (the cursor then continues the scan).
+fn tagged_page(
+    store: &dyn Store,
+    owner: &str,
+    tag: &str,
+    mut cursor: Option<String>,
+    limit: usize,
+) -> Result<crate::store::LinkPage, StoreError> {
+    let mut links = Vec::new();
+    let mut scanned = 0;
+    loop {
+        let page = store.list(owner, cursor.as_deref(), MAX_PAGE)?;
+        for s in page.links {
+            scanned += 1;
+            let seq = s.seq;
+            if s.state.tags.iter().any(|t| t == tag) {
+                links.push(s);
+            }
+            if links.len() == limit || scanned == TAG_SCAN_MAX {
+                return Ok(crate::store::LinkPage {
+                    links,
+                    next_cursor: Some(store.list_cursor_after(seq)),
+                });
+            }
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => {
+                return Ok(crate::store::LinkPage {
+                    links,
+                    next_cursor: None,
+                })
+            }
+        }
+    }
+}
+
+/// Every one of `owner`'s links that has tags: (link key, tags).
+fn tagged_links(store: &dyn Store, owner: &str) -> Result<Vec<(String, Vec<String>)>, StoreError> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store.list(owner, cursor.as_deref(), MAX_PAGE)?;
+        out.extend(
+            page.links
+                .into_iter()
+                .filter(|s| !s.state.deleted && !s.state.tags.is_empty())
+                .map(|s| (s.link.code, s.state.tags)),
+        );
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// `GET /v1/tags`: the caller's tags, each with how many of its live links carry it, most
+/// used first (a key limited to domains counts its domains' links alone).
+async fn list_tags(State(state): State<AppState>, Auth(who): Auth) -> Result<Response, ApiError> {
+    let store = Arc::clone(&state.0.store);
+    let owner = who.owner.clone();
+    let tagged = blocking(move || tagged_links(&*store, &owner)).await?;
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for (key, tags) in tagged {
+        if allowed_domain(&state, &who, &key).is_ok() {
+            for t in tags {
+                *counts.entry(t).or_default() += 1;
+            }
+        }
+    }
+    let mut tags: Vec<(String, u64)> = counts.into_iter().collect();
+    tags.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let tags: Vec<_> = tags
+        .into_iter()
+        .map(|(tag, links)| json!({"tag": tag, "links": links}))
+        .collect();
+    Ok(Json(json!({"tags": tags})).into_response())
+}
+
+/// `GET /v1/tags/{tag}/stats?from=&to=`: the stats of the caller's links tagged `tag`, summed
+/// (this region's clicks; unique visitors merged as sketches, so a visitor of two of the links
+/// counts once a day).
+async fn tag_stats(
+    State(state): State<AppState>,
+    Auth(who): Auth,
+    Path(tag): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    if !lasthop_core::tag_ok(&tag) {
+        return Err(ApiError::bad(
+            "invalid_tags",
+            "tag must be 1-32 of a-z, 0-9, _ and -",
+        ));
+    }
+    let clicks = clicks(&state)?;
+    let (from, to) = crate::clicks::stats::range(
+        q.get("from").map(String::as_str),
+        q.get("to").map(String::as_str),
+        Day::today(),
+    )
+    .map_err(|e| ApiError::bad(e.code(), e.to_string()))?;
+    let store = Arc::clone(&state.0.store);
+    let owner = who.owner.clone();
+    let tagged = blocking(move || tagged_links(&*store, &owner)).await?;
+    let keys: Vec<String> = tagged
+        .into_iter()
+        .filter(|(key, tags)| tags.contains(&tag) && allowed_domain(&state, &who, key).is_ok())
+        .map(|(key, _)| key)
+        .collect();
+    let rollups = Arc::clone(clicks.store());
+    let n = keys.len();
+    let days = blocking(move || {
+        let mut days = Vec::new();
+        for key in &keys {
+            crate::clicks::stats::merge(&mut days, rollups.range(key, from, to)?);
+        }
+        Ok::<_, crate::clicks::store::StoreError>(days)
+    })
+    .await?;
+    let mut body = crate::clicks::stats::render(&tag, from, to, &days);
+    if let Some(o) = body.as_object_mut() {
+        o.remove("code");
+    }
+    body["tag"] = json!(tag);
+    body["links"] = json!(n);
+    Ok(Json(body).into_response())
 }
 
 async fn delete_link(
@@ -1141,12 +1328,72 @@ async fn patch_link(
         query_precedence: parsed.query_precedence,
     }
     .patch()?;
+    let tags = parsed.tags.as_deref().map(checked_tags).transpose()?;
     let update = StateUpdate::Settings {
         disabled: parsed.disabled,
         expires_at_ms,
         options: (!options.is_empty()).then_some(options),
+        tags,
     };
-    update_link(&state, &who, code, update).await
+    if parsed.long_url.is_none() && parsed.utm.is_none() {
+        return update_link(&state, &who, code, update).await;
+    }
+    // A destination edit: every check a create's destination gets, before anything changes.
+    if state.0.safety.config().no_edits {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "edits_disabled",
+            "destination edits are turned off on this fleet (--no-edits)",
+        ));
+    }
+    let (current, _) = fetch_anywhere(&state, &who, code.clone()).await?;
+    if current.state.deleted {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "link_deleted",
+            "this link was deleted; its state can no longer change",
+        ));
+    }
+    let from = current.state.url(&current.link).to_string();
+    let base = parsed.long_url.as_deref().unwrap_or(&from);
+    let requested = match &parsed.utm {
+        Some(utm) => utm.apply(base)?,
+        None => base.to_string(),
+    };
+    let (long_url, dest) = checked_destination(&state, &requested)?;
+    let settings_change = matches!(
+        &update,
+        StateUpdate::Settings { disabled, expires_at_ms, options, tags }
+            if disabled.is_some() || expires_at_ms.is_some() || options.is_some() || tags.is_some()
+    );
+    if settings_change {
+        update_link(&state, &who, code.clone(), update).await?;
+    }
+    if long_url == from && current.state.pending_destination.is_none() {
+        // The destination it already has: nothing to edit.
+        let (now, _) = fetch_anywhere(&state, &who, code).await?;
+        return Ok(Json(link_json(&state, &now, now_ms())).into_response());
+    }
+    // Velocity counts an edit as it counts a create, against the link's owner.
+    let safety = Arc::clone(&state.0.safety);
+    let owner = current.link.owner.clone();
+    let now = now_ms();
+    let hold = blocking(move || safety.hold_for(&owner, &dest, now)).await?;
+    if let Some(hold) = hold {
+        state.0.safety.count_hold(hold);
+    }
+    let edit = StateUpdate::Edit {
+        from: crate::store::destination_hash(&from),
+        to: crate::store::destination_hash(&long_url),
+        long_url,
+        hold,
+    };
+    tracing::info!(%code, by = %who.key_id, held = ?hold, "destination edit");
+    let answer = update_link(&state, &who, code, edit).await?;
+    if state.0.safety.scans() {
+        state.0.safety.wake_scanner();
+    }
+    Ok(answer)
 }
 
 /// How far back `GET /v1/links/{code}/enforcement` looks for a link's last change.
@@ -1581,7 +1828,7 @@ async fn resolve(
                 json!({
                     "code": code,
                     "status": api_status(&s.state, now),
-                    "long_url": (status == LinkStatus::Active).then_some(s.link.long_url),
+                    "long_url": (status == LinkStatus::Active).then(|| s.state.url(&s.link)),
                 })
             }
         })
@@ -1680,6 +1927,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/links/{code}/history", get(safety::history))
         .route("/v1/links/{code}/enforcement", get(enforcement))
         .route("/v1/links/{code}/stats", get(link_stats))
+        .route("/v1/tags", get(list_tags))
+        .route("/v1/tags/{tag}/stats", get(tag_stats))
         .route("/v1/links/{code}/qr.svg", get(link_qr_svg))
         .route("/v1/links/{code}/qr.png", get(link_qr_png))
         .route("/v1/reports", post(safety::report))

@@ -560,6 +560,9 @@ struct ListQuery {
     q: Option<String>,
     #[serde(default)]
     cursor: Option<String>,
+    /// Only links with this tag.
+    #[serde(default)]
+    tag: Option<String>,
 }
 
 /// The owner's links, newest first, a page at a time; with `q`, those whose code or
@@ -591,9 +594,13 @@ async fn links_page(
     let mut cursor = q.cursor.clone().filter(|c| !c.is_empty());
     let mut next = None;
     let mut scanned = 0;
+    let tag = q.tag.as_deref().map(str::trim).filter(|t| !t.is_empty());
     loop {
         let limit = if search.is_some() { 100 } else { PAGE };
         let mut path = format!("/v1/links?limit={limit}");
+        if let Some(t) = &tag {
+            path.push_str(&format!("&tag={}", urlencode(t)));
+        }
         if let Some(c) = &cursor {
             path.push_str(&format!("&cursor={}", urlencode(c)));
         }
@@ -637,6 +644,7 @@ async fn links_page(
             &shown,
             &domains,
             q.q.as_deref().unwrap_or_default(),
+            tag.unwrap_or_default(),
             next.as_deref(),
             notice,
         ),
@@ -911,9 +919,16 @@ struct ActionForm {
     forward_query: Option<String>,
     #[serde(default)]
     query_precedence: String,
+    /// `destination`: the new destination.
+    #[serde(default)]
+    long_url: String,
+    /// `tags`: comma-separated.
+    #[serde(default)]
+    tags: String,
 }
 
-/// A change to one link: `delete`, `disable`, `enable`, `expiry`, `options`, and for admins `takedown`,
+/// A change to one link: `delete`, `disable`, `enable`, `expiry`, `options`, `destination`,
+/// `tags`, and for admins `takedown`,
 /// `warn`, `restore`; back to the link's page saying what happened (or the API's error).
 async fn link_action(
     State(dash): State<Dashboard>,
@@ -966,6 +981,20 @@ async fn link_action(
                     "query_precedence": precedence,
                 })),
             )
+        }
+        "destination" => (
+            Method::PATCH,
+            path,
+            Some(json!({"long_url": f.long_url.trim()})),
+        ),
+        "tags" => {
+            let tags: Vec<&str> = f
+                .tags
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .collect();
+            (Method::PATCH, path, Some(json!({ "tags": tags })))
         }
         "takedown" | "warn" => (
             Method::POST,

@@ -146,6 +146,7 @@ pub fn links(
     links: &[Value],
     domains: &[String],
     q: &str,
+    tag: &str,
     next: Option<&str>,
     n: Option<Notice>,
 ) -> Markup {
@@ -179,14 +180,16 @@ pub fn links(
             form method="get" action="/links" role="search" {
                 label for="q" { "Search by code, alias or destination" }
                 input #q type="search" name="q" value=(q);
+                label for="tag" { "Tag" }
+                input #tag type="text" name="tag" value=(tag) pattern="[a-z0-9_-]*" placeholder="spring";
                 " " button.secondary type="submit" { "Search" }
             }
             @if links.is_empty() {
-                p.muted { @if q.is_empty() { "No links yet." } @else { "No link matches." } }
+                p.muted { @if q.is_empty() && tag.is_empty() { "No links yet." } @else { "No link matches." } }
             } @else {
                 table #links {
                     caption.visually-hidden { "Your links, newest first" }
-                    thead { tr { th { "Code" } th { "Short URL" } th { "Destination" } th { "Status" } th { "Created" } th { "Expires" } } }
+                    thead { tr { th { "Code" } th { "Short URL" } th { "Destination" } th { "Status" } th { "Tags" } th { "Created" } th { "Expires" } } }
                     tbody {
                         @for l in links {
                             tr {
@@ -194,6 +197,8 @@ pub fn links(
                                 td.short { (text(l, "short_url")) }
                                 td.dest { (text(l, "long_url")) }
                                 td { (status_badge(text(l, "status"))) }
+                                td.tags { @for t in l["tags"].as_array().into_iter().flatten() {
+                                    @if let Some(t) = t.as_str() { a.tag href={"/links?tag=" (t)} { (t) } " " } } }
                                 td { (text(l, "created_at")) }
                                 td { (l["expires_at"].as_str().unwrap_or("never")) }
                             }
@@ -202,7 +207,7 @@ pub fn links(
                 }
             }
             @if let Some(next) = next {
-                p { a rel="next" href={"/links?cursor=" (next)} { "Older links →" } }
+                p { a rel="next" href={"/links?cursor=" (next) @if !tag.is_empty() { "&tag=" (tag) }} { "Older links →" } }
             }
         },
     )
@@ -297,7 +302,13 @@ pub fn link(p: LinkPage<'_>) -> Markup {
                 div {
                     p { "Short URL" br; span.short #short-url { (p.short) } " "
                         button.secondary type="button" data-copy=(p.short) { "Copy" } }
-                    p { "Destination" br; span.dest #destination { (l["long_url"].as_str().unwrap_or("(erased)")) } }
+                    p { "Destination" br; span.dest #destination { (l["long_url"].as_str().unwrap_or("(erased)")) }
+                        @if let Some(pending) = l["pending_long_url"].as_str() {
+                            br; span.muted #pending-destination { "Edited to " (pending) ", served once its safety check passes" } } }
+                    p #tags { "Tags "
+                        @if l["tags"].as_array().is_none_or(|t| t.is_empty()) { span.muted { "none" } }
+                        @for t in l["tags"].as_array().into_iter().flatten() {
+                            @if let Some(t) = t.as_str() { a.tag href={"/links?tag=" (t)} { (t) } " " } } }
                     p { "Status " (status_badge(status))
                         @if let Some(r) = l["takedown_reason"].as_str() { " — " (r) } }
                     p { "Created " (text(l, "created_at")) br;
@@ -483,6 +494,24 @@ fn actions(s: &Session, code: &str, status: &str, l: &Value) -> Markup {
                     " " button.secondary type="submit" { "Set expiry" }
                 }
                 (action_button(s, code, "delete", "Delete", "danger"))
+            }
+            form #link-destination method="post" action={"/links/" (code) "/destination"} {
+                fieldset {
+                    legend { "Where it goes" }
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    label for="new-destination" { "Destination (every engine serves it within a second, after the same checks as a new link's)" }
+                    input #new-destination type="url" name="long_url" required value=(l["pending_long_url"].as_str().or(l["long_url"].as_str()).unwrap_or(""));
+                    p { button.secondary #save-destination type="submit" { "Change destination" } }
+                }
+            }
+            form #link-tags method="post" action={"/links/" (code) "/tags"} {
+                fieldset {
+                    legend { "Tags" }
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    label for="tags-input" { "Up to 10, separated by commas (a-z, 0-9, _ and -)" }
+                    input #tags-input type="text" name="tags" value=(l["tags"].as_array().map(|t| t.iter().filter_map(|t| t.as_str()).collect::<Vec<_>>().join(", ")).unwrap_or_default());
+                    p { button.secondary #save-tags type="submit" { "Save tags" } }
+                }
             }
             form #link-options method="post" action={"/links/" (code) "/options"} {
                 fieldset {

@@ -125,7 +125,7 @@ pub fn enforce_added(store: &dyn Store, added: &[Added]) -> Result<u64, StoreErr
                 let Some(s) = store.get(&e.code)? else {
                     continue;
                 };
-                let Some(dest) = Destination::parse(&s.link.long_url) else {
+                let Some(dest) = Destination::parse(s.state.url(&s.link)) else {
                     continue;
                 };
                 if let Some((_, list)) = candidates.iter().find(|(k, _)| *k == dest.url_key) {
@@ -160,11 +160,12 @@ pub fn enforce_added(store: &dyn Store, added: &[Added]) -> Result<u64, StoreErr
 fn takedown_listed<'a>(
     store: &dyn Store,
     lists: &super::ListSet,
-    links: impl Iterator<Item = &'a lasthop_core::Link>,
+    links: impl Iterator<Item = &'a crate::store::StoredLink>,
 ) -> Result<u64, StoreError> {
     let mut by_list: Vec<(String, Vec<String>)> = Vec::new();
-    for link in links {
-        let Some(hit) = Destination::parse(&link.long_url).and_then(|d| lists.check(&d)) else {
+    for s in links {
+        let link = &s.link;
+        let Some(hit) = Destination::parse(s.state.url(link)).and_then(|d| lists.check(&d)) else {
             continue;
         };
         match by_list.iter_mut().find(|(l, _)| *l == hit.list) {
@@ -214,8 +215,7 @@ pub fn sweep_links(
             lists,
             links
                 .iter()
-                .filter(|s| !s.state.deleted && s.state.takedown_reason.is_none())
-                .map(|s| &s.link),
+                .filter(|s| !s.state.deleted && s.state.takedown_reason.is_none()),
         )?;
         match next {
             Some(n) => after = Some(n),
@@ -342,11 +342,7 @@ fn recheck_lists(
     lists: &super::ListSet,
 ) -> Result<u64, StoreError> {
     let back: Vec<_> = results.into_iter().filter(|r| r.changed).collect();
-    takedown_listed(
-        store,
-        lists,
-        back.iter().filter_map(|r| r.link.as_ref()).map(|s| &s.link),
-    )?;
+    takedown_listed(store, lists, back.iter().filter_map(|r| r.link.as_ref()))?;
     Ok(back.len() as u64)
 }
 

@@ -45,6 +45,8 @@ pub struct SafetyConfig {
     pub velocity_domains_per_hour: usize,
     /// Whether a scanner runs (new links are queued for it).
     pub scan: bool,
+    /// `--no-edits`: destination edits are refused fleet-wide (409 `edits_disabled`).
+    pub no_edits: bool,
 }
 
 impl Default for SafetyConfig {
@@ -56,6 +58,7 @@ impl Default for SafetyConfig {
             hold_unverified: false,
             velocity_domains_per_hour: 500,
             scan: false,
+            no_edits: false,
         }
     }
 }

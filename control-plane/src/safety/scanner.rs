@@ -54,6 +54,29 @@ fn scan_position(seq: u64) -> Vec<(String, String)> {
 /// How often the first scans' cursor is saved while only state changes go by.
 const CURSOR_EVERY: Duration = Duration::from_secs(5);
 
+/// What a verdict judges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Judged {
+    /// The link's destination (`held`: the link waits on an `unverified` hold).
+    Link { held: bool },
+    /// An edit's destination, whose hash is `to` ([`StateUpdate::EditVerdict`]).
+    Edit { to: String },
+}
+
+/// The edited destination `s` waits to have judged, if any: a pending edit's, else one
+/// served unjudged.
+fn edit_to_judge(s: &StoredLink) -> Option<(String, String)> {
+    if s.state.deleted {
+        return None;
+    }
+    let url = match (&s.state.pending_destination, &s.state.destination) {
+        (Some(p), _) => p,
+        (None, Some(d)) if s.state.destination_unscanned => d,
+        _ => return None,
+    };
+    Some((s.link.code.clone(), url.clone()))
+}
+
 /// Settings of the scanner.
 #[derive(Debug, Clone)]
 pub struct ScannerConfig {
@@ -511,7 +534,7 @@ impl Scanner {
         if workers == 1 {
             return links
                 .iter()
-                .map(|s| self.evaluate(&s.link.long_url))
+                .map(|s| self.evaluate(s.state.url(&s.link)))
                 .collect();
         }
         let next = AtomicUsize::new(0);
@@ -522,7 +545,7 @@ impl Scanner {
                 scope.spawn(|| loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(s) = links.get(i) else { break };
-                    let e = self.evaluate(&s.link.long_url);
+                    let e = self.evaluate(s.state.url(&s.link));
                     if let Some(slot) = results.get(i) {
                         if let Ok(mut slot) = slot.lock() {
                             *slot = Some(e);
@@ -543,34 +566,37 @@ impl Scanner {
             .collect()
     }
 
-    /// Commits `evaluated` (code, verdict, whether the link waits on an `unverified` hold)
-    /// grouped by actor, one batch each; a clean verdict on a link that is not held changes
-    /// nothing and is not sent. `positions` (the walk's new position) go with the last batch,
-    /// or alone.
+    /// Commits `evaluated` (code, verdict, what it judged) grouped by actor, one batch each; a
+    /// clean verdict on a link that is not held changes nothing and is not sent (one on an
+    /// edit is: it ends the edit's wait). `positions` (the walk's new position) go with the
+    /// last batch, or alone.
     fn commit(
         &self,
-        evaluated: Vec<(String, Evaluation, bool)>,
+        evaluated: Vec<(String, Evaluation, Judged)>,
         mut positions: Vec<(String, String)>,
         first: bool,
     ) -> Result<(), StoreError> {
         let metrics = self.safety.metrics();
         let pass = if first { "new" } else { "rescan" };
         let mut groups: Vec<(Actor, Vec<BatchUpdate>)> = Vec::new();
-        for (code, e, held) in evaluated {
+        for (code, e, judged) in evaluated {
             metrics
                 .scan_verdicts
                 .with_label_values(&[e.verdict.as_str(), pass])
                 .inc();
-            if e.verdict == Verdict::Clean && !held {
-                continue;
-            }
-            let update = BatchUpdate {
-                code,
-                update: StateUpdate::Verdict {
+            let update = match judged {
+                Judged::Link { held: false } if e.verdict == Verdict::Clean => continue,
+                Judged::Link { .. } => StateUpdate::Verdict {
                     verdict: e.verdict,
                     reason: e.reason,
                 },
+                Judged::Edit { to } => StateUpdate::EditVerdict {
+                    verdict: e.verdict,
+                    reason: e.reason,
+                    to,
+                },
             };
+            let update = BatchUpdate { code, update };
             match groups.iter_mut().find(|(a, _)| *a == e.actor) {
                 Some((_, updates)) => updates.push(update),
                 None => groups.push((e.actor, vec![update])),
@@ -609,6 +635,15 @@ impl Scanner {
         Ok(())
     }
 
+    /// The edits to judge among the links `codes` as they are now: (code, destination).
+    fn edits_to_judge(&self, codes: &[String]) -> Result<Vec<(String, String)>, StoreError> {
+        if codes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = self.safety.store().get_many(codes)?;
+        Ok(found.iter().flatten().filter_map(edit_to_judge).collect())
+    }
+
     /// The first scans: tails the change log from the stored cursor and checks every link
     /// created there (as it is now: one deleted since is skipped), committing the verdicts with
     /// the new cursor. Pages of changes without creations only move the cursor, persisted at
@@ -642,17 +677,32 @@ impl Scanner {
             };
             // The creation entries carry the link as it was made; a verdict on one deleted or
             // changed since is harmless (a deleted link's state is final, a pinned one ignores
-            // verdicts, verdicts only tighten), so nothing is read back.
+            // verdicts, verdicts only tighten), so nothing is read back. A state change that
+            // marks an edit to judge names the link only: its destination is read as it is now.
+            let mut edited = Vec::new();
             let links: Vec<StoredLink> = changes
                 .into_iter()
                 .filter_map(|(seq, c)| match c {
                     lasthop_core::Change::LinkCreated { link, state } => {
                         Some(StoredLink { link, state, seq })
                     }
-                    lasthop_core::Change::StateChanged { .. } => None,
+                    lasthop_core::Change::StateChanged { code, state } => {
+                        if state.edit_to_scan() && !edited.contains(&code) {
+                            edited.push(code);
+                        }
+                        None
+                    }
                 })
                 .collect();
-            if links.is_empty() {
+            let edits = match self.edits_to_judge(&edited) {
+                Ok(edits) => edits,
+                Err(e) => {
+                    tracing::error!(error = %e, "scanner: reading edited links");
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            if links.is_empty() && edits.is_empty() {
                 cursor = last;
                 continue;
             }
@@ -688,15 +738,21 @@ impl Scanner {
                 if held {
                     tracing::info!(code = %s.link.code, verdict = e.verdict.as_str(), reason = %e.reason, "first verdict of a held link");
                 }
-                evaluated.push((s.link.code.clone(), e, held));
+                evaluated.push((s.link.code.clone(), e, Judged::Link { held }));
+            }
+            for (code, url) in edits {
+                let e = self.evaluate(&url);
+                tracing::info!(%code, verdict = e.verdict.as_str(), reason = %e.reason, "first verdict of an edited destination");
+                let to = crate::store::destination_hash(&url);
+                evaluated.push((code, e, Judged::Edit { to }));
             }
             // The cursor travels with verdicts that change something; a page of clean ones
             // only moves it in memory, saved every few seconds: each save is a write in the
             // creates' group commits, and one a page cost a tenth of the creates/s. A crash
             // re-scans those seconds, which is harmless.
-            let acts = evaluated
-                .iter()
-                .any(|(_, e, held)| *held || e.verdict != Verdict::Clean);
+            let acts = evaluated.iter().any(|(_, e, judged)| {
+                !matches!(judged, Judged::Link { held: false }) || e.verdict != Verdict::Clean
+            });
             let save = acts || persisted_at.elapsed() >= CURSOR_EVERY;
             let positions = if save {
                 scan_position(last)
@@ -805,17 +861,19 @@ impl Scanner {
                     .metrics()
                     .rescan_checked
                     .inc_by(chunk.len() as u64);
-                let evaluated = chunk
+                let mut evaluated: Vec<_> = chunk
                     .iter()
                     .zip(evaluations)
                     .map(|(s, e)| {
-                        (
-                            s.link.code.clone(),
-                            e,
-                            s.state.held == Some(Hold::Unverified),
-                        )
+                        let held = s.state.held == Some(Hold::Unverified);
+                        (s.link.code.clone(), e, Judged::Link { held })
                     })
                     .collect();
+                // An edit whose first verdict a crash lost is judged here.
+                for (code, url) in chunk.iter().filter_map(edit_to_judge) {
+                    let to = crate::store::destination_hash(&url);
+                    evaluated.push((code, self.evaluate(&url), Judged::Edit { to }));
+                }
                 if let Err(e) = self.commit(evaluated, Vec::new(), false) {
                     tracing::error!(error = %e, "re-scan: committing verdicts");
                 }

@@ -67,6 +67,7 @@ impl Edge {
                 now_ms: lasthop_control::clock::now_ms(),
                 hold: None,
                 options: Default::default(),
+                tags: Vec::new(),
                 destination: None,
                 actor: lasthop_control::Actor::System,
             })

@@ -119,6 +119,7 @@ suite!(
     replicated_pages_apply_once_and_never_loop,
     domains_are_claimed_once_and_written_by_revision,
     aliases_are_unique_per_domain_and_codes_on_all,
+    edits_move_the_index_and_leave_no_url_behind,
 );
 
 impl Backend {
@@ -193,6 +194,7 @@ fn req(owner: &str, url: &str, alias: Option<&str>) -> CreateRequest {
         now_ms: lasthop_control::clock::now_ms(),
         hold: None,
         options: Default::default(),
+        tags: Vec::new(),
         actor: Actor::System,
         destination: None,
     }
@@ -351,6 +353,7 @@ fn create(store: &dyn Store, alias: &str) -> String {
         now_ms: 1,
         hold: None,
         options: Default::default(),
+        tags: Vec::new(),
         actor: Actor::System,
         destination: None,
     };
@@ -418,6 +421,7 @@ fn state_updates_write_the_change_log_and_the_denylist(backend: &Backend) {
                 disabled: Some(true),
                 expires_at_ms: Some(Some(99)),
                 options: None,
+                tags: None,
             },
             &Actor::System,
         )
@@ -491,6 +495,7 @@ fn create_url(store: &dyn Store, owner: &str, url: &str) -> String {
         now_ms: 1,
         hold: None,
         options: Default::default(),
+        tags: Vec::new(),
         actor: Actor::Key("lhk_0123456789abcdef".into()),
         destination: None,
     };
@@ -1262,4 +1267,130 @@ fn aliases_are_unique_per_domain_and_codes_on_all(backend: &Backend) {
         .delete("go.example.com/spring-sale", &Actor::System)
         .unwrap();
     assert_eq!(store.domain_links("go.example.com", 100).unwrap(), 0);
+}
+
+/// A destination edit (issue 43): the link serves the new URL, the destination index moves to
+/// the new host, the change log marks the edit without its URL and the history keeps hashes
+/// only; a pending edit (`--hold-unverified`) waits for its verdict (a block refuses it); a
+/// deletion leaves neither URL anywhere in the log, the history or the index.
+fn edits_move_the_index_and_leave_no_url_behind(backend: &Backend) {
+    use lasthop_control::store::destination_hash;
+    let store = backend.open();
+    let s = created(
+        store.as_ref(),
+        req("alice", "https://before.example/a", None),
+    );
+    let code = s.link.code.clone();
+    let edit = |url: &str, hold| StateUpdate::Edit {
+        long_url: url.into(),
+        hold,
+        from: destination_hash("https://before.example/a"),
+        to: destination_hash(url),
+    };
+    let after = store
+        .update_state(&code, edit("https://after.example/b", None), &Actor::System)
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.state.url(&after.link), "https://after.example/b");
+    assert!(after.state.destination_unscanned);
+    assert_eq!(
+        all_by_host(store.as_ref(), "after.example", 10),
+        vec![code.clone()]
+    );
+    assert!(all_by_host(store.as_ref(), "before.example", 10).is_empty());
+    let got = store.get(&code).unwrap().unwrap();
+    assert_eq!(got.state.url(&got.link), "https://after.example/b");
+
+    // Held: the current destination stays until the verdict; a block refuses the edit.
+    store
+        .update_state(
+            &code,
+            edit(
+                "https://held.example/c",
+                Some(lasthop_core::Hold::Unverified),
+            ),
+            &Actor::System,
+        )
+        .unwrap();
+    let held = store.get(&code).unwrap().unwrap();
+    assert_eq!(held.state.url(&held.link), "https://after.example/b");
+    assert_eq!(
+        held.state.pending_destination.as_deref(),
+        Some("https://held.example/c")
+    );
+    let verdict = |v, url: &str| StateUpdate::EditVerdict {
+        verdict: v,
+        reason: "scan".into(),
+        to: destination_hash(url),
+    };
+    // A verdict on another destination changes nothing.
+    let same = store
+        .update_state(
+            &code,
+            verdict(Verdict::Clean, "https://other.example/"),
+            &Actor::Scanner,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(same.state, held.state);
+    let refused = store
+        .update_state(
+            &code,
+            verdict(Verdict::Block, "https://held.example/c"),
+            &Actor::Scanner,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(refused.state.url(&refused.link), "https://after.example/b");
+    assert!(refused.state.pending_destination.is_none());
+    assert!(
+        refused.state.takedown_reason.is_none(),
+        "the link itself stays up"
+    );
+    // The served edit's own verdict: clean clears the mark.
+    let judged = store
+        .update_state(
+            &code,
+            verdict(Verdict::Clean, "https://after.example/b"),
+            &Actor::Scanner,
+        )
+        .unwrap()
+        .unwrap();
+    assert!(!judged.state.destination_unscanned);
+
+    let urls = ["after.example", "held.example"];
+    let log_has_url = |store: &dyn Store| {
+        let text: String = store
+            .changes_since(0, 1000)
+            .unwrap()
+            .iter()
+            .map(|(_, c)| serde_json::to_string(c).unwrap())
+            .collect();
+        urls.iter().any(|u| text.contains(u))
+    };
+    assert!(
+        !log_has_url(store.as_ref()),
+        "the log marks edits without their URLs"
+    );
+    let history = serde_json::to_string(&store.history(&code).unwrap()).unwrap();
+    assert!(
+        history.contains(&destination_hash("https://after.example/b")),
+        "{history}"
+    );
+    assert!(!urls.iter().any(|u| history.contains(u)), "{history}");
+    let marked = store
+        .changes_since(0, 1000)
+        .unwrap()
+        .into_iter()
+        .any(|(_, c)| matches!(c, Change::StateChanged { state, .. } if state.destination.as_deref() == Some("")));
+    assert!(marked, "the log says there is an edit");
+
+    assert_eq!(
+        store.delete(&code, &Actor::System).unwrap(),
+        DeleteOutcome::Deleted
+    );
+    let gone = store.get(&code).unwrap().unwrap();
+    assert!(gone.state.destination.is_none() && gone.state.pending_destination.is_none());
+    assert!(all_by_host(store.as_ref(), "after.example", 10).is_empty());
+    assert!(!log_has_url(store.as_ref()));
 }

@@ -319,6 +319,36 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
             Some(serde_json::json!({"redirect_status": 302, "cache_seconds": 300, "forward_query": false})),
         );
         assert_eq!(status, 200, "{v}");
+        // Its destination edited and its tags set in the console (issue 43).
+        c.goto(&format!("{base}/links/{code}")).await.unwrap();
+        let dest = c.find(Locator::Css("#new-destination")).await.unwrap();
+        dest.clear().await.unwrap();
+        dest.send_keys("https://example.com/from-the-browser?edited=1")
+            .await
+            .unwrap();
+        click(&c, "#save-destination").await;
+        wait_text(&c, ".notice", "Done: destination").await;
+        assert_eq!(
+            text_of(&c, "#destination").await,
+            "https://example.com/from-the-browser?edited=1"
+        );
+        let tags = c.find(Locator::Css("#tags-input")).await.unwrap();
+        tags.clear().await.unwrap();
+        tags.send_keys("spring, email").await.unwrap();
+        click(&c, "#save-tags").await;
+        wait_text(&c, ".notice", "Done: tags").await;
+        assert!(text_of(&c, "#tags").await.contains("spring"));
+        let (_, v) = control.call("GET", &format!("/v1/links/{code}"), &control.key, None);
+        assert_eq!(
+            (v["long_url"].as_str(), v["tags"].clone()),
+            (
+                Some("https://example.com/from-the-browser?edited=1"),
+                serde_json::json!(["spring", "email"])
+            ),
+            "{v}"
+        );
+        c.goto(&format!("{base}/links?tag=spring")).await.unwrap();
+        assert!(text_of(&c, "#links").await.contains(&code));
         // It is in the list, and the search finds it by destination.
         c.goto(&format!("{base}/links?q=FROM-THE-BROWSER"))
             .await

@@ -28,6 +28,7 @@ mod channel;
 mod clicks;
 mod console;
 mod domains;
+mod edits;
 mod feed;
 mod harness;
 mod hotset;

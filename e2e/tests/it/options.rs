@@ -1,7 +1,7 @@
 //! A link's own serving options (issue 43) at two engines over real sockets: its redirect
 //! status and cache lifetime, the request's query forwarded into its destination, UTM
 //! parameters written at creation, a `PATCH` of them reaching both engines within a second, and
-//! the same answers once a snapshot is published (such links are served from the origin then).
+//! the same answers once a snapshot is published (snapshot format version 4 carries them).
 
 use std::time::{Duration, Instant};
 
@@ -145,7 +145,7 @@ fn a_links_status_cache_lifetime_and_query_forwarding_reach_every_engine() {
     assert_eq!(status, 200, "{v}");
     assert!(v.to_string().contains("\"options\""), "{v}");
 
-    // A snapshot published: links with options are served from the origin, alike.
+    // A snapshot published: links with options are served from it (format version 4), alike.
     let (status, v) = control.call("POST", "/v1/admin/snapshots", &control.admin_key, None);
     assert!(
         status == 200 || status == 201 || status == 202,

@@ -645,6 +645,7 @@ mod tests {
             load: |p| Snapshot::open(p),
             verify_keys: SnapshotKeys::default(),
             certificates: None,
+            origin: None,
         };
         let agent = cfg.control.agent().build();
         let dest = dir.path().join("x.partial");

@@ -89,6 +89,8 @@ pub struct FeedConfig {
     /// resolver), when TLS is served: fetched when the feed announces a new generation, kept
     /// sealed in `data_dir` ([`certificates`]).
     pub certificates: Option<Arc<crate::tls::sni::Branded>>,
+    /// The read-through, whose cached answers for a link the feed changes are dropped.
+    pub origin: Option<Arc<crate::origin::Origin>>,
 }
 
 impl FeedConfig {
@@ -761,6 +763,13 @@ impl Applier {
     }
 
     fn apply(&mut self, frame: Frame) -> bool {
+        if let (Some(origin), Frame::LinkCreated(f) | Frame::StateChanged(f)) =
+            (&self.cfg.origin, &frame)
+        {
+            // Before the tables change: a lookup that misses them after this finds no
+            // answer cached from before the change.
+            origin.forget([f.code.as_bytes()]);
+        }
         match self.view.apply(frame) {
             Applied::Changed => true,
             Applied::Download(s) => {

@@ -399,6 +399,15 @@ impl Origin {
     pub fn stats(&self) -> Arc<OriginStats> {
         Arc::clone(&self.shared.stats)
     }
+
+    /// The feed brought a change to the links `keys`: their cached answers are dropped
+    /// ([`OriginCache::forget`]).
+    pub fn forget<'a>(&self, keys: impl IntoIterator<Item = &'a [u8]>) {
+        let mut state = self.shared.lock();
+        for key in keys {
+            state.cache.forget(key);
+        }
+    }
 }
 
 impl Drop for Origin {

@@ -1,6 +1,7 @@
 //! Untrusted snapshot bytes (any format version): open, verify, audit, prefetch and look
-//! keys up (short ones and, past 126 bytes, version 3's escaped ones). None of it may panic or
-//! read out of bounds, whatever the input.
+//! keys up (short ones and, past 126 bytes, version 3's escaped ones; either may meet version
+//! 4's options entries) and read their options. None of it may panic or read out of bounds,
+//! whatever the input.
 #![no_main]
 
 use lasthop_snapshot::Snapshot;
@@ -18,7 +19,9 @@ fuzz_target!(|data: &[u8]| {
                 // what open checked.
                 s.prefetch_entry(s.prefetch(k));
                 let _ = s.lookup_probe(k, s.probe(k));
-                let _ = s.lookup(k).map(|e| (e.url().len(), e.expires_at_ms()));
+                let _ = s
+                    .lookup(k)
+                    .map(|e| (e.url().len(), e.expires_at_ms(), e.options()));
             }
         }
         let _ = s.lookup(b"abcDEF1");

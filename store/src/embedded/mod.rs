@@ -233,7 +233,14 @@ impl EmbeddedStore {
                         let (k, v) = item.map_err(storage)?;
                         let link: Link =
                             serde_json::from_slice(v.value()).map_err(|e| corrupt("links", e))?;
-                        if index_destination(&mut hosts, k.value(), &link, true)? {
+                        // Stores from before this index had no edits: the URL is the link's.
+                        if index_destination(
+                            &mut hosts,
+                            k.value(),
+                            &link.code,
+                            &link.long_url,
+                            true,
+                        )? {
                             indexed += 1;
                         }
                     }
@@ -386,6 +393,11 @@ impl Store for EmbeddedStore {
                 None
             },
         })
+    }
+
+    fn list_cursor_after(&self, seq: u64) -> String {
+        // The owner index's keys end in the inverted sequence.
+        (!seq).to_string()
     }
 
     fn delete(&self, code: &str, actor: &Actor) -> Result<DeleteOutcome, StoreError> {
@@ -985,19 +997,38 @@ fn owner_prefix(owner: &str) -> Vec<u8> {
     key
 }
 
-/// Writes (or erases) a link's destination-index entry (`key` its record key); false when
-/// its URL is no web destination (deleted links have none).
+/// Writes (or erases) the destination-index entry of the link `code` (`key` its record key)
+/// to `url`, its current destination; false when it is no web destination (deleted links
+/// have none).
 fn index_destination(
     hosts: &mut Table<'_, &'static [u8], &'static [u8]>,
     key: &[u8],
-    link: &Link,
+    code: &str,
+    url: &str,
     insert: bool,
 ) -> Result<bool, StoreError> {
-    let Some(dest) = Destination::parse(&link.long_url) else {
+    let Some(dest) = Destination::parse(url) else {
         return Ok(false);
     };
-    index_entry(hosts, key, &link.code, &dest, insert)?;
+    index_entry(hosts, key, code, &dest, insert)?;
     Ok(true)
+}
+
+/// Moves a link's destination-index entry when a state change changes its current
+/// destination (an edit), so list takedowns by host find it under the host it now serves.
+fn reindex_destination(
+    hosts: &mut Table<'_, &'static [u8], &'static [u8]>,
+    key: &[u8],
+    link: &Link,
+    before: &LinkState,
+    after: &LinkState,
+) -> Result<(), StoreError> {
+    let (old, new) = (before.url(link), after.url(link));
+    if old != new && !before.deleted && !after.deleted {
+        index_destination(hosts, key, &link.code, old, false)?;
+        index_destination(hosts, key, &link.code, new, true)?;
+    }
+    Ok(())
 }
 
 /// Writes (or erases) the destination-index entry of the link `code` (record key `key`) to
@@ -1201,6 +1232,7 @@ mod tests {
             now_ms: 1,
             hold: None,
             options: Default::default(),
+            tags: Vec::new(),
             actor: Actor::Key("lhk_0123456789abcdef".into()),
             destination: None,
         };

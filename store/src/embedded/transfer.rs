@@ -274,7 +274,13 @@ fn write_all<R: BufRead>(
                             .map_err(storage)?;
                         super::write_denied(&mut t, &l.code, &l.state)?;
                         if !l.state.deleted {
-                            index_destination(&mut t.dest_hosts, &key, &link, true)?;
+                            index_destination(
+                                &mut t.dest_hosts,
+                                &key,
+                                &link.code,
+                                l.state.url(&link),
+                                true,
+                            )?;
                         }
                         if l.seq == 0 {
                             unnumbered.push(key);
@@ -295,7 +301,7 @@ fn write_all<R: BufRead>(
                             }
                             let change = serde_json::to_vec(&Change::LinkCreated {
                                 link,
-                                state: l.state,
+                                state: l.state.logged(),
                             })?;
                             t.changes
                                 .insert(l.seq, change.as_slice())
@@ -410,14 +416,17 @@ fn write_all<R: BufRead>(
                         .insert(index_key.as_slice(), link.code.as_str())
                         .map_err(storage)?;
                     highest = Some((head, link.code.clone(), state.clone()));
-                    let change = serde_json::to_vec(&Change::LinkCreated { link, state })?;
+                    let change = serde_json::to_vec(&Change::LinkCreated {
+                        link,
+                        state: state.logged(),
+                    })?;
                     t.changes.insert(head, change.as_slice()).map_err(storage)?;
                 }
                 if let Some((seq, code, state)) = &highest {
                     if *seq < head {
                         let change = serde_json::to_vec(&Change::StateChanged {
                             code: code.clone(),
-                            state: state.clone(),
+                            state: state.logged(),
                         })?;
                         t.changes.insert(head, change.as_slice()).map_err(storage)?;
                     }

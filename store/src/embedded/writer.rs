@@ -19,8 +19,9 @@ use tokio::sync::watch;
 
 use super::{
     audit_key, counter_key, index_destination, index_entry, owner_prefix, read_meta, record_key,
-    seq_in_owner_index, storage, write_denied, CommitObserver, EmbeddedStoreConfig, LinkRow,
-    RowSeq, Tables, CHANGES, COUNTER_PREFIX, META_AUDIT_NEXT, META_REPORT_NEXT,
+    reindex_destination, seq_in_owner_index, storage, write_denied, CommitObserver,
+    EmbeddedStoreConfig, LinkRow, RowSeq, Tables, CHANGES, COUNTER_PREFIX, META_AUDIT_NEXT,
+    META_REPORT_NEXT,
 };
 use crate::replica::{self, Replica};
 use crate::{
@@ -418,13 +419,14 @@ impl Writer {
             expires_at_ms: req.expires_at_ms,
             held: req.hold,
             options: req.options,
+            tags: req.tags.clone(),
             ..LinkState::default()
         };
         let seq = self.write_new_link(t, &key, &link, &state)?;
         match &req.destination {
             Some(dest) => index_entry(&mut t.dest_hosts, &key, &link.code, dest, true)?,
             None => {
-                index_destination(&mut t.dest_hosts, &key, &link, true)?;
+                index_destination(&mut t.dest_hosts, &key, code.as_str(), &req.long_url, true)?;
             }
         }
         // A creation's audit record is written only when it says more than the link itself
@@ -474,7 +476,7 @@ impl Writer {
             return Ok(DeleteOutcome::AlreadyDeleted);
         }
         // The index names the destination's host: it goes with the URL.
-        index_destination(&mut t.dest_hosts, key, &link, false)?;
+        index_destination(&mut t.dest_hosts, key, code, state.url(&link), false)?;
         // Erasure: the creation's log entry carried the URL; it keeps the code, not the URL.
         let created = self.creation_seq(t, key, &link)?;
         if let Some(seq) = created {
@@ -482,6 +484,9 @@ impl Writer {
         }
         link.long_url.clear();
         state.deleted = true;
+        state.destination = None;
+        state.pending_destination = None;
+        state.destination_unscanned = false;
         let row = LinkRow {
             link: &link,
             seq: created.unwrap_or(0),
@@ -518,7 +523,7 @@ impl Writer {
             .map_err(storage)?;
         let change = Change::LinkCreated {
             link: link.clone(),
-            state: state.clone(),
+            state: state.logged(),
         };
         let change_json = serde_json::to_vec(&change)?;
         t.changes
@@ -558,6 +563,7 @@ impl Writer {
             let next = u.update.apply(&state, &batch.actor);
             let changed = next != state;
             if changed {
+                reindex_destination(&mut t.dest_hosts, &key, &link, &state, &next)?;
                 let seq = self.write_state(t, &key, code, &next)?;
                 let record = u.update.audit(&state, &next, &batch.actor, batch.now_ms);
                 self.write_audit(t, &key, record, Some(seq))?;
@@ -667,7 +673,7 @@ impl Writer {
         write_denied(t, code, state)?;
         let change = Change::StateChanged {
             code: code.to_string(),
-            state: state.clone(),
+            state: state.logged(),
         };
         let change_json = serde_json::to_vec(&change)?;
         let seq = self.next_seq;
@@ -745,7 +751,13 @@ impl Replica for ReplicaSteps<'_, '_> {
         }
         self.writer.write_new_link(self.t, &key, link, state)?;
         if !state.deleted {
-            index_destination(&mut self.t.dest_hosts, &key, link, true)?;
+            index_destination(
+                &mut self.t.dest_hosts,
+                &key,
+                &link.code,
+                state.url(link),
+                true,
+            )?;
         }
         Ok(true)
     }
@@ -760,9 +772,12 @@ impl Replica for ReplicaSteps<'_, '_> {
     async fn set_state(
         &mut self,
         code: &str,
-        (key, _): Self::Held,
+        (key, before): Self::Held,
         state: &LinkState,
     ) -> Result<(), StoreError> {
+        if let Some((link, _)) = read_record(self.t, &key, code)? {
+            reindex_destination(&mut self.t.dest_hosts, &key, &link, &before, state)?;
+        }
         self.writer.write_state(self.t, &key, code, state)?;
         Ok(())
     }

@@ -665,6 +665,10 @@ impl Store for PgStore {
         })
     }
 
+    fn list_cursor_after(&self, seq: u64) -> String {
+        seq.to_string()
+    }
+
     fn delete(&self, code: &str, actor: &Actor) -> Result<DeleteOutcome, StoreError> {
         let code = code.to_string();
         let actor = actor.clone();

@@ -315,7 +315,8 @@ impl ImportState {
                         });
                     }
                     if !l.state.deleted {
-                        if let Some(dest) = Destination::parse(&l.long_url) {
+                        let url = l.state.destination.as_deref().unwrap_or(&l.long_url);
+                        if let Some(dest) = Destination::parse(url) {
                             idx_keys.push(dest.host.index_key());
                             idx_codes.push(l.code.clone());
                             idx_hashes.push(dest.url_hash() as i64);
@@ -335,7 +336,7 @@ impl ImportState {
                                 owner: l.owner.clone(),
                                 created_at_ms: l.created_at_ms,
                             },
-                            state: l.state.clone(),
+                            state: l.state.logged(),
                         })?);
                     }
                     states.push(json(&l.state)?);
@@ -498,7 +499,7 @@ impl ImportState {
                     &i64_of(head)?,
                     &json(&Change::LinkCreated {
                         link: s.link,
-                        state: s.state,
+                        state: s.state.logged(),
                     })?,
                 ],
             )
@@ -513,7 +514,7 @@ impl ImportState {
                         &i64_of(head)?,
                         &json(&Change::StateChanged {
                             code: code.clone(),
-                            state: state.clone(),
+                            state: state.logged(),
                         })?,
                     ],
                 )

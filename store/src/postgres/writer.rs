@@ -155,7 +155,7 @@ impl Appends {
             seq,
             json(&Change::StateChanged {
                 code: code.to_string(),
-                state: state.clone(),
+                state: state.logged(),
             })?,
         ));
         self.deny_set
@@ -782,13 +782,14 @@ async fn apply_creates(
             expires_at_ms: req.expires_at_ms,
             held: req.hold,
             options: req.options,
+            tags: req.tags.clone(),
             ..LinkState::default()
         };
         appends.changes.push((
             seq,
             json(&Change::LinkCreated {
                 link: link.clone(),
-                state: state.clone(),
+                state: state.logged(),
             })?,
         ));
         if let Some(kind) = state.deny_kind() {
@@ -942,16 +943,12 @@ async fn erase(
     appends: &mut Appends,
 ) -> Result<(), StoreError> {
     let code = s.link.code.clone();
-    if let Some(dest) = Destination::parse(&s.link.long_url) {
-        txn.execute(
-            "DELETE FROM dest_hosts WHERE index_key = $1 AND code = $2",
-            &[&dest.host.index_key(), &code],
-        )
-        .await
-        .map_err(pg)?;
-    }
+    index_destination(txn, &code, s.state.url(&s.link), false).await?;
     s.link.long_url.clear();
     s.state.deleted = true;
+    s.state.destination = None;
+    s.state.pending_destination = None;
+    s.state.destination_unscanned = false;
     txn.execute(
         "UPDATE links SET long_url = '', state = $2 WHERE code = $1",
         &[&code, &json(&s.state)?],
@@ -1030,7 +1027,7 @@ impl Replica for ReplicaSteps<'_, '_> {
             seq,
             json(&Change::LinkCreated {
                 link: link.clone(),
-                state: state.clone(),
+                state: state.logged(),
             })?,
         ));
         if let Some(kind) = state.deny_kind() {
@@ -1039,20 +1036,7 @@ impl Replica for ReplicaSteps<'_, '_> {
                 .insert(link.code.clone(), Some(deny_code(kind)));
         }
         if !state.deleted {
-            if let Some(dest) = Destination::parse(&link.long_url) {
-                self.txn
-                    .execute(
-                        "INSERT INTO dest_hosts (index_key, code, url_hash) VALUES ($1, $2, $3) \
-                         ON CONFLICT DO NOTHING",
-                        &[
-                            &dest.host.index_key(),
-                            &link.code,
-                            &(dest.url_hash() as i64),
-                        ],
-                    )
-                    .await
-                    .map_err(pg)?;
-            }
+            index_destination(self.txn, &link.code, state.url(link), true).await?;
         }
         Ok(true)
     }
@@ -1065,9 +1049,10 @@ impl Replica for ReplicaSteps<'_, '_> {
     async fn set_state(
         &mut self,
         code: &str,
-        _: StoredLink,
+        held: StoredLink,
         state: &LinkState,
     ) -> Result<(), StoreError> {
+        reindex_destination(self.txn, &held.link, &held.state, state).await?;
         self.txn
             .execute(
                 "UPDATE links SET state = $2 WHERE code = $1",
@@ -1159,6 +1144,52 @@ async fn scrub_creation(txn: &Transaction<'_>, link: &Link, seq: u64) -> Result<
     Ok(())
 }
 
+/// Writes (or erases) the destination-index entry of the link `code` to `url`, its current
+/// destination (nothing when it is no web destination).
+async fn index_destination(
+    txn: &Transaction<'_>,
+    code: &str,
+    url: &str,
+    insert: bool,
+) -> Result<(), StoreError> {
+    let Some(dest) = Destination::parse(url) else {
+        return Ok(());
+    };
+    if insert {
+        txn.execute(
+            "INSERT INTO dest_hosts (index_key, code, url_hash) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING",
+            &[&dest.host.index_key(), &code, &(dest.url_hash() as i64)],
+        )
+        .await
+        .map_err(pg)?;
+    } else {
+        txn.execute(
+            "DELETE FROM dest_hosts WHERE index_key = $1 AND code = $2",
+            &[&dest.host.index_key(), &code],
+        )
+        .await
+        .map_err(pg)?;
+    }
+    Ok(())
+}
+
+/// Moves a link's destination-index entry when a state change changes its current
+/// destination (an edit), so list takedowns by host find it under the host it now serves.
+async fn reindex_destination(
+    txn: &Transaction<'_>,
+    link: &Link,
+    before: &LinkState,
+    after: &LinkState,
+) -> Result<(), StoreError> {
+    let (old, new) = (before.url(link), after.url(link));
+    if old != new && !before.deleted && !after.deleted {
+        index_destination(txn, &link.code, old, false).await?;
+        index_destination(txn, &link.code, new, true).await?;
+    }
+    Ok(())
+}
+
 async fn apply_batch(
     txn: &Transaction<'_>,
     batch: &Batch,
@@ -1186,6 +1217,7 @@ async fn apply_batch(
         let next = u.update.apply(&s.state, &batch.actor);
         let changed = next != s.state;
         if changed {
+            reindex_destination(txn, &s.link, &s.state, &next).await?;
             let record = u.update.audit(&s.state, &next, &batch.actor, batch.now_ms);
             let seq = appends.state_changed(next_seq, &u.code, &next)?;
             appends.record(&u.code, record, Some(seq))?;
