@@ -116,6 +116,12 @@ pub fn build_snapshot(
             LinkStatus::Active | LinkStatus::Expired => s.state.url(&s.link).as_bytes(),
             LinkStatus::Deleted | LinkStatus::Disabled | LinkStatus::TakenDown => b"",
         };
+        if s.state.options.validate().is_err() {
+            // Only an import could store such options: the link is left to the overlay and
+            // the origin rather than failing every snapshot.
+            tracing::warn!(code = %s.link.code, "a link's stored options are invalid; not in the snapshot");
+            return Ok(());
+        }
         writer
             .add_with_options(
                 s.link.code.as_bytes(),
@@ -178,6 +184,9 @@ pub fn build_hot_snapshot(
             continue;
         }
         let url = entry.url(now_ms);
+        if entry.state.options.validate().is_err() {
+            continue;
+        }
         if !budget.admit(code, url, &entry.state.options) {
             break;
         }
@@ -204,6 +213,9 @@ pub fn build_hot_snapshot(
                 continue;
             };
             let url = servable_url(&link, now_ms);
+            if link.state.options.validate().is_err() {
+                continue;
+            }
             if !budget.admit(code, url, &link.state.options) {
                 break;
             }

@@ -552,6 +552,9 @@ impl StateUpdate {
             }
             StateUpdate::Unpin => next.pinned = false,
             StateUpdate::Edit { long_url, hold, .. } => {
+                // An admin's pin vouched for the destination it restored, not for this one:
+                // automatic verdicts (the scanner's, the lists') apply again.
+                next.pinned = false;
                 if *hold == Some(Hold::Unverified) {
                     next.pending_destination = Some(long_url.clone());
                 } else {
@@ -631,15 +634,15 @@ impl StateUpdate {
             StateUpdate::Unpin => ("unpin", None),
             StateUpdate::Edit { hold, from, to, .. } => (
                 "edit",
-                Some(match hold {
-                    Some(Hold::Unverified) => {
-                        format!("destination {from} -> {to}, held until its first verdict")
-                    }
-                    Some(Hold::Velocity) => {
-                        format!("destination {from} -> {to}, held: creation velocity")
-                    }
-                    None => format!("destination {from} -> {to}"),
-                }),
+                Some(format!(
+                    "destination {from} -> {to}{}{}",
+                    match hold {
+                        Some(Hold::Unverified) => ", held until its first verdict",
+                        Some(Hold::Velocity) => ", held: creation velocity",
+                        None => "",
+                    },
+                    if before.pinned { ", unpinned" } else { "" }
+                )),
             ),
             StateUpdate::EditVerdict {
                 verdict,

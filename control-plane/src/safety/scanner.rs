@@ -635,13 +635,26 @@ impl Scanner {
         Ok(())
     }
 
-    /// The edits to judge among the links `codes` as they are now: (code, destination).
-    fn edits_to_judge(&self, codes: &[String]) -> Result<Vec<(String, String)>, StoreError> {
+    /// The edits to judge among the links `codes` as they are now: (code, destination). A
+    /// link created with an edit (imported, replicated) that waits on an `unverified` hold is
+    /// added to `created`, to be judged as it is now.
+    fn edits_to_judge(
+        &self,
+        codes: &[String],
+        created: &mut Vec<StoredLink>,
+    ) -> Result<Vec<(String, String)>, StoreError> {
         if codes.is_empty() {
             return Ok(Vec::new());
         }
         let found = self.safety.store().get_many(codes)?;
-        Ok(found.iter().flatten().filter_map(edit_to_judge).collect())
+        let edits = found.iter().flatten().filter_map(edit_to_judge).collect();
+        created.extend(
+            found
+                .into_iter()
+                .flatten()
+                .filter(|s| !s.state.deleted && s.state.held == Some(Hold::Unverified)),
+        );
+        Ok(edits)
     }
 
     /// The first scans: tails the change log from the stored cursor and checks every link
@@ -680,9 +693,18 @@ impl Scanner {
             // verdicts, verdicts only tighten), so nothing is read back. A state change that
             // marks an edit to judge names the link only: its destination is read as it is now.
             let mut edited = Vec::new();
-            let links: Vec<StoredLink> = changes
+            let mut links: Vec<StoredLink> = changes
                 .into_iter()
                 .filter_map(|(seq, c)| match c {
+                    // Imported or replicated with an edit: the log has the mark, not the URL.
+                    lasthop_core::Change::LinkCreated { link, state }
+                        if state.destination.is_some() || state.pending_destination.is_some() =>
+                    {
+                        if !edited.contains(&link.code) {
+                            edited.push(link.code);
+                        }
+                        None
+                    }
                     lasthop_core::Change::LinkCreated { link, state } => {
                         Some(StoredLink { link, state, seq })
                     }
@@ -694,7 +716,7 @@ impl Scanner {
                     }
                 })
                 .collect();
-            let edits = match self.edits_to_judge(&edited) {
+            let edits = match self.edits_to_judge(&edited, &mut links) {
                 Ok(edits) => edits,
                 Err(e) => {
                     tracing::error!(error = %e, "scanner: reading edited links");

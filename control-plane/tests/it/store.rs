@@ -1281,6 +1281,12 @@ fn edits_move_the_index_and_leave_no_url_behind(backend: &Backend) {
         req("alice", "https://before.example/a", None),
     );
     let code = s.link.code.clone();
+    // An admin's restore pins the link; an edit ends the pin (it vouched for the old URL).
+    let pinned = store
+        .update_state(&code, StateUpdate::Restore, &Actor::System)
+        .unwrap()
+        .unwrap();
+    assert!(pinned.state.pinned);
     let edit = |url: &str, hold| StateUpdate::Edit {
         long_url: url.into(),
         hold,
@@ -1293,6 +1299,7 @@ fn edits_move_the_index_and_leave_no_url_behind(backend: &Backend) {
         .unwrap();
     assert_eq!(after.state.url(&after.link), "https://after.example/b");
     assert!(after.state.destination_unscanned);
+    assert!(!after.state.pinned, "the edit ends the pin");
     assert_eq!(
         all_by_host(store.as_ref(), "after.example", 10),
         vec![code.clone()]
