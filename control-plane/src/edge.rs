@@ -896,18 +896,12 @@ fn with_destinations(
     changes: &mut [crate::store::OwnChange],
 ) -> Result<(), crate::store::StoreError> {
     for c in changes.iter_mut() {
-        let state = match &mut c.change {
-            lasthop_core::Change::LinkCreated { state, .. }
-            | lasthop_core::Change::StateChanged { state, .. } => state,
-        };
+        let state = c.change.state_mut();
         if state.destination.is_none() && state.pending_destination.is_none() {
             continue;
         }
         let now = store.get(c.change.code())?.map(|s| s.state);
-        let state = match &mut c.change {
-            lasthop_core::Change::LinkCreated { state, .. }
-            | lasthop_core::Change::StateChanged { state, .. } => state,
-        };
+        let state = c.change.state_mut();
         state.destination = now.as_ref().and_then(|n| n.destination.clone());
         state.pending_destination = now.and_then(|n| n.pending_destination);
     }

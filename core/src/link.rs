@@ -227,6 +227,13 @@ impl Change {
             Change::StateChanged { code, .. } => code,
         }
     }
+
+    /// The link's state the change carries (as the log keeps it: [`LinkState::logged`]).
+    pub fn state_mut(&mut self) -> &mut LinkState {
+        match self {
+            Change::LinkCreated { state, .. } | Change::StateChanged { state, .. } => state,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -412,7 +412,7 @@ fn decide_key<'a>(
             expires_at_ms: entry.expires_at_ms(),
             warn,
             // Version 4 carries a link's own options; every other entry has the defaults.
-            options: entry.options(),
+            options: entry.own_options(),
         };
         return (
             serve(code, domain_name, preview, found, now_ms),
@@ -427,7 +427,7 @@ fn decide_key<'a>(
             url: &link.url,
             expires_at_ms: link.expires_at_ms,
             warn: warn || link.warn,
-            options: link.options,
+            options: own(link.options),
         };
         return (
             serve(code, domain_name, preview, found, now_ms),
@@ -485,7 +485,7 @@ pub fn answer_from_origin<'a>(
                 url: link.url,
                 expires_at_ms: link.expires_at_ms,
                 warn: warn || link.warn,
-                options: link.options,
+                options: own(link.options),
             };
             serve(code, domain, preview, found, now_ms)
         }
@@ -503,7 +503,15 @@ struct Found<'a> {
     url: &'a [u8],
     expires_at_ms: Option<i64>,
     warn: bool,
-    options: lasthop_core::LinkOptions,
+    /// The link's own options; `None` at the defaults (a plain snapshot entry says so without
+    /// any options to compare).
+    options: Option<lasthop_core::LinkOptions>,
+}
+
+/// `options` as [`Found`] keeps them.
+#[inline]
+fn own(options: lasthop_core::LinkOptions) -> Option<lasthop_core::LinkOptions> {
+    (!options.is_default()).then_some(options)
 }
 
 /// Step 7 for a found link: expiry, the serve-time URL check, then preview, interstitial or 302.
@@ -532,12 +540,13 @@ fn serve<'a>(
             domain,
             url: found.url,
         }
-    } else if found.options.is_default() {
-        Answer::Redirect { url: found.url }
     } else {
-        Answer::RedirectWith {
-            url: found.url,
-            options: found.options,
+        match found.options {
+            None => Answer::Redirect { url: found.url },
+            Some(options) => Answer::RedirectWith {
+                url: found.url,
+                options,
+            },
         }
     }
 }

@@ -41,11 +41,23 @@ impl<'a> Entry<'a> {
     /// which only a crafted file holds and `audit` refuses, reads as the defaults.
     #[inline]
     pub fn options(&self) -> LinkOptions {
-        match self.options {
-            None => LinkOptions::default(),
-            Some(word) => LinkOptions::unpack(word).unwrap_or_default(),
-        }
+        self.own_options().unwrap_or_default()
     }
+
+    /// The link's own options, `None` for a plain entry (whose options are the defaults): what
+    /// the request path asks, with nothing to compare for a plain link.
+    #[inline]
+    pub fn own_options(&self) -> Option<LinkOptions> {
+        self.options.map(unpack_options)
+    }
+}
+
+/// An options entry's word, unpacked out of line: the plain entries' hit path carries no copy
+/// of it.
+#[cold]
+#[inline(never)]
+fn unpack_options(word: u32) -> LinkOptions {
+    LinkOptions::unpack(word).unwrap_or_default()
 }
 
 /// A lookup begun by [`Snapshot::prefetch`]: the key's hash under this snapshot's seed. Only

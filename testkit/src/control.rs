@@ -232,6 +232,23 @@ impl Control {
         v
     }
 
+    /// Publishes a snapshot now and waits until `e` serves it; returns its link count.
+    pub fn publish_and_swap(&self, e: &Engine) -> f64 {
+        let before = e
+            .metric("lasthop_engine_snapshot_swaps_total")
+            .unwrap_or(0.0);
+        self.snapshot_now();
+        crate::wait_until(
+            std::time::Duration::from_secs(10),
+            "the engine swaps the snapshot in",
+            || {
+                e.metric("lasthop_engine_snapshot_swaps_total")
+                    .is_some_and(|n| n > before)
+            },
+        );
+        e.metric("lasthop_engine_snapshot_links").unwrap_or(0.0)
+    }
+
     /// `GET /v1/links/{code}/stats` as the owner (today's numbers by default).
     pub fn stats(&self, code: &str) -> serde_json::Value {
         let (status, v) = self.call("GET", &format!("/v1/links/{code}/stats"), &self.key, None);

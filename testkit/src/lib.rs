@@ -30,6 +30,7 @@ mod pki;
 mod port;
 mod postgres;
 mod skip;
+mod verdicts;
 mod wait;
 
 pub mod logs;
@@ -50,4 +51,5 @@ pub use port::free_port;
 pub use postgres::Postgres;
 pub use process::KillOnDrop;
 pub use skip::{skip, under_ci};
+pub use verdicts::verdict_service;
 pub use wait::{wait_until, wait_until_every};

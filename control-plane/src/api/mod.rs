@@ -1366,13 +1366,16 @@ async fn patch_link(
         StateUpdate::Settings { disabled, expires_at_ms, options, tags }
             if disabled.is_some() || expires_at_ms.is_some() || options.is_some() || tags.is_some()
     );
-    if settings_change {
-        update_link(&state, &who, code.clone(), update).await?;
-    }
+    let settled = if settings_change {
+        Some(update_link(&state, &who, code.clone(), update).await?)
+    } else {
+        None
+    };
     if long_url == from && current.state.pending_destination.is_none() {
-        // The destination it already has: nothing to edit.
-        let (now, _) = fetch_anywhere(&state, &who, code).await?;
-        return Ok(Json(link_json(&state, &now, now_ms())).into_response());
+        // The destination it already has: nothing to edit; the link as the settings left it.
+        return Ok(
+            settled.unwrap_or_else(|| Json(link_json(&state, &current, now_ms())).into_response())
+        );
     }
     // Velocity counts an edit as it counts a create, against the link's owner.
     let safety = Arc::clone(&state.0.safety);

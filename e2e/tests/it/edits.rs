@@ -5,8 +5,6 @@
 //! host takes the link down); `--hold-unverified` keeps the old destination until the new one's
 //! first verdict, and a blocked one is refused; `--no-edits`; tags in the list and in summed stats.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use lasthop_testkit::{
@@ -37,22 +35,6 @@ fn patch(control: &Control, code: &str, body: serde_json::Value) -> (u16, serde_
         &control.key,
         Some(body),
     )
-}
-
-/// Publishes a snapshot now and waits until `e` serves it.
-fn publish_and_swap(control: &Control, e: &Engine) {
-    let before = e
-        .metric("lasthop_engine_snapshot_swaps_total")
-        .unwrap_or(0.0);
-    control.snapshot_now();
-    wait_until(
-        Duration::from_secs(10),
-        "the engine swaps the snapshot in",
-        || {
-            e.metric("lasthop_engine_snapshot_swaps_total")
-                .is_some_and(|n| n > before)
-        },
-    );
 }
 
 fn write_atomically(path: &std::path::Path, text: &str) {
@@ -86,7 +68,7 @@ fn an_edit_reaches_every_engine_and_the_old_destination_is_never_served_again() 
     for e in [&a, &b] {
         wait_until(Duration::from_secs(15), "in sync", || in_sync(e));
     }
-    publish_and_swap(&control, &b);
+    control.publish_and_swap(&b);
     let origin_fetches = || {
         b.metric("lasthop_engine_answers_total{layer=\"origin\"}")
             .unwrap_or(0.0)
@@ -151,7 +133,7 @@ fn an_edit_reaches_every_engine_and_the_old_destination_is_never_served_again() 
     }
     // A new snapshot (of nothing) drops the feed's entry at B: the read-through answers again,
     // and what it had cached before the edit is gone.
-    publish_and_swap(&control, &b);
+    control.publish_and_swap(&b);
     for _ in 0..10 {
         assert_eq!(get(&b, &code), new);
     }
@@ -193,41 +175,11 @@ fn an_edit_reaches_every_engine_and_the_old_destination_is_never_served_again() 
     assert_eq!(get(&a, &kept).0, 302);
 }
 
-/// A verdict service that answers `block` for destinations on `blocked.example` and `clean`
-/// for the rest, each after `delay`.
-fn slow_webhook(delay: Duration) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}/verdict", listener.local_addr().expect("addr"));
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let n = conn.read(&mut buf).unwrap_or(0);
-                let asked = String::from_utf8_lossy(&buf[..n]).into_owned();
-                std::thread::sleep(delay);
-                let body = if asked.contains("blocked.example") {
-                    r#"{"verdict":"block","reason":"phishing kit"}"#
-                } else {
-                    r#"{"verdict":"clean"}"#
-                };
-                let _ = conn.write_all(
-                    format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    )
-                    .as_bytes(),
-                );
-            });
-        }
-    });
-    url
-}
-
 #[test]
 fn hold_unverified_keeps_the_old_destination_until_the_new_ones_verdict() {
     let site = Site::new();
-    let hook = slow_webhook(Duration::from_millis(1500));
+    let hook =
+        lasthop_testkit::verdict_service(Duration::from_millis(1500), Some("blocked.example"));
     let control = Control::start(
         &site,
         &[

@@ -18,23 +18,6 @@ fn answers(e: &Engine, layer: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
-/// Publishes a snapshot now and waits until `e` serves it; returns its link count.
-fn publish_and_swap(control: &Control, e: &Engine) -> f64 {
-    let before = e
-        .metric("lasthop_engine_snapshot_swaps_total")
-        .unwrap_or(0.0);
-    control.snapshot_now();
-    wait_until(
-        Duration::from_secs(10),
-        "the engine swaps the snapshot in",
-        || {
-            e.metric("lasthop_engine_snapshot_swaps_total")
-                .is_some_and(|n| n > before)
-        },
-    );
-    e.metric("lasthop_engine_snapshot_links").unwrap()
-}
-
 #[test]
 fn a_cold_link_reads_through_and_a_clicked_one_is_promoted() {
     let site = Site::new();
@@ -58,7 +41,7 @@ fn a_cold_link_reads_through_and_a_clicked_one_is_promoted() {
     wait_until(Duration::from_secs(15), "in sync", || in_sync(&e));
     // The budget holds neither link: the snapshot is empty and covers both creations, so the
     // overlay forgets them too.
-    assert_eq!(publish_and_swap(&control, &e), 0.0);
+    assert_eq!(control.publish_and_swap(&e), 0.0);
     let origin_before = answers(&e, "origin");
     let url = |code: &str| format!("http://{}/{code}", e.addr);
     assert_eq!(curl(&[&url(&cold)]).0, 302);
@@ -71,11 +54,7 @@ fn a_cold_link_reads_through_and_a_clicked_one_is_promoted() {
     wait_until(Duration::from_secs(30), "the clicks in the rollups", || {
         control.stats(&hot)["clicks"] == 3
     });
-    assert_eq!(
-        publish_and_swap(&control, &e),
-        1.0,
-        "the popular link alone"
-    );
+    assert_eq!(control.publish_and_swap(&e), 1.0, "the popular link alone");
     let snapshot_before = answers(&e, "snapshot");
     assert_eq!(curl(&["-A", FIREFOX, &url(&hot)]).0, 302);
     assert_eq!(

@@ -4,8 +4,6 @@
 //! serves the interstitial until the first verdict, then the 302; the pages' report form posts
 //! to the control plane.
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpListener;
 use std::time::Duration;
 
 use lasthop_testkit::{
@@ -124,38 +122,12 @@ fn a_suspension_with_takedown_reaches_two_engines() {
     }
 }
 
-/// A verdict service that takes its time, so the hold is visible: it answers `clean` after a
-/// delay.
-fn slow_clean_webhook(delay: Duration) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}/verdict", listener.local_addr().expect("addr"));
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf);
-                std::thread::sleep(delay);
-                let body = r#"{"verdict":"clean"}"#;
-                let _ = conn.write_all(
-                    format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    )
-                    .as_bytes(),
-                );
-            });
-        }
-    });
-    url
-}
-
 /// `--hold-unverified`: every edge serves the interstitial until the link's first verdict,
 /// then the 302, switched by one feed frame.
 #[test]
 fn a_held_link_shows_the_interstitial_until_its_first_verdict() {
     let site = Site::new();
-    let hook = slow_clean_webhook(Duration::from_millis(1500));
+    let hook = lasthop_testkit::verdict_service(Duration::from_millis(1500), None);
     let control = Control::start(
         &site,
         &[
