@@ -33,7 +33,21 @@ fn answer(engine: &Engine, path: &str) -> (u16, String, String) {
 fn a_links_status_cache_lifetime_and_query_forwarding_reach_every_engine() {
     let site = Site::new();
     let control = Control::start(&site, &[]);
-    let a = lasthop_testkit::subscribed_engine(&site, &control, &[]);
+    // Engine A serves HTTPS and HTTP/3 too: the answers must be alike on every protocol.
+    let pki = lasthop_testkit::pki(&site, false);
+    let a = lasthop_testkit::subscribed_engine(
+        &site,
+        &control,
+        &[
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--cert",
+            pki.cert.to_str().unwrap(),
+            "--key",
+            pki.key.to_str().unwrap(),
+            "--no-ktls",
+        ],
+    );
     let b = lasthop_testkit::subscribed_engine(&site, &control, &[]);
 
     // Refused: a status that is no redirect, a year and a second, a precedence of neither.
@@ -110,6 +124,59 @@ fn a_links_status_cache_lifetime_and_query_forwarding_reach_every_engine() {
         // HEAD answers alike.
         let (status, headers, _) = curl(&["-I", &format!("http://{}{}", e.addr, path(&permanent))]);
         assert_eq!(status, 301, "{headers}");
+        // The preview shows the destination a visitor would get.
+        let (status, _, body) = curl(&[&format!("http://{}{}+", e.addr, path(&forwarding))]);
+        assert_eq!(status, 200);
+        assert!(body.contains("https://example.com/f?a=1#top"), "{body}");
+    }
+    // HTTP/2 and HTTP/3 answer as HTTP/1 does: status, Location (the query merged) and
+    // Cache-Control.
+    let (status, headers, _) = curl(&[
+        "--http2-prior-knowledge",
+        &format!("http://{}{}?q=1", a.addr, path(&permanent)),
+    ]);
+    assert_eq!(status, 301, "{headers}");
+    assert!(
+        headers.contains("cache-control: private, max-age=3600"),
+        "{headers}"
+    );
+    let (status, headers, _) = curl(&[
+        "--http2-prior-knowledge",
+        &format!("http://{}{}?a=9&b=2", a.addr, path(&forwarding)),
+    ]);
+    assert_eq!(status, 302, "{headers}");
+    assert!(
+        headers.contains("location: https://example.com/f?a=1&b=2#top"),
+        "{headers}"
+    );
+    if lasthop_testkit::aioquic("options over HTTP/3") {
+        let h3 = |p: &str| {
+            let r = lasthop_testkit::h3(&a, &pki, p, &[]);
+            let header = |name: &str| {
+                r["headers"].as_array().and_then(|h| {
+                    h.iter()
+                        .find(|h| h[0] == name)
+                        .and_then(|h| h[1].as_str().map(String::from))
+                })
+            };
+            (
+                r["status"].as_u64().unwrap(),
+                header("location"),
+                header("cache-control"),
+            )
+        };
+        assert_eq!(
+            h3(&path(&uncached)),
+            (
+                308,
+                Some("https://example.com/u".into()),
+                Some("no-store".into())
+            )
+        );
+        assert_eq!(
+            h3(&format!("{}?a=9&b=2", path(&forwarding))).1.as_deref(),
+            Some("https://example.com/f?a=1&b=2#top")
+        );
     }
 
     // A PATCH of the options reaches both engines within a second.
