@@ -15,9 +15,7 @@ pub fn verdict_service(delay: Duration, blocked_host: Option<&'static str>) -> S
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
             std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let n = conn.read(&mut buf).unwrap_or(0);
-                let asked = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let asked = read_request(&mut conn);
                 std::thread::sleep(delay);
                 let body = match blocked_host {
                     Some(host) if asked.contains(host) => {
@@ -36,4 +34,30 @@ pub fn verdict_service(delay: Duration, blocked_host: Option<&'static str>) -> S
         }
     });
     url
+}
+
+/// The whole request, head and body (a client may write them in separate segments: one read
+/// could miss the URL in the body and answer a blocked host as clean).
+fn read_request(conn: &mut std::net::TcpStream) -> String {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + length {
+                break;
+            }
+        }
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
 }
