@@ -77,6 +77,11 @@ pub(crate) enum Command {
         #[arg(long = "in")]
         input: Option<PathBuf>,
     },
+    /// Links: moving them in from another shortener.
+    Links {
+        #[command(subcommand)]
+        command: LinksCommand,
+    },
     /// Apply the PostgreSQL store's schema migrations (`serve` also runs them at start).
     Migrate {
         /// The PostgreSQL connection string.
@@ -380,6 +385,31 @@ pub(crate) struct ServeArgs {
     /// listener even when they are not on loopback (without it, only over TLS or to loopback).
     #[arg(long, env = "LASTHOP_ALLOW_PLAIN_CERTIFICATE_DISTRIBUTION")]
     pub(crate) allow_plain_certificate_distribution: bool,
+    /// The default domain's old shortener (issue 44's lazy fallback), a URL template with
+    /// `{code}` such as `https://old.example/{code}`: a code of an alias's or a legacy code's
+    /// shape that the fleet does not know is asked of it (a GET, redirects not followed), and
+    /// its `Location` imported as the link after the create-time checks. Branded domains set
+    /// theirs with `PATCH /v1/domains/{domain}` `legacy_fallback`.
+    #[arg(long, env = "LASTHOP_LEGACY_FALLBACK", value_parser = legacy_template)]
+    pub(crate) legacy_fallback: Option<String>,
+    /// Who owns the links the default domain's fallback imports.
+    #[arg(long, env = "LASTHOP_LEGACY_FALLBACK_OWNER", default_value = "legacy")]
+    pub(crate) legacy_fallback_owner: String,
+    /// How long one ask of an old shortener may take, in milliseconds. Keep it under the
+    /// engines' origin timeout (300 ms by default), so that a slow old provider answers the
+    /// visitor 404 rather than trip the engines' breaker.
+    #[arg(
+        long,
+        env = "LASTHOP_LEGACY_FALLBACK_TIMEOUT_MS",
+        default_value_t = 250
+    )]
+    pub(crate) legacy_fallback_timeout_ms: u64,
+    /// Asks of an old shortener a second, per domain (a burst of as many).
+    #[arg(long, env = "LASTHOP_LEGACY_FALLBACK_RATE", default_value_t = 20.0)]
+    pub(crate) legacy_fallback_rate: f64,
+    /// How long an old shortener's "no such code" (404, 410) is remembered, in seconds.
+    #[arg(long, env = "LASTHOP_LEGACY_FALLBACK_MISS_SECS", default_value_t = 60)]
+    pub(crate) legacy_fallback_miss_secs: u64,
     /// Sign every snapshot announced with this Ed25519 key (`keygen --signing`); engines pin
     /// its public key with `--snapshot-verify-key`.
     #[arg(long, env = "LASTHOP_SNAPSHOT_SIGNING_KEY")]
@@ -691,4 +721,52 @@ mod tests {
         .unwrap_err();
         assert!(err.contains("no PEM certificate"), "{err}");
     }
+}
+
+/// `lasthop-control links ...`.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum LinksCommand {
+    /// Import another shortener's export with every old code kept (issue 44): each row goes
+    /// through the create-time checks at a serving control plane (`--api`), in batches of
+    /// 1000; a re-run imports nothing (`0 imported`); every refused row is reported with why.
+    Import {
+        /// The export's format: bitly, yourls, kutt, shlink, dub or csv
+        /// (`code,long_url[,created_at,tags,expires_at]`).
+        #[arg(long = "from")]
+        from: lasthop_control::import::Format,
+        /// The export file (`-`: standard input).
+        file: PathBuf,
+        /// Whose links they become.
+        #[arg(long)]
+        owner: String,
+        /// The branded domain they are made on (default: the default domain).
+        #[arg(long)]
+        domain: Option<String>,
+        /// Import the old totals of clicks as historical counts.
+        #[arg(long)]
+        with_clicks: bool,
+        /// Check every row and report what would happen; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The serving control plane's API (`http://127.0.0.1:8080`).
+        #[arg(long, env = "LASTHOP_API")]
+        api: Option<String>,
+        /// An admin API key.
+        #[arg(long, env = "LASTHOP_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// A stopped embedded store's data directory (instead of `--api`).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// With `--data-dir`: the permutation key file the store was made under.
+        #[arg(long, env = "LASTHOP_KEY_FILE")]
+        key_file: Option<PathBuf>,
+        /// With `--data-dir`: reputation lists to check destinations against (as `serve`'s
+        /// `--reputation-list`, repeatable); through `--api` the server's own lists apply.
+        #[arg(long = "reputation-list")]
+        reputation_lists: Vec<PathBuf>,
+    },
+}
+
+fn legacy_template(s: &str) -> Result<String, String> {
+    lasthop_control::legacy::check_template(s)
 }

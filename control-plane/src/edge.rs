@@ -88,6 +88,7 @@ struct Inner {
     /// This region's click rollups, which peer regions read (`GET /peer/v1/stats/{code}`).
     rollups: Option<Arc<crate::clicks::RollupStore>>,
     certificates: CertificatePolicy,
+    legacy: Option<Arc<crate::legacy::LegacyFallback>>,
 }
 
 /// Shared state of the edge handlers.
@@ -121,6 +122,9 @@ pub struct EdgeParts {
     pub peering: Option<Peering>,
     /// Where certificates and their keys may be sent.
     pub certificates: CertificatePolicy,
+    /// The lazy fallback to old shorteners (issue 44): a read-through miss on a domain with
+    /// `legacy_fallback` asks the old provider.
+    pub legacy: Option<Arc<crate::legacy::LegacyFallback>>,
 }
 
 /// Whether `GET /edge/v1/certificates` may answer a caller: always over TLS; over plain HTTP
@@ -185,6 +189,7 @@ impl EdgeState {
             client_certs: false,
             peering: None,
             certificates: CertificatePolicy::default(),
+            legacy: None,
         })
     }
 
@@ -199,6 +204,7 @@ impl EdgeState {
             client_certs,
             peering,
             certificates,
+            legacy,
         } = parts;
         let (peer, peers, mint_rate, keys, rollups) = match peering {
             Some(p) => (
@@ -223,6 +229,7 @@ impl EdgeState {
             peers,
             rollups,
             certificates,
+            legacy,
         }))
     }
 }
@@ -258,13 +265,19 @@ async fn get_link(
     let store = Arc::clone(&state.0.store);
     let asked = code.clone();
     let found = on_store("edge lookup", move || store.get(&asked)).await?;
-    match found {
-        Some(s) => Ok(Json(edge_link(&s, now_ms()))),
-        None => match read_through(&state, code).await? {
-            Some(s) => Ok(Json(edge_link(&s, now_ms()))),
-            None => Err(ApiError::not_found()),
-        },
+    if let Some(s) = found {
+        return Ok(Json(edge_link(&s, now_ms())));
     }
+    if let Some(s) = read_through(&state, code.clone()).await? {
+        return Ok(Json(edge_link(&s, now_ms())));
+    }
+    // Not ours: its domain's old shortener may have it (the lazy fallback).
+    if let Some(legacy) = &state.0.legacy {
+        if let Some(s) = legacy.resolve(&code).await? {
+            return Ok(Json(edge_link(&s, now_ms())));
+        }
+    }
+    Err(ApiError::not_found())
 }
 
 /// A code not found here whose home is another region: that region is asked (only the home
@@ -316,15 +329,17 @@ async fn peer_alias(
         .map_err(|e| ApiError::bad("invalid_body", e))?;
     let store = Arc::clone(&state.0.store);
     let outcome = on_store("forwarded alias create", move || store.create(req)).await?;
-    let (outcome, link) = match outcome {
-        CreateOutcome::Created(s) => ("created", Some(s)),
-        CreateOutcome::Replayed(s) => ("replayed", Some(s)),
-        CreateOutcome::AliasTaken => ("alias_taken", None),
-        CreateOutcome::IdempotencyMismatch => ("idempotency_mismatch", None),
+    let (outcome, link, why) = match outcome {
+        CreateOutcome::Created(s) => ("created", Some(s), None),
+        CreateOutcome::Replayed(s) => ("replayed", Some(s), None),
+        CreateOutcome::AliasTaken => ("alias_taken", None, None),
+        CreateOutcome::IdempotencyMismatch => ("idempotency_mismatch", None, None),
+        CreateOutcome::Collision(why) => ("collision", None, Some(why)),
     };
     Ok(Json(crate::peers::CreateAnswer {
         outcome: outcome.into(),
         link,
+        why,
     }))
 }
 
@@ -572,6 +587,7 @@ async fn certificates(
                 "root_redirect": d.settings.root_redirect,
                 "not_found_redirect": d.settings.not_found_redirect,
                 "hsts": d.settings.hsts,
+                "legacy_fallback": d.settings.legacy_fallback.is_some(),
             })
         })
         .collect();
@@ -616,6 +632,9 @@ async fn certificates(
             "domains": edge_domains,
             "certificates": certificates,
             "challenges": challenges,
+            // The default domain's lazy fallback (`--legacy-fallback`): engines read its
+            // unknown legacy-shaped codes through instead of answering 404.
+            "default_legacy_fallback": state.0.legacy.as_ref().is_some_and(|l| l.default_domain()),
         })),
     )
         .into_response())

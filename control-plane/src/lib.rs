@@ -39,6 +39,8 @@ pub mod edge_tls;
 pub mod edge_token;
 pub mod feed;
 pub mod fleet;
+pub mod import;
+pub mod legacy;
 pub mod metrics;
 pub mod peers;
 pub mod publish;

@@ -57,5 +57,6 @@ fn main() -> anyhow::Result<()> {
         Command::Export { store, out } => commands::export::run(&store, out.as_ref()),
         Command::Import { store, input } => commands::import::run(&store, input.as_ref()),
         Command::Migrate { store } => commands::migrate::run(&store),
+        Command::Links { command } => commands::links::run(command),
     }
 }

@@ -66,6 +66,9 @@ pub struct Metrics {
     /// Links taken down or flagged by trust and safety, by source (`list`, `scanner`, `host`,
     /// `suspension`, `report`).
     pub safety_actions: IntCounterVec,
+    /// Asks of an old shortener by the lazy fallback (issue 44), by outcome (`imported`,
+    /// `not_there`, `remembered`, `refused`, `failed`, `rate_limited`).
+    pub legacy_fallback: IntCounterVec,
     /// Scanner verdicts by verdict (`clean`, `warn`, `block`) and pass (`new`, `rescan`).
     pub scan_verdicts: IntCounterVec,
     /// Verdict webhook failures by kind (`timeout`, `connect`, `status`, `garbage`, `skipped`).
@@ -309,6 +312,16 @@ impl Metrics {
                 IntCounterVec::new(
                     Opts::new("creates_held_total", "Links created held, by hold"),
                     &["hold"],
+                ),
+            )?,
+            legacy_fallback: registered(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "legacy_fallback_total",
+                        "Asks of an old shortener by the lazy fallback, by outcome",
+                    ),
+                    &["outcome"],
                 ),
             )?,
             safety_actions: registered(

@@ -409,6 +409,11 @@ impl Peers {
             ("replayed", Some(link)) => Ok(CreateOutcome::Replayed(link)),
             ("alias_taken", _) => Ok(CreateOutcome::AliasTaken),
             ("idempotency_mismatch", _) => Ok(CreateOutcome::IdempotencyMismatch),
+            ("collision", _) => {
+                Ok(CreateOutcome::Collision(answer.why.unwrap_or_else(|| {
+                    "refused by the code's home region".into()
+                })))
+            }
             (other, _) => Err(unexpected(format!("unexpected outcome {other:?}"))),
         }
     }
@@ -627,6 +632,19 @@ pub struct ForwardedCreate {
     /// `Idempotency-Key` and the SHA-256 of the request body (hex), when one was presented.
     #[serde(default)]
     pub idempotency: Option<(String, String)>,
+    /// An import's row (issue 44): the old code, of any legacy shape, claimed where the
+    /// code's home is (its counter's region for a 7-character code, the alias home else).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported: Option<ForwardedImport>,
+}
+
+/// [`crate::store::Imported`] on the wire.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct ForwardedImport {
+    #[serde(default)]
+    pub created_at_ms: Option<i64>,
+    #[serde(default)]
+    pub clicks: Option<u64>,
 }
 
 impl ForwardedCreate {
@@ -646,13 +664,19 @@ impl ForwardedCreate {
                 .idempotency
                 .as_ref()
                 .map(|c| (c.key.clone(), hex::encode(c.body_hash))),
+            imported: req.imported.map(|i| ForwardedImport {
+                created_at_ms: i.created_at_ms,
+                clicks: i.clicks,
+            }),
         }
     }
 
     /// The create the alias home performs, or why the body is refused.
     pub fn request(self) -> Result<crate::store::CreateRequest, String> {
-        if classify(self.alias.as_bytes()) != CodeKind::Alias {
-            return Err(format!("{:?} is not an alias", self.alias));
+        match (classify(self.alias.as_bytes()), &self.imported) {
+            (CodeKind::Alias, _) => {}
+            (CodeKind::Generated | CodeKind::Legacy, Some(_)) => {}
+            _ => return Err(format!("{:?} is not an alias", self.alias)),
         }
         if let Some(domain) = &self.domain {
             if !lasthop_core::code::domain_shape(domain.as_bytes()) {
@@ -690,6 +714,10 @@ impl ForwardedCreate {
             tags: self.tags,
             actor: crate::store::Actor::Forwarded(self.actor),
             destination: None,
+            imported: self.imported.map(|i| crate::store::Imported {
+                created_at_ms: i.created_at_ms,
+                clicks: i.clicks,
+            }),
         })
     }
 }
@@ -697,10 +725,13 @@ impl ForwardedCreate {
 /// The alias home's answer to a forwarded create.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct CreateAnswer {
-    /// `created`, `replayed`, `alias_taken` or `idempotency_mismatch`.
+    /// `created`, `replayed`, `alias_taken`, `idempotency_mismatch` or `collision` (an
+    /// import's claim refused, `why` says why).
     pub outcome: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<StoredLink>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// Whose a link's state is.
@@ -720,7 +751,8 @@ impl Home {
                 .scheme
                 .decode(code.as_bytes())
                 .and_then(|n| lasthop_core::region::region_of(n, self.regions)),
-            CodeKind::Alias => Some(self.alias_home),
+            // A legacy code is named, as an alias is: it lives in the alias home.
+            CodeKind::Alias | CodeKind::Legacy => Some(self.alias_home),
             CodeKind::Invalid => None,
         }
     }

@@ -29,6 +29,13 @@ pub struct ApiError {
     pub(crate) reason: Option<String>,
 }
 
+impl std::fmt::Display for ApiError {
+    /// `code: message`, as a tool outside the API reports it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {

@@ -374,6 +374,17 @@ async fn listen(
             Duration::from_millis(args.feed_heartbeat_ms.max(1)),
         )
     });
+    let legacy = Arc::new(lasthop_control::legacy::LegacyFallback::new(
+        state.clone(),
+        lasthop_control::legacy::FallbackConfig {
+            default_template: args.legacy_fallback.clone(),
+            default_owner: args.legacy_fallback_owner.clone(),
+            timeout: Duration::from_millis(args.legacy_fallback_timeout_ms.max(1)),
+            rate: args.legacy_fallback_rate,
+            miss_ttl: Duration::from_secs(args.legacy_fallback_miss_secs),
+        },
+        state.metrics().clone(),
+    ));
     let edge_state = EdgeState::from_parts(EdgeParts {
         store,
         token,
@@ -386,6 +397,7 @@ async fn listen(
             over_tls: edge_tls.is_some(),
             allow_plain: args.allow_plain_certificate_distribution,
         },
+        legacy: Some(legacy),
     });
     tokio::spawn(Arc::clone(&publisher).start(stop_rx.clone()));
     if let Some(acme) = acme {

@@ -138,7 +138,29 @@ pub fn build_snapshot(
         return Err(SnapshotBuildError::Writer(e));
     }
     walked?;
+    add_legacy_set(store, &mut writer)?;
     Ok((sequence, writer.seal()?))
+}
+
+/// Adds every imported legacy or claimed code of the record ([`crate::store::LEGACY_SET`]) to
+/// the snapshot's legacy set (format version 5), hot or not: an engine then asks its origin
+/// about a cold one and 404s any other code of that shape without a lookup. A link deleted
+/// since stays in the set (its code stays claimed forever, and answers 410).
+fn add_legacy_set<S: lasthop_snapshot::Sink>(
+    store: &dyn Store,
+    writer: &mut SnapshotWriter<S>,
+) -> Result<(), SnapshotBuildError> {
+    let mut after = None;
+    loop {
+        let page = store.code_set(crate::store::LEGACY_SET, after.as_deref(), 10_000)?;
+        for key in &page.codes {
+            writer.add_legacy(key.as_bytes())?;
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(()),
+        }
+    }
 }
 
 /// Writes the hot set of `store` to `out` within `hot` (see the module docs): the links created
@@ -229,6 +251,7 @@ pub fn build_hot_snapshot(
         }
     }
     stats.full = budget.full;
+    add_legacy_set(store, &mut writer)?;
     Ok((sequence, writer.seal()?, stats))
 }
 
@@ -424,6 +447,7 @@ mod tests {
             tags: Vec::new(),
             actor: Actor::System,
             destination: None,
+            imported: None,
         };
         match s.create(req).unwrap() {
             crate::store::CreateOutcome::Created(l) | crate::store::CreateOutcome::Replayed(l) => {

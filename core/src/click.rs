@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::code::{domain_shape, plausible, DOMAIN_MAX, KEY_SEPARATOR};
+use crate::code::{domain_shape, native, plausible, DOMAIN_MAX, KEY_SEPARATOR};
 use crate::cursor::{Cursor, Truncated};
 use crate::feed::valid_name;
 
@@ -29,6 +29,11 @@ pub const EVENT_VERSION: u8 = 2;
 /// before branded domains wrote (so a processor that reads version 1 only keeps counting the
 /// default domain's clicks). An event with a domain is [`EVENT_VERSION`].
 pub const EVENT_VERSION_DEFAULT_DOMAIN: u8 = 1;
+/// The version of a click on a legacy code (issue 44: an imported code of another shortener's
+/// shape, `lasthop_core::code::CodeKind::Legacy`): version 2's layout, whose domain may be
+/// empty (the default domain), with a code of 1–64 of `[A-Za-z0-9_-]`. Versions 1 and 2 carry
+/// generated codes and aliases only, as before; an older reader refuses a version-3 event.
+pub const EVENT_VERSION_LEGACY: u8 = 3;
 /// Longest user agent an event carries; the edge truncates (on a character boundary).
 pub const MAX_USER_AGENT: usize = 256;
 /// Longest referrer host an event carries (a DNS name is at most 253).
@@ -326,7 +331,7 @@ impl<'a> ClickEvent<'a> {
         out.extend_from_slice(&self.country.unwrap_or([0, 0]));
         out.extend_from_slice(&net);
         put_str8(out, self.code, 64);
-        if !self.domain.is_empty() {
+        if self.version() != EVENT_VERSION_DEFAULT_DOMAIN {
             put_str8(out, self.domain, DOMAIN_MAX);
         }
         put_str8(out, self.pop, 64);
@@ -340,7 +345,10 @@ impl<'a> ClickEvent<'a> {
     pub fn decode(buf: &'a [u8]) -> Result<(ClickEvent<'a>, usize), EventError> {
         let mut c = Cursor::new(buf);
         let version = c.u8()?;
-        if version != EVENT_VERSION_DEFAULT_DOMAIN && version != EVENT_VERSION {
+        if !matches!(
+            version,
+            EVENT_VERSION_DEFAULT_DOMAIN | EVENT_VERSION | EVENT_VERSION_LEGACY
+        ) {
             return Err(EventError::Version(version));
         }
         let flags = c.u8()?;
@@ -371,17 +379,25 @@ impl<'a> ClickEvent<'a> {
             None
         };
         let code = str8(&mut c, "code")?;
-        if !plausible(code.as_bytes()) {
+        // Each version has one form: a legacy code only in version 3, and only there.
+        let shaped = if version == EVENT_VERSION_LEGACY {
+            plausible(code.as_bytes()) && !native(code.as_bytes())
+        } else {
+            native(code.as_bytes())
+        };
+        if !shaped {
             return Err(EventError::Field("code"));
         }
-        let domain = if version == EVENT_VERSION {
-            let domain = str8(&mut c, "domain")?;
-            if !domain_shape(domain.as_bytes()) {
-                return Err(EventError::Field("domain"));
+        let domain = match version {
+            EVENT_VERSION_DEFAULT_DOMAIN => "",
+            _ => {
+                let domain = str8(&mut c, "domain")?;
+                let empty_ok = version == EVENT_VERSION_LEGACY && domain.is_empty();
+                if !empty_ok && !domain_shape(domain.as_bytes()) {
+                    return Err(EventError::Field("domain"));
+                }
+                domain
             }
-            domain
-        } else {
-            ""
         };
         let pop = str8(&mut c, "pop")?;
         if !pop.is_empty() && !valid_name(pop) {
@@ -420,9 +436,12 @@ impl<'a> ClickEvent<'a> {
     }
 
     /// The format version this event is written as: [`EVENT_VERSION_DEFAULT_DOMAIN`] (1) on the
-    /// default domain, [`EVENT_VERSION`] (2) with a domain.
+    /// default domain, [`EVENT_VERSION`] (2) with a domain, [`EVENT_VERSION_LEGACY`] (3) for a
+    /// legacy code on either.
     pub fn version(&self) -> u8 {
-        if self.domain.is_empty() {
+        if !native(self.code.as_bytes()) && plausible(self.code.as_bytes()) {
+            EVENT_VERSION_LEGACY
+        } else if self.domain.is_empty() {
             EVENT_VERSION_DEFAULT_DOMAIN
         } else {
             EVENT_VERSION
@@ -579,9 +598,9 @@ impl ArchivedClick {
     /// Checks an archive line back into an event (the archive is read as untrusted bytes too).
     pub fn event(&self) -> Result<ClickEvent<'_>, EventError> {
         let domain = match (self.v, self.d.as_deref()) {
-            (EVENT_VERSION_DEFAULT_DOMAIN, None) => "",
-            (EVENT_VERSION, Some(d)) if !d.is_empty() => d,
-            (EVENT_VERSION_DEFAULT_DOMAIN | EVENT_VERSION, _) => {
+            (EVENT_VERSION_DEFAULT_DOMAIN, None) | (EVENT_VERSION_LEGACY, None) => "",
+            (EVENT_VERSION | EVENT_VERSION_LEGACY, Some(d)) if !d.is_empty() => d,
+            (EVENT_VERSION_DEFAULT_DOMAIN | EVENT_VERSION | EVENT_VERSION_LEGACY, _) => {
                 return Err(EventError::Field("domain"))
             }
             (v, _) => return Err(EventError::Version(v)),

@@ -2,6 +2,14 @@
 //! custom aliases are 8–64 characters of `[A-Za-z0-9_-]`, not all digits. Length alone tells the
 //! two namespaces apart, and [`classify`] is the one place that says what shape a string has:
 //! the edge's request path, the feed and click decoders, the stores and the API all ask it.
+//!
+//! A third shape holds the codes other shorteners issued, moved in by an import (issue 44): a
+//! **legacy code** is 1–64 characters of `[A-Za-z0-9_-]` that is neither a generated code nor
+//! an alias (1–6 characters; 7 with `_` or `-`; 8–64 digits). No namespace of ours mints one,
+//! so the edge looks one up only when the snapshot's legacy set (or the overlay) says it may
+//! exist; a scanner's junk of that shape still costs no lookup. A 7-character base62 code an
+//! old shortener issued is shaped as a generated code: it is *claimed* (its counter value can
+//! then never be minted) and stays [`CodeKind::Generated`].
 
 use crate::base62;
 use crate::ff1::{Ff1Domain, Ff1Error};
@@ -23,6 +31,8 @@ pub enum CodeKind {
     Generated,
     /// An alias's shape ([`alias_shape`]); the reserved words are the alias rules' business.
     Alias,
+    /// Another shortener's code ([`legacy_shape`]): only an import makes one.
+    Legacy,
     /// Anything else: no namespace holds it, so it never existed (answered 404 without a lookup).
     Invalid,
 }
@@ -58,14 +68,36 @@ pub fn alias_shape(code: &[u8]) -> Result<(), ShapeError> {
     Ok(())
 }
 
+/// Whether `code` has a legacy code's alphabet and length: 1–[`ALIAS_MAX`] characters of
+/// `[A-Za-z0-9_-]` (whether it is one, rather than a generated code or an alias, is
+/// [`classify`]'s answer).
+#[inline]
+pub fn legacy_shape(code: &[u8]) -> bool {
+    (1..=ALIAS_MAX).contains(&code.len())
+        && code
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// What shape `code` has: a generated code by its length and alphabet, an alias by
-/// [`alias_shape`], else nothing any namespace holds.
+/// [`alias_shape`], a legacy code by [`legacy_shape`], else nothing any namespace holds.
 #[inline]
 pub fn classify(code: &[u8]) -> CodeKind {
     match code.len() {
         CODE_LEN if base62::is_base62(code) => CodeKind::Generated,
         ALIAS_MIN..=ALIAS_MAX if alias_shape(code).is_ok() => CodeKind::Alias,
-        _ => CodeKind::Invalid,
+        _ => classify_rest(code),
+    }
+}
+
+/// The shapes off the generated codes' and aliases' path (kept out of line so theirs stays
+/// as short as before).
+#[inline(never)]
+fn classify_rest(code: &[u8]) -> CodeKind {
+    if legacy_shape(code) {
+        CodeKind::Legacy
+    } else {
+        CodeKind::Invalid
     }
 }
 
@@ -73,6 +105,13 @@ pub fn classify(code: &[u8]) -> CodeKind {
 #[inline]
 pub fn plausible(code: &[u8]) -> bool {
     classify(code) != CodeKind::Invalid
+}
+
+/// A code that needs no import to exist: a generated code or an alias (what readers of the
+/// formats before legacy codes accept).
+#[inline]
+pub fn native(code: &[u8]) -> bool {
+    matches!(classify(code), CodeKind::Generated | CodeKind::Alias)
 }
 
 /// Between a branded domain and its code in a [link key](split_key).
@@ -253,7 +292,7 @@ mod tests {
             b"lh.example/a/b-and-more",
             b"-lh.example/spring-sale",
             b"lh..example/spring-sale",
-            b"lh.example/short",
+            b"lh.example/sh.rt",
         ] {
             assert_eq!(
                 classify_key(bad),
@@ -289,8 +328,9 @@ mod tests {
     #[test]
     fn classify_by_length() {
         assert_eq!(classify(b"abcDEF1"), CodeKind::Generated);
-        assert_eq!(classify(b"abc-EF1"), CodeKind::Invalid);
-        assert_eq!(classify(b"abcdef"), CodeKind::Invalid);
+        assert_eq!(classify(b"abc-EF1"), CodeKind::Legacy);
+        assert_eq!(classify(b"abcdef"), CodeKind::Legacy);
+        assert_eq!(classify(b"a"), CodeKind::Legacy);
         assert_eq!(classify(b"my-alias"), CodeKind::Alias);
         assert_eq!(classify(&[b'a'; 64]), CodeKind::Alias);
         assert_eq!(classify(&[b'a'; 65]), CodeKind::Invalid);
@@ -298,11 +338,13 @@ mod tests {
         // An alias's shape: its alphabet, and not all digits.
         assert_eq!(classify(b"dot.dot.dot"), CodeKind::Invalid);
         assert_eq!(classify(b"has space"), CodeKind::Invalid);
-        assert_eq!(classify(b"12345678"), CodeKind::Invalid);
+        assert_eq!(classify(b"12345678"), CodeKind::Legacy);
+        assert_eq!(classify(&[b'1'; 65]), CodeKind::Invalid);
         assert_eq!(classify(b"12345678a"), CodeKind::Alias);
         assert_eq!(classify(b"1234567"), CodeKind::Generated);
         assert!(plausible(b"abcDEF1") && plausible(b"my-alias_2"));
-        assert!(!plausible(b"") && !plausible(b"short") && !plausible(b"dot.dot.dot"));
+        assert!(!plausible(b"") && !plausible(b"dot.dot.dot"));
+        assert!(plausible(b"short") && !native(b"short") && native(b"my-alias"));
         assert_eq!(
             alias_shape(b"a.b"),
             Err(ShapeError::InvalidChar),

@@ -63,6 +63,14 @@ pub struct LinkState {
     /// given, without repeats.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The clicks the link had at the shortener it was imported from (issue 44, `links import
+    /// --with-clicks`): history shown beside lasthop's own counts, never added to them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported_clicks: Option<u64>,
+    /// Imported with an old code that is no alias (issue 44: a legacy code, or a claimed
+    /// 7-character one): every region keeps its key in the legacy set its snapshots carry.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub legacy_code: bool,
 }
 
 /// The most tags a link carries.

@@ -313,6 +313,26 @@ fn domain_first<'a>(domain: &'a Domain, code: &[u8], preview: bool) -> Option<(A
     None
 }
 
+/// Whether an imported link may have `key` (a legacy code, or a claimed 7-character code above
+/// its region's mark): the snapshot's legacy set, or the overlay (links since the snapshot).
+/// Off the hot path: only legacy-shaped codes and codes above the mark get here.
+#[cold]
+#[inline(never)]
+fn legacy_may_exist(t: &Tables, key: &[u8]) -> bool {
+    t.snapshot
+        .as_deref()
+        .is_some_and(|s| s.legacy_may_contain(key))
+        || (!t.overlay.is_empty() && t.overlay.get(key).is_some())
+}
+
+/// Whether `domain`'s (`None`: the default domain's) old shortener may have a code the tables
+/// do not: the origin is asked, and asks it (issue 44's lazy fallback).
+#[cold]
+#[inline(never)]
+fn legacy_fallback(t: &Tables, domain: Option<&Domain>) -> bool {
+    t.has_origin && t.domains.legacy_fallback(domain)
+}
+
 /// The path of ACME HTTP-01 answers, less its leading `/` (RFC 8555 §8.3).
 pub const ACME_CHALLENGE_PREFIX: &[u8] = b".well-known/acme-challenge/";
 
@@ -372,12 +392,19 @@ fn decide_key<'a>(
             } else {
                 match t.scheme.decode_with(code, midway) {
                     Some(n) if t.high_water.may_be_issued(n) => (probe, Some(n)),
+                    // Above the mark: never issued here, unless an import claimed it.
+                    _ if legacy_may_exist(t, key) => (probe, None),
                     _ => return (Answer::NotFound, Layer::HighWater),
                 }
             }
         }
         CodeKind::Alias => (None, None),
-        CodeKind::Invalid => return (acme_or_not_found(domain, code, preview), Layer::Invalid),
+        // Another shortener's code, moved in: looked up only when the legacy set says it may
+        // exist, so a scanner's junk of this shape still costs no lookup.
+        CodeKind::Legacy if legacy_may_exist(t, key) || legacy_fallback(t, domain) => (None, None),
+        CodeKind::Legacy | CodeKind::Invalid => {
+            return (acme_or_not_found(domain, code, preview), Layer::Invalid)
+        }
     };
     // Whether a 404 from the origin may be cached: an alias's always; a generated code's only
     // below its region's mark (not in the reserve, which a fresh lease may fill), worked out
@@ -388,7 +415,7 @@ fn decide_key<'a>(
         preview,
         cache_negative: match counter {
             Some(n) => t.high_water.below_mark(n),
-            None => kind == CodeKind::Alias,
+            None => kind != CodeKind::Generated,
         },
         confirming,
     };

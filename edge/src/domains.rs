@@ -28,6 +28,9 @@ pub struct Domain {
     /// ACME HTTP-01 answers while the domain's certificate is being ordered: (token, key
     /// authorization), served at `/.well-known/acme-challenge/TOKEN` (RFC 8555 §8.3).
     pub acme_http: Box<[AcmeAnswer]>,
+    /// An old shortener stands behind the domain (issue 44's lazy fallback): a legacy-shaped
+    /// code that no table has is read through the origin, which asks it, instead of a 404.
+    pub legacy_fallback: bool,
 }
 
 /// An ACME HTTP-01 answer: the token and its key authorization.
@@ -43,6 +46,7 @@ impl Domain {
             not_found_redirect: None,
             hsts: None,
             acme_http: Box::new([]),
+            legacy_fallback: false,
         }
     }
 
@@ -74,6 +78,8 @@ impl Domain {
 #[derive(Debug, Clone, Default)]
 pub struct Domains {
     by_name: HashMap<Box<[u8]>, Domain>,
+    /// The default domain has a lazy fallback ([`Domain::legacy_fallback`]).
+    default_legacy_fallback: bool,
 }
 
 impl Domains {
@@ -90,7 +96,26 @@ impl Domains {
             .filter(|d| domain_shape(&d.name))
             .map(|d| (d.name.clone(), d))
             .collect();
-        Domains { by_name }
+        Domains {
+            by_name,
+            default_legacy_fallback: false,
+        }
+    }
+
+    /// This set with the default domain's lazy fallback on or off.
+    pub fn with_default_legacy_fallback(mut self, on: bool) -> Domains {
+        self.default_legacy_fallback = on;
+        self
+    }
+
+    /// Whether a legacy-shaped code unknown on `domain` (`None`: the default domain) is read
+    /// through the origin (its old shortener may have it) rather than answered 404.
+    #[inline]
+    pub fn legacy_fallback(&self, domain: Option<&Domain>) -> bool {
+        match domain {
+            Some(d) => d.legacy_fallback,
+            None => self.default_legacy_fallback,
+        }
     }
 
     /// How many.

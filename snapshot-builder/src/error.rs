@@ -11,12 +11,15 @@ pub enum Section {
     Arena,
     /// The hash index.
     Index,
+    /// Version 5's legacy set.
+    Legacy,
 }
 
 impl std::fmt::Display for Section {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Section::Header => "header",
+            Section::Legacy => "legacy set",
             Section::Arena => "arena",
             Section::Index => "index",
         })

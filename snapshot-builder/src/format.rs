@@ -13,7 +13,7 @@ use lasthop_core::cursor::Cursor;
 pub const MAGIC: [u8; 8] = [0x89, b'L', b'H', b'S', b'N', b'A', b'P', b'\n'];
 /// The version this writer writes. The reader also reads [`OLDEST_FORMAT_VERSION`] and every
 /// version between.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest version this reader reads: an engine upgraded before its control plane keeps
 /// serving the snapshots it is sent.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
@@ -422,6 +422,18 @@ pub(crate) fn entry_form_problem(version: u32, e: &RawEntry<'_>) -> Option<&'sta
     }
 }
 
+/// Version 5's legacy set ([`crate::legacy`]): where its blocks start, how many, the distinct
+/// keys it was built from, and the xxh3-64 of its blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LegacySection {
+    /// Where the overflow ends (zeros follow up to `offset`).
+    pub(crate) overflow_end: u64,
+    pub(crate) offset: u64,
+    pub(crate) blocks: u64,
+    pub(crate) keys: u64,
+    pub(crate) checksum: u64,
+}
+
 /// The header, decoded. Field order here is file order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Header {
@@ -621,12 +633,74 @@ impl Header {
         if version < 3 && branded != 0 {
             return Err(bad("reserved", branded, "must be zero before version 3"));
         }
-        header.check_layout(actual)?;
+        let content_end = match header.legacy_section(file)? {
+            Some(legacy) => legacy.overflow_end,
+            None => actual,
+        };
+        header.check_layout(actual, content_end)?;
         Ok(header)
     }
 
-    /// Every offset, length and count against the file length and each other.
-    fn check_layout(&self, actual: u64) -> Result<(), SnapshotError> {
+    /// Version 5's legacy set, when the file has one: after the overflow (padded with zeros
+    /// to 64) come its blocks, then the trailer (blocks, keys, checksum, magic) at the very end.
+    /// `None` when the overflow ends the file (no legacy codes, and every older version).
+    pub(crate) fn legacy_section(
+        &self,
+        file: &[u8],
+    ) -> Result<Option<LegacySection>, SnapshotError> {
+        if self.version < 5 || self.version == 1 {
+            return Ok(None);
+        }
+        let actual = file.len() as u64;
+        let end = self
+            .total_buckets
+            .checked_mul(self.page_len.into())
+            .and_then(|len| len.checked_add(self.index_offset))
+            .and_then(|e| e.checked_add(self.arena_len));
+        let Some(end) = end.filter(|&e| e < actual) else {
+            // Exactly the overflow's end, or a layout check_layout refuses.
+            return Ok(None);
+        };
+        let fail = |why| bad("legacy", actual, why);
+        let trailer_at = actual
+            .checked_sub(crate::legacy::TRAILER_LEN as u64)
+            .ok_or(fail("no room for the legacy set's trailer"))?;
+        let trailer = file
+            .get(trailer_at as usize..)
+            .ok_or(fail("no room for the legacy set's trailer"))?;
+        let mut c = Cursor::new(trailer);
+        let (blocks, keys, checksum) = match (c.u64(), c.u64(), c.u64(), c.array::<8>()) {
+            (Ok(b), Ok(k), Ok(s), Ok(m)) if m == crate::legacy::TRAILER_MAGIC => (b, k, s),
+            _ => return Err(fail("bytes after the overflow that are no legacy set")),
+        };
+        let offset = align_up(end, INDEX_ALIGN).ok_or(fail("overflows"))?;
+        let filter_end = blocks
+            .checked_mul(crate::legacy::BLOCK_LEN as u64)
+            .and_then(|len| len.checked_add(offset));
+        if blocks == 0 || blocks > 1 << 32 || filter_end != Some(trailer_at) {
+            return Err(fail("the legacy set's blocks do not fill it"));
+        }
+        if keys == 0 || blocks != crate::legacy::blocks_for(keys) {
+            return Err(fail("the legacy set's size is not its keys'"));
+        }
+        let pad = file
+            .get(end as usize..offset as usize)
+            .ok_or(fail("overflows"))?;
+        if pad.iter().any(|&b| b != 0) {
+            return Err(fail("the padding before the legacy set is not zero"));
+        }
+        Ok(Some(LegacySection {
+            overflow_end: end,
+            offset,
+            blocks,
+            keys,
+            checksum,
+        }))
+    }
+
+    /// Every offset, length and count against the file length and each other; the sections
+    /// before the legacy set end at `content_end` (the file's end without one).
+    fn check_layout(&self, actual: u64, content_end: u64) -> Result<(), SnapshotError> {
         if self.file_len != actual {
             return Err(SnapshotError::FileLength {
                 recorded: self.file_len,
@@ -648,7 +722,7 @@ impl Header {
         if self.version == 1 {
             self.check_v1_sections(actual)?;
         } else {
-            self.check_v2_sections(actual)?;
+            self.check_v2_sections(content_end)?;
         }
         if u64::from(self.max_probe) >= self.total_buckets {
             return Err(bad(
@@ -850,10 +924,10 @@ mod tests {
         f[0] ^= 1;
         assert!(matches!(Header::decode(&f), Err(SnapshotError::BadMagic)));
         let mut f = file.clone();
-        f[8] = 5;
+        f[8] = 6;
         assert!(matches!(
             Header::decode(&f),
-            Err(SnapshotError::UnsupportedVersion { found: 5, .. })
+            Err(SnapshotError::UnsupportedVersion { found: 6, .. })
         ));
         // Version 1 with a page length: the field is reserved there.
         let mut paged_v1 = h.clone();

@@ -37,6 +37,7 @@
 
 mod error;
 mod format;
+mod legacy;
 mod reader;
 mod synth;
 mod tsv;

@@ -323,6 +323,12 @@ fn inspect(file: &Path) -> Result<()> {
         s.expiring(),
         s.branded(),
     );
+    if s.format_version() >= 5 {
+        println!(
+            "legacy set       {} keys (imported codes of other shorteners' shapes)",
+            s.legacy_keys()
+        );
+    }
     println!(
         "url bytes        {} (mean {:.1})",
         s.url_bytes(),

@@ -100,8 +100,19 @@ pub struct Snapshot {
     /// to 4.
     stride: usize,
     /// What slot offsets count from: the arena in version 1, the pages and overflow together
-    /// in versions 2 to 4.
+    /// in versions 2 to 5.
     entries: Range<usize>,
+    /// Version 5's legacy set, when the file has one.
+    legacy: Option<Legacy>,
+}
+
+/// Where a version-5 legacy set's blocks are, and what its trailer says.
+#[derive(Debug, Clone)]
+struct Legacy {
+    bytes: Range<usize>,
+    blocks: u64,
+    keys: u64,
+    checksum: u64,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -242,13 +253,35 @@ impl Snapshot {
                 })?;
             // Between header and pages.
             let gap = header.header_len as usize..index_start;
+            // The overflow ends the file but for a version-5 legacy set after it.
+            let end = to_usize(header.arena_len, "arena_len")?
+                .checked_add(pages)
+                .filter(|&e| e <= file_len)
+                .ok_or(SnapshotError::BadField {
+                    field: "arena_len",
+                    value: header.arena_len,
+                    why: "runs past the end of the file",
+                })?;
             (
-                pages..file_len,
+                pages..end,
                 index_start..pages,
                 stride,
-                index_start..file_len,
+                index_start..end,
                 gap,
             )
+        };
+        let legacy = match header.legacy_section(all)? {
+            Some(l) => {
+                let start = to_usize(l.offset, "legacy")?;
+                let len = to_usize(l.blocks, "legacy")?.saturating_mul(crate::legacy::BLOCK_LEN);
+                Some(Legacy {
+                    bytes: start..start.saturating_add(len),
+                    blocks: l.blocks,
+                    keys: l.keys,
+                    checksum: l.checksum,
+                })
+            }
+            None => None,
         };
         // The padding before the index is covered by no checksum, so check it here (at most
         // 63 bytes): then every byte of the file is either checked on open or covered by a
@@ -273,7 +306,29 @@ impl Snapshot {
             index,
             stride,
             entries,
+            legacy,
         })
+    }
+
+    /// Whether the legacy set (version 5) may hold `key`: false means the record holds no
+    /// link of that key that an import made with a legacy or claimed code (as of this
+    /// snapshot's sequence; the overlay has the ones since). False without a legacy set.
+    /// One hash and one 32-byte block, in place in the mapping.
+    #[inline]
+    pub fn legacy_may_contain(&self, key: &[u8]) -> bool {
+        match &self.legacy {
+            Some(l) => crate::legacy::may_contain(
+                self.all().get(l.bytes.clone()).unwrap_or(&[]),
+                l.blocks,
+                crate::legacy::key_hash(key, self.header.hash_seed),
+            ),
+            None => false,
+        }
+    }
+
+    /// Distinct keys in the legacy set (0: none, and every file before version 5).
+    pub fn legacy_keys(&self) -> u64 {
+        self.legacy.as_ref().map_or(0, |l| l.keys)
     }
 
     #[inline]
@@ -499,6 +554,16 @@ impl Snapshot {
                 });
             }
         }
+        if let Some(l) = &self.legacy {
+            let computed = section_checksum(self.all().get(l.bytes.clone()).unwrap_or(&[]));
+            if computed != l.checksum {
+                return Err(SnapshotError::Checksum {
+                    section: Section::Legacy,
+                    stored: l.checksum,
+                    computed,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -545,6 +610,13 @@ impl Snapshot {
                     match kind_of(entry.key) {
                         CodeKind::Generated => {}
                         CodeKind::Alias => aliases += 1,
+                        CodeKind::Legacy if self.header.version >= 5 => {
+                            if !self.legacy_may_contain(entry.key) {
+                                return Err(fail("a legacy code missing from the legacy set"));
+                            }
+                            aliases += 1;
+                        }
+                        CodeKind::Legacy => return Err(fail("a legacy code before version 5")),
                         CodeKind::Invalid if self.header.version >= 3 => {
                             return Err(fail(
                                 "key is not a link key (code or alias, or domain/code)",
@@ -763,7 +835,7 @@ mod tests {
                 Snapshot::from_vec(v3).unwrap(),
                 Snapshot::from_vec(v2).unwrap(),
             );
-            assert_eq!((s3.format_version(), s2.format_version()), (4, 2));
+            assert_eq!((s3.format_version(), s2.format_version()), (5, 2));
             s2.verify().unwrap();
             s2.audit().unwrap();
             assert_eq!(s2.branded(), 0);
@@ -893,7 +965,7 @@ mod tests {
             let s = Snapshot::from_vec(bytes).unwrap();
             s.verify().unwrap();
             s.audit().unwrap();
-            assert_eq!(s.format_version(), 4);
+            assert_eq!(s.format_version(), 5);
             for (i, (k, o)) in links.iter().enumerate() {
                 let e = s.lookup(k).unwrap();
                 assert_eq!(e.options(), *o, "{}", String::from_utf8_lossy(k));

@@ -205,7 +205,7 @@ mod tests {
                     assert_eq!(scheme.decode(split_key(l.key).1), l.counter);
                 }
                 CodeKind::Alias => aliases += 1,
-                CodeKind::Invalid => panic!("bad key {:?}", l.key),
+                CodeKind::Invalid | CodeKind::Legacy => panic!("bad key {:?}", l.key),
             }
             expiring += usize::from(l.expires_at_ms.is_some());
             url_bytes += l.url.len();

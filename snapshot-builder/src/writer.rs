@@ -19,9 +19,10 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::BuildError;
 use crate::format::{
-    align_up, encode_entry_head, entry_key, hash, header_len_for, home_bucket, slot_word, tag,
-    Header, Layout, BUCKET_LEN, CONTINUES, ENTRY_HEAD_MAX, FORMAT_VERSION, INDEX_ALIGN,
-    KEY_HEAD_MAX, MAX_ARENA_LEN, MAX_KEY_LEN, MAX_REGIONS, MAX_URL_LEN, SLOTS_PER_BUCKET,
+    align_up, encode_entry_head, entry_key, hash, header_len_for, home_bucket, section_checksum,
+    slot_word, tag, Header, Layout, BUCKET_LEN, CONTINUES, ENTRY_HEAD_MAX, FORMAT_VERSION,
+    INDEX_ALIGN, KEY_HEAD_MAX, MAX_ARENA_LEN, MAX_KEY_LEN, MAX_REGIONS, MAX_URL_LEN,
+    SLOTS_PER_BUCKET,
 };
 
 /// What a snapshot is about, fixed when the writer is created.
@@ -82,6 +83,8 @@ pub struct SealedInfo {
     /// Links with options of their own (options entries; the header does not count them).
     pub with_options: u64,
     pub url_bytes: u64,
+    /// Distinct keys in the legacy set (version 5; 0: the file has none).
+    pub legacy_keys: u64,
     pub home_buckets: u64,
     pub total_buckets: u64,
     pub max_probe: u32,
@@ -423,6 +426,8 @@ pub struct SnapshotWriter<S: Sink = FileSink> {
     expiring: u64,
     with_options: u64,
     url_bytes: u64,
+    /// The legacy set's key hashes ([`SnapshotWriter::add_legacy`]; repeats allowed).
+    legacy: Vec<u64>,
 }
 
 impl<S: Sink> std::fmt::Debug for SnapshotWriter<S> {
@@ -490,6 +495,7 @@ impl<S: Sink> SnapshotWriter<S> {
             expiring: 0,
             with_options: 0,
             url_bytes: 0,
+            legacy: Vec::new(),
         })
     }
 
@@ -555,6 +561,11 @@ impl<S: Sink> SnapshotWriter<S> {
             _ if key.len() > MAX_KEY_LEN => None,
             CodeKind::Generated => Some(false),
             CodeKind::Alias => Some(true),
+            // A legacy code is a name, as an alias is (version 5), and is in the legacy set.
+            CodeKind::Legacy => {
+                self.legacy.push(crate::legacy::key_hash(key, self.seed));
+                Some(true)
+            }
             CodeKind::Invalid => None,
         };
         let Some(alias) = alias else {
@@ -600,6 +611,23 @@ impl<S: Sink> SnapshotWriter<S> {
         self.with_options += u64::from(options.is_some());
         self.url_bytes += url.len() as u64;
         Ok(())
+    }
+
+    /// Adds `key` to the legacy set (version 5) without an entry: every legacy key of the
+    /// record goes in, hot or not, so an engine asks its origin about the cold ones and 404s
+    /// every other key of that shape without a lookup. A legacy code's shape (an entry with
+    /// one is added by `add` itself), or a claimed 7-character code (a generated code's shape
+    /// whose counter is above its region's mark: only the caller knows it is claimed).
+    pub fn add_legacy(&mut self, key: &[u8]) -> Result<(), BuildError> {
+        match classify_key(key) {
+            CodeKind::Legacy | CodeKind::Generated => {
+                self.legacy.push(crate::legacy::key_hash(key, self.seed));
+                Ok(())
+            }
+            CodeKind::Alias | CodeKind::Invalid => Err(BuildError::BadKey {
+                key: BuildError::key(key),
+            }),
+        }
     }
 
     /// Raises region `region`'s high-water mark (marks never go down) before sealing, for
@@ -756,7 +784,30 @@ impl<S: Sink> SnapshotWriter<S> {
             what: "probe length over 2^32",
         })?;
         let arena_len = overflow_at - pages_len;
-        let file_len = index_offset + overflow_at;
+        let mut file_len = index_offset + overflow_at;
+        // Version 5: the legacy set, when there are legacy keys (zeros to 64, the blocks, the
+        // trailer); without any, the file ends at the overflow as version 4's did.
+        let mut legacy = std::mem::take(&mut self.legacy);
+        legacy.sort_unstable();
+        legacy.dedup();
+        let legacy_keys = legacy.len() as u64;
+        if !legacy.is_empty() {
+            let (blocks, filter) = crate::legacy::build(&legacy);
+            drop(legacy);
+            let start = align_up(file_len, INDEX_ALIGN).ok_or(BuildError::TooLarge {
+                what: "file length overflows",
+            })?;
+            let pad = padding.get(..(start - file_len) as usize).unwrap_or(&[]);
+            self.sink.append(pad).map_err(|e| self.io(e))?;
+            self.sink.append(&filter).map_err(|e| self.io(e))?;
+            let mut trailer = Vec::with_capacity(crate::legacy::TRAILER_LEN);
+            trailer.extend_from_slice(&blocks.to_le_bytes());
+            trailer.extend_from_slice(&legacy_keys.to_le_bytes());
+            trailer.extend_from_slice(&section_checksum(&filter).to_le_bytes());
+            trailer.extend_from_slice(&crate::legacy::TRAILER_MAGIC);
+            self.sink.append(&trailer).map_err(|e| self.io(e))?;
+            file_len = start + filter.len() as u64 + trailer.len() as u64;
+        }
         debug_assert!(overflow_at <= MAX_ARENA_LEN);
 
         let hw = &self.meta.high_water;
@@ -797,6 +848,7 @@ impl<S: Sink> SnapshotWriter<S> {
             expiring: self.expiring,
             with_options: self.with_options,
             url_bytes: self.url_bytes,
+            legacy_keys,
             home_buckets,
             total_buckets,
             max_probe,
@@ -898,7 +950,7 @@ mod tests {
             let s = Snapshot::from_vec(bytes).unwrap();
             s.verify().unwrap();
             s.audit().unwrap();
-            assert_eq!(s.format_version(), 4);
+            assert_eq!(s.format_version(), 5);
             assert_eq!((s.links(), s.aliases(), s.branded()), (7, 3, 5));
             for &(k, u, e) in &links {
                 let probe = s.prefetch(k.as_bytes());
@@ -989,7 +1041,7 @@ mod tests {
         }
         assert!(w.is_empty());
         assert!(matches!(
-            w.add_with_options(b"short", b"u", None, permanent),
+            w.add_with_options(b"sh.rt", b"u", None, permanent),
             Err(BuildError::BadKey { .. })
         ));
         // A duplicate is a duplicate whatever the entries' forms.
@@ -1012,15 +1064,81 @@ mod tests {
         assert_eq!(s.lookup(b"abcDEF1"), None);
     }
 
+    /// Version 5: legacy codes are entries and in the legacy set; claimed codes and cold legacy
+    /// keys are in the set without an entry; other keys are not; a file without any is version
+    /// 4's layout.
+    #[test]
+    fn legacy_codes_and_the_legacy_set() {
+        for layout in [Layout::Compact, Layout::Paged] {
+            let mut w = SnapshotWriter::in_memory(meta().with_layout(layout)).unwrap();
+            w.add(b"abc", b"https://a.example/", None).unwrap();
+            w.add(b"12345678", b"https://b.example/", None).unwrap();
+            w.add(b"lh.example/x_y-z", b"https://c.example/", Some(9))
+                .unwrap();
+            w.add(b"abcDEF1", b"https://d.example/", None).unwrap();
+            w.add_legacy(b"cold1").unwrap();
+            w.add_legacy(b"Zz9Zz9Z").unwrap();
+            w.add_legacy(b"abc").unwrap();
+            assert!(matches!(
+                w.add_legacy(b"an-alias"),
+                Err(BuildError::BadKey { .. })
+            ));
+            let (info, bytes) = w.seal().unwrap();
+            assert_eq!((info.links, info.aliases, info.legacy_keys), (4, 3, 5));
+            let s = Snapshot::from_vec(bytes.clone()).unwrap();
+            s.verify().unwrap();
+            s.audit().unwrap();
+            assert_eq!((s.format_version(), s.legacy_keys()), (5, 5));
+            assert_eq!(s.lookup(b"abc").unwrap().url(), b"https://a.example/");
+            assert_eq!(
+                s.lookup(b"lh.example/x_y-z").unwrap().expires_at_ms(),
+                Some(9)
+            );
+            for k in [
+                &b"abc"[..],
+                b"12345678",
+                b"lh.example/x_y-z",
+                b"cold1",
+                b"Zz9Zz9Z",
+            ] {
+                assert!(s.legacy_may_contain(k), "{}", String::from_utf8_lossy(k));
+            }
+            let strays = (0..10_000)
+                .filter(|i| s.legacy_may_contain(format!("q{i}").as_bytes()))
+                .count();
+            assert!(strays < 100, "{strays} false positives of 10000");
+            // A flipped bit of the set is caught by verify; a cut trailer at open.
+            let mut bad = bytes.clone();
+            let at = bad.len() - crate::legacy::TRAILER_LEN - 1;
+            bad[at] ^= 0x10;
+            let s = Snapshot::from_vec(bad).unwrap();
+            assert!(matches!(
+                s.verify(),
+                Err(crate::SnapshotError::Checksum {
+                    section: crate::Section::Legacy,
+                    ..
+                })
+            ));
+            let cut = bytes[..bytes.len() - 1].to_vec();
+            assert!(Snapshot::from_vec(cut).is_err());
+        }
+        let mut w = SnapshotWriter::in_memory(meta()).unwrap();
+        w.add(b"abcDEF1", b"https://d.example/", None).unwrap();
+        let (info, bytes) = w.seal().unwrap();
+        let s = Snapshot::from_vec(bytes).unwrap();
+        assert_eq!((info.legacy_keys, s.legacy_keys()), (0, 0));
+        assert!(!s.legacy_may_contain(b"abc"));
+    }
+
     #[test]
     fn rejects_bad_input() {
         let mut w = SnapshotWriter::in_memory(meta()).unwrap();
         assert!(matches!(
-            w.add(b"short", b"u", None),
+            w.add(b"sh.rt", b"u", None),
             Err(BuildError::BadKey { .. })
         ));
         assert!(matches!(
-            w.add(b"abc-EF1", b"u", None),
+            w.add(b"abc.EF1", b"u", None),
             Err(BuildError::BadKey { .. })
         ));
         assert!(matches!(
@@ -1032,7 +1150,7 @@ mod tests {
             b"LH.example/spring-sale",
             b"localhost/spring-sale",
             b"lh.example/",
-            b"lh.example/short",
+            b"lh.example/sh.rt",
             b"lh.example/a/b-and-more",
             b"lh.example:8080/spring-sale",
         ] {

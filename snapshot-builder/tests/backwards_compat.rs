@@ -427,11 +427,12 @@ fn v4_exact_answers() {
 }
 
 /// Every fixture with its input's line count and region 0's mark.
-const FIXTURES: [(&str, &str, usize, u64); 4] = [
+const FIXTURES: [(&str, &str, usize, u64); 5] = [
     ("v1.snap", "v1.tsv", 36, 30),
     ("v2.snap", "v1.tsv", 36, 30),
     ("v3.snap", "v3.tsv", 43, 32),
     ("v4.snap", "v4.tsv", 51, 34),
+    ("v5.snap", "v5.tsv", 58, 34),
 ];
 
 #[test]
@@ -492,9 +493,51 @@ fn rebuild(tsv: &str, mark: u64) -> Vec<u8> {
 /// the format version and add a new fixture (keeping the old ones and their tests); if not (say,
 /// a different page length), point this test at a fresh build instead.
 #[test]
-fn v4_writer_is_stable() {
-    assert_eq!(FORMAT_VERSION, 4);
-    assert!(rebuild("v4.tsv", 34) == std::fs::read(fixture("v4.snap")).unwrap());
+fn v5_writer_is_stable() {
+    assert_eq!(FORMAT_VERSION, 5);
+    assert!(rebuild("v5.tsv", 34) == std::fs::read(fixture("v5.snap")).unwrap());
+}
+
+/// Version 5 left a file without legacy codes as version 4 wrote it: given v4's input,
+/// today's writer builds `v4.snap` but for the version and the header checksum.
+#[test]
+fn v5_writer_keeps_v4_files() {
+    let v4 = std::fs::read(fixture("v4.snap")).unwrap();
+    same_but_version(&v4, 4, &rebuild("v4.tsv", 34));
+}
+
+/// The v5 fixture's legacy codes answer, are in its legacy set (with nothing else of theirs),
+/// and older fixtures have no legacy set.
+#[test]
+fn v5_legacy_codes() {
+    let s = Snapshot::open(fixture("v5.snap")).unwrap();
+    s.verify().unwrap();
+    s.audit().unwrap();
+    assert_eq!((s.format_version(), s.legacy_keys()), (5, 7));
+    for (key, url) in [
+        ("a", "https://legacy.example/a"),
+        ("abc-_", "https://legacy.example/abc"),
+        ("xY7_z-1", "https://legacy.example/seven"),
+        ("go.example.com/b2", "https://legacy.example/branded"),
+    ] {
+        assert_eq!(s.lookup(key.as_bytes()).unwrap().url(), url.as_bytes());
+        assert!(s.legacy_may_contain(key.as_bytes()));
+    }
+    let e = s.lookup(b"0042").unwrap();
+    assert_eq!(e.options().redirect_status, 301);
+    assert_eq!(
+        s.lookup(b"12345678").unwrap().expires_at_ms(),
+        Some(1_893_456_000_000)
+    );
+    assert!(
+        !s.legacy_may_contain(b"b2"),
+        "the branded key, not its code"
+    );
+    for old in ["v1.snap", "v2.snap", "v3.snap", "v4.snap"] {
+        let s = Snapshot::open(fixture(old)).unwrap();
+        assert_eq!(s.legacy_keys(), 0);
+        assert!(!s.legacy_may_contain(b"a"));
+    }
 }
 
 /// `old` (a fixture of version `version`) and `new` (today's build of its input) are the same

@@ -242,7 +242,7 @@ proptest! {
         let s = Snapshot::from_vec(bytes.clone()).unwrap();
         s.verify().unwrap();
         s.audit().unwrap();
-        prop_assert_eq!(s.format_version(), 4);
+        prop_assert_eq!(s.format_version(), 5);
         prop_assert_eq!(s.links(), links.len() as u64);
         let branded = links.keys().filter(|k| k.contains(&b'/')).count() as u64;
         let aliases = links

@@ -177,6 +177,35 @@ pub struct CreateRequest {
     /// `long_url`'s destination, when the caller parsed it already (the store's writer then
     /// does not parse it again for the destination index).
     pub destination: Option<lasthop_trust::Destination>,
+    /// Moved in from another shortener with its old code (`alias`, any of
+    /// [`lasthop_core::code::legacy_shape`]'s codes): see [`Imported`].
+    pub imported: Option<Imported>,
+}
+
+/// An imported link (issue 44): its old code is kept, whatever its shape. A code of an alias's
+/// shape is stored as an alias; one of a legacy code's shape is also added to [`LEGACY_SET`]
+/// (which the snapshot's legacy set is built from); a 7-character base62 code, an FF1 output
+/// under our key too, is a *claim*: its counter value n must be above every counter its region
+/// ever leased (else [`CreateOutcome::Collision`]), is added to [`CLAIMED_SET`]
+/// ([`claimed_entry`]) so no lease hands it out, and its key to [`LEGACY_SET`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Imported {
+    /// When the old shortener made it (`None`: the import's time).
+    pub created_at_ms: Option<i64>,
+    /// Its clicks there (`LinkState::imported_clicks`), when the import keeps them.
+    pub clicks: Option<u64>,
+}
+
+/// The code set of every link key an import made that is no alias (a legacy code, or a claimed
+/// 7-character code): the snapshot's legacy set holds them all.
+pub const LEGACY_SET: &str = "legacy";
+/// The code set of claimed counter values ([`claimed_entry`]), which counter leases skip.
+pub const CLAIMED_SET: &str = "claimed";
+
+/// A claimed counter's entry in [`CLAIMED_SET`]: 13 decimal digits (62^7 < 10^13), so the
+/// entries sort as the counters do.
+pub fn claimed_entry(n: u64) -> String {
+    format!("{n:013}")
 }
 
 /// The saved position of the replication from region `region` ([`Store::position`]): the
@@ -311,6 +340,9 @@ pub enum CreateOutcome {
     AliasTaken,
     /// The idempotency key was used before with another body.
     IdempotencyMismatch,
+    /// An imported 7-character code whose counter value may already have been issued (at or
+    /// below its region's high-water mark), or that belongs to another region's range.
+    Collision(String),
 }
 
 /// What a delete did.
@@ -984,6 +1016,10 @@ pub struct DomainSettings {
     pub not_found_redirect: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hsts: Option<Hsts>,
+    /// The old shortener a code the domain does not have is asked of (issue 44's lazy
+    /// fallback): an `http(s)` URL template with `{code}`, e.g. `https://old.example/{code}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub legacy_fallback: Option<String>,
 }
 
 /// `Strict-Transport-Security` for a domain's HTTPS answers.
@@ -1095,6 +1131,10 @@ pub type CommitObserver = Arc<dyn Fn(usize, f64) + Send + Sync>;
 pub trait Store: Send + Sync + 'static {
     /// Creates a link (generated code, or the alias if given) durably.
     fn create(&self, req: CreateRequest) -> Result<CreateOutcome, StoreError>;
+    /// Creates several links in one transaction, all or nothing: an error writes none of them
+    /// (an outcome such as [`CreateOutcome::AliasTaken`] is an answer, not an error). An
+    /// import's batch (issue 44).
+    fn create_many(&self, reqs: Vec<CreateRequest>) -> Result<Vec<CreateOutcome>, StoreError>;
     /// A link and its state, whoever owns it.
     fn get(&self, code: &str) -> Result<Option<StoredLink>, StoreError>;
     /// [`Store::get`] of each code, from one consistent read where the store can.

@@ -72,6 +72,9 @@ pub(crate) trait Replica {
     async fn add_audit(&mut self, code: &str, record: AuditRecord) -> Result<(), StoreError>;
     /// Marks the change-log entries `seqs` (written in this transaction) as `region`'s.
     async fn mark_origins(&mut self, seqs: Range<u64>, region: u32) -> Result<(), StoreError>;
+    /// Adds `code` to this region's [`crate::LEGACY_SET`] (an imported link's old code that is
+    /// no alias, replicated from the region that imported it).
+    async fn mark_legacy(&mut self, code: &str) -> Result<(), StoreError>;
     /// Raises `region`'s high-water mark to `mark`, leaving a higher one as it is.
     async fn raise_mark(&mut self, region: u32, mark: u64) -> Result<(), StoreError>;
     /// Saves the position `name` as `value`.
@@ -94,7 +97,13 @@ pub(crate) async fn apply<R: Replica>(
     for c in page.changes.iter().filter(|c| c.seq > done) {
         let first = replica.next_seq();
         let applied = match &c.change {
-            Change::LinkCreated { link, state } => replica.insert_link(link, state).await?,
+            Change::LinkCreated { link, state } => {
+                let written = replica.insert_link(link, state).await?;
+                if written && state.legacy_code {
+                    replica.mark_legacy(&link.code).await?;
+                }
+                written
+            }
             Change::StateChanged { code, state } => {
                 apply_state(replica, code, state, c.authoritative).await?
             }

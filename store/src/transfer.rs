@@ -485,6 +485,61 @@ pub fn check_counter(
     }
 }
 
+/// The claimed 7-character codes of an import ([`crate::Imported`]): a generated code's
+/// counter at or above its region's mark is valid only when the record claims it in
+/// [`crate::CLAIMED_SET`], which comes after the links.
+#[derive(Debug, Default)]
+pub struct ClaimCheck {
+    above: Vec<(String, u64)>,
+    claimed: std::collections::HashSet<u64>,
+}
+
+impl ClaimCheck {
+    /// A link's generated code with counter `n`: [`check_counter`], or kept to be found claimed.
+    pub fn link(
+        &mut self,
+        code: &str,
+        n: u64,
+        regions: u32,
+        marks: &std::collections::HashMap<u32, u64>,
+    ) -> Result<(), StoreError> {
+        match check_counter(code, n, regions, marks) {
+            Ok(()) => Ok(()),
+            Err(e) if n < lasthop_core::CODE_SPACE && marks.len() as u32 == regions => {
+                let _ = e;
+                self.above.push((code.to_string(), n));
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A code-set record: the counter it claims, for [`crate::CLAIMED_SET`].
+    pub fn code_set(&mut self, set: &str, code: &str) -> Result<Option<u64>, StoreError> {
+        if set != crate::CLAIMED_SET {
+            return Ok(None);
+        }
+        let n = code
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| code == crate::claimed_entry(n))
+            .ok_or_else(|| bad(format!("code set {set}: {code:?} is no claimed counter")))?;
+        self.claimed.insert(n);
+        Ok(Some(n))
+    }
+
+    /// Every link above its mark was claimed.
+    pub fn finish(&self) -> Result<(), StoreError> {
+        match self.above.iter().find(|(_, n)| !self.claimed.contains(n)) {
+            Some((code, n)) => Err(bad(format!(
+                "link {code}: counter {n} is at or above its region's high-water mark and not \
+                 claimed"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -278,6 +278,7 @@ fn settings_json(s: &DomainSettings) -> serde_json::Value {
             "include_subdomains": h.include_subdomains,
             "preload": h.preload,
         })),
+        "legacy_fallback": s.legacy_fallback,
     })
 }
 
@@ -491,6 +492,8 @@ struct PatchBody {
     not_found_redirect: Option<Option<String>>,
     #[serde(default, deserialize_with = "present")]
     hsts: Option<Option<Hsts>>,
+    #[serde(default, deserialize_with = "present")]
+    legacy_fallback: Option<Option<String>>,
 }
 
 /// A redirect a domain's settings name: a destination like any link's (scheme, host, lists,
@@ -535,6 +538,14 @@ pub(super) async fn patch(
         .map(|r| checked_redirect(&state, r))
         .transpose()?;
     let hsts = parsed.hsts.map(checked_hsts).transpose()?;
+    let fallback = parsed
+        .legacy_fallback
+        .map(|t| {
+            t.map(|t| crate::legacy::check_template(&t))
+                .transpose()
+                .map_err(|e| ApiError::bad("invalid_legacy_fallback", e))
+        })
+        .transpose()?;
     let store = Arc::clone(&state.0.store);
     let admin = who.admin;
     let name = record.domain.clone();
@@ -549,6 +560,9 @@ pub(super) async fn patch(
             }
             if let Some(v) = hsts {
                 r.settings.hsts = v;
+            }
+            if let Some(v) = &fallback {
+                r.settings.legacy_fallback = v.clone();
             }
             Ok(())
         })

@@ -8,6 +8,7 @@
 //! owners, keys, hosts.
 
 pub(crate) mod domains;
+pub mod imports;
 mod safety;
 
 use std::collections::HashMap;
@@ -179,6 +180,11 @@ impl ApiParts {
 }
 
 impl AppState {
+    /// The store the API writes.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.0.store
+    }
+
     /// Wires a store, the keys file and settings together, with no engines and no snapshot
     /// publisher (`POST /v1/admin/snapshots` then answers 503).
     pub fn new(store: Arc<dyn Store>, keys: ApiKeys, config: ApiConfig, metrics: Metrics) -> Self {
@@ -809,6 +815,7 @@ async fn create_link(
             tags,
             actor,
             destination: Some(dest),
+            imported: None,
         };
         let outcome = match &forward {
             Some((peers, home)) => match peers.forward_create(*home, &req) {
@@ -863,6 +870,9 @@ async fn create_link(
                 "idempotency_key_reused",
                 "this Idempotency-Key was used with a different body",
             ))
+        }
+        CreateOutcome::Collision(why) => {
+            return Err(ApiError::new(StatusCode::CONFLICT, "code_collision", why))
         }
     };
     state
@@ -1596,7 +1606,9 @@ async fn link_stats(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let clicks = clicks(&state)?;
-    fetch_visible(&state, &who, code.clone()).await?;
+    let link = fetch_visible(&state, &who, code.clone()).await?;
+    // What the link's previous shortener counted (an import's `--with-clicks`), apart.
+    let imported_clicks = link.state.imported_clicks;
     let (from, to) = crate::clicks::stats::range(
         q.get("from").map(String::as_str),
         q.get("to").map(String::as_str),
@@ -1610,6 +1622,9 @@ async fn link_stats(
     let named = |mut body: serde_json::Value| {
         body["code"] = json!(lasthop_core::split_key_str(&code).1);
         body["domain"] = json!(domain_of(&state, &code));
+        if let Some(n) = imported_clicks {
+            body["imported_clicks"] = json!(n);
+        }
         body
     };
     let Some(peers) = state.0.peers.as_ref().cloned() else {
@@ -1931,6 +1946,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/links/{code}/enforcement", get(enforcement))
         .route("/v1/links/{code}/stats", get(link_stats))
         .route("/v1/tags", get(list_tags))
+        .route("/v1/imports/links", post(imports::import_links))
+        .route("/v1/exports/links", get(imports::export_links))
         .route("/v1/tags/{tag}/stats", get(tag_stats))
         .route("/v1/links/{code}/qr.svg", get(link_qr_svg))
         .route("/v1/links/{code}/qr.png", get(link_qr_png))

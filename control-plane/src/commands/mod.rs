@@ -6,6 +6,7 @@ pub(crate) mod export;
 pub(crate) mod generate;
 pub(crate) mod import;
 pub(crate) mod keygen;
+pub(crate) mod links;
 pub(crate) mod migrate;
 pub(crate) mod snapshot;
 pub(crate) mod store;

@@ -70,6 +70,7 @@ impl Edge {
                 tags: Vec::new(),
                 destination: None,
                 actor: lasthop_control::Actor::System,
+                imported: None,
             })
             .unwrap();
         match out {
@@ -342,6 +343,7 @@ async fn certificates_are_not_sent_in_clear_to_a_peer_off_loopback() {
             client_certs: false,
             peering: None,
             certificates: policy,
+            legacy: None,
         }));
         let mut req = Request::builder()
             .uri("/edge/v1/certificates")

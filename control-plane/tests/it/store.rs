@@ -9,8 +9,8 @@ use lasthop_control::store::embedded::{EmbeddedStore, EmbeddedStoreConfig};
 use lasthop_control::store::postgres::{PgStore, PgStoreConfig};
 use lasthop_control::store::{
     Actor, Batch, BatchUpdate, CreateOutcome, CreateRequest, DeleteOutcome, DomainRecord,
-    DomainSettings, DomainSuspension, Hsts, OwnerRecord, Report, ReportFilter, ReportKind,
-    Resolution, StateUpdate, Store, Verdict,
+    DomainSettings, DomainSuspension, Hsts, Imported, OwnerRecord, Report, ReportFilter,
+    ReportKind, Resolution, StateUpdate, Store, Verdict,
 };
 use lasthop_core::feed::DenyKind;
 use lasthop_core::{Change, CodeScheme, LinkState, PermutationKey};
@@ -61,16 +61,23 @@ impl Backend {
 
     /// The store of region `region` of `regions`.
     pub fn open_in(&self, region: u32, regions: u32) -> Arc<dyn Store> {
+        self.open_with(region, regions, None)
+    }
+
+    /// [`Backend::open_in`], leasing `block_size` counters at a time (`None`: the default).
+    pub fn open_with(&self, region: u32, regions: u32, block_size: Option<u64>) -> Arc<dyn Store> {
         let scheme = CodeScheme::new(self.key()).unwrap();
         match self {
             Backend::Embedded { dir, .. } => {
                 let mut config = EmbeddedStoreConfig::new(dir.path().join("links.redb"), scheme);
                 (config.region, config.regions) = (region, regions);
+                config.block_size = block_size.unwrap_or(config.block_size);
                 Arc::new(EmbeddedStore::open(config, None).unwrap())
             }
             Backend::Postgres { url, .. } => {
                 let mut config = PgStoreConfig::new(url.clone(), scheme);
                 (config.region, config.regions) = (region, regions);
+                config.block_size = block_size.unwrap_or(config.block_size);
                 Arc::new(PgStore::open(config).unwrap())
             }
         }
@@ -120,6 +127,7 @@ suite!(
     domains_are_claimed_once_and_written_by_revision,
     aliases_are_unique_per_domain_and_codes_on_all,
     edits_move_the_index_and_leave_no_url_behind,
+    imports_keep_old_codes_and_claims_are_never_issued,
 );
 
 impl Backend {
@@ -197,6 +205,7 @@ fn req(owner: &str, url: &str, alias: Option<&str>) -> CreateRequest {
         tags: Vec::new(),
         actor: Actor::System,
         destination: None,
+        imported: None,
     }
 }
 
@@ -356,6 +365,7 @@ fn create(store: &dyn Store, alias: &str) -> String {
         tags: Vec::new(),
         actor: Actor::System,
         destination: None,
+        imported: None,
     };
     match store.create(req).unwrap() {
         CreateOutcome::Created(s) => s.link.code,
@@ -498,6 +508,7 @@ fn create_url(store: &dyn Store, owner: &str, url: &str) -> String {
         tags: Vec::new(),
         actor: Actor::Key("lhk_0123456789abcdef".into()),
         destination: None,
+        imported: None,
     };
     match store.create(req).unwrap() {
         CreateOutcome::Created(s) => s.link.code,
@@ -1400,4 +1411,169 @@ fn edits_move_the_index_and_leave_no_url_behind(backend: &Backend) {
     assert!(gone.state.destination.is_none() && gone.state.pending_destination.is_none());
     assert!(all_by_host(store.as_ref(), "after.example", 10).is_empty());
     assert!(!log_has_url(store.as_ref()));
+}
+
+/// Issue 44: an imported link keeps its old code, whatever its shape; a 7-character base62 one
+/// above the mark claims its counter, which no lease hands out (the counters around it are
+/// issued), and one at or below the mark is a collision; the legacy codes and claims are in
+/// their code sets; an import keeps the old creation time; a second import of a code is
+/// "taken", so a re-run can tell its rows are there. Claims survive a reopen.
+fn imports_keep_old_codes_and_claims_are_never_issued(backend: &Backend) {
+    let scheme = CodeScheme::new(backend.key()).unwrap();
+    let store = backend.open_with(0, 1, Some(4));
+    let first = created(store.as_ref(), req("alice", "https://a.example/", None));
+    let n0 = scheme.decode(first.link.code.as_bytes()).unwrap();
+    let import = |code: &str, url: &str| CreateRequest {
+        imported: Some(Imported {
+            created_at_ms: Some(1_551_675_967_000),
+            clicks: Some(42),
+        }),
+        ..req("mover", url, Some(code))
+    };
+    // The block of 4 around n0 is leased: its mark is at most n0 + 4. Claim two counters past
+    // it, close enough that the creates below lease the blocks that hold them.
+    let claimed = [n0 + 6, n0 + 9].map(|n| scheme.encode_string(n).unwrap());
+    for code in &claimed {
+        let s = created(store.as_ref(), import(code, "https://old.example/seven"));
+        assert_eq!(s.link.created_at_ms, 1_551_675_967_000);
+        assert_eq!(s.state.imported_clicks, Some(42));
+        assert_eq!(&s.link.code, code);
+    }
+    let below = scheme.encode_string(n0).unwrap();
+    assert!(matches!(
+        store
+            .create(import(&below, "https://old.example/x"))
+            .unwrap(),
+        CreateOutcome::AliasTaken
+    ));
+    let unissued_below = scheme.encode_string(n0 + 1).unwrap();
+    assert!(
+        matches!(
+            store
+                .create(import(&unissued_below, "https://old.example/x"))
+                .unwrap(),
+            CreateOutcome::Collision(_)
+        ),
+        "a counter at or below the mark may have been issued"
+    );
+    for code in ["a", "Q9", "abc-_", "12345678", "old-alias-1"] {
+        let s = created(store.as_ref(), import(code, "https://old.example/legacy"));
+        assert_eq!(s.link.code, code);
+    }
+    let branded = created(
+        store.as_ref(),
+        CreateRequest {
+            domain: Some("go.example.com".into()),
+            ..import("b2", "https://old.example/branded")
+        },
+    );
+    assert_eq!(branded.link.code, "go.example.com/b2");
+    assert!(matches!(
+        store
+            .create(import("a", "https://old.example/again"))
+            .unwrap(),
+        CreateOutcome::AliasTaken
+    ));
+    // A batch is all or nothing: one create that fails writes none of the others.
+    let failed = store.create_many(vec![
+        import("kept-out", "https://old.example/batch"),
+        req("mover", "https://old.example/batch", Some("ab")),
+    ]);
+    assert!(failed.is_err(), "{failed:?}");
+    assert!(store.get("kept-out").unwrap().is_none(), "rolled back");
+    let both = store
+        .create_many(vec![
+            import("in-1", "https://old.example/batch"),
+            import("a", "https://old.example/batch"),
+        ])
+        .unwrap();
+    assert!(matches!(
+        both.as_slice(),
+        [CreateOutcome::Created(_), CreateOutcome::AliasTaken]
+    ));
+    let set = |name: &str| {
+        let mut codes = store.code_set(name, None, 100).unwrap().codes;
+        codes.sort();
+        codes
+    };
+    let mut legacy = vec![
+        "12345678".to_string(),
+        "Q9".into(),
+        "a".into(),
+        "abc-_".into(),
+        "go.example.com/b2".into(),
+        "in-1".into(),
+    ];
+    legacy.extend(claimed.iter().cloned());
+    legacy.sort();
+    assert_eq!(
+        set(lasthop_control::store::LEGACY_SET),
+        legacy,
+        "no alias-shaped code"
+    );
+    let mut counters = vec![
+        lasthop_control::store::claimed_entry(n0 + 6),
+        lasthop_control::store::claimed_entry(n0 + 9),
+    ];
+    counters.sort();
+    assert_eq!(set(lasthop_control::store::CLAIMED_SET), counters);
+
+    // Creates lease the blocks holding the claims and skip them, also after a reopen.
+    let mut issued = std::collections::HashSet::new();
+    for i in 0..8 {
+        let s = created(
+            store.as_ref(),
+            req("alice", &format!("https://n.example/{i}"), None),
+        );
+        assert!(
+            !claimed.contains(&s.link.code),
+            "{} was claimed",
+            s.link.code
+        );
+        assert!(issued.insert(s.link.code.clone()));
+    }
+    store.shutdown().unwrap();
+    drop(store);
+    finish_claims(
+        backend.open_with(0, 1, Some(4)),
+        &scheme,
+        &claimed,
+        n0,
+        issued,
+    );
+}
+
+/// The second half of [`imports_keep_old_codes_and_claims_are_never_issued`], after a reopen.
+fn finish_claims(
+    store: Arc<dyn Store>,
+    scheme: &CodeScheme,
+    claimed: &[String; 2],
+    n0: u64,
+    mut issued: std::collections::HashSet<String>,
+) {
+    for i in 0..12 {
+        let s = created(
+            store.as_ref(),
+            req("alice", &format!("https://n.example/r/{i}"), None),
+        );
+        assert!(
+            !claimed.contains(&s.link.code),
+            "{} was claimed",
+            s.link.code
+        );
+        assert!(issued.insert(s.link.code.clone()));
+    }
+    // The generator went past both claims: the counters on either side of them are issued.
+    let counters: std::collections::HashSet<u64> = issued
+        .iter()
+        .map(|c| scheme.decode(c.as_bytes()).unwrap())
+        .collect();
+    for n in [n0 + 5, n0 + 7, n0 + 8, n0 + 10] {
+        assert!(counters.contains(&n), "counter {n} issued");
+    }
+    assert_eq!(
+        store.get(&claimed[0]).unwrap().unwrap().link.long_url,
+        "https://old.example/seven"
+    );
+    store.shutdown().unwrap();
 }

@@ -32,6 +32,7 @@ mod edits;
 mod feed;
 mod harness;
 mod hotset;
+mod imports;
 mod options;
 mod origin;
 mod packaging;

@@ -789,3 +789,84 @@ fn a_change_issued_before_replication_reaches_the_home() {
         }
     }
 }
+
+/// Issue 44 across regions: an import through either region claims each code in its home (a
+/// 7-character code's counter region, the alias home for a legacy code), every code answers at
+/// both regions' engines, also from their own snapshots (the legacy set travels with the
+/// replicated link), and a re-run through the other region imports nothing.
+#[test]
+fn imports_are_claimed_in_each_codes_home_region() {
+    let (a, b, _) = two_regions();
+    let key = lasthop_core::PermutationKey::load(&a.site.key_file()).unwrap();
+    let scheme = lasthop_core::CodeScheme::new(&key).unwrap();
+    let half = lasthop_core::CODE_SPACE / 2;
+    let rows = [
+        ("ab1".to_string(), "https://old.example/legacy"),
+        (
+            scheme.encode_string(half + 4_321).unwrap(),
+            "https://old.example/region-1",
+        ),
+        (
+            scheme.encode_string(987_654_321).unwrap(),
+            "https://old.example/region-0",
+        ),
+    ];
+    let file = b.site.dir.path().join("old.csv");
+    let csv: String = std::iter::once("code,long_url\n".to_string())
+        .chain(rows.iter().map(|(c, u)| format!("{c},{u}\n")))
+        .collect();
+    std::fs::write(&file, csv).unwrap();
+    let import = |c: &Control| {
+        let out = std::process::Command::new(lasthop_testkit::control_bin())
+            .args(["links", "import", "--from", "csv"])
+            .arg(&file)
+            .args([
+                "--owner",
+                "mover",
+                "--api",
+                &c.api,
+                "--api-key",
+                &c.admin_key,
+            ])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    let text = import(&b.control);
+    assert!(
+        text.starts_with("3 imported, 0 already there, 0 refused"),
+        "{text}"
+    );
+    for (code, _) in &rows {
+        for e in [&a.engine, &b.engine] {
+            wait_until(
+                Duration::from_secs(10),
+                "the import at both regions",
+                || status_of(&e.addr, &format!("/{code}")) == 302,
+            );
+        }
+    }
+    for r in [&a, &b] {
+        r.control.publish_and_swap(&r.engine);
+    }
+    for (code, _) in &rows {
+        for e in [&a.engine, &b.engine] {
+            assert_eq!(
+                status_of(&e.addr, &format!("/{code}")),
+                302,
+                "{code} from a snapshot"
+            );
+        }
+    }
+    let text = import(&a.control);
+    assert!(
+        text.starts_with("0 imported, 3 already there, 0 refused"),
+        "{text}"
+    );
+}

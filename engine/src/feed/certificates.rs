@@ -42,6 +42,9 @@ struct Answer {
     /// ACME challenge answers to publish while certificates are ordered.
     #[serde(default)]
     challenges: Vec<Challenge>,
+    /// The default domain's lazy fallback to an old shortener (issue 44).
+    #[serde(default)]
+    default_legacy_fallback: bool,
 }
 
 /// An ACME challenge answer (core/FEED.md): HTTP-01's key authorization for a token, or
@@ -90,6 +93,8 @@ struct DomainEntry {
     not_found_redirect: Option<String>,
     #[serde(default)]
     hsts: Option<Hsts>,
+    #[serde(default)]
+    legacy_fallback: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,6 +126,7 @@ impl DomainEntry {
                 .hsts
                 .map(|h| Domain::hsts_line(h.max_age, h.include_subdomains, h.preload)),
             acme_http: acme_http.into_boxed_slice(),
+            legacy_fallback: self.legacy_fallback,
         }
     }
 }
@@ -191,7 +197,7 @@ pub fn parse(body: &[u8], now_ms: i64) -> Result<Set, String> {
     });
     let mut set = Set {
         generation: answer.generation,
-        domains: Domains::new(domains),
+        domains: Domains::new(domains).with_default_legacy_fallback(answer.default_legacy_fallback),
         certs: HashMap::with_capacity(answer.certificates.len()),
         acme_certs,
         nearest_expiry_ms: None,

@@ -317,6 +317,10 @@ impl Store for EmbeddedStore {
         self.submit(|reply| Op::Create(Box::new(req), reply))
     }
 
+    fn create_many(&self, reqs: Vec<CreateRequest>) -> Result<Vec<CreateOutcome>, StoreError> {
+        self.submit(|reply| Op::CreateMany(reqs, reply))
+    }
+
     fn get(&self, code: &str) -> Result<Option<StoredLink>, StoreError> {
         let txn = self.db.begin_read().map_err(storage)?;
         let links = txn.open_table(LINKS).map_err(storage)?;
@@ -973,7 +977,8 @@ pub fn record_key(scheme: &CodeScheme, code: &str) -> Option<Vec<u8>> {
     }
     match classify(code.as_bytes()) {
         CodeKind::Generated => scheme.decode(code.as_bytes()).map(counter_key),
-        CodeKind::Alias => {
+        // A legacy code is kept as an alias is: by its name.
+        CodeKind::Alias | CodeKind::Legacy => {
             let mut key = Vec::with_capacity(code.len() + 1);
             key.push(1);
             key.extend_from_slice(code.as_bytes());
@@ -983,7 +988,7 @@ pub fn record_key(scheme: &CodeScheme, code: &str) -> Option<Vec<u8>> {
     }
 }
 
-fn counter_key(n: u64) -> Vec<u8> {
+pub(crate) fn counter_key(n: u64) -> Vec<u8> {
     let mut key = Vec::with_capacity(9);
     key.push(0);
     key.extend_from_slice(&n.to_be_bytes());
@@ -1235,6 +1240,7 @@ mod tests {
             tags: Vec::new(),
             actor: Actor::Key("lhk_0123456789abcdef".into()),
             destination: None,
+            imported: None,
         };
         match store.create(req).unwrap() {
             CreateOutcome::Created(s) => s.link.code,

@@ -207,6 +207,7 @@ fn write_all<R: BufRead>(
     let mut done = Imported::default();
     let mut keys = Vec::new();
     let mut marks: HashMap<u32, u64> = HashMap::new();
+    let mut claims = crate::transfer::ClaimCheck::default();
     let mut next_audit = 1u64;
     let mut next_report = 1u64;
     // The link with the highest creation number and its state: restated at the head.
@@ -250,7 +251,7 @@ fn write_all<R: BufRead>(
                         let (_, code) = lasthop_core::split_key_str(&l.code);
                         if lasthop_core::classify(code.as_bytes()) == CodeKind::Generated {
                             let n = scheme.decode(code.as_bytes()).unwrap_or(u64::MAX);
-                            crate::transfer::check_counter(&l.code, n, config.regions, &marks)?;
+                            claims.link(&l.code, n, config.regions, &marks)?;
                         }
                         if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
                             return Err(corrupt("import", format!("link {} twice", l.code)));
@@ -321,12 +322,15 @@ fn write_all<R: BufRead>(
                         done.audit += 1;
                     }
                     Record::CodeSet { set, code } => {
-                        let key = record_key(scheme, &code).ok_or_else(|| {
-                            corrupt(
-                                "import",
-                                format!("code set {set}: {code:?} is no valid code"),
-                            )
-                        })?;
+                        let key = match claims.code_set(&set, &code)? {
+                            Some(n) => super::counter_key(n),
+                            None => record_key(scheme, &code).ok_or_else(|| {
+                                corrupt(
+                                    "import",
+                                    format!("code set {set}: {code:?} is no valid code"),
+                                )
+                            })?,
+                        };
                         t.code_sets
                             .insert((set.as_str(), key.as_slice()), code.as_str())
                             .map_err(storage)?;
@@ -375,6 +379,7 @@ fn write_all<R: BufRead>(
             }
         }
         if finished {
+            claims.finish()?;
             // The whole file read back complete (the reader checked the end line): number the
             // links that had no creation number, restate the newest link at the head so the
             // log's head stays where it was, and make it all durable.

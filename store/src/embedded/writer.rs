@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use lasthop_core::{Change, CodeScheme, Link, LinkState};
+use lasthop_core::{Change, CodeKind, CodeScheme, Link, LinkState};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -38,6 +38,8 @@ pub(super) type Reply<T> = mpsc::SyncSender<Result<T, StoreError>>;
 /// An operation queued for the writer, with where its answer goes.
 pub(super) enum Op {
     Create(Box<CreateRequest>, Reply<CreateOutcome>),
+    /// All in the batch's transaction; an error aborts the transaction (every op of the batch).
+    CreateMany(Vec<CreateRequest>, Reply<Vec<CreateOutcome>>),
     Delete {
         code: String,
         actor: Actor,
@@ -127,6 +129,8 @@ pub(super) struct Writer {
     block_size: u64,
     /// The unused part of the leased block.
     block: Range<u64>,
+    /// The claimed counters ([`crate::CLAIMED_SET`]) in the leased block, in order: skipped.
+    skip: Vec<u64>,
     next_seq: u64,
     /// The next audit record's number (persisted in `meta` by each commit that writes one).
     next_audit: u64,
@@ -156,6 +160,7 @@ impl Writer {
             counter_range,
             block_size: config.block_size.max(1),
             block: 0..0,
+            skip: Vec::new(),
             next_seq,
             next_audit,
             idempotency_ttl_ms: config.idempotency_ttl_ms,
@@ -200,6 +205,22 @@ impl Writer {
                         Op::Create(req, reply) => {
                             let outcome = self.apply_create(&mut t, &req);
                             finishes.push(finish(reply, outcome));
+                        }
+                        Op::CreateMany(reqs, reply) => {
+                            let mut outcomes = Vec::with_capacity(reqs.len());
+                            for req in &reqs {
+                                match self.apply_create(&mut t, req) {
+                                    Ok(o) => outcomes.push(o),
+                                    // Nothing of the batch is committed; this caller hears why
+                                    // (the others of the batch, that their commit failed).
+                                    Err(e) => {
+                                        let cause = e.to_string();
+                                        finishes.push(finish(reply, Err(e)));
+                                        return Err(StoreError::CommitFailed { cause });
+                                    }
+                                }
+                            }
+                            finishes.push(finish(reply, Ok(outcomes)));
                         }
                         Op::Delete { code, actor, reply } => {
                             let outcome = self.erase(&mut t, &code, Some(&actor));
@@ -299,6 +320,17 @@ impl Writer {
     }
 
     fn next_counter(&mut self, t: &mut Tables<'_>) -> Result<u64, StoreError> {
+        loop {
+            let n = self.next_leased(t)?;
+            if self.skip.binary_search(&n).is_err() {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// The next counter of the lease (a new block when it is spent, with its claimed counters
+    /// read into `skip`).
+    fn next_leased(&mut self, t: &mut Tables<'_>) -> Result<u64, StoreError> {
         if self.block.is_empty() {
             let reused = t.free.pop_first().map_err(storage)?;
             self.block = match reused {
@@ -323,6 +355,20 @@ impl Writer {
                     next..end
                 }
             };
+            self.skip.clear();
+            let from = counter_key(self.block.start);
+            let to = counter_key(self.block.end);
+            for item in t
+                .code_sets
+                .range((crate::CLAIMED_SET, from.as_slice())..(crate::CLAIMED_SET, to.as_slice()))
+                .map_err(storage)?
+            {
+                let (k, _) = item.map_err(storage)?;
+                let (_, key) = k.value();
+                if let Some(n) = key.get(1..9).and_then(|b| b.try_into().ok()) {
+                    self.skip.push(u64::from_be_bytes(n));
+                }
+            }
         }
         let n = self.block.start;
         self.block.start += 1;
@@ -367,6 +413,7 @@ impl Writer {
             }
         }
 
+        let mut claim = None;
         let (code, key) = match &req.alias {
             Some(alias) => {
                 // Aliases are unique per domain: the key carries the domain.
@@ -375,8 +422,22 @@ impl Writer {
                     what: format!("alias {code:?}"),
                     detail: "not an alias's shape".into(),
                 })?;
+                if req.imported.is_none()
+                    && lasthop_core::classify(alias.as_bytes()) != CodeKind::Alias
+                {
+                    return Err(StoreError::Corrupt {
+                        what: format!("alias {code:?}"),
+                        detail: "not an alias's shape".into(),
+                    });
+                }
                 if t.links.get(key.as_slice()).map_err(storage)?.is_some() {
                     return Ok(CreateOutcome::AliasTaken);
+                }
+                if req.imported.is_some() {
+                    match self.claim(t, alias)? {
+                        Ok(n) => claim = n,
+                        Err(why) => return Ok(CreateOutcome::Collision(why)),
+                    }
                 }
                 (code, key)
             }
@@ -413,16 +474,42 @@ impl Writer {
             code: code.clone(),
             long_url: req.long_url.clone(),
             owner: req.owner.clone(),
-            created_at_ms: req.now_ms,
+            created_at_ms: req
+                .imported
+                .and_then(|i| i.created_at_ms)
+                .unwrap_or(req.now_ms),
         };
         let state = LinkState {
             expires_at_ms: req.expires_at_ms,
             held: req.hold,
             options: req.options,
             tags: req.tags.clone(),
+            imported_clicks: req.imported.and_then(|i| i.clicks),
+            legacy_code: req.imported.is_some()
+                && req
+                    .alias
+                    .as_deref()
+                    .is_some_and(|a| lasthop_core::classify(a.as_bytes()) != CodeKind::Alias),
             ..LinkState::default()
         };
         let seq = self.write_new_link(t, &key, &link, &state)?;
+        if let Some(n) = claim {
+            t.code_sets
+                .insert(
+                    (crate::CLAIMED_SET, counter_key(n).as_slice()),
+                    crate::claimed_entry(n).as_str(),
+                )
+                .map_err(storage)?;
+        }
+        let alias_kind = req
+            .alias
+            .as_deref()
+            .map(|a| lasthop_core::classify(a.as_bytes()));
+        if req.imported.is_some() && alias_kind != Some(CodeKind::Alias) {
+            t.code_sets
+                .insert((crate::LEGACY_SET, key.as_slice()), code.as_str())
+                .map_err(storage)?;
+        }
         match &req.destination {
             Some(dest) => index_entry(&mut t.dest_hosts, &key, &link.code, dest, true)?,
             None => {
@@ -454,6 +541,48 @@ impl Writer {
                 .map_err(storage)?;
         }
         Ok(CreateOutcome::Created(stored))
+    }
+
+    /// What an imported code claims: `Ok(Some(n))` for a 7-character base62 code (counter n,
+    /// which must lie in this region's range above every counter it ever leased), `Ok(None)`
+    /// for any other code of [`lasthop_core::code::legacy_shape`], `Err(why)` for a collision.
+    fn claim(
+        &self,
+        t: &mut Tables<'_>,
+        code: &str,
+    ) -> Result<Result<Option<u64>, String>, StoreError> {
+        match lasthop_core::classify(code.as_bytes()) {
+            CodeKind::Generated => {}
+            CodeKind::Alias | CodeKind::Legacy => return Ok(Ok(None)),
+            CodeKind::Invalid => {
+                return Err(StoreError::Corrupt {
+                    what: format!("code {code:?}"),
+                    detail: "not a code's shape".into(),
+                })
+            }
+        }
+        let Some(n) = self.scheme.decode(code.as_bytes()) else {
+            return Ok(Err("not a code under this key".into()));
+        };
+        if !self.counter_range.contains(&n) {
+            return Ok(Err(format!(
+                "its counter value {n} is in another region's range: import it there"
+            )));
+        }
+        let key = format!("{COUNTER_PREFIX}{}", self.region);
+        let mark = t
+            .meta
+            .get(key.as_str())
+            .map_err(storage)?
+            .map(|g| g.value())
+            .unwrap_or(self.counter_range.start);
+        if n < mark {
+            return Ok(Err(format!(
+                "its counter value {n} is below the high-water mark {mark}: the generator may \
+                 have issued it"
+            )));
+        }
+        Ok(Ok(Some(n)))
     }
 
     /// Soft-deletes `code` (see [`crate::Store::delete`]), with `actor`'s audit record (a
@@ -804,6 +933,16 @@ impl Replica for ReplicaSteps<'_, '_> {
     async fn mark_origins(&mut self, seqs: Range<u64>, region: u32) -> Result<(), StoreError> {
         for seq in seqs {
             self.t.origins.insert(seq, region).map_err(storage)?;
+        }
+        Ok(())
+    }
+
+    async fn mark_legacy(&mut self, code: &str) -> Result<(), StoreError> {
+        if let Some(key) = record_key(&self.writer.scheme, code) {
+            self.t
+                .code_sets
+                .insert((crate::LEGACY_SET, key.as_slice()), code)
+                .map_err(storage)?;
         }
         Ok(())
     }

@@ -598,6 +598,10 @@ impl Store for PgStore {
         self.submit(|reply| Op::Create(Box::new(req), reply))
     }
 
+    fn create_many(&self, reqs: Vec<CreateRequest>) -> Result<Vec<CreateOutcome>, StoreError> {
+        self.submit(|reply| Op::CreateMany(reqs, reply))
+    }
+
     fn get(&self, code: &str) -> Result<Option<StoredLink>, StoreError> {
         let code = code.to_string();
         self.with_client(move |c| async move {

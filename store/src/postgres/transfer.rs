@@ -173,6 +173,7 @@ pub fn import<R: BufRead>(
                 scheme,
                 regions,
                 marks: HashMap::new(),
+                claims: crate::transfer::ClaimCheck::default(),
                 done: Imported::default(),
                 highest: None,
                 unnumbered: Vec::new(),
@@ -238,6 +239,7 @@ struct ImportState {
     scheme: lasthop_core::CodeScheme,
     regions: u32,
     marks: HashMap<u32, u64>,
+    claims: crate::transfer::ClaimCheck,
     done: Imported,
     highest: Option<(u64, String, LinkState)>,
     unnumbered: Vec<String>,
@@ -297,9 +299,9 @@ impl ImportState {
                             let n = self.scheme.decode(code.as_bytes()).ok_or_else(|| {
                                 corrupt("import", format!("link {:?} is no valid code", l.code))
                             })?;
-                            crate::transfer::check_counter(&l.code, n, self.regions, &self.marks)?;
+                            self.claims.link(&l.code, n, self.regions, &self.marks)?;
                         }
-                        CodeKind::Alias => {}
+                        CodeKind::Alias | CodeKind::Legacy => {}
                         CodeKind::Invalid => {
                             return Err(corrupt(
                                 "import",
@@ -353,6 +355,7 @@ impl ImportState {
                     self.done.audit += 1;
                 }
                 Record::CodeSet { set, code } => {
+                    self.claims.code_set(&set, &code)?;
                     txn.execute(
                         "INSERT INTO code_sets (set_name, code) VALUES ($1, $2)",
                         &[&set, &code],
@@ -479,6 +482,7 @@ impl ImportState {
     /// Numbers the links that had no creation number, restates the newest link at the head so
     /// the log's head stays where it was, and moves the sequences past what was imported.
     async fn finish(&mut self, txn: &Transaction<'_>, last_seq: u64) -> Result<(), StoreError> {
+        self.claims.finish()?;
         let mut head = last_seq.max(self.highest.as_ref().map(|h| h.0).unwrap_or(0));
         for code in std::mem::take(&mut self.unnumbered) {
             head += 1;

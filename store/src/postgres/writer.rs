@@ -14,6 +14,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use lasthop_core::feed::DenyKind;
+use lasthop_core::CodeKind;
 use lasthop_core::{region_range, Change, CodeScheme, Link, LinkState};
 use lasthop_trust::Destination;
 use tokio::sync::watch;
@@ -37,6 +38,8 @@ pub(crate) type Reply<T> = std::sync::mpsc::SyncSender<Result<T, StoreError>>;
 
 pub(crate) enum Op {
     Create(Box<CreateRequest>, Reply<CreateOutcome>),
+    /// In the batch's transaction; an error rolls the transaction back.
+    CreateMany(Vec<CreateRequest>, Reply<Vec<CreateOutcome>>),
     Delete {
         code: String,
         actor: Actor,
@@ -92,6 +95,7 @@ fn fill<T>(slot: &Slot<T>, outcome: Result<T, StoreError>) {
 /// An operation of a batch, its reply registered.
 enum Work {
     Create(Box<CreateRequest>, Slot<CreateOutcome>),
+    CreateMany(Vec<CreateRequest>, Slot<Vec<CreateOutcome>>),
     Delete(String, Actor, Slot<DeleteOutcome>),
     Batch(Box<Batch>, Slot<Vec<BatchResult>>),
     AddReport(Box<Report>, Slot<Report>),
@@ -279,6 +283,8 @@ pub(crate) struct Writer {
     block_size: u64,
     /// The unused part of the leased block.
     block: Range<u64>,
+    /// The claimed counters in `block` ([`crate::CLAIMED_SET`]), in order: skipped.
+    skip: Vec<u64>,
     idempotency_ttl_ms: i64,
     max_batch: usize,
     commits: Arc<watch::Sender<u64>>,
@@ -301,6 +307,7 @@ impl Writer {
             counter_range,
             block_size: config.block_size.max(1),
             block: 0..0,
+            skip: Vec::new(),
             idempotency_ttl_ms: config.idempotency_ttl_ms,
             max_batch: config.max_batch.max(1),
             commits,
@@ -382,7 +389,11 @@ impl Writer {
         let writes_log = batch.iter().any(|op| {
             matches!(
                 op,
-                Op::Create(..) | Op::Delete { .. } | Op::Batch(..) | Op::Replicate(..)
+                Op::Create(..)
+                    | Op::CreateMany(..)
+                    | Op::Delete { .. }
+                    | Op::Batch(..)
+                    | Op::Replicate(..)
             )
         });
         // Every reply registered first: whatever fails below, each caller hears of it.
@@ -390,6 +401,7 @@ impl Writer {
             .into_iter()
             .map(|op| match op {
                 Op::Create(req, reply) => Work::Create(req, pending(reply, finishes)),
+                Op::CreateMany(reqs, reply) => Work::CreateMany(reqs, pending(reply, finishes)),
                 Op::Delete { code, actor, reply } => {
                     Work::Delete(code, actor, pending(reply, finishes))
                 }
@@ -416,6 +428,7 @@ impl Writer {
             range: self.counter_range.clone(),
             block_size: self.block_size,
             block: self.block.clone(),
+            skip: std::mem::take(&mut self.skip),
         };
         let client = self.client().await?;
         let txn = client.transaction().await.map_err(pg)?;
@@ -456,6 +469,21 @@ impl Writer {
                     for (slot, outcome) in slots.iter().zip(outcomes) {
                         fill(slot, outcome);
                     }
+                }
+                Work::CreateMany(reqs, slot) => {
+                    let outcomes = apply_creates(
+                        &txn,
+                        &reqs,
+                        &mut counters,
+                        &mut next_seq,
+                        &mut appends,
+                        ttl,
+                        &scheme,
+                    )
+                    .await?;
+                    // All or nothing: an error rolls the whole transaction back.
+                    let outcomes = outcomes.into_iter().collect::<Result<Vec<_>, _>>()?;
+                    fill(&slot, Ok(outcomes));
                 }
                 Work::Delete(code, actor, slot) => {
                     let outcome =
@@ -542,6 +570,7 @@ impl Writer {
         all(pending).await?;
         txn.commit().await.map_err(pg)?;
         self.block = counters.block;
+        self.skip = counters.skip;
         Ok(last)
     }
 }
@@ -552,11 +581,37 @@ struct Counters {
     range: Range<u64>,
     block_size: u64,
     block: Range<u64>,
+    skip: Vec<u64>,
 }
 
 impl Counters {
-    /// The next counter, leasing a block (a returned one first) when the current is used up.
+    /// The next counter, leasing a block (a returned one first) when the current is used up;
+    /// claimed counters are skipped.
     async fn next(&mut self, txn: &Transaction<'_>) -> Result<u64, StoreError> {
+        loop {
+            let n = self.next_leased(txn).await?;
+            if self.skip.binary_search(&n).is_err() {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// Where this region's leases have got to: every counter it ever leased is below it.
+    async fn mark(&self, txn: &Transaction<'_>) -> Result<u64, StoreError> {
+        let row = txn
+            .query_opt(
+                "SELECT next FROM counters WHERE region = $1 FOR UPDATE",
+                &[&(self.region as i32)],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(row
+            .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0))
+            .unwrap_or(self.range.start)
+            .max(self.range.start))
+    }
+
+    async fn next_leased(&mut self, txn: &Transaction<'_>) -> Result<u64, StoreError> {
         if self.block.is_empty() {
             let region = self.region as i32;
             let reused = txn
@@ -605,10 +660,32 @@ impl Counters {
                     next..end
                 }
             };
+            self.load_skip(txn).await?;
         }
         let n = self.block.start;
         self.block.start += 1;
         Ok(n)
+    }
+
+    /// Reads the claimed counters of the block just leased into `skip`.
+    async fn load_skip(&mut self, txn: &Transaction<'_>) -> Result<(), StoreError> {
+        let rows = txn
+            .query(
+                "SELECT code FROM code_sets WHERE set_name = $1 AND code >= $2 AND code < $3 \
+                 ORDER BY code",
+                &[
+                    &crate::CLAIMED_SET,
+                    &crate::claimed_entry(self.block.start),
+                    &crate::claimed_entry(self.block.end),
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        self.skip = rows
+            .iter()
+            .filter_map(|r| r.get::<_, String>(0).parse().ok())
+            .collect();
+        Ok(())
     }
 }
 
@@ -726,6 +803,7 @@ async fn apply_creates(
     let (mut idem_owner, mut idem_key, mut idem_hash, mut idem_at, mut idem_code) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut made: Vec<Option<StoredLink>> = (0..reqs.len()).map(|_| None).collect();
+    let (mut claimed, mut legacy) = (Vec::new(), Vec::new());
     for (i, req) in reqs.iter().enumerate() {
         if outcomes[i].is_some() {
             continue;
@@ -749,10 +827,33 @@ async fn apply_creates(
         let code = match &req.alias {
             Some(alias) => {
                 let key = lasthop_core::link_key(req.domain.as_deref(), alias);
-                if !taken.insert(key.clone()) {
+                if req.imported.is_none()
+                    && lasthop_core::classify(alias.as_bytes()) != lasthop_core::CodeKind::Alias
+                {
+                    outcomes[i] = Some(Err(corrupt(
+                        "alias",
+                        format!("{key:?} is not an alias's shape"),
+                    )));
+                    continue;
+                }
+                if taken.contains(&key) {
                     outcomes[i] = Some(Ok(CreateOutcome::AliasTaken));
                     continue;
                 }
+                if req.imported.is_some() {
+                    match claim(txn, counters, scheme, alias).await? {
+                        Ok(Some(n)) => claimed.push(crate::claimed_entry(n)),
+                        Ok(None) => {}
+                        Err(why) => {
+                            outcomes[i] = Some(Ok(CreateOutcome::Collision(why)));
+                            continue;
+                        }
+                    }
+                    if lasthop_core::classify(alias.as_bytes()) != lasthop_core::CodeKind::Alias {
+                        legacy.push(key.clone());
+                    }
+                }
+                taken.insert(key.clone());
                 key
             }
             None => match counters.next(txn).await {
@@ -776,13 +877,22 @@ async fn apply_creates(
             code: code.clone(),
             long_url: req.long_url.clone(),
             owner: req.owner.clone(),
-            created_at_ms: req.now_ms,
+            created_at_ms: req
+                .imported
+                .and_then(|i| i.created_at_ms)
+                .unwrap_or(req.now_ms),
         };
         let state = LinkState {
             expires_at_ms: req.expires_at_ms,
             held: req.hold,
             options: req.options,
             tags: req.tags.clone(),
+            imported_clicks: req.imported.and_then(|i| i.clicks),
+            legacy_code: req.imported.is_some()
+                && req
+                    .alias
+                    .as_deref()
+                    .is_some_and(|a| lasthop_core::classify(a.as_bytes()) != CodeKind::Alias),
             ..LinkState::default()
         };
         appends.changes.push((
@@ -818,7 +928,7 @@ async fn apply_creates(
         codes.push(code);
         urls.push(req.long_url.clone());
         owners.push(req.owner.clone());
-        created.push(req.now_ms);
+        created.push(link.created_at_ms);
         seqs.push(seq);
         states.push(json(&state)?);
         let stored = StoredLink {
@@ -884,11 +994,55 @@ async fn apply_creates(
             .await
         }));
     }
+    for (set, codes) in [(crate::CLAIMED_SET, &claimed), (crate::LEGACY_SET, &legacy)] {
+        if codes.is_empty() {
+            continue;
+        }
+        pending.push(Box::pin(async move {
+            run(
+                txn,
+                "INSERT INTO code_sets (set_name, code) SELECT $1, c FROM unnest($2::text[]) AS c \
+                 ON CONFLICT DO NOTHING",
+                &[(&set, Type::TEXT), (codes, Type::TEXT_ARRAY)],
+            )
+            .await
+        }));
+    }
     all(pending).await?;
     Ok(outcomes
         .into_iter()
         .map(|o| o.unwrap_or_else(|| Err(StoreError::NotApplied("create"))))
         .collect())
+}
+
+/// What an imported code claims ([`crate::Imported`]): `Ok(Some(n))` for a 7-character base62
+/// code (counter n, in this region's range above every counter it ever leased), `Ok(None)` for
+/// any other code, `Err(why)` for a collision.
+async fn claim(
+    txn: &Transaction<'_>,
+    counters: &Counters,
+    scheme: &CodeScheme,
+    code: &str,
+) -> Result<Result<Option<u64>, String>, StoreError> {
+    if lasthop_core::classify(code.as_bytes()) != lasthop_core::CodeKind::Generated {
+        return Ok(Ok(None));
+    }
+    let Some(n) = scheme.decode(code.as_bytes()) else {
+        return Ok(Err("not a code under this key".into()));
+    };
+    if !counters.range.contains(&n) {
+        return Ok(Err(format!(
+            "its counter value {n} is in another region's range: import it there"
+        )));
+    }
+    let mark = counters.mark(txn).await?;
+    if n < mark {
+        return Ok(Err(format!(
+            "its counter value {n} is below the high-water mark {mark}: the generator may have \
+             issued it"
+        )));
+    }
+    Ok(Ok(Some(n)))
 }
 
 /// Locks and reads links by code.
@@ -1095,6 +1249,17 @@ impl Replica for ReplicaSteps<'_, '_> {
                 "INSERT INTO counters (region, next) VALUES ($1, $2) \
                  ON CONFLICT (region) DO UPDATE SET next = GREATEST(counters.next, excluded.next)",
                 &[&(region as i32), &i64_of(mark)],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    async fn mark_legacy(&mut self, code: &str) -> Result<(), StoreError> {
+        self.txn
+            .execute(
+                "INSERT INTO code_sets (set_name, code) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&crate::LEGACY_SET, &code],
             )
             .await
             .map_err(pg)?;

@@ -1,0 +1,433 @@
+//! Moving in (issue 44) over real sockets: `lasthop-control links import` against a serving
+//! control plane keeps every old code answering at an engine, whatever its shape (legacy
+//! codes of 1-6 characters, with `_`/`-`, all digits; an alias's shape; a 7-character base62
+//! code far above the high-water mark, claimed), from the overlay and then from a snapshot
+//! with its legacy set; a scanner's junk of a legacy code's shape still costs no lookup; a
+//! re-run imports nothing; listed destinations and malformed rows are refused and reported;
+//! the export is the generic import format.
+
+use std::process::Command;
+
+use lasthop_testkit::{
+    control_bin, curl, in_sync, subscribed_engine, wait_until, Control, Engine, Site,
+};
+
+/// Status and `Location` of `GET /code` at `engine`.
+fn get(engine: &Engine, code: &str) -> (u16, String) {
+    let (status, headers, _) = curl(&[&format!("http://{}/{code}", engine.addr)]);
+    let location = headers
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("location")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    (status, location)
+}
+
+/// The old codes and where they went; `zZ9yX8w` is a 7-character base62 code whose counter
+/// value under the test key is far above any mark (62^7 codes, a few thousand issued).
+const KEPT: [(&str, &str); 6] = [
+    ("a", "https://old.example/one-letter"),
+    ("Q9", "https://old.example/two"),
+    ("abc-_", "https://old.example/punct"),
+    ("12345678", "https://old.example/digits"),
+    ("spring-sale-2019", "https://old.example/alias-shaped"),
+    ("zZ9yX8w", "https://old.example/seven"),
+];
+
+fn import(control: &Control, file: &std::path::Path, extra: &[&str]) -> (bool, String, String) {
+    let out = Command::new(control_bin())
+        .args(["links", "import", "--from", "csv"])
+        .arg(file)
+        .args([
+            "--owner",
+            "mover",
+            "--api",
+            &control.api,
+            "--api-key",
+            &control.admin_key,
+        ])
+        .args(extra)
+        .output()
+        .expect("run links import");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn old_codes_keep_answering_and_a_rerun_imports_nothing() {
+    let site = Site::new();
+    let list = site.dir.path().join("list.txt");
+    std::fs::write(&list, "listed.example\n").unwrap();
+    let control = Control::start(&site, &["--reputation-list", list.to_str().unwrap()]);
+    let e = subscribed_engine(&site, &control, &[]);
+    wait_until(std::time::Duration::from_secs(10), "in sync", || {
+        in_sync(&e)
+    });
+    // Issue a few codes first, so the mark is not zero.
+    for i in 0..3 {
+        control.create(&format!("https://native.example/{i}"));
+    }
+
+    let file = site.dir.path().join("old.csv");
+    let mut csv = String::from("code,long_url,created_at,tags,expires_at\n");
+    for (code, url) in KEPT {
+        csv.push_str(&format!("{code},{url},2019-03-04T05:06:07Z,moved|old,\n"));
+    }
+    csv.push_str("bad1,https://listed.example/phish,,,\n");
+    csv.push_str("a b,https://old.example/space,,,\n");
+    std::fs::write(&file, &csv).unwrap();
+
+    let (ok, out, err) = import(&control, &file, &["--dry-run"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.starts_with("6 would import"), "{out}{err}");
+    assert_eq!(get(&e, "a").0, 404, "a dry run writes nothing");
+
+    let (ok, out, err) = import(&control, &file, &[]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.starts_with("6 imported, 0 already there, 2 refused"),
+        "{out}{err}"
+    );
+    assert!(
+        err.contains("bad1") && err.contains("destination_blocked"),
+        "{err}"
+    );
+    assert!(err.contains("malformed code"), "{err}");
+
+    // From the overlay (the feed), then from a snapshot with its legacy set.
+    for (code, url) in KEPT {
+        wait_until(
+            std::time::Duration::from_secs(10),
+            "the import at the engine",
+            || get(&e, code) == (302, url.to_string()),
+        );
+    }
+    let (status, v) = control.call("GET", "/v1/links/abc-_", &control.admin_key, None);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["created_at"], "2019-03-04T05:06:07.000Z", "{v}");
+    assert_eq!(v["tags"], serde_json::json!(["moved", "old"]), "{v}");
+    control.publish_and_swap(&e);
+    for (code, url) in KEPT {
+        assert_eq!(
+            get(&e, code),
+            (302, url.to_string()),
+            "{code} from the snapshot"
+        );
+    }
+
+    // A scanner's codes of a legacy code's shape: 404, answered before any table.
+    let before = e
+        .metric("lasthop_engine_answers_total{layer=\"invalid\"}")
+        .unwrap_or(0.0);
+    let origin_before = e
+        .metric("lasthop_engine_answers_total{layer=\"origin\"}")
+        .unwrap_or(0.0);
+    for junk in ["b", "Q8", "abc-x", "87654321", "zz_zz"] {
+        assert_eq!(get(&e, junk).0, 404, "{junk}");
+    }
+    let after = e
+        .metric("lasthop_engine_answers_total{layer=\"invalid\"}")
+        .unwrap_or(0.0);
+    assert!(
+        after - before >= 5.0,
+        "junk answered without a lookup: {before} -> {after}"
+    );
+    assert_eq!(
+        e.metric("lasthop_engine_answers_total{layer=\"origin\"}")
+            .unwrap_or(0.0),
+        origin_before,
+        "no read-through for junk"
+    );
+
+    // A re-run imports nothing.
+    let (ok, out, err) = import(&control, &file, &[]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.starts_with("0 imported, 6 already there, 2 refused"),
+        "{out}{err}"
+    );
+
+    // The export is the generic import format, and holds every imported code.
+    let (status, _, body) = curl(&[
+        "-H",
+        &format!("Authorization: Bearer {}", control.admin_key),
+        &format!("{}/v1/exports/links?format=csv&owner=mover", control.api),
+    ]);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.starts_with("code,long_url,created_at,tags,expires_at\n"),
+        "{body}"
+    );
+    for (code, url) in KEPT {
+        assert!(body.contains(&format!("{code},{url},")), "{code} in {body}");
+    }
+    let exported = site.dir.path().join("exported.csv");
+    std::fs::write(&exported, &body).unwrap();
+    let (ok, out, err) = import(&control, &exported, &[]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.starts_with("0 imported, 6 already there, 0 refused"),
+        "{out}{err}"
+    );
+}
+
+/// `--data-dir`: a stopped embedded store takes the import (with the reputation list the
+/// command is given), and the control plane serves the old codes once it is back; the old
+/// click totals are kept apart in the stats with `--with-clicks`.
+#[test]
+fn a_stopped_store_takes_an_import() {
+    let site = Site::new();
+    let list = site.dir.path().join("list.txt");
+    std::fs::write(&list, "listed.example\n").unwrap();
+    let mut control = Control::start(&site, &[]);
+    control.create("https://native.example/");
+    control.kill();
+
+    let file = site.dir.path().join("old.csv");
+    std::fs::write(
+        &file,
+        "code,long_url\nold1,https://old.example/1\nZz_9,https://old.example/2\n\
+         bad2,https://listed.example/x\n",
+    )
+    .unwrap();
+    let out = Command::new(control_bin())
+        .args(["links", "import", "--from", "csv"])
+        .arg(&file)
+        .args(["--owner", "mover", "--data-dir"])
+        .arg(&control.data)
+        .arg("--key-file")
+        .arg(site.key_file())
+        .arg("--reputation-list")
+        .arg(&list)
+        .output()
+        .expect("run links import");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("2 imported, 0 already there, 1 refused"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        stderr.contains("bad2") && stderr.contains("destination_blocked"),
+        "{stderr}"
+    );
+
+    control.restart();
+    let e = subscribed_engine(&site, &control, &[]);
+    wait_until(std::time::Duration::from_secs(10), "in sync", || {
+        in_sync(&e)
+    });
+    assert_eq!(get(&e, "old1"), (302, "https://old.example/1".into()));
+    assert_eq!(get(&e, "Zz_9"), (302, "https://old.example/2".into()));
+}
+
+/// An old shortener the test runs: `/old-N` answers 301 to `https://moved.example/N`, `/gone`
+/// 404, `/slow` a 301 after 3 s, `/phish` a 301 to a listed host, `/rel` a scheme-relative
+/// `Location`; every ask is counted by path.
+struct OldProvider {
+    url: String,
+    asked: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
+}
+
+impl OldProvider {
+    fn start() -> OldProvider {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let counts = std::sync::Arc::clone(&asked);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let counts = std::sync::Arc::clone(&counts);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    let n = conn.read(&mut buf).unwrap_or(0);
+                    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let path = head
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or("/")
+                        .trim_start_matches('/')
+                        .to_string();
+                    *counts.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
+                    let redirect = |to: &str| {
+                        format!(
+                            "HTTP/1.1 301 Moved Permanently\r\nLocation: {to}\r\n\
+                             Content-Length: 0\r\nConnection: close\r\n\r\n"
+                        )
+                    };
+                    let answer = match path.as_str() {
+                        p if p.starts_with("old-") => {
+                            redirect(&format!("https://moved.example/{}", &p[4..]))
+                        }
+                        "slow" => {
+                            std::thread::sleep(std::time::Duration::from_secs(3));
+                            redirect("https://moved.example/slow")
+                        }
+                        "phish" => redirect("https://listed.example/kit"),
+                        "rel" => redirect("//moved.example/rel"),
+                        _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                            .to_string(),
+                    };
+                    let _ = conn.write_all(answer.as_bytes());
+                });
+            }
+        });
+        OldProvider { url, asked }
+    }
+
+    fn asked(&self, path: &str) -> u32 {
+        self.asked.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+}
+
+/// The lazy fallback: a domain points at lasthop before its links move. The first visit of an
+/// old code asks the old provider, imports the link (owned by the domain's owner) and answers
+/// it; later visits never ask again; its 404s are remembered; a slow provider costs at most the
+/// timeout; a listed destination is refused; a code of a generated code's shape is never asked
+/// about; a branded domain's own `legacy_fallback` applies to its Host.
+#[test]
+fn the_old_provider_answers_first_visits() {
+    let old = OldProvider::start();
+    let site = Site::new();
+    let list = site.dir.path().join("list.txt");
+    std::fs::write(&list, "listed.example\n").unwrap();
+    let template = format!("{}/{{code}}", old.url);
+    let control = Control::start(
+        &site,
+        &[
+            "--reputation-list",
+            list.to_str().unwrap(),
+            "--legacy-fallback",
+            &template,
+            "--legacy-fallback-timeout-ms",
+            "200",
+        ],
+    );
+    let e = subscribed_engine(&site, &control, &[]);
+    wait_until(std::time::Duration::from_secs(10), "in sync", || {
+        in_sync(&e)
+    });
+
+    // A legacy-shaped code and an alias-shaped one, each asked once.
+    for (code, to) in [
+        ("old-1", "https://moved.example/1"),
+        ("old-abcdefgh", "https://moved.example/abcdefgh"),
+    ] {
+        assert_eq!(get(&e, code), (302, to.to_string()), "{code}");
+        assert_eq!(get(&e, code), (302, to.to_string()), "{code} again");
+        assert_eq!(old.asked(code), 1, "{code} asked once");
+        let (status, v) = control.call(
+            "GET",
+            &format!("/v1/links/{code}"),
+            &control.admin_key,
+            None,
+        );
+        assert_eq!((status, v["owner"].as_str()), (200, Some("legacy")), "{v}");
+    }
+    // A relative Location is resolved against the URL asked.
+    assert_eq!(
+        get(&e, "rel"),
+        (302, "http://moved.example/rel".to_string())
+    );
+
+    // Its 404s: answered 404, remembered (asked once for several visits).
+    for _ in 0..3 {
+        assert_eq!(get(&e, "gone").0, 404);
+    }
+    assert_eq!(old.asked("gone"), 1);
+
+    // A slow provider: the ask gives up at the timeout (under the engine's origin timeout),
+    // and the visitor gets a 404, not a wait.
+    let started = std::time::Instant::now();
+    assert_eq!(get(&e, "slow").0, 404);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A destination the lists refuse is never served nor imported.
+    assert_eq!(get(&e, "phish").0, 404);
+    let (status, _) = control.call("GET", "/v1/links/phish", &control.admin_key, None);
+    assert_eq!(status, 404);
+
+    // A code of a generated code's shape is the generator's: never asked about.
+    assert_eq!(get(&e, "zZ9yX8w").0, 404);
+    assert_eq!(old.asked("zZ9yX8w"), 0);
+
+    // A branded domain with its own old provider.
+    let (status, v) = control.call(
+        "POST",
+        "/v1/domains",
+        &control.admin_key,
+        Some(serde_json::json!({"domain": "go.example.com"})),
+    );
+    assert_eq!(status, 201, "{v}");
+    let (status, v) = control.call(
+        "PATCH",
+        "/v1/domains/go.example.com",
+        &control.admin_key,
+        Some(serde_json::json!({"legacy_fallback": format!("{}/old-{{code}}", old.url)})),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["settings"]["legacy_fallback"],
+        format!("{}/old-{{code}}", old.url),
+        "{v}"
+    );
+    let (status, v) = control.call(
+        "PATCH",
+        "/v1/domains/go.example.com",
+        &control.admin_key,
+        Some(serde_json::json!({"legacy_fallback": "ftp://old.example/"})),
+    );
+    assert_eq!(status, 400, "{v}");
+    let branded = |path: &str| {
+        let (status, headers, _) = curl(&[
+            "-H",
+            "Host: go.example.com",
+            &format!("http://{}/{path}", e.addr),
+        ]);
+        let location = headers
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("location: ")
+                    .or_else(|| l.strip_prefix("Location: "))
+            })
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        (status, location)
+    };
+    wait_until(
+        std::time::Duration::from_secs(10),
+        "the branded fallback",
+        || branded("b7") == (302, "https://moved.example/b7".to_string()),
+    );
+    let (status, v) = control.call(
+        "GET",
+        "/v1/links/b7?domain=go.example.com",
+        &control.admin_key,
+        None,
+    );
+    assert_eq!(
+        (status, v["domain"].as_str()),
+        (200, Some("go.example.com")),
+        "{v}"
+    );
+    assert_eq!(
+        control.call("GET", "/metrics", &control.admin_key, None).0,
+        200
+    );
+}
