@@ -106,6 +106,7 @@ pub fn router(state: AppState, short_base: String) -> Router {
         .route("/signout", post(signout))
         .route("/links", get(links).post(create))
         .route("/links/{code}", get(link))
+        .route("/export/{file}", get(export))
         .route("/links/{code}/qr.svg", get(qr_svg))
         .route("/links/{code}/qr.png", get(qr_png))
         .route("/links/{code}/{action}", post(link_action))
@@ -863,6 +864,39 @@ async fn qr_png(
     headers: HeaderMap,
 ) -> Response {
     qr(dash, code, q, headers, "png").await
+}
+
+/// The caller's links as a file (`links.csv`, the generic import format, or `links.ndjson`):
+/// the API's `GET /v1/exports/links`.
+async fn export(
+    State(dash): State<Dashboard>,
+    Path(file): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(session) = dash.session(&headers).await else {
+        return to_signin();
+    };
+    let format = match file.as_str() {
+        "links.csv" => "csv",
+        "links.ndjson" => "ndjson",
+        _ => return StatusCode::NOT_FOUND.into_response(),
+    };
+    let (status, resp_headers, bytes) = dash
+        .call_raw(
+            Method::GET,
+            &format!("/v1/exports/links?format={format}"),
+            &session.key,
+            None,
+            None,
+        )
+        .await;
+    let mut resp = (status, bytes).into_response();
+    for name in [header::CONTENT_TYPE, header::CONTENT_DISPOSITION] {
+        if let Some(v) = resp_headers.get(&name) {
+            resp.headers_mut().insert(name, v.clone());
+        }
+    }
+    resp
 }
 
 /// The API's QR image of `code`, as a download when asked.

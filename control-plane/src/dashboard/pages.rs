@@ -156,6 +156,9 @@ pub fn links(
         Some(session),
         html! {
             h1 { "Your links" }
+            p { "Export every link: " a href="/export/links.csv" download { "CSV" } " (the import format: "
+                code { "lasthop-control links import --from csv" } ") · "
+                a href="/export/links.ndjson" download { "NDJSON" } }
             (notice(&n))
             form method="post" action="/links" aria-describedby=[n.as_ref().filter(|n| !n.ok).map(|_| "form-error")] {
                 fieldset {

@@ -518,6 +518,21 @@ fn a_browser_signs_in_creates_and_reads_its_clicks() {
             ),
             403
         );
+        // The export link: the caller's links as the generic import CSV.
+        assert!(c.find(fantoccini::Locator::Css("a[href='/export/links.csv']")).await.is_ok());
+        let agent = ureq::AgentBuilder::new().redirects(0).build();
+        let export = agent
+            .get(&format!("{base}/export/links.csv"))
+            .set("Cookie", &format!("lh_session={session}"))
+            .call()
+            .unwrap();
+        assert_eq!(export.status(), 200);
+        assert!(export
+            .header("content-disposition")
+            .is_some_and(|d| d.contains("links.csv")));
+        let csv = export.into_string().unwrap();
+        assert!(csv.starts_with("code,long_url,created_at,tags,expires_at\n"), "{csv}");
+        assert!(csv.contains(&format!("{code},")), "{csv}");
         // Sign out: the old cookie opens nothing.
         sign_out(&c).await;
         let (status, location) = get_with_cookie(&base, "/links", &session);

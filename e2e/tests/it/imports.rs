@@ -431,3 +431,134 @@ fn the_old_provider_answers_first_visits() {
         200
     );
 }
+
+/// The fixture of `--from NAME` (`control-plane/tests/fixtures/import/`).
+fn fixture(file: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../control-plane/tests/fixtures/import")
+        .join(file)
+}
+
+/// Every format's fixture (written from its documentation: unicode titles, duplicate codes, a
+/// listed destination, codes of every length, `_`/`-`, all digits, malformed rows; the counts
+/// are the fixtures' README's) imported at a serving control plane: every row the parser reads
+/// is imported but the listed destination's and a duplicate code's second; the export then
+/// lists them, and each of its codes redirects at an engine, from the feed and then from a
+/// snapshot; the old click totals show in the stats; a re-run imports nothing.
+#[test]
+fn every_formats_codes_answer_at_an_engine() {
+    // (format, file, rows the parser reads, records it refuses, rows whose destination a
+    // create refuses besides the listed one: a URL with a space in it)
+    for (format, file, rows, refused, unservable) in [
+        ("bitly", "bitly.json", 32, 4, 0),
+        ("bitly", "bitly.csv", 29, 4, 1),
+        ("yourls", "yourls.csv", 27, 4, 0),
+        ("kutt", "kutt.json", 28, 3, 0),
+        ("shlink", "shlink.csv", 26, 4, 0),
+        ("dub", "dub.csv", 26, 5, 0),
+        ("csv", "generic.csv", 30, 4, 1),
+    ] {
+        let path = fixture(file);
+        let site = Site::new();
+        let list = site.dir.path().join("list.txt");
+        std::fs::write(&list, "listed.example\n").unwrap();
+        let control = Control::start(&site, &["--reputation-list", list.to_str().unwrap()]);
+        let e = subscribed_engine(&site, &control, &[]);
+        wait_until(std::time::Duration::from_secs(10), "in sync", || {
+            in_sync(&e)
+        });
+        let run = || {
+            let out = Command::new(control_bin())
+                .args(["links", "import", "--from", format])
+                .arg(&path)
+                .args(["--owner", "mover", "--with-clicks", "--api", &control.api])
+                .args(["--api-key", &control.admin_key])
+                .output()
+                .unwrap();
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+            assert!(out.status.success(), "{file}: {stdout}{stderr}");
+            (stdout, stderr)
+        };
+        let (stdout, stderr) = run();
+        // All but the listed row, a duplicate code's second (another destination: a collision)
+        // and the unservable ones.
+        let imported = rows - 2 - unservable;
+        assert!(
+            stdout.starts_with(&format!(
+                "{imported} imported, 0 already there, {} refused",
+                refused + 2 + unservable
+            )),
+            "{file}: {stdout}{stderr}"
+        );
+        assert!(stderr.contains(": collision: "), "{file}: {stderr}");
+        assert!(
+            stderr.contains("destination_blocked (list:list)"),
+            "{file}: {stderr}"
+        );
+        // The export holds what was imported: each of its codes answers at the engine.
+        let (status, _, body) = curl(&[
+            "-H",
+            &format!("Authorization: Bearer {}", control.admin_key),
+            &format!("{}/v1/exports/links?format=ndjson&owner=mover", control.api),
+        ]);
+        assert_eq!(status, 200, "{body}");
+        let exported: Vec<serde_json::Value> = body
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(exported.len(), imported, "{file}: {body}");
+        // (code, the status it answers: an old expiry in the past answers 410, as it did)
+        let codes: Vec<(String, u16)> = exported
+            .iter()
+            .map(|v| {
+                let expired = v["status"] == "expired";
+                (
+                    v["code"].as_str().unwrap().to_string(),
+                    if expired { 410 } else { 302 },
+                )
+            })
+            .collect();
+        assert!(
+            codes.iter().filter(|(_, s)| *s == 302).count() >= 20,
+            "{file}"
+        );
+        for (code, want) in &codes {
+            wait_until(
+                std::time::Duration::from_secs(10),
+                &format!("{file}: {code} at the engine"),
+                || get(&e, code).0 == *want,
+            );
+        }
+        control.publish_and_swap(&e);
+        for (code, want) in &codes {
+            assert_eq!(get(&e, code).0, *want, "{file}: {code} from the snapshot");
+        }
+        // YOURLS carries click totals: kept apart in the stats.
+        if format == "yourls" {
+            let with_clicks = codes
+                .iter()
+                .filter(|(code, _)| {
+                    let (_, v) = control.call(
+                        "GET",
+                        &format!("/v1/links/{code}/stats"),
+                        &control.admin_key,
+                        None,
+                    );
+                    v["imported_clicks"].as_u64().is_some_and(|n| n > 0)
+                })
+                .count();
+            assert!(
+                with_clicks > 20,
+                "{file}: {with_clicks} links with imported clicks"
+            );
+        }
+        let (again, _) = run();
+        assert!(
+            again.starts_with("0 imported"),
+            "{file}: {again} (first: {stdout})"
+        );
+    }
+}
