@@ -573,7 +573,7 @@ mod tests {
         let snap = Snapshot::open(&out).unwrap();
         snap.verify().unwrap();
         snap.audit().unwrap();
-        assert_eq!(snap.format_version(), 4);
+        assert_eq!(snap.format_version(), lasthop_snapshot::FORMAT_VERSION);
         assert_eq!(snap.lookup(with.as_bytes()).unwrap().options(), permanent);
         assert!(snap
             .lookup(plain.as_bytes())

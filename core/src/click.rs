@@ -644,6 +644,10 @@ impl ArchivedClick {
             user_agent: &self.ua,
             referrer_host: &self.rh,
         };
+        // A version has one form: a legacy code in version 3 only, and only a legacy code.
+        if event.version() != self.v {
+            return Err(EventError::Field("code"));
+        }
         // One set of rules: re-encode and decode to run every field check.
         let mut buf = Vec::with_capacity(MAX_EVENT_LEN);
         event.encode(&mut buf);
@@ -991,13 +995,35 @@ mod tests {
             ClickEvent::decode(&buf).unwrap_err(),
             EventError::Field("domain")
         );
-        // Version 3 is refused, domain or not.
+        // Version 3 carries a legacy code only: a branded alias's event relabelled 3 is
+        // refused for its code; a legacy code's event is 3, with or without a domain, and
+        // refused relabelled 2; version 4 is refused.
         buf.clear();
         branded().encode(&mut buf);
         buf[0] = 3;
         assert_eq!(
             ClickEvent::decode(&buf).unwrap_err(),
-            EventError::Version(3)
+            EventError::Field("code")
+        );
+        for domain in ["", "go.example.com"] {
+            let legacy = ClickEvent {
+                code: "ab-1",
+                domain,
+                ..sample()
+            };
+            buf.clear();
+            legacy.encode(&mut buf);
+            assert_eq!(buf[0], EVENT_VERSION_LEGACY);
+            let (back, used) = ClickEvent::decode(&buf).unwrap();
+            assert_eq!((back.code, back.domain, used), ("ab-1", domain, buf.len()));
+            assert_eq!(legacy.archived().event().unwrap().code, "ab-1");
+            buf[0] = 2;
+            assert!(ClickEvent::decode(&buf).is_err());
+        }
+        buf[0] = 4;
+        assert_eq!(
+            ClickEvent::decode(&buf).unwrap_err(),
+            EventError::Version(4)
         );
         // An archive line's version and domain must agree.
         let line = |e: &ClickEvent<'_>, f: fn(&mut ArchivedClick)| {
@@ -1024,7 +1050,11 @@ mod tests {
             Err(EventError::Field("length")),
             "cut to 253 bytes on the wire"
         );
-        assert_eq!(line(&branded(), |a| a.v = 3), Err(EventError::Version(3)));
+        assert_eq!(
+            line(&branded(), |a| a.v = 3),
+            Err(EventError::Field("code"))
+        );
+        assert_eq!(line(&branded(), |a| a.v = 4), Err(EventError::Version(4)));
         assert_eq!(line(&sample(), |_| {}), Ok(()));
         assert_eq!(line(&branded(), |_| {}), Ok(()));
     }

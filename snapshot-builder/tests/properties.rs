@@ -18,6 +18,10 @@ fn code() -> impl Strategy<Value = String> {
     prop_oneof![
         "[0-9A-Za-z]{7}",
         "[0-9A-Za-z_-]{8,64}",
+        // Legacy codes (version 5): short ones, 7 with `_`/`-`, all digits.
+        "[0-9A-Za-z_-]{1,6}",
+        "[0-9A-Za-z]{3}[_-][0-9A-Za-z]{3}",
+        "[0-9]{8,20}",
         // A few codes shared across domains, so the same code on two domains is common.
         prop::sample::select(vec!["abcDEF1", "spring-sale", "Summer_2026"]).prop_map(String::from),
     ]
@@ -245,10 +249,21 @@ proptest! {
         prop_assert_eq!(s.format_version(), 5);
         prop_assert_eq!(s.links(), links.len() as u64);
         let branded = links.keys().filter(|k| k.contains(&b'/')).count() as u64;
+        // Legacy codes count as aliases (names, not counters), and are in the legacy set.
         let aliases = links
             .keys()
-            .filter(|k| lasthop_core::classify_key(k) == lasthop_core::CodeKind::Alias)
+            .filter(|k| {
+                matches!(
+                    lasthop_core::classify_key(k),
+                    lasthop_core::CodeKind::Alias | lasthop_core::CodeKind::Legacy
+                )
+            })
             .count() as u64;
+        for k in links.keys() {
+            if lasthop_core::classify_key(k) == lasthop_core::CodeKind::Legacy {
+                prop_assert!(s.legacy_may_contain(k));
+            }
+        }
         prop_assert_eq!((s.branded(), s.aliases()), (branded, aliases));
         prop_assert_eq!(s.sequence(), 99);
         prop_assert_eq!(s.key_id(), 0xfeed);
@@ -283,6 +298,11 @@ proptest! {
         // Labelled version 3: the same bytes without options entries are what a version-3
         // writer wrote, and read as before; an options entry in them fails audit.
         let with_options = links.values().filter(|(_, _, o)| !o.is_default()).count();
+        // A file with a legacy set (version 5) is no older version's: refused at open.
+        if s.legacy_keys() > 0 {
+            prop_assert!(Snapshot::from_vec(relabel(&bytes, 4, branded)).is_err());
+            return Ok(());
+        }
         let s3 = Snapshot::from_vec(relabel(&bytes, 3, branded)).unwrap();
         s3.verify().unwrap();
         if with_options == 0 {
