@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::code::{domain_shape, native, plausible, DOMAIN_MAX, KEY_SEPARATOR};
+use crate::code::{classify, domain_shape, native, plausible, CodeKind, DOMAIN_MAX, KEY_SEPARATOR};
 use crate::cursor::{Cursor, Truncated};
 use crate::feed::valid_name;
 
@@ -323,7 +323,8 @@ impl<'a> ClickEvent<'a> {
             }
             None => {}
         }
-        out.push(self.version());
+        let version = self.version();
+        out.push(version);
         out.push(flags);
         out.extend_from_slice(&self.id.0.to_le_bytes());
         out.extend_from_slice(&self.at_ms.to_le_bytes());
@@ -331,7 +332,7 @@ impl<'a> ClickEvent<'a> {
         out.extend_from_slice(&self.country.unwrap_or([0, 0]));
         out.extend_from_slice(&net);
         put_str8(out, self.code, 64);
-        if self.version() != EVENT_VERSION_DEFAULT_DOMAIN {
+        if version != EVENT_VERSION_DEFAULT_DOMAIN {
             put_str8(out, self.domain, DOMAIN_MAX);
         }
         put_str8(out, self.pop, 64);
@@ -438,8 +439,9 @@ impl<'a> ClickEvent<'a> {
     /// The format version this event is written as: [`EVENT_VERSION_DEFAULT_DOMAIN`] (1) on the
     /// default domain, [`EVENT_VERSION`] (2) with a domain, [`EVENT_VERSION_LEGACY`] (3) for a
     /// legacy code on either.
+    #[inline]
     pub fn version(&self) -> u8 {
-        if !native(self.code.as_bytes()) && plausible(self.code.as_bytes()) {
+        if classify(self.code.as_bytes()) == CodeKind::Legacy {
             EVENT_VERSION_LEGACY
         } else if self.domain.is_empty() {
             EVENT_VERSION_DEFAULT_DOMAIN
@@ -915,6 +917,40 @@ mod tests {
             line.starts_with(r#"{"v":1,"#) && !line.contains(r#""d":"#),
             "{line}"
         );
+    }
+
+    /// Version 3's bytes, written out field by field as `core/EVENTS.md` lays them: version
+    /// 2's layout (the domain after the code, here empty for the default domain) with a legacy
+    /// code.
+    #[test]
+    fn a_legacy_code_is_version_3_byte_for_byte() {
+        for domain in ["", "go.example.com"] {
+            let e = ClickEvent {
+                code: "ab-1",
+                domain,
+                ..sample()
+            };
+            let mut want = vec![3, 0b10 | 0b100];
+            want.extend_from_slice(&e.id.0.to_le_bytes());
+            want.extend_from_slice(&e.at_ms.to_le_bytes());
+            want.extend_from_slice(&e.visitor.to_le_bytes());
+            want.extend_from_slice(b"DE");
+            want.extend_from_slice(&[203, 0, 113, 0, 0, 0]);
+            for s in [e.code, e.domain, e.pop, e.referrer_host] {
+                want.push(s.len() as u8);
+                want.extend_from_slice(s.as_bytes());
+            }
+            want.extend_from_slice(&(e.user_agent.len() as u16).to_le_bytes());
+            want.extend_from_slice(e.user_agent.as_bytes());
+            let mut buf = Vec::new();
+            e.encode(&mut buf);
+            assert_eq!(buf, want);
+            assert_eq!(e.branded(), Some(domain).filter(|d| !d.is_empty()));
+            let line = serde_json::to_string(&e.archived()).unwrap();
+            assert!(line.starts_with(r#"{"v":3,"#), "{line}");
+            let back: ArchivedClick = serde_json::from_str(&line).unwrap();
+            assert_eq!(back.event().unwrap(), e);
+        }
     }
 
     #[test]

@@ -538,6 +538,35 @@ mod tests {
         );
     }
 
+    /// Issue 44: frames carry legacy codes (alone or after a domain) in link frames and
+    /// denylist entries; a code no namespace can hold is still refused.
+    #[test]
+    fn frames_carry_legacy_codes() {
+        for code in ["ab-1", "q", "12345678", "go.example.com/x_y"] {
+            let line = format!(
+                r#"{{"type":"link_created","seq":4,"code":"{code}","long_url":"https://old.example/"}}"#
+            );
+            match parse_frame(line.as_bytes()) {
+                Ok(Frame::LinkCreated(l)) => assert_eq!(l.code, code),
+                other => panic!("{code}: {other:?}"),
+            }
+            let deny = format!(
+                r#"{{"type":"denylist","seq":1,"entries":[{{"code":"{code}","deny":"gone"}}]}}"#
+            );
+            assert!(parse_frame(deny.as_bytes()).is_ok(), "{deny}");
+        }
+        for bad in ["a b", "a.b", "", "go.example.com/"] {
+            let line = format!(
+                r#"{{"type":"link_created","seq":4,"code":"{bad}","long_url":"https://old.example/"}}"#
+            );
+            assert_eq!(
+                parse_frame(line.as_bytes()).unwrap_err(),
+                FrameError::Field("code"),
+                "{bad:?}"
+            );
+        }
+    }
+
     #[test]
     fn big_denylists_split_under_the_line_limit() {
         let entries: Vec<DenyEntry> = (0..1_234)

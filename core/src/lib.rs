@@ -38,8 +38,8 @@ pub mod secret;
 
 pub use alias::{validate_alias, AliasError};
 pub use code::{
-    classify, classify_key, legacy_shape, link_key, native, plausible_key, split_key,
-    split_key_str, CodeKind, CodeScheme, CODE_LEN, CODE_SPACE,
+    classify, classify_key, classify_native, legacy_shape, link_key, native, plausible_key,
+    split_key, split_key_str, CodeKind, CodeScheme, CODE_LEN, CODE_SPACE,
 };
 pub use destination::{is_servable, normalize_destination, visible_ascii, UrlError, UrlPolicy};
 pub use ff1::{Ff1, Ff1Domain, Ff1Error};

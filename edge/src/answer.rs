@@ -21,7 +21,7 @@
 //!
 //! The [`Layer`] returned beside each answer is the table that settled it, for metrics.
 
-use lasthop_core::{classify, is_servable, CodeKind, LinkStatus, CODE_LEN};
+use lasthop_core::{is_servable, CodeKind, LinkStatus, CODE_LEN};
 
 use crate::denylist::Deny;
 use crate::domains::{link_key, Domain};
@@ -325,6 +325,15 @@ fn legacy_may_exist(t: &Tables, key: &[u8]) -> bool {
         || (!t.overlay.is_empty() && t.overlay.get(key).is_some())
 }
 
+/// Whether a code that is neither a generated code nor an alias is looked up: a legacy code
+/// ([`lasthop_core::legacy_shape`]) that may exist ([`legacy_may_exist`]) or that its domain's
+/// old shortener may have ([`legacy_fallback`]).
+#[cold]
+#[inline(never)]
+fn legacy_lookup(t: &Tables, code: &[u8], key: &[u8], domain: Option<&Domain>) -> bool {
+    lasthop_core::legacy_shape(code) && (legacy_may_exist(t, key) || legacy_fallback(t, domain))
+}
+
 /// Whether `domain`'s (`None`: the default domain's) old shortener may have a code the tables
 /// do not: the origin is asked, and asks it (issue 44's lazy fallback).
 #[cold]
@@ -372,7 +381,8 @@ fn decide_key<'a>(
     let domain_name = domain.map(|d| &*d.name);
     let snapshot = t.snapshot.as_deref();
     // `counter`: the decrypted counter of a generated code, when it was decrypted here.
-    let kind = classify(code);
+    // The hot path's question as before imports; a legacy code is told apart below, cold.
+    let kind = lasthop_core::classify_native(code);
     let (probe, counter) = match kind {
         CodeKind::Generated => {
             // The key's hash, and a hint for its bucket line (the page's lines were asked for
@@ -401,7 +411,7 @@ fn decide_key<'a>(
         CodeKind::Alias => (None, None),
         // Another shortener's code, moved in: looked up only when the legacy set says it may
         // exist, so a scanner's junk of this shape still costs no lookup.
-        CodeKind::Legacy if legacy_may_exist(t, key) || legacy_fallback(t, domain) => (None, None),
+        CodeKind::Legacy | CodeKind::Invalid if legacy_lookup(t, code, key, domain) => (None, None),
         CodeKind::Legacy | CodeKind::Invalid => {
             return (acme_or_not_found(domain, code, preview), Layer::Invalid)
         }

@@ -38,6 +38,21 @@ pub fn h2_status(addr: &str, path: &str) -> u16 {
 }
 
 /// One GET on a fresh connection: the status (0 when the server is unreachable).
+/// The status and `Location` (empty when none) of a curl request with `args` (redirects not
+/// followed).
+pub fn location_of(args: &[&str]) -> (u16, String) {
+    let (status, headers, _) = curl(args);
+    let location = headers
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("location")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    (status, location)
+}
+
 pub fn status_of(addr: &str, path: &str) -> u16 {
     match TcpStream::connect(addr) {
         Ok(s) => {

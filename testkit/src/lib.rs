@@ -43,7 +43,7 @@ pub use clickhouse::{ClickHouse, CLICKHOUSE_USER};
 pub use control::{spool_to, subscribed_engine, Control};
 pub use engine::{in_sync, set_mode, write_secret, Engine, Site};
 pub use h3::{aioquic, aioquic_json, aioquic_python, h3, h3_client};
-pub use http::{curl, h2_status, status_of, Conn, Resp};
+pub use http::{curl, h2_status, location_of, status_of, Conn, Resp};
 pub use load::Load;
 pub use pebble::Pebble;
 pub use pki::{ca_and_server, openssl, pki, server_cert, signed_cert, test_ca, Pki, P256};

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use lasthop_testkit::{
-    curl, in_sync, spool_to, subscribed_engine, wait_until, Control, Engine, Site,
+    curl, in_sync, location_of, spool_to, subscribed_engine, wait_until, Control, Engine, Site,
 };
 use serde_json::json;
 
@@ -16,16 +16,7 @@ const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 
 
 /// Status and `Location` of `GET /code` at `engine`.
 fn get(engine: &Engine, code: &str) -> (u16, String) {
-    let (status, headers, _) = curl(&[&format!("http://{}/{code}", engine.addr)]);
-    let location = headers
-        .lines()
-        .find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case("location")
-                .then(|| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    (status, location)
+    location_of(&[&format!("http://{}/{code}", engine.addr)])
 }
 
 fn patch(control: &Control, code: &str, body: serde_json::Value) -> (u16, serde_json::Value) {

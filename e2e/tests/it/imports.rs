@@ -9,21 +9,12 @@
 use std::process::Command;
 
 use lasthop_testkit::{
-    control_bin, curl, in_sync, subscribed_engine, wait_until, Control, Engine, Site,
+    control_bin, curl, in_sync, location_of, subscribed_engine, wait_until, Control, Engine, Site,
 };
 
 /// Status and `Location` of `GET /code` at `engine`.
 fn get(engine: &Engine, code: &str) -> (u16, String) {
-    let (status, headers, _) = curl(&[&format!("http://{}/{code}", engine.addr)]);
-    let location = headers
-        .lines()
-        .find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case("location")
-                .then(|| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    (status, location)
+    location_of(&[&format!("http://{}/{code}", engine.addr)])
 }
 
 /// The old codes and where they went; `zZ9yX8w` is a 7-character base62 code whose counter
@@ -37,19 +28,11 @@ const KEPT: [(&str, &str); 6] = [
     ("zZ9yX8w", "https://old.example/seven"),
 ];
 
-fn import(control: &Control, file: &std::path::Path, extra: &[&str]) -> (bool, String, String) {
+/// `lasthop-control links import ARGS...`: whether it succeeded, its stdout and its stderr.
+fn links_import(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
     let out = Command::new(control_bin())
-        .args(["links", "import", "--from", "csv"])
-        .arg(file)
-        .args([
-            "--owner",
-            "mover",
-            "--api",
-            &control.api,
-            "--api-key",
-            &control.admin_key,
-        ])
-        .args(extra)
+        .args(["links", "import"])
+        .args(args)
         .output()
         .expect("run links import");
     (
@@ -57,6 +40,34 @@ fn import(control: &Control, file: &std::path::Path, extra: &[&str]) -> (bool, S
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `file` (`--from format`) imported for `mover` through `control`'s API, with `extra`.
+fn import_as(
+    control: &Control,
+    format: &str,
+    file: &std::path::Path,
+    extra: &[&str],
+) -> (bool, String, String) {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["--from".as_ref(), format.as_ref(), file.as_ref()];
+    for a in [
+        "--owner",
+        "mover",
+        "--api",
+        &control.api,
+        "--api-key",
+        &control.admin_key,
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    {
+        args.push(a.as_ref());
+    }
+    links_import(&args)
+}
+
+fn import(control: &Control, file: &std::path::Path, extra: &[&str]) -> (bool, String, String) {
+    import_as(control, "csv", file, extra)
 }
 
 #[test]
@@ -196,22 +207,21 @@ fn a_stopped_store_takes_an_import() {
          bad2,https://listed.example/x\n",
     )
     .unwrap();
-    let out = Command::new(control_bin())
-        .args(["links", "import", "--from", "csv"])
-        .arg(&file)
-        .args(["--owner", "mover", "--data-dir"])
-        .arg(&control.data)
-        .arg("--key-file")
-        .arg(site.key_file())
-        .arg("--reputation-list")
-        .arg(&list)
-        .output()
-        .expect("run links import");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}{stderr}");
+    let key_file = site.key_file();
+    let (ok, stdout, stderr) = links_import(&[
+        "--from".as_ref(),
+        "csv".as_ref(),
+        file.as_ref(),
+        "--owner".as_ref(),
+        "mover".as_ref(),
+        "--data-dir".as_ref(),
+        control.data.as_ref(),
+        "--key-file".as_ref(),
+        key_file.as_ref(),
+        "--reputation-list".as_ref(),
+        list.as_ref(),
+    ]);
+    assert!(ok, "{stdout}{stderr}");
     assert!(
         stdout.starts_with("2 imported, 0 already there, 1 refused"),
         "{stdout}{stderr}"
@@ -394,21 +404,11 @@ fn the_old_provider_answers_first_visits() {
     );
     assert_eq!(status, 400, "{v}");
     let branded = |path: &str| {
-        let (status, headers, _) = curl(&[
+        location_of(&[
             "-H",
             "Host: go.example.com",
             &format!("http://{}/{path}", e.addr),
-        ]);
-        let location = headers
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("location: ")
-                    .or_else(|| l.strip_prefix("Location: "))
-            })
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        (status, location)
+        ])
     };
     wait_until(
         std::time::Duration::from_secs(10),
@@ -468,18 +468,8 @@ fn every_formats_codes_answer_at_an_engine() {
             in_sync(&e)
         });
         let run = || {
-            let out = Command::new(control_bin())
-                .args(["links", "import", "--from", format])
-                .arg(&path)
-                .args(["--owner", "mover", "--with-clicks", "--api", &control.api])
-                .args(["--api-key", &control.admin_key])
-                .output()
-                .unwrap();
-            let (stdout, stderr) = (
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            );
-            assert!(out.status.success(), "{file}: {stdout}{stderr}");
+            let (ok, stdout, stderr) = import_as(&control, format, &path, &["--with-clicks"]);
+            assert!(ok, "{file}: {stdout}{stderr}");
             (stdout, stderr)
         };
         let (stdout, stderr) = run();
