@@ -112,10 +112,7 @@ pub fn build_snapshot(
     // placeholder that is never returned.
     let mut failed = None;
     let walked = store.for_each_link(&mut |s| {
-        let url: &[u8] = match s.state.status(now) {
-            LinkStatus::Active | LinkStatus::Expired => s.state.url(&s.link).as_bytes(),
-            LinkStatus::Deleted | LinkStatus::Disabled | LinkStatus::TakenDown => b"",
-        };
+        let url = servable_url(s, now);
         if s.state.options.validate().is_err() {
             // Only an import could store such options: the link is left to the overlay and
             // the origin rather than failing every snapshot.

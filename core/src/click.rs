@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::code::{classify, domain_shape, native, plausible, CodeKind, DOMAIN_MAX, KEY_SEPARATOR};
+use crate::code::{classify, domain_shape, CodeKind, DOMAIN_MAX, KEY_SEPARATOR};
 use crate::cursor::{Cursor, Truncated};
 use crate::feed::valid_name;
 
@@ -381,12 +381,10 @@ impl<'a> ClickEvent<'a> {
         };
         let code = str8(&mut c, "code")?;
         // Each version has one form: a legacy code only in version 3, and only there.
-        let shaped = if version == EVENT_VERSION_LEGACY {
-            plausible(code.as_bytes()) && !native(code.as_bytes())
-        } else {
-            native(code.as_bytes())
-        };
-        if !shaped {
+        let kind = classify(code.as_bytes());
+        if kind == CodeKind::Invalid
+            || (kind == CodeKind::Legacy) != (version == EVENT_VERSION_LEGACY)
+        {
             return Err(EventError::Field("code"));
         }
         let domain = match version {
@@ -1219,7 +1217,7 @@ mod tests {
             buf.truncate(cut.max(1).min(buf.len()));
             if let Ok((e, used)) = ClickEvent::decode(&buf) {
                 prop_assert!(used <= buf.len());
-                prop_assert!(plausible(e.code.as_bytes()));
+                prop_assert!(crate::code::plausible(e.code.as_bytes()));
                 prop_assert!(e.domain.is_empty() || domain_shape(e.domain.as_bytes()));
                 prop_assert!(crate::code::plausible_key(e.link_key().as_bytes()));
                 prop_assert_eq!(e.version(), buf[0]);

@@ -50,10 +50,7 @@ pub enum ShapeError {
 /// `[A-Za-z0-9_-]`, not all digits.
 #[inline]
 pub fn alias_shape(code: &[u8]) -> Result<(), ShapeError> {
-    if !code
-        .iter()
-        .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
+    if !code_alphabet(code) {
         return Err(ShapeError::InvalidChar);
     }
     if code.len() < ALIAS_MIN {
@@ -73,10 +70,14 @@ pub fn alias_shape(code: &[u8]) -> Result<(), ShapeError> {
 /// [`classify`]'s answer).
 #[inline]
 pub fn legacy_shape(code: &[u8]) -> bool {
-    (1..=ALIAS_MAX).contains(&code.len())
-        && code
-            .iter()
-            .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    (1..=ALIAS_MAX).contains(&code.len()) && code_alphabet(code)
+}
+
+/// Every byte of `[A-Za-z0-9_-]`, the alphabet of aliases and legacy codes.
+#[inline]
+fn code_alphabet(code: &[u8]) -> bool {
+    code.iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// What shape `code` has: a generated code by its length and alphabet, an alias by
@@ -111,7 +112,7 @@ pub fn plausible(code: &[u8]) -> bool {
 /// formats before legacy codes accept).
 #[inline]
 pub fn native(code: &[u8]) -> bool {
-    matches!(classify(code), CodeKind::Generated | CodeKind::Alias)
+    classify_native(code) != CodeKind::Invalid
 }
 
 /// Between a branded domain and its code in a [link key](split_key).

@@ -322,24 +322,18 @@ fn legacy_may_exist(t: &Tables, key: &[u8]) -> bool {
     t.snapshot
         .as_deref()
         .is_some_and(|s| s.legacy_may_contain(key))
-        || (!t.overlay.is_empty() && t.overlay.get(key).is_some())
+        || t.overlay.get(key).is_some()
 }
 
 /// Whether a code that is neither a generated code nor an alias is looked up: a legacy code
 /// ([`lasthop_core::legacy_shape`]) that may exist ([`legacy_may_exist`]) or that its domain's
-/// old shortener may have ([`legacy_fallback`]).
+/// old shortener may have (issue 44's lazy fallback).
 #[cold]
 #[inline(never)]
 fn legacy_lookup(t: &Tables, code: &[u8], key: &[u8], domain: Option<&Domain>) -> bool {
-    lasthop_core::legacy_shape(code) && (legacy_may_exist(t, key) || legacy_fallback(t, domain))
-}
-
-/// Whether `domain`'s (`None`: the default domain's) old shortener may have a code the tables
-/// do not: the origin is asked, and asks it (issue 44's lazy fallback).
-#[cold]
-#[inline(never)]
-fn legacy_fallback(t: &Tables, domain: Option<&Domain>) -> bool {
-    t.has_origin && t.domains.legacy_fallback(domain)
+    // The fallback: the origin is asked, and asks the domain's old shortener.
+    lasthop_core::legacy_shape(code)
+        && (legacy_may_exist(t, key) || (t.has_origin && t.domains.legacy_fallback(domain)))
 }
 
 /// The path of ACME HTTP-01 answers, less its leading `/` (RFC 8555 §8.3).

@@ -1,4 +1,4 @@
-//! Format versions 1 to 4, in code: the header, the index slot word, the entry and the hash.
+//! Format versions 1 to 5, in code: the header, the index slot word, the entry and the hash.
 //! `FORMAT.md` beside this crate is the prose version and the reasons; keep the two in step.
 
 use lasthop_core::{region_range, HighWater, LinkOptions};
@@ -17,7 +17,7 @@ pub const FORMAT_VERSION: u32 = 5;
 /// The oldest version this reader reads: an engine upgraded before its control plane keeps
 /// serving the snapshots it is sent.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
-/// Largest page (versions 2 to 4): 64 cache lines. A lookup prefetches its key's whole home
+/// Largest page (versions 2 to 5): 64 cache lines. A lookup prefetches its key's whole home
 /// page, so pages stay a few lines long in practice (the writer sizes them from the data).
 pub const MAX_PAGE_LEN: u32 = 4096;
 /// Most regions a header may carry (bounds the allocation made on open).
@@ -30,7 +30,7 @@ pub const MAX_KEY_LEN: usize = lasthop_core::code::KEY_MAX;
 pub(crate) const V2_MAX_KEY_LEN: usize = lasthop_core::code::ALIAS_MAX;
 /// Longest URL: what a three-byte LEB128 length can say.
 pub const MAX_URL_LEN: usize = (1 << 21) - 1;
-/// Largest arena (version 1), or pages plus overflow (versions 2 to 4): what the 40-bit slot
+/// Largest arena (version 1), or pages plus overflow (versions 2 to 5): what the 40-bit slot
 /// offset can address (1 TiB).
 pub const MAX_ARENA_LEN: u64 = 1 << 40;
 
@@ -648,7 +648,7 @@ impl Header {
         &self,
         file: &[u8],
     ) -> Result<Option<LegacySection>, SnapshotError> {
-        if self.version < 5 || self.version == 1 {
+        if self.version < 5 {
             return Ok(None);
         }
         let actual = file.len() as u64;
@@ -801,8 +801,9 @@ impl Header {
         Ok(())
     }
 
-    /// Versions 2 to 4: header, zero padding to 64, `total_buckets` pages of `page_len`, overflow
-    /// (`arena_len`) to the end; slot offsets count from the first page.
+    /// Versions 2 to 5: header, zero padding to 64, `total_buckets` pages of `page_len`, overflow
+    /// (`arena_len`) to `actual` (the file's end, or version 5's legacy set); slot offsets count
+    /// from the first page.
     fn check_v2_sections(&self, actual: u64) -> Result<(), SnapshotError> {
         if self.page_len < BUCKET_LEN as u32
             || self.page_len > MAX_PAGE_LEN

@@ -6,7 +6,7 @@
 //! plus the per-region high-water marks at `S` and the id of the key the codes were minted
 //! under. The byte layout, and why it is that way, is in `FORMAT.md`.
 //!
-//! - `format`: versions 1 to 4's constants, header, slots and entries, and the writer's
+//! - `format`: versions 1 to 5's constants, header, slots and entries, and the writer's
 //!   [`Layout`] choice (pages with their entries inline, or compact);
 //! - [`reader`](Snapshot): [`Snapshot::open`] maps a file (the crate's `unsafe` blocks are that
 //!   map and the prefetch hint) and checks

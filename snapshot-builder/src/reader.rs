@@ -91,9 +91,9 @@ pub struct Snapshot {
     bytes: Bytes,
     header: Header,
     high_water: HighWater,
-    /// Version 1: the arena; versions 2 to 4: the overflow. Checked by `arena_checksum`.
+    /// Version 1: the arena; versions 2 to 5: the overflow. Checked by `arena_checksum`.
     arena: Range<usize>,
-    /// Version 1: the index; versions 2 to 4: the pages (bucket lines and inline entries).
+    /// Version 1: the index; versions 2 to 5: the pages (bucket lines and inline entries).
     /// Checked by `index_checksum`; bucket `b` starts at `b · stride` in it.
     index: Range<usize>,
     /// Bytes from one bucket line to the next: 64 in version 1, the page length in versions 2
@@ -355,7 +355,7 @@ impl Snapshot {
         self.all().get(self.entries.clone()).unwrap_or(&[])
     }
 
-    /// Bucket `b`'s page: its line, and in versions 2 to 4 the entries stored with it.
+    /// Bucket `b`'s page: its line, and in versions 2 to 5 the entries stored with it.
     #[inline]
     fn page(&self, b: u64) -> Option<&[u8]> {
         let start = usize::try_from(b).ok()?.checked_mul(self.stride)?;
@@ -370,7 +370,7 @@ impl Snapshot {
 
     /// The entry for the link key `key` (a generated code or an alias on the default domain,
     /// `domain/code` on a branded one: [`lasthop_core::link_key`]), or `None`. O(1): one bucket
-    /// (one cache line, rarely the next) and, on a tag match, one entry (in versions 2 to 4
+    /// (one cache line, rarely the next) and, on a tag match, one entry (in versions 2 to 5
     /// usually in the same page). Never allocates.
     ///
     /// Keys of up to 126 bytes (every default-domain key) take the same path as in version 2,
@@ -401,7 +401,7 @@ impl Snapshot {
         self.lookup_hashed::<true>(key, h).map(|(e, _, _)| e)
     }
 
-    /// Starts the memory fetch of `key`'s home page (versions 2 to 4: the bucket line and the
+    /// Starts the memory fetch of `key`'s home page (versions 2 to 5: the bucket line and the
     /// entries stored with it, which hold the key's entry unless it went to the overflow; in
     /// version 1 the bucket line alone) and returns the [`Probe`] that
     /// [`Snapshot::lookup_probe`] finishes. The engine calls this as a request arrives, before
@@ -459,7 +459,7 @@ impl Snapshot {
         let entries = self.entries();
         let at = usize::try_from(word & OFFSET_MASK).unwrap_or(usize::MAX);
         // An entry (length bytes, key, URL, expiry) spans two or three lines for URLs of 60
-        // to 150 bytes, most of them; the lines come in parallel (in versions 2 to 4 they are
+        // to 150 bytes, most of them; the lines come in parallel (in versions 2 to 5 they are
         // usually the home page's, already asked for).
         for line in entries.get(at..).unwrap_or_default().chunks(64).take(3) {
             prefetch_line(line.as_ptr());
@@ -486,7 +486,7 @@ impl Snapshot {
     }
 
     /// The lookup proper; also returns the entry's offset (from the arena in version 1, from
-    /// the first page in versions 2 to 4) and the bucket whose slot led to it (for `audit`).
+    /// the first page in versions 2 to 5) and the bucket whose slot led to it (for `audit`).
     /// `LONG`: `key` is longer than [`SHORT_KEY_MAX`] (its entry's length is escaped). A short
     /// key's options entry (version 4) is escaped too: `entry_if_key` reads it out of line when
     /// byte 0's length bits, not the key's length, say the escape.
@@ -749,13 +749,13 @@ impl Snapshot {
         self.header.file_len
     }
 
-    /// Version 1: the arena's size in bytes; versions 2 to 4: the overflow's (entries that did
+    /// Version 1: the arena's size in bytes; versions 2 to 5: the overflow's (entries that did
     /// not fit the page holding their slot).
     pub fn arena_len(&self) -> u64 {
         self.header.arena_len
     }
 
-    /// Version 1: the index's size in bytes; versions 2 to 4: the pages' (bucket lines and the
+    /// Version 1: the index's size in bytes; versions 2 to 5: the pages' (bucket lines and the
     /// entries stored with them).
     pub fn index_len(&self) -> u64 {
         self.index.len() as u64

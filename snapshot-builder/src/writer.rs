@@ -1,5 +1,5 @@
 //! The typestate writer: `SnapshotWriter::create` → `add`… → `seal` → an immutable file, in
-//! format version 4.
+//! format version 5.
 //!
 //! Entries stream to a staging area as they are added (memory, and for a file writer past
 //! 256 MiB an unlinked temporary file beside the destination); the writer keeps 16 bytes per
@@ -561,11 +561,8 @@ impl<S: Sink> SnapshotWriter<S> {
             _ if key.len() > MAX_KEY_LEN => None,
             CodeKind::Generated => Some(false),
             CodeKind::Alias => Some(true),
-            // A legacy code is a name, as an alias is (version 5), and is in the legacy set.
-            CodeKind::Legacy => {
-                self.legacy.push(crate::legacy::key_hash(key, self.seed));
-                Some(true)
-            }
+            // A legacy code is a name, as an alias is (version 5), and in the legacy set.
+            CodeKind::Legacy => Some(true),
             CodeKind::Invalid => None,
         };
         let Some(alias) = alias else {
@@ -606,6 +603,9 @@ impl<S: Sink> SnapshotWriter<S> {
         self.pending
             .push(Pending::new(hash(key, self.seed), offset, n + url.len()));
         self.aliases += u64::from(alias);
+        if alias && classify_key(key) == CodeKind::Legacy {
+            self.legacy.push(crate::legacy::key_hash(key, self.seed));
+        }
         self.branded += u64::from(branded);
         self.expiring += u64::from(expires_at_ms.is_some());
         self.with_options += u64::from(options.is_some());

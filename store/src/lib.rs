@@ -22,7 +22,7 @@ pub mod transfer;
 use std::sync::Arc;
 
 use lasthop_core::feed::DenyKind;
-use lasthop_core::{Change, Hold, Link, LinkState};
+use lasthop_core::{Change, CodeScheme, Hold, Link, LinkState};
 use lasthop_trust::CanonicalHost;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -206,6 +206,40 @@ pub const CLAIMED_SET: &str = "claimed";
 /// entries sort as the counters do.
 pub fn claimed_entry(n: u64) -> String {
     format!("{n:013}")
+}
+
+/// What an imported `code` would claim in the region of counter range `range`: `Ok(Some(n))`
+/// for a 7-character base62 code (its counter n, in `range`), `Ok(None)` for any other code
+/// (nothing to claim), `Err(why)` for a collision. The caller then checks n against its
+/// region's mark with [`claim_below_mark`], which only it can read.
+pub fn claimed_counter(
+    scheme: &CodeScheme,
+    range: &std::ops::Range<u64>,
+    code: &str,
+) -> Result<Option<u64>, String> {
+    if lasthop_core::classify(code.as_bytes()) != lasthop_core::CodeKind::Generated {
+        return Ok(None);
+    }
+    let n = scheme
+        .decode(code.as_bytes())
+        .ok_or_else(|| "not a code under this key".to_string())?;
+    if !range.contains(&n) {
+        return Err(format!(
+            "its counter value {n} is in another region's range: import it there"
+        ));
+    }
+    Ok(Some(n))
+}
+
+/// Why claiming counter `n` is a collision when its region's leases reached `mark`: one below
+/// it may have been issued.
+pub fn claim_below_mark(n: u64, mark: u64) -> Option<String> {
+    (n < mark).then(|| {
+        format!(
+            "its counter value {n} is below the high-water mark {mark}: the generator may have \
+             issued it"
+        )
+    })
 }
 
 /// The saved position of the replication from region `region` ([`Store::position`]): the

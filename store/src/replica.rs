@@ -51,8 +51,8 @@ pub(crate) trait Replica {
     /// The saved position `name` ([`crate::Store::position`]), if there is one.
     async fn position(&mut self, name: &str) -> Result<Option<String>, StoreError>;
     /// Writes another region's link as it is there (its row, owner and destination indexes,
-    /// denylist entry and `LinkCreated` change), unless a link with its code is here; true if
-    /// written.
+    /// denylist entry, legacy-set entry and `LinkCreated` change), unless a link with its code
+    /// is here; true if written.
     async fn insert_link(&mut self, link: &Link, state: &LinkState) -> Result<bool, StoreError>;
     /// The link `code` read for a change, `None` if it is not here.
     async fn hold(&mut self, code: &str) -> Result<Option<Self::Held>, StoreError>;
@@ -72,9 +72,6 @@ pub(crate) trait Replica {
     async fn add_audit(&mut self, code: &str, record: AuditRecord) -> Result<(), StoreError>;
     /// Marks the change-log entries `seqs` (written in this transaction) as `region`'s.
     async fn mark_origins(&mut self, seqs: Range<u64>, region: u32) -> Result<(), StoreError>;
-    /// Adds `code` to this region's [`crate::LEGACY_SET`] (an imported link's old code that is
-    /// no alias, replicated from the region that imported it).
-    async fn mark_legacy(&mut self, code: &str) -> Result<(), StoreError>;
     /// Raises `region`'s high-water mark to `mark`, leaving a higher one as it is.
     async fn raise_mark(&mut self, region: u32, mark: u64) -> Result<(), StoreError>;
     /// Saves the position `name` as `value`.
@@ -97,13 +94,7 @@ pub(crate) async fn apply<R: Replica>(
     for c in page.changes.iter().filter(|c| c.seq > done) {
         let first = replica.next_seq();
         let applied = match &c.change {
-            Change::LinkCreated { link, state } => {
-                let written = replica.insert_link(link, state).await?;
-                if written && state.legacy_code {
-                    replica.mark_legacy(&link.code).await?;
-                }
-                written
-            }
+            Change::LinkCreated { link, state } => replica.insert_link(link, state).await?,
             Change::StateChanged { code, state } => {
                 apply_state(replica, code, state, c.authoritative).await?
             }

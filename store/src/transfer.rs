@@ -503,14 +503,16 @@ impl ClaimCheck {
         regions: u32,
         marks: &std::collections::HashMap<u32, u64>,
     ) -> Result<(), StoreError> {
+        // At or above its region's mark: valid only if the record claims it (checked at the end).
+        let above_mark = lasthop_core::region::region_of(n, regions)
+            .and_then(|r| marks.get(&r))
+            .is_some_and(|&mark| n >= mark);
         match check_counter(code, n, regions, marks) {
-            Ok(()) => Ok(()),
-            Err(e) if n < lasthop_core::CODE_SPACE && marks.len() as u32 == regions => {
-                let _ = e;
+            Err(_) if above_mark => {
                 self.above.push((code.to_string(), n));
                 Ok(())
             }
-            Err(e) => Err(e),
+            checked => checked,
         }
     }
 

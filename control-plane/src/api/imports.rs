@@ -315,11 +315,11 @@ pub(super) async fn export_links(
         _ => who.owner.clone(),
     };
     let store = std::sync::Arc::clone(&state.0.store);
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let (tx, body) = crate::body_stream::channel(4);
     tokio::task::spawn_blocking(move || {
         if csv {
             let header = format!("{}\n", crate::import::CSV_HEADER).into_bytes();
-            if tx.blocking_send(Ok(header)).is_err() {
+            if tx.blocking_send(Ok(header.into())).is_err() {
                 return;
             }
         }
@@ -359,7 +359,7 @@ pub(super) async fn export_links(
                     out.push(b'\n');
                 }
             }
-            if !out.is_empty() && tx.blocking_send(Ok(out)).is_err() {
+            if !out.is_empty() && tx.blocking_send(Ok(out.into())).is_err() {
                 return;
             }
             match page.next_cursor {
@@ -368,7 +368,6 @@ pub(super) async fn export_links(
             }
         }
     });
-    let stream = tokio_stream_from(rx);
     let content_type = if csv {
         "text/csv; charset=utf-8"
     } else {
@@ -384,13 +383,7 @@ pub(super) async fn export_links(
                 format!("attachment; filename=\"{name}\""),
             ),
         ],
-        Body::from_stream(stream),
+        body,
     )
         .into_response())
-}
-
-fn tokio_stream_from(
-    mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, std::io::Error>>,
-) -> impl futures_core::Stream<Item = Result<Vec<u8>, std::io::Error>> {
-    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }

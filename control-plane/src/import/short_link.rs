@@ -5,12 +5,10 @@
 //! short URL there instead; a *short link* field holds the short URL, with or without its
 //! scheme (Bitly's `id` is `bit.ly/3abcDEF`, its `link` `https://bit.ly/3abcDEF`, Dub's
 //! `https://dub.sh/key`). Either way the code is the path without its leading `/`, and must be
-//! 1–[`CODE_MAX`] characters of `[A-Za-z0-9_-]`: no query, no second segment. Anything else is
+//! a legacy code's shape (`lasthop_core::legacy_shape`: 1–64 characters of `[A-Za-z0-9_-]`):
+//! no query, no second segment. Anything else is
 //! refused here rather than guessed at, since the code is the one field an import must not
 //! change: it is what the old links in the wild point at.
-
-/// Longest code read.
-pub(super) const CODE_MAX: usize = 64;
 
 /// Longest piece of a bad value quoted back in a reason.
 const QUOTE_MAX: usize = 80;
@@ -106,11 +104,7 @@ fn check(code: &str) -> Result<String, BadCode> {
             reason: "malformed row: missing code".to_string(),
         });
     }
-    let shaped = code.len() <= CODE_MAX
-        && code
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if shaped {
+    if lasthop_core::legacy_shape(code.as_bytes()) {
         Ok(code.to_string())
     } else {
         Err(BadCode {

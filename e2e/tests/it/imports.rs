@@ -66,6 +66,20 @@ fn import_as(
     links_import(&args)
 }
 
+/// `mover`'s links exported in `format` by an admin through `control`'s API.
+fn export(control: &Control, format: &str) -> String {
+    let (status, _, body) = curl(&[
+        "-H",
+        &format!("Authorization: Bearer {}", control.admin_key),
+        &format!(
+            "{}/v1/exports/links?format={format}&owner=mover",
+            control.api
+        ),
+    ]);
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
 fn import(control: &Control, file: &std::path::Path, extra: &[&str]) -> (bool, String, String) {
     import_as(control, "csv", file, extra)
 }
@@ -165,12 +179,7 @@ fn old_codes_keep_answering_and_a_rerun_imports_nothing() {
     );
 
     // The export is the generic import format, and holds every imported code.
-    let (status, _, body) = curl(&[
-        "-H",
-        &format!("Authorization: Bearer {}", control.admin_key),
-        &format!("{}/v1/exports/links?format=csv&owner=mover", control.api),
-    ]);
-    assert_eq!(status, 200, "{body}");
+    let body = export(&control, "csv");
     assert!(
         body.starts_with("code,long_url,created_at,tags,expires_at\n"),
         "{body}"
@@ -489,12 +498,7 @@ fn every_formats_codes_answer_at_an_engine() {
             "{file}: {stderr}"
         );
         // The export holds what was imported: each of its codes answers at the engine.
-        let (status, _, body) = curl(&[
-            "-H",
-            &format!("Authorization: Bearer {}", control.admin_key),
-            &format!("{}/v1/exports/links?format=ndjson&owner=mover", control.api),
-        ]);
-        assert_eq!(status, 200, "{body}");
+        let body = export(&control, "ndjson");
         let exported: Vec<serde_json::Value> = body
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())

@@ -501,15 +501,6 @@ impl Writer {
                 )
                 .map_err(storage)?;
         }
-        let alias_kind = req
-            .alias
-            .as_deref()
-            .map(|a| lasthop_core::classify(a.as_bytes()));
-        if req.imported.is_some() && alias_kind != Some(CodeKind::Alias) {
-            t.code_sets
-                .insert((crate::LEGACY_SET, key.as_slice()), code.as_str())
-                .map_err(storage)?;
-        }
         match &req.destination {
             Some(dest) => index_entry(&mut t.dest_hosts, &key, &link.code, dest, true)?,
             None => {
@@ -543,32 +534,12 @@ impl Writer {
         Ok(CreateOutcome::Created(stored))
     }
 
-    /// What an imported code claims: `Ok(Some(n))` for a 7-character base62 code (counter n,
-    /// which must lie in this region's range above every counter it ever leased), `Ok(None)`
-    /// for any other code of [`lasthop_core::code::legacy_shape`], `Err(why)` for a collision.
-    fn claim(
-        &self,
-        t: &mut Tables<'_>,
-        code: &str,
-    ) -> Result<Result<Option<u64>, String>, StoreError> {
-        match lasthop_core::classify(code.as_bytes()) {
-            CodeKind::Generated => {}
-            CodeKind::Alias | CodeKind::Legacy => return Ok(Ok(None)),
-            CodeKind::Invalid => {
-                return Err(StoreError::Corrupt {
-                    what: format!("code {code:?}"),
-                    detail: "not a code's shape".into(),
-                })
-            }
-        }
-        let Some(n) = self.scheme.decode(code.as_bytes()) else {
-            return Ok(Err("not a code under this key".into()));
+    /// What an imported code claims ([`crate::claimed_counter`]), against this region's mark.
+    fn claim(&self, t: &Tables<'_>, code: &str) -> Result<Result<Option<u64>, String>, StoreError> {
+        let n = match crate::claimed_counter(&self.scheme, &self.counter_range, code) {
+            Ok(Some(n)) => n,
+            other => return Ok(other),
         };
-        if !self.counter_range.contains(&n) {
-            return Ok(Err(format!(
-                "its counter value {n} is in another region's range: import it there"
-            )));
-        }
         let key = format!("{COUNTER_PREFIX}{}", self.region);
         let mark = t
             .meta
@@ -576,13 +547,7 @@ impl Writer {
             .map_err(storage)?
             .map(|g| g.value())
             .unwrap_or(self.counter_range.start);
-        if n < mark {
-            return Ok(Err(format!(
-                "its counter value {n} is below the high-water mark {mark}: the generator may \
-                 have issued it"
-            )));
-        }
-        Ok(Ok(Some(n)))
+        Ok(crate::claim_below_mark(n, mark).map_or(Ok(Some(n)), Err))
     }
 
     /// Soft-deletes `code` (see [`crate::Store::delete`]), with `actor`'s audit record (a
@@ -660,6 +625,13 @@ impl Writer {
             .map_err(storage)?;
         self.next_seq += 1;
         write_denied(t, &link.code, state)?;
+        // An import's code that is no alias: in the legacy set snapshots carry (a replicated
+        // link's too).
+        if state.legacy_code {
+            t.code_sets
+                .insert((crate::LEGACY_SET, key), link.code.as_str())
+                .map_err(storage)?;
+        }
         Ok(seq)
     }
 
@@ -933,16 +905,6 @@ impl Replica for ReplicaSteps<'_, '_> {
     async fn mark_origins(&mut self, seqs: Range<u64>, region: u32) -> Result<(), StoreError> {
         for seq in seqs {
             self.t.origins.insert(seq, region).map_err(storage)?;
-        }
-        Ok(())
-    }
-
-    async fn mark_legacy(&mut self, code: &str) -> Result<(), StoreError> {
-        if let Some(key) = record_key(&self.writer.scheme, code) {
-            self.t
-                .code_sets
-                .insert((crate::LEGACY_SET, key.as_slice()), code)
-                .map_err(storage)?;
         }
         Ok(())
     }

@@ -429,6 +429,7 @@ impl Writer {
             block_size: self.block_size,
             block: self.block.clone(),
             skip: std::mem::take(&mut self.skip),
+            mark: None,
         };
         let client = self.client().await?;
         let txn = client.transaction().await.map_err(pg)?;
@@ -582,6 +583,9 @@ struct Counters {
     block_size: u64,
     block: Range<u64>,
     skip: Vec<u64>,
+    /// This transaction's read of the region's mark ([`Counters::mark`]), kept up to date by
+    /// its leases: an import's claims read it once, not once a row.
+    mark: Option<u64>,
 }
 
 impl Counters {
@@ -596,8 +600,12 @@ impl Counters {
         }
     }
 
-    /// Where this region's leases have got to: every counter it ever leased is below it.
-    async fn mark(&self, txn: &Transaction<'_>) -> Result<u64, StoreError> {
+    /// Where this region's leases have got to: every counter it ever leased is below it (the
+    /// row is locked until the transaction ends, so the answer holds for it).
+    async fn mark(&mut self, txn: &Transaction<'_>) -> Result<u64, StoreError> {
+        if let Some(mark) = self.mark {
+            return Ok(mark);
+        }
         let row = txn
             .query_opt(
                 "SELECT next FROM counters WHERE region = $1 FOR UPDATE",
@@ -605,10 +613,12 @@ impl Counters {
             )
             .await
             .map_err(pg)?;
-        Ok(row
+        let mark = row
             .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0))
             .unwrap_or(self.range.start)
-            .max(self.range.start))
+            .max(self.range.start);
+        self.mark = Some(mark);
+        Ok(mark)
     }
 
     async fn next_leased(&mut self, txn: &Transaction<'_>) -> Result<u64, StoreError> {
@@ -657,6 +667,7 @@ impl Counters {
                     )
                     .await
                     .map_err(pg)?;
+                    self.mark = Some(end);
                     next..end
                 }
             };
@@ -803,7 +814,7 @@ async fn apply_creates(
     let (mut idem_owner, mut idem_key, mut idem_hash, mut idem_at, mut idem_code) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut made: Vec<Option<StoredLink>> = (0..reqs.len()).map(|_| None).collect();
-    let (mut claimed, mut legacy) = (Vec::new(), Vec::new());
+    let mut legacy = Vec::new();
     for (i, req) in reqs.iter().enumerate() {
         if outcomes[i].is_some() {
             continue;
@@ -841,16 +852,9 @@ async fn apply_creates(
                     continue;
                 }
                 if req.imported.is_some() {
-                    match claim(txn, counters, scheme, alias).await? {
-                        Ok(Some(n)) => claimed.push(crate::claimed_entry(n)),
-                        Ok(None) => {}
-                        Err(why) => {
-                            outcomes[i] = Some(Ok(CreateOutcome::Collision(why)));
-                            continue;
-                        }
-                    }
-                    if lasthop_core::classify(alias.as_bytes()) != lasthop_core::CodeKind::Alias {
-                        legacy.push(key.clone());
+                    if let Err(why) = claim(txn, counters, scheme, alias).await? {
+                        outcomes[i] = Some(Ok(CreateOutcome::Collision(why)));
+                        continue;
                     }
                 }
                 taken.insert(key.clone());
@@ -895,6 +899,9 @@ async fn apply_creates(
                     .is_some_and(|a| lasthop_core::classify(a.as_bytes()) != CodeKind::Alias),
             ..LinkState::default()
         };
+        if state.legacy_code {
+            legacy.push(code.clone());
+        }
         appends.changes.push((
             seq,
             json(&Change::LinkCreated {
@@ -994,16 +1001,16 @@ async fn apply_creates(
             .await
         }));
     }
-    for (set, codes) in [(crate::CLAIMED_SET, &claimed), (crate::LEGACY_SET, &legacy)] {
-        if codes.is_empty() {
-            continue;
-        }
+    if !legacy.is_empty() {
         pending.push(Box::pin(async move {
             run(
                 txn,
                 "INSERT INTO code_sets (set_name, code) SELECT $1, c FROM unnest($2::text[]) AS c \
                  ON CONFLICT DO NOTHING",
-                &[(&set, Type::TEXT), (codes, Type::TEXT_ARRAY)],
+                &[
+                    (&crate::LEGACY_SET, Type::TEXT),
+                    (&legacy, Type::TEXT_ARRAY),
+                ],
             )
             .await
         }));
@@ -1015,34 +1022,30 @@ async fn apply_creates(
         .collect())
 }
 
-/// What an imported code claims ([`crate::Imported`]): `Ok(Some(n))` for a 7-character base62
-/// code (counter n, in this region's range above every counter it ever leased), `Ok(None)` for
-/// any other code, `Err(why)` for a collision.
+/// Claims what an imported code claims ([`crate::claimed_counter`]) against this region's
+/// mark: the claimed counter is written at once, so a lease later in the same transaction
+/// skips it. `Err(why)` for a collision.
 async fn claim(
     txn: &Transaction<'_>,
-    counters: &Counters,
+    counters: &mut Counters,
     scheme: &CodeScheme,
     code: &str,
-) -> Result<Result<Option<u64>, String>, StoreError> {
-    if lasthop_core::classify(code.as_bytes()) != lasthop_core::CodeKind::Generated {
-        return Ok(Ok(None));
-    }
-    let Some(n) = scheme.decode(code.as_bytes()) else {
-        return Ok(Err("not a code under this key".into()));
+) -> Result<Result<(), String>, StoreError> {
+    let n = match crate::claimed_counter(scheme, &counters.range, code) {
+        Ok(Some(n)) => n,
+        Ok(None) => return Ok(Ok(())),
+        Err(why) => return Ok(Err(why)),
     };
-    if !counters.range.contains(&n) {
-        return Ok(Err(format!(
-            "its counter value {n} is in another region's range: import it there"
-        )));
+    if let Some(why) = crate::claim_below_mark(n, counters.mark(txn).await?) {
+        return Ok(Err(why));
     }
-    let mark = counters.mark(txn).await?;
-    if n < mark {
-        return Ok(Err(format!(
-            "its counter value {n} is below the high-water mark {mark}: the generator may have \
-             issued it"
-        )));
-    }
-    Ok(Ok(Some(n)))
+    txn.execute(
+        "INSERT INTO code_sets (set_name, code) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        &[&crate::CLAIMED_SET, &crate::claimed_entry(n)],
+    )
+    .await
+    .map_err(pg)?;
+    Ok(Ok(()))
 }
 
 /// Locks and reads links by code.
@@ -1192,6 +1195,15 @@ impl Replica for ReplicaSteps<'_, '_> {
         if !state.deleted {
             index_destination(self.txn, &link.code, state.url(link), true).await?;
         }
+        if state.legacy_code {
+            self.txn
+                .execute(
+                    "INSERT INTO code_sets (set_name, code) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[&crate::LEGACY_SET, &link.code],
+                )
+                .await
+                .map_err(pg)?;
+        }
         Ok(true)
     }
 
@@ -1249,17 +1261,6 @@ impl Replica for ReplicaSteps<'_, '_> {
                 "INSERT INTO counters (region, next) VALUES ($1, $2) \
                  ON CONFLICT (region) DO UPDATE SET next = GREATEST(counters.next, excluded.next)",
                 &[&(region as i32), &i64_of(mark)],
-            )
-            .await
-            .map_err(pg)?;
-        Ok(())
-    }
-
-    async fn mark_legacy(&mut self, code: &str) -> Result<(), StoreError> {
-        self.txn
-            .execute(
-                "INSERT INTO code_sets (set_name, code) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                &[&crate::LEGACY_SET, &code],
             )
             .await
             .map_err(pg)?;
