@@ -26,6 +26,15 @@
 # lasthop_clicks_dedup_ids/_bytes (bytes per id). Goal: the control plane under 150 MB after 600 s
 # at 80,000 events/s with the 600 s window (issue 46).
 #
+# Part 5 (opt-in: PARTS=5; needs the venv scripts/test installs in ~/.cache/lasthop/s3tools):
+# the raw archive (issue 45). The archive consumer alone (`clicks archive --exit-when-idle`,
+# pinned to CPU 1) on EVENTS pre-filled spool events, into the local filesystem (file://) and into
+# SeaweedFS's S3 on loopback (pinned to CPU 0); events per sink CPU-second (user + system) and
+# Parquet bytes per event; the recompute of the day from S3 in events per CPU-second; and, from
+# the criterion bench `archive` on the same synthetic stream, bytes per event of Parquet against
+# the zstd NDJSON the archive wrote before. Goals: >= 100,000 events per sink CPU-second;
+# Parquet at most NDJSON's bytes per event.
+#
 #   perf/clicks.sh           # LINKS=1000000 ROUNDS=3 DURATION=8 CONNS=64 EVENTS=2000000
 #   PARTS=3 perf/clicks.sh   # part 3 alone (PARTS=1,2,3 by default)
 set -euo pipefail
@@ -287,4 +296,59 @@ soak_pids+=("$load")
 for i in $(seq 10); do sleep $((SOAK / 10)); sample "$((i * SOAK / 10))s"; done
 wait "$load" || true
 awk '/^finished in/ || /^status codes:/' "$work/soak-h2load.out" | sed 's/^/  h2load: /'
+fi
+
+if part 5; then
+echo
+echo "clicks part 5: the archive consumer on $EVENTS pre-filled events, to file:// and to S3 (SeaweedFS on loopback)"
+tools=${LASTHOP_S3TOOLS:-$HOME/.cache/lasthop/s3tools}
+[ -x "$tools/bin/weed" ] || { echo "  skipped: SeaweedFS is not installed in $tools (scripts/test installs it)"; exit 0; }
+synth_spool=$work/archive-spool
+rm -rf "$synth_spool" "$work/archive-file" "$work/archive-s3" "$work/weed"
+"$BIN/lasthop-control" clicks synth --spool "$synth_spool" --events "$EVENTS" >/dev/null
+spool_bytes=$(du -sb "$synth_spool" | awk '{print $1}')
+# One run of the sink: prints its summary line, and "events/CPU-s bytes/event" to fd 3.
+sink() { # data-dir extra-flags...
+  local data=$1; shift
+  local t; t=$(mktemp)
+  taskset -c 1 /usr/bin/time -f "%e %U %S" -o "$t" "$BIN/lasthop-control" clicks archive --data-dir "$data" \
+    --spool "$synth_spool" --exit-when-idle "$@" 2>"$data.err" >"$data.out"
+  local j; j=$(cat "$data.out")
+  read -r wall user sys <"$t"; rm -f "$t"
+  local n b; n=$(echo "$j" | field archived); b=$(echo "$j" | field bytes)
+  awk -v n="$n" -v b="$b" -v u="$user" -v s="$sys" -v w="$wall" 'BEGIN {
+    printf "%d events in %.2f s wall, %.2f CPU-s: %.0f events per sink CPU-second; %.1f Parquet bytes an event\n",
+      n, w, u + s, n / (u + s), b / n }'
+}
+printf "  file://: "; sink "$work/archive-file"
+sp=$((PORT + 10))
+mkdir -p "$work/weed"
+echo '{"identities":[{"name":"perf","credentials":[{"accessKey":"perf","secretKey":"perfsecret"}],"actions":["Admin","Read","List","Tagging","Write"]}]}' >"$work/weed/s3.json"
+WEED_MASTER_VOLUME_GROWTH_COPY_1=1 taskset -c 0 "$tools/bin/weed" server -dir="$work/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+  -master.port=$((sp + 1)) -volume.port=$((sp + 2)) -filer.port=$((sp + 3)) -master.port.grpc=$((sp + 11)) \
+  -volume.port.grpc=$((sp + 12)) -filer.port.grpc=$((sp + 13)) -s3 -s3.port=$sp -s3.port.grpc=$((sp + 14)) \
+  -s3.port.iceberg=0 -s3.port.lance=0 -s3.config="$work/weed/s3.json" -master.volumeSizeLimitMB=256 -volume.max=100 \
+  -master.telemetry=false -master.electionTimeout=1s -volume.preStopSeconds=0 -volume.minFreeSpace=1GiB \
+  >"$work/weed.log" 2>&1 &
+weed=$!
+soak_pids+=("$weed")
+wait_up weed "http://127.0.0.1:$sp/"
+for _ in $(seq 40); do
+  "$tools/bin/python" -c "import boto3; boto3.client('s3', endpoint_url='http://127.0.0.1:$sp', region_name='us-east-1',
+    aws_access_key_id='perf', aws_secret_access_key='perfsecret').create_bucket(Bucket='perf')" 2>/dev/null && break
+  sleep 0.25
+done
+export AWS_ACCESS_KEY_ID=perf AWS_SECRET_ACCESS_KEY=perfsecret
+s3flags=(--clicks-archive-url s3://perf/clicks --clicks-archive-endpoint "http://127.0.0.1:$sp")
+printf "  s3://:   "; sink "$work/archive-s3" "${s3flags[@]}"
+awk -v b="$spool_bytes" -v n="$EVENTS" 'BEGIN { printf "  spool (binary frames): %.1f bytes an event\n", b / n }'
+day=$(date -u +%Y-%m-%d)
+t=$(mktemp)
+taskset -c 1 /usr/bin/time -f "%e %U %S" -o "$t" "$BIN/lasthop-control" clicks recompute --data-dir "$work/archive-s3" \
+  --day "$day" "${s3flags[@]}" >"$work/recompute.out" 2>"$work/recompute.err"
+read -r wall user sys <"$t"; rm -f "$t"
+awk -v n="$(field events <"$work/recompute.out")" -v o="$(field objects <"$work/recompute.out")" -v u="$user" -v s="$sys" -v w="$wall" 'BEGIN {
+  printf "  recompute of %s from S3: %d events from %d objects in %.2f s wall, %.2f CPU-s: %.0f events per CPU-second\n",
+    "'"$day"'", n, o, w, u + s, n / (u + s) }'
+cargo bench -q -p lasthop-benches --bench archive -- --test 2>&1 | sed -n 's/^archive bytes per event/  criterion archive: bytes per event/p'
 fi

@@ -1,5 +1,7 @@
-//! The raw-event archive: `archive/<YYYY-MM-DD>/<part:06>.ndjson.zst`, one line per event
-//! (`serde_json` of [`ClickEvent::archived`]), kept `--clicks-archive-days`.
+//! The raw-event archive as it was before Parquet (`objects.rs`, `columnar.rs`):
+//! `archive/<YYYY-MM-DD>/<part:06>.ndjson.zst`, one line per event (`serde_json` of
+//! [`ClickEvent::archived`]). Days written so stay readable ([`read_part`], by the recompute) and
+//! convertible (`convert.rs`); [`ArchiveWriter`] still writes the form, for tools and tests.
 //!
 //! Each flush appends whole zstd frames to the day's current part and fsyncs; concatenated frames
 //! are one valid zstd stream. A crash mid-append leaves a torn last frame, which [`read_day`]
@@ -491,33 +493,39 @@ pub fn read_day(
     let mut report = ReadReport::default();
     for (_, path) in parts(root, day)? {
         let bytes = std::fs::read(&path).map_err(io(&path))?;
-        report.parts += 1;
-        let mut rest = &bytes[..];
-        while !rest.is_empty() {
-            let size = match zstd::zstd_safe::find_frame_compressed_size(rest) {
-                Ok(n) if n > 0 && n <= rest.len() => n,
-                _ => {
-                    tracing::warn!(path = %path.display(), "torn frame at the end of an archive part");
-                    report.torn += 1;
-                    break;
-                }
-            };
-            let plain = match zstd::stream::decode_all(&rest[..size]) {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "undecodable archive frame");
-                    report.torn += 1;
-                    break;
-                }
-            };
-            report.frames += 1;
-            for l in plain.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-                line(l);
-            }
-            rest = &rest[size..];
-        }
+        read_part(&bytes, &path.display().to_string(), &mut report, &mut line);
     }
     Ok(report)
+}
+
+/// Calls `line` with every line of one part's bytes (`label` names it in the log), counting it,
+/// its frames and a torn or undecodable end in `report`.
+pub fn read_part(bytes: &[u8], label: &str, report: &mut ReadReport, line: &mut impl FnMut(&[u8])) {
+    report.parts += 1;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let size = match zstd::zstd_safe::find_frame_compressed_size(rest) {
+            Ok(n) if n > 0 && n <= rest.len() => n,
+            _ => {
+                tracing::warn!(path = %label, "torn frame at the end of an archive part");
+                report.torn += 1;
+                break;
+            }
+        };
+        let plain = match zstd::stream::decode_all(&rest[..size]) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(path = %label, error = %e, "undecodable archive frame");
+                report.torn += 1;
+                break;
+            }
+        };
+        report.frames += 1;
+        for l in plain.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            line(l);
+        }
+        rest = &rest[size..];
+    }
 }
 
 /// Deletes the day directories older than `keep_days` before `today`, except those `busy` says

@@ -12,6 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use crate::archiver::Archiver;
 use crate::kafka::KafkaConfig;
 use crate::metrics::ClickMetrics;
+use crate::objects::ArchiveLocation;
 use crate::synth::SynthConfig;
 use crate::{Day, Processor, ProcessorConfig, SourceConfig};
 
@@ -37,6 +38,23 @@ pub enum ClicksCommand {
         day: String,
         #[command(flatten)]
         rules: RuleArgs,
+        #[command(flatten)]
+        archive: ArchiveArgs,
+    },
+    /// Rewrite a day of the local NDJSON archive (DATA_DIR/clicks/archive/YYYY-MM-DD, written
+    /// before the Parquet archive) as Parquet objects in the archive (--clicks-archive-url),
+    /// then delete the NDJSON parts.
+    ArchiveConvert {
+        #[arg(long, env = "LASTHOP_DATA_DIR")]
+        data_dir: PathBuf,
+        /// The day, YYYY-MM-DD (UTC).
+        #[arg(long)]
+        day: String,
+        #[command(flatten)]
+        archive: ArchiveArgs,
+        /// Parts of multipart uploads, bytes (at least 5 MiB).
+        #[arg(long, default_value_t = crate::archiver::DEFAULT_PART_BYTES, value_parser = part_bytes)]
+        part_bytes: usize,
     },
 }
 
@@ -119,6 +137,61 @@ pub struct RuleArgs {
     pub clicks_burst_secs: u32,
 }
 
+/// Where the raw archive is (`serve`, `clicks process|archive|recompute|archive-convert`).
+#[derive(Debug, Args, Clone)]
+pub struct ArchiveArgs {
+    /// Where the raw archive is: `s3://BUCKET/PREFIX` (S3 or an S3-compatible store, with
+    /// --clicks-archive-endpoint) or `file:///path`; default file://DATA_DIR/clicks/archive.
+    /// S3 credentials come from the standard AWS environment variables or
+    /// --clicks-archive-credentials-file.
+    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE_URL", value_name = "URL")]
+    pub clicks_archive_url: Option<String>,
+    /// An S3-compatible endpoint for --clicks-archive-url s3://… (`http://127.0.0.1:8333`,
+    /// `https://s3.example.net`).
+    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE_ENDPOINT", value_name = "URL")]
+    pub clicks_archive_endpoint: Option<String>,
+    /// The S3 region (default: AWS_REGION, else us-east-1).
+    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE_REGION")]
+    pub clicks_archive_region: Option<String>,
+    /// An AWS-style credentials file (`[default]`, or AWS_PROFILE's section, with
+    /// aws_access_key_id and aws_secret_access_key); never logged.
+    #[arg(
+        long,
+        env = "LASTHOP_CLICKS_ARCHIVE_CREDENTIALS_FILE",
+        value_name = "FILE"
+    )]
+    pub clicks_archive_credentials_file: Option<PathBuf>,
+}
+
+impl ArchiveArgs {
+    /// The location these flags name, default `file://DATA_DIR/clicks/archive`.
+    pub fn location(&self, data_dir: &std::path::Path) -> anyhow::Result<ArchiveLocation> {
+        let url = match &self.clicks_archive_url {
+            Some(u) => u.clone(),
+            None => {
+                let dir = std::path::absolute(data_dir.join("clicks").join("archive"))
+                    .context("the data directory's absolute path")?;
+                ArchiveLocation::local(&dir).url
+            }
+        };
+        Ok(ArchiveLocation {
+            url,
+            endpoint: self.clicks_archive_endpoint.clone(),
+            region: self.clicks_archive_region.clone(),
+            credentials_file: self.clicks_archive_credentials_file.clone(),
+        })
+    }
+}
+
+/// `--clicks-archive-part-bytes`: S3 refuses parts under 5 MiB (but the last).
+fn part_bytes(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 5 << 20 => Ok(n),
+        Ok(_) => Err("at least 5242880 (5 MiB, S3's smallest part)".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// `--clicks-burst-codes`: 0 (off) or at least 2 (one code is a click, not a burst).
 fn burst_codes(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
@@ -171,6 +244,22 @@ pub struct ClicksTuning {
     /// `off` on the others.
     #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE", value_enum, default_value_t = Toggle::On)]
     pub clicks_archive: Toggle,
+    #[command(flatten)]
+    pub archive: ArchiveArgs,
+    /// An archive object closes after this many events (or at the end of its spool segment,
+    /// or after --clicks-archive-object-secs).
+    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE_OBJECT_EVENTS", default_value_t = crate::archiver::DEFAULT_OBJECT_EVENTS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub clicks_archive_object_events: u64,
+    /// An archive object closes this many seconds after its first event.
+    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE_OBJECT_SECS", default_value_t = crate::archiver::DEFAULT_OBJECT_SECS,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub clicks_archive_object_secs: u64,
+    /// Archive objects larger than this many bytes go up as multipart uploads of parts this
+    /// size (at least 5 MiB, S3's smallest part).
+    #[arg(long, env = "LASTHOP_CLICKS_ARCHIVE_PART_BYTES", default_value_t = crate::archiver::DEFAULT_PART_BYTES,
+          value_parser = part_bytes)]
+    pub clicks_archive_part_bytes: usize,
     /// How often (seconds) the processor looks for days past their grace to rebuild from the
     /// archive with the current rules ("fresh, then correct"); 0 never. Needs the archive
     /// consumer beside it; with several processors a lock in the rollup store picks one.
@@ -249,6 +338,10 @@ impl ClicksTuning {
             flush_every: Duration::from_millis(self.clicks_flush_ms.max(10)),
             archive_days: self.clicks_archive_days,
             spool_stale: Duration::from_secs(self.clicks_spool_stale_secs),
+            archive: self.archive.location(data_dir)?,
+            object_events: self.clicks_archive_object_events,
+            object_every: Duration::from_secs(self.clicks_archive_object_secs),
+            part_bytes: self.clicks_archive_part_bytes,
             rules: self.rules.load()?,
         })
     }
@@ -373,10 +466,31 @@ pub fn run(command: ClicksCommand) -> anyhow::Result<()> {
             data_dir,
             day,
             rules,
+            archive,
         } => {
             let day = Day::parse(&day).context("--day must be YYYY-MM-DD")?;
-            let report =
-                crate::recompute::recompute_offline(&data_dir.join("clicks"), day, rules.load()?)?;
+            let report = crate::recompute::recompute_offline(
+                &data_dir.join("clicks"),
+                &archive.location(&data_dir)?,
+                day,
+                rules.load()?,
+            )?;
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
+        ClicksCommand::ArchiveConvert {
+            data_dir,
+            day,
+            archive,
+            part_bytes,
+        } => {
+            let day = Day::parse(&day).context("--day must be YYYY-MM-DD")?;
+            let report = crate::convert::convert_day(
+                &data_dir.join("clicks").join("archive"),
+                &archive.location(&data_dir)?,
+                day,
+                part_bytes,
+            )?;
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }

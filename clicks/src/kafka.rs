@@ -134,6 +134,14 @@ mod consumer {
             match *self {}
         }
 
+        pub fn next_offsets(&self) -> &std::collections::BTreeMap<i32, i64> {
+            match *self {}
+        }
+
+        pub fn commit_offsets(&mut self, _: &std::collections::BTreeMap<i32, i64>) {
+            match *self {}
+        }
+
         pub fn holds_all(&self) -> bool {
             match *self {}
         }

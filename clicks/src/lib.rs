@@ -4,15 +4,18 @@
 //!
 //! Events come from a [`spool`] directory (the embedded default) or a Kafka consumer group
 //! ([`kafka`]), as the [`source`] says; the [`processor`] drops duplicates, classifies bots,
-//! keeps per-(code, day) rollups in memory and, every flush interval, (1) appends the interval's
-//! raw events to the [`archive`] and fsyncs, (2) upserts the dirty rollups and the source
-//! offsets in one transaction of the rollup [`store`], (3) only then commits Kafka offsets or
-//! deletes consumed spool segments. [`recompute`] rebuilds a day from the archive with the
+//! keeps per-(code, day) rollups in memory and, every flush interval, (1) upserts the dirty
+//! rollups and the source offsets in one transaction of the rollup [`store`], (2) only then
+//! commits Kafka offsets or marks consumed spool segments done. The raw events go to the archive
+//! by their own consumer ([`archiver`]: Parquet objects, [`columnar`], on object storage,
+//! [`objects`]). [`recompute`] rebuilds a day from the archive with the
 //! current rules; [`stats`] answers `GET /v1/links/{code}/stats`; [`synth`] fills a spool or a
 //! topic with realistic events for tests and `perf/clicks.sh`.
 //!
-//! Layout under the data dir: `clicks/spool/` (default spool), `clicks/rollups.redb`,
-//! `clicks/archive/<YYYY-MM-DD>/<part:06>.ndjson.zst`.
+//! Layout under the data dir: `clicks/spool/` (default spool), `clicks/rollups.redb`, the
+//! archive consumer's `clicks/archive-positions.json` and `clicks/archive-uploads.json`, and the
+//! default archive `clicks/archive/day=YYYY-MM-DD/hour=HH/*.parquet` ([`objects`]; days written
+//! before Parquet: `clicks/archive/<YYYY-MM-DD>/<part:06>.ndjson.zst`, [`archive`]).
 //!
 //! Cargo features, both on by default: `kafka` (the Kafka consumer and synth's producer,
 //! librdkafka) and `clickhouse` (the ClickHouse rollup store). A build without one still parses
@@ -21,9 +24,12 @@
 pub mod archive;
 pub mod archiver;
 pub mod cli;
+pub mod columnar;
+pub mod convert;
 pub mod day;
 pub mod kafka;
 pub mod metrics;
+pub mod objects;
 pub mod processor;
 pub mod recompute;
 pub mod source;

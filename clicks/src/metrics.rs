@@ -26,6 +26,18 @@ pub struct ClickMetrics {
     pub dedup_bytes: IntGauge,
     /// Of those ids, the ones of writers past the window's cap, held as fingerprints.
     pub dedup_overflow_ids: IntGauge,
+    /// Archive objects written (durable).
+    pub archive_objects: IntCounter,
+    /// Their bytes.
+    pub archive_bytes: IntCounter,
+    /// Their rows (events).
+    pub archive_rows: IntCounter,
+    /// Failed archive uploads (each try).
+    pub archive_upload_errors: IntCounter,
+    /// Of those, retries of an upload that had failed before.
+    pub archive_upload_retries: IntCounter,
+    /// Seconds since the oldest event the archive consumer read and has not yet made durable.
+    pub archive_unarchived_seconds: Gauge,
 }
 
 fn registered<T: prometheus::core::Collector + Clone + 'static>(
@@ -103,6 +115,48 @@ impl ClickMetrics {
                 IntGauge::new(
                     "clicks_dedup_overflow_ids",
                     "Event ids of writers past the dedup window's cap (65536 engine cores a generation), held as 64-bit fingerprints",
+                ),
+            )?,
+            archive_objects: registered(
+                registry,
+                IntCounter::new(
+                    "clicks_archive_objects_total",
+                    "Parquet objects the archive consumer wrote (durable)",
+                ),
+            )?,
+            archive_bytes: registered(
+                registry,
+                IntCounter::new(
+                    "clicks_archive_bytes_total",
+                    "Bytes of the archive objects written",
+                ),
+            )?,
+            archive_rows: registered(
+                registry,
+                IntCounter::new(
+                    "clicks_archive_rows_total",
+                    "Events (rows) in the archive objects written",
+                ),
+            )?,
+            archive_upload_errors: registered(
+                registry,
+                IntCounter::new(
+                    "clicks_archive_upload_errors_total",
+                    "Failed archive uploads, each try",
+                ),
+            )?,
+            archive_upload_retries: registered(
+                registry,
+                IntCounter::new(
+                    "clicks_archive_upload_retries_total",
+                    "Retried archive uploads (a try after a failure)",
+                ),
+            )?,
+            archive_unarchived_seconds: registered(
+                registry,
+                Gauge::new(
+                    "clicks_archive_unarchived_seconds",
+                    "Seconds since the oldest event the archive consumer read was read, while it is not yet in a durable object (0: none)",
                 ),
             )?,
         })

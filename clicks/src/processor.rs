@@ -34,6 +34,7 @@ use serde::Serialize;
 
 use super::archiver::{ArchiveHandle, ArchiverConfig};
 use super::kafka::{self, KafkaSource};
+use super::objects::{ArchiveLocation, Objects};
 use super::recompute::{self, RecomputeError, RecomputeReport};
 use super::source::{ProcessorError, SourceConfig, IDLE_WAIT, MAX_FUTURE_MS};
 use super::spool::{self, Input, Polled, SpoolReader};
@@ -77,6 +78,13 @@ pub struct ProcessorConfig {
     pub archive_peer: bool,
     /// An `.open` spool file untouched this long belongs to a dead writer.
     pub spool_stale: Duration,
+    /// Where the archive is (`--clicks-archive-url`): the archive consumer writes it, recompute
+    /// reads it.
+    pub archive: ArchiveLocation,
+    /// The archive consumer's object sizes: events, age and multipart part size.
+    pub object_events: u64,
+    pub object_every: Duration,
+    pub part_bytes: usize,
     /// The bot rules.
     pub rules: Arc<Rules>,
 }
@@ -88,6 +96,10 @@ impl ProcessorConfig {
         ArchiverConfig {
             clicks_dir: self.clicks_dir.clone(),
             source: self.source.clone(),
+            archive: self.archive.clone(),
+            object_events: self.object_events,
+            object_every: self.object_every,
+            part_bytes: self.part_bytes,
             flush_every: self.flush_every,
             archive_days: self.archive_days,
             spool_stale: self.spool_stale,
@@ -484,6 +496,8 @@ pub struct Processor {
     flush_failing: bool,
     /// The archive consumer beside this processor, flushed before a recompute reads the archive.
     archive: Option<ArchiveHandle>,
+    /// The archive, read by recomputes.
+    objects: Arc<Objects>,
     /// The scheduled recompute running now, if any.
     scheduled: Option<std::thread::JoinHandle<()>>,
 }
@@ -502,6 +516,7 @@ impl Processor {
     pub fn open(config: ProcessorConfig, metrics: Metrics) -> Result<Processor, ProcessorError> {
         let store = Arc::new(RollupStore::open_at(&config.store, &config.clicks_dir)?);
         let shared = store.shared();
+        let objects = Arc::new(Objects::open(&config.archive, None)?);
         let source = match &config.source {
             SourceConfig::Spool(dir) => {
                 let stored = store
@@ -560,6 +575,7 @@ impl Processor {
             flushes: 0,
             flush_failing: false,
             archive: None,
+            objects,
             scheduled: None,
         })
     }
@@ -710,10 +726,10 @@ impl Processor {
         let now = u64::try_from(now_ms()).unwrap_or(0);
         let caught_up = archive.caught_up_ms();
         let grace = self.config.grace_ms;
-        let root = self.config.clicks_dir.join("archive");
+        let objects = Arc::clone(&self.objects);
         let (store, rules) = (Arc::clone(&self.store), Arc::clone(&self.config.rules));
         let job = move || {
-            let days = match super::archive::days(&root) {
+            let days = match objects.days() {
                 Ok(d) => d,
                 Err(e) => {
                     tracing::error!(error = %e, "scheduled recompute: listing the archive");
@@ -749,7 +765,7 @@ impl Processor {
                 if matches!(store.day_state(day), Ok(Some(super::DayState::Recomputed))) {
                     continue;
                 }
-                match recompute::recompute_into(&store, &root, day, Arc::clone(&rules)) {
+                match recompute::recompute_into(&store, &objects, day, Arc::clone(&rules)) {
                     Ok(r) => tracing::info!(%day, events = r.events, "scheduled recompute done"),
                     Err(e) => tracing::error!(error = %e, %day, "scheduled recompute failed"),
                 }
@@ -907,9 +923,12 @@ impl Processor {
                 return Err(RecomputeError::ArchiveIncomplete(day));
             }
         }
-        let root = self.config.clicks_dir.join("archive");
-        let report =
-            recompute::recompute_into(&self.store, &root, day, Arc::clone(&self.config.rules))?;
+        let report = recompute::recompute_into(
+            &self.store,
+            &self.objects,
+            day,
+            Arc::clone(&self.config.rules),
+        )?;
         // Everything was clean after the flush: the day is reloaded from the store when touched
         // (its rows are all fresh, corrupt ones included).
         self.state.rollups.retain(|(d, _), _| *d != day);

@@ -38,6 +38,9 @@ pub enum ProcessorError {
     /// The archive.
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    /// The archive's object store.
+    #[error(transparent)]
+    Objects(#[from] super::objects::ObjectsError),
     /// The spool directory.
     #[error(transparent)]
     Spool(#[from] SpoolError),

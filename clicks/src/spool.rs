@@ -172,6 +172,21 @@ pub struct SpoolReader {
     me: &'static str,
     /// The other readers that must finish a file before it is deleted.
     peers: &'static [&'static str],
+    /// What the last poll that consumed anything read.
+    last: Option<LastRead>,
+}
+
+/// The file and byte range one poll read (the archive consumer names objects by them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastRead {
+    /// The file's stem, `<writer>.<number>`.
+    pub stem: String,
+    /// The first byte read.
+    pub from: u64,
+    /// The byte after the last one read ([`SKIP`] for a skipped rest).
+    pub to: u64,
+    /// Whether the file is done: sealed (or a dead writer's) and read to its end.
+    pub finished: bool,
 }
 
 /// The processor's name among a spool's readers.
@@ -218,6 +233,7 @@ impl SpoolReader {
             buf: Vec::new(),
             me: ROLLUPS,
             peers: &[],
+            last: None,
         };
         // Positions whose file is gone (deleted after a commit whose key removal never
         // committed) are forgotten once GONE_AFTER_MISSES scans missed them: the first poll.
@@ -569,6 +585,14 @@ impl SpoolReader {
         if let Some(state) = self.files.get_mut(key) {
             state.read = new_read;
         }
+        if new_read != start {
+            self.last = Some(LastRead {
+                stem: spool::stem(&key.0, key.1),
+                from: start,
+                to: new_read,
+                finished: (new_read == SKIP || new_read >= len) && dead,
+            });
+        }
         let consumed = if new_read == SKIP {
             len.saturating_sub(start).max(1)
         } else {
@@ -577,21 +601,34 @@ impl SpoolReader {
         Ok(Polled { events, consumed })
     }
 
+    /// What the last poll that consumed anything read.
+    pub fn last_read(&self) -> Option<&LastRead> {
+        self.last.as_ref()
+    }
+
     /// Positions changed since the last commit (`None`: forget the key), keys with
     /// [`KEY_PREFIX`]. A key appears once: a file still tracked is never also forgotten.
     pub fn checkpoint(&self) -> Vec<(String, Option<u64>)> {
+        self.checkpoint_capped(|_| None)
+    }
+
+    /// [`checkpoint`](Self::checkpoint), each file's position no further than `cap` says for
+    /// its stem (`<writer>.<number>`): the archive consumer commits only what its objects hold.
+    pub fn checkpoint_capped(
+        &self,
+        cap: impl Fn(&str) -> Option<u64>,
+    ) -> Vec<(String, Option<u64>)> {
         let mut out: BTreeMap<String, Option<u64>> = self
             .forget
             .iter()
             .filter(|stem| parse_stem(stem).is_none_or(|key| !self.files.contains_key(&key)))
             .map(|stem| (format!("{KEY_PREFIX}{stem}"), None))
             .collect();
-        out.extend(
-            self.files
-                .iter()
-                .filter(|(_, f)| f.read != f.committed)
-                .map(|((w, n), f)| (format!("{KEY_PREFIX}{}", spool::stem(w, *n)), Some(f.read))),
-        );
+        out.extend(self.files.iter().filter_map(|((w, n), f)| {
+            let stem = spool::stem(w, *n);
+            let at = cap(&stem).map_or(f.read, |c| c.min(f.read));
+            (at != f.committed).then(|| (format!("{KEY_PREFIX}{stem}"), Some(at)))
+        }));
         out.into_iter().collect()
     }
 
@@ -603,13 +640,20 @@ impl SpoolReader {
             .filter_map(|(k, _)| k.strip_prefix(KEY_PREFIX))
             .collect();
         self.forget.retain(|s| !forgotten.contains(s.as_str()));
-        for f in self.files.values_mut() {
-            f.committed = f.read;
+        for (key, at) in checkpoint {
+            let Some((stem, at)) = key.strip_prefix(KEY_PREFIX).zip(*at) else {
+                continue;
+            };
+            if let Some(f) = parse_stem(stem).and_then(|k| self.files.get_mut(&k)) {
+                f.committed = at;
+            }
         }
         let done: Vec<(String, u64, bool)> = self
             .files
             .iter()
-            .filter(|(_, f)| f.finished() && (f.sealed || self.is_stale(f)))
+            .filter(|(_, f)| {
+                f.finished() && f.committed == f.read && (f.sealed || self.is_stale(f))
+            })
             .map(|((w, n), f)| (w.clone(), *n, f.sealed))
             .collect();
         for (writer, n, sealed) in done {

@@ -50,7 +50,7 @@ pub(crate) enum Command {
     /// The click processor outside `serve`: measuring, recomputing, synthetic streams.
     Clicks {
         #[command(subcommand)]
-        command: ClicksCommand,
+        command: Box<ClicksCommand>,
     },
     /// Look into the record (the server stopped for the embedded store).
     Store {

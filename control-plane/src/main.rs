@@ -50,7 +50,7 @@ fn main() -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)?;
             commands::snapshot::build(&store, &out, reserve, hot, &clicks_store, budget)
         }
-        Command::Clicks { command } => lasthop_clicks::cli::run(command),
+        Command::Clicks { command } => lasthop_clicks::cli::run(*command),
         Command::Store {
             command: StoreCommand::FindText { store, text },
         } => commands::store::find_text(&store, &text),

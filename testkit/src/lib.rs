@@ -36,6 +36,7 @@ mod wait;
 pub mod logs;
 pub mod metrics;
 pub mod process;
+pub mod s3;
 
 pub use binary::{control_bin, engine_bin};
 pub use broker::Tansu;
@@ -50,6 +51,7 @@ pub use pki::{ca_and_server, openssl, pki, server_cert, signed_cert, test_ca, Pk
 pub use port::free_port;
 pub use postgres::Postgres;
 pub use process::KillOnDrop;
+pub use s3::{s3_tools, S3, S3_ACCESS_KEY, S3_SECRET_KEY};
 pub use skip::{skip, under_ci};
 pub use verdicts::verdict_service;
 pub use wait::{wait_until, wait_until_every};

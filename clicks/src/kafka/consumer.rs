@@ -479,6 +479,35 @@ impl KafkaSource {
         }
     }
 
+    /// The next offset to read, per partition.
+    pub fn next_offsets(&self) -> &BTreeMap<i32, i64> {
+        &self.next
+    }
+
+    /// Commits, per partition, the offset given (at most the next to read): the archive
+    /// consumer commits only what its durable objects hold.
+    pub fn commit_offsets(&mut self, upto: &BTreeMap<i32, i64>) {
+        let mut tpl = TopicPartitionList::new();
+        for (p, o) in upto {
+            let o = (*o).min(self.next.get(p).copied().unwrap_or(*o));
+            if self.committed.get(p) == Some(&o) {
+                continue;
+            }
+            if let Err(e) = tpl.add_partition_offset(&self.topic, *p, Offset::Offset(o)) {
+                self.consumer.context().error(e, "commit list");
+            }
+            self.committed.insert(*p, o);
+        }
+        if tpl.count() == 0 {
+            return;
+        }
+        // Async: a failed group commit only means an interval archived again, which every
+        // reader of the archive drops by event id.
+        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
+            self.consumer.context().error(e, "commit");
+        }
+    }
+
     /// Reads partition `p` again from its last committed position (the start, without one).
     pub fn rewind(&mut self, p: i32) {
         let offset = match self.committed.get(&p) {

@@ -589,8 +589,15 @@ fn garbage_and_corruption_are_skipped() {
         (outcome(&server, "invalid") == 2.0).then_some(())
     });
     let archive = site.dir.path().join("data").join("clicks").join("archive");
-    assert!(!archive.join(day_string(ancient)).exists());
-    assert!(archive.join(day_string(now)).exists());
+    wait_for(10, "today's objects in the archive", || {
+        archive
+            .join(format!("day={}", day_string(now)))
+            .exists()
+            .then_some(())
+    });
+    assert!(!archive
+        .join(format!("day={}", day_string(ancient)))
+        .exists());
 }
 
 /// A rollup row that does not decode is never counted on nor overwritten: stats answer 500
@@ -904,6 +911,8 @@ fn processors_share_a_group_into_clickhouse() {
     let admin = Site::create_key(site.dir.path(), "root", true);
     let mut args = vec!["--clicks-kafka", broker.addr.as_str()];
     args.extend(tuning);
+    // Kafka partitions never end: archive objects close by age.
+    args.extend(["--clicks-archive-object-secs", "1"]);
     let server = site.start(&args);
     let codes: Vec<String> = (0..12)
         .map(|_| create_link(&server, &site.api_key))
@@ -1026,18 +1035,16 @@ fn processors_share_a_group_into_clickhouse() {
     server.terminate();
 }
 
-/// The ids in the day archive of `day` under the site's data dir.
+/// The ids in the day archive of `day` under the site's data dir (its Parquet objects).
 fn archived_ids(site: &Site, day: lasthop_control::clicks::Day) -> Vec<u64> {
+    use lasthop_control::clicks::objects::{ArchiveLocation, Objects};
     let root = site.dir.path().join("data/clicks/archive");
+    let objects = Objects::open(&ArchiveLocation::local(&root), None).unwrap();
     let mut ids = Vec::new();
-    if !lasthop_control::clicks::archive::day_dir(&root, day).is_dir() {
-        return ids;
-    }
-    lasthop_control::clicks::archive::read_day(&root, day, |line| {
-        let v: Value = serde_json::from_slice(line).unwrap();
-        // The archived id is the hex of the 128-bit id; its low 64 bits are the test's counter.
-        let hex = v["id"].as_str().unwrap();
-        ids.push(u64::from_str_radix(&hex[hex.len() - 16..], 16).unwrap());
+    lasthop_control::clicks::recompute::day_events(&objects, day, |event| {
+        let (e, _) = lasthop_core::click::ClickEvent::decode(event).unwrap();
+        // The low 64 bits of the 128-bit id are the test's counter.
+        ids.push(e.id.0 as u64);
     })
     .unwrap();
     ids.sort_unstable();
@@ -1234,5 +1241,437 @@ fn clickhouse_down_and_back_loses_nothing() {
     std::thread::sleep(Duration::from_millis(1500));
     let (_, body) = stats(&server, &site.api_key, &code, &range);
     assert_eq!(body["clicks"], 12, "still once: {body}");
+    server.terminate();
+}
+
+/// The archive's flags for the object store `s3` under `prefix`.
+fn s3_args(s3: &lasthop_testkit::S3, endpoint: &str, prefix: &str) -> Vec<String> {
+    vec![
+        "--clicks-archive-url".into(),
+        format!("s3://{}/{prefix}", s3.bucket),
+        "--clicks-archive-endpoint".into(),
+        endpoint.into(),
+        "--clicks-archive-credentials-file".into(),
+        s3.credentials_file().display().to_string(),
+    ]
+}
+
+/// (l) The archive on real object storage (SeaweedFS on loopback, SigV4 checked): spool clicks
+/// land as Parquet objects under Hive-style keys; ClickHouse (chdb) reads them on S3 and counts
+/// per code what the processor counted (humans plus bots, duplicates dropped by id); a
+/// recompute from S3 reproduces the rollups; a damaged object is counted, named and skipped.
+#[test]
+fn the_archive_on_s3_is_parquet_a_query_engine_reads() {
+    let Some(s3) = lasthop_testkit::S3::start("the_archive_on_s3_is_parquet_a_query_engine_reads")
+    else {
+        return;
+    };
+    let site = Site::new();
+    let admin = Site::create_key(site.dir.path(), "root", true);
+    let mut args: Vec<String> = FAST.iter().map(|s| s.to_string()).collect();
+    args.extend(s3_args(&s3, &s3.endpoint(), "clicks/eu"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = site.start(&args);
+    let codes: Vec<String> = (0..3)
+        .map(|_| create_link(&server, &site.api_key))
+        .collect();
+    let now = now_ms();
+    let today = lasthop_control::clicks::Day::of_ms(now);
+    // Two hours of the day when it has two behind it.
+    let earlier = if lasthop_control::clicks::Day::of_ms(now - 3_600_000) == today {
+        now - 3_600_000
+    } else {
+        now - 5_000
+    };
+    let mut events = Vec::new();
+    for (i, code) in codes.iter().enumerate() {
+        for k in 0..(10 * (i as u64 + 1)) {
+            let at = if k % 2 == 0 { earlier } else { now - 5_000 } + k;
+            events.push(Ev::human(100 * i as u64 + k, code, at));
+        }
+        events.push(Ev::human(100 * i as u64 + 90, code, now - 4_000).ua(GOOGLEBOT));
+    }
+    let (a, b) = events.split_at(events.len() / 2);
+    put_segment(&site, "edge-a", 0, a);
+    // edge-b delivers three of edge-a's events again: archived twice, counted once.
+    let mut again = b.to_vec();
+    again.extend(a[..3].iter().cloned());
+    put_segment(&site, "edge-b", 0, &again);
+    let mut want = Vec::new();
+    for (i, code) in codes.iter().enumerate() {
+        let humans = 10 * (i as u64 + 1);
+        wait_counts(&server, &site.api_key, code, "", humans, 1);
+        want.push((code.clone(), humans + 1));
+    }
+    want.sort();
+
+    // Hive-style keys, one object per segment and hour, named by the segment's byte range.
+    let keys = wait_for(20, "both segments' objects on S3", || {
+        let keys = s3.keys("clicks/eu/");
+        (keys.iter().any(|k| k.contains("spool-edge-b.0000000000-"))).then_some(keys)
+    });
+    for k in &keys {
+        let rest = k
+            .strip_prefix(&format!("clicks/eu/day={}/hour=", day_string(now)))
+            .unwrap_or_else(|| panic!("{k}"));
+        let (hour, name) = rest.split_once('/').unwrap();
+        assert!(hour.len() == 2 && hour.parse::<u8>().unwrap() < 24, "{k}");
+        assert!(
+            name.starts_with("spool-edge-a.0000000000-0-")
+                || name.starts_with("spool-edge-b.0000000000-0-"),
+            "{k}"
+        );
+        assert!(name.ends_with(".parquet"), "{k}");
+    }
+    let hours = if earlier == now - 5_000 { 1 } else { 2 };
+    assert!(keys.len() >= 2 && keys.len() <= 2 * hours, "{keys:?}");
+
+    // A query engine reads the archive on S3: per code, distinct event ids are the processor's
+    // humans plus bots; every row is there, the repeated ones too.
+    let table = s3.table("clicks/eu/day=*/hour=*/*.parquet");
+    let csv = s3.chdb(
+        &format!("SELECT code, count(DISTINCT id) FROM {table} GROUP BY code ORDER BY code"),
+        "CSV",
+    );
+    let got: Vec<(String, u64)> = csv
+        .lines()
+        .map(|l| {
+            let (c, n) = l.split_once(',').unwrap();
+            (c.trim_matches('"').to_string(), n.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(got, want, "{csv}");
+    let rows = s3.chdb(&format!("SELECT count() FROM {table}"), "CSV");
+    assert_eq!(rows.trim(), (events.len() + 3).to_string());
+    // Typed columns: a timestamp, a domain that is null on the default domain.
+    let typed = s3.chdb(
+        &format!("SELECT toTypeName(t), countIf(d IS NULL), min(t) > now64(3) - INTERVAL 1 DAY FROM {table}"),
+        "CSV",
+    );
+    assert!(typed.starts_with("\"DateTime64(3, 'UTC')\","), "{typed}");
+    assert!(
+        typed.trim().ends_with(&format!(",{},1", events.len() + 3)),
+        "{typed}"
+    );
+
+    // A recompute from S3 reproduces the rollups.
+    let (status, body) = recompute(
+        &server,
+        &admin,
+        &format!(r#"{{"day":"{}"}}"#, day_string(now)),
+    );
+    assert_eq!(status, 200, "{body}");
+    let report = json(&body);
+    assert_eq!(report["events"], events.len() as u64, "{body}");
+    assert_eq!(report["duplicates"], 3, "{body}");
+    assert_eq!(report["corrupt_objects"], 0, "{body}");
+    assert_eq!(report["objects"], keys.len() as u64, "{body}");
+    for (i, code) in codes.iter().enumerate() {
+        wait_counts(&server, &site.api_key, code, "", 10 * (i as u64 + 1), 1);
+    }
+
+    // A damaged object: counted, named in the log, skipped; the others still count.
+    let victim = keys
+        .iter()
+        .find(|k| k.contains("spool-edge-a."))
+        .unwrap()
+        .clone();
+    s3.boto(&format!(
+        "b = bytearray(s3.get_object(Bucket={:?}, Key={victim:?})['Body'].read())\n\
+         b[100] ^= 0xff\n\
+         s3.put_object(Bucket={:?}, Key={victim:?}, Body=bytes(b))",
+        s3.bucket, s3.bucket
+    ));
+    let (status, body) = recompute(
+        &server,
+        &admin,
+        &format!(r#"{{"day":"{}"}}"#, day_string(now)),
+    );
+    assert_eq!(status, 200, "{body}");
+    let report = json(&body);
+    assert_eq!(report["corrupt_objects"], 1, "{body}");
+    assert!(
+        report["events"].as_u64().unwrap() < events.len() as u64,
+        "{body}"
+    );
+    let log = server.log();
+    assert!(
+        log.contains("damaged archive object skipped") && log.contains(&victim),
+        "{log}"
+    );
+    server.terminate();
+}
+
+/// A TCP relay to `to` that passes each client's bytes at most `rate` bytes a second (the
+/// object store behind a slow link), so a kill lands mid-upload.
+fn slow_relay(to: u16, rate: usize) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            let (mut c_read, mut s_write) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut buf = vec![0u8; 16 << 10];
+                while let Ok(n) = c_read.read(&mut buf) {
+                    if n == 0 || s_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_secs_f64(n as f64 / rate as f64));
+                }
+                let _ = s_write.shutdown(std::net::Shutdown::Write);
+            });
+            let (mut s_read, mut c_write) = (server, client);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s_read, &mut c_write);
+                let _ = c_write.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    port
+}
+
+/// `n` events of one hour, varied like real traffic (so an object is megabytes), from writer
+/// `writer`'s ids `first..first+n`.
+fn varied_events(writer: u64, first: u64, n: u64, hour_start: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ first;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let codes: Vec<String> = (0..500).map(|i| format!("Ab{i:05}")).collect();
+    let agents: Vec<String> = (0..40)
+        .map(|i| format!("Mozilla/5.0 (X11; Linux x86_64; rv:{i}.0) Gecko/20100101 Firefox/{i}.0"))
+        .collect();
+    for i in first..first + n {
+        let r = next();
+        ClickEvent {
+            id: EventId::new(writer, i),
+            at_ms: hour_start + r % 3_600_000,
+            code: &codes[(r >> 24) as usize % codes.len()],
+            domain: "",
+            pop: "test1",
+            country: Some(*b"DE"),
+            method: Method::Get,
+            tls: true,
+            prefetch: false,
+            protocol: Default::default(),
+            early: false,
+            visitor: next(),
+            net: Some(Net::V4([198, (r >> 40) as u8, (r >> 48) as u8])),
+            user_agent: &agents[(r >> 32) as usize % agents.len()],
+            referrer_host: "news.example.com",
+        }
+        .encode(&mut out);
+    }
+    out
+}
+
+/// Segment bytes of `events` (encoded), in frames of at most 1,000.
+fn segment_of(events: &[u8]) -> Vec<u8> {
+    let mut bytes = spool::SEGMENT_MAGIC.to_vec();
+    let (mut rest, mut frame, mut count) = (events, Vec::new(), 0u32);
+    while !rest.is_empty() {
+        let (_, n) = ClickEvent::decode(rest).unwrap();
+        frame.extend_from_slice(&rest[..n]);
+        rest = &rest[n..];
+        count += 1;
+        if count == 1000 || rest.is_empty() {
+            spool::encode_frame(&mut bytes, &frame, count);
+            frame.clear();
+            count = 0;
+        }
+    }
+    bytes
+}
+
+/// (m) The archive consumer on object storage under faults: SIGKILLed mid multipart upload, it
+/// leaves no partial object, aborts its own unfinished upload at the next start and writes the
+/// interval once; with the object store down for a minute it retries, the spool holds the
+/// events, and nothing is lost or duplicated after.
+#[test]
+fn the_archive_on_s3_rides_out_a_kill_and_an_outage() {
+    let Some(mut s3) =
+        lasthop_testkit::S3::start("the_archive_on_s3_rides_out_a_kill_and_an_outage")
+    else {
+        return;
+    };
+    let site = Site::new();
+    let data = site.dir.path().join("data");
+    let relay = slow_relay(
+        s3.endpoint().rsplit(':').next().unwrap().parse().unwrap(),
+        3 << 20,
+    );
+    let mut flags = s3_args(&s3, &format!("http://127.0.0.1:{relay}"), "raw");
+    flags.extend([
+        "--clicks-archive-part-bytes".into(),
+        (5u64 << 20).to_string(),
+    ]);
+    flags.extend(["--clicks-flush-ms".into(), "200".into()]);
+    let log = site.dir.path().join("archive.log");
+    let archiver = |log: &Path| {
+        KillOnDrop(
+            Command::new(BIN)
+                .args(["clicks", "archive", "--data-dir"])
+                .arg(&data)
+                .args(&flags)
+                .env("RUST_LOG", "info")
+                .stdout(std::process::Stdio::null())
+                .stderr(lasthop_testkit::logs::create(log))
+                .spawn()
+                .expect("clicks archive starts"),
+        )
+    };
+    let now = now_ms();
+    // The hour before this one: every event in the past.
+    let hour_start = (now / 3_600_000 - 1) * 3_600_000;
+    let big = 500_000u64;
+    put_file(
+        &site,
+        "edge-a.0000000000.seg",
+        &segment_of(&varied_events(7, 0, big, hour_start)),
+    );
+    let mut first = archiver(&log);
+    wait_for(60, "a multipart upload started", || {
+        lasthop_testkit::logs::read(&log)
+            .contains("multipart upload started")
+            .then_some(())
+    });
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    // Killed mid-upload: the upload is unfinished, and no object is visible.
+    assert_eq!(s3.multipart_uploads("raw/").len(), 1);
+    assert!(s3.keys("raw/").is_empty(), "no partial object");
+
+    let log2 = site.dir.path().join("archive2.log");
+    let second = archiver(&log2);
+    let table = s3.table("raw/day=*/hour=*/*.parquet");
+    wait_for(120, "the interval written after the restart", || {
+        (!s3.keys("raw/").is_empty()
+            && s3
+                .chdb(&format!("SELECT count() FROM {table}"), "CSV")
+                .trim()
+                == big.to_string())
+        .then_some(())
+    });
+    let text = lasthop_testkit::logs::read(&log2);
+    assert!(
+        text.contains("aborted an unfinished multipart upload"),
+        "{text}"
+    );
+    assert!(
+        s3.multipart_uploads("raw/").is_empty(),
+        "its own upload aborted"
+    );
+    let distinct = s3.chdb(&format!("SELECT count(DISTINCT id) FROM {table}"), "CSV");
+    assert_eq!(distinct.trim(), big.to_string(), "written once");
+
+    // The store goes down for a minute while clicks arrive: retried, held, then written once.
+    s3.kill();
+    put_file(
+        &site,
+        "edge-a.0000000001.seg",
+        &segment_of(&varied_events(7, big, 1000, hour_start)),
+    );
+    std::thread::sleep(Duration::from_secs(60));
+    let text = lasthop_testkit::logs::read(&log2);
+    assert!(text.contains("archive upload failed; retrying"), "{text}");
+    assert!(
+        spool_dir(&site).join("edge-a.0000000001.seg").exists(),
+        "held in the spool"
+    );
+    s3.restart();
+    wait_for(120, "the outage's events written", || {
+        (s3.chdb(&format!("SELECT count() FROM {table}"), "CSV")
+            .trim()
+            == (big + 1000).to_string())
+        .then_some(())
+    });
+    let distinct = s3.chdb(&format!("SELECT count(DISTINCT id) FROM {table}"), "CSV");
+    assert_eq!(
+        distinct.trim(),
+        (big + 1000).to_string(),
+        "nothing lost, nothing twice"
+    );
+    assert!(lasthop_testkit::logs::read(&log2).contains("archive uploads recovered"));
+    drop(second);
+}
+
+/// (n) Clicks through Kafka land on S3 too: objects per partition and hour, named by their
+/// offsets, closed by age (a partition never ends); the query engine counts what the processor
+/// counted.
+#[test]
+fn kafka_clicks_land_on_s3_as_parquet() {
+    let Some(tansu) = Tansu::find() else {
+        lasthop_testkit::skip(
+            "kafka_clicks_land_on_s3_as_parquet",
+            "tansu is not installed (~/.cargo/bin/tansu or PATH)",
+        );
+        return;
+    };
+    let Some(s3) = lasthop_testkit::S3::start("kafka_clicks_land_on_s3_as_parquet") else {
+        return;
+    };
+    let topic = "lasthop.clicks";
+    let broker = Tansu::on(&tansu, topic, 2);
+    let site = Site::new();
+    let mut args: Vec<String> = [
+        "--clicks-flush-ms",
+        "200",
+        "--clicks-kafka",
+        broker.addr.as_str(),
+        "--clicks-archive-object-secs",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(s3_args(&s3, &s3.endpoint(), "k"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = site.start(&args);
+    let codes = [
+        create_link(&server, &site.api_key),
+        create_link(&server, &site.api_key),
+    ];
+    let now = now_ms();
+    let mut events: Vec<Ev> = (0..20)
+        .map(|i| Ev::human(i, &codes[(i % 2) as usize], now - 5000 + i))
+        .collect();
+    events.push(Ev::human(3, &codes[1], now - 5000 + 3)); // a duplicate delivery
+    events.push(Ev::human(50, &codes[0], now - 100).ua(GOOGLEBOT));
+    produce(&broker.addr, topic, &events);
+    wait_counts(&server, &site.api_key, &codes[0], "", 10, 1);
+    wait_counts(&server, &site.api_key, &codes[1], "", 10, 0);
+    let table = s3.table("k/day=*/hour=*/*.parquet");
+    wait_for(30, "every Kafka click on S3", || {
+        (s3.try_chdb(&format!("SELECT count(DISTINCT id) FROM {table}"), "CSV")
+            .is_ok_and(|n| n.trim() == "21"))
+        .then_some(())
+    });
+    for key in s3.keys("k/") {
+        let name = key.rsplit('/').next().unwrap();
+        let rest = name
+            .strip_prefix("lasthop.clicks-")
+            .and_then(|n| n.strip_suffix(".parquet"))
+            .unwrap_or_else(|| panic!("{key}"));
+        let parts: Vec<u64> = rest.split('-').map(|p| p.parse().unwrap()).collect();
+        assert_eq!(parts.len(), 3, "{key}");
+        assert!(parts[0] < 2 && parts[1] <= parts[2], "{key}");
+    }
+    let csv = s3.chdb(
+        &format!("SELECT code, count(DISTINCT id) FROM {table} GROUP BY code ORDER BY code"),
+        "CSV",
+    );
+    let mut want = [(codes[0].clone(), 11), (codes[1].clone(), 10)];
+    want.sort();
+    let want: String = want.iter().map(|(c, n)| format!("\"{c}\",{n}\n")).collect();
+    assert_eq!(csv, want);
     server.terminate();
 }

@@ -193,3 +193,90 @@ fn redirects_become_stats_through_kafka() {
         8.0
     );
 }
+
+/// The control plane's archive flags for `s3`, objects closing a second after their first
+/// event (an engine's spool segment stays open for 30 s, a Kafka partition never ends).
+fn archive_on(s3: &lasthop_testkit::S3, prefix: &str) -> Vec<String> {
+    vec![
+        "--clicks-archive-url".into(),
+        format!("s3://{}/{prefix}", s3.bucket),
+        "--clicks-archive-endpoint".into(),
+        s3.endpoint(),
+        "--clicks-archive-credentials-file".into(),
+        s3.credentials_file().display().to_string(),
+        "--clicks-archive-object-secs".into(),
+        "1".into(),
+    ]
+}
+
+/// Every click of the mix (five human, three bot) is a row on S3, each once, for `code`.
+fn assert_mix_archived(s3: &lasthop_testkit::S3, prefix: &str, code: &str) {
+    let table = s3.table(&format!("{prefix}/day=*/hour=*/*.parquet"));
+    let query = format!(
+        "SELECT count(DISTINCT id), countIf(m = 'HEAD'), countIf(pf) FROM {table} WHERE code = '{code}'"
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "the clicks on S3 (8 rows, 1 HEAD, 1 prefetch)",
+        || {
+            s3.try_chdb(&query, "CSV")
+                .is_ok_and(|r| r.trim() == "8,1,1")
+        },
+    );
+}
+
+/// Real redirects through the spool land in the archive on S3 (SeaweedFS) as Parquet rows.
+#[test]
+fn redirects_reach_the_s3_archive_through_the_spool() {
+    let Some(s3) = lasthop_testkit::S3::start("redirects_reach_the_s3_archive_through_the_spool")
+    else {
+        return;
+    };
+    let site = Site::new();
+    let mut args = vec!["--clicks-flush-ms".to_string(), "200".to_string()];
+    args.extend(archive_on(&s3, "spool"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let control = Control::start(&site, &args);
+    let spool_dir = control.data.join("clicks").join("spool");
+    let (engine, code) = edge_with_a_link(
+        &site,
+        &control,
+        &["--click-spool", spool_dir.to_str().unwrap()],
+    );
+    click_mix(&engine, &code);
+    assert_mix_counted(&control, &code);
+    assert_mix_archived(&s3, "spool", &code);
+}
+
+/// Real redirects through Kafka land in the archive on S3 as Parquet rows.
+#[test]
+fn redirects_reach_the_s3_archive_through_kafka() {
+    let Some(broker) = Tansu::start(
+        "redirects_reach_the_s3_archive_through_kafka",
+        "lasthop.clicks",
+    ) else {
+        return;
+    };
+    let Some(s3) = lasthop_testkit::S3::start("redirects_reach_the_s3_archive_through_kafka")
+    else {
+        return;
+    };
+    let site = Site::new();
+    let mut args = vec![
+        "--clicks-kafka".to_string(),
+        broker.brokers(),
+        "--clicks-flush-ms".into(),
+        "200".into(),
+    ];
+    args.extend(archive_on(&s3, "kafka"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let control = Control::start(&site, &args);
+    let (engine, code) = edge_with_a_link(
+        &site,
+        &control,
+        &["--clicks", "kafka", "--click-kafka", &broker.brokers()],
+    );
+    click_mix(&engine, &code);
+    assert_mix_counted(&control, &code);
+    assert_mix_archived(&s3, "kafka", &code);
+}
