@@ -466,6 +466,17 @@ impl Archiver {
             self.add(name, first, last, read_ms, &e);
         }
         self.scratch = scratch;
+        if let Source::Kafka(k) = &self.source {
+            // A partition taken by another consumer: its open objects are dropped unwritten
+            // (their events are read again by the new owner from the committed offset).
+            self.partitions.retain(|name, _| {
+                let held = name.parse().is_ok_and(|p| k.owns(p));
+                if !held {
+                    tracing::info!(partition = %name, "kafka partition revoked; its open objects are the new owner's to write");
+                }
+                held
+            });
+        }
         if let Some(r) = spool_read.filter(|r| r.finished) {
             if let Some(p) = self.partitions.get_mut(&r.stem) {
                 p.finished = true;
@@ -484,6 +495,9 @@ impl Archiver {
             opened_ms: read_ms,
             finished: false,
         });
+        // A Kafka partition read again from an earlier offset (a recreated topic) must not
+        // commit past what its open objects hold.
+        p.first = p.first.min(first);
         p.last = p.last.max(last);
         let hour = ((e.at_ms % 86_400_000) / 3_600_000) as u8;
         let slot = (Day::of_ms(e.at_ms), hour);
@@ -508,10 +522,21 @@ impl Archiver {
     /// Closes the partitions that are due (or all, with `all`).
     fn close_due(&mut self, all: bool) {
         let (limit, every) = (self.config.object_events, self.config.object_every);
+        // A spool segment is done once sealed (or a dead writer's) and read to its end; an
+        // engine seals by renaming, so that is seen here rather than on a read.
+        let reader = match &self.source {
+            Source::Spool { reader, .. } => Some(reader),
+            Source::Kafka(_) => None,
+        };
         let due: Vec<String> = self
             .partitions
             .iter()
-            .filter(|(_, p)| all || p.finished || p.rows >= limit || p.opened.elapsed() >= every)
+            .filter(|(n, p)| {
+                all || p.finished
+                    || p.rows >= limit
+                    || p.opened.elapsed() >= every
+                    || reader.is_some_and(|r| r.finished(n))
+            })
             .map(|(n, _)| n.clone())
             .collect();
         let source = match &self.source {
@@ -625,6 +650,7 @@ impl Archiver {
                 let upto: BTreeMap<i32, i64> = k
                     .next_offsets()
                     .iter()
+                    .filter(|(p, _)| k.owns(**p))
                     .map(|(p, next)| {
                         let first = open
                             .get(p.to_string().as_str())
@@ -835,5 +861,22 @@ mod tests {
         let mut rows = 0;
         crate::recompute::day_events(&objects, today, |_| rows += 1).unwrap();
         assert_eq!(rows, 5);
+
+        // An engine's way: the `.open` file is read as it grows, then sealed by a rename with
+        // nothing new to read. The seal alone closes its objects.
+        let open = spool_dir.join("edge-c.0000000002.open");
+        std::fs::write(&open, &seg).unwrap();
+        archiver.config.object_events = 1000;
+        archiver.poll();
+        archiver.close_due(false);
+        assert_eq!(
+            archiver.partitions["edge-c.0000000002"].rows, 5,
+            "still open"
+        );
+        std::fs::rename(&open, spool_dir.join("edge-c.0000000002.seg")).unwrap();
+        assert_eq!(archiver.poll(), 0, "nothing new to read");
+        archiver.close_due(false);
+        assert!(archiver.partitions.is_empty(), "closed by the seal");
+        assert!(archiver.upload());
     }
 }

@@ -412,8 +412,34 @@ fn read_checked(bytes: Bytes, event: &mut impl FnMut(&[u8])) -> Result<ObjectRea
             ))
         })
         .ok_or(ColumnarError::Damaged("no lasthop checksum in the footer"))?;
-    if body > bytes.len() || crc32fast::hash(&bytes[..body]) != stored {
+    if body < 4 || body > bytes.len() || crc32fast::hash(&bytes[..body]) != stored {
         return Err(ColumnarError::Damaged("checksum mismatch"));
+    }
+    // The footer is not under the checksum: its row counts and chunk ranges must be what the
+    // writer makes (row groups of at most ROW_GROUP rows, every chunk inside the checksummed
+    // body) before a page is read or a buffer sized from them.
+    let mut rows_total = 0i64;
+    for g in reader.metadata().row_groups() {
+        let n = g.num_rows();
+        if !(0..=ROW_GROUP as i64).contains(&n) {
+            return Err(ColumnarError::Damaged(
+                "a row group larger than the writer makes",
+            ));
+        }
+        rows_total += n;
+        for c in g.columns() {
+            let (start, len) = c.byte_range();
+            if start < 4 || start.checked_add(len).is_none_or(|end| end > body as u64) {
+                return Err(ColumnarError::Damaged(
+                    "a column chunk outside the checksummed body",
+                ));
+            }
+        }
+    }
+    if rows_total != reader.metadata().file_metadata().num_rows() {
+        return Err(ColumnarError::Damaged(
+            "row groups do not add up to the file's rows",
+        ));
     }
     let mut out = ObjectRead::default();
     let mut buf = Vec::with_capacity(MAX_EVENT_LEN);
@@ -607,7 +633,7 @@ pub(crate) mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
+        #![proptest_config(ProptestConfig::with_cases(512))]
 
         /// Garbage, a truncated object and a flipped byte are errors or valid events, never a
         /// panic (the object store is read as untrusted bytes).
@@ -622,12 +648,15 @@ pub(crate) mod tests {
             let events: Vec<ClickEvent<'_>> = (0..50).map(|i| event(i, "Mozilla/5.0")).collect();
             let good = encode(&events).unwrap();
             let _ = read_all(good[..cut.index(good.len())].to_vec());
-            let mut flipped = good.clone();
-            let at = flip.index(flipped.len());
-            flipped[at] ^= 1 << bit;
-            if let Ok(rows) = read_all(flipped) {
-                for b in rows {
-                    prop_assert!(ClickEvent::decode(&b).is_ok());
+            let footer_len = u32::from_le_bytes(good[good.len() - 8..good.len() - 4].try_into().unwrap()) as usize + 8;
+            // Anywhere, and in the footer (outside the checksum) in particular.
+            for at in [flip.index(good.len()), good.len() - 1 - flip.index(footer_len)] {
+                let mut flipped = good.clone();
+                flipped[at] ^= 1 << bit;
+                if let Ok(rows) = read_all(flipped) {
+                    for b in rows {
+                        prop_assert!(ClickEvent::decode(&b).is_ok());
+                    }
                 }
             }
         }

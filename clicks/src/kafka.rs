@@ -134,6 +134,10 @@ mod consumer {
             match *self {}
         }
 
+        pub fn owns(&self, _: i32) -> bool {
+            match *self {}
+        }
+
         pub fn next_offsets(&self) -> &std::collections::BTreeMap<i32, i64> {
             match *self {}
         }

@@ -14,7 +14,7 @@
 //! into place, fsynced with its directory.
 //!
 //! `object_store` is async; the archive runs on plain threads, so this module owns a small
-//! runtime and waits on it (from any thread, a runtime's own included).
+//! runtime and waits on it (from any thread but that runtime's own).
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -412,9 +412,16 @@ impl Objects {
             path: path.to_string(),
             id: id.clone(),
         };
-        let mut journal = self.read_journal()?;
-        journal.push(upload.clone());
-        self.write_journal(&journal)?;
+        let journaled = self.read_journal().and_then(|mut journal| {
+            journal.push(upload.clone());
+            self.write_journal(&journal)
+        });
+        if let Err(e) = journaled {
+            // Unjournalled, a kill would leave it for no one to abort: abort it now.
+            let (mp, p, id) = (Arc::clone(mp), path.clone(), id.clone());
+            let _ = self.wait(async move { mp.abort_multipart(&p, &id).await });
+            return Err(e);
+        }
         tracing::info!(object = %path, upload = %id, bytes = bytes.len(), "multipart upload started");
         let result =
             (|| {

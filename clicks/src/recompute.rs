@@ -112,29 +112,36 @@ pub fn rebuild(
         day: day.to_string(),
         ..RecomputeReport::default()
     };
-    // The NDJSON parts (days archived before Parquet), by hour, binary.
-    let mut hours: Vec<Vec<u8>> = vec![Vec::new(); 24];
-    let mut read = archive::ReadReport::default();
-    for path in &listing.ndjson {
-        let bytes = objects.get(path)?;
-        let invalid = &mut report.invalid_lines;
-        archive::read_part(&bytes, path.as_ref(), &mut read, &mut |line| {
-            let Ok(a) = serde_json::from_slice::<ArchivedClick>(line) else {
-                *invalid += 1;
-                return;
-            };
-            match a.event() {
-                Ok(e) if Day::of_ms(e.at_ms) == day => e.encode(&mut hours[hour_of(e.at_ms)]),
-                _ => *invalid += 1,
-            }
-        });
-    }
-    report.torn_frames = read.torn;
-    report.ndjson_parts = read.parts;
     let mut classifier = Classifier::new(rules);
     let mut rollups: HashMap<Box<str>, Rollup> = HashMap::new();
-    for (hour, ndjson) in hours.into_iter().enumerate() {
-        let mut arena = ndjson;
+    for hour in 0..24 {
+        // The NDJSON parts (days archived before Parquet) hold every hour: each is read once per
+        // hour, keeping that hour's events, so memory stays one hour's whatever the form.
+        let mut arena = Vec::new();
+        let mut read = archive::ReadReport::default();
+        for path in &listing.ndjson {
+            let bytes = objects.get(path)?;
+            let invalid = &mut report.invalid_lines;
+            archive::read_part(&bytes, path.as_ref(), &mut read, &mut |line| {
+                let Ok(a) = serde_json::from_slice::<ArchivedClick>(line) else {
+                    // Counted once, in the first pass.
+                    *invalid += u64::from(hour == 0);
+                    return;
+                };
+                match a.event() {
+                    Ok(e) if Day::of_ms(e.at_ms) == day => {
+                        if hour_of(e.at_ms) == hour {
+                            e.encode(&mut arena);
+                        }
+                    }
+                    _ => *invalid += u64::from(hour == 0),
+                }
+            });
+        }
+        if hour == 0 {
+            report.torn_frames = read.torn;
+            report.ndjson_parts = read.parts;
+        }
         for (_, path) in listing
             .parquet
             .iter()
@@ -175,9 +182,19 @@ pub fn day_events(
 ) -> Result<(u64, u64), RecomputeError> {
     let listing = objects.day_objects(day)?;
     let (mut read, mut damaged) = (0, 0);
+    let mut rows = Vec::new();
     for (_, path) in &listing.parquet {
-        match super::columnar::read(objects.get(path)?, &mut event) {
-            Ok(_) => read += 1,
+        rows.clear();
+        // A damaged object hands over nothing, not the rows before its damage.
+        match super::columnar::read(objects.get(path)?, |e| rows.extend_from_slice(e)) {
+            Ok(_) => {
+                read += 1;
+                let mut rest = &rows[..];
+                while let Ok((_, n)) = ClickEvent::decode(rest) {
+                    event(&rest[..n]);
+                    rest = &rest[n..];
+                }
+            }
             Err(e) => {
                 damaged += 1;
                 tracing::error!(object = %path, error = %e, "damaged archive object skipped");

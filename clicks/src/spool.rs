@@ -601,6 +601,14 @@ impl SpoolReader {
         Ok(Polled { events, consumed })
     }
 
+    /// Whether the file `stem` (`<writer>.<number>`) is done: sealed (or a dead writer's) and
+    /// read to its end.
+    pub fn finished(&self, stem: &str) -> bool {
+        parse_stem(stem)
+            .and_then(|k| self.files.get(&k))
+            .is_some_and(|f| f.finished() && (f.sealed || self.is_stale(f)))
+    }
+
     /// What the last poll that consumed anything read.
     pub fn last_read(&self) -> Option<&LastRead> {
         self.last.as_ref()

@@ -479,6 +479,11 @@ impl KafkaSource {
         }
     }
 
+    /// Whether the group has given this consumer partition `p` (and not taken it back).
+    pub fn owns(&self, p: i32) -> bool {
+        self.owned.contains(&p)
+    }
+
     /// The next offset to read, per partition.
     pub fn next_offsets(&self) -> &BTreeMap<i32, i64> {
         &self.next
