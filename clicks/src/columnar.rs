@@ -382,6 +382,16 @@ pub fn read(bytes: Bytes, mut event: impl FnMut(&[u8])) -> Result<ObjectRead, Co
     .unwrap_or(Err(ColumnarError::Damaged("the parquet decoder failed")))
 }
 
+/// [`read`] without its `catch_unwind`: for the fuzz target, so that a panic in the `parquet`
+/// crate our checks let through is a crash to fix, not a contained error.
+#[doc(hidden)]
+pub fn read_unguarded(
+    bytes: Bytes,
+    mut event: impl FnMut(&[u8]),
+) -> Result<ObjectRead, ColumnarError> {
+    read_checked(bytes, &mut event)
+}
+
 fn read_checked(bytes: Bytes, event: &mut impl FnMut(&[u8])) -> Result<ObjectRead, ColumnarError> {
     let reader = SerializedFileReader::new(bytes.clone())?;
     let fields = reader
@@ -419,6 +429,8 @@ fn read_checked(bytes: Bytes, event: &mut impl FnMut(&[u8])) -> Result<ObjectRea
     // writer makes (row groups of at most ROW_GROUP rows, every chunk inside the checksummed
     // body) before a page is read or a buffer sized from them.
     let mut rows_total = 0i64;
+    // Column chunks follow each other from the magic on, as the writer lays them out.
+    let mut next_chunk = 4u64;
     for g in reader.metadata().row_groups() {
         let n = g.num_rows();
         if !(0..=ROW_GROUP as i64).contains(&n) {
@@ -428,10 +440,32 @@ fn read_checked(bytes: Bytes, event: &mut impl FnMut(&[u8])) -> Result<ObjectRea
         }
         rows_total += n;
         for c in g.columns() {
-            let (start, len) = c.byte_range();
-            if start < 4 || start.checked_add(len).is_none_or(|end| end > body as u64) {
+            // `byte_range` asserts on negative offsets: read the fields themselves (fuzz
+            // regression `archive_object/negative-column-offset-in-footer`).
+            let dictionary = c.dictionary_page_offset();
+            let start = dictionary.unwrap_or(c.data_page_offset());
+            let (Ok(start), Ok(len)) = (u64::try_from(start), u64::try_from(c.compressed_size()))
+            else {
+                return Err(ColumnarError::Damaged("a negative column chunk offset"));
+            };
+            if start != next_chunk || start.checked_add(len).is_none_or(|end| end > body as u64) {
                 return Err(ColumnarError::Damaged(
                     "a column chunk outside the checksummed body",
+                ));
+            }
+            next_chunk = start + len;
+            // A dictionary-encoded chunk starts with its dictionary page, and only such a chunk
+            // has one: the decoder asserts on a dictionary page it was not told of (fuzz
+            // regression `archive_object/dictionary-page-dropped-from-footer`).
+            let uses_dictionary = c
+                .encodings()
+                .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY));
+            let dictionary_first = dictionary.is_some_and(|d| d < c.data_page_offset());
+            if uses_dictionary != dictionary.is_some()
+                || (dictionary.is_some() && !dictionary_first)
+            {
+                return Err(ColumnarError::Damaged(
+                    "dictionary pages and encodings disagree",
                 ));
             }
         }
