@@ -162,8 +162,6 @@ struct Partition {
     /// When the first event of the open objects was read.
     opened: Instant,
     opened_ms: u64,
-    /// The spool segment ended: close now.
-    finished: bool,
 }
 
 /// A closed object waiting for its upload.
@@ -449,23 +447,29 @@ impl Archiver {
         };
         let read_ms = now;
         let scratch = std::mem::take(&mut self.scratch);
+        let positions = std::mem::take(&mut self.scratch_pos);
         let mut rest = &scratch[..];
-        let mut i = 0;
-        while !rest.is_empty() {
+        let mut kafka_name = String::new();
+        for i in 0.. {
             // Decoded a moment ago by the source.
             let Ok((e, n)) = ClickEvent::decode(rest) else {
                 break;
             };
             rest = &rest[n..];
-            let (name, first, last) = match (&spool_read, self.scratch_pos.get(i)) {
-                (Some(r), _) => (r.stem.clone(), r.from, r.to),
-                (None, Some((p, offset))) => (p.to_string(), *offset, *offset),
+            let (name, first, last) = match (&spool_read, positions.get(i)) {
+                (Some(r), _) => (r.stem.as_str(), r.from, r.to),
+                (None, Some((p, offset))) => {
+                    use std::fmt::Write as _;
+                    kafka_name.clear();
+                    let _ = write!(kafka_name, "{p}");
+                    (kafka_name.as_str(), *offset, *offset)
+                }
                 (None, None) => break,
             };
-            i += 1;
             self.add(name, first, last, read_ms, &e);
         }
         self.scratch = scratch;
+        self.scratch_pos = positions;
         if let Source::Kafka(k) = &self.source {
             // A partition taken by another consumer: its open objects are dropped unwritten
             // (their events are read again by the new owner from the committed offset).
@@ -477,24 +481,27 @@ impl Archiver {
                 held
             });
         }
-        if let Some(r) = spool_read.filter(|r| r.finished) {
-            if let Some(p) = self.partitions.get_mut(&r.stem) {
-                p.finished = true;
-            }
-        }
         polled.consumed
     }
 
-    fn add(&mut self, name: String, first: u64, last: u64, read_ms: u64, e: &ClickEvent<'_>) {
-        let p = self.partitions.entry(name).or_insert_with(|| Partition {
-            open: BTreeMap::new(),
-            first,
-            last,
-            rows: 0,
-            opened: Instant::now(),
-            opened_ms: read_ms,
-            finished: false,
-        });
+    fn add(&mut self, name: &str, first: u64, last: u64, read_ms: u64, e: &ClickEvent<'_>) {
+        // The name is allocated once a partition, not once an event.
+        if !self.partitions.contains_key(name) {
+            self.partitions.insert(
+                name.to_owned(),
+                Partition {
+                    open: BTreeMap::new(),
+                    first,
+                    last,
+                    rows: 0,
+                    opened: Instant::now(),
+                    opened_ms: read_ms,
+                },
+            );
+        }
+        let Some(p) = self.partitions.get_mut(name) else {
+            return; // inserted just above
+        };
         // A Kafka partition read again from an earlier offset (a recreated topic) must not
         // commit past what its open objects hold.
         p.first = p.first.min(first);
@@ -532,19 +539,15 @@ impl Archiver {
             .partitions
             .iter()
             .filter(|(n, p)| {
-                all || p.finished
-                    || p.rows >= limit
+                all || p.rows >= limit
                     || p.opened.elapsed() >= every
                     || reader.is_some_and(|r| r.finished(n))
             })
             .map(|(n, _)| n.clone())
             .collect();
-        let source = match &self.source {
-            Source::Spool { .. } => "spool".to_owned(),
-            Source::Kafka(_) => match &self.config.source {
-                SourceConfig::Kafka(k) => k.topic.clone(),
-                SourceConfig::Spool(_) => "spool".to_owned(),
-            },
+        let source = match &self.config.source {
+            SourceConfig::Kafka(k) => k.topic.clone(),
+            SourceConfig::Spool(_) => "spool".to_owned(),
         };
         for name in due {
             let Some(p) = self.partitions.remove(&name) else {
@@ -824,7 +827,7 @@ mod tests {
             at_ms: today.minus(100).start_ms() + 3_600_000,
             ..e
         };
-        archiver.add("edge-a.0000000009".into(), 0, 10, 0, &old);
+        archiver.add("edge-a.0000000009", 0, 10, 0, &old);
         archiver.prune();
         assert!(objects.days().unwrap().contains(&today.minus(100)));
         archiver.partitions.clear();
@@ -848,7 +851,9 @@ mod tests {
         std::fs::write(spool_dir.join("edge-b.0000000001.seg"), &seg).unwrap();
         archiver.poll();
         assert_eq!(archiver.partitions["edge-b.0000000001"].rows, 5);
-        assert!(archiver.partitions["edge-b.0000000001"].finished);
+        assert!(
+            matches!(&archiver.source, Source::Spool { reader, .. } if reader.finished("edge-b.0000000001"))
+        );
         archiver.close_due(false);
         assert!(archiver.partitions.is_empty());
         assert!(archiver.upload());

@@ -185,8 +185,6 @@ pub struct LastRead {
     pub from: u64,
     /// The byte after the last one read ([`SKIP`] for a skipped rest).
     pub to: u64,
-    /// Whether the file is done: sealed (or a dead writer's) and read to its end.
-    pub finished: bool,
 }
 
 /// The processor's name among a spool's readers.
@@ -590,7 +588,6 @@ impl SpoolReader {
                 stem: spool::stem(&key.0, key.1),
                 from: start,
                 to: new_read,
-                finished: (new_read == SKIP || new_read >= len) && dead,
             });
         }
         let consumed = if new_read == SKIP {
@@ -633,6 +630,10 @@ impl SpoolReader {
             .map(|stem| (format!("{KEY_PREFIX}{stem}"), None))
             .collect();
         out.extend(self.files.iter().filter_map(|((w, n), f)| {
+            // A cap is never below the committed position: nothing moved, nothing to name.
+            if f.read == f.committed {
+                return None;
+            }
             let stem = spool::stem(w, *n);
             let at = cap(&stem).map_or(f.read, |c| c.min(f.read));
             (at != f.committed).then(|| (format!("{KEY_PREFIX}{stem}"), Some(at)))
