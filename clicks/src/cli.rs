@@ -112,6 +112,10 @@ pub struct ProcessArgs {
     /// Stop once the source is drained and print a JSON summary line.
     #[arg(long)]
     pub exit_when_idle: bool,
+    /// Serve the processor's (or the archive consumer's) Prometheus metrics at
+    /// http://ADDR/metrics (lag, spool pending bytes, events by outcome, archive objects).
+    #[arg(long, env = "LASTHOP_CLICKS_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub tuning: ClicksTuning,
 }
@@ -392,6 +396,69 @@ pub fn open_clicks(
     Ok((processor, archiver))
 }
 
+/// The standalone commands' metrics: in a registry of their own, served at
+/// `http://ADDR/metrics` when `--metrics-listen ADDR` is given.
+fn metrics(listen: Option<std::net::SocketAddr>) -> anyhow::Result<ClickMetrics> {
+    let Some(addr) = listen else {
+        return Ok(ClickMetrics::standalone()?);
+    };
+    let registry = prometheus::Registry::new_custom(Some("lasthop".into()), None)?;
+    let metrics = ClickMetrics::register(&registry)?;
+    serve_metrics(addr, registry)?;
+    Ok(metrics)
+}
+
+/// Serves `registry` at `GET /metrics` on `addr` from a thread of its own (one current-thread
+/// runtime), for as long as the program runs; says where on stdout.
+fn serve_metrics(addr: std::net::SocketAddr, registry: prometheus::Registry) -> anyhow::Result<()> {
+    let listener =
+        std::net::TcpListener::bind(addr).with_context(|| format!("--metrics-listen {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("the metrics listener's runtime")?;
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => return tracing::error!(error = %e, "the metrics listener failed"),
+                };
+                let app = axum::Router::new().route(
+                    "/metrics",
+                    axum::routing::get(move || {
+                        let registry = registry.clone();
+                        async move { render(&registry) }
+                    }),
+                );
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "the metrics listener failed");
+                }
+            })
+        })?;
+    println!("metrics listening on http://{bound}");
+    Ok(())
+}
+
+/// The registry in Prometheus' text format.
+fn render(registry: &prometheus::Registry) -> (axum::http::HeaderMap, String) {
+    use prometheus::Encoder;
+    let encoder = prometheus::TextEncoder::new();
+    let mut buf = Vec::new();
+    if let Err(e) = encoder.encode(&registry.gather(), &mut buf) {
+        tracing::error!(error = %e, "encoding the metrics");
+    }
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    (headers, String::from_utf8_lossy(&buf).into_owned())
+}
+
 /// Runs one `lasthop-clicks` command (also `lasthop-control clicks ...`).
 pub fn run(command: ClicksCommand) -> anyhow::Result<()> {
     match command {
@@ -423,7 +490,7 @@ pub fn run(command: ClicksCommand) -> anyhow::Result<()> {
         ClicksCommand::Process(a) => {
             let source = source(&a.data_dir, a.spool, a.kafka, &a.topic, &a.group);
             let config = a.tuning.config(&a.data_dir, source)?;
-            let (processor, archiver) = open_clicks(config, ClickMetrics::standalone()?)?;
+            let (processor, archiver) = open_clicks(config, metrics(a.metrics_listen)?)?;
             let archive = archiver.as_ref().map(Archiver::handle);
             if !a.exit_when_idle {
                 let (handle, archive) = (processor.handle(), archive.clone());
@@ -452,7 +519,7 @@ pub fn run(command: ClicksCommand) -> anyhow::Result<()> {
         ClicksCommand::Archive(a) => {
             let source = source(&a.data_dir, a.spool, a.kafka, &a.topic, &a.group);
             let config = a.tuning.config(&a.data_dir, source)?;
-            let archiver = Archiver::open(config.archiver(), &ClickMetrics::standalone()?)
+            let archiver = Archiver::open(config.archiver(), &metrics(a.metrics_listen)?)
                 .context("starting the archive consumer")?;
             if !a.exit_when_idle {
                 let handle = archiver.handle();

@@ -57,7 +57,8 @@ const COLUMNS: [&str; 16] = [
 /// The footer's key-value entry `LEN:CRC`: the CRC-32 (hex) of the first LEN bytes, the row
 /// groups (the page indexes and the footer follow them). The
 /// `parquet` crate neither writes page checksums nor survives every damaged page (some decoders
-/// assert), so a reader checks the whole body before decoding a page of it.
+/// assert), so a reader checks the whole body before decoding a page of it; the footer itself
+/// is checked against the block before it ([`FOOTER_SUM_MAGIC`]) before it is decoded.
 pub const CRC_KEY: &str = "lasthop.crc32";
 
 /// Why an object could not be written or read.
@@ -281,7 +282,8 @@ impl ObjectWriter {
         Ok(())
     }
 
-    /// The finished file, its row groups' bytes checksummed in the footer ([`CRC_KEY`]).
+    /// The finished file, its row groups' bytes checksummed in the footer ([`CRC_KEY`]) and
+    /// the footer in the block before it.
     pub fn finish(mut self) -> Result<Vec<u8>, ColumnarError> {
         self.flush_group()?;
         self.writer
@@ -291,7 +293,7 @@ impl ObjectWriter {
         let value = format!("{}:{:08x}", body.len(), crc32fast::hash(body));
         self.writer
             .append_key_value_metadata(KeyValue::new(CRC_KEY.into(), value));
-        Ok(self.writer.into_inner()?)
+        with_footer_sum(self.writer.into_inner()?)
     }
 }
 
@@ -392,7 +394,69 @@ pub fn read_unguarded(
     read_checked(bytes, &mut event)
 }
 
+/// The block the writer puts just before the footer: `LHF1`, the CRC-32 of the footer (the
+/// thrift bytes between this block and the file's last 8 bytes) and the footer's length, both
+/// little-endian. Readers of Parquet find the footer from the file's end and the pages from the
+/// footer's offsets, so the block is invisible to them (chdb, DuckDB, Spark read the objects
+/// as they are).
+const FOOTER_SUM_MAGIC: &[u8; 4] = b"LHF1";
+const FOOTER_SUM_LEN: usize = 12;
+
+/// The footer's length from the file's tail, when the file ends like Parquet and has room for
+/// it after the leading magic.
+fn footer_len(file: &[u8]) -> Option<usize> {
+    let n = file.len();
+    if n < 12 || &file[n - 4..] != b"PAR1" {
+        return None;
+    }
+    let len = u32::from_le_bytes([file[n - 8], file[n - 7], file[n - 6], file[n - 5]]) as usize;
+    (len <= n - 12).then_some(len)
+}
+
+/// `file` as the parquet writer left it, with the footer checksum block put before its footer.
+fn with_footer_sum(mut file: Vec<u8>) -> Result<Vec<u8>, ColumnarError> {
+    let len = footer_len(&file).ok_or(ColumnarError::Damaged("the writer left no footer"))?;
+    let start = file.len() - 8 - len;
+    let mut block = [0u8; FOOTER_SUM_LEN];
+    block[..4].copy_from_slice(FOOTER_SUM_MAGIC);
+    block[4..8].copy_from_slice(&crc32fast::hash(&file[start..start + len]).to_le_bytes());
+    block[8..].copy_from_slice(&(len as u32).to_le_bytes());
+    file.splice(start..start, block);
+    Ok(file)
+}
+
+/// Checks the footer against the block before it, before the `parquet` crate decodes a byte
+/// of it. The footer is thrift, and that crate's decoder trusts it: it skips a list's `bool`
+/// elements without reading a byte each (the compact protocol gives each one a byte), so a
+/// footer of a few hundred bytes can declare a list of two billion and hold a reader for
+/// minutes, and it reserves room for as many row groups as a list header declares before it
+/// reads one. Found by the fuzz campaign: `bool-list-of-two-billion-in-footer`, then
+/// `bool-list-reached-by-the-typed-decoder`, which a first guard (a walk of the footer as
+/// generic thrift, counting) let through: the crate decodes known fields by the type it expects,
+/// not the one on the wire, so no walk short of its own decoder sees what it will. Only a footer
+/// this writer wrote, byte for byte, is decoded. A file that does not end like Parquet is left
+/// to the crate's own (quick) refusal.
+fn footer_checked(file: &[u8]) -> Result<(), ColumnarError> {
+    let Some(len) = footer_len(file) else {
+        return Ok(());
+    };
+    let start = file.len() - 8 - len;
+    let block = start
+        .checked_sub(FOOTER_SUM_LEN)
+        .filter(|&b| b >= 4)
+        .map(|b| &file[b..start])
+        .filter(|b| &b[..4] == FOOTER_SUM_MAGIC)
+        .ok_or(ColumnarError::Damaged("no footer checksum"))?;
+    let crc = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+    let stated = u32::from_le_bytes([block[8], block[9], block[10], block[11]]) as usize;
+    if stated != len || crc32fast::hash(&file[start..start + len]) != crc {
+        return Err(ColumnarError::Damaged("footer checksum mismatch"));
+    }
+    Ok(())
+}
+
 fn read_checked(bytes: Bytes, event: &mut impl FnMut(&[u8])) -> Result<ObjectRead, ColumnarError> {
+    footer_checked(&bytes)?;
     let reader = SerializedFileReader::new(bytes.clone())?;
     let fields = reader
         .metadata()
@@ -425,8 +489,8 @@ fn read_checked(bytes: Bytes, event: &mut impl FnMut(&[u8])) -> Result<ObjectRea
     if body < 4 || body > bytes.len() || crc32fast::hash(&bytes[..body]) != stored {
         return Err(ColumnarError::Damaged("checksum mismatch"));
     }
-    // The footer is not under the checksum: its row counts and chunk ranges must be what the
-    // writer makes (row groups of at most ROW_GROUP rows, every chunk inside the checksummed
+    // The footer's checksum says these bytes were written, not that a writer wrote them right:
+    // its row counts and chunk ranges must still be what this writer makes (row groups of at most ROW_GROUP rows, every chunk inside the checksummed
     // body) before a page is read or a buffer sized from them.
     let mut rows_total = 0i64;
     // Column chunks follow each other from the magic on, as the writer lays them out.
@@ -662,8 +726,54 @@ pub(crate) mod tests {
         let mut rg = w.next_row_group().unwrap();
         write::<Int32Type>(&mut rg, &[1, 2], None).unwrap();
         rg.close().unwrap();
-        let bytes = w.into_inner().unwrap();
+        let bytes = with_footer_sum(w.into_inner().unwrap()).unwrap();
         assert!(matches!(read_all(bytes), Err(ColumnarError::Schema(_))));
+    }
+
+    /// A footer whose list declares two billion bools, which the `parquet` crate skips without
+    /// reading a byte each, or two billion row groups, for which it reserves room before
+    /// reading one: refused before the crate sees it, without the block or with a block that
+    /// does not match (the crate's own errors are `Parquet`, never `Damaged`); the same footers
+    /// under a matching block reach the crate.
+    #[test]
+    fn only_a_footer_under_its_checksum_is_decoded() {
+        let parquet_of = |footer: &[u8]| {
+            let mut f = b"PAR1".to_vec();
+            f.extend_from_slice(footer);
+            f.extend_from_slice(&(footer.len() as u32).to_le_bytes());
+            f.extend_from_slice(b"PAR1");
+            f
+        };
+        // FileMetaData { 99: list<bool> of 2^31-1 }: a field header with a full id, a list
+        // header "size follows, bool", the size, the struct's stop.
+        let bools = parquet_of(&[0x09, 0xc6, 0x01, 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00]);
+        // FileMetaData { 4: list<struct> of 2^31-1 } (the row groups), nothing after.
+        let groups = parquet_of(&[0x49, 0xfc, 0xff, 0xff, 0xff, 0xff, 0x07]);
+        for (what, bytes) in [("bools", bools), ("row groups", groups)] {
+            let got = read_all(bytes.clone());
+            assert!(
+                matches!(got, Err(ColumnarError::Damaged("no footer checksum"))),
+                "{what}: {got:?}"
+            );
+            let mut summed = with_footer_sum(bytes).unwrap();
+            let last = summed.len() - 9;
+            summed[last] ^= 1; // the footer's last byte
+            let got = read_all(summed);
+            assert!(
+                matches!(got, Err(ColumnarError::Damaged("footer checksum mismatch"))),
+                "{what}: {got:?}"
+            );
+        }
+        // The row groups' footer under a matching block gets as far as the crate, which
+        // refuses it itself (its list check).
+        let groups = with_footer_sum(parquet_of(&[0x49, 0xfc, 0x02, 0x00])).unwrap();
+        assert!(matches!(read_all(groups), Err(ColumnarError::Parquet(_))));
+        // Our own objects: the block is right before the footer.
+        let events: Vec<ClickEvent<'_>> = (0..50).map(|i| event(i, "Mozilla/5.0")).collect();
+        let ours = encode(&events).unwrap();
+        assert!(footer_checked(&ours).is_ok());
+        let start = ours.len() - 8 - footer_len(&ours).unwrap();
+        assert_eq!(&ours[start - FOOTER_SUM_LEN..start - 8], FOOTER_SUM_MAGIC);
     }
 
     proptest! {
@@ -683,7 +793,7 @@ pub(crate) mod tests {
             let good = encode(&events).unwrap();
             let _ = read_all(good[..cut.index(good.len())].to_vec());
             let footer_len = u32::from_le_bytes(good[good.len() - 8..good.len() - 4].try_into().unwrap()) as usize + 8;
-            // Anywhere, and in the footer (outside the checksum) in particular.
+            // Anywhere, and in the footer (under its own checksum) in particular.
             for at in [flip.index(good.len()), good.len() - 1 - flip.index(footer_len)] {
                 let mut flipped = good.clone();
                 flipped[at] ^= 1 << bit;

@@ -55,6 +55,78 @@ fn synth_then_process_from_the_program_alone() {
     assert!(data.join("clicks").join("rollups.redb").is_file());
 }
 
+/// `process --metrics-listen ADDR`: the standalone processor's Prometheus metrics over HTTP,
+/// counting the events of a real spool as it drains them; SIGTERM stops it.
+#[test]
+fn the_standalone_processor_serves_its_metrics() {
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let spool = data.join("clicks").join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let synth = run(
+        &[
+            "synth",
+            "--spool",
+            spool.to_str().unwrap(),
+            "--events",
+            "2000",
+            "--codes",
+            "20",
+        ],
+        data,
+    );
+    assert_eq!(synth["events"], 2000);
+    let mut child = Command::new(CLICKS)
+        .args(["process", "--metrics-listen", "127.0.0.1:0"])
+        .env("LASTHOP_DATA_DIR", data)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("lasthop-clicks runs");
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("metrics listening on http://")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_string();
+    let events = |text: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with("lasthop_clicks_events_total{"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum()
+    };
+    let mut text = String::new();
+    for _ in 0..200 {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        text.clear();
+        s.read_to_string(&mut text).unwrap();
+        if events(&text) == 2000 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert_eq!(events(&text), 2000, "{text}");
+    assert!(
+        text.contains("lasthop_clicks_spool_pending_bytes 0"),
+        "{text}"
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    // Its summary line, then its exit.
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("\"events\":2000"), "{rest}");
+    assert!(child.wait().unwrap().success());
+}
+
 /// The same alias on the default domain and on a branded one is two links: real spool segments
 /// (as an engine writes them) through `process`, then the day rebuilt from the archive by
 /// `recompute`; each link's stats read by its key count its own click only, and the early-data

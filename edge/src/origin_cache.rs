@@ -11,7 +11,11 @@
 //! - **Stale-if-error**: a good answer younger than `stale_ttl` is served when a fetch fails, or
 //!   when every control plane's breaker is open.
 //! - **Breaker**: a control plane whose fetch failed is skipped for `breaker`; once every one
-//!   is, lookups are answered (stale or `Unavailable`) without a fetch.
+//!   is, lookups are answered (stale or `Unavailable`) without a fetch, except one **trial**
+//!   every tenth of `breaker` (half-open): a miss with nothing stale to serve may fetch, so a
+//!   control plane that came back (a restart takes about a second) answers the links the
+//!   engine has not heard of yet within 100 ms of its return, not after the rest of the window;
+//!   a failed trial holds the breaker open for another `breaker`.
 //! - Both caches hold at most `max_entries` codes; at most `max_pending` codes are queued or
 //!   being fetched, past which a miss is answered from the stale cache or as `Unavailable`.
 //! - **Cold codes are shed first** (seeds, S2: a code nobody asked for recently is more likely a
@@ -169,6 +173,8 @@ pub struct OriginCache<W> {
     asked: HashMap<Box<[u8]>, Instant>,
     /// Per control plane (by index): until when it is not tried.
     down_until: Vec<Option<Instant>>,
+    /// The last failed fetch or trial: the next trial is due a tenth of `breaker` after it.
+    last_try: Option<Instant>,
 }
 
 impl<W> OriginCache<W> {
@@ -182,6 +188,7 @@ impl<W> OriginCache<W> {
             negative: HashMap::new(),
             asked: HashMap::new(),
             down_until: vec![None; controls.max(1)],
+            last_try: None,
         }
     }
 
@@ -220,14 +227,23 @@ impl<W> OriginCache<W> {
         }
         if self.all_down(now) {
             let stale = self.stale(code, now);
-            let via = Shortcut::Breaker {
-                stale: stale.is_some(),
-            };
-            return Lookup::Answered {
-                waiter,
-                answer: stale.unwrap_or(OriginAnswer::Unavailable),
-                via,
-            };
+            let trial = stale.is_none()
+                && !self.inflight.contains_key(code)
+                && self
+                    .last_try
+                    .is_none_or(|at| now.saturating_duration_since(at) >= self.cfg.breaker / 10);
+            if !trial {
+                let via = Shortcut::Breaker {
+                    stale: stale.is_some(),
+                };
+                return Lookup::Answered {
+                    waiter,
+                    answer: stale.unwrap_or(OriginAnswer::Unavailable),
+                    via,
+                };
+            }
+            // Half-open: this miss fetches (below); its outcome opens or closes the breaker.
+            self.last_try = Some(now);
         }
         if let Some(flight) = self.inflight.get_mut(code) {
             flight.waiters.push(waiter);
@@ -328,6 +344,9 @@ impl<W> OriginCache<W> {
         let outdated = flight.as_ref().is_some_and(|f| f.outdated);
         let down = (!self.cfg.breaker.is_zero()).then(|| now + self.cfg.breaker);
         let failed = matches!(fetched, Fetched::Failed { .. });
+        if failed || failed_before.is_some() {
+            self.last_try = Some(now);
+        }
         for (control, failed) in [(failed_before, true), (Some(answered_by), failed)] {
             if let Some(slot) = control.and_then(|c| self.down_until.get_mut(c)) {
                 *slot = if failed { down } else { None };
@@ -667,18 +686,38 @@ mod tests {
                 via: Shortcut::Breaker { stale: true }
             }
         );
+        let breaker = |w| Lookup::Answered {
+            waiter: w,
+            answer: OriginAnswer::Unavailable,
+            via: Shortcut::Breaker { stale: false },
+        };
+        // A miss with nothing stale: no fetch within a tenth of the window of the failure...
+        assert_eq!(c.lookup(b"new7777", 5, true, t0 + S / 20), breaker(5));
+        // ... then one trial (half-open), and no other fetch until a tenth after it.
+        fetch_needed(&mut c, b"new7777", 6, true, t0 + S / 2);
+        assert_eq!(c.lookup(b"new8888", 7, true, t0 + S / 2), breaker(7));
         assert_eq!(
-            c.lookup(b"new7777", 5, true, t0 + S / 2),
-            Lookup::Answered {
-                waiter: 5,
-                answer: OriginAnswer::Unavailable,
-                via: Shortcut::Breaker { stale: false }
-            }
+            c.lookup(b"new8888", 8, true, t0 + S / 2 + S / 20),
+            breaker(8)
         );
+        // The trial fails: the breaker stays open a whole window from then, and the next trial
+        // is a tenth of the window later.
+        let s = c.settle(b"new7777", FAILED, 1, None, t0 + S / 2);
+        assert_eq!(s.answer, OriginAnswer::Unavailable);
+        assert!(c.is_down(1, t0 + S / 2 + S * 9 / 10));
+        assert_eq!(
+            c.lookup(b"new8888", 9, true, t0 + S / 2 + S / 20),
+            breaker(9)
+        );
+        // The next trial gets an answer: the breaker closes at once.
+        fetch_needed(&mut c, b"new8888", 10, true, t0 + S / 2 + S / 10);
+        c.settle(b"new8888", Fetched::NotFound, 1, None, t0 + S / 2 + S / 10);
+        assert!(!c.is_down(1, t0 + S / 2 + S / 10));
+        assert!(!c.all_down(t0 + S / 2 + S / 10));
         // After the window, a fetch is tried again; a success closes that breaker.
-        fetch_needed(&mut c, b"new7777", 6, true, t0 + S);
-        c.settle(b"new7777", Fetched::NotFound, 1, None, t0 + S);
-        assert!(!c.is_down(1, t0 + S));
+        fetch_needed(&mut c, b"new9999", 11, true, t0 + 2 * S);
+        c.settle(b"new9999", Fetched::NotFound, 1, None, t0 + 2 * S);
+        assert!(!c.is_down(1, t0 + 2 * S));
     }
 
     #[test]

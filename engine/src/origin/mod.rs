@@ -28,7 +28,9 @@
 //!   failed within `breaker` too) before it counts as a failure.
 //! - **Breaker**: a control plane that failed a fetch is skipped for `breaker` (1 s); once every
 //!   one has, lookups get the stale answer or `Unavailable` at once, without a fetch: dead
-//!   control planes cost a redirect nothing instead of a timeout.
+//!   control planes cost a redirect nothing instead of a timeout. One miss with nothing stale
+//!   may fetch every 100 ms meanwhile (a half-open trial), so a restarted control plane serves
+//!   the links this engine has not heard of yet as soon as it is back.
 //! - The edge token, when configured, travels as `Authorization: Bearer`.
 //!
 //! Those rules are [`lasthop_edge::origin_cache`]'s, a pure state machine tested with a fake
