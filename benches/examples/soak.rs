@@ -645,10 +645,11 @@ fn api(
 
 fn scrape(addr: &str) -> HashMap<String, f64> {
     let mut out = HashMap::new();
-    let Ok(text) = agent()
+    let Some(text) = agent()
         .get(&format!("http://{addr}/metrics"))
         .call()
-        .and_then(|r| Ok(r.into_string()?))
+        .ok()
+        .and_then(|r| r.into_string().ok())
     else {
         return out;
     };
@@ -1876,6 +1877,9 @@ fn whole_run_latency(rows: &[Row]) -> Vec<(&'static str, (f64, f64))> {
         .collect()
 }
 
+/// A chart's lines: each a name and its (minutes, value) points.
+type Series = Vec<(String, Vec<(f64, f64)>)>;
+
 /// The charts (PNG) of the samples; their file names.
 fn draw_charts(out: &Path, rows: &[Row]) -> Vec<String> {
     let font = std::env::var("SOAK_FONT")
@@ -1912,7 +1916,7 @@ fn draw_charts(out: &Path, rows: &[Row]) -> Vec<String> {
             })
             .collect()
     };
-    let charts: Vec<(&str, &str, &str, Vec<(String, Vec<(f64, f64)>)>)> = vec![
+    let charts: Vec<(&str, &str, &str, Series)> = vec![
         (
             "rss_anon.png",
             "Anonymous RSS by process",
