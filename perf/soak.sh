@@ -100,10 +100,10 @@ if [ "$STORE" = postgres ]; then
   state=
   for _ in $(seq 100); do
     state=$(PGSSLMODE=require pg_sql "SELECT sync_state || ' ' || ssl FROM pg_stat_replication JOIN pg_stat_ssl USING (pid)" 2>/dev/null || true)
-    [ "$state" = "sync t" ] && break
+    [ "$state" = "sync true" ] && break
     sleep 0.1
   done
-  [ "$state" = "sync t" ] || { echo "soak.sh: the standby is not synchronous over TLS ($state)" >&2; exit 1; }
+  [ "$state" = "sync true" ] || { echo "soak.sh: the standby is not synchronous over TLS ($state)" >&2; exit 1; }
   PGSSLMODE=require pg_sql "CREATE DATABASE lasthop"
   url="postgres://postgres@127.0.0.1:$pg_port,127.0.0.1:$((pg_port + 1))/lasthop?target_session_attrs=read-write&sslmode=verify-full&sslrootcert=$work/pgpki/ca.pem"
   "$BIN/lasthop-control" migrate --store "$url" >/dev/null
