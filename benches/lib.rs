@@ -288,6 +288,27 @@ pub fn split(template: &str) -> (&str, &str) {
 #[derive(Debug)]
 pub struct NoCheck(pub Vec<rustls::SignatureScheme>);
 
+impl NoCheck {
+    /// A TLS 1.3-only client on `provider` that checks nothing (the load generators'), offering
+    /// `alpn`.
+    pub fn tls13_client(
+        provider: Arc<rustls::crypto::CryptoProvider>,
+        alpn: &[u8],
+    ) -> rustls::ClientConfig {
+        let schemes = provider
+            .signature_verification_algorithms
+            .supported_schemes();
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoCheck(schemes)))
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![alpn.to_vec()];
+        tls
+    }
+}
+
 impl rustls::client::danger::ServerCertVerifier for NoCheck {
     fn verify_server_cert(
         &self,

@@ -454,16 +454,7 @@ fn client_config(tickets: Option<Arc<Tickets>>) -> ClientConfig {
         kx_groups: vec![rustls::crypto::ring::kx_group::X25519],
         ..rustls::crypto::ring::default_provider()
     });
-    let schemes = provider
-        .signature_verification_algorithms
-        .supported_schemes();
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(lasthop_benches::NoCheck(schemes)))
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let mut tls = lasthop_benches::NoCheck::tls13_client(provider, b"h3");
     match tickets {
         Some(store) => {
             tls.resumption = Resumption::store(store);

@@ -266,6 +266,15 @@ impl Ctx {
             .iter()
             .any(|p| p.name == proc && p.in_window(from, now))
     }
+    /// An API call asked at `asked` that failed: expected while the control plane is killed.
+    fn api_failed(&self, asked: Instant, what: String) {
+        let kind = if self.killed("control", asked) {
+            "api_during_kill"
+        } else {
+            "api_error"
+        };
+        self.tally.error(kind, what);
+    }
     fn engine_name(i: usize) -> String {
         format!("engine-{}", (b'a' + i as u8) as char)
     }
@@ -413,17 +422,7 @@ async fn h1_get<S: AsyncRead + AsyncWrite + Unpin>(
 
 fn tls_config(alpn: &[u8]) -> Arc<rustls::ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let schemes = provider
-        .signature_verification_algorithms
-        .supported_schemes();
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(lasthop_benches::NoCheck(schemes)))
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![alpn.to_vec()];
-    Arc::new(tls)
+    Arc::new(lasthop_benches::NoCheck::tls13_client(provider, alpn))
 }
 
 fn quic_config() -> quinn::ClientConfig {
@@ -896,7 +895,6 @@ async fn run(spec: Spec) -> bool {
             }
         }
     }
-    let conns = n as f64;
     let calibrate = spec.f("calibrate_secs", 10.0);
     let before = ctx.tally.answered_302.load(Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs_f64(calibrate)).await;
@@ -905,7 +903,6 @@ async fn run(spec: Spec) -> bool {
         r if r > 0.0 => r,
         _ => capacity * spec.f("fraction", 0.5),
     };
-    let _ = conns;
     // Each engine an equal share, each protocol a quarter of it, split over its connections.
     ctx.rate.store(rate.to_bits(), Ordering::Relaxed);
     println!("soak: capacity {capacity:.0} requests/s (unpaced, {calibrate} s); running at {rate:.0}/s for {duration} s");
@@ -973,8 +970,6 @@ async fn run(spec: Spec) -> bool {
                 w.1 = Some(back);
             }
         }
-        let secs = back.elapsed().as_secs_f64();
-        let _ = secs;
         let down_for = (ctx.elapsed() - run_t0) - t;
         println!(
             "soak: t={t:.0}s SIGKILL {name}; serving again after {down_for:.1} s{}",
@@ -1275,12 +1270,7 @@ fn create(ctx: &Ctx, url: &str) -> bool {
             true
         }
         other => {
-            let kind = if ctx.killed("control", asked) {
-                "api_during_kill"
-            } else {
-                "api_error"
-            };
-            ctx.tally.error(kind, format!("POST /v1/links: {other:?}"));
+            ctx.api_failed(asked, format!("POST /v1/links: {other:?}"));
             false
         }
     }
@@ -1350,13 +1340,7 @@ async fn taker(ctx: Arc<Ctx>) {
                 links.add(code.clone(), url);
                 links.created -= 1;
                 drop(links);
-                let kind = if ctx.killed("control", asked) {
-                    "api_during_kill"
-                } else {
-                    "api_error"
-                };
-                ctx.tally
-                    .error(kind, format!("POST /v1/links/{code}/takedown: {other:?}"));
+                ctx.api_failed(asked, format!("POST /v1/links/{code}/takedown: {other:?}"));
             }
         }
     }
@@ -1482,13 +1466,7 @@ async fn publisher(ctx: Arc<Ctx>, every: f64) {
         .await
         .unwrap_or(Err("join".into()));
         if !matches!(res, Ok((201, _))) {
-            let kind = if ctx.killed("control", asked) {
-                "api_during_kill"
-            } else {
-                "api_error"
-            };
-            ctx.tally
-                .error(kind, format!("POST /v1/admin/snapshots: {res:?}"));
+            ctx.api_failed(asked, format!("POST /v1/admin/snapshots: {res:?}"));
         }
     }
 }
