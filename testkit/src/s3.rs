@@ -94,7 +94,10 @@ impl S3 {
             ))
             .args(["-master.volumeSizeLimitMB=64", "-volume.max=100"])
             .args(["-master.telemetry=false", "-master.electionTimeout=1s"])
-            .args(["-volume.preStopSeconds=0", "-volume.minFreeSpace=1GiB"])
+            // SeaweedFS marks every volume read-only below this much free disk, and a CI machine
+            // after a workspace build may have less than its default (1 %): the tests write
+            // kilobytes.
+            .args(["-volume.preStopSeconds=0", "-volume.minFreeSpace=64MiB"])
             .env("WEED_MASTER_VOLUME_GROWTH_COPY_1", "1")
             .stdout(logs::create(&log))
             .stderr(logs::append(&log))
@@ -216,6 +219,13 @@ impl S3 {
         )
     }
 
+    /// The tail of the server's log.
+    pub fn log_tail(&self) -> String {
+        let log = logs::read(&self.dir.path().join("weed.log"));
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
     /// Kills the server (SIGKILL; its data stays).
     pub fn kill(&mut self) {
         self.child = None;
@@ -230,5 +240,14 @@ impl S3 {
             "s3.list_objects_v2(Bucket={:?}, MaxKeys=1)",
             self.bucket
         ));
+    }
+}
+
+impl Drop for S3 {
+    /// A failed test shows what SeaweedFS said last (a refused write names its reason there).
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- tail of SeaweedFS's log ---\n{}", self.log_tail());
+        }
     }
 }
