@@ -452,7 +452,10 @@ fn footer_checked(file: &[u8]) -> Result<(), ColumnarError> {
     if stated != len || crc32fast::hash(&file[start..start + len]) != crc {
         return Err(ColumnarError::Damaged("footer checksum mismatch"));
     }
-    Ok(())
+    // A checksum finds damage, not a footer made to match one: the walk admits only what
+    // this writer writes, in the shapes the crate decodes without trusting a count.
+    crate::footer::check(&file[start..start + len], COLUMNS.len() as u32)
+        .map_err(|r| ColumnarError::Damaged(r.0))
 }
 
 fn read_checked(bytes: Bytes, event: &mut impl FnMut(&[u8])) -> Result<ObjectRead, ColumnarError> {
@@ -764,10 +767,40 @@ pub(crate) mod tests {
                 "{what}: {got:?}"
             );
         }
-        // The row groups' footer under a matching block gets as far as the crate, which
-        // refuses it itself (its list check).
-        let groups = with_footer_sum(parquet_of(&[0x49, 0xfc, 0x02, 0x00])).unwrap();
-        assert!(matches!(read_all(groups), Err(ColumnarError::Parquet(_))));
+        // Under a matching block, the walk of the footer refuses what the crate would trust:
+        // the row groups' list declaring more than it holds, and its two billion.
+        let short = with_footer_sum(parquet_of(&[0x49, 0xfc, 0x02, 0x00])).unwrap();
+        let got = read_all(short);
+        assert!(
+            matches!(
+                got,
+                Err(ColumnarError::Damaged("the footer ends inside a value"))
+            ),
+            "{got:?}"
+        );
+        let groups = with_footer_sum(parquet_of(&[0x49, 0xfc, 0xff, 0xff, 0xff, 0xff, 0x07]));
+        let got = read_all(groups.unwrap());
+        assert!(
+            matches!(
+                got,
+                Err(ColumnarError::Damaged(
+                    "a list longer than this schema holds"
+                ))
+            ),
+            "{got:?}"
+        );
+        // A footer the crate decodes (an empty schema) still reaches it, and it refuses.
+        let bare = with_footer_sum(parquet_of(&[
+            0x15, 0x04, 0x19, 0x0c, 0x16, 0x00, 0x19, 0x0c, 0x00,
+        ]));
+        let got = read_all(bare.unwrap());
+        assert!(
+            matches!(
+                got,
+                Err(ColumnarError::Parquet(_) | ColumnarError::Schema(_))
+            ),
+            "{got:?}"
+        );
         // Our own objects: the block is right before the footer.
         let events: Vec<ClickEvent<'_>> = (0..50).map(|i| event(i, "Mozilla/5.0")).collect();
         let ours = encode(&events).unwrap();

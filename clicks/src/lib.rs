@@ -27,6 +27,7 @@ pub mod cli;
 pub mod columnar;
 pub mod convert;
 pub mod day;
+mod footer;
 pub mod kafka;
 pub mod metrics;
 pub mod objects;

@@ -75,7 +75,8 @@ pub struct ClickHouse {
     days: Mutex<HashMap<u32, (u32, Option<DayState>)>>,
     /// The last `closed_through` this process applied.
     closed_through: Mutex<Option<u32>>,
-    /// The last write sequence handed out (milliseconds, strictly increasing).
+    /// The last write sequence handed out (milliseconds, strictly increasing, and past every
+    /// sequence already stored: see [`ClickHouse::stored_seq`]).
     seq: Mutex<u64>,
 }
 
@@ -203,7 +204,34 @@ impl ClickHouse {
             ),
             None,
         )?;
+        let stored = store.stored_seq()?;
+        *store.seq.lock().unwrap_or_else(|e| e.into_inner()) = stored;
         Ok(store)
+    }
+
+    /// The largest write sequence in the tables: a spool's rollups and positions, recomputed
+    /// rows and day states. A process continues after it, not from its own clock: one that
+    /// wrote faster than a sequence a millisecond ran ahead of the wall clock, and a successor
+    /// starting from the clock would write rows that lose to its predecessor's older ones
+    /// (`argMax(_, version)`) until the clock caught up: the counts of the flushes between
+    /// hidden, and a restart in that window reading an old position. Kafka positions and
+    /// partition rows are versioned by offsets, not sequences, and left out.
+    fn stored_seq(&self) -> Result<u64, StoreError> {
+        let db = &self.url.database;
+        let mut most = 0u64;
+        for query in [
+            format!(
+                "SELECT max(bitAnd(version, {LOW_MASK})) FROM {db}.rollups WHERE part IN \
+                 ({SPOOL}, {RECOMPUTED}) OR (day = 0 AND NOT startsWith(code, 'kafka/'))"
+            ),
+            format!("SELECT max(version) FROM {db}.days"),
+        ] {
+            for line in self.select(&query)? {
+                let found: u64 = num(fields(&line).first())?;
+                most = most.max(found);
+            }
+        }
+        Ok(most)
     }
 
     /// How long a claimant waits for the others' claims to land before reading who won.
@@ -298,7 +326,9 @@ impl ClickHouse {
         Ok(text.lines().map(str::to_owned).collect())
     }
 
-    /// A strictly increasing write sequence (wall milliseconds), for rows with one writer.
+    /// A strictly increasing write sequence (wall milliseconds, or one past the last when
+    /// that is later), for rows with one writer. One per write, not one per row: a flush of
+    /// thousands of rows takes one, so the sequence keeps to the clock.
     fn next_seq(&self) -> u64 {
         let now = u64::try_from(lasthop_core::clock::now_ms()).unwrap_or(0);
         let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
@@ -350,11 +380,9 @@ impl ClickHouse {
             return Ok(());
         }
         let mut body = Rows::default();
+        let seq = self.next_seq();
         for &(day, gen, state) in rows {
-            body.u32(day)
-                .u32(gen)
-                .u8(state.to_u8())
-                .u64(self.next_seq());
+            body.u32(day).u32(gen).u8(state.to_u8()).u64(seq);
         }
         let db = &self.url.database;
         self.execute(
@@ -523,11 +551,13 @@ impl ClickHouse {
     /// One flush: the rollup rows and the positions in one `INSERT`, then the days' states.
     pub fn commit(&self, batch: &FlushBatch) -> Result<(), StoreError> {
         let mut body = Rows::default();
+        // One sequence for the flush: its rows and positions are one write (each key once).
+        let seq = self.next_seq();
         for row in &batch.rollups {
             let (gen, _) = self.day(row.day)?;
             let (part, low) = match row.at {
                 Some(at) => (at.part, at.next.min(LOW_MASK)),
-                None => (SPOOL, self.next_seq() & LOW_MASK),
+                None => (SPOOL, seq & LOW_MASK),
             };
             body.u32(row.day.0)
                 .bytes(row.code.as_bytes())
@@ -543,7 +573,7 @@ impl ClickHouse {
             // that lost the partition cannot move it back); a spool file's has one writer.
             let version = match value {
                 Some(v) if key.starts_with("kafka/") => *v,
-                _ => self.next_seq(),
+                _ => seq,
             };
             body.u32(0)
                 .bytes(key.as_bytes())
