@@ -94,6 +94,15 @@ impl Breakdown {
         self.counts.is_empty()
     }
 
+    /// Heap bytes held: the table (its capacity, a control byte a slot) and the keys.
+    pub fn heap_bytes(&self) -> usize {
+        if self.counts.capacity() == 0 {
+            return 0;
+        }
+        let slot = std::mem::size_of::<(Box<str>, u64)>() + 1;
+        self.counts.capacity() * slot + self.counts.keys().map(|k| k.len()).sum::<usize>()
+    }
+
     /// The count under `key`.
     pub fn get(&self, key: &str) -> u64 {
         self.counts.get(key).copied().unwrap_or(0)
@@ -160,6 +169,23 @@ pub struct Rollup {
 }
 
 impl Rollup {
+    /// Heap bytes held beyond the struct itself: the sketch and the breakdowns (what a
+    /// processor reports holding, beside its resident memory).
+    pub fn heap_bytes(&self) -> usize {
+        self.uniques.heap_bytes()
+            + [
+                &self.countries,
+                &self.referrers,
+                &self.devices,
+                &self.browsers,
+                &self.oses,
+                &self.bot_reasons,
+            ]
+            .iter()
+            .map(|b| b.heap_bytes())
+            .sum::<usize>()
+    }
+
     /// Counts one event under its verdict.
     pub fn add(&mut self, event: &ClickEvent<'_>, verdict: &Verdict) {
         if let Some(reason) = verdict.bot {

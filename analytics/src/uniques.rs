@@ -177,6 +177,16 @@ impl Uniques {
         }
     }
 
+    /// Heap bytes the sketch holds: a sparse set's table (its capacity, a control byte a
+    /// slot), or the registers.
+    pub fn heap_bytes(&self) -> usize {
+        match &self.repr {
+            Repr::Sparse(set) if set.capacity() == 0 => 0,
+            Repr::Sparse(set) => set.capacity() * (std::mem::size_of::<u64>() + 1),
+            Repr::Dense(regs) => regs.len(),
+        }
+    }
+
     /// Whether the sketch still holds exact hashes (small, and its estimate is exact).
     pub fn is_sparse(&self) -> bool {
         matches!(self.repr, Repr::Sparse(_))
@@ -320,6 +330,28 @@ fn tau(mut x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a sketch reports holding follows its form: nothing empty, a slot per hash (and a
+    /// control byte) while sparse, the registers once dense.
+    #[test]
+    fn heap_bytes_follow_the_form() {
+        let mut u = Uniques::new();
+        assert_eq!(u.heap_bytes(), 0);
+        for v in 0..100u64 {
+            u.insert(v);
+        }
+        assert!(u.is_sparse());
+        assert!(
+            (100 * 9..=256 * 9).contains(&u.heap_bytes()),
+            "{}",
+            u.heap_bytes()
+        );
+        for v in 100..5000u64 {
+            u.insert(v);
+        }
+        assert!(!u.is_sparse());
+        assert_eq!(u.heap_bytes(), M);
+    }
     use proptest::prelude::*;
 
     /// Deterministic, distinct inputs (splitmix64 is a bijection of its counter).

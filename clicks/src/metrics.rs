@@ -26,6 +26,11 @@ pub struct ClickMetrics {
     pub dedup_bytes: IntGauge,
     /// Of those ids, the ones of writers past the window's cap, held as fingerprints.
     pub dedup_overflow_ids: IntGauge,
+    /// (link, day) rollups the processor holds in memory (today's, and yesterday's in its
+    /// grace).
+    pub rollups_held: IntGauge,
+    /// Heap bytes they hold (sketches, breakdowns, keys, table slots).
+    pub rollups_held_bytes: IntGauge,
     /// Archive objects written (durable).
     pub archive_objects: IntCounter,
     /// Their bytes.
@@ -115,6 +120,20 @@ impl ClickMetrics {
                 IntGauge::new(
                     "clicks_dedup_overflow_ids",
                     "Event ids of writers past the dedup window's cap (65536 engine cores a generation), held as 64-bit fingerprints",
+                ),
+            )?,
+            rollups_held: registered(
+                registry,
+                IntGauge::new(
+                    "clicks_rollups_held",
+                    "(link, day) rollups the processor holds in memory",
+                ),
+            )?,
+            rollups_held_bytes: registered(
+                registry,
+                IntGauge::new(
+                    "clicks_rollups_held_bytes",
+                    "Heap bytes the processor's rollups in memory hold (sketches, breakdowns, keys, table slots)",
                 ),
             )?,
             archive_objects: registered(

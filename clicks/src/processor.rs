@@ -271,6 +271,19 @@ impl State {
         }
     }
 
+    /// The rollups held in memory, and their heap bytes: each one's sketch and breakdowns,
+    /// its key, and its slot in its table (a control byte a slot, as hashbrown keeps).
+    fn held(&self) -> (usize, usize) {
+        let slot = std::mem::size_of::<(Box<str>, Slot)>() + 1;
+        self.rollups.values().fold((0, 0), |(n, bytes), codes| {
+            let inner: usize = codes
+                .iter()
+                .map(|(k, s)| k.len() + s.rollup.heap_bytes())
+                .sum();
+            (n + codes.len(), bytes + codes.capacity() * slot + inner)
+        })
+    }
+
     /// Drops what partition `part` had not flushed; its next owner counts it from the
     /// store's position.
     fn revoked(&mut self, part: Part) {
@@ -828,6 +841,13 @@ impl Processor {
             .set(i64::try_from(dedup.bytes()).unwrap_or(i64::MAX));
         m.dedup_overflow_ids
             .set(i64::try_from(dedup.overflow_ids()).unwrap_or(i64::MAX));
+        if self.flushes % 10 == 1 {
+            // A walk of every rollup held: every tenth flush is enough for a gauge.
+            let (held, held_bytes) = self.state.held();
+            m.rollups_held.set(i64::try_from(held).unwrap_or(i64::MAX));
+            m.rollups_held_bytes
+                .set(i64::try_from(held_bytes).unwrap_or(i64::MAX));
+        }
         if self.state.newest_ms > 0 {
             let lag = now_ms() - i64::try_from(self.state.newest_ms).unwrap_or(i64::MAX);
             m.lag_seconds.set(lag as f64 / 1000.0);

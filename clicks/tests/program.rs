@@ -99,14 +99,19 @@ fn the_standalone_processor_serves_its_metrics() {
             .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
             .sum()
     };
+    let gauge = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0)
+    };
     let mut text = String::new();
-    for _ in 0..200 {
+    for _ in 0..400 {
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .unwrap();
         text.clear();
         s.read_to_string(&mut text).unwrap();
-        if events(&text) == 2000 {
+        if events(&text) == 2000 && gauge(&text, "lasthop_clicks_rollups_held") > 0 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -115,6 +120,14 @@ fn the_standalone_processor_serves_its_metrics() {
     assert_eq!(events(&text), 2000, "{text}");
     assert!(
         text.contains("lasthop_clicks_spool_pending_bytes 0"),
+        "{text}"
+    );
+    // What it holds: a rollup per link and day counted (20 links), each with its sketch and
+    // breakdowns (at least a slot of each of the five human breakdowns).
+    let held = gauge(&text, "lasthop_clicks_rollups_held");
+    assert!((1..=20 * 8).contains(&held), "{text}");
+    assert!(
+        gauge(&text, "lasthop_clicks_rollups_held_bytes") > held * 5 * 25,
         "{text}"
     );
     let _ = Command::new("kill")

@@ -19,6 +19,9 @@ pub struct Metrics {
     pub commit_batch: Histogram,
     /// Seconds per group commit (begin to fsync done).
     pub commit_seconds: Histogram,
+    /// Bytes the embedded store's page cache holds (set at each scrape; 0 on PostgreSQL,
+    /// whose cache is its server's).
+    pub store_cache_bytes: IntGauge,
     /// Engines that reported in the last ten minutes (set at each scrape).
     pub edge_engines: IntGauge,
     /// The largest `lag_seconds` of any engine (core/FEED.md, "Status reports").
@@ -145,6 +148,13 @@ impl Metrics {
                         "Group commit duration (fsync included)",
                     )
                     .buckets(latency_buckets),
+                ),
+            )?,
+            store_cache_bytes: registered(
+                &registry,
+                IntGauge::new(
+                    "store_cache_bytes",
+                    "Bytes the embedded store's page cache holds in this process (0 on PostgreSQL)",
                 ),
             )?,
             edge_engines: registered(

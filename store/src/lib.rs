@@ -1220,6 +1220,11 @@ pub trait Store: Send + Sync + 'static {
     /// The highest committed change-log sequence, updated as soon as each commit is durable:
     /// the edge feed waits on it instead of polling.
     fn commits(&self) -> watch::Receiver<u64>;
+    /// Bytes the store's own page cache holds in this process (the embedded store's redb
+    /// cache); `None` for a store whose cache lives in its server.
+    fn cache_bytes(&self) -> Option<u64> {
+        None
+    }
     /// A background walk's saved position ([`SCAN_POSITION`], [`RESCAN_POSITION`]); `None`
     /// before it ever saved one.
     fn position(&self, name: &str) -> Result<Option<String>, StoreError>;

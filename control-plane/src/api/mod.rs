@@ -1863,6 +1863,9 @@ async fn metrics(State(state): State<AppState>) -> Response {
         state.0.config.edge_lag_alarm_secs,
     ));
     let m = &state.0.metrics;
+    let cache = state.0.store.cache_bytes().unwrap_or(0);
+    m.store_cache_bytes
+        .set(i64::try_from(cache).unwrap_or(i64::MAX));
     m.edge_engines
         .set(i64::try_from(summary.engines).unwrap_or(i64::MAX));
     m.edge_worst_lag_seconds.set(summary.worst_lag_seconds);

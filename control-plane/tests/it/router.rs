@@ -522,6 +522,12 @@ async fn metrics_count_requests_by_route_and_status() {
         "{text}"
     );
     assert!(text.contains("lasthop_create_seconds_count 1"), "{text}");
+    // The embedded store's page cache holds the pages the create and the read touched.
+    let cache: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("lasthop_store_cache_bytes ")?.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(cache > 0, "{text}");
 }
 
 async fn send_json(

@@ -439,6 +439,10 @@ impl Store for EmbeddedStore {
         self.commits.clone()
     }
 
+    fn cache_bytes(&self) -> Option<u64> {
+        Some(self.db.cache_stats().used_bytes() as u64)
+    }
+
     fn position(&self, name: &str) -> Result<Option<String>, StoreError> {
         let txn = self.db.begin_read().map_err(storage)?;
         let positions = txn.open_table(POSITIONS).map_err(storage)?;
