@@ -1704,6 +1704,12 @@ async fn sampler_task(
             let lag = sum_of(m, "lasthop_engine_feed_control_sequence")
                 - sum_of(m, "lasthop_engine_feed_applied_sequence");
             row.v.insert(format!("{name}.feed_lag"), lag.max(0.0));
+            // What it reports holding: the origin read-through's caches (filled while the
+            // feed is lost; at most 100,000 codes each).
+            row.v.insert(
+                format!("{name}.held_kb"),
+                sum_of(m, "lasthop_engine_origin_cache_bytes") / 1024.0,
+            );
             let drops = sum_of(m, "lasthop_engine_clicks_dropped_total");
             note_drops(&name, drops);
             row.v.insert(format!("{name}.clicks_dropped"), drops);
@@ -1954,7 +1960,7 @@ fn draw_charts(out: &Path, rows: &[Row]) -> Vec<String> {
         ),
         (
             "held.png",
-            "Memory a process reports holding (processor: rollups and dedup window; control: the store's page cache)",
+            "Memory a process reports holding (processor: rollups and dedup window; control: the store's page cache; engines: the origin caches)",
             "MiB",
             pick(".held_kb", 1.0 / 1024.0),
         ),

@@ -192,6 +192,43 @@ impl<W> OriginCache<W> {
         }
     }
 
+    /// Heap bytes the read-through holds: each map's table (its capacity, a control byte a
+    /// slot), the codes, the cached URLs, the waiters and the queue. A walk of every entry
+    /// (at most `max_entries` a cache): for a scrape, not a request.
+    pub fn held_bytes(&self) -> usize {
+        use std::mem::size_of;
+        fn table<K, V>(m: &HashMap<K, V>) -> usize {
+            m.capacity() * (size_of::<(K, V)>() + 1)
+        }
+        let keys = |m: &HashMap<Box<[u8]>, Instant>| m.keys().map(|k| k.len()).sum::<usize>();
+        let positive: usize = self
+            .positive
+            .iter()
+            .map(|(k, (a, _))| {
+                k.len()
+                    + match a {
+                        OriginAnswer::Found { url, .. } => url.len(),
+                        _ => 0,
+                    }
+            })
+            .sum();
+        let inflight: usize = self
+            .inflight
+            .iter()
+            .map(|(k, f)| k.len() + f.waiters.capacity() * size_of::<W>())
+            .sum();
+        table(&self.positive)
+            + table(&self.negative)
+            + table(&self.asked)
+            + table(&self.inflight)
+            + positive
+            + inflight
+            + keys(&self.negative)
+            + keys(&self.asked)
+            + self.queue.capacity() * size_of::<Box<[u8]>>()
+            + self.queue.iter().map(|k| k.len()).sum::<usize>()
+    }
+
     /// A lookup of `code` for `waiter`. `may_cache_negative`: whether a 404 for this code may be
     /// remembered (and a remembered one used).
     pub fn lookup(
@@ -495,6 +532,31 @@ mod tests {
         assert_eq!(s.waiters, vec![1, 2, 3]);
         assert_eq!(s.answer, found("https://a/"));
         assert!(!s.stale_served);
+    }
+
+    /// What the cache reports holding grows with what it caches (its URLs among it) and
+    /// stays within its bound however many codes pass through.
+    #[test]
+    fn held_bytes_follow_what_is_cached() {
+        let t0 = Instant::now();
+        let mut c = OriginCache::new(cfg(), 1);
+        assert_eq!(c.held_bytes(), 0);
+        let long = format!("https://example.com/{}", "a".repeat(1000));
+        fetch_needed(&mut c, b"abc1234", 1, true, t0);
+        c.settle(b"abc1234", Fetched::Found(found(&long)), 0, None, t0);
+        let one = c.held_bytes();
+        assert!(one > 1000 + 7, "{one}");
+        let mut most = 0;
+        for i in 0..1000u32 {
+            let code = format!("c{i:06}");
+            let t = t0 + Duration::from_millis(u64::from(i));
+            fetch_needed(&mut c, code.as_bytes(), i, true, t);
+            c.settle(code.as_bytes(), Fetched::Found(found(&long)), 0, None, t);
+            most = most.max(c.held_bytes());
+        }
+        // At most max_entries (100) URLs of ~1 KB each, and tables for about as many.
+        assert!(most < 100 * 2000 + 64 * 1024, "{most}");
+        assert!(most > 50 * 1000, "{most}");
     }
 
     #[test]

@@ -55,6 +55,11 @@ fn misses_read_through_to_the_control_plane() {
         404,
         "the origin says 404"
     );
+    // What the read-through holds: the answer cached, its URL among it.
+    let held = engine
+        .metric("lasthop_engine_origin_cache_bytes")
+        .expect("the origin cache's bytes");
+    assert!(held >= "https://example.com/fresh".len() as f64, "{held}");
     // Over HTTP/2: two misses on one connection, each stream parked on its own code.
     let (one, two) = (
         control.create("https://example.com/h2-one"),

@@ -140,6 +140,9 @@ pub struct OriginStats {
     breaker_open: AtomicU64,
     /// Queued fetches of cold codes dropped for warm ones when the queue was full.
     shed: AtomicU64,
+    /// The read-through's state, to report what its caches hold at a scrape (weak: the
+    /// state holds these stats).
+    held: std::sync::OnceLock<std::sync::Weak<Shared>>,
 }
 
 const FETCH_OUTCOMES: [&str; 4] = ["found", "not_found", "error", "timeout"];
@@ -217,6 +220,19 @@ impl OriginStats {
         ] {
             family(o, name, "counter", help);
             sample(o, name, "", c.load(Ordering::Relaxed));
+        }
+        if let Some(shared) = self.held.get().and_then(std::sync::Weak::upgrade) {
+            // A walk of the caches under their lock (at most max_entries each): a scrape's
+            // cost, never a request's.
+            let bytes = shared.lock().cache.held_bytes();
+            let name = "lasthop_engine_origin_cache_bytes";
+            family(
+                o,
+                name,
+                "gauge",
+                "Heap bytes the origin read-through's caches hold (codes, URLs, tables, waiters).",
+            );
+            sample(o, name, "", bytes as u64);
         }
     }
 }
@@ -334,6 +350,7 @@ impl Origin {
             stats: Arc::new(OriginStats::default()),
             cfg,
         });
+        let _ = shared.stats.held.set(Arc::downgrade(&shared));
         let mut origin = Origin {
             shared: Arc::clone(&shared),
             workers: Vec::new(),
