@@ -242,14 +242,21 @@ impl Rollup {
 
     /// Versioned binary form for the store (see the module docs).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = vec![ROLLUP_VERSION];
-        put_varint(&mut out, self.human);
-        put_varint(&mut out, self.bot);
-        for b in self.breakdowns() {
-            b.write(&mut out);
-        }
-        self.uniques.write(&mut out);
+        let mut out = Vec::new();
+        self.write(&mut out);
         out
+    }
+
+    /// Appends [`to_bytes`](Self::to_bytes)'s form to `out` (a store writing many rows into
+    /// one buffer).
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.push(ROLLUP_VERSION);
+        put_varint(out, self.human);
+        put_varint(out, self.bot);
+        for b in self.breakdowns() {
+            b.write(out);
+        }
+        self.uniques.write(out);
     }
 
     /// Parses [`to_bytes`](Self::to_bytes)'s form (untrusted: never panics).

@@ -402,15 +402,15 @@ pub fn read_unguarded(
 const FOOTER_SUM_MAGIC: &[u8; 4] = b"LHF1";
 const FOOTER_SUM_LEN: usize = 12;
 
-/// The footer's length from the file's tail, when the file ends like Parquet and has room for
-/// it after the leading magic.
+/// The footer's length from the file's tail, when the file ends like Parquet and the length
+/// fits in it (as the crate reads a footer: it does not insist on room for the leading magic).
 fn footer_len(file: &[u8]) -> Option<usize> {
     let n = file.len();
-    if n < 12 || &file[n - 4..] != b"PAR1" {
+    if n < 8 || &file[n - 4..] != b"PAR1" {
         return None;
     }
     let len = u32::from_le_bytes([file[n - 8], file[n - 7], file[n - 6], file[n - 5]]) as usize;
-    (len <= n - 12).then_some(len)
+    (len <= n - 8).then_some(len)
 }
 
 /// `file` as the parquet writer left it, with the footer checksum block put before its footer.
@@ -434,12 +434,14 @@ fn with_footer_sum(mut file: Vec<u8>) -> Result<Vec<u8>, ColumnarError> {
 /// `bool-list-reached-by-the-typed-decoder`, which a first guard (a walk of the footer as
 /// generic thrift, counting) let through: the crate decodes known fields by the type it expects,
 /// not the one on the wire, so no walk short of its own decoder sees what it will. Only a footer
-/// this writer wrote, byte for byte, is decoded. A file that does not end like Parquet is left
-/// to the crate's own (quick) refusal.
+/// this writer wrote, byte for byte, is decoded. A file without a footer the crate would read
+/// (no trailing magic, or a length past the file) is left to the crate's own (quick) refusal.
 fn footer_checked(file: &[u8]) -> Result<(), ColumnarError> {
     let Some(len) = footer_len(file) else {
         return Ok(());
     };
+    // Room for the leading magic and the block before the footer: a footer the crate would
+    // decode over them (found by the campaign: `footer-over-the-leading-magic`) is refused.
     let start = file.len() - 8 - len;
     let block = start
         .checked_sub(FOOTER_SUM_LEN)
@@ -787,6 +789,16 @@ pub(crate) mod tests {
                     "a list longer than this schema holds"
                 ))
             ),
+            "{got:?}"
+        );
+        // A footer stated to begin over the leading magic, where no block fits (the crate
+        // reads it all the same): refused (`footer-over-the-leading-magic`).
+        let mut over = parquet_of(&[0x15, 0x04, 0x19, 0x0c, 0x16, 0x00, 0x19, 0x0c, 0x00]);
+        let n = over.len();
+        over[n - 8..n - 4].copy_from_slice(&((n - 8) as u32).to_le_bytes());
+        let got = read_all(over);
+        assert!(
+            matches!(got, Err(ColumnarError::Damaged("no footer checksum"))),
             "{got:?}"
         );
         // A footer the crate decodes (an empty schema) still reaches it, and it refuses.

@@ -553,6 +553,9 @@ impl ClickHouse {
         let mut body = Rows::default();
         // One sequence for the flush: its rows and positions are one write (each key once).
         let seq = self.next_seq();
+        // Each row's bytes go through one buffer into the body: the body is the flush's only
+        // copy of its sketches.
+        let mut bytes = Vec::new();
         for row in &batch.rollups {
             let (gen, _) = self.day(row.day)?;
             let (part, low) = match row.at {
@@ -565,8 +568,10 @@ impl ClickHouse {
                 .u32(gen)
                 .u64(u64::from(gen) << GEN_SHIFT | low)
                 .u64(row.human)
-                .u64(row.bot)
-                .bytes(&row.bytes);
+                .u64(row.bot);
+            bytes.clear();
+            row.body.write(&mut bytes);
+            body.bytes(&bytes);
         }
         for (key, value) in &batch.offsets {
             // A Kafka position only moves forward (its version is the position, so a processor

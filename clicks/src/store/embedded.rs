@@ -155,9 +155,13 @@ impl Embedded {
         txn.set_durability(Durability::Immediate).map_err(storage)?;
         {
             let mut rollups = txn.open_table(ROLLUPS).map_err(storage)?;
+            // One buffer for every row's bytes.
+            let mut bytes = Vec::new();
             for row in &batch.rollups {
+                bytes.clear();
+                row.body.write(&mut bytes);
                 rollups
-                    .insert((row.day.0, &*row.code), row.bytes.as_slice())
+                    .insert((row.day.0, &*row.code), bytes.as_slice())
                     .map_err(storage)?;
             }
             let mut offsets = txn.open_table(OFFSETS).map_err(storage)?;

@@ -131,13 +131,13 @@ pub struct Pos {
 
 /// One (code, day) rollup to upsert.
 #[derive(Debug)]
-pub struct RollupRow {
+pub struct RollupRow<'a> {
     /// The day.
     pub day: Day,
     /// The link key: the code, or `domain/code` on a branded domain.
     pub code: Box<str>,
-    /// [`Rollup::to_bytes`].
-    pub bytes: Vec<u8>,
+    /// What is stored.
+    pub body: RowBody<'a>,
     /// Human clicks (a copy of the rollup's, for stores that rank codes in a query).
     pub human: u64,
     /// Bot clicks (likewise).
@@ -147,13 +147,34 @@ pub struct RollupRow {
     pub at: Option<Pos>,
 }
 
-impl RollupRow {
-    /// The row of `rollup`.
-    pub fn new(day: Day, code: Box<str>, rollup: &Rollup, at: Option<Pos>) -> RollupRow {
+/// A row's stored bytes ([`Rollup::to_bytes`]'s form).
+#[derive(Debug)]
+pub enum RowBody<'a> {
+    /// Written from the processor's rollup as the store commits: a flush holds no copy of
+    /// every sketch it writes (a dense one is 16 KiB; a flush of every link's is hundreds of
+    /// MiB, and the allocator keeps what it once held).
+    Rollup(&'a Rollup),
+    /// Given as bytes (a row read elsewhere, or damaged on purpose in a test).
+    Bytes(Vec<u8>),
+}
+
+impl RowBody<'_> {
+    /// Appends the row's bytes to `out`.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            RowBody::Rollup(r) => r.write(out),
+            RowBody::Bytes(b) => out.extend_from_slice(b),
+        }
+    }
+}
+
+impl<'a> RollupRow<'a> {
+    /// The row of `rollup`, written from it at the commit.
+    pub fn new(day: Day, code: Box<str>, rollup: &'a Rollup, at: Option<Pos>) -> RollupRow<'a> {
         RollupRow {
             day,
             code,
-            bytes: rollup.to_bytes(),
+            body: RowBody::Rollup(rollup),
             human: rollup.human,
             bot: rollup.bot,
             at,
@@ -172,9 +193,9 @@ pub struct Stored {
 
 /// One flush's writes, committed together.
 #[derive(Debug, Default)]
-pub struct FlushBatch {
+pub struct FlushBatch<'a> {
     /// Rollups to upsert.
-    pub rollups: Vec<RollupRow>,
+    pub rollups: Vec<RollupRow<'a>>,
     /// Source positions: `Some` sets, `None` forgets (a consumed file that is gone).
     pub offsets: Vec<(String, Option<u64>)>,
     /// Days that counted events: marked open (a closed or recomputed day counting again, after a
@@ -478,7 +499,7 @@ mod tests {
                     RollupRow {
                         day: d,
                         code: "abc".into(),
-                        bytes: b"\xffnot a rollup".to_vec(),
+                        body: super::RowBody::Bytes(b"\xffnot a rollup".to_vec()),
                         human: 0,
                         bot: 0,
                         at: None,

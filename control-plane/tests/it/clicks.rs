@@ -605,7 +605,7 @@ fn garbage_and_corruption_are_skipped() {
 /// day repairs it.
 #[test]
 fn a_corrupt_rollup_is_reported_not_replaced() {
-    use lasthop_control::clicks::store::{FlushBatch, RollupRow};
+    use lasthop_control::clicks::store::{FlushBatch, RollupRow, RowBody};
     use lasthop_control::clicks::{Day, RollupStore};
     let site = Site::new();
     let admin = Site::create_key(site.dir.path(), "root", true);
@@ -620,7 +620,7 @@ fn a_corrupt_rollup_is_reported_not_replaced() {
             rollups: vec![RollupRow {
                 day: today,
                 code: code.as_str().into(),
-                bytes: b"\x01garbage".to_vec(),
+                body: RowBody::Bytes(b"\x01garbage".to_vec()),
                 human: 0,
                 bot: 0,
                 at: None,

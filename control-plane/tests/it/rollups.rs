@@ -40,7 +40,7 @@ fn rollup_of(n: u64, seed: u64) -> Rollup {
     r
 }
 
-fn row(day: Day, code: &str, r: &Rollup, at: Option<Pos>) -> RollupRow {
+fn row<'a>(day: Day, code: &str, r: &'a Rollup, at: Option<Pos>) -> RollupRow<'a> {
     RollupRow::new(day, code.into(), r, at)
 }
 
@@ -242,8 +242,9 @@ fn restart_contract(open: &dyn Fn() -> RollupStore) {
     let file = "spool/r.0000000001";
     {
         let busy = open();
+        let rollups: Vec<Rollup> = (0..5000).map(|i| rollup_of(1, i)).collect();
         let rows = (0..5000)
-            .map(|i| row(d, &format!("busy{i}"), &rollup_of(1, i), None))
+            .map(|i| row(d, &format!("busy{i}"), &rollups[i as usize], None))
             .collect();
         busy.commit(&FlushBatch {
             rollups: rows,
