@@ -173,17 +173,11 @@ impl Rollup {
     /// processor reports holding, beside its resident memory).
     pub fn heap_bytes(&self) -> usize {
         self.uniques.heap_bytes()
-            + [
-                &self.countries,
-                &self.referrers,
-                &self.devices,
-                &self.browsers,
-                &self.oses,
-                &self.bot_reasons,
-            ]
-            .iter()
-            .map(|b| b.heap_bytes())
-            .sum::<usize>()
+            + self
+                .breakdowns()
+                .iter()
+                .map(|b| b.heap_bytes())
+                .sum::<usize>()
     }
 
     /// Counts one event under its verdict.
