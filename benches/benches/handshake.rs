@@ -202,21 +202,12 @@ fn rustls_pair(
     server.session_storage = ServerSessionMemoryCache::new(16_384);
     server.max_early_data_size = 16_384;
     server.send_half_rtt_data = false;
-    let schemes = provider
-        .signature_verification_algorithms
-        .supported_schemes();
     let client_provider = Arc::new(CryptoProvider {
         kx_groups: vec![group],
         ..(*provider).clone()
     });
-    let mut client = ClientConfig::builder_with_provider(client_provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("versions")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(lasthop_benches::NoCheck(schemes)))
-        .with_no_client_auth();
+    let mut client = lasthop_benches::NoCheck::tls13_client(client_provider, b"http/1.1");
     client.resumption = Resumption::disabled();
-    client.alpn_protocols = vec![b"http/1.1".to_vec()];
     (Arc::new(server), Arc::new(client))
 }
 

@@ -101,16 +101,7 @@ fn configs() -> (Arc<ServerConfig>, ClientConfig) {
         .datagram_receive_buffer_size(None);
     server.transport_config(Arc::new(transport));
 
-    let schemes = provider
-        .signature_verification_algorithms
-        .supported_schemes();
-    let mut client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(lasthop_benches::NoCheck(schemes)))
-        .with_no_client_auth();
-    client.alpn_protocols = vec![b"h3".to_vec()];
+    let client = lasthop_benches::NoCheck::tls13_client(provider, b"h3");
     let client = QuicClientConfig::try_from(Arc::new(client)).expect("a QUIC-capable client");
     (Arc::new(server), ClientConfig::new(Arc::new(client)))
 }

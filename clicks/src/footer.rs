@@ -49,6 +49,11 @@ enum T {
 }
 
 impl T {
+    /// Whether a value of this type may arrive as `wire` (a bool's value is its wire type).
+    fn accepts(self, wire: u8) -> bool {
+        wire == self.wire() || (matches!(self, T::Bool) && wire == BOOL_FALSE)
+    }
+
     fn wire(self) -> u8 {
         match self {
             T::Bool => BOOL_TRUE,
@@ -185,7 +190,6 @@ pub fn check(footer: &[u8], columns: u32) -> Result<(), Refused> {
     let mut w = Walk {
         bytes: footer,
         at: 0,
-        depth: 0,
         columns,
     };
     w.strukt(FILE_META)?;
@@ -195,10 +199,14 @@ pub fn check(footer: &[u8], columns: u32) -> Result<(), Refused> {
     Ok(())
 }
 
+/// A compact-protocol integer's value from its zigzag form.
+fn zigzag(z: u64) -> i64 {
+    (z >> 1) as i64 ^ -((z & 1) as i64)
+}
+
 struct Walk<'a> {
     bytes: &'a [u8],
     at: usize,
-    depth: u32,
     /// The schema's leaf columns.
     columns: u32,
 }
@@ -250,8 +258,7 @@ impl Walk<'_> {
             T::Chunks => self.list(&T::Struct(COLUMN_CHUNK), self.columns),
             T::Struct(fields) => self.strukt(fields),
             T::Children => {
-                let z = self.varint(5)?;
-                let n = (z >> 1) as i64 ^ -((z & 1) as i64);
+                let n = zigzag(self.varint(5)?);
                 if (0..=i64::from(self.columns)).contains(&n) {
                     Ok(())
                 } else {
@@ -271,10 +278,7 @@ impl Walk<'_> {
             15 => self.varint(5)?,
             n => u64::from(n),
         };
-        let wire = header & 0x0f;
-        let expected = element.wire();
-        let same = wire == expected || (expected == BOOL_TRUE && wire == BOOL_FALSE);
-        if size > 0 && !same {
+        if size > 0 && !element.accepts(header & 0x0f) {
             return Err(Refused("a list of another element type"));
         }
         if size > u64::from(max) {
@@ -288,11 +292,8 @@ impl Walk<'_> {
         Ok(())
     }
 
+    /// A struct of `fields`. The tables nest no struct in itself, so they bound the depth.
     fn strukt(&mut self, fields: &[(i16, T)]) -> Result<(), Refused> {
-        self.depth += 1;
-        if self.depth > 8 {
-            return Err(Refused("nested deeper than any footer"));
-        }
         let mut last: i16 = 0;
         loop {
             let header = self.byte()?;
@@ -301,11 +302,8 @@ impl Walk<'_> {
             }
             let wire = header & 0x0f;
             let id = match header >> 4 {
-                0 => {
-                    let z = self.varint(3)?;
-                    let z = u16::try_from(z).map_err(|_| Refused("a field id past i16"))?;
-                    ((z >> 1) as i16) ^ -((z & 1) as i16)
-                }
+                0 => i16::try_from(zigzag(self.varint(3)?))
+                    .map_err(|_| Refused("a field id past i16"))?,
                 delta => last
                     .checked_add(i16::from(delta))
                     .ok_or(Refused("a field id past i16"))?,
@@ -314,13 +312,11 @@ impl Walk<'_> {
             let Some(&(_, t)) = fields.iter().find(|(f, _)| *f == id) else {
                 return Err(Refused("a field this writer never writes"));
             };
-            let same = wire == t.wire() || (matches!(t, T::Bool) && wire == BOOL_FALSE);
-            if !same {
+            if !t.accepts(wire) {
                 return Err(Refused("a field of another wire type than its own"));
             }
             self.value(t)?;
         }
-        self.depth -= 1;
         Ok(())
     }
 }

@@ -76,8 +76,9 @@ pub struct ClickHouse {
     /// The last `closed_through` this process applied.
     closed_through: Mutex<Option<u32>>,
     /// The last write sequence handed out (milliseconds, strictly increasing, and past every
-    /// sequence already stored: see [`ClickHouse::stored_seq`]).
-    seq: Mutex<u64>,
+    /// sequence already stored: see [`ClickHouse::stored_seq`]); `None` until the first write
+    /// (a reader, the stats API, never asks).
+    seq: Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for ClickHouse {
@@ -178,7 +179,7 @@ impl ClickHouse {
             url: url.clone(),
             days: Mutex::new(HashMap::new()),
             closed_through: Mutex::new(None),
-            seq: Mutex::new(0),
+            seq: Mutex::new(None),
         };
         let db = &store.url.database;
         store.execute(&format!("CREATE DATABASE IF NOT EXISTS {db}"), None)?;
@@ -204,8 +205,6 @@ impl ClickHouse {
             ),
             None,
         )?;
-        let stored = store.stored_seq()?;
-        *store.seq.lock().unwrap_or_else(|e| e.into_inner()) = stored;
         Ok(store)
     }
 
@@ -329,11 +328,17 @@ impl ClickHouse {
     /// A strictly increasing write sequence (wall milliseconds, or one past the last when
     /// that is later), for rows with one writer. One per write, not one per row: a flush of
     /// thousands of rows takes one, so the sequence keeps to the clock.
-    fn next_seq(&self) -> u64 {
+    /// The first one continues after the largest stored ([`stored_seq`](Self::stored_seq)).
+    fn next_seq(&self) -> Result<u64, StoreError> {
         let now = u64::try_from(lasthop_core::clock::now_ms()).unwrap_or(0);
         let mut seq = self.seq.lock().unwrap_or_else(|e| e.into_inner());
-        *seq = (*seq + 1).max(now);
-        *seq
+        let last = match *seq {
+            Some(last) => last,
+            None => self.stored_seq()?,
+        };
+        let next = (last + 1).max(now);
+        *seq = Some(next);
+        Ok(next)
     }
 
     /// (generation, state) of the days from `from` to `to` that have a state row.
@@ -380,7 +385,7 @@ impl ClickHouse {
             return Ok(());
         }
         let mut body = Rows::default();
-        let seq = self.next_seq();
+        let seq = self.next_seq()?;
         for &(day, gen, state) in rows {
             body.u32(day).u32(gen).u8(state.to_u8()).u64(seq);
         }
@@ -552,7 +557,7 @@ impl ClickHouse {
     pub fn commit(&self, batch: &FlushBatch) -> Result<(), StoreError> {
         let mut body = Rows::default();
         // One sequence for the flush: its rows and positions are one write (each key once).
-        let seq = self.next_seq();
+        let seq = self.next_seq()?;
         // Each row's bytes go through one buffer into the body: the body is the flush's only
         // copy of its sketches.
         let mut bytes = Vec::new();
@@ -632,7 +637,7 @@ impl ClickHouse {
             .remove(&day.0);
         let (gen, was) = self.day(day)?;
         let next = gen.saturating_add(1);
-        let seq = self.next_seq();
+        let seq = self.next_seq()?;
         let mut body = Rows::default();
         for (code, rollup) in rollups {
             let bytes = rollup.to_bytes();
